@@ -1,0 +1,30 @@
+//! Time as an injected value.
+//!
+//! Policies never read the OS clock: they take `now: Instant` as an argument (the quinn-proto
+//! rule), so tests drive them deterministically. The runtime reads time through [`Clock`]; the
+//! default [`TokioClock`] follows `tokio::time::pause`, so paused-time tests see the same clock.
+
+use std::fmt::Debug;
+use std::time::Instant;
+
+/// A source of "now" for the runtime.
+///
+/// ```
+/// use polygateway_actors::{Clock, TokioClock};
+/// let t = TokioClock.now();
+/// assert!(TokioClock.now() >= t);
+/// ```
+pub trait Clock: Send + Sync + Debug + 'static {
+    /// The current instant.
+    fn now(&self) -> Instant;
+}
+
+/// The tokio clock: real time normally, virtual time under `tokio::time::pause`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioClock;
+
+impl Clock for TokioClock {
+    fn now(&self) -> Instant {
+        tokio::time::Instant::now().into_std()
+    }
+}

@@ -1,0 +1,26 @@
+//! Domain-free governance runtime for polygateway.
+//!
+//! This crate holds the supervised actors (runtime supervisor, scope router, source actors,
+//! admission, telemetry) and the sans-I/O policies they run (breaker, AIMD pacer, health EWMA,
+//! selection, backoff, stall clock, in-memory six-gate limiter). It is generic over small ports
+//! ([`Transport`], [`GateBackend`], [`BreakerBackend`], telemetry sinks) and knows nothing of
+//! OpenAI, SSE, SQL or HTTP; the `polygateway` crate supplies those.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod clock;
+pub mod memory;
+pub mod outcome;
+pub mod policy;
+pub mod ports;
+pub mod runtime;
+pub mod telemetry;
+
+pub use clock::{Clock, TokioClock};
+pub use outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
+pub use ports::breaker::{
+    BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState, BreakerVerdict,
+};
+pub use ports::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease, Limits};
+pub use ports::transport::{ConsumerGone, EventSink, Transport};
+pub use ports::BackendError;

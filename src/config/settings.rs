@@ -1,0 +1,365 @@
+//! Resolved configuration values. Parsing from the environment lives in [`super::env`]; these
+//! types are what every component is built from. Nothing inside the runtime reads env vars.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+/// A secret string (API key, DSN password). Its `Debug`/`Display` never show the value.
+///
+/// ```
+/// use polygateway::config::Secret;
+/// let s = Secret::new("sk-live-123");
+/// assert_eq!(format!("{s:?}"), "Secret(***)");
+/// assert_eq!(s.expose(), "sk-live-123");
+/// ```
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wrap a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    /// The raw value — only for building the outgoing request.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// `true` when empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// What to do with a stream that ended with content but without `[DONE]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MissingDone {
+    /// Transient failure; retried, never cached (default).
+    #[default]
+    Retry,
+    /// Accept what arrived.
+    Salvage,
+}
+
+/// Selection policy of a scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SelectorKind {
+    /// Success EWMA / (1 + in-flight), power of two choices (default).
+    #[default]
+    HealthAware,
+    /// Rotate.
+    RoundRobin,
+    /// Fewest in flight.
+    LeastInflight,
+}
+
+/// Behaviour when a quota gate is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuotaFull {
+    /// Poll with jitter under the stall guard (default).
+    #[default]
+    Wait,
+    /// Raise at once.
+    FailFast,
+}
+
+/// Behaviour when every breaker refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CircuitOpenPolicy {
+    /// Raise `CircuitOpen` at once (default).
+    #[default]
+    FailFast,
+    /// Sleep until the earliest cooldown end, within the stall budget.
+    Wait,
+}
+
+/// What kind of calls a scope serves (decides its transport).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScopeKind {
+    /// Chat completions (LLM and VLM).
+    Chat,
+    /// Embeddings.
+    Embeddings,
+    /// MonkeyOCR.
+    Ocr,
+}
+
+/// One upstream source: `{SCOPE}__{PROVIDER}__{N}__{FIELD}`.
+#[derive(Clone, PartialEq)]
+pub struct SourceSettings {
+    /// `{provider}_{n}`, lower-case.
+    pub name: String,
+    /// Provider registry key, lower-case.
+    pub provider: String,
+    /// Base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// API key (may be empty for keyless services such as a local OCR server).
+    pub api_key: Secret,
+    /// Model name sent upstream.
+    pub model: String,
+    /// Total deadline of one attempt.
+    pub timeout: Duration,
+    /// Source concurrency limit (0 = unlimited).
+    pub max_concurrency: u32,
+    /// Source RPM (0 = unlimited).
+    pub rpm: u32,
+    /// Source TPM (0 = unlimited).
+    pub tpm: u64,
+    /// Explicit `EST_TOKENS`, if set.
+    pub est_tokens: Option<i64>,
+    /// Time to first token deadline.
+    pub ttft_timeout: Duration,
+    /// Inter-token deadline.
+    pub inter_token_timeout: Duration,
+    /// `None` = inject nothing; `Some(b)` = inject on/off.
+    pub enable_thinking: Option<bool>,
+    /// Missing `[DONE]` policy.
+    pub missing_done: MissingDone,
+    /// Honour proxy env vars (default true).
+    pub trust_env: bool,
+    /// Extra JSON merged into each request body (lowest priority).
+    pub extra_body: Map<String, Value>,
+}
+
+impl SourceSettings {
+    /// `effective_est_tokens` (SPEC §5.3): explicit > 0 as is; else TPM > 0 → `max(1, tpm/60)`;
+    /// else 0.
+    pub fn effective_est_tokens(&self) -> u64 {
+        match self.est_tokens {
+            Some(n) if n > 0 => n as u64,
+            _ if self.tpm > 0 => (self.tpm / 60).max(1),
+            _ => 0,
+        }
+    }
+}
+
+impl fmt::Debug for SourceSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceSettings")
+            .field("name", &self.name)
+            .field("provider", &self.provider)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key)
+            .field("model", &self.model)
+            .field("timeout", &self.timeout)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("rpm", &self.rpm)
+            .field("tpm", &self.tpm)
+            .field("est_tokens", &self.est_tokens)
+            .field("ttft_timeout", &self.ttft_timeout)
+            .field("inter_token_timeout", &self.inter_token_timeout)
+            .field("enable_thinking", &self.enable_thinking)
+            .field("missing_done", &self.missing_done)
+            .field("trust_env", &self.trust_env)
+            .field("extra_body", &self.extra_body)
+            .finish()
+    }
+}
+
+/// Retry budget of a scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrySettings {
+    /// Attempts per call, first included.
+    pub max_attempts: u32,
+    /// Backoff base.
+    pub backoff_base: Duration,
+    /// Backoff cap.
+    pub backoff_max: Duration,
+}
+
+/// Breaker settings of a scope (per-source values are derived from these).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerSettings {
+    /// `FAIL_THRESHOLD`.
+    pub fail_threshold: u32,
+    /// `COOLDOWN_S`.
+    pub cooldown: Duration,
+    /// `PROBE_TTL_S`; `None` = `max(2 × slowest timeout, cooldown, timeout + 5)`.
+    pub probe_ttl: Option<Duration>,
+    /// `MIN_CALLS`.
+    pub min_calls: u32,
+    /// `FAIL_RATE`.
+    pub fail_rate: f64,
+    /// `WINDOW_S` (width of each of the two buckets).
+    pub window: Duration,
+    /// `MAX_COOLDOWN_S`; `None` = `max(300, cooldown)`.
+    pub max_cooldown: Option<Duration>,
+}
+
+/// Stall guard settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackpressureSettings {
+    /// `STALL_WINDOW_S` (default 300).
+    pub stall_window: Duration,
+    /// `POLL_INTERVAL_S` for quota waits.
+    pub poll_interval: Duration,
+}
+
+/// Embeddings options of a scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddingSettings {
+    /// `BATCH_SIZE` (required for embedding scopes).
+    pub batch_size: usize,
+    /// `NORMALIZE` → L2.
+    pub normalize: bool,
+    /// `EXPECTED_DIM`.
+    pub expected_dim: Option<usize>,
+}
+
+/// One scope: its sources and governance knobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScopeSettings {
+    /// Upper-case scope name (`LLM`, `VLM`, `OCR`, `EMBED`, …).
+    pub name: String,
+    /// What it serves.
+    pub kind: ScopeKind,
+    /// Sources, ordered by provider then index.
+    pub sources: Vec<SourceSettings>,
+    /// `GLOBAL__MAX_CONCURRENCY` (0 = unlimited).
+    pub global_max_concurrency: u32,
+    /// `GLOBAL__RPM`.
+    pub global_rpm: u32,
+    /// `GLOBAL__TPM`.
+    pub global_tpm: u64,
+    /// Selection policy.
+    pub selector: SelectorKind,
+    /// Retry budget.
+    pub retry: RetrySettings,
+    /// Breaker knobs.
+    pub breaker: BreakerSettings,
+    /// Stall guard.
+    pub backpressure: BackpressureSettings,
+    /// Quota-full behaviour.
+    pub quota_full: QuotaFull,
+    /// All-circuits-open behaviour.
+    pub circuit_open: CircuitOpenPolicy,
+    /// Embeddings options (embedding scopes only).
+    pub embedding: Option<EmbeddingSettings>,
+}
+
+/// Which backend stores limiter or breaker state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GovernanceBackendKind {
+    /// In-process.
+    Memory,
+    /// Redis + Lua (needs `REDIS_URL`).
+    Redis,
+}
+
+/// Response cache backend.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CacheSettings {
+    /// No caching.
+    None,
+    /// In-process cache.
+    Memory {
+        /// Default namespace.
+        namespace: String,
+        /// Entry lifetime.
+        ttl: Duration,
+    },
+    /// Redis cache.
+    Redis {
+        /// Default namespace.
+        namespace: String,
+        /// Entry lifetime.
+        ttl: Duration,
+    },
+}
+
+/// Telemetry schema handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaMode {
+    /// Add missing columns.
+    Auto,
+    /// No DDL on an existing table; trim the INSERT and warn.
+    Manual,
+}
+
+/// Telemetry backend.
+#[derive(Clone, PartialEq)]
+pub enum TelemetryBackendSettings {
+    /// Record nothing.
+    None,
+    /// SQLite file.
+    Sqlite {
+        /// Database path.
+        path: String,
+    },
+    /// PostgreSQL.
+    Postgres {
+        /// Connection string (secret: holds a password).
+        dsn: Secret,
+        /// Pool size (default 4).
+        pool_max: usize,
+        /// Hard budget per write (default 5 s).
+        write_timeout: Duration,
+    },
+}
+
+impl fmt::Debug for TelemetryBackendSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Sqlite { path } => f.debug_struct("Sqlite").field("path", path).finish(),
+            Self::Postgres {
+                dsn,
+                pool_max,
+                write_timeout,
+            } => f
+                .debug_struct("Postgres")
+                .field("dsn", dsn)
+                .field("pool_max", pool_max)
+                .field("write_timeout", write_timeout)
+                .finish(),
+        }
+    }
+}
+
+/// Telemetry settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetrySettings {
+    /// Where rows go.
+    pub backend: TelemetryBackendSettings,
+    /// `None` → SQLite auto, Postgres manual.
+    pub schema_mode: Option<SchemaMode>,
+    /// `PGW_TELEMETRY_TEXT_CAP`.
+    pub text_cap: Option<usize>,
+}
+
+/// Everything a runtime is built from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// Scopes by upper-case name.
+    pub scopes: BTreeMap<String, ScopeSettings>,
+    /// Limiter backend.
+    pub limiter_backend: GovernanceBackendKind,
+    /// Breaker backend.
+    pub breaker_backend: GovernanceBackendKind,
+    /// `REDIS_URL` (secret: may hold a password).
+    pub redis_url: Option<Secret>,
+    /// Response cache.
+    pub cache: CacheSettings,
+    /// Telemetry.
+    pub telemetry: TelemetrySettings,
+    /// `PGW_PRICING_PATH`.
+    pub pricing_path: Option<String>,
+    /// `PGW_STRUCTURED_MAX_RETRIES` (default 2).
+    pub structured_max_retries: u32,
+    /// `PGW_LEASE_TTL_S` (default 1500).
+    pub lease_ttl: Duration,
+}

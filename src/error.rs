@@ -1,0 +1,284 @@
+//! Errors (SPEC §6): what reaches the caller, and what a transport attempt fails with.
+//!
+//! Callers see [`GatewayError`]. Transient and source-dead attempt failures ([`TransportError`])
+//! are absorbed by the retry loop and surface as [`GatewayError::Unavailable`] with
+//! `reason = retry_exhausted` once the budget is spent.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use polygateway_actors::{Classify, FailureClass, SourceReason};
+
+pub use crate::summary::summarize_body;
+
+/// Scope-level reason of an unavailable error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnavailableReason {
+    /// Every breaker refused.
+    CircuitOpen,
+    /// The attempt budget is spent.
+    RetryExhausted,
+    /// The stall guard fired (waited too long while the scope made no progress).
+    Stalled,
+    /// A quota gate is full and `QUOTA_FULL=fail_fast`.
+    QuotaExhausted,
+    /// The scope has no sources.
+    NoSources,
+    /// The limiter or breaker backend is down (fail-closed).
+    GovernanceBackendDown,
+}
+
+impl UnavailableReason {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CircuitOpen => "circuit_open",
+            Self::RetryExhausted => "retry_exhausted",
+            Self::Stalled => "stalled",
+            Self::QuotaExhausted => "quota_exhausted",
+            Self::NoSources => "no_sources",
+            Self::GovernanceBackendDown => "governance_backend_down",
+        }
+    }
+}
+
+/// Which member of the unavailable family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnavailableKind {
+    /// `CircuitOpenError`.
+    CircuitOpen,
+    /// `AllSourcesExhausted`.
+    AllSourcesExhausted,
+    /// `GovernanceBackendError`.
+    GovernanceBackend,
+}
+
+impl UnavailableKind {
+    /// Class name as used in telemetry's `error` column.
+    pub fn class_name(self) -> &'static str {
+        match self {
+            Self::CircuitOpen => "CircuitOpenError",
+            Self::AllSourcesExhausted => "AllSourcesExhausted",
+            Self::GovernanceBackend => "GovernanceBackendError",
+        }
+    }
+}
+
+/// A scope could not serve the call now. Carries enough for a job queue to reschedule.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Unavailable {
+    /// Family member.
+    pub kind: UnavailableKind,
+    /// Scope name.
+    pub scope: String,
+    /// Scope-level reason.
+    pub reason: UnavailableReason,
+    /// Seconds until trying again makes sense (0 = now); never absent.
+    pub retry_after_s: f64,
+    /// Why each source could not serve.
+    pub per_source_reasons: BTreeMap<String, SourceReason>,
+    /// Human detail (last error summary), free of secrets.
+    pub detail: String,
+}
+
+impl fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "scope {} unavailable ({}): retry after {:.1}s",
+            self.scope,
+            self.reason.as_str(),
+            self.retry_after_s
+        )?;
+        if !self.per_source_reasons.is_empty() {
+            let reasons: Vec<String> = self
+                .per_source_reasons
+                .iter()
+                .map(|(s, r)| format!("{s}={}", r.as_str()))
+                .collect();
+            write!(f, "; sources: {}", reasons.join(", "))?;
+        }
+        if !self.detail.is_empty() {
+            write!(f, "; last error: {}", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// An attempt failure, classified by the transport that saw it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct TransportError {
+    /// The class (drives retry, switching, breaker).
+    pub class: FailureClass,
+    /// Per-source reason (for `per_source_reasons`).
+    pub reason: SourceReason,
+    /// `true` for a 429 that is pushback.
+    pub rate_limited: bool,
+    /// Retry-After hint (seconds form).
+    pub retry_after: Option<Duration>,
+    /// HTTP status, when there was one.
+    pub status: Option<u16>,
+    /// Body summary (SPEC §6), empty when there was no body.
+    pub body_text: String,
+    /// What happened, free of secrets. Includes the body summary when there is one.
+    pub message: String,
+    /// `true` when the service answered (any real HTTP response): the breaker records success
+    /// for non-transient classes.
+    pub answered: bool,
+}
+
+impl TransportError {
+    /// A transport error of `class` with a message.
+    pub fn new(class: FailureClass, reason: SourceReason, message: impl Into<String>) -> Self {
+        Self {
+            class,
+            reason,
+            rate_limited: false,
+            retry_after: None,
+            status: None,
+            body_text: String::new(),
+            message: message.into(),
+            answered: false,
+        }
+    }
+
+    /// A transient failure (network error unless `reason` says otherwise).
+    pub fn transient(reason: SourceReason, message: impl Into<String>) -> Self {
+        Self::new(FailureClass::Transient, reason, message)
+    }
+
+    /// A local or upstream rejection of the request (no retry, no switch).
+    pub fn rejected(message: impl Into<String>) -> Self {
+        Self::new(
+            FailureClass::RequestRejected,
+            SourceReason::NetworkError,
+            message,
+        )
+    }
+
+    /// The result arrived but is unusable; the service answered.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        let mut e = Self::new(
+            FailureClass::ResultInvalid,
+            SourceReason::NetworkError,
+            message,
+        );
+        e.answered = true;
+        e
+    }
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+impl Classify for TransportError {
+    fn class(&self) -> FailureClass {
+        self.class
+    }
+    fn is_rate_limited(&self) -> bool {
+        self.rate_limited
+    }
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+    fn proves_alive(&self) -> bool {
+        self.answered
+            && matches!(
+                self.class,
+                FailureClass::RequestRejected | FailureClass::ResultInvalid
+            )
+    }
+    fn source_reason(&self) -> SourceReason {
+        self.reason
+    }
+}
+
+/// Structured-output failure details (SPEC §9.2 step 5).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InvalidResult {
+    /// The raw text of the last answer.
+    pub raw_text: String,
+    /// Why repair failed, if it did.
+    pub repair_error: Option<String>,
+    /// Validation errors (first few).
+    pub validation_errors: Vec<String>,
+}
+
+/// Everything a call can fail with.
+///
+/// ```
+/// use polygateway::GatewayError;
+/// fn should_requeue(e: &GatewayError) -> Option<f64> {
+///     e.unavailable().map(|u| u.retry_after_s)
+/// }
+/// # let _ = should_requeue;
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The scope cannot serve now (`CircuitOpen`, `AllSourcesExhausted`, `GovernanceBackend`).
+    #[error("{kind}: {0}", kind = .0.kind.class_name())]
+    Unavailable(Box<Unavailable>),
+    /// The request was rejected (locally before sending, or by the upstream with 400).
+    #[error("RequestRejected: {message}")]
+    RequestRejected {
+        /// What was wrong.
+        message: String,
+        /// Upstream body summary, if any.
+        body_text: String,
+    },
+    /// The answer was unusable (structured output exhausted, wrong dim, bad ZIP…).
+    #[error("ResultInvalid: {message}")]
+    ResultInvalid {
+        /// What was wrong.
+        message: String,
+        /// Details for structured output.
+        details: Box<InvalidResult>,
+    },
+    /// The caller named a scope or source that is not configured (assembly defect).
+    #[error("SourceNotConfigured: {0}")]
+    SourceNotConfigured(String),
+    /// Entry validation failed before anything was sent (SPEC §2.2).
+    #[error("InvalidInput: {0}")]
+    InvalidInput(#[from] crate::validate::ValidationError),
+    /// The runtime was shut down or its scope actor is gone.
+    #[error("Shutdown: {0}")]
+    Shutdown(String),
+}
+
+impl GatewayError {
+    /// The unavailable details, if this is a scope-level unavailability.
+    pub fn unavailable(&self) -> Option<&Unavailable> {
+        match self {
+            GatewayError::Unavailable(u) => Some(u),
+            _ => None,
+        }
+    }
+
+    /// `true` for the scope-level unavailable family (reschedule later).
+    pub fn is_unavailable(&self) -> bool {
+        self.unavailable().is_some()
+    }
+
+    /// The class name used in telemetry's `error` column.
+    pub fn class_name(&self) -> &'static str {
+        match self {
+            GatewayError::Unavailable(u) => u.kind.class_name(),
+            GatewayError::RequestRejected { .. } => "RequestRejected",
+            GatewayError::ResultInvalid { .. } => "ResultInvalid",
+            GatewayError::SourceNotConfigured(_) => "SourceNotConfigured",
+            GatewayError::InvalidInput(_) => "InvalidInput",
+            GatewayError::Shutdown(_) => "Shutdown",
+        }
+    }
+}

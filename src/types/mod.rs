@@ -1,0 +1,11 @@
+//! Public value types: messages, responses, usage.
+
+pub mod embedding;
+pub mod message;
+pub mod ocr;
+pub mod response;
+
+pub use embedding::EmbeddingResponse;
+pub use message::{Content, ContentPart, ImageUrl, Message, Role};
+pub use ocr::{OcrLayoutElement, OcrLayoutResult, OcrProvenance, OcrTextResult};
+pub use response::{LlmResponse, Usage, UsageSource};
