@@ -251,6 +251,18 @@ pub enum GatewayError {
     /// Entry validation failed before anything was sent (SPEC §2.2).
     #[error("InvalidInput: {0}")]
     InvalidInput(#[from] crate::validate::ValidationError),
+    /// A stream failed after deltas were delivered to the consumer; it cannot be retried
+    /// transparently (SPEC-extension for `chat_stream`).
+    #[error("StreamInterrupted: {message} (after {delivered} delivered deltas)")]
+    StreamInterrupted {
+        /// What failed.
+        message: String,
+        /// Deltas the consumer had already received.
+        delivered: u64,
+    },
+    /// The configuration is invalid (names the key and what is allowed).
+    #[error("Config: {0}")]
+    Config(String),
     /// The runtime was shut down or its scope actor is gone.
     #[error("Shutdown: {0}")]
     Shutdown(String),
@@ -278,6 +290,8 @@ impl GatewayError {
             GatewayError::ResultInvalid { .. } => "ResultInvalid",
             GatewayError::SourceNotConfigured(_) => "SourceNotConfigured",
             GatewayError::InvalidInput(_) => "InvalidInput",
+            GatewayError::StreamInterrupted { .. } => "StreamInterrupted",
+            GatewayError::Config(_) => "Config",
             GatewayError::Shutdown(_) => "Shutdown",
         }
     }

@@ -3,9 +3,22 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod cache;
 pub mod config;
 pub mod error;
+mod gateway;
+pub use gateway::{
+    ChatEvent, ChatHandle, ChatStream, EmbeddingHandle, Gateway, GatewayBuilder, OcrHandle,
+    SourceSnapshot,
+};
+pub mod provider;
+pub mod structured;
+pub mod redis;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+pub mod transport;
 mod summary;
+pub mod telemetry;
 pub mod types;
 pub mod validate;
 

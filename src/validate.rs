@@ -1,6 +1,304 @@
-//! Entry validation (SPEC §2.2). (being built)
+//! Entry validation (SPEC §2.2): the checks a call's caller-supplied attribution and overlay must
+//! pass before anything is sent, queued or counted.
+//!
+//! These are not attempt failures and not part of the four failure classes; they surface as
+//! [`crate::GatewayError::InvalidInput`]. This module only checks values; it never trims or
+//! repairs them (`" t1"` and `"t1"` would be two tenants under an equality-based row policy).
+//! Configuration checks live in [`crate::config`].
 
-/// An entry validation failure.
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use crate::types::MetaValue;
+
+/// Longest accepted `tenant_id`, in chars.
+pub const TENANT_ID_MAX_CHARS: usize = 128;
+/// Most keys a `meta` map may hold.
+pub const META_MAX_KEYS: usize = 16;
+/// Longest `meta` key, in chars (keys match `[a-z0-9_.]{1,64}`).
+pub const META_KEY_MAX_CHARS: usize = 64;
+/// Longest `meta` string value, in chars.
+pub const META_STRING_MAX_CHARS: usize = 256;
+/// `meta` key prefix reserved for the library.
+pub const META_RESERVED_PREFIX: &str = "pg_";
+/// Keys an overlay or a source `extra_body` may not set: the runtime owns them.
+pub const PROTECTED_BODY_KEYS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
+
+/// How many chars of an offending value an error message shows.
+const SHOWN_CHARS: usize = 64;
+
+/// An entry validation failure. Each variant names the field, the limit and (shortened to about
+/// 64 chars) the offending value.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{0}")]
-pub struct ValidationError(pub String);
+#[non_exhaustive]
+pub enum ValidationError {
+    /// `tenant_id` was set to the empty string (empty is reserved as the "unattributed" sentinel:
+    /// leave the field unset instead).
+    #[error("tenant_id must not be empty (the empty string is the unattributed sentinel; leave tenant_id unset instead)")]
+    TenantIdEmpty,
+    /// `tenant_id` is longer than [`TENANT_ID_MAX_CHARS`].
+    #[error("tenant_id is {len} chars, limit {limit}: {value:?}")]
+    TenantIdTooLong {
+        /// Its length in chars.
+        len: usize,
+        /// The limit.
+        limit: usize,
+        /// The value, shortened.
+        value: String,
+    },
+    /// `tenant_id` starts or ends with whitespace (rejected, never trimmed).
+    #[error("tenant_id must not start or end with whitespace (it is never trimmed): {value:?}")]
+    TenantIdWhitespace {
+        /// The value, shortened.
+        value: String,
+    },
+    /// `meta` holds more than [`META_MAX_KEYS`] keys.
+    #[error("meta has {count} keys, limit {limit}")]
+    MetaTooManyKeys {
+        /// How many keys it has.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A `meta` key does not match `[a-z0-9_.]{1,64}`.
+    #[error("meta key {key:?} must match [a-z0-9_.]{{1,{limit}}}")]
+    MetaKeyInvalid {
+        /// The key, shortened.
+        key: String,
+        /// The length limit.
+        limit: usize,
+    },
+    /// A `meta` key uses the reserved `pg_` prefix.
+    #[error("meta key {key:?} uses the prefix {prefix:?}, which is reserved for the library")]
+    MetaKeyReserved {
+        /// The key, shortened.
+        key: String,
+        /// The reserved prefix.
+        prefix: &'static str,
+    },
+    /// A `meta` value is not a string, integer, float or bool.
+    #[error("meta value of key {key:?} is {found}; allowed: string, integer, float, bool")]
+    MetaValueType {
+        /// The key, shortened.
+        key: String,
+        /// The JSON type that was found (`null`, `array`, `object`).
+        found: &'static str,
+    },
+    /// A `meta` string value is longer than [`META_STRING_MAX_CHARS`].
+    #[error("meta value of key {key:?} is {len} chars, limit {limit}: {value:?}")]
+    MetaStringTooLong {
+        /// The key, shortened.
+        key: String,
+        /// The value's length in chars.
+        len: usize,
+        /// The limit.
+        limit: usize,
+        /// The value, shortened.
+        value: String,
+    },
+    /// A `meta` float value is NaN or infinite (not valid JSON; JSONB refuses it).
+    #[error("meta value of key {key:?} must be a finite float, got {value}")]
+    MetaFloatNotFinite {
+        /// The key, shortened.
+        key: String,
+        /// The value.
+        value: f64,
+    },
+    /// An overlay or `extra_body` sets a key the runtime owns.
+    #[error("{field} must not set the protected key {key:?} (protected: model, messages, stream, stream_options)")]
+    ProtectedKey {
+        /// `overlay` or `extra_body` (or the config key it came from).
+        field: String,
+        /// The offending key.
+        key: String,
+    },
+}
+
+/// Shorten a value for an error message: at most [`SHOWN_CHARS`] chars, then `…`.
+pub(crate) fn shorten(value: &str) -> String {
+    if value.chars().count() <= SHOWN_CHARS {
+        value.to_string()
+    } else {
+        let mut s: String = value.chars().take(SHOWN_CHARS).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// Check an explicitly set `tenant_id`: not empty, at most 128 chars, no leading or trailing
+/// whitespace.
+///
+/// ```
+/// use polygateway::validate::{validate_tenant_id, ValidationError};
+/// assert!(validate_tenant_id("acme").is_ok());
+/// assert!(matches!(validate_tenant_id(" t1"), Err(ValidationError::TenantIdWhitespace { .. })));
+/// ```
+pub fn validate_tenant_id(tenant_id: &str) -> Result<(), ValidationError> {
+    if tenant_id.is_empty() {
+        return Err(ValidationError::TenantIdEmpty);
+    }
+    let len = tenant_id.chars().count();
+    if len > TENANT_ID_MAX_CHARS {
+        return Err(ValidationError::TenantIdTooLong {
+            len,
+            limit: TENANT_ID_MAX_CHARS,
+            value: shorten(tenant_id),
+        });
+    }
+    if tenant_id.trim() != tenant_id {
+        return Err(ValidationError::TenantIdWhitespace {
+            value: shorten(tenant_id),
+        });
+    }
+    Ok(())
+}
+
+fn valid_meta_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= META_KEY_MAX_CHARS
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
+}
+
+/// Check one `meta` key.
+fn validate_meta_key(key: &str) -> Result<(), ValidationError> {
+    if !valid_meta_key(key) {
+        return Err(ValidationError::MetaKeyInvalid {
+            key: shorten(key),
+            limit: META_KEY_MAX_CHARS,
+        });
+    }
+    if key.starts_with(META_RESERVED_PREFIX) {
+        return Err(ValidationError::MetaKeyReserved {
+            key: shorten(key),
+            prefix: META_RESERVED_PREFIX,
+        });
+    }
+    Ok(())
+}
+
+/// Check one `meta` value (its type is already one of the four allowed ones).
+fn validate_meta_value(key: &str, value: &MetaValue) -> Result<(), ValidationError> {
+    match value {
+        MetaValue::String(s) => {
+            let len = s.chars().count();
+            if len > META_STRING_MAX_CHARS {
+                return Err(ValidationError::MetaStringTooLong {
+                    key: shorten(key),
+                    len,
+                    limit: META_STRING_MAX_CHARS,
+                    value: shorten(s),
+                });
+            }
+        }
+        MetaValue::Float(f) if !f.is_finite() => {
+            return Err(ValidationError::MetaFloatNotFinite {
+                key: shorten(key),
+                value: *f,
+            });
+        }
+        MetaValue::Bool(_) | MetaValue::Int(_) | MetaValue::Float(_) => {}
+    }
+    Ok(())
+}
+
+/// Check a `meta` map: at most 16 keys matching `[a-z0-9_.]{1,64}` without the `pg_` prefix;
+/// string values at most 256 chars; floats finite.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use polygateway::types::MetaValue;
+/// use polygateway::validate::validate_meta;
+/// let mut meta = BTreeMap::new();
+/// meta.insert("batch_id".to_string(), MetaValue::from("b-17"));
+/// assert!(validate_meta(&meta).is_ok());
+/// meta.insert("pg_x".to_string(), MetaValue::from(1));
+/// assert!(validate_meta(&meta).is_err());
+/// ```
+pub fn validate_meta(meta: &BTreeMap<String, MetaValue>) -> Result<(), ValidationError> {
+    if meta.len() > META_MAX_KEYS {
+        return Err(ValidationError::MetaTooManyKeys {
+            count: meta.len(),
+            limit: META_MAX_KEYS,
+        });
+    }
+    for (key, value) in meta {
+        validate_meta_key(key)?;
+        validate_meta_value(key, value)?;
+    }
+    Ok(())
+}
+
+/// Convert a JSON object into a `meta` map and check it, rejecting values that are not a
+/// string, integer, float or bool (`null`, arrays, objects) with [`ValidationError::MetaValueType`].
+///
+/// ```
+/// use polygateway::validate::meta_from_json;
+/// let ok = serde_json::json!({"run": 3, "tag": "a"});
+/// assert_eq!(meta_from_json(ok.as_object().unwrap()).unwrap().len(), 2);
+/// let bad = serde_json::json!({"run": null});
+/// assert!(meta_from_json(bad.as_object().unwrap()).is_err());
+/// ```
+pub fn meta_from_json(
+    object: &Map<String, Value>,
+) -> Result<BTreeMap<String, MetaValue>, ValidationError> {
+    let mut meta = BTreeMap::new();
+    for (key, value) in object {
+        meta.insert(key.clone(), MetaValue::from_json(key, value)?);
+    }
+    validate_meta(&meta)?;
+    Ok(meta)
+}
+
+/// Check a call `overlay` or a source `extra_body`: it must not set `model`, `messages`,
+/// `stream` or `stream_options`. `field_name` names the field in the error (`overlay`,
+/// `extra_body`, or a config key).
+///
+/// ```
+/// use polygateway::validate::validate_overlay;
+/// let ok = serde_json::json!({"temperature": 0.2});
+/// assert!(validate_overlay("overlay", ok.as_object().unwrap()).is_ok());
+/// let bad = serde_json::json!({"stream": false});
+/// assert!(validate_overlay("overlay", bad.as_object().unwrap()).is_err());
+/// ```
+pub fn validate_overlay(
+    field_name: &str,
+    body: &Map<String, Value>,
+) -> Result<(), ValidationError> {
+    // Report in a fixed order so the message does not depend on map iteration order.
+    for key in PROTECTED_BODY_KEYS {
+        if body.contains_key(key) {
+            return Err(ValidationError::ProtectedKey {
+                field: field_name.to_string(),
+                key: key.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shorten_keeps_short_values_and_cuts_long_ones() {
+        assert_eq!(shorten("abc"), "abc");
+        let long = "é".repeat(100);
+        let s = shorten(&long);
+        assert_eq!(s.chars().count(), SHOWN_CHARS + 1);
+        assert!(s.ends_with('…'));
+    }
+
+    #[test]
+    fn meta_key_pattern() {
+        for ok in ["a", "run.id", "x_1", &"k".repeat(64)] {
+            assert!(valid_meta_key(ok), "{ok}");
+        }
+        for bad in ["", "A", "run-id", "ключ", "a b", &"k".repeat(65)] {
+            assert!(!valid_meta_key(bad), "{bad}");
+        }
+    }
+}

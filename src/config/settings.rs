@@ -363,3 +363,162 @@ pub struct Settings {
     /// `PGW_LEASE_TTL_S` (default 1500).
     pub lease_ttl: Duration,
 }
+
+/// Mask the password (or the whole credential part) of a DSN or URL so it can appear in a
+/// message: `postgresql://u:pw@h/db` → `postgresql://u:***@h/db`, key/value form
+/// `host=h password=pw` → `host=h password=***`. Text without credentials is returned as is.
+///
+/// ```
+/// use polygateway::config::redact_dsn;
+/// assert_eq!(redact_dsn("postgres://app:s3cret@db:5432/x"), "postgres://app:***@db:5432/x");
+/// assert_eq!(redact_dsn("redis://:s3cret@r:6379/0"), "redis://:***@r:6379/0");
+/// assert_eq!(redact_dsn("host=db password=s3cret user=app"), "host=db password=*** user=app");
+/// ```
+pub fn redact_dsn(dsn: &str) -> String {
+    if let Some(scheme_end) = dsn.find("://") {
+        let rest = &dsn[scheme_end + 3..];
+        // The authority ends at the first '/', '?' or '#'; credentials are before its last '@'.
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        if let Some(at) = authority.rfind('@') {
+            let userinfo = &authority[..at];
+            let masked = match userinfo.find(':') {
+                Some(colon) => format!("{}:***", &userinfo[..colon]),
+                None => "***".to_string(),
+            };
+            return format!("{}{}{}", &dsn[..scheme_end + 3], masked, &rest[at..]);
+        }
+        return dsn.to_string();
+    }
+    // libpq key/value form: mask the value of every `password=` pair (quoted or not).
+    let mut out = String::with_capacity(dsn.len());
+    let mut rest = dsn;
+    while let Some(pos) = rest.to_ascii_lowercase().find("password") {
+        let after = &rest[pos + "password".len()..];
+        let trimmed = after.trim_start();
+        if let Some(value) = trimmed.strip_prefix('=') {
+            let value = value.trim_start();
+            let consumed = if let Some(quoted) = value.strip_prefix('\'') {
+                // Quoted value: up to the closing unescaped quote.
+                let mut end = quoted.len();
+                let mut escaped = false;
+                for (i, c) in quoted.char_indices() {
+                    if escaped {
+                        escaped = false;
+                    } else if c == '\\' {
+                        escaped = true;
+                    } else if c == '\'' {
+                        end = i + 1;
+                        break;
+                    }
+                }
+                1 + end
+            } else {
+                value.find(char::is_whitespace).unwrap_or(value.len())
+            };
+            let value_start = rest.len() - value.len();
+            out.push_str(&rest[..value_start]);
+            out.push_str("***");
+            rest = &value[consumed..];
+        } else {
+            out.push_str(&rest[..pos + "password".len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+impl Default for RetrySettings {
+    /// 3 attempts, backoff 1 s doubling up to 30 s.
+    fn default() -> Self {
+        Self {
+            max_attempts: super::defaults::MAX_ATTEMPTS,
+            backoff_base: Duration::from_secs_f64(super::defaults::BACKOFF_BASE_S),
+            backoff_max: Duration::from_secs_f64(super::defaults::BACKOFF_MAX_S),
+        }
+    }
+}
+
+impl Default for BreakerSettings {
+    /// Threshold 5, cooldown 30 s, derived probe TTL, min calls 10, fail rate 0.6, window 30 s,
+    /// derived max cooldown.
+    fn default() -> Self {
+        Self {
+            fail_threshold: super::defaults::FAIL_THRESHOLD,
+            cooldown: Duration::from_secs_f64(super::defaults::COOLDOWN_S),
+            probe_ttl: None,
+            min_calls: super::defaults::MIN_CALLS,
+            fail_rate: super::defaults::FAIL_RATE,
+            window: Duration::from_secs_f64(super::defaults::WINDOW_S),
+            max_cooldown: None,
+        }
+    }
+}
+
+impl BreakerSettings {
+    /// `MAX_COOLDOWN_S`, or its default `max(300 s, cooldown)`.
+    pub fn effective_max_cooldown(&self) -> Duration {
+        self.max_cooldown.unwrap_or_else(|| {
+            Duration::from_secs_f64(super::defaults::MAX_COOLDOWN_FLOOR_S).max(self.cooldown)
+        })
+    }
+}
+
+impl Default for BackpressureSettings {
+    /// Stall window 300 s, poll interval 1 s.
+    fn default() -> Self {
+        Self {
+            stall_window: Duration::from_secs_f64(super::defaults::STALL_WINDOW_S),
+            poll_interval: Duration::from_secs_f64(super::defaults::POLL_INTERVAL_S),
+        }
+    }
+}
+
+impl ScopeSettings {
+    /// The longest source `TIMEOUT_S` (zero without sources).
+    pub fn slowest_timeout(&self) -> Duration {
+        self.sources
+            .iter()
+            .map(|s| s.timeout)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// The longest source TTFT deadline (zero without sources).
+    pub fn slowest_ttft(&self) -> Duration {
+        self.sources
+            .iter()
+            .map(|s| s.ttft_timeout)
+            .max()
+            .unwrap_or_default()
+    }
+
+    /// `PROBE_TTL_S`, or its default `max(2 × slowest timeout, cooldown, slowest timeout + 5 s)`.
+    pub fn effective_probe_ttl(&self) -> Duration {
+        self.breaker.probe_ttl.unwrap_or_else(|| {
+            let slowest = self.slowest_timeout();
+            (slowest * 2)
+                .max(self.breaker.cooldown)
+                .max(slowest + Duration::from_secs(5))
+        })
+    }
+
+    /// The source named `name`, if configured.
+    pub fn source(&self, name: &str) -> Option<&SourceSettings> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+}
+
+impl TelemetrySettings {
+    /// `PGW_TELEMETRY_SCHEMA_MODE`, or its backend-derived default: SQLite → auto, Postgres →
+    /// manual (`None` for the `none` backend: nothing consumes it).
+    pub fn effective_schema_mode(&self) -> Option<SchemaMode> {
+        match (&self.backend, self.schema_mode) {
+            (TelemetryBackendSettings::None, _) => None,
+            (_, Some(mode)) => Some(mode),
+            (TelemetryBackendSettings::Sqlite { .. }, None) => Some(SchemaMode::Auto),
+            (TelemetryBackendSettings::Postgres { .. }, None) => Some(SchemaMode::Manual),
+        }
+    }
+}

@@ -3,9 +3,11 @@
 pub mod embedding;
 pub mod message;
 pub mod ocr;
+pub mod options;
 pub mod response;
 
 pub use embedding::EmbeddingResponse;
 pub use message::{Content, ContentPart, ImageUrl, Message, Role};
 pub use ocr::{OcrLayoutElement, OcrLayoutResult, OcrProvenance, OcrTextResult};
+pub use options::*;
 pub use response::{LlmResponse, Usage, UsageSource};

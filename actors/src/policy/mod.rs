@@ -1,1 +1,15 @@
-//! (being built)
+//! Sans-I/O governance policies: deterministic state machines that take time (`now`) and
+//! randomness as arguments and never perform I/O, so each is unit-testable with exact values.
+//!
+//! One file per policy. The actors hold them; the memory backends wrap
+//! [`breaker::BreakerMachine`] and [`limiter::LimiterState`] behind the ports. Not for: storage,
+//! waiting, or anything that talks to the network.
+
+pub mod backoff;
+pub mod breaker;
+pub mod cooldown;
+pub mod health;
+pub mod limiter;
+pub mod pacer;
+pub mod select;
+pub mod stall;

@@ -1,1 +1,14 @@
-//! (being built)
+//! Telemetry plumbing, generic over the row type: a bounded queue that lives outside the actor, the
+//! sink port, the status snapshot, and the actor that drains the queue into the sink in batches.
+//!
+//! This module is for moving rows from callers to a sink without ever blocking a caller and without
+//! losing accepted rows when the actor restarts. It is not where rows are built, priced, stored or
+//! shaped into SQL: the `polygateway` crate owns the row type and the SQLite/PostgreSQL sinks.
+
+pub mod actor;
+pub mod queue;
+pub mod sink;
+
+pub use actor::{FlushReport, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg};
+pub use queue::TelemetryQueue;
+pub use sink::{NullSink, TelemetrySink, TelemetryStatus};

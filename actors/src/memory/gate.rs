@@ -1,0 +1,202 @@
+//! [`MemoryGate`]: the six-gate limiter port over [`LimiterState`] in process memory.
+//!
+//! Not for: several processes sharing quota (the Redis backend does that).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::clock::{Clock, TokioClock};
+use crate::policy::limiter::{LimiterState, Usage, DEFAULT_WINDOW};
+use crate::ports::gate::{GateBackend, GateDecision, GateRequest, Lease};
+use crate::ports::BackendError;
+
+use super::millis_since;
+
+/// In-memory [`GateBackend`]. Windows are `window` long (60 s by default) and counted from the
+/// gate's construction instant; [`Lease::window`] is the window index since then.
+#[derive(Debug)]
+pub struct MemoryGate {
+    clock: Arc<dyn Clock>,
+    origin: Instant,
+    state: Mutex<LimiterState>,
+}
+
+impl Default for MemoryGate {
+    fn default() -> Self {
+        Self::new(Arc::new(TokioClock))
+    }
+}
+
+impl MemoryGate {
+    /// A gate with 60 s rate windows reading time from `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_window(clock, DEFAULT_WINDOW)
+    }
+
+    /// A gate with rate windows of `window` (tests shorten it to observe roll-over in real time).
+    pub fn with_window(clock: Arc<dyn Clock>, window: Duration) -> Self {
+        let origin = clock.now();
+        Self {
+            clock,
+            origin,
+            state: Mutex::new(LimiterState::new(window)),
+        }
+    }
+
+    /// The rate-window length.
+    pub fn window(&self) -> Duration {
+        self.lock().map_or(DEFAULT_WINDOW, |s| s.window())
+    }
+
+    /// Current counters of `scope` (or one of its sources), for snapshots and invariants.
+    pub fn usage(&self, scope: &str, source: Option<&str>) -> Result<Usage, BackendError> {
+        let mut s = self.lock()?;
+        let now = self.now_ms();
+        Ok(s.usage(scope, source, now))
+    }
+
+    fn now_ms(&self) -> u64 {
+        millis_since(self.origin, self.clock.now())
+    }
+
+    /// A poisoned lock means a panic mid-update: the counters are no longer trustworthy, so
+    /// fail closed (SPEC §10.6) instead of guessing.
+    fn lock(&self) -> Result<MutexGuard<'_, LimiterState>, BackendError> {
+        self.state
+            .lock()
+            .map_err(|_| BackendError::new("memory gate state poisoned by a panic"))
+    }
+}
+
+#[async_trait]
+impl GateBackend for MemoryGate {
+    async fn admit(&self, request: &GateRequest) -> Result<GateDecision, BackendError> {
+        let mut s = self.lock()?;
+        // Time read under the lock: admissions see non-decreasing time.
+        let now = self.now_ms();
+        Ok(s.admit(request, now))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), BackendError> {
+        self.lock()?.release(lease);
+        Ok(())
+    }
+
+    async fn settle(&self, lease: &Lease, actual_tokens: u64) -> Result<(), BackendError> {
+        self.lock()?.settle(lease, actual_tokens);
+        Ok(())
+    }
+
+    async fn mark_progress(&self, scope: &str) -> Result<(), BackendError> {
+        let mut s = self.lock()?;
+        let now = self.now_ms();
+        s.mark_progress(scope, now);
+        Ok(())
+    }
+
+    async fn progress_age(&self, scope: &str) -> Result<Option<Duration>, BackendError> {
+        let s = self.lock()?;
+        Ok(s.progress_age(scope, self.now_ms()))
+    }
+
+    async fn leases_held(&self, scope: &str) -> Result<u64, BackendError> {
+        let mut s = self.lock()?;
+        let now = self.now_ms();
+        Ok(s.leases_held(scope, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::ManualClock;
+    use crate::ports::gate::{Gate, Limits};
+
+    fn req(id: &str) -> GateRequest {
+        GateRequest {
+            scope: "S".into(),
+            source: "a".into(),
+            global: Limits::default(),
+            per_source: Limits {
+                max_concurrency: 1,
+                rpm: 2,
+                tpm: 0,
+            },
+            est_tokens: 0,
+            lease_id: id.into(),
+            lease_ttl: Duration::from_secs(10),
+        }
+    }
+
+    #[tokio::test]
+    async fn follows_the_injected_clock() {
+        let clock = Arc::new(ManualClock::new());
+        let gate = MemoryGate::with_window(clock.clone(), Duration::from_secs(60));
+        let GateDecision::Admitted(_) = gate.admit(&req("1")).await.unwrap() else {
+            panic!()
+        };
+        let refused = gate.admit(&req("2")).await.unwrap();
+        assert!(matches!(
+            refused,
+            GateDecision::Refused {
+                gate: Gate::SourceConcurrency,
+                ..
+            }
+        ));
+        clock.advance(Duration::from_secs(10));
+        assert_eq!(
+            gate.leases_held("S").await.unwrap(),
+            0,
+            "lease expired with the clock"
+        );
+        let GateDecision::Admitted(b) = gate.admit(&req("2")).await.unwrap() else {
+            panic!()
+        };
+        gate.release(&b).await.unwrap();
+        assert_eq!(
+            gate.admit(&req("3")).await.unwrap(),
+            GateDecision::Refused {
+                gate: Gate::SourceRpm,
+                retry_after: Duration::from_secs(50)
+            }
+        );
+        clock.advance(Duration::from_secs(50));
+        assert!(matches!(
+            gate.admit(&req("3")).await.unwrap(),
+            GateDecision::Admitted(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn progress_age_follows_the_clock() {
+        let clock = Arc::new(ManualClock::new());
+        let gate = MemoryGate::new(clock.clone());
+        assert_eq!(gate.progress_age("S").await.unwrap(), None);
+        gate.mark_progress("S").await.unwrap();
+        clock.advance(Duration::from_millis(1_500));
+        assert_eq!(
+            gate.progress_age("S").await.unwrap(),
+            Some(Duration::from_millis(1_500))
+        );
+        assert_eq!(gate.window(), DEFAULT_WINDOW);
+    }
+
+    #[tokio::test]
+    async fn usage_reports_counters() {
+        let gate = MemoryGate::default();
+        let GateDecision::Admitted(_) = gate.admit(&req("1")).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            gate.usage("S", Some("a")).unwrap(),
+            Usage {
+                leases: 1,
+                requests: 1,
+                tokens: 0
+            }
+        );
+        assert_eq!(gate.usage("nope", None).unwrap(), Usage::default());
+    }
+}

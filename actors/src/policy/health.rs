@@ -1,0 +1,110 @@
+//! Per-source health score (SPEC §5.5): an exponentially weighted moving average of success.
+//!
+//! Fed by every attempt's [`AttemptVerdict`]: `Success` pulls it toward 1; `Failure`,
+//! `RateLimited` and `Dead` toward 0; `AliveButUnusable` (ResultInvalid, real non-2xx) is
+//! neutral. Selection reads it (see [`crate::policy::select`]).
+//!
+//! Not for: opening circuits (the breaker decides that from its own channels) or pacing.
+
+use crate::outcome::AttemptVerdict;
+
+/// Default smoothing factor: each observation moves the score by 10 % of the gap.
+pub const DEFAULT_ALPHA: f64 = 0.1;
+
+/// A success EWMA in `[0, 1]`, starting at 1.0 (a new source is presumed healthy).
+///
+/// ```
+/// use polygateway_actors::policy::health::HealthEwma;
+/// use polygateway_actors::AttemptVerdict;
+/// let mut h = HealthEwma::default();
+/// h.observe(AttemptVerdict::Failure);
+/// assert!((h.value() - 0.9).abs() < 1e-12);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HealthEwma {
+    value: f64,
+    alpha: f64,
+}
+
+impl Default for HealthEwma {
+    fn default() -> Self {
+        Self::new(DEFAULT_ALPHA)
+    }
+}
+
+impl HealthEwma {
+    /// A score at 1.0 with smoothing `alpha`, clamped into `(0, 1]`.
+    pub fn new(alpha: f64) -> Self {
+        let alpha = if alpha.is_finite() {
+            alpha.clamp(f64::MIN_POSITIVE, 1.0)
+        } else {
+            DEFAULT_ALPHA
+        };
+        Self { value: 1.0, alpha }
+    }
+
+    /// The current score.
+    pub fn value(&self) -> f64 {
+        self.value
+    }
+
+    /// Fold one attempt's verdict in.
+    pub fn observe(&mut self, verdict: AttemptVerdict) {
+        let sample = match verdict {
+            AttemptVerdict::Success => 1.0,
+            AttemptVerdict::Failure | AttemptVerdict::RateLimited | AttemptVerdict::Dead => 0.0,
+            AttemptVerdict::AliveButUnusable => return,
+        };
+        self.value += self.alpha * (sample - self.value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn starts_healthy_and_decays_geometrically() {
+        let mut h = HealthEwma::default();
+        assert_eq!(h.value(), 1.0);
+        for _ in 0..10 {
+            h.observe(AttemptVerdict::Failure);
+        }
+        assert!((h.value() - 0.9f64.powi(10)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn every_bad_verdict_counts_and_unusable_is_neutral() {
+        for v in [
+            AttemptVerdict::Failure,
+            AttemptVerdict::RateLimited,
+            AttemptVerdict::Dead,
+        ] {
+            let mut h = HealthEwma::default();
+            h.observe(v);
+            assert!((h.value() - 0.9).abs() < 1e-12, "{v:?}");
+        }
+        let mut h = HealthEwma::default();
+        h.observe(AttemptVerdict::Failure);
+        h.observe(AttemptVerdict::AliveButUnusable);
+        assert!((h.value() - 0.9).abs() < 1e-12);
+    }
+
+    #[test]
+    fn recovers_toward_one_on_success() {
+        let mut h = HealthEwma::new(0.5);
+        h.observe(AttemptVerdict::Failure);
+        h.observe(AttemptVerdict::Failure);
+        assert_eq!(h.value(), 0.25);
+        h.observe(AttemptVerdict::Success);
+        assert_eq!(h.value(), 0.625);
+    }
+
+    #[test]
+    fn alpha_is_clamped() {
+        let mut h = HealthEwma::new(7.0);
+        h.observe(AttemptVerdict::Failure);
+        assert_eq!(h.value(), 0.0);
+        assert_eq!(HealthEwma::new(f64::NAN), HealthEwma::new(DEFAULT_ALPHA));
+    }
+}

@@ -1,0 +1,138 @@
+//! The stall guard of one call (SPEC §5.2).
+//!
+//! A call is `stalled` only when BOTH hold:
+//! - (A) the call itself has spent ≥ `window` in non-productive waiting (429 backoff, quota-wait
+//!   polling, breaker-cooldown waiting) — time inside real attempts is never added;
+//! - (B) its scope has made no progress for ≥ `window`: `progress_age ≥ window`, or the scope
+//!   never progressed at all (`None`). A scope that never progressed counts as stale because
+//!   there is no evidence that waiting helps; (A) still guarantees the call waited a full window.
+//!
+//! Not for: attempt budgets (`MAX_ATTEMPTS` is counted by the retry loop), sleeping, or reading
+//! the scope's progress (that is the limiter's `progress_age`).
+
+use std::time::{Duration, Instant};
+
+/// Accumulated non-productive waiting of one call.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use polygateway_actors::policy::stall::StallClock;
+/// let t0 = Instant::now();
+/// let mut s = StallClock::new(Duration::from_secs(300), t0);
+/// s.record_wait(Duration::from_secs(300));
+/// assert!(s.is_stalled(None));
+/// assert!(!s.is_stalled(Some(Duration::from_secs(5))));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallClock {
+    window: Duration,
+    started: Instant,
+    waited: Duration,
+    wait_began: Option<Instant>,
+}
+
+impl StallClock {
+    /// A clock for a call that started at `now` with `STALL_WINDOW_S = window`.
+    pub fn new(window: Duration, now: Instant) -> Self {
+        Self {
+            window,
+            started: now,
+            waited: Duration::ZERO,
+            wait_began: None,
+        }
+    }
+
+    /// The stall window.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// When the call started.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// Non-productive waiting accounted so far (an open wait is not included).
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Add a finished non-productive wait.
+    pub fn record_wait(&mut self, waited: Duration) {
+        self.waited = self.waited.saturating_add(waited);
+    }
+
+    /// Mark the start of a non-productive wait (e.g. before sleeping). A second call while a
+    /// wait is open keeps the first start.
+    pub fn begin_wait(&mut self, now: Instant) {
+        self.wait_began.get_or_insert(now);
+    }
+
+    /// Close the wait opened by [`StallClock::begin_wait`] and account it. No-op if none is
+    /// open, so a cancelled sleep that never began adds nothing.
+    pub fn end_wait(&mut self, now: Instant) {
+        if let Some(began) = self.wait_began.take() {
+            self.record_wait(now.saturating_duration_since(began));
+        }
+    }
+
+    /// Condition (A) and (B) of the module docs. `progress_age` is the scope's
+    /// `progress_age()` (None = never progressed).
+    pub fn is_stalled(&self, progress_age: Option<Duration>) -> bool {
+        self.waited >= self.window && progress_age.is_none_or(|age| age >= self.window)
+    }
+
+    /// How much more this call may wait before (A) holds: clamp every sleep to this.
+    pub fn remaining_budget(&self) -> Duration {
+        self.window.saturating_sub(self.waited)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Duration = Duration::from_secs(300);
+
+    #[test]
+    fn needs_both_conditions() {
+        let t0 = Instant::now();
+        let mut s = StallClock::new(W, t0);
+        assert!(!s.is_stalled(None), "no waiting yet");
+        assert!(!s.is_stalled(Some(Duration::from_secs(10_000))));
+        s.record_wait(Duration::from_secs(299));
+        assert!(!s.is_stalled(None));
+        s.record_wait(Duration::from_secs(1));
+        assert!(s.is_stalled(None), "never progressed counts as stale");
+        assert!(s.is_stalled(Some(W)));
+        assert!(
+            !s.is_stalled(Some(W - Duration::from_millis(1))),
+            "fresh progress elsewhere"
+        );
+    }
+
+    #[test]
+    fn remaining_budget_shrinks_to_zero() {
+        let mut s = StallClock::new(W, Instant::now());
+        assert_eq!(s.remaining_budget(), W);
+        s.record_wait(Duration::from_secs(100));
+        assert_eq!(s.remaining_budget(), Duration::from_secs(200));
+        s.record_wait(Duration::from_secs(1000));
+        assert_eq!(s.remaining_budget(), Duration::ZERO);
+    }
+
+    #[test]
+    fn begin_end_accounts_only_waiting_time() {
+        let t0 = Instant::now();
+        let mut s = StallClock::new(W, t0);
+        // An attempt from t0 to t0+50 s is not waiting; a wait from 50 s to 80 s is.
+        s.end_wait(t0 + Duration::from_secs(50));
+        assert_eq!(s.waited(), Duration::ZERO);
+        s.begin_wait(t0 + Duration::from_secs(50));
+        s.begin_wait(t0 + Duration::from_secs(60));
+        s.end_wait(t0 + Duration::from_secs(80));
+        s.end_wait(t0 + Duration::from_secs(90));
+        assert_eq!(s.waited(), Duration::from_secs(30));
+        assert_eq!(s.started(), t0);
+    }
+}

@@ -1,0 +1,336 @@
+//! The admission actor: the one door to the governance backends (limiter gates and breakers).
+//!
+//! Every attempt asks it for a [`Permit`]: the source's breaker first, then all six gates. With
+//! in-memory backends the answer is computed inside the handler (no I/O, microseconds). With
+//! network backends (Redis) each request runs in its own task so independent calls never queue
+//! behind one round trip. Every backend call is bounded by a timeout; an error or timeout is
+//! answered as [`AdmitAnswer::BackendDown`] — fail closed, never a pass (SPEC §10.6).
+//!
+//! The actor holds no per-call state, so a restart loses nothing: the supervisor rebuilds the
+//! backends through the [`GovernanceFactory`] (reconnecting and reloading scripts) with backoff.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot;
+
+use crate::ports::breaker::{BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict};
+use crate::ports::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease};
+use crate::ports::BackendError;
+
+/// The governance backends of a runtime.
+#[derive(Debug, Clone)]
+pub struct Governance {
+    /// The six-gate limiter.
+    pub gate: Arc<dyn GateBackend>,
+    /// The breakers.
+    pub breakers: Arc<dyn BreakerBackend>,
+    /// `true` when both backends answer without I/O (memory): handled inline.
+    pub inline: bool,
+    /// Bound of every backend call.
+    pub timeout: Duration,
+}
+
+/// Builds (or rebuilds after a restart) the governance backends.
+pub type GovernanceFactory = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Governance, BackendError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// One admission request.
+#[derive(Debug, Clone)]
+pub struct AdmitRequest {
+    /// The gates to pass.
+    pub gate: GateRequest,
+    /// The source's breaker parameters.
+    pub breaker: BreakerConfig,
+}
+
+/// A granted admission: breaker passed (or probe held) and a lease in every gate.
+#[derive(Debug, Clone)]
+pub struct Permit {
+    /// The limiter lease.
+    pub lease: Lease,
+    /// Breaker epoch at admission (for fencing).
+    pub epoch: u64,
+    /// The half-open probe this attempt holds, if any.
+    pub probe_id: Option<Arc<str>>,
+    /// The source's breaker parameters.
+    pub breaker: BreakerConfig,
+}
+
+/// The answer to an admission request.
+#[derive(Debug, Clone)]
+pub enum AdmitAnswer {
+    /// Go.
+    Admitted(Permit),
+    /// The source's breaker refused.
+    BreakerRefused {
+        /// Breaker state.
+        state: BreakerState,
+        /// Remaining cooldown (0 when half-open with the probe taken).
+        retry_after: Duration,
+    },
+    /// A gate refused; nothing was counted.
+    GateRefused {
+        /// Which gate.
+        gate: Gate,
+        /// Wait hint.
+        retry_after: Duration,
+    },
+    /// A backend failed or timed out: fail closed.
+    BackendDown(String),
+}
+
+/// How a finished attempt settles with the backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerAction {
+    /// Record a verdict (releases a held probe too).
+    Record(BreakerVerdict),
+    /// Open the breaker now (source dead); a held probe is released.
+    ForceOpen,
+    /// No verdict (cancelled, 429, local rejection): release a held probe.
+    NoVerdict,
+}
+
+/// Messages of the admission actor.
+#[derive(Debug)]
+pub enum AdmissionMsg {
+    /// Ask for a permit.
+    Admit(AdmitRequest, oneshot::Sender<AdmitAnswer>),
+    /// Settle a permit: breaker action, TPM settlement with `tokens`, lease release.
+    Finish {
+        /// The permit.
+        permit: Permit,
+        /// What the breaker learns.
+        action: BreakerAction,
+        /// Tokens to settle the TPM gates at.
+        tokens: u64,
+    },
+    /// Record scope progress (a successful call).
+    MarkProgress(Arc<str>),
+    /// How long since the scope last progressed.
+    ProgressAge(Arc<str>, oneshot::Sender<Result<Option<Duration>, BackendError>>),
+    /// Chaos hook: make the actor fail, to exercise supervision.
+    Crash(String),
+}
+
+/// The admission actor (state: the current [`Governance`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AdmissionActor;
+
+/// State of the admission actor.
+#[derive(Debug)]
+pub struct AdmissionState {
+    governance: Governance,
+}
+
+impl Actor for AdmissionActor {
+    type Msg = AdmissionMsg;
+    type State = AdmissionState;
+    type Arguments = GovernanceFactory;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        factory: GovernanceFactory,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let governance = factory().await.map_err(|e| format!("{e}"))?;
+        Ok(AdmissionState { governance })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let gov = &state.governance;
+        match message {
+            AdmissionMsg::Admit(request, reply) => {
+                if gov.inline {
+                    let answer = admit(gov, &request).await;
+                    deliver(gov, answer, reply).await;
+                } else {
+                    let gov = gov.clone();
+                    tokio::spawn(async move {
+                        let answer = admit(&gov, &request).await;
+                        deliver(&gov, answer, reply).await;
+                    });
+                }
+            }
+            AdmissionMsg::Finish {
+                permit,
+                action,
+                tokens,
+            } => {
+                if gov.inline {
+                    finish(gov, &permit, action, tokens).await;
+                } else {
+                    let gov = gov.clone();
+                    tokio::spawn(async move { finish(&gov, &permit, action, tokens).await });
+                }
+            }
+            AdmissionMsg::MarkProgress(scope) => {
+                let gov = gov.clone();
+                let work = async move {
+                    if let Err(e) = bounded(gov.timeout, gov.gate.mark_progress(&scope)).await {
+                        tracing::warn!(scope = %scope, error = %e, "mark_progress failed");
+                    }
+                };
+                if state.governance.inline {
+                    work.await
+                } else {
+                    tokio::spawn(work);
+                }
+            }
+            AdmissionMsg::ProgressAge(scope, reply) => {
+                let gov = gov.clone();
+                let work = async move {
+                    let age = bounded(gov.timeout, gov.gate.progress_age(&scope)).await;
+                    let _ = reply.send(age);
+                };
+                if state.governance.inline {
+                    work.await
+                } else {
+                    tokio::spawn(work);
+                }
+            }
+            AdmissionMsg::Crash(reason) => return Err(reason.into()),
+        }
+        Ok(())
+    }
+}
+
+/// Run a backend call under the governance timeout; a timeout is a backend error.
+async fn bounded<R>(
+    timeout: Duration,
+    fut: impl Future<Output = Result<R, BackendError>>,
+) -> Result<R, BackendError> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(result) => result,
+        Err(_) => Err(BackendError::new(format!(
+            "governance backend did not answer within {timeout:?}"
+        ))),
+    }
+}
+
+/// Breaker first (cheap refusal, no quota spent on an open source), then the six gates. A probe
+/// taken for an attempt the gates refuse is handed back without a verdict.
+async fn admit(gov: &Governance, request: &AdmitRequest) -> AdmitAnswer {
+    let g = &request.gate;
+    let breaker = match bounded(
+        gov.timeout,
+        gov.breakers.acquire(&g.scope, &g.source, &request.breaker),
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) => return AdmitAnswer::BackendDown(e.message),
+    };
+    let (epoch, probe_id) = match breaker {
+        BreakerAdmit::Pass { epoch } => (epoch, None),
+        BreakerAdmit::Probe { epoch, probe_id } => (epoch, Some(probe_id)),
+        BreakerAdmit::Refused { state, retry_after } => {
+            return AdmitAnswer::BreakerRefused { state, retry_after }
+        }
+    };
+    let give_back_probe = || async {
+        if let Some(probe) = &probe_id {
+            if let Err(e) = bounded(
+                gov.timeout,
+                gov.breakers.release_probe(&g.scope, &g.source, probe),
+            )
+            .await
+            {
+                tracing::warn!(source = %g.source, error = %e, "release_probe failed");
+            }
+        }
+    };
+    match bounded(gov.timeout, gov.gate.admit(g)).await {
+        Ok(GateDecision::Admitted(lease)) => AdmitAnswer::Admitted(Permit {
+            lease,
+            epoch,
+            probe_id,
+            breaker: request.breaker.clone(),
+        }),
+        Ok(GateDecision::Refused { gate, retry_after }) => {
+            give_back_probe().await;
+            AdmitAnswer::GateRefused { gate, retry_after }
+        }
+        Err(e) => {
+            give_back_probe().await;
+            AdmitAnswer::BackendDown(e.message)
+        }
+    }
+}
+
+/// Hand the answer to the waiting call; if it went away meanwhile, undo the grant.
+async fn deliver(gov: &Governance, answer: AdmitAnswer, reply: oneshot::Sender<AdmitAnswer>) {
+    if let Err(AdmitAnswer::Admitted(permit)) = reply.send(answer) {
+        let tokens = permit.lease.est_tokens;
+        finish(gov, &permit, BreakerAction::NoVerdict, tokens).await;
+    }
+}
+
+/// Settle a permit. Failures only log: the call's result (or its cancellation) already happened
+/// and must not be hidden by bookkeeping (SPEC §5.3 degrade direction).
+async fn finish(gov: &Governance, permit: &Permit, action: BreakerAction, tokens: u64) {
+    let lease = &permit.lease;
+    let breaker_result = match action {
+        BreakerAction::Record(verdict) => bounded(
+            gov.timeout,
+            gov.breakers.record(
+                &lease.scope,
+                &lease.source,
+                &permit.breaker,
+                permit.epoch,
+                permit.probe_id.as_deref(),
+                verdict,
+            ),
+        )
+        .await
+        .map(|_applied| ()),
+        BreakerAction::ForceOpen => {
+            let opened = bounded(
+                gov.timeout,
+                gov.breakers
+                    .force_open(&lease.scope, &lease.source, &permit.breaker),
+            )
+            .await;
+            match (&permit.probe_id, opened) {
+                (Some(probe), Ok(())) => {
+                    bounded(
+                        gov.timeout,
+                        gov.breakers.release_probe(&lease.scope, &lease.source, probe),
+                    )
+                    .await
+                }
+                (_, result) => result,
+            }
+        }
+        BreakerAction::NoVerdict => match &permit.probe_id {
+            Some(probe) => {
+                bounded(
+                    gov.timeout,
+                    gov.breakers.release_probe(&lease.scope, &lease.source, probe),
+                )
+                .await
+            }
+            None => Ok(()),
+        },
+    };
+    if let Err(e) = breaker_result {
+        tracing::warn!(source = %lease.source, error = %e, "breaker bookkeeping failed");
+    }
+    if let Err(e) = bounded(gov.timeout, gov.gate.settle(lease, tokens)).await {
+        tracing::warn!(source = %lease.source, error = %e, "settle failed");
+    }
+    if let Err(e) = bounded(gov.timeout, gov.gate.release(lease)).await {
+        tracing::warn!(source = %lease.source, error = %e, "lease release failed (the lease TTL reclaims it)");
+    }
+}

@@ -1,0 +1,42 @@
+//! Random identifiers for attempts, leases and probes.
+
+use rand::RngCore;
+
+/// A random RFC 4122 version-4 UUID in its canonical text form.
+///
+/// Every attempt, cache-hit record and lease gets its own; ids are never reused, so
+/// `ON CONFLICT DO NOTHING` never swallows a row and a re-sent script never double counts.
+///
+/// ```
+/// let id = polygateway_actors::runtime::new_id();
+/// assert_eq!(id.len(), 36);
+/// assert_eq!(&id[14..15], "4");
+/// ```
+pub fn new_id() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_v4() {
+        let a = new_id();
+        let b = new_id();
+        assert_ne!(a, b);
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
+    }
+}

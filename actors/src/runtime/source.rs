@@ -1,0 +1,122 @@
+//! The source actor: one per upstream source, the sole owner of its adaptive policies.
+//!
+//! It owns the AIMD pacer and the health EWMA and keeps the local cooldown memo; after every
+//! change it publishes the derived values (pacer limit, health score, cooldown end) into the
+//! source's [`SourceShared`] so the router selects without a round trip. Call tasks report each
+//! finished attempt with a cast; nothing here awaits I/O, so a source actor never serialises calls.
+//! The breaker state lives behind the breaker port (memory or Redis) so every process shares it;
+//! the admission actor consults it.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+
+use crate::outcome::AttemptVerdict;
+use crate::policy::health::HealthEwma;
+use crate::policy::pacer::Pacer;
+
+use super::shared::SourceShared;
+
+/// Builds a fresh pacer for a source (injectable: the AIMD constants are the library's default).
+pub type PacerFactory = Arc<dyn Fn(&crate::ports::gate::Limits) -> Box<dyn Pacer> + Send + Sync>;
+
+/// Messages of a source actor.
+#[derive(Debug)]
+pub enum SourceMsg {
+    /// One attempt finished with this verdict.
+    Report(AttemptVerdict),
+    /// The breaker refused this source until `until`: skip it locally until then.
+    Cooling(Instant),
+    /// Chaos hook: make the actor fail, to exercise supervision.
+    Crash(String),
+}
+
+/// The source actor.
+pub struct SourceActor<T> {
+    _transport: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Default for SourceActor<T> {
+    fn default() -> Self {
+        Self {
+            _transport: std::marker::PhantomData,
+        }
+    }
+}
+
+/// Arguments (kept by the router to respawn the actor after a failure).
+pub struct SourceArgs<T> {
+    /// The source's shared values (survive restarts: in-flight tickets stay accounted).
+    pub shared: Arc<SourceShared<T>>,
+    /// Pacer constructor.
+    pub pacer: PacerFactory,
+}
+
+impl<T> Clone for SourceArgs<T> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            pacer: Arc::clone(&self.pacer),
+        }
+    }
+}
+
+/// State of a source actor. A restart starts the pacer and health afresh (the reason for a
+/// restart is that this state may be corrupt); the shared counters and in-flight survive.
+pub struct SourceState<T> {
+    shared: Arc<SourceShared<T>>,
+    pacer: Box<dyn Pacer>,
+    health: HealthEwma,
+}
+
+impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
+    type Msg = SourceMsg;
+    type State = SourceState<T>;
+    type Arguments = SourceArgs<T>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SourceArgs<T>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let pacer = (args.pacer)(&args.shared.limits);
+        let health = HealthEwma::default();
+        args.shared.publish_pacer_limit(pacer.limit());
+        args.shared.publish_health(health.value());
+        Ok(SourceState {
+            shared: args.shared,
+            pacer,
+            health,
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SourceMsg::Report(verdict) => {
+                let counters = &state.shared.counters;
+                let counter = match verdict {
+                    AttemptVerdict::Success => &counters.successes,
+                    AttemptVerdict::RateLimited => &counters.rate_limited,
+                    AttemptVerdict::Failure => &counters.failures,
+                    AttemptVerdict::Dead => &counters.dead,
+                    AttemptVerdict::AliveButUnusable => &counters.unusable,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                state.pacer.observe(verdict);
+                state.health.observe(verdict);
+                state.shared.publish_pacer_limit(state.pacer.limit());
+                state.shared.publish_health(state.health.value());
+            }
+            SourceMsg::Cooling(until) => state.shared.publish_cooling_until(until),
+            SourceMsg::Crash(reason) => return Err(reason.into()),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,156 @@
+//! The bounded telemetry queue.
+//!
+//! Callers push rows and return at once; the telemetry actor drains. The queue is shared through an
+//! `Arc` and kept outside the actor's state, so a restarted actor finds every row that was accepted
+//! before the crash (SPEC §1.1). Overflow is counted, never waited on (SPEC §8.3).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use tokio::sync::Notify;
+
+/// A bounded multi-producer queue of telemetry rows.
+///
+/// ```
+/// use polygateway_actors::telemetry::TelemetryQueue;
+/// let q = TelemetryQueue::new(2);
+/// assert!(q.push(1));
+/// assert!(q.push(2));
+/// assert!(!q.push(3)); // full: dropped and counted
+/// assert_eq!(q.dropped(), 1);
+/// assert_eq!(q.drain(10), vec![1, 2]);
+/// ```
+#[derive(Debug)]
+pub struct TelemetryQueue<R> {
+    rows: Mutex<VecDeque<R>>,
+    capacity: usize,
+    dropped: AtomicU64,
+    accepted: AtomicU64,
+    /// Queue length at which the consumer is woken (its batch size); 0 = never woken early.
+    wake_at: AtomicUsize,
+    wake: Notify,
+}
+
+impl<R> TelemetryQueue<R> {
+    /// A queue holding at most `capacity` rows (at least 1).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            rows: Mutex::new(VecDeque::new()),
+            capacity: capacity.max(1),
+            dropped: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            wake_at: AtomicUsize::new(0),
+            wake: Notify::new(),
+        }
+    }
+
+    /// Enqueue a row without waiting. Returns `false` (and counts the row as dropped) when full.
+    pub fn push(&self, row: R) -> bool {
+        let len = {
+            let mut rows = self.lock();
+            if rows.len() >= self.capacity {
+                drop(rows);
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                return false;
+            }
+            rows.push_back(row);
+            rows.len()
+        };
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+        let wake_at = self.wake_at.load(Ordering::Relaxed);
+        // Signal on the crossing only: one wake-up per full batch, not one per row.
+        if wake_at > 0 && len == wake_at {
+            self.wake.notify_one();
+        }
+        true
+    }
+
+    /// Take up to `max` rows from the front, oldest first.
+    pub fn drain(&self, max: usize) -> Vec<R> {
+        let mut rows = self.lock();
+        let n = max.min(rows.len());
+        rows.drain(..n).collect()
+    }
+
+    /// Rows waiting.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// `true` when no row is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The capacity.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Rows refused because the queue was full, since creation.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Rows accepted, since creation.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Ask to be woken (through [`TelemetryQueue::wait_full`]) when the queue reaches `len` rows.
+    pub fn set_wake_at(&self, len: usize) {
+        self.wake_at.store(len, Ordering::Relaxed);
+    }
+
+    /// Resolves once the queue has reached the wake-up length since the last call (a permit is
+    /// stored if nobody was waiting).
+    pub async fn wait_full(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Wake the consumer now (used when a wake-up reached a consumer that is gone).
+    pub fn wake_consumer(&self) {
+        self.wake.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<R>> {
+        // A panic while holding this lock cannot leave the deque inconsistent (push/drain are
+        // single std calls), so a poisoned lock is still safe to use.
+        self.rows.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflow_is_counted_and_never_blocks() {
+        let q = TelemetryQueue::new(3);
+        for i in 0..10 {
+            q.push(i);
+        }
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.dropped(), 7);
+        assert_eq!(q.accepted(), 3);
+        assert_eq!(q.drain(2), vec![0, 1]);
+        assert!(q.push(10));
+        assert_eq!(q.drain(100), vec![2, 10]);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test]
+    async fn wakes_once_the_batch_size_is_reached() {
+        let q = std::sync::Arc::new(TelemetryQueue::new(100));
+        q.set_wake_at(3);
+        q.push(1);
+        q.push(2);
+        let early = tokio::time::timeout(std::time::Duration::from_millis(20), q.wait_full()).await;
+        assert!(early.is_err(), "woken before the batch was full");
+        q.push(3);
+        tokio::time::timeout(std::time::Duration::from_secs(1), q.wait_full())
+            .await
+            .expect("not woken at the batch size");
+    }
+}

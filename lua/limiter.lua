@@ -1,0 +1,167 @@
+-- Six-gate limiter (SPEC §5.3): global/source x concurrency/RPM/TPM, one atomic call per operation.
+--
+-- Every key of one call carries the same `{scope}` hash tag (cluster-safe). Time is the Redis
+-- server clock (TIME), so every process agrees on windows and lease expiry.
+--
+-- KEYS (all operations, same order):
+--   1 global leases  ZSET  member = lease id, score = expiry ms
+--   2 source leases  ZSET  same
+--   3 global window  HASH  field "r:<w>" = requests, "t:<w>" = tokens in window w
+--   4 source window  HASH  same
+--   5 lease record   HASH  w = admission window, est = pre-deducted tokens, settled = 0|1,
+--                          exp = lease expiry ms
+--
+-- ARGV[1] = operation:
+--   admit   ARGV: 2 lease id, 3 lease ttl ms, 4 window ms, 5 est tokens,
+--                 6 global conc, 7 global rpm, 8 global tpm, 9 source conc, 10 source rpm,
+--                 11 source tpm (0 = unlimited)
+--           -> {1, window, est} admitted | {0, gate, retry_after_ms >= 1} refused
+--              gate: 1 global conc, 2 source conc, 3 global rpm, 4 source rpm, 5 global tpm,
+--                    6 source tpm
+--   settle  ARGV: 2 actual tokens -> 1 applied | 0 already settled / unknown lease
+--   release ARGV: 2 lease id -> number of slots freed (0 when already released)
+--   held    (KEYS[1] only) -> live leases in the global gate
+--
+-- Idempotency: fred may re-send an EVALSHA after a dropped connection. A re-sent `admit` finds its
+-- lease record and answers the original admission without counting again; `settle` flips the
+-- record's `settled` flag once; `release` is a ZREM.
+
+local op = ARGV[1]
+
+-- Longest hint for a full concurrency gate (policy/limiter.rs LEASE_POLL).
+local LEASE_POLL_MS = 250
+
+-- Every hint is at least 1 ms, as in the memory limiter.
+local function refuse(gate, wait_ms)
+  return {0, gate, math.max(1, wait_ms)}
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Keep a window hash small: drop fields of windows older than the previous one.
+local function prune_windows(key, window)
+  if redis.call('HLEN', key) <= 4 then
+    return
+  end
+  local fields = redis.call('HKEYS', key)
+  for _, f in ipairs(fields) do
+    local w = tonumber(string.sub(f, 3))
+    if w == nil or w < window - 1 then
+      redis.call('HDEL', key, f)
+    end
+  end
+end
+
+-- Extend a lease ZSET's key expiry to its latest lease (never shorten it below a live lease).
+local function expire_leases(key)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIREAT', key, math.floor(tonumber(last[2])) + 1000)
+  end
+end
+
+if op == 'admit' then
+  local lease_id = ARGV[2]
+  local ttl_ms = tonumber(ARGV[3])
+  local window_ms = tonumber(ARGV[4])
+  local est = tonumber(ARGV[5])
+  local g_conc, g_rpm, g_tpm = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+  local s_conc, s_rpm, s_tpm = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+
+  local now = now_ms()
+  local window = math.floor(now / window_ms)
+  local window_left = (window + 1) * window_ms - now
+
+  -- A re-sent admission answers the original one and counts nothing (once the lease expired it
+  -- is forgotten, as in memory, and the id is admitted afresh).
+  local prior = redis.call('HMGET', KEYS[5], 'w', 'est', 'exp')
+  if prior[1] and tonumber(prior[3]) > now then
+    return {1, tonumber(prior[1]), tonumber(prior[2])}
+  end
+
+  -- Reclaim leases whose holders died.
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+
+  -- Concurrency hint: the scope's earliest lease expiry, capped by LEASE_POLL_MS because slots
+  -- usually free on release long before any lease expires (mirrors policy/limiter.rs).
+  local function lease_wait()
+    local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    if not first[2] then
+      return LEASE_POLL_MS
+    end
+    return math.min(math.floor(tonumber(first[2])) - now, LEASE_POLL_MS)
+  end
+  local function conc_full(key, limit)
+    return limit > 0 and redis.call('ZCARD', key) >= limit
+  end
+  if conc_full(KEYS[1], g_conc) then return refuse(1, lease_wait()) end
+  if conc_full(KEYS[2], s_conc) then return refuse(2, lease_wait()) end
+
+  local rf = 'r:' .. window
+  local tf = 't:' .. window
+  local g_req = tonumber(redis.call('HGET', KEYS[3], rf) or '0')
+  local s_req = tonumber(redis.call('HGET', KEYS[4], rf) or '0')
+  if g_rpm > 0 and g_req + 1 > g_rpm then return refuse(3, window_left) end
+  if s_rpm > 0 and s_req + 1 > s_rpm then return refuse(4, window_left) end
+
+  local g_tok = tonumber(redis.call('HGET', KEYS[3], tf) or '0')
+  local s_tok = tonumber(redis.call('HGET', KEYS[4], tf) or '0')
+  if g_tpm > 0 and g_tok + est > g_tpm then return refuse(5, window_left) end
+  if s_tpm > 0 and s_tok + est > s_tpm then return refuse(6, window_left) end
+
+  -- All six passed: count them all.
+  local expiry = now + ttl_ms
+  redis.call('ZADD', KEYS[1], expiry, lease_id)
+  redis.call('ZADD', KEYS[2], expiry, lease_id)
+  expire_leases(KEYS[1])
+  expire_leases(KEYS[2])
+
+  local keep_ms = 2 * window_ms + 1000
+  for i = 3, 4 do
+    redis.call('HINCRBY', KEYS[i], rf, 1)
+    redis.call('HINCRBY', KEYS[i], tf, ARGV[5])
+    prune_windows(KEYS[i], window)
+    redis.call('PEXPIRE', KEYS[i], keep_ms)
+  end
+
+  -- The record outlives the lease by a window so a late settle still finds it.
+  redis.call('HSET', KEYS[5], 'w', window, 'est', ARGV[5], 'settled', 0, 'exp', expiry)
+  redis.call('PEXPIRE', KEYS[5], ttl_ms + keep_ms)
+  return {1, window, est}
+
+elseif op == 'settle' then
+  local actual = tonumber(ARGV[2])
+  local rec = redis.call('HMGET', KEYS[5], 'w', 'est', 'settled', 'exp')
+  -- Unknown, already settled, or expired (a reclaimed lease is forgotten, as in memory).
+  if not rec[1] or rec[3] == '1' or tonumber(rec[4]) <= now_ms() then
+    return 0
+  end
+  redis.call('HSET', KEYS[5], 'settled', 1)
+  local delta = actual - tonumber(rec[2])
+  if delta ~= 0 then
+    local tf = 't:' .. rec[1]
+    for i = 3, 4 do
+      -- A window that already rolled out of the hash no longer gates anything.
+      local cur = redis.call('HGET', KEYS[i], tf)
+      if cur then
+        redis.call('HSET', KEYS[i], tf, math.max(0, tonumber(cur) + delta))
+      end
+    end
+  end
+  return 1
+
+elseif op == 'release' then
+  local lease_id = ARGV[2]
+  local freed = redis.call('ZREM', KEYS[1], lease_id)
+  freed = freed + redis.call('ZREM', KEYS[2], lease_id)
+  return freed
+
+elseif op == 'held' then
+  return redis.call('ZCOUNT', KEYS[1], '(' .. now_ms(), '+inf')
+end
+
+return redis.error_reply('limiter.lua: unknown operation ' .. tostring(op))

@@ -1,0 +1,28 @@
+-- Scope progress clock for the stall guard (SPEC §5.2): global across processes because it is the
+-- Redis server clock.
+--
+-- KEYS[1] progress STRING = server ms of the last successful call in the scope
+-- ARGV[1] = 'mark', ARGV[2] = key ttl ms -> 1
+--         = 'age'                       -> ms since the last mark, or -1 if never marked (or expired)
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+if ARGV[1] == 'mark' then
+  -- Never move backwards (a slow caller may mark after a faster one).
+  local prev = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if now > prev then
+    redis.call('SET', KEYS[1], now, 'PX', tonumber(ARGV[2]))
+  else
+    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+  end
+  return 1
+elseif ARGV[1] == 'age' then
+  local prev = redis.call('GET', KEYS[1])
+  if not prev then
+    return -1
+  end
+  return math.max(0, now - tonumber(prev))
+end
+
+return redis.error_reply('progress.lua: unknown operation ' .. tostring(ARGV[1]))

@@ -1,0 +1,171 @@
+//! Single-flight: concurrent identical calls share one upstream call.
+//!
+//! The first caller for a key (the leader) runs its future; callers arriving while it runs
+//! (followers) wait and receive a clone of the leader's `Ok` value. A leader's *error* is never
+//! shared — followers retry and one of them becomes the new leader with its own future — because
+//! an error may be specific to that attempt (its deadline, its cancellation). If the leader is
+//! cancelled (its future dropped) or panics, followers are woken the same way, so nobody hangs.
+//!
+//! This is not a cache: once the leader finishes, the next caller for the key runs again.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+/// How a caller's result was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// This caller ran its own future.
+    Leader,
+    /// This caller received a clone of another caller's result.
+    Follower,
+}
+
+/// Single-flight coordinator keyed by `K`, sharing values `V`.
+pub struct Coalescer<K, V> {
+    flights: Arc<Mutex<Flights<K, V>>>,
+}
+
+struct Flights<K, V> {
+    map: HashMap<K, Flight<V>>,
+    next_id: u64,
+}
+
+struct Flight<V> {
+    id: u64,
+    rx: watch::Receiver<Option<V>>,
+}
+
+impl<K, V> std::fmt::Debug for Coalescer<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coalescer").finish_non_exhaustive()
+    }
+}
+
+impl<K, V> Default for Coalescer<K, V>
+where
+    K: Eq + Hash + Clone,
+    V: Clone,
+{
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Held by the leader; removes the flight and wakes followers on completion, error, cancel or
+/// panic (whichever drops it first).
+struct LeaderGuard<K: Eq + Hash, V> {
+    flights: Arc<Mutex<Flights<K, V>>>,
+    key: K,
+    id: u64,
+    tx: Option<watch::Sender<Option<V>>>,
+}
+
+impl<K: Eq + Hash, V> LeaderGuard<K, V> {
+    fn unregister(&mut self) {
+        let mut flights = lock(&self.flights);
+        if flights.map.get(&self.key).is_some_and(|f| f.id == self.id) {
+            flights.map.remove(&self.key);
+        }
+    }
+
+    fn complete(mut self, value: V) {
+        // Unregister first: a caller arriving from now on starts a new flight instead of
+        // subscribing to one that is about to end.
+        self.unregister();
+        if let Some(tx) = self.tx.take() {
+            // `send_replace` stores the value even when no follower is subscribed.
+            tx.send_replace(Some(value));
+        }
+    }
+}
+
+impl<K: Eq + Hash, V> Drop for LeaderGuard<K, V> {
+    fn drop(&mut self) {
+        if self.tx.is_some() {
+            self.unregister();
+            // Dropping the sender wakes followers with "closed": they retry.
+            self.tx = None;
+        }
+    }
+}
+
+fn lock<K, V>(m: &Mutex<Flights<K, V>>) -> MutexGuard<'_, Flights<K, V>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<K, V> Coalescer<K, V>
+where
+    K: Eq + Hash + Clone,
+    V: Clone,
+{
+    /// An empty coordinator.
+    pub fn new() -> Self {
+        Self {
+            flights: Arc::new(Mutex::new(Flights {
+                map: HashMap::new(),
+                next_id: 0,
+            })),
+        }
+    }
+
+    /// Keys with a flight in progress.
+    pub fn in_flight(&self) -> usize {
+        lock(&self.flights).map.len()
+    }
+
+    /// Runs `f` unless an identical flight is in progress, in which case waits for its `Ok`
+    /// value. See the module docs for errors and cancellation.
+    pub async fn run<E, F>(&self, key: K, f: F) -> Result<V, E>
+    where
+        F: Future<Output = Result<V, E>>,
+    {
+        self.run_with_role(key, f).await.map(|(v, _)| v)
+    }
+
+    /// [`Coalescer::run`], also telling whether this caller led or followed.
+    pub async fn run_with_role<E, F>(&self, key: K, f: F) -> Result<(V, Role), E>
+    where
+        F: Future<Output = Result<V, E>>,
+    {
+        loop {
+            let joined = {
+                let mut flights = lock(&self.flights);
+                match flights.map.get(&key) {
+                    Some(flight) => Err(flight.rx.clone()),
+                    None => {
+                        let id = flights.next_id;
+                        flights.next_id += 1;
+                        let (tx, rx) = watch::channel(None);
+                        flights.map.insert(key.clone(), Flight { id, rx });
+                        Ok(LeaderGuard {
+                            flights: Arc::clone(&self.flights),
+                            key: key.clone(),
+                            id,
+                            tx: Some(tx),
+                        })
+                    }
+                }
+            };
+            match joined {
+                Ok(guard) => {
+                    // Dropping `guard` on error, cancellation or panic releases the followers.
+                    let value = f.await?;
+                    guard.complete(value.clone());
+                    return Ok((value, Role::Leader));
+                }
+                Err(mut rx) => {
+                    if let Ok(v) = rx.wait_for(Option::is_some).await {
+                        if let Some(v) = v.as_ref() {
+                            return Ok((v.clone(), Role::Follower));
+                        }
+                    }
+                    // The leader failed or went away: try again (maybe as leader).
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The response-cache key (SPEC §9.1).
+//!
+//! `key = "pgw:cache:" + hex(sha256(canonical_json(material)))` where the material is an object
+//! with the model fingerprint, a digest of the messages, the namespace, the salt (only when
+//! present — an empty string *is* a salt) and the sampling overlay (only when non-empty).
+//!
+//! Deliberately *not* inputs (SPEC §2.2): `tenant_id`, `meta`, `session_id`, `parent_call_id`,
+//! `stream`. Two tenants asking the same question in the same namespace share an entry; tenants
+//! that must not share use different namespaces (`cache_namespace`).
+//!
+//! Multimodal parts enter the material as the sha256 of their URL (streamed into the hasher), so
+//! the material stays small however large an embedded base64 image is.
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::config::SourceSettings;
+use crate::types::{Content, ContentPart, ImageUrl, Message};
+
+/// Prefix of every cache key.
+pub const CACHE_KEY_PREFIX: &str = "pgw:cache:";
+
+/// Everything that decides whether two chat calls may share a cached answer.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheKeyInput<'a> {
+    /// [`model_fingerprint`] of the scope's sources.
+    pub model_fingerprint: &'a Value,
+    /// The messages as sent.
+    pub messages: &'a [Message],
+    /// The effective namespace (per-call `cache_namespace` or the configured one).
+    pub namespace: &'a str,
+    /// The caller's `cache_salt`; `Some("")` differs from `None`.
+    pub salt: Option<&'a str>,
+    /// The sampling overlay of the call (temperature, seed, …) merged as sent.
+    pub sampling: &'a Map<String, Value>,
+}
+
+/// The model fingerprint: every source's `(model, extra_body)`, sorted and deduplicated, so the
+/// key does not depend on source order and changes when any source's model or body changes.
+///
+/// ```
+/// use polygateway::cache::model_fingerprint;
+/// use serde_json::Map;
+/// let a = model_fingerprint(&[("m2".into(), Map::new()), ("m1".into(), Map::new())]);
+/// let b = model_fingerprint(&[("m1".into(), Map::new()), ("m2".into(), Map::new()), ("m1".into(), Map::new())]);
+/// assert_eq!(a, b);
+/// ```
+pub fn model_fingerprint(sources: &[(String, Map<String, Value>)]) -> Value {
+    let mut entries: Vec<(String, Value)> = sources
+        .iter()
+        .map(|(model, extra)| {
+            let mut obj = Map::new();
+            obj.insert("extra_body".into(), Value::Object(extra.clone()));
+            obj.insert("model".into(), Value::String(model.clone()));
+            let v = Value::Object(obj);
+            (canonical_json(&v), v)
+        })
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    entries.dedup_by(|a, b| a.0 == b.0);
+    Value::Array(entries.into_iter().map(|(_, v)| v).collect())
+}
+
+/// [`model_fingerprint`] of configured sources.
+pub fn fingerprint_sources(sources: &[SourceSettings]) -> Value {
+    let pairs: Vec<(String, Map<String, Value>)> = sources
+        .iter()
+        .map(|s| (s.model.clone(), s.extra_body.clone()))
+        .collect();
+    model_fingerprint(&pairs)
+}
+
+/// The canonical material the key hashes (exposed for tests and debugging).
+pub fn cache_key_material(input: &CacheKeyInput<'_>) -> String {
+    let mut obj = Map::new();
+    obj.insert("model".into(), input.model_fingerprint.clone());
+    obj.insert(
+        "messages".into(),
+        Value::Array(input.messages.iter().map(message_digest).collect()),
+    );
+    obj.insert("namespace".into(), Value::String(input.namespace.to_owned()));
+    if let Some(salt) = input.salt {
+        obj.insert("salt".into(), Value::String(salt.to_owned()));
+    }
+    if !input.sampling.is_empty() {
+        obj.insert("sampling".into(), Value::Object(input.sampling.clone()));
+    }
+    canonical_json(&Value::Object(obj))
+}
+
+/// The cache key: `pgw:cache:` + hex sha256 of [`cache_key_material`].
+pub fn cache_key(input: &CacheKeyInput<'_>) -> String {
+    let material = cache_key_material(input);
+    let digest = Sha256::digest(material.as_bytes());
+    format!("{CACHE_KEY_PREFIX}{}", hex::encode(digest))
+}
+
+/// One message as it enters the material. Destructured exhaustively so that a new field on
+/// `Message` or a new `ContentPart` variant fails to compile here until the key accounts for it.
+fn message_digest(message: &Message) -> Value {
+    let Message { role, content } = message;
+    let content = match content {
+        Content::Text(text) => Value::String(text.clone()),
+        Content::Parts(parts) => Value::Array(parts.iter().map(part_digest).collect()),
+    };
+    let mut obj = Map::new();
+    obj.insert(
+        "role".into(),
+        serde_json::to_value(role).unwrap_or(Value::Null),
+    );
+    obj.insert("content".into(), content);
+    Value::Object(obj)
+}
+
+fn part_digest(part: &ContentPart) -> Value {
+    let mut obj = Map::new();
+    match part {
+        ContentPart::Text { text } => {
+            obj.insert("type".into(), Value::String("text".into()));
+            obj.insert("text".into(), Value::String(text.clone()));
+        }
+        ContentPart::ImageUrl {
+            image_url: ImageUrl { url, detail },
+        } => {
+            // Hash the URL in place: a 5 MB data URL is never copied into the material.
+            let mut hasher = Sha256::new();
+            hasher.update(url.as_bytes());
+            obj.insert("type".into(), Value::String("image_url".into()));
+            obj.insert(
+                "sha256".into(),
+                Value::String(hex::encode(hasher.finalize())),
+            );
+            if let Some(detail) = detail {
+                obj.insert("detail".into(), Value::String(detail.clone()));
+            }
+        }
+    }
+    Value::Object(obj)
+}
+
+/// Canonical JSON: object keys sorted (byte order, recursively), no whitespace, strings escaped
+/// as `serde_json` does, numbers in `serde_json`'s shortest form. Independent of the
+/// `preserve_order` feature of `serde_json`.
+///
+/// ```
+/// use polygateway::cache::canonical_json;
+/// let v = serde_json::json!({"b": 1, "a": {"d": [true, null], "c": "x"}});
+/// assert_eq!(canonical_json(&v), r#"{"a":{"c":"x","d":[true,null]},"b":1}"#);
+/// ```
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::String(s) => write_string(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(k, out);
+                out.push(':');
+                write_canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn write_string(s: &str, out: &mut String) {
+    // serde_json's string escaping is deterministic and cannot fail for a &str.
+    match serde_json::to_string(s) {
+        Ok(escaped) => out.push_str(&escaped),
+        Err(_) => out.push_str("\"\""),
+    }
+}

@@ -1,0 +1,96 @@
+//! Configuration errors: what refuses assembly, naming the key, the value and what is allowed.
+//!
+//! Messages never carry secrets: API keys, `REDIS_URL` and the Postgres DSN are never rendered,
+//! and URL-like values are shown with their credentials masked ([`super::redact_dsn`]).
+
+use crate::validate::ValidationError;
+
+/// A configuration defect. Assembly stops at the first one found.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A required key is absent (or empty).
+    #[error("missing required key {key}: {reason}")]
+    Missing {
+        /// The key.
+        key: String,
+        /// Why it is required.
+        reason: String,
+    },
+    /// A key in the library's namespace is not one the parser knows.
+    #[error("unknown key {key}: {reason}; allowed: {allowed}")]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+        /// What would have been accepted at that position.
+        allowed: String,
+    },
+    /// A value does not parse or is out of range.
+    #[error("invalid value for {key}: {value} (expected {expected})")]
+    InvalidValue {
+        /// The key.
+        key: String,
+        /// The value, shortened, or a placeholder for secrets.
+        value: String,
+        /// What is allowed.
+        expected: String,
+    },
+    /// A key that is meaningless for this kind of scope.
+    #[error("{key} is not valid in scope {scope} ({kind} scope): {reason}")]
+    WrongScopeKind {
+        /// The key.
+        key: String,
+        /// The scope name.
+        scope: String,
+        /// The scope kind (`chat`, `embeddings`, `ocr`).
+        kind: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A body fragment (`EXTRA_BODY`) breaks an entry rule.
+    #[error("invalid {key}: {source}")]
+    Validation {
+        /// The key.
+        key: String,
+        /// The rule that failed.
+        #[source]
+        source: ValidationError,
+    },
+    /// An assembly guard refused the combination of values.
+    #[error("{key}={value} refused: {rule}")]
+    Guard {
+        /// The key whose value is refused.
+        key: String,
+        /// Its value (never a secret).
+        value: String,
+        /// The rule, naming any other key involved and its value.
+        rule: String,
+    },
+    /// A scope keyed only by scope-level keys, with no source.
+    #[error(
+        "scope {scope} has no sources: add {scope}__{{PROVIDER}}__{{N}}__BASE_URL and __MODEL"
+    )]
+    NoSources {
+        /// The scope name.
+        scope: String,
+    },
+    /// The caller asked for a scope that is not configured.
+    #[error("scope {scope} is not configured; configured scopes: {available}")]
+    UnknownScope {
+        /// The requested name.
+        scope: String,
+        /// The configured names, comma separated (or `none`).
+        available: String,
+    },
+    /// The `.env` file could not be read or parsed. Line contents are never shown (they may hold
+    /// a secret).
+    #[error("cannot read {path}: {reason}")]
+    DotEnv {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
+}

@@ -1,0 +1,328 @@
+//! Assembly guards (SPEC §3): cross-key rules checked on resolved [`Settings`] before anything is
+//! built. A refusal names the key, its value and the rule (with any other key involved).
+//!
+//! They run on every path that produces settings: [`Settings::from_map`] / `from_env` call
+//! [`check`], and hand-built settings can be checked with [`Settings::validate`]. Per-key parse
+//! errors (unknown keys, unparsable values, unknown enum values) are reported by the parser.
+//! Secret values (API keys, `REDIS_URL`, the DSN) are never part of a message.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use super::error::ConfigError;
+use super::settings::*;
+use crate::validate::{shorten, validate_overlay};
+
+fn secs(d: Duration) -> String {
+    format!("{}", d.as_secs_f64())
+}
+
+/// The env key a source field comes from: `{SCOPE}__{PROVIDER}__{N}__{FIELD}`.
+fn source_key(scope: &str, source: &SourceSettings, field: &str) -> String {
+    let prefix = format!("{}_", source.provider);
+    let index = source.name.strip_prefix(&prefix).unwrap_or(&source.name);
+    format!(
+        "{scope}__{}__{}__{field}",
+        source.provider.to_ascii_uppercase(),
+        index.to_ascii_uppercase()
+    )
+}
+
+fn refuse(
+    key: impl Into<String>,
+    value: impl Into<String>,
+    rule: impl Into<String>,
+) -> ConfigError {
+    ConfigError::Guard {
+        key: key.into(),
+        value: value.into(),
+        rule: rule.into(),
+    }
+}
+
+/// Check every assembly guard; the first violation is returned.
+pub fn check(settings: &Settings) -> Result<(), ConfigError> {
+    if settings.lease_ttl.is_zero() {
+        return Err(refuse("PGW_LEASE_TTL_S", "0", "the lease TTL must be > 0"));
+    }
+    for scope in settings.scopes.values() {
+        check_scope(scope, settings.lease_ttl)?;
+    }
+    check_backends(settings)
+}
+
+fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigError> {
+    let name = scope.name.as_str();
+    let mut seen = BTreeSet::new();
+    for source in &scope.sources {
+        if !seen.insert(source.name.as_str()) {
+            return Err(refuse(
+                format!("scope {name} source"),
+                source.name.clone(),
+                "source names must be unique within a scope",
+            ));
+        }
+        check_source(name, source, lease_ttl)?;
+    }
+
+    let key = |suffix: &str| format!("{name}__{suffix}");
+    if scope.retry.max_attempts == 0 {
+        return Err(refuse(
+            key("RETRY__MAX_ATTEMPTS"),
+            "0",
+            "at least 1 attempt (the first attempt counts; also settable via LLM_MAX_RETRIES)",
+        ));
+    }
+    if scope.retry.backoff_base > scope.retry.backoff_max {
+        return Err(refuse(
+            key("RETRY__BACKOFF_BASE_S"),
+            secs(scope.retry.backoff_base),
+            format!(
+                "must be <= {}={}",
+                key("RETRY__BACKOFF_MAX_S"),
+                secs(scope.retry.backoff_max)
+            ),
+        ));
+    }
+
+    let b = &scope.breaker;
+    if b.fail_threshold == 0 {
+        return Err(refuse(key("BREAKER__FAIL_THRESHOLD"), "0", "must be >= 1"));
+    }
+    if b.cooldown.is_zero() {
+        return Err(refuse(key("BREAKER__COOLDOWN_S"), "0", "must be > 0"));
+    }
+    if b.min_calls == 0 {
+        return Err(refuse(key("BREAKER__MIN_CALLS"), "0", "must be >= 1"));
+    }
+    if !(b.fail_rate > 0.0 && b.fail_rate <= 1.0) {
+        return Err(refuse(
+            key("BREAKER__FAIL_RATE"),
+            format!("{}", b.fail_rate),
+            "must be in (0, 1]",
+        ));
+    }
+    if b.window.is_zero() {
+        return Err(refuse(key("BREAKER__WINDOW_S"), "0", "must be > 0"));
+    }
+    if b.probe_ttl.is_some_and(|t| t.is_zero()) {
+        return Err(refuse(key("BREAKER__PROBE_TTL_S"), "0", "must be > 0"));
+    }
+    if let Some(max) = b.max_cooldown {
+        if max < b.cooldown {
+            return Err(refuse(
+                key("BREAKER__MAX_COOLDOWN_S"),
+                secs(max),
+                format!(
+                    "must be >= {}={}",
+                    key("BREAKER__COOLDOWN_S"),
+                    secs(b.cooldown)
+                ),
+            ));
+        }
+    }
+
+    let bp = &scope.backpressure;
+    if bp.poll_interval.is_zero() {
+        return Err(refuse(
+            key("BACKPRESSURE__POLL_INTERVAL_S"),
+            "0",
+            "must be > 0",
+        ));
+    }
+    if let Some(slowest) = scope.sources.iter().max_by_key(|s| s.ttft_timeout) {
+        if bp.stall_window < slowest.ttft_timeout {
+            return Err(refuse(
+                key("BACKPRESSURE__STALL_WINDOW_S"),
+                secs(bp.stall_window),
+                format!(
+                    "the stall window must be >= the slowest source TTFT ({}={})",
+                    source_key(name, slowest, "TTFT_TIMEOUT_S"),
+                    secs(slowest.ttft_timeout)
+                ),
+            ));
+        }
+    }
+    if bp.stall_window.is_zero() {
+        return Err(refuse(
+            key("BACKPRESSURE__STALL_WINDOW_S"),
+            "0",
+            "must be > 0",
+        ));
+    }
+
+    match (&scope.kind, &scope.embedding) {
+        (ScopeKind::Embeddings, None) => {
+            return Err(ConfigError::Missing {
+                key: key("BATCH_SIZE"),
+                reason: "embeddings scopes must set their batch size (no default)".to_string(),
+            })
+        }
+        (_, Some(e)) => {
+            if e.batch_size == 0 {
+                return Err(refuse(key("BATCH_SIZE"), "0", "must be >= 1"));
+            }
+            if e.expected_dim == Some(0) {
+                return Err(refuse(key("EXPECTED_DIM"), "0", "must be >= 1"));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn check_source(scope: &str, s: &SourceSettings, lease_ttl: Duration) -> Result<(), ConfigError> {
+    let key = |field: &str| source_key(scope, s, field);
+
+    match url::Url::parse(&s.base_url) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+        _ => {
+            return Err(refuse(
+                key("BASE_URL"),
+                format!("{:?}", shorten(&redact_dsn(&s.base_url))),
+                "must be an http(s) URL such as https://api.example.com/v1",
+            ))
+        }
+    }
+    if s.model.trim().is_empty() {
+        return Err(refuse(key("MODEL"), "\"\"", "must not be empty"));
+    }
+
+    // 0 < inter_token < ttft < timeout
+    let (inter, ttft, timeout) = (s.inter_token_timeout, s.ttft_timeout, s.timeout);
+    let chain = "0 < INTER_TOKEN_TIMEOUT_S < TTFT_TIMEOUT_S < TIMEOUT_S";
+    if inter.is_zero() {
+        return Err(refuse(
+            key("INTER_TOKEN_TIMEOUT_S"),
+            "0",
+            format!("must be > 0 ({chain})"),
+        ));
+    }
+    if inter >= ttft {
+        return Err(refuse(
+            key("INTER_TOKEN_TIMEOUT_S"),
+            secs(inter),
+            format!(
+                "must be < {}={} ({chain})",
+                key("TTFT_TIMEOUT_S"),
+                secs(ttft)
+            ),
+        ));
+    }
+    if ttft >= timeout {
+        return Err(refuse(
+            key("TTFT_TIMEOUT_S"),
+            secs(ttft),
+            format!("must be < {}={} ({chain})", key("TIMEOUT_S"), secs(timeout)),
+        ));
+    }
+    if timeout > lease_ttl {
+        return Err(refuse(
+            key("TIMEOUT_S"),
+            secs(timeout),
+            format!(
+                "must be <= PGW_LEASE_TTL_S={} (a concurrency lease must outlive the request)",
+                secs(lease_ttl)
+            ),
+        ));
+    }
+    if s.tpm > 0 {
+        if let Some(est) = s.est_tokens {
+            if est <= 0 {
+                return Err(refuse(
+                    key("EST_TOKENS"),
+                    est.to_string(),
+                    format!(
+                        "must be > 0 when {}={} (unset it to estimate tpm/60)",
+                        key("TPM"),
+                        s.tpm
+                    ),
+                ));
+            }
+        }
+    }
+    validate_overlay(&key("EXTRA_BODY"), &s.extra_body).map_err(|source| {
+        ConfigError::Validation {
+            key: key("EXTRA_BODY"),
+            source,
+        }
+    })?;
+    Ok(())
+}
+
+fn check_backends(settings: &Settings) -> Result<(), ConfigError> {
+    let has_redis_url = settings.redis_url.as_ref().is_some_and(|u| !u.is_empty());
+    let needs_redis = |key: &str| ConfigError::Missing {
+        key: "REDIS_URL".to_string(),
+        reason: format!("{key}=redis needs it"),
+    };
+    if settings.limiter_backend == GovernanceBackendKind::Redis && !has_redis_url {
+        return Err(needs_redis("PGW_LIMITER_BACKEND"));
+    }
+    if settings.breaker_backend == GovernanceBackendKind::Redis && !has_redis_url {
+        return Err(needs_redis("PGW_BREAKER_BACKEND"));
+    }
+    match &settings.cache {
+        CacheSettings::None => {}
+        CacheSettings::Memory { namespace, ttl } | CacheSettings::Redis { namespace, ttl } => {
+            if namespace.trim().is_empty() {
+                return Err(ConfigError::Missing {
+                    key: "PGW_CACHE_NAMESPACE".to_string(),
+                    reason: "required when caching is on".to_string(),
+                });
+            }
+            if ttl.is_zero() {
+                return Err(refuse(
+                    "PGW_CACHE_TTL_S",
+                    "0",
+                    "the cache TTL must be > 0 (there is no never-expiring cache)",
+                ));
+            }
+            if matches!(settings.cache, CacheSettings::Redis { .. }) && !has_redis_url {
+                return Err(needs_redis("PGW_CACHE_BACKEND"));
+            }
+        }
+    }
+    let t = &settings.telemetry;
+    if t.text_cap == Some(0) {
+        return Err(refuse(
+            "PGW_TELEMETRY_TEXT_CAP",
+            "0",
+            "must be a positive number of chars (unset it for no cap)",
+        ));
+    }
+    match &t.backend {
+        TelemetryBackendSettings::None => {}
+        TelemetryBackendSettings::Sqlite { path } => {
+            if path.trim().is_empty() {
+                return Err(ConfigError::Missing {
+                    key: "PGW_TELEMETRY_SQLITE_PATH".to_string(),
+                    reason: "required when PGW_TELEMETRY_BACKEND=sqlite".to_string(),
+                });
+            }
+        }
+        TelemetryBackendSettings::Postgres {
+            dsn,
+            pool_max,
+            write_timeout,
+        } => {
+            if dsn.expose().trim().is_empty() {
+                return Err(ConfigError::Missing {
+                    key: "PGW_TELEMETRY_PG_DSN".to_string(),
+                    reason: "required when PGW_TELEMETRY_BACKEND=postgres".to_string(),
+                });
+            }
+            if *pool_max == 0 {
+                return Err(refuse("PGW_TELEMETRY_PG_POOL_MAX", "0", "must be >= 1"));
+            }
+            if write_timeout.is_zero() {
+                return Err(refuse(
+                    "PGW_TELEMETRY_PG_WRITE_TIMEOUT_S",
+                    "0",
+                    "must be > 0",
+                ));
+            }
+        }
+    }
+    Ok(())
+}

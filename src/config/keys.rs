@@ -1,0 +1,131 @@
+//! The catalogue of configuration keys the parser accepts (SPEC §3).
+//!
+//! The parser in [`super::env`] matches keys against these lists and nothing else, so the docs
+//! (`.env.example`, README) can be checked against [`accepted_keys`]. This module holds names
+//! only; defaults live in [`super::defaults`], parsing in [`super::env`].
+
+/// Fields of a source key `{SCOPE}__{PROVIDER}__{N}__{FIELD}`.
+pub const SOURCE_FIELDS: [&str; 14] = [
+    "BASE_URL",
+    "API_KEY",
+    "MODEL",
+    "TIMEOUT_S",
+    "MAX_CONCURRENCY",
+    "RPM",
+    "TPM",
+    "EST_TOKENS",
+    "TTFT_TIMEOUT_S",
+    "INTER_TOKEN_TIMEOUT_S",
+    "ENABLE_THINKING",
+    "MISSING_DONE",
+    "TRUST_ENV",
+    "EXTRA_BODY",
+];
+
+/// Scope-level key suffixes: the full key is `{SCOPE}__{SUFFIX}`. The last three are only valid
+/// in embeddings scopes.
+pub const SCOPE_KEYS: [&str; 21] = [
+    "GLOBAL__MAX_CONCURRENCY",
+    "GLOBAL__RPM",
+    "GLOBAL__TPM",
+    "SELECTOR",
+    "RETRY__MAX_ATTEMPTS",
+    "RETRY__BACKOFF_BASE_S",
+    "RETRY__BACKOFF_MAX_S",
+    "BREAKER__FAIL_THRESHOLD",
+    "BREAKER__COOLDOWN_S",
+    "BREAKER__PROBE_TTL_S",
+    "BREAKER__MIN_CALLS",
+    "BREAKER__FAIL_RATE",
+    "BREAKER__WINDOW_S",
+    "BREAKER__MAX_COOLDOWN_S",
+    "BACKPRESSURE__STALL_WINDOW_S",
+    "BACKPRESSURE__POLL_INTERVAL_S",
+    "QUOTA_FULL",
+    "CIRCUIT_OPEN",
+    "BATCH_SIZE",
+    "NORMALIZE",
+    "EXPECTED_DIM",
+];
+
+/// Scope-key suffixes valid only in embeddings scopes.
+pub const EMBEDDING_SCOPE_KEYS: [&str; 3] = ["BATCH_SIZE", "NORMALIZE", "EXPECTED_DIM"];
+
+/// Second segments that introduce a scope-key group (`{SCOPE}__{GROUP}__{FIELD}`); they can never
+/// be provider names.
+pub const SCOPE_KEY_GROUPS: [&str; 4] = ["GLOBAL", "RETRY", "BREAKER", "BACKPRESSURE"];
+
+/// Flat shorthands: defaults for every scope (scope and source keys win).
+pub const SHORTHAND_KEYS: [&str; 8] = [
+    "LLM_TIMEOUT",
+    "LLM_MAX_RETRIES",
+    "LLM_RETRY_BASE_DELAY",
+    "LLM_RETRY_MAX_DELAY",
+    "LLM_CIRCUIT_BREAKER_THRESHOLD",
+    "LLM_CIRCUIT_BREAKER_COOLDOWN",
+    "LLM_TTFT_TIMEOUT",
+    "LLM_INTER_TOKEN_TIMEOUT",
+];
+
+/// Runtime-wide keys (backends and library knobs). Any other `PGW_*` key is an error.
+pub const GLOBAL_KEYS: [&str; 16] = [
+    "PGW_LIMITER_BACKEND",
+    "PGW_BREAKER_BACKEND",
+    "REDIS_URL",
+    "PGW_CACHE_BACKEND",
+    "PGW_CACHE_NAMESPACE",
+    "PGW_CACHE_TTL_S",
+    "PGW_TELEMETRY_BACKEND",
+    "PGW_TELEMETRY_SQLITE_PATH",
+    "PGW_TELEMETRY_PG_DSN",
+    "PGW_TELEMETRY_SCHEMA_MODE",
+    "PGW_TELEMETRY_TEXT_CAP",
+    "PGW_TELEMETRY_PG_POOL_MAX",
+    "PGW_TELEMETRY_PG_WRITE_TIMEOUT_S",
+    "PGW_PRICING_PATH",
+    "PGW_STRUCTURED_MAX_RETRIES",
+    "PGW_LEASE_TTL_S",
+];
+
+/// Prefix reserved for the library's global keys.
+pub const GLOBAL_PREFIX: &str = "PGW_";
+
+/// Every accepted key as a pattern: `{SCOPE}__{PROVIDER}__{N}__{FIELD}` for each source field,
+/// `{SCOPE}__{SUFFIX}` for each scope key, then the shorthands and the global keys verbatim.
+///
+/// ```
+/// let keys = polygateway::config::accepted_keys();
+/// assert!(keys.contains(&"{SCOPE}__{PROVIDER}__{N}__BASE_URL".to_string()));
+/// assert!(keys.contains(&"{SCOPE}__RETRY__MAX_ATTEMPTS".to_string()));
+/// assert!(keys.contains(&"PGW_LEASE_TTL_S".to_string()));
+/// ```
+pub fn accepted_keys() -> Vec<String> {
+    SOURCE_FIELDS
+        .iter()
+        .map(|f| format!("{{SCOPE}}__{{PROVIDER}}__{{N}}__{f}"))
+        .chain(SCOPE_KEYS.iter().map(|s| format!("{{SCOPE}}__{s}")))
+        .chain(SHORTHAND_KEYS.iter().map(|k| k.to_string()))
+        .chain(GLOBAL_KEYS.iter().map(|k| k.to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn lists_have_no_duplicates_and_groups_cover_scope_keys() {
+        let all = accepted_keys();
+        let set: BTreeSet<_> = all.iter().collect();
+        assert_eq!(set.len(), all.len());
+        for key in SCOPE_KEYS {
+            if let Some((group, _)) = key.split_once("__") {
+                assert!(SCOPE_KEY_GROUPS.contains(&group), "{key}");
+            }
+        }
+        for key in EMBEDDING_SCOPE_KEYS {
+            assert!(SCOPE_KEYS.contains(&key));
+        }
+    }
+}

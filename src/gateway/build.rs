@@ -1,0 +1,476 @@
+//! [`GatewayBuilder`]: settings plus injected ports → a running supervised runtime.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
+use polygateway_actors::runtime::{
+    ActorSlot, Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions, Scope,
+    ScopeConfig, SourceSpec,
+};
+use polygateway_actors::telemetry::{
+    TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryQueue, TelemetrySink,
+};
+use polygateway_actors::{BreakerBackend, BreakerConfig, Clock, GateBackend, Limits, TokioClock};
+use serde_json::Map;
+
+use super::chat::ChatScope;
+use super::embed::EmbedScope;
+use super::ocr::OcrScope;
+use super::record::SourceIdentity;
+use super::{CacheLayer, Core, Gateway, Owned, ScopeEntry, Telemetry};
+use crate::cache::coalesce::Coalescer;
+use crate::cache::memory::MemoryCache;
+use crate::cache::redis::RedisCache;
+use crate::cache::ResponseCache;
+use crate::config::{
+    CacheSettings, GovernanceBackendKind, ScopeKind, ScopeSettings, SelectorKind, Settings,
+    SourceSettings,
+};
+use crate::error::GatewayError;
+use crate::provider::ProviderRegistry;
+use crate::redis::{RedisBreakers, RedisGate, RedisGovernance};
+use crate::telemetry::row::TelemetryRow;
+use crate::telemetry::{sink_from_settings, Pricing};
+use crate::transport::chat::ChatTransport;
+use crate::transport::embeddings::EmbeddingTransport;
+use crate::transport::ocr::OcrTransport;
+
+/// Rows the telemetry queue holds before counting overflow as dropped.
+const TELEMETRY_QUEUE_CAPACITY: usize = 65_536;
+/// Memory cache bounds.
+const MEMORY_CACHE_ENTRIES: usize = 10_000;
+const MEMORY_CACHE_BYTES: usize = 256 * 1024 * 1024;
+
+/// Builds a [`Gateway`] from [`Settings`], with every port injectable. Whatever is injected is
+/// never closed by the gateway (SPEC §10.3); whatever it builds, it closes on shutdown.
+///
+/// ```no_run
+/// # async fn demo(settings: polygateway::config::Settings) -> Result<(), polygateway::GatewayError> {
+/// use std::sync::Arc;
+/// use polygateway::actors::memory::{MemoryBreakers, MemoryGate};
+/// // Two gateways sharing one in-process limiter and breaker store.
+/// let gate = Arc::new(MemoryGate::default());
+/// let breakers = Arc::new(MemoryBreakers::default());
+/// let gw = polygateway::Gateway::builder(settings)
+///     .default_scope("LLM")
+///     .governance(gate, breakers)
+///     .build()
+///     .await?;
+/// # gw.shutdown().await; Ok(()) }
+/// ```
+pub struct GatewayBuilder {
+    settings: Settings,
+    default_scope: Option<String>,
+    gate: Option<Arc<dyn GateBackend>>,
+    breakers: Option<Arc<dyn BreakerBackend>>,
+    telemetry_sink: Option<Arc<dyn TelemetrySink<TelemetryRow>>>,
+    cache: Option<Arc<dyn ResponseCache>>,
+    clock: Arc<dyn Clock>,
+    registry: ProviderRegistry,
+    selector: Option<Arc<dyn Fn() -> Box<dyn Selector> + Send + Sync>>,
+    pacer: Option<PacerFactory>,
+    telemetry_config: TelemetryConfig,
+    runtime_options: Option<RuntimeOptions>,
+}
+
+impl GatewayBuilder {
+    /// A builder over resolved settings; nothing is injected yet.
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            default_scope: None,
+            gate: None,
+            breakers: None,
+            telemetry_sink: None,
+            cache: None,
+            clock: Arc::new(TokioClock),
+            registry: ProviderRegistry::with_defaults(),
+            selector: None,
+            pacer: None,
+            telemetry_config: TelemetryConfig::default(),
+            runtime_options: None,
+        }
+    }
+
+    /// The scope used by the gateway's convenience methods.
+    pub fn default_scope(mut self, scope: &str) -> Self {
+        self.default_scope = Some(scope.to_string());
+        self
+    }
+
+    /// Inject the limiter and breaker backends (shared with other gateways if you like).
+    pub fn governance(mut self, gate: Arc<dyn GateBackend>, breakers: Arc<dyn BreakerBackend>) -> Self {
+        self.gate = Some(gate);
+        self.breakers = Some(breakers);
+        self
+    }
+
+    /// Inject the telemetry sink.
+    pub fn telemetry_sink(mut self, sink: Arc<dyn TelemetrySink<TelemetryRow>>) -> Self {
+        self.telemetry_sink = Some(sink);
+        self
+    }
+
+    /// Telemetry batching (size and interval).
+    pub fn telemetry_config(mut self, config: TelemetryConfig) -> Self {
+        self.telemetry_config = config;
+        self
+    }
+
+    /// Inject the response cache (its namespace and TTL still come from the settings).
+    pub fn cache(mut self, cache: Arc<dyn ResponseCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Inject the clock (tests).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Replace the provider registry (register your own provider profiles).
+    pub fn providers(mut self, registry: ProviderRegistry) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// Use a custom selection policy for every scope.
+    pub fn selector(mut self, make: Arc<dyn Fn() -> Box<dyn Selector> + Send + Sync>) -> Self {
+        self.selector = Some(make);
+        self
+    }
+
+    /// Replace the AIMD pacer (a library constant) for every source.
+    pub fn pacer(mut self, make: PacerFactory) -> Self {
+        self.pacer = Some(make);
+        self
+    }
+
+    /// Restart policy and clock of the supervision tree.
+    pub fn runtime_options(mut self, options: RuntimeOptions) -> Self {
+        self.runtime_options = Some(options);
+        self
+    }
+
+    /// Start the runtime: supervisor, admission, telemetry, one router per scope, one actor per
+    /// source.
+    pub async fn build(self) -> Result<Gateway, GatewayError> {
+        let settings = self.settings;
+        let config_err = |e: String| GatewayError::Config(e);
+        let default_scope = match self.default_scope {
+            Some(s) => s,
+            None => settings
+                .scopes
+                .keys()
+                .next()
+                .cloned()
+                .ok_or_else(|| config_err("no scope is configured".into()))?,
+        };
+        if !settings.scopes.contains_key(&default_scope) {
+            return Err(GatewayError::SourceNotConfigured(format!(
+                "scope {default_scope} has no sources configured (configured: {})",
+                settings.scopes.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let clock = self.clock;
+        let mut owned = Owned::default();
+
+        // Governance backends: injected, or built from the settings.
+        let needs_redis = settings.limiter_backend == GovernanceBackendKind::Redis
+            || settings.breaker_backend == GovernanceBackendKind::Redis;
+        let redis = match (needs_redis, &settings.redis_url) {
+            (true, Some(url)) if self.gate.is_none() || self.breakers.is_none() => {
+                let redis = RedisGovernance::connect(url, "pgw")
+                    .await
+                    .map_err(|e| GatewayError::Config(format!("REDIS_URL: {e}")))?;
+                owned.redis.push(redis.clone());
+                Some(redis)
+            }
+            (true, None) => return Err(config_err("redis backends need REDIS_URL".into())),
+            _ => None,
+        };
+        let gate: Arc<dyn GateBackend> = match (self.gate, settings.limiter_backend, &redis) {
+            (Some(g), _, _) => g,
+            (None, GovernanceBackendKind::Redis, Some(r)) => Arc::new(RedisGate::new(r.clone())),
+            _ => Arc::new(MemoryGate::new(Arc::clone(&clock))),
+        };
+        let breakers: Arc<dyn BreakerBackend> = match (self.breakers, settings.breaker_backend, &redis) {
+            (Some(b), _, _) => b,
+            (None, GovernanceBackendKind::Redis, Some(r)) => Arc::new(RedisBreakers::new(r.clone())),
+            _ => Arc::new(MemoryBreakers::new(Arc::clone(&clock))),
+        };
+        let governance = Governance {
+            inline: redis.is_none(),
+            gate,
+            breakers,
+            timeout: Duration::from_secs(3),
+        };
+        let factory_gov = governance.clone();
+        // fred reconnects by itself and reloads scripts on NOSCRIPT; a restarted admission actor
+        // reuses the same clients.
+        let factory: GovernanceFactory = Arc::new(move || {
+            let gov = factory_gov.clone();
+            Box::pin(async move { Ok(gov) })
+        });
+        let runtime_options = self.runtime_options.unwrap_or(RuntimeOptions {
+            clock: Arc::clone(&clock),
+            ..RuntimeOptions::default()
+        });
+        let runtime = Runtime::start(factory, runtime_options)
+            .await
+            .map_err(GatewayError::Shutdown)?;
+
+        // Telemetry.
+        let telemetry_enabled = self.telemetry_sink.is_some()
+            || settings.telemetry.backend != crate::config::TelemetryBackendSettings::None;
+        let sink = match self.telemetry_sink {
+            Some(sink) => sink,
+            None => {
+                owned.telemetry_sink = true;
+                sink_from_settings(&settings.telemetry)
+            }
+        };
+        let queue = Arc::new(TelemetryQueue::new(TELEMETRY_QUEUE_CAPACITY));
+        let telemetry_actor = ActorSlot::down("telemetry actor starting");
+        let args = TelemetryArgs::new(Arc::clone(&queue), Arc::clone(&sink), self.telemetry_config);
+        runtime
+            .adopt(
+                "telemetry",
+                TelemetryActor::<TelemetryRow>::new,
+                args,
+                Some(Default::default()),
+                telemetry_actor.clone(),
+            )
+            .await
+            .map_err(GatewayError::Shutdown)?;
+        let pricing = match &settings.pricing_path {
+            Some(path) => Some(Arc::new(
+                Pricing::load(path).map_err(|e| config_err(format!("PGW_PRICING_PATH: {e}")))?,
+            )),
+            None => None,
+        };
+        let telemetry = Telemetry {
+            queue,
+            pricing,
+            text_cap: settings.telemetry.text_cap,
+            enabled: telemetry_enabled,
+        };
+
+        // Cache.
+        let cache = match (&settings.cache, self.cache) {
+            (CacheSettings::None, _) => None,
+            (CacheSettings::Memory { namespace, ttl } | CacheSettings::Redis { namespace, ttl }, Some(backend)) => {
+                Some(CacheLayer {
+                    backend,
+                    namespace: namespace.clone(),
+                    ttl: *ttl,
+                    coalescer: Coalescer::new(),
+                })
+            }
+            (CacheSettings::Memory { namespace, ttl }, None) => Some(CacheLayer {
+                backend: Arc::new(
+                    MemoryCache::new(MEMORY_CACHE_ENTRIES, MEMORY_CACHE_BYTES)
+                        .map_err(|e| config_err(e.to_string()))?,
+                ),
+                namespace: namespace.clone(),
+                ttl: *ttl,
+                coalescer: Coalescer::new(),
+            }),
+            (CacheSettings::Redis { namespace, ttl }, None) => {
+                let url = settings
+                    .redis_url
+                    .as_ref()
+                    .ok_or_else(|| config_err("PGW_CACHE_BACKEND=redis needs REDIS_URL".into()))?;
+                Some(CacheLayer {
+                    backend: Arc::new(
+                        RedisCache::connect(url.expose(), Duration::from_secs(1))
+                            .await
+                            .map_err(|e| config_err(format!("cache: {e}")))?,
+                    ),
+                    namespace: namespace.clone(),
+                    ttl: *ttl,
+                    coalescer: Coalescer::new(),
+                })
+            }
+        };
+
+        // Scopes.
+        let pacer: PacerFactory = self.pacer.unwrap_or_else(|| {
+            Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+        });
+        let mut scopes = BTreeMap::new();
+        for (name, scope) in &settings.scopes {
+            let selector: Box<dyn Selector> = match &self.selector {
+                Some(make) => make(),
+                None => default_selector(scope.selector),
+            };
+            let config = scope_config(scope, &settings);
+            let identities = identities(scope);
+            let entry = match scope.kind {
+                ScopeKind::Chat => {
+                    let specs = source_specs(scope, |s| {
+                        ChatTransport::new(s.clone(), self.registry.get(&s.provider).clone())
+                    });
+                    let native_schema = scope
+                        .sources
+                        .iter()
+                        .all(|s| self.registry.get(&s.provider).native_json_schema);
+                    let mut extra_body = Map::new();
+                    for s in &scope.sources {
+                        extra_body.extend(s.extra_body.clone());
+                    }
+                    ScopeEntry::Chat(ChatScope {
+                        scope: add_scope(&runtime, config, specs, selector, &pacer).await?,
+                        identities,
+                        fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
+                        extra_body,
+                        native_schema,
+                    })
+                }
+                ScopeKind::Embeddings => {
+                    let specs = source_specs(scope, |s| EmbeddingTransport::new(s.clone()));
+                    let embedding = scope.embedding.clone().ok_or_else(|| {
+                        config_err(format!("{name}__BATCH_SIZE is required for an embeddings scope"))
+                    })?;
+                    let first = scope.sources.first();
+                    ScopeEntry::Embeddings(EmbedScope {
+                        scope: add_scope(&runtime, config, specs, selector, &pacer).await?,
+                        identities,
+                        settings: embedding,
+                        model: first.map(|s| s.model.clone()).unwrap_or_default(),
+                        provider: first.map(|s| s.provider.clone()).unwrap_or_default(),
+                    })
+                }
+                ScopeKind::Ocr => {
+                    let specs = source_specs(scope, |s| OcrTransport::new(s.clone()));
+                    ScopeEntry::Ocr(OcrScope {
+                        scope: add_scope(&runtime, config, specs, selector, &pacer).await?,
+                        identities,
+                    })
+                }
+            };
+            scopes.insert(name.clone(), entry);
+        }
+
+        let core = Core {
+            runtime,
+            governance,
+            scopes,
+            telemetry,
+            telemetry_sink: sink,
+            telemetry_actor,
+            cache,
+            structured_max_retries: settings.structured_max_retries,
+            owned,
+            closed: AtomicBool::new(false),
+            settings,
+        };
+        Ok(Gateway::from_core(Arc::new(core), default_scope.into()))
+    }
+}
+
+fn default_selector(kind: SelectorKind) -> Box<dyn Selector> {
+    match kind {
+        SelectorKind::HealthAware => Box::new(HealthAware::default()),
+        SelectorKind::RoundRobin => Box::new(RoundRobin::default()),
+        SelectorKind::LeastInflight => Box::new(LeastInflight),
+    }
+}
+
+async fn add_scope<T: polygateway_actors::Transport>(
+    runtime: &Runtime,
+    config: ScopeConfig,
+    specs: Vec<SourceSpec<T>>,
+    selector: Box<dyn Selector>,
+    pacer: &PacerFactory,
+) -> Result<Scope<T>, GatewayError> {
+    runtime
+        .add_scope(config, specs, selector, Arc::clone(pacer))
+        .await
+        .map_err(GatewayError::Shutdown)
+}
+
+fn identities(scope: &ScopeSettings) -> Vec<SourceIdentity> {
+    scope
+        .sources
+        .iter()
+        .map(|s| SourceIdentity {
+            name: s.name.clone(),
+            model: s.model.clone(),
+            provider: s.provider.clone(),
+        })
+        .collect()
+}
+
+fn scope_config(scope: &ScopeSettings, settings: &Settings) -> ScopeConfig {
+    let mut config = ScopeConfig::new(scope.name.as_str());
+    config.global = Limits {
+        max_concurrency: scope.global_max_concurrency,
+        rpm: scope.global_rpm,
+        tpm: scope.global_tpm,
+    };
+    config.max_attempts = scope.retry.max_attempts.max(1);
+    config.backoff_base = scope.retry.backoff_base;
+    config.backoff_max = scope.retry.backoff_max;
+    config.quota_full_fails_fast = scope.quota_full == crate::config::QuotaFull::FailFast;
+    config.circuit_open_waits = scope.circuit_open == crate::config::CircuitOpenPolicy::Wait;
+    config.stall_window = scope.backpressure.stall_window;
+    config.poll_interval = scope.backpressure.poll_interval;
+    config.lease_ttl = settings.lease_ttl;
+    config
+}
+
+/// Breaker parameters of one source (SPEC §5.4 defaults resolved here).
+pub(crate) fn breaker_config(scope: &ScopeSettings, source: &SourceSettings) -> BreakerConfig {
+    let b = &scope.breaker;
+    let slowest = scope
+        .sources
+        .iter()
+        .map(|s| s.timeout)
+        .max()
+        .unwrap_or(source.timeout);
+    let probe_ttl = b.probe_ttl.unwrap_or_else(|| {
+        (2 * slowest)
+            .max(b.cooldown)
+            .max(source.timeout + Duration::from_secs(5))
+    });
+    BreakerConfig {
+        fail_threshold: b.fail_threshold,
+        max_concurrency: source.max_concurrency,
+        cooldown: b.cooldown,
+        max_cooldown: b
+            .max_cooldown
+            .unwrap_or_else(|| b.cooldown.max(Duration::from_secs(300))),
+        probe_ttl,
+        min_calls: b.min_calls,
+        fail_rate: b.fail_rate,
+        bucket: b.window,
+    }
+}
+
+fn source_specs<T>(
+    scope: &ScopeSettings,
+    make: impl Fn(&SourceSettings) -> T,
+) -> Vec<SourceSpec<T>> {
+    scope
+        .sources
+        .iter()
+        .map(|s| SourceSpec {
+            name: s.name.as_str().into(),
+            transport: Arc::new(make(s)),
+            breaker: breaker_config(scope, s),
+            limits: Limits {
+                max_concurrency: s.max_concurrency,
+                rpm: s.rpm,
+                tpm: s.tpm,
+            },
+            est_tokens: s.effective_est_tokens(),
+        })
+        .collect()
+}

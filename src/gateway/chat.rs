@@ -1,0 +1,329 @@
+//! The chat handle: `chat`, `chat_with`, `chat_structured`, `chat_stream`.
+//!
+//! Layer order (SPEC §4): telemetry → cache → structured ladder → governed retry loop. The cache
+//! sits outside the loop: a hit takes no quota and ignores breakers but still records a row.
+//! Concurrent identical misses are coalesced: one leader calls upstream, followers wait for its
+//! `Ok` result; if the leader fails or is cancelled, a follower takes over (see
+//! `cache::coalesce`).
+
+use std::sync::Arc;
+
+use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::failure::to_gateway_error;
+use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
+use super::Core;
+use crate::cache::key::{cache_key, CacheKeyInput};
+use crate::cache::CacheLookup;
+use crate::error::GatewayError;
+use crate::structured::{rehydrate, run_ladder, LadderPlan};
+use crate::telemetry::digest::{messages_json, sampling_json};
+use crate::telemetry::row::meta_json;
+use crate::transport::chat::{ChatTransport, ChatWireRequest};
+use crate::types::{CallOptions, LlmResponse, Message, Structured};
+
+impl Recorded for ChatTransport {
+    fn outcome(response: &LlmResponse) -> RowOutcome<'_> {
+        RowOutcome {
+            response: Some(&response.content),
+            thinking: Some(&response.thinking),
+            usage: response.usage(),
+            ttft_ms: response.ttft_ms,
+            max_inter_token_ms: response.max_inter_token_ms,
+            model_reported: response.model_reported.as_deref(),
+            priced: true,
+        }
+    }
+}
+
+/// What one chat scope needs besides its runtime scope.
+pub(crate) struct ChatScope {
+    pub scope: Scope<ChatTransport>,
+    pub identities: Vec<SourceIdentity>,
+    /// Model fingerprint over every source's `(model, extra_body)` (cache key).
+    pub fingerprint: Value,
+    /// Every source's `extra_body` merged in source order (for the `sampling` column).
+    pub extra_body: Map<String, Value>,
+    /// All sources support native JSON schema (`response_format`).
+    pub native_schema: bool,
+}
+
+/// A handle to one chat scope (LLM, VLM, JUDGE, …). Cheap to clone, `Send + Sync`.
+///
+/// ```no_run
+/// # async fn demo(gw: polygateway::Gateway) -> Result<(), polygateway::GatewayError> {
+/// use polygateway::{CallOptions, Message};
+/// let judge = gw.chat_scope("JUDGE")?;
+/// let answer = judge
+///     .chat_with(vec![Message::user("grade this")], CallOptions::new().tenant_id("acme"))
+///     .await?;
+/// println!("{} (from {})", answer.content, answer.source_name);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ChatHandle {
+    pub(crate) core: Arc<Core>,
+    pub(crate) name: Arc<str>,
+}
+
+impl std::fmt::Debug for ChatHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatHandle").field("scope", &self.name).finish()
+    }
+}
+
+/// A prepared call: the wire request, its telemetry context and its cache key.
+pub(crate) struct Prepared {
+    pub wire: ChatWireRequest,
+    pub context: RowContext,
+    pub cache_key: Option<String>,
+}
+
+impl ChatHandle {
+    pub(crate) fn scope(&self) -> &ChatScope {
+        self.core
+            .chat_scope(&self.name)
+            .expect("a ChatHandle is only built for an existing chat scope")
+    }
+
+    /// The scope's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One governed chat call with default options.
+    pub async fn chat(&self, messages: Vec<Message>) -> Result<LlmResponse, GatewayError> {
+        self.chat_with(messages, CallOptions::new()).await
+    }
+
+    /// One governed chat call.
+    ///
+    /// With `Structured::Json` the answer is repaired into a JSON value (`structured_data`);
+    /// an unrepairable answer is `ResultInvalid` and is never cached.
+    pub async fn chat_with(
+        &self,
+        messages: Vec<Message>,
+        options: CallOptions,
+    ) -> Result<LlmResponse, GatewayError> {
+        match options.structured {
+            Structured::Json => self
+                .laddered::<Value>(messages, options, LadderPlan::json())
+                .await
+                .map(|(response, _)| response),
+            _ => {
+                let prepared = self.prepare(messages, &options, None)?;
+                self.cached(&prepared, || self.governed(&prepared, false)).await
+            }
+        }
+    }
+
+    /// A typed structured call: the whole ladder (native schema where supported, repair,
+    /// validation into `T`, bounded re-ask with feedback — re-asks never count toward the
+    /// breaker). Returns the response (with `structured_data`) and the typed value. A cache hit
+    /// rebuilds `T` from the stored `structured_data` without network.
+    ///
+    /// ```no_run
+    /// # async fn demo(gw: polygateway::Gateway) -> Result<(), polygateway::GatewayError> {
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Verdict { score: u8, reason: String }
+    /// let (_resp, verdict): (_, Verdict) = gw
+    ///     .chat_structured(vec![polygateway::Message::user("grade: 2+2=4")], Default::default())
+    ///     .await?;
+    /// println!("{} because {}", verdict.score, verdict.reason);
+    /// # Ok(()) }
+    /// ```
+    pub async fn chat_structured<T>(
+        &self,
+        messages: Vec<Message>,
+        options: CallOptions,
+    ) -> Result<(LlmResponse, T), GatewayError>
+    where
+        T: DeserializeOwned + schemars::JsonSchema + Send,
+    {
+        let plan = LadderPlan::typed(self.scope().native_schema, self.core.structured_max_retries);
+        self.laddered::<T>(messages, options, plan).await
+    }
+
+    async fn laddered<T>(
+        &self,
+        messages: Vec<Message>,
+        options: CallOptions,
+        plan: LadderPlan,
+    ) -> Result<(LlmResponse, T), GatewayError>
+    where
+        T: DeserializeOwned + schemars::JsonSchema + Send,
+    {
+        // The cache key is that of the caller's conversation; what is stored is the answer that
+        // passed the ladder, so a hit rebuilds `T` without network.
+        let prepared = self.prepare(messages.clone(), &options, None)?;
+        let response = self
+            .cached(&prepared, || async {
+                let outcome = run_ladder::<T, _, _>(
+                    |conversation, response_format, is_reask| {
+                        let prepared = self.prepare(conversation, &options, response_format);
+                        async move { self.governed(&prepared?, is_reask).await }
+                    },
+                    messages,
+                    plan,
+                )
+                .await?;
+                Ok(outcome.response)
+            })
+            .await?;
+        let value = rehydrate::<T>(&response)?;
+        Ok((response, value))
+    }
+
+    pub(crate) fn prepare(
+        &self,
+        messages: Vec<Message>,
+        options: &CallOptions,
+        response_format: Option<Value>,
+    ) -> Result<Prepared, GatewayError> {
+        options.validate()?;
+        let scope = self.scope();
+        let core = &self.core;
+        let cache_key = match (&core.cache, options.bypass_cache) {
+            (Some(cache), false) => Some(cache_key(&CacheKeyInput {
+                model_fingerprint: &scope.fingerprint,
+                messages: &messages,
+                namespace: options
+                    .cache_namespace
+                    .as_deref()
+                    .unwrap_or(&cache.namespace),
+                salt: options.cache_salt.as_deref(),
+                sampling: &options.overlay,
+            })),
+            _ => None,
+        };
+        let context = RowContext {
+            session_id: options.session_id.clone(),
+            parent_call_id: options.parent_call_id.clone(),
+            messages: messages_json(&messages, core.telemetry.text_cap),
+            sampling: sampling_json(Some(&options.overlay), Some(&scope.extra_body)),
+            tenant_id: options.tenant().to_string(),
+            meta: meta_json(&options.meta),
+        };
+        let mut wire = ChatWireRequest::new(messages);
+        wire.overlay = options.overlay.clone();
+        wire.response_format = response_format;
+        wire.stream = options.stream;
+        Ok(Prepared {
+            wire,
+            context,
+            cache_key,
+        })
+    }
+
+    /// Cache lookup, coalescing and store around `produce`.
+    pub(crate) async fn cached<F, Fut>(
+        &self,
+        prepared: &Prepared,
+        produce: F,
+    ) -> Result<LlmResponse, GatewayError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<LlmResponse, GatewayError>>,
+    {
+        let (Some(cache), Some(key)) = (&self.core.cache, &prepared.cache_key) else {
+            return produce().await;
+        };
+        if let Some(hit) = self.lookup(prepared).await {
+            return Ok(hit);
+        }
+        let (response, role) = cache
+            .coalescer
+            .run_with_role(key.clone(), async {
+                let response = produce().await?;
+                if !response.content.is_empty() {
+                    cache.backend.put(key, &response, cache.ttl).await;
+                }
+                Ok::<_, GatewayError>(response)
+            })
+            .await?;
+        if role == crate::cache::coalesce::Role::Follower {
+            // A follower did not pay: it is served like a cache hit, with its own record.
+            return Ok(self.as_hit(prepared, response));
+        }
+        Ok(response)
+    }
+
+    pub(crate) async fn lookup(&self, prepared: &Prepared) -> Option<LlmResponse> {
+        let cache = self.core.cache.as_ref()?;
+        let key = prepared.cache_key.as_ref()?;
+        match cache.backend.get(key).await {
+            CacheLookup::Hit(stored) => {
+                let stored = *stored;
+                metrics::counter!("pgw_cache_hits_total", "scope" => self.name.to_string())
+                    .increment(1);
+                Some(self.as_hit(prepared, stored))
+            }
+            CacheLookup::Miss => {
+                metrics::counter!("pgw_cache_misses_total", "scope" => self.name.to_string())
+                    .increment(1);
+                None
+            }
+        }
+    }
+
+    fn as_hit(&self, prepared: &Prepared, mut response: LlmResponse) -> LlmResponse {
+        response.cache_hit = true;
+        response.call_id = polygateway_actors::runtime::new_id();
+        response.latency_ms = 0.0;
+        response.cost = Some(0.0);
+        self.core
+            .telemetry
+            .record_cache_hit(&prepared.context, &response);
+        response
+    }
+
+    /// One governed call (no cache, no ladder).
+    pub(crate) async fn governed(
+        &self,
+        prepared: &Prepared,
+        is_reask: bool,
+    ) -> Result<LlmResponse, GatewayError> {
+        self.governed_inner(prepared, is_reask, None).await
+    }
+
+    /// One governed streaming call delivering deltas into `sink`.
+    pub(crate) async fn governed_stream(
+        &self,
+        prepared: &Prepared,
+        sink: &polygateway_actors::EventSink<crate::transport::chat::ChatDelta>,
+    ) -> Result<LlmResponse, GatewayError> {
+        self.governed_inner(prepared, false, Some(sink)).await
+    }
+
+    async fn governed_inner(
+        &self,
+        prepared: &Prepared,
+        is_reask: bool,
+        sink: Option<&polygateway_actors::EventSink<crate::transport::chat::ChatDelta>>,
+    ) -> Result<LlmResponse, GatewayError> {
+        let scope = self.scope();
+        let recorder = Recorder {
+            telemetry: &self.core.telemetry,
+            context: &prepared.context,
+            sources: &scope.identities,
+        };
+        let governed = scope
+            .scope
+            .call(
+                &prepared.wire,
+                &recorder,
+                sink,
+                GovernOptions {
+                    breaker_exempt: is_reask,
+                },
+            )
+            .await
+            .map_err(|f| to_gateway_error(&self.name, f))?;
+        let mut response = governed.response;
+        response.call_id = governed.attempt_id;
+        response.cost = self.core.telemetry.cost(&response.model, &response.usage());
+        Ok(response)
+    }
+}

@@ -1,0 +1,177 @@
+//! The embeddings handle: batching over the one governed call path.
+//!
+//! Texts are split into `BATCH_SIZE` batches; each batch is its own governed call (a transient
+//! failure retries only that batch, on any source), up to four batches in flight, and the vectors
+//! are merged back in input order.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::{StreamExt, TryStreamExt};
+use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
+use serde_json::Value;
+
+use super::failure::to_gateway_error;
+use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
+use super::Core;
+use crate::config::EmbeddingSettings;
+use crate::error::{GatewayError, InvalidResult};
+use crate::telemetry::digest::cap_text;
+use crate::telemetry::row::meta_json;
+use crate::transport::embeddings::{
+    check_dim, l2_normalize, EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest,
+};
+use crate::types::{CallOptions, EmbeddingResponse, Usage, UsageSource};
+
+/// Batches in flight at once for one `embed` call.
+const BATCH_CONCURRENCY: usize = 4;
+
+impl Recorded for EmbeddingTransport {
+    fn outcome(batch: &EmbeddingBatch) -> RowOutcome<'_> {
+        RowOutcome {
+            response: None,
+            thinking: None,
+            usage: Usage {
+                prompt_tokens: batch.prompt_tokens,
+                completion_tokens: 0,
+                cached_prompt_tokens: None,
+                reasoning_tokens: None,
+                source: batch.usage_source,
+            },
+            ttft_ms: None,
+            max_inter_token_ms: None,
+            model_reported: batch.model_reported.as_deref(),
+            priced: true,
+        }
+    }
+}
+
+pub(crate) struct EmbedScope {
+    pub scope: Scope<EmbeddingTransport>,
+    pub identities: Vec<SourceIdentity>,
+    pub settings: EmbeddingSettings,
+    pub model: String,
+    pub provider: String,
+}
+
+/// A handle to one embeddings scope. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo(gw: polygateway::Gateway) -> Result<(), polygateway::GatewayError> {
+/// let embed = gw.embedding_scope("EMBED")?;
+/// let out = embed.embed(vec!["a".into(), "b".into()], Default::default()).await?;
+/// assert_eq!(out.vectors.len(), 2);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EmbeddingHandle {
+    pub(crate) core: Arc<Core>,
+    pub(crate) name: Arc<str>,
+}
+
+impl std::fmt::Debug for EmbeddingHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddingHandle")
+            .field("scope", &self.name)
+            .finish()
+    }
+}
+
+impl EmbeddingHandle {
+    fn scope(&self) -> &EmbedScope {
+        match self.core.scopes.get(&*self.name) {
+            Some(super::ScopeEntry::Embeddings(s)) => s,
+            _ => unreachable!("an EmbeddingHandle is only built for an embeddings scope"),
+        }
+    }
+
+    /// Embed `texts`: vectors in input order, usage summed over batches.
+    pub async fn embed(
+        &self,
+        texts: Vec<String>,
+        options: CallOptions,
+    ) -> Result<EmbeddingResponse, GatewayError> {
+        options.validate()?;
+        let scope = self.scope();
+        let started = Instant::now();
+        let text_cap = self.core.telemetry.text_cap;
+        let batch_size = scope.settings.batch_size.max(1);
+        let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
+        let results: Vec<(EmbeddingBatch, String, String)> = futures::stream::iter(batches)
+            .map(|batch| {
+                let context = RowContext {
+                    session_id: options.session_id.clone(),
+                    parent_call_id: options.parent_call_id.clone(),
+                    messages: Value::Array(
+                        batch
+                            .iter()
+                            .map(|t| Value::String(cap_text(t, text_cap)))
+                            .collect(),
+                    )
+                    .to_string(),
+                    sampling: None,
+                    tenant_id: options.tenant().to_string(),
+                    meta: meta_json(&options.meta),
+                };
+                let request = EmbeddingWireRequest {
+                    inputs: Arc::new(batch),
+                };
+                async move {
+                    let recorder = Recorder {
+                        telemetry: &self.core.telemetry,
+                        context: &context,
+                        sources: &scope.identities,
+                    };
+                    let governed = scope
+                        .scope
+                        .call(&request, &recorder, None, GovernOptions::default())
+                        .await
+                        .map_err(|f| to_gateway_error(&self.name, f))?;
+                    Ok::<_, GatewayError>((
+                        governed.response,
+                        governed.attempt_id,
+                        governed.source.to_string(),
+                    ))
+                }
+            })
+            .buffered(BATCH_CONCURRENCY)
+            .try_collect()
+            .await?;
+
+        let mut vectors = Vec::with_capacity(texts.len());
+        let mut prompt_tokens = 0;
+        let mut all_measured = !results.is_empty();
+        let (mut call_id, mut source_name) = (String::new(), String::new());
+        for (batch, attempt_id, source) in results {
+            prompt_tokens += batch.prompt_tokens;
+            all_measured &= batch.usage_source == UsageSource::Measured;
+            vectors.extend(batch.vectors);
+            call_id = attempt_id;
+            source_name = source;
+        }
+        let dim = vectors.first().map_or(0, Vec::len);
+        let expected = scope.settings.expected_dim.unwrap_or(dim);
+        check_dim(&vectors, expected).map_err(|e| GatewayError::ResultInvalid {
+            message: e.message.clone(),
+            details: Box::new(InvalidResult::default()),
+        })?;
+        if scope.settings.normalize {
+            vectors.iter_mut().for_each(|v| l2_normalize(v));
+        }
+        Ok(EmbeddingResponse {
+            dim: expected,
+            vectors,
+            model: scope.model.clone(),
+            provider: scope.provider.clone(),
+            prompt_tokens,
+            usage_source: if all_measured {
+                UsageSource::Measured
+            } else {
+                UsageSource::Unavailable
+            },
+            latency_ms: started.elapsed().as_secs_f64() * 1e3,
+            call_id,
+            source_name,
+        })
+    }
+}

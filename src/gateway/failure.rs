@@ -1,0 +1,92 @@
+//! Translating the runtime's [`CallFailure`] into the caller-facing [`GatewayError`].
+
+use polygateway_actors::runtime::{CallFailure, ScopeReason};
+
+use crate::error::{GatewayError, InvalidResult, TransportError, Unavailable, UnavailableKind, UnavailableReason};
+
+/// Map a governed call's failure for the caller of scope `scope`.
+pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>) -> GatewayError {
+    match failure {
+        CallFailure::Unavailable {
+            reason,
+            retry_after,
+            per_source,
+            last_error,
+            detail,
+        } => {
+            let (kind, reason) = match reason {
+                ScopeReason::CircuitOpen => (UnavailableKind::CircuitOpen, UnavailableReason::CircuitOpen),
+                ScopeReason::GovernanceBackendDown => (
+                    UnavailableKind::GovernanceBackend,
+                    UnavailableReason::GovernanceBackendDown,
+                ),
+                ScopeReason::RetryExhausted => {
+                    (UnavailableKind::AllSourcesExhausted, UnavailableReason::RetryExhausted)
+                }
+                ScopeReason::Stalled => (UnavailableKind::AllSourcesExhausted, UnavailableReason::Stalled),
+                ScopeReason::QuotaExhausted => {
+                    (UnavailableKind::AllSourcesExhausted, UnavailableReason::QuotaExhausted)
+                }
+                ScopeReason::NoSources => (UnavailableKind::AllSourcesExhausted, UnavailableReason::NoSources),
+            };
+            let detail = match last_error {
+                Some(e) if detail.is_empty() => e.message,
+                Some(e) => format!("{detail}; last error: {}", e.message),
+                None => detail,
+            };
+            // SPEC §6: a backend outage always advises 5 s.
+            let retry_after_s = if kind == UnavailableKind::GovernanceBackend {
+                5.0
+            } else {
+                retry_after.as_secs_f64()
+            };
+            GatewayError::Unavailable(Box::new(Unavailable {
+                kind,
+                scope: scope.to_string(),
+                reason,
+                retry_after_s,
+                per_source_reasons: per_source
+                    .into_iter()
+                    .map(|(source, reason)| (source.to_string(), reason))
+                    .collect(),
+                detail,
+            }))
+        }
+        CallFailure::Rejected(e) => GatewayError::RequestRejected {
+            message: e.message,
+            body_text: e.body_text,
+        },
+        CallFailure::Invalid(e) => GatewayError::ResultInvalid {
+            message: e.message.clone(),
+            details: Box::new(InvalidResult {
+                raw_text: e.body_text,
+                repair_error: None,
+                validation_errors: Vec::new(),
+            }),
+        },
+        CallFailure::StreamBroken { error, delivered } => GatewayError::StreamInterrupted {
+            message: error.message,
+            delivered,
+        },
+        CallFailure::Shutdown(reason) => GatewayError::Shutdown(reason),
+    }
+}
+
+/// `Class: message` of a failure, for a terminal telemetry row.
+pub(crate) fn describe(scope: &str, failure: &CallFailure<TransportError>) -> String {
+    let (class, message) = match failure {
+        CallFailure::Unavailable { reason, detail, .. } => {
+            let class = match reason {
+                ScopeReason::CircuitOpen => UnavailableKind::CircuitOpen.class_name(),
+                ScopeReason::GovernanceBackendDown => UnavailableKind::GovernanceBackend.class_name(),
+                _ => UnavailableKind::AllSourcesExhausted.class_name(),
+            };
+            (class, format!("scope {scope}: {detail}"))
+        }
+        CallFailure::Rejected(e) => ("RequestRejected", e.message.clone()),
+        CallFailure::Invalid(e) => ("ResultInvalid", e.message.clone()),
+        CallFailure::StreamBroken { error, .. } => ("StreamInterrupted", error.message.clone()),
+        CallFailure::Shutdown(reason) => ("Shutdown", reason.clone()),
+    };
+    crate::telemetry::digest::error_text(class, &message)
+}

@@ -1,0 +1,148 @@
+//! The OCR handle: MonkeyOCR text and layout over the one governed call path.
+//!
+//! The image is checked locally first (PNG/JPEG magic bytes): a bad upload is rejected before any
+//! admission, so it costs no quota and reaches no source.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
+use sha2::{Digest, Sha256};
+
+use super::failure::to_gateway_error;
+use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
+use super::Core;
+use crate::error::GatewayError;
+use crate::telemetry::row::meta_json;
+use crate::transport::ocr::{detect_image_kind, OcrOutput, OcrRequest, OcrTransport};
+use crate::types::{CallOptions, OcrLayoutResult, OcrTextResult, Usage, UsageSource};
+
+impl Recorded for OcrTransport {
+    fn outcome(output: &OcrOutput) -> RowOutcome<'_> {
+        let response = match output {
+            OcrOutput::Text(t) => Some(t.text.as_str()),
+            OcrOutput::Layout(_) => None,
+        };
+        RowOutcome {
+            response,
+            usage: Usage {
+                source: UsageSource::Measured,
+                ..Usage::default()
+            },
+            priced: false,
+            ..RowOutcome::default()
+        }
+    }
+}
+
+pub(crate) struct OcrScope {
+    pub scope: Scope<OcrTransport>,
+    pub identities: Vec<SourceIdentity>,
+}
+
+/// A handle to one OCR scope. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo(gw: polygateway::Gateway, png: Vec<u8>) -> Result<(), polygateway::GatewayError> {
+/// let ocr = gw.ocr_scope("OCR")?;
+/// let text = ocr.recognize_text(png, Default::default()).await?;
+/// println!("{}", text.text);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct OcrHandle {
+    pub(crate) core: Arc<Core>,
+    pub(crate) name: Arc<str>,
+}
+
+impl std::fmt::Debug for OcrHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OcrHandle").field("scope", &self.name).finish()
+    }
+}
+
+impl OcrHandle {
+    fn scope(&self) -> &OcrScope {
+        match self.core.scopes.get(&*self.name) {
+            Some(super::ScopeEntry::Ocr(s)) => s,
+            _ => unreachable!("an OcrHandle is only built for an OCR scope"),
+        }
+    }
+
+    /// Transcribe the text of a PNG/JPEG image (`POST /ocr/text`).
+    pub async fn recognize_text(
+        &self,
+        image: Vec<u8>,
+        options: CallOptions,
+    ) -> Result<OcrTextResult, GatewayError> {
+        match self.run(OcrRequest::text(image), &options).await? {
+            OcrOutput::Text(text) => Ok(text),
+            OcrOutput::Layout(_) => unreachable!("a text request answers text"),
+        }
+    }
+
+    /// Parse the layout of a PNG/JPEG image (`POST /parse` → ZIP → `*_middle.json`).
+    pub async fn parse_layout(
+        &self,
+        image: Vec<u8>,
+        options: CallOptions,
+    ) -> Result<OcrLayoutResult, GatewayError> {
+        match self.run(OcrRequest::layout(image), &options).await? {
+            OcrOutput::Layout(layout) => Ok(layout),
+            OcrOutput::Text(_) => unreachable!("a layout request answers layout"),
+        }
+    }
+
+    /// Probe every source's `/health` (short timeout); source name → healthy.
+    pub async fn check_health(&self) -> BTreeMap<String, bool> {
+        let scope = self.scope();
+        let probes = scope.scope.sources().iter().map(|source| async move {
+            (source.name.to_string(), source.transport.check_health().await)
+        });
+        futures::future::join_all(probes).await.into_iter().collect()
+    }
+
+    async fn run(
+        &self,
+        request: OcrRequest,
+        options: &CallOptions,
+    ) -> Result<OcrOutput, GatewayError> {
+        options.validate()?;
+        let Some(kind) = detect_image_kind(&request.bytes) else {
+            return Err(GatewayError::RequestRejected {
+                message: format!(
+                    "OCR accepts PNG or JPEG images only; the {} bytes given match neither magic number",
+                    request.bytes.len()
+                ),
+                body_text: String::new(),
+            });
+        };
+        let digest = hex::encode(Sha256::digest(&request.bytes));
+        let context = RowContext {
+            session_id: options.session_id.clone(),
+            parent_call_id: options.parent_call_id.clone(),
+            messages: serde_json::json!([{
+                "type": "image",
+                "mime": kind.mime(),
+                "sha256": digest,
+                "bytes": request.bytes.len(),
+            }])
+            .to_string(),
+            sampling: None,
+            tenant_id: options.tenant().to_string(),
+            meta: meta_json(&options.meta),
+        };
+        let scope = self.scope();
+        let recorder = Recorder {
+            telemetry: &self.core.telemetry,
+            context: &context,
+            sources: &scope.identities,
+        };
+        let governed = scope
+            .scope
+            .call(&request, &recorder, None, GovernOptions::default())
+            .await
+            .map_err(|f| to_gateway_error(&self.name, f))?;
+        Ok(governed.response)
+    }
+}

@@ -1,0 +1,178 @@
+//! Telemetry recording: the one place rows are built and emitted (SPEC §10.5).
+//!
+//! Every call kind records through [`Recorder`], the runtime's [`CallObserver`]: one row per
+//! attempt (including cancelled ones), one per terminal failure that never reached a source, and
+//! one per cache hit ([`Telemetry::record_cache_hit`]). Emitting pushes onto a bounded queue and
+//! returns at once; recording never fails a call.
+
+use std::sync::Arc;
+
+use polygateway_actors::runtime::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
+use polygateway_actors::telemetry::TelemetryQueue;
+use polygateway_actors::Transport;
+
+use crate::error::TransportError;
+use crate::telemetry::cost::Pricing;
+use crate::telemetry::digest::error_text;
+use crate::telemetry::row::TelemetryRow;
+use crate::types::{LlmResponse, Usage};
+
+/// What a successful response contributes to its row.
+#[derive(Debug, Default)]
+pub(crate) struct RowOutcome<'a> {
+    pub response: Option<&'a str>,
+    pub thinking: Option<&'a str>,
+    pub usage: Usage,
+    pub ttft_ms: Option<f64>,
+    pub max_inter_token_ms: Option<f64>,
+    pub model_reported: Option<&'a str>,
+    /// Whether token usage is billable (OCR is not).
+    pub priced: bool,
+}
+
+/// A transport whose responses can be recorded.
+pub(crate) trait Recorded: Transport<Error = TransportError> {
+    fn outcome(response: &Self::Response) -> RowOutcome<'_>;
+}
+
+/// Per-call context shared by all rows of one call.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RowContext {
+    pub session_id: Option<String>,
+    pub parent_call_id: Option<String>,
+    pub messages: String,
+    pub sampling: Option<String>,
+    pub tenant_id: String,
+    pub meta: String,
+}
+
+/// Configured identity of a source, for rows.
+#[derive(Debug, Clone)]
+pub(crate) struct SourceIdentity {
+    pub name: String,
+    pub model: String,
+    pub provider: String,
+}
+
+/// The runtime's telemetry front: queue, pricing, text cap.
+#[derive(Debug)]
+pub(crate) struct Telemetry {
+    pub queue: Arc<TelemetryQueue<TelemetryRow>>,
+    pub pricing: Option<Arc<Pricing>>,
+    pub text_cap: Option<usize>,
+    pub enabled: bool,
+}
+
+impl Telemetry {
+    /// The one emit function.
+    pub fn emit(&self, row: TelemetryRow) {
+        if self.enabled && !self.queue.push(row) {
+            metrics::counter!("pgw_telemetry_dropped_rows_total").increment(1);
+        }
+    }
+
+    /// Cost of `usage` on `model`: `None` without a pricing table, for unknown models and when
+    /// usage is unavailable (unknown is not free).
+    pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
+        self.pricing.as_ref().and_then(|p| p.cost(model, usage))
+    }
+
+    /// Record a cache hit: its own row id, latency 0, cost 0.0, the current call's context.
+    pub fn record_cache_hit(&self, ctx: &RowContext, response: &LlmResponse) {
+        let mut row = self.base_row(&response.call_id, ctx);
+        row.model = response.model.clone();
+        row.provider = response.provider.clone();
+        row.source_name = response.source_name.clone();
+        row.response = Some(crate::telemetry::digest::cap_text(&response.content, self.text_cap));
+        row.thinking = (!response.thinking.is_empty())
+            .then(|| crate::telemetry::digest::cap_text(&response.thinking, self.text_cap));
+        row.prompt_tokens = response.prompt_tokens as i64;
+        row.completion_tokens = response.completion_tokens as i64;
+        row.usage_source = response.usage_source.as_str().to_string();
+        row.latency_ms = 0.0;
+        row.cache_hit = true;
+        row.cost = Some(0.0);
+        row.cached_prompt_tokens = response.cached_prompt_tokens.map(|n| n as i64);
+        row.model_reported = response.model_reported.clone();
+        row.reasoning_tokens = response.reasoning_tokens.map(|n| n as i64);
+        self.emit(row);
+    }
+
+    fn base_row(&self, call_id: &str, ctx: &RowContext) -> TelemetryRow {
+        let mut row = TelemetryRow::new(call_id);
+        row.session_id = ctx.session_id.clone();
+        row.parent_call_id = ctx.parent_call_id.clone();
+        row.messages = ctx.messages.clone();
+        row.sampling = ctx.sampling.clone();
+        row.tenant_id = ctx.tenant_id.clone();
+        row.meta = ctx.meta.clone();
+        row
+    }
+}
+
+/// The observer handed to the runtime for one call.
+pub(crate) struct Recorder<'a> {
+    pub telemetry: &'a Telemetry,
+    pub context: &'a RowContext,
+    pub sources: &'a [SourceIdentity],
+}
+
+impl Recorder<'_> {
+    fn identity(&self, source: &str) -> Option<&SourceIdentity> {
+        self.sources.iter().find(|s| s.name == source)
+    }
+}
+
+impl<T: Recorded> CallObserver<T> for Recorder<'_> {
+    fn on_attempt(&self, report: &AttemptReport<'_, T>) {
+        let t = self.telemetry;
+        let mut row = t.base_row(report.attempt_id, self.context);
+        if let Some(identity) = self.identity(report.source) {
+            row.model = identity.model.clone();
+            row.provider = identity.provider.clone();
+        }
+        row.source_name = report.source.to_string();
+        row.latency_ms = report.elapsed.as_secs_f64() * 1e3;
+        match &report.result {
+            AttemptResult::Ok(response) => {
+                let outcome = T::outcome(response);
+                row.response = outcome
+                    .response
+                    .map(|r| crate::telemetry::digest::cap_text(r, t.text_cap));
+                row.thinking = outcome
+                    .thinking
+                    .filter(|s| !s.is_empty())
+                    .map(|r| crate::telemetry::digest::cap_text(r, t.text_cap));
+                row.prompt_tokens = outcome.usage.prompt_tokens as i64;
+                row.completion_tokens = outcome.usage.completion_tokens as i64;
+                row.usage_source = outcome.usage.source.as_str().to_string();
+                row.ttft_ms = outcome.ttft_ms;
+                row.max_inter_token_ms = outcome.max_inter_token_ms;
+                row.cached_prompt_tokens = outcome.usage.cached_prompt_tokens.map(|n| n as i64);
+                row.reasoning_tokens = outcome.usage.reasoning_tokens.map(|n| n as i64);
+                row.model_reported = outcome.model_reported.map(str::to_string);
+                row.cost = if outcome.priced {
+                    t.cost(&row.model, &outcome.usage)
+                } else {
+                    None
+                };
+            }
+            AttemptResult::Err(error) => {
+                row.error = Some(error_text(
+                    polygateway_actors::Classify::class(*error).as_str(),
+                    &error.message,
+                ));
+            }
+            AttemptResult::Cancelled => row.error = Some("cancelled".to_string()),
+        }
+        t.emit(row);
+    }
+
+    fn on_terminal(&self, report: &TerminalReport<'_, TransportError>) {
+        let t = self.telemetry;
+        let mut row = t.base_row(report.record_id, self.context);
+        let error = super::failure::describe(report.scope, report.failure);
+        row.error = Some(error);
+        t.emit(row);
+    }
+}

@@ -1,0 +1,140 @@
+//! Governed streaming to the caller (`chat_stream`).
+//!
+//! The call runs in a task owned by the returned [`ChatStream`] on the same governed path as
+//! `chat()`. Deltas reach the consumer through a bounded channel: a slow consumer makes the
+//! transport's `emit` wait, which pauses the upstream read — nothing buffers without limit.
+//! Until the first delta is delivered, failures retry and switch sources invisibly; after it, a
+//! failure ends the stream with [`GatewayError::StreamInterrupted`] carrying how many deltas were
+//! delivered — never a silent clean end. Dropping the stream aborts the task: the upstream request
+//! is dropped (connection closed) and every permit, lease and probe is released.
+//!
+//! Mid-stream continuation on another source is deliberately not offered: an assistant-prefix
+//! continuation is not supported uniformly by OpenAI-compatible providers, and splicing two
+//! samplings would hand the caller text no single model produced, with usage that cannot be
+//! attributed honestly.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+use polygateway_actors::EventSink;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::chat::ChatHandle;
+use crate::error::GatewayError;
+use crate::transport::chat::ChatDelta;
+use crate::types::{CallOptions, LlmResponse, Message};
+
+/// Deltas buffered between the upstream reader and a slow consumer.
+const STREAM_BUFFER: usize = 32;
+
+/// One item of a chat stream.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ChatEvent {
+    /// Answer text as it arrives.
+    Content(String),
+    /// Reasoning text as it arrives.
+    Reasoning(String),
+    /// The complete response (usage, source, timings, cost). Always the last item of a clean
+    /// stream.
+    Done(Box<LlmResponse>),
+}
+
+/// A governed chat stream. Dropping it cancels the call.
+pub struct ChatStream {
+    deltas: mpsc::Receiver<ChatDelta>,
+    result: Option<oneshot::Receiver<Result<LlmResponse, GatewayError>>>,
+    task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for ChatStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatStream").finish_non_exhaustive()
+    }
+}
+
+impl Drop for ChatStream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Stream for ChatStream {
+    type Item = Result<ChatEvent, GatewayError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Deltas first; the channel ends only when the call task dropped its sender, after which
+        // the final result is (or is about to be) in the oneshot.
+        match self.deltas.poll_recv(cx) {
+            Poll::Ready(Some(delta)) => {
+                return Poll::Ready(Some(Ok(match delta {
+                    ChatDelta::Content(text) => ChatEvent::Content(text),
+                    ChatDelta::Reasoning(text) => ChatEvent::Reasoning(text),
+                })))
+            }
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(None) => {}
+        }
+        let Some(result) = self.result.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(result).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(outcome) => {
+                self.result = None;
+                Poll::Ready(Some(match outcome {
+                    Ok(Ok(response)) => Ok(ChatEvent::Done(Box::new(response))),
+                    Ok(Err(error)) => Err(error),
+                    Err(_) => Err(GatewayError::Shutdown("the stream's task ended".into())),
+                }))
+            }
+        }
+    }
+}
+
+use std::future::Future;
+
+impl ChatHandle {
+    /// Stream a governed chat call: content and reasoning deltas as they arrive, then
+    /// [`ChatEvent::Done`] with the complete response — or one error item. A cache hit is replayed
+    /// as one content event and the final event. See the module docs for the retry semantics.
+    pub fn chat_stream(&self, messages: Vec<Message>, options: CallOptions) -> ChatStream {
+        let (delta_tx, deltas) = mpsc::channel(STREAM_BUFFER);
+        let (result_tx, result) = oneshot::channel();
+        let handle = self.clone();
+        let task = tokio::spawn(async move {
+            let outcome = handle.stream_call(messages, options, delta_tx).await;
+            let _ = result_tx.send(outcome);
+        });
+        ChatStream {
+            deltas,
+            result: Some(result),
+            task,
+        }
+    }
+
+    async fn stream_call(
+        &self,
+        messages: Vec<Message>,
+        mut options: CallOptions,
+        delta_tx: mpsc::Sender<ChatDelta>,
+    ) -> Result<LlmResponse, GatewayError> {
+        options.stream = true;
+        let prepared = self.prepare(messages, &options, None)?;
+        if let Some(hit) = self.lookup(&prepared).await {
+            let _ = delta_tx.send(ChatDelta::Content(hit.content.clone())).await;
+            return Ok(hit);
+        }
+        let sink = EventSink::new(delta_tx);
+        let response = self.governed_stream(&prepared, &sink).await?;
+        drop(sink);
+        if let (Some(cache), Some(key)) = (&self.core.cache, &prepared.cache_key) {
+            if !response.content.is_empty() {
+                cache.backend.put(key, &response, cache.ttl).await;
+            }
+        }
+        Ok(response)
+    }
+}

@@ -1,0 +1,296 @@
+//! Provider registry (SPEC §7.2): what differs between OpenAI-compatible providers, as explicit
+//! entries.
+//!
+//! A profile says how to switch thinking on/off in the request body, where the provider puts its
+//! reasoning (a `reasoning_content` field, `<think>` tags inside `content`, or either) and whether
+//! it accepts a native JSON-schema `response_format`. Profiles are looked up by the source's
+//! configured provider name — never guessed from the model string. The registry is a plain value
+//! (no global): build one with [`ProviderRegistry::with_defaults`], add your own with
+//! [`ProviderRegistry::register`].
+//!
+//! Not here: HTTP, status classification (see [`crate::transport::http`]) and SSE parsing.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Map, Value};
+
+/// How a provider's request body switches thinking (reasoning) on or off.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ThinkingForm {
+    /// The provider has no switch: nothing is injected even when `ENABLE_THINKING` is set.
+    None,
+    /// DeepSeek / GLM style: `{"thinking": {"type": "enabled" | "disabled"}}`.
+    DeepSeek,
+    /// Qwen (DashScope) style: `{"enable_thinking": true | false}`.
+    Qwen,
+    /// Any other form: the top-level keys merged for "on" and for "off".
+    Custom {
+        /// Keys merged when thinking is switched on.
+        on: Map<String, Value>,
+        /// Keys merged when thinking is switched off.
+        off: Map<String, Value>,
+    },
+}
+
+impl ThinkingForm {
+    /// The top-level body keys to merge for `enabled`.
+    ///
+    /// ```
+    /// use polygateway::provider::ThinkingForm;
+    /// let on = ThinkingForm::DeepSeek.injection(true);
+    /// assert_eq!(serde_json::Value::Object(on), serde_json::json!({"thinking": {"type": "enabled"}}));
+    /// let off = ThinkingForm::Qwen.injection(false);
+    /// assert_eq!(serde_json::Value::Object(off), serde_json::json!({"enable_thinking": false}));
+    /// assert!(ThinkingForm::None.injection(true).is_empty());
+    /// ```
+    pub fn injection(&self, enabled: bool) -> Map<String, Value> {
+        let mut out = Map::new();
+        match self {
+            ThinkingForm::None => {}
+            ThinkingForm::DeepSeek => {
+                let kind = if enabled { "enabled" } else { "disabled" };
+                out.insert("thinking".into(), json!({ "type": kind }));
+            }
+            ThinkingForm::Qwen => {
+                out.insert("enable_thinking".into(), Value::Bool(enabled));
+            }
+            ThinkingForm::Custom { on, off } => {
+                out = if enabled { on.clone() } else { off.clone() };
+            }
+        }
+        out
+    }
+}
+
+/// Where a provider puts its reasoning text.
+///
+/// The `reasoning_content` delta field is always read when present; this form says whether
+/// `content` may additionally carry `<think>…</think>` blocks that must be moved into `thinking`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningForm {
+    /// A separate `reasoning_content` field; `content` is taken verbatim.
+    Field,
+    /// `<think>…</think>` blocks inside `content`.
+    ThinkTags,
+    /// Either (generic/self-hosted servers whose reasoning parser may or may not be on).
+    Both,
+}
+
+impl ReasoningForm {
+    /// `true` when `<think>` tags in `content` must be stripped into thinking.
+    pub fn strips_think_tags(self) -> bool {
+        matches!(self, ReasoningForm::ThinkTags | ReasoningForm::Both)
+    }
+}
+
+/// One provider's wire peculiarities.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ProviderProfile {
+    /// Registry key (lower-case), e.g. `deepseek`.
+    pub name: String,
+    /// How thinking is switched on/off.
+    pub thinking: ThinkingForm,
+    /// Where reasoning text arrives.
+    pub reasoning: ReasoningForm,
+    /// `true` when `response_format: {"type": "json_schema", …}` is supported natively.
+    pub native_json_schema: bool,
+}
+
+impl ProviderProfile {
+    /// A profile; `name` is lower-cased.
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderProfile, ReasoningForm, ThinkingForm};
+    /// let p = ProviderProfile::new("MyVendor", ThinkingForm::Qwen, ReasoningForm::Field, true);
+    /// assert_eq!(p.name, "myvendor");
+    /// ```
+    pub fn new(
+        name: impl Into<String>,
+        thinking: ThinkingForm,
+        reasoning: ReasoningForm,
+        native_json_schema: bool,
+    ) -> Self {
+        Self {
+            name: name.into().to_ascii_lowercase(),
+            thinking,
+            reasoning,
+            native_json_schema,
+        }
+    }
+
+    /// The fallback for providers without an entry: no thinking switch, reasoning from either
+    /// form, no native JSON schema.
+    pub fn generic() -> Self {
+        Self::new(
+            GENERIC,
+            ThinkingForm::None,
+            ReasoningForm::Both,
+            false,
+        )
+    }
+}
+
+/// Name of the generic fallback profile.
+pub const GENERIC: &str = "generic";
+
+/// Provider profiles by name, with a generic fallback.
+///
+/// ```
+/// use polygateway::provider::{ProviderRegistry, ThinkingForm};
+/// let reg = ProviderRegistry::with_defaults();
+/// assert_eq!(reg.get("deepseek").thinking, ThinkingForm::DeepSeek);
+/// // Unknown names fall back to the generic profile; the model string is never consulted.
+/// assert_eq!(reg.get("acme").name, "generic");
+/// ```
+#[derive(Debug, Clone)]
+pub struct ProviderRegistry {
+    profiles: HashMap<String, ProviderProfile>,
+    generic: ProviderProfile,
+}
+
+impl Default for ProviderRegistry {
+    fn default() -> Self {
+        Self::with_defaults()
+    }
+}
+
+impl ProviderRegistry {
+    /// An empty registry: every lookup answers the generic profile.
+    pub fn empty() -> Self {
+        Self {
+            profiles: HashMap::new(),
+            generic: ProviderProfile::generic(),
+        }
+    }
+
+    /// The built-in entries: `openai`, `deepseek`, `qwen`, `minimax`, `glm`, `moonshot`.
+    pub fn with_defaults() -> Self {
+        use ReasoningForm::*;
+        use ThinkingForm as T;
+        let mut reg = Self::empty();
+        for profile in [
+            ProviderProfile::new("openai", T::None, Field, true),
+            ProviderProfile::new("deepseek", T::DeepSeek, Field, false),
+            ProviderProfile::new("qwen", T::Qwen, Field, true),
+            // MiniMax M-series reason inside `<think>` tags in `content`.
+            ProviderProfile::new("minimax", T::None, ThinkTags, true),
+            ProviderProfile::new("glm", T::DeepSeek, Field, false),
+            ProviderProfile::new("moonshot", T::None, Field, false),
+        ] {
+            reg.register(profile);
+        }
+        reg
+    }
+
+    /// Add or replace an entry (by its lower-case name). Registering `generic` replaces the
+    /// fallback.
+    pub fn register(&mut self, profile: ProviderProfile) {
+        if profile.name == GENERIC {
+            self.generic = profile;
+        } else {
+            self.profiles.insert(profile.name.clone(), profile);
+        }
+    }
+
+    /// The profile for a provider name (case-insensitive); unknown names get the generic
+    /// profile (logged at debug level).
+    pub fn get(&self, name: &str) -> &ProviderProfile {
+        let key = name.to_ascii_lowercase();
+        match self.profiles.get(&key) {
+            Some(p) => p,
+            None => {
+                tracing::debug!(provider = %key, "no provider profile; using the generic one");
+                &self.generic
+            }
+        }
+    }
+
+    /// `true` when a dedicated entry exists for `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.profiles.contains_key(&name.to_ascii_lowercase())
+    }
+
+    /// Names of the dedicated entries, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.profiles.keys().cloned().collect();
+        names.sort();
+        names
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_cover_the_listed_providers() {
+        let reg = ProviderRegistry::with_defaults();
+        assert_eq!(
+            reg.names(),
+            ["deepseek", "glm", "minimax", "moonshot", "openai", "qwen"]
+        );
+        assert_eq!(reg.get("QWEN").thinking, ThinkingForm::Qwen);
+        assert_eq!(reg.get("minimax").reasoning, ReasoningForm::ThinkTags);
+        assert!(reg.get("openai").native_json_schema);
+    }
+
+    #[test]
+    fn unknown_provider_is_generic_not_guessed() {
+        let reg = ProviderRegistry::with_defaults();
+        // A name that merely contains a known provider is still unknown.
+        let p = reg.get("deepseek-proxy");
+        assert_eq!(p, &ProviderProfile::generic());
+        assert!(!reg.contains("deepseek-proxy"));
+    }
+
+    #[test]
+    fn register_adds_and_replaces() {
+        let mut reg = ProviderRegistry::with_defaults();
+        let mut on = Map::new();
+        on.insert("reasoning".into(), json!({"effort": "high"}));
+        let custom = ThinkingForm::Custom {
+            on,
+            off: Map::new(),
+        };
+        reg.register(ProviderProfile::new(
+            "Acme",
+            custom.clone(),
+            ReasoningForm::Both,
+            false,
+        ));
+        assert_eq!(reg.get("acme").thinking, custom);
+        assert_eq!(
+            Value::Object(reg.get("acme").thinking.injection(true)),
+            json!({"reasoning": {"effort": "high"}})
+        );
+        assert!(reg.get("acme").thinking.injection(false).is_empty());
+        reg.register(ProviderProfile::new(
+            "openai",
+            ThinkingForm::None,
+            ReasoningForm::Field,
+            false,
+        ));
+        assert!(!reg.get("openai").native_json_schema);
+        reg.register(ProviderProfile::new(
+            GENERIC,
+            ThinkingForm::Qwen,
+            ReasoningForm::Field,
+            false,
+        ));
+        assert_eq!(reg.get("nobody").thinking, ThinkingForm::Qwen);
+    }
+
+    #[test]
+    fn thinking_forms_support_on_and_off() {
+        assert_eq!(
+            Value::Object(ThinkingForm::DeepSeek.injection(false)),
+            json!({"thinking": {"type": "disabled"}})
+        );
+        assert_eq!(
+            Value::Object(ThinkingForm::Qwen.injection(true)),
+            json!({"enable_thinking": true})
+        );
+    }
+}

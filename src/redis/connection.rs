@@ -1,0 +1,290 @@
+//! The Redis connection shared by the governance backends: a fred pool with a reconnect policy,
+//! bounded commands, and the Lua scripts run by EVALSHA (reloaded on NOSCRIPT).
+//!
+//! Every failure — unreachable server, timeout, script error — becomes a [`BackendError`] whose
+//! message never contains the URL's password; callers fail closed (SPEC §10.6). Not for: the
+//! response cache (it degrades silently and has its own client).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::{Builder, ClientLike, Config, FromValue, Pool, ReconnectPolicy, Value};
+use fred::types::scripts::Script;
+use polygateway_actors::BackendError;
+
+use super::keys::Keys;
+use crate::config::Secret;
+
+/// Connection knobs. The defaults suit production; tests shorten them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisOptions {
+    /// Bound of one script call, including a NOSCRIPT reload and a fred re-send (default 2 s).
+    pub command_timeout: Duration,
+    /// Bound of the initial connection (default 3 s).
+    pub connect_timeout: Duration,
+    /// Pooled connections (default 2; Redis runs scripts one at a time anyway).
+    pub pool_size: usize,
+    /// First reconnect delay after a dropped connection (default 100 ms).
+    pub reconnect_min_delay: Duration,
+    /// Largest reconnect delay (default 2 s); reconnection never gives up.
+    pub reconnect_max_delay: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            command_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(3),
+            pool_size: 2,
+            reconnect_min_delay: Duration::from_millis(100),
+            reconnect_max_delay: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Which Lua script to run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ScriptKind {
+    /// `lua/limiter.lua`.
+    Limiter,
+    /// `lua/progress.lua`.
+    Progress,
+    /// `lua/breaker.lua`.
+    Breaker,
+}
+
+impl ScriptKind {
+    fn name(self) -> &'static str {
+        match self {
+            ScriptKind::Limiter => "limiter",
+            ScriptKind::Progress => "progress",
+            ScriptKind::Breaker => "breaker",
+        }
+    }
+}
+
+struct Scripts {
+    limiter: Script,
+    progress: Script,
+    breaker: Script,
+}
+
+impl Scripts {
+    fn new() -> Self {
+        Self {
+            limiter: Script::from_lua(include_str!("../../lua/limiter.lua")),
+            progress: Script::from_lua(include_str!("../../lua/progress.lua")),
+            breaker: Script::from_lua(include_str!("../../lua/breaker.lua")),
+        }
+    }
+
+    fn get(&self, kind: ScriptKind) -> &Script {
+        match kind {
+            ScriptKind::Limiter => &self.limiter,
+            ScriptKind::Progress => &self.progress,
+            ScriptKind::Breaker => &self.breaker,
+        }
+    }
+
+    fn all(&self) -> [(ScriptKind, &Script); 3] {
+        [
+            (ScriptKind::Limiter, &self.limiter),
+            (ScriptKind::Progress, &self.progress),
+            (ScriptKind::Breaker, &self.breaker),
+        ]
+    }
+}
+
+struct Inner {
+    pool: Pool,
+    keys: Keys,
+    prefix: String,
+    scripts: Scripts,
+    command_timeout: Duration,
+    /// The URL password, scrubbed from every error message.
+    password: Option<String>,
+}
+
+/// A connected Redis governance store: build [`super::RedisGate`] and [`super::RedisBreakers`]
+/// from it. Cheap to clone (one shared pool). The builder owns it and calls [`Self::close`].
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+/// use polygateway::config::Secret;
+/// use polygateway::redis::{RedisBreakers, RedisGate, RedisGovernance};
+/// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw").await?;
+/// let gate = RedisGate::new(redis.clone());
+/// let breakers = RedisBreakers::new(redis.clone());
+/// # drop((gate, breakers));
+/// redis.close().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisGovernance {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for RedisGovernance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisGovernance")
+            .field("prefix", &self.inner.prefix)
+            .field("command_timeout", &self.inner.command_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisGovernance {
+    /// Connect with default [`RedisOptions`]; keys live under `key_prefix` (`pgw` in production,
+    /// a unique prefix per test).
+    pub async fn connect(url: &Secret, key_prefix: &str) -> Result<Self, BackendError> {
+        Self::connect_with(url, key_prefix, RedisOptions::default()).await
+    }
+
+    /// Connect, load the scripts, and fail within `connect_timeout` if the server is unreachable.
+    pub async fn connect_with(
+        url: &Secret,
+        key_prefix: &str,
+        options: RedisOptions,
+    ) -> Result<Self, BackendError> {
+        let password = url::Url::parse(url.expose())
+            .ok()
+            .and_then(|u| u.password().map(str::to_owned))
+            .filter(|p| !p.is_empty());
+        let scrub = |message: String| redact(message, password.as_deref());
+
+        let config = Config::from_url(url.expose())
+            .map_err(|e| BackendError::new(scrub(format!("invalid redis url: {e}"))))?;
+        let pool = Builder::from_config(config)
+            .with_performance_config(|p| p.default_command_timeout = options.command_timeout)
+            .with_connection_config(|c| {
+                c.connection_timeout = options.connect_timeout;
+                c.internal_command_timeout = options.command_timeout;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(
+                0,
+                millis_u32(options.reconnect_min_delay),
+                millis_u32(options.reconnect_max_delay),
+                2,
+            ))
+            .build_pool(options.pool_size.max(1))
+            .map_err(|e| BackendError::new(scrub(format!("redis client: {e}"))))?;
+
+        let inner = Arc::new(Inner {
+            pool,
+            keys: Keys::new(key_prefix),
+            prefix: key_prefix.to_owned(),
+            scripts: Scripts::new(),
+            command_timeout: options.command_timeout,
+            password,
+        });
+        let this = Self { inner };
+
+        let connected = async {
+            this.inner.pool.init().await?;
+            for (_, script) in this.inner.scripts.all() {
+                script.load(this.inner.pool.next()).await?;
+            }
+            Ok::<(), fred::error::Error>(())
+        };
+        let outcome = tokio::time::timeout(options.connect_timeout, connected).await;
+        let failure = match outcome {
+            Ok(Ok(())) => return Ok(this),
+            Ok(Err(e)) => this.error("connect", &e),
+            Err(_) => BackendError::new(format!(
+                "redis connect timed out after {:?}",
+                options.connect_timeout
+            )),
+        };
+        // Stop the background reconnect tasks of a pool nobody will use.
+        this.close().await;
+        Err(failure)
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// Close the connections (idempotent). Clones share the pool: close once, when done with all.
+    pub async fn close(&self) {
+        let _ = tokio::time::timeout(self.inner.command_timeout, self.inner.pool.quit()).await;
+    }
+
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.inner.keys
+    }
+
+    /// Run one script by EVALSHA (reloading it on NOSCRIPT), bounded by the command timeout.
+    pub(crate) async fn eval<R: FromValue>(
+        &self,
+        kind: ScriptKind,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<R, BackendError> {
+        let script = self.inner.scripts.get(kind);
+        let client = self.inner.pool.next_connected();
+        let call = script.evalsha_with_reload::<R, _, _>(client, keys, args);
+        match tokio::time::timeout(self.inner.command_timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.error(kind.name(), &e)),
+            Err(_) => Err(BackendError::new(format!(
+                "redis {} script timed out after {:?}",
+                kind.name(),
+                self.inner.command_timeout
+            ))),
+        }
+    }
+
+    fn error(&self, what: &str, e: &fred::error::Error) -> BackendError {
+        BackendError::new(redact(
+            format!("redis {what}: {e}"),
+            self.inner.password.as_deref(),
+        ))
+    }
+}
+
+fn millis_u32(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
+}
+
+/// Remove the password from a message (fred and url errors should not echo it; be sure anyway).
+fn redact(message: String, password: Option<&str>) -> String {
+    match password {
+        Some(p) if message.contains(p) => message.replace(p, "***"),
+        _ => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_scrubs_the_password() {
+        assert_eq!(
+            redact("auth failed for hunter2 at x".into(), Some("hunter2")),
+            "auth failed for *** at x"
+        );
+        assert_eq!(redact("plain".into(), None), "plain");
+    }
+
+    #[tokio::test]
+    async fn unreachable_server_fails_fast_without_leaking_the_password() {
+        let url = Secret::new("redis://user:s3cr3t-pw@127.0.0.1:1");
+        let options = RedisOptions {
+            connect_timeout: Duration::from_millis(800),
+            ..RedisOptions::default()
+        };
+        let started = std::time::Instant::now();
+        let err = RedisGovernance::connect_with(&url, "t", options).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(!err.message.contains("s3cr3t-pw"), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn invalid_url_is_a_backend_error() {
+        let err = RedisGovernance::connect(&Secret::new("not a url:pw@"), "t").await.unwrap_err();
+        assert!(err.message.contains("invalid redis url"), "{}", err.message);
+    }
+}

@@ -1,0 +1,119 @@
+//! The Redis key layout of the governance backends. One place builds every key name so the layout
+//! is documented once and every script call provably shares one hash tag.
+//!
+//! Layout (`P` = key prefix, default `pgw`; `S` = scope; `R` = source):
+//!
+//! | key | type | used by |
+//! |---|---|---|
+//! | `P:{S}:lease` | ZSET lease id → expiry ms | global concurrency gate |
+//! | `P:{S}:src:R:lease` | ZSET lease id → expiry ms | source concurrency gate |
+//! | `P:{S}:win` | HASH `r:<w>`/`t:<w>` → requests/tokens of window `w` | global RPM/TPM |
+//! | `P:{S}:src:R:win` | HASH, same fields | source RPM/TPM |
+//! | `P:{S}:rec:<lease id>` | HASH `w`, `est`, `settled` | re-send and settle idempotency |
+//! | `P:{S}:progress` | STRING server ms | stall guard (`mark_progress`) |
+//! | `P:{S}:src:R:breaker` | HASH | breaker state of one source |
+//!
+//! The scope is the hash tag, so every key of one scope — global and per source — lands in one
+//! cluster slot and each script call touches a single slot. Not for: parsing keys back.
+
+/// Builds key names under one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under `prefix` (e.g. `pgw`, or a unique prefix per test).
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self { prefix: prefix.to_owned() }
+    }
+
+    fn scope(&self, scope: &str) -> String {
+        format!("{}:{{{}}}", self.prefix, scope)
+    }
+
+    fn source(&self, scope: &str, source: &str) -> String {
+        format!("{}:src:{}", self.scope(scope), source)
+    }
+
+    /// Global lease ZSET of a scope.
+    pub(crate) fn global_leases(&self, scope: &str) -> String {
+        format!("{}:lease", self.scope(scope))
+    }
+
+    /// Lease ZSET of one source.
+    pub(crate) fn source_leases(&self, scope: &str, source: &str) -> String {
+        format!("{}:lease", self.source(scope, source))
+    }
+
+    /// Global RPM/TPM window hash of a scope.
+    pub(crate) fn global_window(&self, scope: &str) -> String {
+        format!("{}:win", self.scope(scope))
+    }
+
+    /// RPM/TPM window hash of one source.
+    pub(crate) fn source_window(&self, scope: &str, source: &str) -> String {
+        format!("{}:win", self.source(scope, source))
+    }
+
+    /// Admission record of one lease.
+    pub(crate) fn lease_record(&self, scope: &str, lease_id: &str) -> String {
+        format!("{}:rec:{}", self.scope(scope), lease_id)
+    }
+
+    /// Progress clock of a scope.
+    pub(crate) fn progress(&self, scope: &str) -> String {
+        format!("{}:progress", self.scope(scope))
+    }
+
+    /// Breaker hash of one source.
+    pub(crate) fn breaker(&self, scope: &str, source: &str) -> String {
+        format!("{}:breaker", self.source(scope, source))
+    }
+
+    /// The five keys of a limiter call, in the order `lua/limiter.lua` expects.
+    pub(crate) fn gate(&self, scope: &str, source: &str, lease_id: &str) -> Vec<String> {
+        vec![
+            self.global_leases(scope),
+            self.source_leases(scope, source),
+            self.global_window(scope),
+            self.source_window(scope, source),
+            self.lease_record(scope, lease_id),
+        ]
+    }
+}
+
+/// The cluster hash slot's tag of a key: the text between the first `{` and the next `}`.
+#[cfg(test)]
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let close = key[open + 1..].find('}')? + open + 1;
+    (close > open + 1).then(|| &key[open + 1..close])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_a_scope_shares_the_scope_tag() {
+        let k = Keys::new("pgw");
+        let mut all = k.gate("LLM", "openai-a", "lease-1");
+        all.push(k.progress("LLM"));
+        all.push(k.breaker("LLM", "openai-b"));
+        for key in &all {
+            assert_eq!(hash_tag(key), Some("LLM"), "{key}");
+            assert!(key.starts_with("pgw:{LLM}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn prefixes_and_sources_separate_keys() {
+        let a = Keys::new("t1");
+        let b = Keys::new("t2");
+        assert_ne!(a.global_leases("LLM"), b.global_leases("LLM"));
+        assert_ne!(a.source_leases("LLM", "x"), a.source_leases("LLM", "y"));
+        assert_ne!(a.global_leases("LLM"), a.global_leases("VLM"));
+        assert_eq!(a.breaker("OCR", "m1"), "t1:{OCR}:src:m1:breaker");
+    }
+}

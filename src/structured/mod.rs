@@ -1,0 +1,17 @@
+//! Structured output (SPEC §9.2): turning a chat answer into JSON or into the caller's type.
+//!
+//! The pieces are pure and separately testable: [`repair`] (almost-JSON → `Value`),
+//! [`validate`] (`Value` → `T`, errors with paths), [`schema`] (strict JSON Schema and
+//! `response_format` bodies) and [`ladder`] (the prevent → repair → validate → re-ask driver,
+//! generic over how a question is asked). Governance of each ask (admission, breaker exemption of
+//! re-asks, telemetry) belongs to the runtime that supplies the ask function.
+
+pub mod ladder;
+pub mod repair;
+pub mod schema;
+pub mod validate;
+
+pub use ladder::{rehydrate, run_ladder, LadderMode, LadderOutcome, LadderPlan};
+pub use repair::{repair_json, Normalizer, RepairError};
+pub use schema::{json_object_format, response_format_for, schema_name, strict_schema};
+pub use validate::validate;

@@ -1,0 +1,181 @@
+//! JSON Schema for the "prevent" step (SPEC §9.2 step 1): `schemars` 1.x output transformed for
+//! OpenAI strict structured outputs, and the `response_format` bodies that carry it.
+//!
+//! Strict-mode transform, applied to every subschema:
+//! - objects with `properties` (or `type: "object"` and no schema-valued
+//!   `additionalProperties`) get `additionalProperties: false` and list every property as
+//!   required — optional fields stay optional through their `null`-able type, as strict mode wants;
+//! - `oneOf` becomes `anyOf` (strict mode has no `oneOf`);
+//! - `$ref` loses its sibling keywords; `default`, `$schema` and formats strict mode does not know
+//!   (schemars' `uint32`, `double`, …) are removed;
+//! - `$defs` are kept (recursive types need them) and `$ref`s still point into them.
+//!
+//! Not handled (the provider will reject such a schema; use `json` mode or another type): maps
+//! (`HashMap<String, T>` → schema-valued `additionalProperties`) and non-object roots.
+
+use schemars::{generate::SchemaSettings, JsonSchema};
+use serde_json::{json, Map, Value};
+
+/// Formats OpenAI strict mode accepts; other `format` values are dropped.
+const STRICT_FORMATS: &[&str] = &[
+    "date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid",
+];
+
+/// The strict-mode JSON Schema of `T`.
+///
+/// ```
+/// #[derive(schemars::JsonSchema, serde::Deserialize)]
+/// struct Answer { city: String, population: Option<u64> }
+/// let s = polygateway::structured::strict_schema::<Answer>();
+/// assert_eq!(s["additionalProperties"], false);
+/// assert_eq!(s["required"], serde_json::json!(["city", "population"]));
+/// ```
+pub fn strict_schema<T: JsonSchema>() -> Value {
+    let generator = SchemaSettings::draft2020_12()
+        .for_deserialize()
+        .into_generator();
+    let mut value = generator.into_root_schema_for::<T>().to_value();
+    if let Value::Object(root) = &mut value {
+        root.remove("$schema");
+    }
+    strictify(&mut value);
+    value
+}
+
+/// `{"type":"json_schema","json_schema":{"name":…,"strict":true,"schema":…}}` for `T`.
+/// `name` is sanitized to `[A-Za-z0-9_-]{1,64}`.
+pub fn response_format_for<T: JsonSchema>(name: &str) -> Value {
+    json!({
+        "type": "json_schema",
+        "json_schema": {
+            "name": sanitize_name(name),
+            "strict": true,
+            "schema": strict_schema::<T>(),
+        }
+    })
+}
+
+/// `{"type":"json_object"}` (JSON mode without a schema; OpenAI requires the word "JSON" in the
+/// messages for it).
+pub fn json_object_format() -> Value {
+    json!({"type": "json_object"})
+}
+
+/// A schema name for `T` usable in `response_format` (`schemars`' name, sanitized).
+pub fn schema_name<T: JsonSchema>() -> String {
+    sanitize_name(&T::schema_name())
+}
+
+fn sanitize_name(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if cleaned.is_empty() {
+        "response".to_owned()
+    } else {
+        cleaned
+    }
+}
+
+/// Keywords whose value is one subschema.
+const SCHEMA_KEYS: &[&str] = &[
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "contains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+];
+/// Keywords whose value is an array of subschemas.
+const SCHEMA_ARRAY_KEYS: &[&str] = &["anyOf", "oneOf", "allOf", "prefixItems"];
+/// Keywords whose value maps names to subschemas.
+const SCHEMA_MAP_KEYS: &[&str] = &[
+    "properties",
+    "$defs",
+    "definitions",
+    "patternProperties",
+    "dependentSchemas",
+];
+
+fn strictify(schema: &mut Value) {
+    let Value::Object(obj) = schema else {
+        return;
+    };
+    if obj.contains_key("$ref") {
+        obj.retain(|k, _| k == "$ref");
+        return;
+    }
+    obj.remove("default");
+    if let Some(Value::String(f)) = obj.get("format") {
+        if !STRICT_FORMATS.contains(&f.as_str()) {
+            obj.remove("format");
+        }
+    }
+    if let Some(one_of) = obj.remove("oneOf") {
+        match obj.get_mut("anyOf") {
+            Some(Value::Array(any)) => {
+                if let Value::Array(more) = one_of {
+                    any.extend(more);
+                }
+            }
+            _ => {
+                obj.insert("anyOf".into(), one_of);
+            }
+        }
+    }
+    close_object(obj);
+    for key in SCHEMA_KEYS {
+        if let Some(sub) = obj.get_mut(*key) {
+            strictify(sub);
+        }
+    }
+    for key in SCHEMA_ARRAY_KEYS {
+        if let Some(Value::Array(subs)) = obj.get_mut(*key) {
+            subs.iter_mut().for_each(strictify);
+        }
+    }
+    for key in SCHEMA_MAP_KEYS {
+        if let Some(Value::Object(subs)) = obj.get_mut(*key) {
+            subs.values_mut().for_each(strictify);
+        }
+    }
+}
+
+fn is_object_type(obj: &Map<String, Value>) -> bool {
+    match obj.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+        _ => false,
+    }
+}
+
+fn close_object(obj: &mut Map<String, Value>) {
+    let has_props = obj.contains_key("properties");
+    if !has_props && !is_object_type(obj) {
+        return;
+    }
+    // A schema-valued additionalProperties is a map: leave it (strict mode cannot express it).
+    if matches!(obj.get("additionalProperties"), Some(Value::Object(_))) {
+        return;
+    }
+    obj.insert("additionalProperties".into(), Value::Bool(false));
+    let names: Vec<Value> = match obj.get("properties") {
+        Some(Value::Object(props)) => props.keys().cloned().map(Value::String).collect(),
+        _ => Vec::new(),
+    };
+    if has_props {
+        obj.insert("required".into(), Value::Array(names));
+    }
+}

@@ -1,0 +1,241 @@
+//! Pricing and cost (SPEC §8.2).
+//!
+//! The pricing file is the original library's JSON, so price files carry over:
+//! `{"MiniMax-M3": {"input_per_1m": 2.1, "output_per_1m": 8.4, "cached_input_per_1m": 0.42}}`.
+//! This module computes the cost of one real call. A cache hit costs `0.0` — that is the
+//! caller's rule (no call was made), not this module's: do not call [`Pricing::cost`] for hit rows.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Mutex;
+
+use serde::Deserialize;
+
+use crate::types::{Usage, UsageSource};
+
+/// Prices of one model, per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct ModelPrice {
+    /// Price of a million prompt tokens.
+    pub input_per_1m: f64,
+    /// Price of a million completion tokens.
+    pub output_per_1m: f64,
+    /// Price of a million prompt tokens served from the provider's prompt cache (optional).
+    #[serde(default)]
+    pub cached_input_per_1m: Option<f64>,
+}
+
+/// Why a pricing file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PricingError {
+    /// The file could not be read.
+    #[error("cannot read pricing file {path}: {source}")]
+    Read {
+        /// The path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not the expected JSON.
+    #[error("invalid pricing JSON: {0}")]
+    Parse(#[from] serde_json::Error),
+    /// A price is negative or not finite.
+    #[error("invalid price for model {0}: prices must be finite and >= 0")]
+    InvalidPrice(String),
+}
+
+/// A pricing table. Warns once per unknown model.
+#[derive(Debug, Default)]
+pub struct Pricing {
+    prices: HashMap<String, ModelPrice>,
+    warned: Mutex<HashSet<String>>,
+}
+
+impl Pricing {
+    /// Load a pricing file (`PGW_PRICING_PATH`).
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, PricingError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| PricingError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_json(&text)
+    }
+
+    /// Parse a pricing table from JSON text.
+    ///
+    /// ```
+    /// use polygateway::{telemetry::Pricing, Usage, UsageSource};
+    /// let p = Pricing::from_json(r#"{"m": {"input_per_1m": 2.0, "output_per_1m": 8.0}}"#).unwrap();
+    /// let usage = Usage { prompt_tokens: 1_000_000, completion_tokens: 500_000,
+    ///                     source: UsageSource::Measured, ..Usage::default() };
+    /// assert_eq!(p.cost("m", &usage), Some(6.0));
+    /// ```
+    pub fn from_json(text: &str) -> Result<Self, PricingError> {
+        let prices: HashMap<String, ModelPrice> = serde_json::from_str(text)?;
+        for (model, p) in &prices {
+            let ok = |v: f64| v.is_finite() && v >= 0.0;
+            if !ok(p.input_per_1m)
+                || !ok(p.output_per_1m)
+                || !p.cached_input_per_1m.is_none_or(ok)
+            {
+                return Err(PricingError::InvalidPrice(model.clone()));
+            }
+        }
+        Ok(Self {
+            prices,
+            warned: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The price of `model`, if listed.
+    pub fn price(&self, model: &str) -> Option<&ModelPrice> {
+        self.prices.get(model)
+    }
+
+    /// Cost of one real call of `model` with `usage`:
+    /// `(prompt − cached)·input + cached·cached_input + completion·output` per million tokens.
+    ///
+    /// - usage `unavailable` → `None` (unknown is not free);
+    /// - unknown model → `None`, with one warning per model;
+    /// - the cached price applies only when configured and hits > 0; otherwise every prompt token
+    ///   is billed at the input price;
+    /// - hits above the prompt count are clamped to it, with a warning.
+    pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
+        if usage.source == UsageSource::Unavailable {
+            return None;
+        }
+        let Some(price) = self.prices.get(model) else {
+            self.warn_once(model, || {
+                tracing::warn!(model, "no price for model in the pricing table: cost left NULL");
+            });
+            return None;
+        };
+        let prompt = usage.prompt_tokens as f64;
+        let completion = usage.completion_tokens as f64;
+        let mut cached = usage.cached_prompt_tokens.unwrap_or(0);
+        if cached > usage.prompt_tokens {
+            tracing::warn!(
+                model,
+                cached,
+                prompt = usage.prompt_tokens,
+                "cached prompt tokens exceed prompt tokens: clamped"
+            );
+            cached = usage.prompt_tokens;
+        }
+        let cached = cached as f64;
+        let input = match price.cached_input_per_1m {
+            Some(cached_price) if cached > 0.0 => {
+                (prompt - cached) * price.input_per_1m + cached * cached_price
+            }
+            _ => prompt * price.input_per_1m,
+        };
+        Some((input + completion * price.output_per_1m) / 1_000_000.0)
+    }
+
+    fn warn_once(&self, model: &str, warn: impl FnOnce()) {
+        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        if warned.insert(model.to_owned()) {
+            warn();
+        }
+    }
+
+    /// Models that were asked for but had no price (each warned once).
+    pub fn unknown_models_seen(&self) -> Vec<String> {
+        let warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<String> = warned.iter().cloned().collect();
+        v.sort();
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = r#"{
+        "MiniMax-M3": {"input_per_1m": 2.1, "output_per_1m": 8.4, "cached_input_per_1m": 0.42},
+        "plain": {"input_per_1m": 1.0, "output_per_1m": 4.0}
+    }"#;
+
+    fn usage(prompt: u64, completion: u64, cached: Option<u64>) -> Usage {
+        Usage {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            cached_prompt_tokens: cached,
+            reasoning_tokens: None,
+            source: UsageSource::Measured,
+        }
+    }
+
+    fn close(a: Option<f64>, b: f64) {
+        let a = a.expect("cost missing");
+        assert!((a - b).abs() < 1e-12, "{a} != {b}");
+    }
+
+    #[test]
+    fn cached_price_applies_to_hits() {
+        let p = Pricing::from_json(TABLE).unwrap();
+        // 1000 prompt (400 cached), 200 completion.
+        let expected = (600.0 * 2.1 + 400.0 * 0.42 + 200.0 * 8.4) / 1e6;
+        close(p.cost("MiniMax-M3", &usage(1000, 200, Some(400))), expected);
+    }
+
+    #[test]
+    fn no_cached_price_or_zero_hits_bills_everything_at_input() {
+        let p = Pricing::from_json(TABLE).unwrap();
+        close(p.cost("plain", &usage(1000, 200, Some(400))), (1000.0 + 800.0) / 1e6);
+        close(
+            p.cost("MiniMax-M3", &usage(1000, 200, Some(0))),
+            (1000.0 * 2.1 + 200.0 * 8.4) / 1e6,
+        );
+        close(
+            p.cost("MiniMax-M3", &usage(1000, 200, None)),
+            (1000.0 * 2.1 + 200.0 * 8.4) / 1e6,
+        );
+    }
+
+    #[test]
+    fn cached_above_prompt_is_clamped() {
+        let p = Pricing::from_json(TABLE).unwrap();
+        close(
+            p.cost("MiniMax-M3", &usage(100, 10, Some(500))),
+            (100.0 * 0.42 + 10.0 * 8.4) / 1e6,
+        );
+    }
+
+    #[test]
+    fn unknown_model_is_null_and_remembered_once() {
+        let p = Pricing::from_json(TABLE).unwrap();
+        assert_eq!(p.cost("nope", &usage(1, 1, None)), None);
+        assert_eq!(p.cost("nope", &usage(1, 1, None)), None);
+        assert_eq!(p.cost("nope2", &usage(1, 1, None)), None);
+        assert_eq!(p.unknown_models_seen(), vec!["nope", "nope2"]);
+    }
+
+    #[test]
+    fn unavailable_usage_is_null_but_estimated_is_priced() {
+        let p = Pricing::from_json(TABLE).unwrap();
+        let mut u = usage(0, 0, None);
+        u.source = UsageSource::Unavailable;
+        assert_eq!(p.cost("plain", &u), None);
+        assert!(p.unknown_models_seen().is_empty());
+        let mut u = usage(10, 10, None);
+        u.source = UsageSource::Estimated;
+        close(p.cost("plain", &u), 50.0 / 1e6);
+    }
+
+    #[test]
+    fn bad_files_are_errors() {
+        assert!(matches!(Pricing::from_json("[1]"), Err(PricingError::Parse(_))));
+        assert!(matches!(
+            Pricing::from_json(r#"{"m": {"input_per_1m": -1, "output_per_1m": 1}}"#),
+            Err(PricingError::InvalidPrice(_))
+        ));
+        assert!(matches!(Pricing::load("/nonexistent/prices.json"), Err(PricingError::Read { .. })));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.json");
+        std::fs::write(&path, TABLE).unwrap();
+        assert!(Pricing::load(&path).unwrap().price("plain").is_some());
+    }
+}

@@ -1,0 +1,59 @@
+//! Telemetry (SPEC §8): the row written for every attempt, cache hit and terminal failure; what it
+//! stores (digested messages, sampling, `ClassName: message` errors); its cost; the `llm_calls`
+//! schema; the SQLite and PostgreSQL sinks with their degrade logic; the retention tool.
+//!
+//! The batching actor and its queue are generic and live in
+//! [`polygateway_actors::telemetry`]; this module supplies the concrete row and sinks. Recording
+//! never fails a call: sinks swallow and count their failures and report through
+//! [`TelemetryStatus`].
+
+pub mod cost;
+pub mod digest;
+pub mod postgres;
+pub mod retention;
+pub mod row;
+pub mod schema;
+pub mod sqlite;
+mod status;
+
+use std::sync::Arc;
+
+pub use cost::{ModelPrice, Pricing, PricingError};
+pub use digest::{cap_text, error_text, messages_json, sampling_json};
+pub use polygateway_actors::telemetry::{
+    NullSink, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryQueue,
+    TelemetrySink,
+};
+pub use postgres::{PostgresOptions, PostgresSink};
+pub use retention::{retention, RetentionError, RetentionReport, RetentionTarget};
+pub use row::{meta_json, TelemetryRow};
+pub use schema::{
+    add_column_sql, create_table_sql, telemetry_schema_sql, Column, SchemaBackend, COLUMNS,
+    DEFAULT_TABLE,
+};
+pub use sqlite::{SqliteOptions, SqliteSink};
+pub use status::{TelemetryStatus, DEFAULT_COOLDOWN};
+
+use crate::config::{TelemetryBackendSettings, TelemetrySettings};
+
+/// The sink configured by `settings`: [`NullSink`] for `none`, [`SqliteSink`] or
+/// [`PostgresSink`] otherwise. Never fails and never connects: problems surface in the status.
+pub fn sink_from_settings(settings: &TelemetrySettings) -> Arc<dyn TelemetrySink<TelemetryRow>> {
+    match &settings.backend {
+        TelemetryBackendSettings::None => Arc::new(NullSink),
+        TelemetryBackendSettings::Sqlite { path } => Arc::new(SqliteSink::open(
+            path.clone(),
+            SqliteOptions::new(settings.schema_mode),
+        )),
+        TelemetryBackendSettings::Postgres {
+            dsn,
+            pool_max,
+            write_timeout,
+        } => {
+            let mut options = PostgresOptions::new(settings.schema_mode);
+            options.pool_max = *pool_max;
+            options.write_timeout = *write_timeout;
+            Arc::new(PostgresSink::new(dsn, options))
+        }
+    }
+}

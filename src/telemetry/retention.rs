@@ -1,0 +1,243 @@
+//! The retention tool behind the CLI subcommand (SPEC §8.7): count — or, with `apply`, delete in
+//! bounded batches — the rows of a plain telemetry table older than N days.
+//!
+//! This is an operator's tool, never called by the runtime (the library itself issues no
+//! DELETE). A partitioned PostgreSQL table is refused with a distinct error (the CLI maps it to
+//! exit code 3): drop or detach old partitions instead.
+
+use std::path::PathBuf;
+
+use tokio_postgres::NoTls;
+
+use super::schema::{validate_table, InvalidTableName};
+use crate::config::Secret;
+
+/// Where the table lives.
+#[derive(Debug, Clone)]
+pub enum RetentionTarget {
+    /// A PostgreSQL DSN.
+    Postgres(Secret),
+    /// A SQLite file.
+    Sqlite(PathBuf),
+}
+
+/// What a retention run found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// Rows older than the cutoff when the run started.
+    pub matched: u64,
+    /// Rows deleted (0 on a dry run).
+    pub deleted: u64,
+    /// `false` for a dry run.
+    pub applied: bool,
+}
+
+/// Why a retention run did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    /// The table is partitioned: use `DROP`/`DETACH PARTITION` (exit code 3).
+    #[error("table {0} is partitioned: drop or detach old partitions instead of deleting rows")]
+    Partitioned(String),
+    /// The table does not exist.
+    #[error("table {0} does not exist")]
+    NoTable(String),
+    /// The table name cannot be used.
+    #[error(transparent)]
+    InvalidTable(#[from] InvalidTableName),
+    /// Bad arguments (batch size 0, …).
+    #[error("invalid retention arguments: {0}")]
+    InvalidArgs(String),
+    /// The database failed (message without secrets).
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+impl RetentionError {
+    /// The CLI exit code: 3 for a partitioned table, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RetentionError::Partitioned(_) => 3,
+            _ => 1,
+        }
+    }
+}
+
+/// Count (dry run) or delete (`apply`) rows of `table` whose `created_at` is more than
+/// `older_than_days` days old, deleting at most `batch` rows per statement.
+pub async fn retention(
+    target: &RetentionTarget,
+    table: &str,
+    older_than_days: u32,
+    apply: bool,
+    batch: usize,
+) -> Result<RetentionReport, RetentionError> {
+    validate_table(table)?;
+    if batch == 0 {
+        return Err(RetentionError::InvalidArgs("batch must be at least 1".into()));
+    }
+    let days = i32::try_from(older_than_days)
+        .map_err(|_| RetentionError::InvalidArgs("older_than_days is too large".into()))?;
+    match target {
+        RetentionTarget::Postgres(dsn) => postgres(dsn, table, days, apply, batch).await,
+        RetentionTarget::Sqlite(path) => {
+            let (path, table) = (path.clone(), table.to_owned());
+            tokio::task::spawn_blocking(move || sqlite(&path, &table, days, apply, batch))
+                .await
+                .map_err(|e| RetentionError::Database(e.to_string()))?
+        }
+    }
+}
+
+async fn postgres(
+    dsn: &Secret,
+    table: &str,
+    days: i32,
+    apply: bool,
+    batch: usize,
+) -> Result<RetentionReport, RetentionError> {
+    let redact = |e: tokio_postgres::Error| {
+        let mut text = e.to_string();
+        if let Some(db) = e.as_db_error() {
+            text = format!("{}: {}", db.code().code(), db.message());
+        } else if let Some(source) = std::error::Error::source(&e) {
+            text = format!("{text}: {source}");
+        }
+        if let Ok(cfg) = dsn.expose().parse::<tokio_postgres::Config>() {
+            if let Some(pw) = cfg.get_password().filter(|p| !p.is_empty()) {
+                text = text.replace(&*String::from_utf8_lossy(pw), "***");
+            }
+        }
+        RetentionError::Database(text)
+    };
+    let (client, connection) = tokio_postgres::connect(dsn.expose(), NoTls)
+        .await
+        .map_err(redact)?;
+    let conn_task = tokio::spawn(connection);
+    let result = async {
+        let row = client
+            .query_one(
+                "SELECT to_regclass($1::text)::oid, \
+                 EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1::text))",
+                &[&table],
+            )
+            .await
+            .map_err(redact)?;
+        let oid: Option<u32> = row.get(0);
+        if oid.is_none() {
+            return Err(RetentionError::NoTable(table.to_owned()));
+        }
+        if row.get::<_, bool>(1) {
+            return Err(RetentionError::Partitioned(table.to_owned()));
+        }
+        // One cutoff for the whole run, so batches agree on what "old" means.
+        let cutoff: String = client
+            .query_one("SELECT (now() - make_interval(days => $1))::text", &[&days])
+            .await
+            .map_err(redact)?
+            .get(0);
+        let matched: i64 = client
+            .query_one(
+                &format!("SELECT count(*) FROM {table} WHERE created_at < $1::text::timestamptz"),
+                &[&cutoff],
+            )
+            .await
+            .map_err(redact)?
+            .get(0);
+        let mut deleted = 0u64;
+        if apply {
+            let sql = format!(
+                "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} \
+                 WHERE created_at < $1::text::timestamptz LIMIT $2))"
+            );
+            let limit = batch as i64;
+            loop {
+                let n = client.execute(&sql, &[&cutoff, &limit]).await.map_err(redact)?;
+                deleted += n;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(RetentionReport {
+            matched: matched as u64,
+            deleted,
+            applied: apply,
+        })
+    }
+    .await;
+    drop(client);
+    let _ = conn_task.await;
+    result
+}
+
+fn sqlite(
+    path: &std::path::Path,
+    table: &str,
+    days: i32,
+    apply: bool,
+    batch: usize,
+) -> Result<RetentionReport, RetentionError> {
+    let db = |e: rusqlite::Error| RetentionError::Database(e.to_string());
+    if !path.exists() {
+        return Err(RetentionError::Database(format!("{} does not exist", path.display())));
+    }
+    let conn = rusqlite::Connection::open(path).map_err(db)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(db)?;
+    let info = match table.split_once('.') {
+        Some((schema, name)) => format!("PRAGMA {schema}.table_info({name})"),
+        None => format!("PRAGMA table_info({table})"),
+    };
+    let columns: usize = conn
+        .prepare(&info)
+        .and_then(|mut s| s.query_map([], |_| Ok(()))?.count_ok())
+        .map_err(db)?;
+    if columns == 0 {
+        return Err(RetentionError::NoTable(table.to_owned()));
+    }
+    let cutoff: String = conn
+        .query_row("SELECT datetime('now', ?1)", [format!("-{days} days")], |r| r.get(0))
+        .map_err(db)?;
+    let matched: i64 = conn
+        .query_row(
+            &format!("SELECT count(*) FROM {table} WHERE created_at < ?1"),
+            [&cutoff],
+            |r| r.get(0),
+        )
+        .map_err(db)?;
+    let mut deleted = 0u64;
+    if apply {
+        let sql = format!(
+            "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE created_at < ?1 LIMIT ?2)"
+        );
+        loop {
+            let n = conn
+                .execute(&sql, rusqlite::params![cutoff, batch as i64])
+                .map_err(db)?;
+            deleted += n as u64;
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    Ok(RetentionReport {
+        matched: matched as u64,
+        deleted,
+        applied: apply,
+    })
+}
+
+/// Counting helper for rusqlite row iterators.
+trait CountOk {
+    fn count_ok(self) -> rusqlite::Result<usize>;
+}
+
+impl<I: Iterator<Item = rusqlite::Result<()>>> CountOk for I {
+    fn count_ok(self) -> rusqlite::Result<usize> {
+        let mut n = 0;
+        for r in self {
+            r?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}

@@ -1,0 +1,333 @@
+//! The SQLite telemetry sink.
+//!
+//! `rusqlite::Connection` is `Send` but not `Sync`, so one dedicated writer thread owns it and is
+//! fed batches over a channel. The thread opens the file lazily (WAL, `synchronous=NORMAL`,
+//! `busy_timeout`), probes with `PRAGMA table_info`, creates the table when absent, and in `auto`
+//! mode adds missing columns one by one (plain `ALTER TABLE … ADD COLUMN`); in `manual` mode it
+//! trims the INSERT to the existing columns and warns once with runnable SQL. Rows go out as
+//! multi-row `INSERT OR IGNORE` with explicit columns, chunked under SQLite's variable limit.
+//!
+//! Failures never reach a caller: an unwritable path, a corrupt file or a lock timeout degrade the
+//! sink for the cooldown; a row the database rejects is dropped on its own.
+
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use polygateway_actors::telemetry::TelemetrySink;
+use rusqlite::{Connection, ErrorCode};
+use tokio::sync::oneshot;
+
+use super::row::TelemetryRow;
+use super::schema::{self, SchemaBackend};
+use super::status::{Admit, SinkHealth, TelemetryStatus, DEFAULT_COOLDOWN};
+use crate::config::SchemaMode;
+
+/// Rows per INSERT statement (also bounded by SQLite's variable limit).
+const MAX_ROWS_PER_STATEMENT: usize = 256;
+/// SQLite's default `SQLITE_MAX_VARIABLE_NUMBER` since 3.32 (the bundled build).
+const MAX_VARIABLES: usize = 32_766;
+/// Longest wait for the writer thread to finish on shutdown.
+const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
+
+/// Options of [`SqliteSink`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SqliteOptions {
+    /// Table name (default `llm_calls`).
+    pub table: String,
+    /// Schema mode (SQLite default: auto).
+    pub schema_mode: SchemaMode,
+    /// How long to stay degraded before retrying (default 60 s).
+    pub cooldown: Duration,
+    /// `busy_timeout` of the connection (default 5 s).
+    pub busy_timeout: Duration,
+}
+
+impl SqliteOptions {
+    /// Defaults, with the configured schema mode (`None` → auto).
+    pub fn new(schema_mode: Option<SchemaMode>) -> Self {
+        Self {
+            table: schema::DEFAULT_TABLE.to_owned(),
+            schema_mode: schema_mode.unwrap_or(SchemaMode::Auto),
+            cooldown: DEFAULT_COOLDOWN,
+            busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+enum Cmd {
+    Write(Vec<TelemetryRow>, oneshot::Sender<()>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// Writes telemetry rows into a SQLite file from a dedicated thread.
+pub struct SqliteSink {
+    tx: Mutex<Option<mpsc::Sender<Cmd>>>,
+    health: Arc<SinkHealth>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SqliteSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteSink").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl SqliteSink {
+    /// Start the writer thread for `path`. Never fails: problems show up in the status.
+    pub fn open(path: impl Into<PathBuf>, options: SqliteOptions) -> Self {
+        let path = path.into();
+        let health = Arc::new(SinkHealth::new("sqlite", options.cooldown));
+        if let Err(e) = schema::validate_table(&options.table) {
+            health.set_fatal(e.to_string());
+            return Self {
+                tx: Mutex::new(None),
+                health,
+                path,
+            };
+        }
+        let (tx, rx) = mpsc::channel::<Cmd>();
+        let mut writer = Writer {
+            path: path.clone(),
+            options,
+            health: Arc::clone(&health),
+            conn: None,
+            cols: Vec::new(),
+        };
+        let spawned = std::thread::Builder::new()
+            .name("pgw-telemetry-sqlite".into())
+            .spawn(move || writer.run(rx));
+        if let Err(e) = spawned {
+            health.set_fatal(format!("cannot start the SQLite writer thread: {e}"));
+            return Self {
+                tx: Mutex::new(None),
+                health,
+                path,
+            };
+        }
+        Self {
+            tx: Mutex::new(Some(tx)),
+            health,
+            path,
+        }
+    }
+
+    /// The database path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sender(&self) -> Option<mpsc::Sender<Cmd>> {
+        self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[async_trait]
+impl TelemetrySink<TelemetryRow> for SqliteSink {
+    async fn write_batch(&self, rows: Vec<TelemetryRow>) {
+        let n = rows.len() as u64;
+        let Some(tx) = self.sender() else {
+            self.health.drop_rows(n, Instant::now());
+            return;
+        };
+        let (done_tx, done_rx) = oneshot::channel();
+        if tx.send(Cmd::Write(rows, done_tx)).is_err() || done_rx.await.is_err() {
+            // The writer thread is gone (shut down or panicked).
+            self.health.drop_rows(n, Instant::now());
+        }
+    }
+
+    fn status(&self) -> TelemetryStatus {
+        self.health.status(Instant::now())
+    }
+
+    async fn shutdown(&self) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(tx) = tx {
+            let (done_tx, done_rx) = oneshot::channel();
+            if tx.send(Cmd::Shutdown(done_tx)).is_ok() {
+                let _ = tokio::time::timeout(SHUTDOWN_BUDGET, done_rx).await;
+            }
+        }
+    }
+}
+
+/// The writer thread's state.
+struct Writer {
+    path: PathBuf,
+    options: SqliteOptions,
+    health: Arc<SinkHealth>,
+    conn: Option<Connection>,
+    /// Indices (into the inserted columns) that the table has.
+    cols: Vec<usize>,
+}
+
+/// How a failure affects the sink.
+enum Failure {
+    /// The database is unusable right now: degrade.
+    Environmental(String),
+    /// This statement's data was rejected: isolate the bad row.
+    RowLevel(String),
+}
+
+fn classify(e: &rusqlite::Error) -> Failure {
+    let text = e.to_string();
+    match e {
+        rusqlite::Error::SqliteFailure(err, _) => match err.code {
+            ErrorCode::ConstraintViolation | ErrorCode::TypeMismatch | ErrorCode::TooBig => {
+                Failure::RowLevel(text)
+            }
+            // A table dropped under us: re-probe (and re-create) after the cooldown.
+            ErrorCode::Unknown if text.contains("no such table") => Failure::Environmental(text),
+            ErrorCode::Unknown => Failure::RowLevel(text),
+            _ => Failure::Environmental(text),
+        },
+        _ => Failure::Environmental(text),
+    }
+}
+
+impl Writer {
+    fn run(&mut self, rx: mpsc::Receiver<Cmd>) {
+        while let Ok(cmd) = rx.recv() {
+            match cmd {
+                Cmd::Write(rows, done) => {
+                    self.write(&rows);
+                    let _ = done.send(());
+                }
+                Cmd::Shutdown(done) => {
+                    self.conn = None;
+                    let _ = done.send(());
+                    return;
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, rows: &[TelemetryRow]) {
+        if rows.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if self.health.admit(now) == Admit::Skip {
+            self.health.drop_rows(rows.len() as u64, now);
+            return;
+        }
+        if self.conn.is_none() {
+            if let Err(e) = self.connect() {
+                self.fail_batch(e, rows.len(), now);
+                return;
+            }
+        }
+        match self.insert(rows) {
+            Ok(()) => self.health.recover(now),
+            Err(e) => match classify(&e) {
+                Failure::Environmental(reason) => self.fail_batch(reason, rows.len(), now),
+                Failure::RowLevel(_) => self.insert_one_by_one(rows, now),
+            },
+        }
+    }
+
+    fn fail_batch(&mut self, reason: String, rows: usize, now: Instant) {
+        // Reconnect and re-probe on the next attempt: the file or table may have changed.
+        self.conn = None;
+        self.health.degrade(reason, now);
+        self.health.drop_rows(rows as u64, now);
+    }
+
+    fn connect(&mut self) -> Result<(), String> {
+        let conn = Connection::open(&self.path)
+            .map_err(|e| format!("cannot open {}: {e}", self.path.display()))?;
+        let prepare = || -> rusqlite::Result<Vec<usize>> {
+            conn.busy_timeout(self.options.busy_timeout)?;
+            let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+            conn.execute_batch("PRAGMA synchronous=NORMAL")?;
+            self.ensure_schema(&conn)
+        };
+        let cols = prepare().map_err(|e| format!("{}: {e}", self.path.display()))?;
+        self.cols = cols;
+        self.conn = Some(conn);
+        Ok(())
+    }
+
+    /// Probe, create or upgrade; returns the inserted-column indices to write.
+    fn ensure_schema(&self, conn: &Connection) -> rusqlite::Result<Vec<usize>> {
+        let table = &self.options.table;
+        let existing = probe_columns(conn, table)?;
+        let all: Vec<usize> = (0..schema::insert_columns().count()).collect();
+        if existing.is_empty() {
+            conn.execute_batch(&schema::create_table_sql(SchemaBackend::Sqlite, table))?;
+            return Ok(all);
+        }
+        let (missing, present) = schema::diff_columns(&existing);
+        if missing.is_empty() {
+            return Ok(all);
+        }
+        match self.options.schema_mode {
+            SchemaMode::Manual => {
+                tracing::warn!(
+                    "{}",
+                    schema::manual_mode_warning(SchemaBackend::Sqlite, table, &missing)
+                );
+                Ok(present)
+            }
+            SchemaMode::Auto => {
+                for column in missing {
+                    let sql = schema::add_column_sql(SchemaBackend::Sqlite, table, column, false);
+                    if let Err(e) = conn.execute_batch(&sql) {
+                        // Do not trim: the promise is to add the column; failures stay visible
+                        // as row-level warnings.
+                        tracing::warn!(column = column.name, error = %e, "telemetry: adding a column failed");
+                    }
+                }
+                Ok(all)
+            }
+        }
+    }
+
+    fn insert(&mut self, rows: &[TelemetryRow]) -> rusqlite::Result<()> {
+        let cols = self.cols.clone();
+        let table = self.options.table.clone();
+        let conn = self.conn.as_mut().expect("connected before insert");
+        let per_statement = (MAX_VARIABLES / cols.len().max(1)).clamp(1, MAX_ROWS_PER_STATEMENT);
+        let tx = conn.transaction()?;
+        for chunk in rows.chunks(per_statement) {
+            let sql = schema::insert_sql(SchemaBackend::Sqlite, &table, &cols, chunk.len());
+            let mut stmt = tx.prepare_cached(&sql)?;
+            let values: Vec<_> = chunk.iter().map(TelemetryRow::values).collect();
+            let params: Vec<&dyn rusqlite::ToSql> = values
+                .iter()
+                .flat_map(|v| cols.iter().map(move |&i| &v[i] as &dyn rusqlite::ToSql))
+                .collect();
+            stmt.execute(params.as_slice())?;
+        }
+        tx.commit()
+    }
+
+    /// After a row-level batch failure: write row by row, dropping only the rows rejected.
+    fn insert_one_by_one(&mut self, rows: &[TelemetryRow], now: Instant) {
+        for (i, row) in rows.iter().enumerate() {
+            match self.insert(std::slice::from_ref(row)) {
+                Ok(()) => {}
+                Err(e) => match classify(&e) {
+                    Failure::RowLevel(detail) => self.health.row_rejected(&detail, now),
+                    Failure::Environmental(reason) => {
+                        self.fail_batch(reason, rows.len() - i, now);
+                        return;
+                    }
+                },
+            }
+        }
+        self.health.recover(now);
+    }
+}
+
+fn probe_columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let sql = match table.split_once('.') {
+        Some((schema, name)) => format!("PRAGMA {schema}.table_info({name})"),
+        None => format!("PRAGMA table_info({table})"),
+    };
+    let mut stmt = conn.prepare(&sql)?;
+    let names = stmt.query_map([], |r| r.get::<_, String>(1))?;
+    names.collect()
+}

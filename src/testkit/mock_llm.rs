@@ -1,0 +1,987 @@
+//! A mock OpenAI-compatible upstream with fault injection (axum on `127.0.0.1`, random port).
+//!
+//! Serves `POST /v1/chat/completions` (streaming or not, as the request's `stream` says),
+//! `POST /v1/embeddings` and `GET /v1/models`. What it does per request is a [`Behaviour`]:
+//! healthy, slow, black hole, every HTTP failure class, every stream defect the chat transport
+//! must classify, probabilistic mixes and scripts. It counts requests (total and per behaviour),
+//! keeps the last request bodies, and tracks in-flight requests and open connections, so tests
+//! can see what was sent and that an aborted stream was let go.
+//!
+//! Built to be cheap under soaks (10k+ requests): no per-request logging, frames without delay
+//! are sent as one chunk. Not a general HTTP mock; nothing in the runtime uses it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Prompt tokens the mock reports for every chat request.
+pub const MOCK_PROMPT_TOKENS: u64 = 12;
+/// Cached prompt tokens reported by [`Behaviour::UsageDetails`].
+pub const MOCK_CACHED_TOKENS: u64 = 8;
+/// Reasoning tokens reported by [`Behaviour::UsageDetails`].
+pub const MOCK_REASONING_TOKENS: u64 = 3;
+/// Default answer of [`Behaviour::healthy`].
+pub const MOCK_CONTENT: &str = "Hello from the mock upstream.";
+/// Reasoning text of [`Behaviour::Reasoning`] and [`Behaviour::ThinkTags`].
+pub const MOCK_THINKING: &str = "Let me think.";
+/// How many request bodies are kept.
+const RECORDED_MAX: usize = 64;
+
+/// What the mock does with a request.
+///
+/// Token usage: `prompt_tokens` = [`MOCK_PROMPT_TOKENS`], `completion_tokens` = number of
+/// content + reasoning deltas. Streaming sends the usage chunk only when the request asked for
+/// it (`stream_options.include_usage`), like OpenAI. The reported `model` is the requested model
+/// with `-mock` appended (so a test can tell it came from the wire).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Behaviour {
+    /// A normal answer: the first delta after `ttft`, then one every `inter_token`.
+    Healthy {
+        /// Delay before the first content delta (a role-only chunk is sent at once).
+        ttft: Duration,
+        /// Delay between content deltas.
+        inter_token: Duration,
+        /// Number of content deltas (the content is split into this many pieces).
+        chunks: usize,
+        /// The answer.
+        content: String,
+    },
+    /// Waits `delay` before sending headers, then answers like [`Behaviour::healthy`].
+    Slow {
+        /// Delay before the response starts.
+        delay: Duration,
+    },
+    /// Accepts the request and never answers.
+    BlackHole,
+    /// 429 pushback, with `Retry-After: <s>` when given.
+    RateLimited {
+        /// Seconds for the `Retry-After` header.
+        retry_after_s: Option<u64>,
+    },
+    /// 429 with an `insufficient_quota` error body.
+    InsufficientQuota,
+    /// 401.
+    Unauthorized,
+    /// 403.
+    Forbidden,
+    /// 400.
+    BadRequest,
+    /// The given 5xx status (500, 502, 503, …).
+    ServerError(u16),
+    /// Content deltas (and the usage chunk when `with_usage`), then EOF without `[DONE]`.
+    /// Non-streaming: a body cut in half.
+    TruncatedStream {
+        /// Send the usage chunk before ending.
+        with_usage: bool,
+    },
+    /// A role-only chunk, then EOF: no content, no `[DONE]`. Non-streaming: an empty body.
+    EarlyEof,
+    /// One valid delta, a frame of broken JSON, `[DONE]`. Non-streaming: a broken body.
+    MalformedFrame,
+    /// A complete stream (finish, usage, `[DONE]`) without any content.
+    EmptyCompletion,
+    /// `reasoning_content` deltas, then the default content.
+    Reasoning,
+    /// Like [`Behaviour::Reasoning`], every delta paced: the first after `ttft`, then one every
+    /// `inter_token` (reasoning and content alike). Counted as `reasoning`.
+    ReasoningPaced {
+        /// Delay before the first reasoning delta.
+        ttft: Duration,
+        /// Delay between deltas.
+        inter_token: Duration,
+    },
+    /// `<think>…</think>` inside `content`, tags split across deltas, then the default content.
+    ThinkTags,
+    /// Healthy, with `prompt_tokens_details.cached_tokens` and
+    /// `completion_tokens_details.reasoning_tokens` in the usage.
+    UsageDetails,
+    /// Healthy but never sends usage (streaming or not, chat or embeddings).
+    NoUsage,
+    /// One content delta, then an in-band `{"error": …}` frame. Non-streaming: a 200 whose body is
+    /// an error object.
+    InBandError,
+    /// Embeddings: one vector fewer than inputs. Chat: healthy.
+    EmbeddingCountMismatch,
+    /// Each request fails with `failure` with probability `failure_rate` (seeded), else healthy.
+    Mix {
+        /// Probability in `[0, 1]`.
+        failure_rate: f64,
+        /// What a failing request does.
+        failure: Box<Behaviour>,
+        /// RNG seed (the draw sequence restarts on [`MockUpstream::set_behaviour`]).
+        seed: u64,
+    },
+    /// One behaviour per request in order; the last one repeats.
+    Scripted(Vec<Behaviour>),
+    /// A healthy answer whose content is the next string per request; the last one repeats.
+    ScriptedContent(Vec<String>),
+}
+
+impl Behaviour {
+    /// Healthy, no delays, [`MOCK_CONTENT`] in 4 deltas.
+    pub fn healthy() -> Self {
+        Self::healthy_with(MOCK_CONTENT)
+    }
+
+    /// Healthy, no delays, the given content in up to 4 deltas.
+    pub fn healthy_with(content: impl Into<String>) -> Self {
+        Behaviour::Healthy {
+            ttft: Duration::ZERO,
+            inter_token: Duration::ZERO,
+            chunks: 4,
+            content: content.into(),
+        }
+    }
+
+    /// The name under which requests are counted (`healthy`, `rate_limited`, …). Composite
+    /// behaviours count under the behaviour they resolved to.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Behaviour::Healthy { .. } => "healthy",
+            Behaviour::Slow { .. } => "slow",
+            Behaviour::BlackHole => "black_hole",
+            Behaviour::RateLimited { .. } => "rate_limited",
+            Behaviour::InsufficientQuota => "insufficient_quota",
+            Behaviour::Unauthorized => "unauthorized",
+            Behaviour::Forbidden => "forbidden",
+            Behaviour::BadRequest => "bad_request",
+            Behaviour::ServerError(_) => "server_error",
+            Behaviour::TruncatedStream { .. } => "truncated_stream",
+            Behaviour::EarlyEof => "early_eof",
+            Behaviour::MalformedFrame => "malformed_frame",
+            Behaviour::EmptyCompletion => "empty_completion",
+            Behaviour::Reasoning | Behaviour::ReasoningPaced { .. } => "reasoning",
+            Behaviour::ThinkTags => "think_tags",
+            Behaviour::UsageDetails => "usage_details",
+            Behaviour::NoUsage => "no_usage",
+            Behaviour::InBandError => "in_band_error",
+            Behaviour::EmbeddingCountMismatch => "embedding_count_mismatch",
+            Behaviour::Mix { .. } => "mix",
+            Behaviour::Scripted(_) => "scripted",
+            Behaviour::ScriptedContent(_) => "scripted_content",
+        }
+    }
+
+    fn seed(&self) -> Option<u64> {
+        match self {
+            Behaviour::Mix { seed, .. } => Some(*seed),
+            Behaviour::Scripted(list) => list.iter().find_map(Behaviour::seed),
+            _ => None,
+        }
+    }
+}
+
+/// Requests received so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MockCounts {
+    /// Every request (all endpoints).
+    pub total: u64,
+    /// `POST /v1/chat/completions`.
+    pub chat: u64,
+    /// `POST /v1/embeddings`.
+    pub embeddings: u64,
+    /// `GET /v1/models`.
+    pub models: u64,
+    /// Chat and embeddings requests by resolved [`Behaviour::name`].
+    pub by_behaviour: BTreeMap<&'static str, u64>,
+}
+
+impl MockCounts {
+    /// Requests that resolved to the behaviour named `name` (0 if none).
+    pub fn of(&self, name: &str) -> u64 {
+        self.by_behaviour.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// One recorded request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    /// Request path.
+    pub path: String,
+    /// The JSON body (`Null` when it did not parse).
+    pub body: Value,
+    /// The `Authorization` header, if sent (test keys only ever reach a mock).
+    pub authorization: Option<String>,
+}
+
+struct Plan {
+    behaviour: Behaviour,
+    seq: u64,
+    rng: StdRng,
+}
+
+struct Shared {
+    plan: Mutex<Plan>,
+    counts: Mutex<MockCounts>,
+    recorded: Mutex<VecDeque<RecordedRequest>>,
+    in_flight: AtomicUsize,
+    connections: AtomicUsize,
+    embedding_dim: AtomicUsize,
+    cancel: CancellationToken,
+}
+
+/// A running mock upstream. Dropping it stops the server (in-progress answers end).
+pub struct MockUpstream {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for MockUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockUpstream")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MockUpstream {
+    /// Bind `127.0.0.1:0` and serve `behaviour`. Embedding vectors have dimension 8 by default.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound (a test environment defect).
+    pub async fn start(behaviour: Behaviour) -> MockUpstream {
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .expect("bind 127.0.0.1:0 for the mock upstream");
+        let addr = listener.local_addr().expect("mock upstream local addr");
+        let cancel = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            plan: Mutex::new(Plan {
+                rng: StdRng::seed_from_u64(behaviour.seed().unwrap_or(0)),
+                behaviour,
+                seq: 0,
+            }),
+            counts: Mutex::new(MockCounts::default()),
+            recorded: Mutex::new(VecDeque::new()),
+            in_flight: AtomicUsize::new(0),
+            connections: AtomicUsize::new(0),
+            embedding_dim: AtomicUsize::new(8),
+            cancel: cancel.clone(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/embeddings", post(embeddings))
+            .route("/v1/models", get(models))
+            .with_state(shared.clone());
+        let listener = CountingListener {
+            inner: listener,
+            shared: shared.clone(),
+        };
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(cancel.cancelled_owned())
+                .await;
+        });
+        MockUpstream {
+            addr,
+            shared,
+            server: Some(server),
+        }
+    }
+
+    /// `http://127.0.0.1:<port>/v1` — what a source's `BASE_URL` should be.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A snapshot of the request counters.
+    pub fn counts(&self) -> MockCounts {
+        lock(&self.shared.counts).clone()
+    }
+
+    /// Replace the behaviour; scripts and mixes restart from their beginning.
+    pub fn set_behaviour(&self, behaviour: Behaviour) {
+        let mut plan = lock(&self.shared.plan);
+        plan.rng = StdRng::seed_from_u64(behaviour.seed().unwrap_or(0));
+        plan.seq = 0;
+        plan.behaviour = behaviour;
+    }
+
+    /// Dimension of the embedding vectors served from now on.
+    pub fn set_embedding_dim(&self, dim: usize) {
+        self.shared.embedding_dim.store(dim, Ordering::Relaxed);
+    }
+
+    /// The last requests received (oldest first, at most 64).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.recorded).iter().cloned().collect()
+    }
+
+    /// The most recent request.
+    pub fn last_request(&self) -> Option<RecordedRequest> {
+        lock(&self.shared.recorded).back().cloned()
+    }
+
+    /// Requests currently being answered (a streaming answer counts until its body ends or the
+    /// client goes away).
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// TCP connections currently open.
+    pub fn open_connections(&self) -> usize {
+        self.shared.connections.load(Ordering::SeqCst)
+    }
+
+    /// Stop accepting, end in-progress answers, and wait (≤ 2 s) for the server to finish.
+    pub async fn shutdown(mut self) {
+        self.shared.cancel.cancel();
+        if let Some(server) = self.server.take() {
+            let abort = server.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), server)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for MockUpstream {
+    fn drop(&mut self) {
+        self.shared.cancel.cancel();
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panicking test thread must not wedge the mock for the others.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Counts one in-flight request until dropped (with the response body for streams).
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(shared.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Shared {
+    /// Count, record and resolve the behaviour of one request.
+    fn admit(&self, path: &str, body: &Value, headers: &HeaderMap) -> Behaviour {
+        let resolved = {
+            let mut plan = lock(&self.plan);
+            let seq = plan.seq;
+            plan.seq += 1;
+            let Plan { behaviour, rng, .. } = &mut *plan;
+            resolve(behaviour, seq, rng)
+        };
+        {
+            let mut counts = lock(&self.counts);
+            counts.total += 1;
+            if path.ends_with("/embeddings") {
+                counts.embeddings += 1;
+            } else {
+                counts.chat += 1;
+            }
+            *counts.by_behaviour.entry(resolved.name()).or_insert(0) += 1;
+        }
+        self.record(path, body, headers);
+        resolved
+    }
+
+    fn record(&self, path: &str, body: &Value, headers: &HeaderMap) {
+        let mut rec = lock(&self.recorded);
+        if rec.len() == RECORDED_MAX {
+            rec.pop_front();
+        }
+        rec.push_back(RecordedRequest {
+            path: path.to_string(),
+            body: body.clone(),
+            authorization: headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
+        });
+    }
+}
+
+/// Pick the concrete behaviour for request number `seq`.
+fn resolve(b: &Behaviour, seq: u64, rng: &mut StdRng) -> Behaviour {
+    match b {
+        Behaviour::Scripted(list) => match list.get((seq as usize).min(list.len().saturating_sub(1))) {
+            Some(b) => resolve(b, seq, rng),
+            None => Behaviour::healthy(),
+        },
+        Behaviour::ScriptedContent(list) => {
+            let i = (seq as usize).min(list.len().saturating_sub(1));
+            Behaviour::healthy_with(list.get(i).cloned().unwrap_or_default())
+        }
+        Behaviour::Mix {
+            failure_rate,
+            failure,
+            ..
+        } => {
+            if rng.random_bool(failure_rate.clamp(0.0, 1.0)) {
+                resolve(failure, seq, rng)
+            } else {
+                Behaviour::healthy()
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+/// An HTTP-level failure response for the status behaviours; `None` for the others.
+fn status_failure(b: &Behaviour) -> Option<Response> {
+    let (status, body, retry_after) = match b {
+        Behaviour::RateLimited { retry_after_s } => (
+            StatusCode::TOO_MANY_REQUESTS,
+            json!({"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}}),
+            *retry_after_s,
+        ),
+        Behaviour::InsufficientQuota => (
+            StatusCode::TOO_MANY_REQUESTS,
+            json!({"error": {"message": "You exceeded your current quota, please check your plan and billing details.", "type": "insufficient_quota", "code": "insufficient_quota"}}),
+            None,
+        ),
+        Behaviour::Unauthorized => (
+            StatusCode::UNAUTHORIZED,
+            json!({"error": {"message": "Incorrect API key provided.", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+            None,
+        ),
+        Behaviour::Forbidden => (
+            StatusCode::FORBIDDEN,
+            json!({"error": {"message": "This key is not allowed to access the model.", "type": "permission_error"}}),
+            None,
+        ),
+        Behaviour::BadRequest => (
+            StatusCode::BAD_REQUEST,
+            json!({"error": {"message": "Invalid 'messages': the request is malformed.", "type": "invalid_request_error"}}),
+            None,
+        ),
+        Behaviour::ServerError(code) => (
+            StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            json!({"error": {"message": "The server had an error while processing your request.", "type": "server_error"}}),
+            None,
+        ),
+        _ => return None,
+    };
+    let mut resp = (status, axum::Json(body)).into_response();
+    if let Some(s) = retry_after {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    Some(resp)
+}
+
+/// Wait for the request's delay-before-answer behaviours; `false` when the mock shut down.
+async fn pre_answer(shared: &Shared, b: &Behaviour) -> bool {
+    match b {
+        Behaviour::BlackHole => {
+            shared.cancel.cancelled().await;
+            false
+        }
+        Behaviour::Slow { delay } => {
+            tokio::select! {
+                _ = tokio::time::sleep(*delay) => true,
+                _ = shared.cancel.cancelled() => false,
+            }
+        }
+        _ => true,
+    }
+}
+
+fn shutting_down() -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, "mock upstream shutting down").into_response()
+}
+
+fn parse_body(bytes: &Bytes) -> Value {
+    serde_json::from_slice(bytes).unwrap_or(Value::Null)
+}
+
+async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, bytes: Bytes) -> Response {
+    let body = parse_body(&bytes);
+    let behaviour = shared.admit("/v1/chat/completions", &body, &headers);
+    let guard = InFlight::new(&shared);
+    if !pre_answer(&shared, &behaviour).await {
+        return shutting_down();
+    }
+    if let Some(resp) = status_failure(&behaviour) {
+        return resp;
+    }
+    let model = format!("{}-mock", body["model"].as_str().unwrap_or("unknown"));
+    let script = Script::of(&behaviour);
+    if body["stream"].as_bool().unwrap_or(false) {
+        let include_usage = body["stream_options"]["include_usage"]
+            .as_bool()
+            .unwrap_or(false);
+        stream_response(guard, shared.cancel.clone(), script.frames(&model, include_usage))
+    } else {
+        if !script.ttft.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(script.ttft) => {},
+                _ = shared.cancel.cancelled() => return shutting_down(),
+            }
+        }
+        let resp = script.completion(&model);
+        drop(guard);
+        resp
+    }
+}
+
+/// The deltas and ending of a chat answer, independent of streaming.
+struct Script {
+    ttft: Duration,
+    inter_token: Duration,
+    reasoning: Vec<String>,
+    content: Vec<String>,
+    usage: Option<Value>,
+    ending: Ending,
+}
+
+#[derive(PartialEq)]
+enum Ending {
+    /// finish chunk, usage, `[DONE]`.
+    Done,
+    /// EOF after the deltas (usage chunk first when `with_usage`).
+    Truncated { with_usage: bool },
+    /// Role chunk only, then EOF.
+    EarlyEof,
+    /// A broken frame after the first delta, then `[DONE]`.
+    Malformed,
+    /// An error frame after the first delta, then EOF.
+    InBandError,
+}
+
+fn split_even(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let n = n.clamp(1, chars.len());
+    let per = chars.len().div_ceil(n);
+    chars.chunks(per).map(|c| c.iter().collect()).collect()
+}
+
+impl Script {
+    fn of(b: &Behaviour) -> Script {
+        let mut s = Script {
+            ttft: Duration::ZERO,
+            inter_token: Duration::ZERO,
+            reasoning: Vec::new(),
+            content: split_even(MOCK_CONTENT, 4),
+            usage: None,
+            ending: Ending::Done,
+        };
+        match b {
+            Behaviour::Healthy {
+                ttft,
+                inter_token,
+                chunks,
+                content,
+            } => {
+                s.ttft = *ttft;
+                s.inter_token = *inter_token;
+                s.content = split_even(content, *chunks);
+            }
+            Behaviour::TruncatedStream { with_usage } => {
+                s.ending = Ending::Truncated {
+                    with_usage: *with_usage,
+                }
+            }
+            Behaviour::EarlyEof => s.ending = Ending::EarlyEof,
+            Behaviour::MalformedFrame => s.ending = Ending::Malformed,
+            Behaviour::EmptyCompletion => s.content.clear(),
+            Behaviour::Reasoning => s.reasoning = split_even(MOCK_THINKING, 3),
+            Behaviour::ReasoningPaced { ttft, inter_token } => {
+                s.reasoning = split_even(MOCK_THINKING, 3);
+                s.ttft = *ttft;
+                s.inter_token = *inter_token;
+            }
+            Behaviour::ThinkTags => {
+                // Tags deliberately split across deltas.
+                let mut c = vec![
+                    "<thi".to_string(),
+                    format!("nk>{MOCK_THINKING}</th"),
+                    "ink>\n\n".to_string(),
+                ];
+                c.extend(split_even(MOCK_CONTENT, 4));
+                s.content = c;
+            }
+            Behaviour::InBandError => s.ending = Ending::InBandError,
+            _ => {}
+        }
+        let completion = (s.reasoning.len() + s.content.len()) as u64;
+        s.usage = match b {
+            Behaviour::NoUsage => None,
+            Behaviour::UsageDetails => Some(json!({
+                "prompt_tokens": MOCK_PROMPT_TOKENS,
+                "completion_tokens": completion + MOCK_REASONING_TOKENS,
+                "total_tokens": MOCK_PROMPT_TOKENS + completion + MOCK_REASONING_TOKENS,
+                "prompt_tokens_details": {"cached_tokens": MOCK_CACHED_TOKENS},
+                "completion_tokens_details": {"reasoning_tokens": MOCK_REASONING_TOKENS}
+            })),
+            _ => Some(json!({
+                "prompt_tokens": MOCK_PROMPT_TOKENS,
+                "completion_tokens": completion,
+                "total_tokens": MOCK_PROMPT_TOKENS + completion
+            })),
+        };
+        s
+    }
+
+    /// The SSE frames with the delay before each.
+    fn frames(&self, model: &str, include_usage: bool) -> Vec<(Duration, Bytes)> {
+        let chunk = |delta: Value, finish: Value| {
+            frame(&json!({
+                "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+            }))
+        };
+        let usage_frame = |usage: &Value| {
+            frame(&json!({
+                "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0, "model": model,
+                "choices": [], "usage": usage
+            }))
+        };
+        let mut out = vec![(
+            Duration::ZERO,
+            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        )];
+        if self.ending == Ending::EarlyEof {
+            return out;
+        }
+        let mut first = true;
+        let mut delay = || {
+            let d = if first { self.ttft } else { self.inter_token };
+            first = false;
+            d
+        };
+        for r in &self.reasoning {
+            out.push((delay(), chunk(json!({"reasoning_content": r}), Value::Null)));
+        }
+        for (i, c) in self.content.iter().enumerate() {
+            out.push((delay(), chunk(json!({"content": c}), Value::Null)));
+            if i == 0 {
+                match self.ending {
+                    Ending::Malformed => {
+                        out.push((
+                            Duration::ZERO,
+                            Bytes::from_static(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"\n\n"),
+                        ));
+                        out.push((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
+                        return out;
+                    }
+                    Ending::InBandError => {
+                        out.push((
+                            Duration::ZERO,
+                            frame(&json!({"error": {"message": "The server is overloaded", "type": "server_error", "code": "overloaded"}})),
+                        ));
+                        return out;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        match self.ending {
+            Ending::Truncated { with_usage } => {
+                if let (true, true, Some(u)) = (with_usage, include_usage, &self.usage) {
+                    out.push((Duration::ZERO, usage_frame(u)));
+                }
+            }
+            _ => {
+                out.push((Duration::ZERO, chunk(json!({}), json!("stop"))));
+                if let (true, Some(u)) = (include_usage, &self.usage) {
+                    out.push((Duration::ZERO, usage_frame(u)));
+                }
+                out.push((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
+            }
+        }
+        out
+    }
+
+    /// The non-streaming answer.
+    fn completion(&self, model: &str) -> Response {
+        let body = match self.ending {
+            Ending::EarlyEof => String::new(),
+            Ending::InBandError => json!({"error": {"message": "The server is overloaded", "type": "server_error", "code": "overloaded"}}).to_string(),
+            _ => {
+                let mut message = json!({"role": "assistant", "content": self.content.concat()});
+                if !self.reasoning.is_empty() {
+                    message["reasoning_content"] = json!(self.reasoning.concat());
+                }
+                let mut v = json!({
+                    "id": "chatcmpl-mock", "object": "chat.completion", "created": 0, "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]
+                });
+                if let Some(u) = &self.usage {
+                    v["usage"] = u.clone();
+                }
+                let text = v.to_string();
+                match self.ending {
+                    Ending::Truncated { .. } => text[..text.len() / 2].to_string(),
+                    Ending::Malformed => text.replacen('{', "{{", 2),
+                    _ => text,
+                }
+            }
+        };
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    }
+}
+
+fn frame(v: &Value) -> Bytes {
+    let mut s = String::with_capacity(128);
+    s.push_str("data: ");
+    s.push_str(&v.to_string());
+    s.push_str("\n\n");
+    Bytes::from(s)
+}
+
+/// A streaming body: frames after their delays; consecutive frames without delay go out as one
+/// chunk. The in-flight guard lives with the body, so it drops when the client goes away.
+fn stream_response(
+    guard: InFlight,
+    cancel: CancellationToken,
+    frames: Vec<(Duration, Bytes)>,
+) -> Response {
+    let mut batches: Vec<(Duration, Vec<u8>)> = Vec::new();
+    for (delay, bytes) in frames {
+        match batches.last_mut() {
+            Some((_, buf)) if delay.is_zero() => buf.extend_from_slice(&bytes),
+            _ => batches.push((delay, bytes.to_vec())),
+        }
+    }
+    let stream = futures::stream::unfold(
+        (batches.into_iter(), guard, cancel),
+        |(mut it, guard, cancel)| async move {
+            let (delay, bytes) = it.next()?;
+            if !delay.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {},
+                    _ = cancel.cancelled() => return None,
+                }
+            }
+            Some((
+                Ok::<_, Infallible>(Bytes::from(bytes)),
+                (it, guard, cancel),
+            ))
+        },
+    );
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The deterministic vector the mock serves for `text` (components in `[-1, 1]`).
+///
+/// ```
+/// use polygateway::testkit::mock_embedding;
+/// assert_eq!(mock_embedding("a", 4), mock_embedding("a", 4));
+/// assert_ne!(mock_embedding("a", 4), mock_embedding("b", 4));
+/// ```
+pub fn mock_embedding(text: &str, dim: usize) -> Vec<f32> {
+    // FNV-1a of the text seeds a xorshift sequence.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut x = h | 1;
+    (0..dim)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect()
+}
+
+async fn embeddings(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Response {
+    let body = parse_body(&bytes);
+    let behaviour = shared.admit("/v1/embeddings", &body, &headers);
+    let _guard = InFlight::new(&shared);
+    if !pre_answer(&shared, &behaviour).await {
+        return shutting_down();
+    }
+    if let Some(resp) = status_failure(&behaviour) {
+        return resp;
+    }
+    let inputs: Vec<String> = match &body["input"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(a) => a
+            .iter()
+            .map(|v| v.as_str().unwrap_or_default().to_string())
+            .collect(),
+        _ => {
+            return (
+                StatusCode::BAD_REQUEST,
+                axum::Json(json!({"error": {"message": "'input' is required", "type": "invalid_request_error"}})),
+            )
+                .into_response()
+        }
+    };
+    let dim = shared.embedding_dim.load(Ordering::Relaxed);
+    let mut data: Vec<Value> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| json!({"object": "embedding", "index": i, "embedding": mock_embedding(t, dim)}))
+        .collect();
+    // Answer in reverse order: clients must sort by `index`.
+    data.reverse();
+    if behaviour == Behaviour::EmbeddingCountMismatch {
+        data.pop();
+    }
+    let tokens: u64 = inputs
+        .iter()
+        .map(|t| (t.chars().count() as u64 / 4).max(1))
+        .sum();
+    let mut answer = json!({
+        "object": "list",
+        "model": format!("{}-mock", body["model"].as_str().unwrap_or("unknown")),
+        "data": data,
+    });
+    if behaviour != Behaviour::NoUsage {
+        answer["usage"] = json!({"prompt_tokens": tokens, "total_tokens": tokens});
+    }
+    axum::Json(answer).into_response()
+}
+
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    {
+        let mut counts = lock(&shared.counts);
+        counts.total += 1;
+        counts.models += 1;
+    }
+    axum::Json(json!({"object": "list", "data": [{"id": "test-model", "object": "model", "owned_by": "mock"}]}))
+        .into_response()
+}
+
+/// A TCP listener that counts open connections.
+struct CountingListener {
+    inner: TcpListener,
+    shared: Arc<Shared>,
+}
+
+impl axum::serve::Listener for CountingListener {
+    type Io = CountedStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            match self.inner.accept().await {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    self.shared.connections.fetch_add(1, Ordering::SeqCst);
+                    return (
+                        CountedStream {
+                            inner: stream,
+                            shared: self.shared.clone(),
+                        },
+                        addr,
+                    );
+                }
+                // Out of file descriptors and the like: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A TCP stream that decrements the open-connection count when closed.
+struct CountedStream {
+    inner: TcpStream,
+    shared: Arc<Shared>,
+}
+
+impl Drop for CountedStream {
+    fn drop(&mut self) {
+        self.shared.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl AsyncRead for CountedStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for CountedStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}

@@ -1,0 +1,491 @@
+//! The OpenAI-compatible chat transport (SPEC §7.1): `POST {base_url}/chat/completions`, streamed
+//! (SSE, under the watchdog) or not, turned into one [`LlmResponse`] or a classified
+//! [`TransportError`].
+//!
+//! One attempt against one source. No retry, breaker, cache or telemetry here — the runtime owns
+//! those; this file owns the request body, the stream assembly and the end-of-stream verdicts
+//! (empty completion, missing `[DONE]`, early EOF).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use polygateway_actors::{EventSink, SourceReason, Transport};
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::http::{build_client, classify_reqwest, classify_response};
+use super::sse::{SseEvent, SseParser};
+use super::think::ThinkSplitter;
+use super::watchdog::{now, StallLimits, Watchdog};
+use super::wire::{decode_chunk, decode_completion, ChunkFrame, WireUsage};
+use crate::config::{MissingDone, SourceSettings};
+use crate::error::TransportError;
+use crate::provider::ProviderProfile;
+use crate::types::{LlmResponse, Message, UsageSource};
+
+/// Body keys the transport owns; never taken from `extra_body` or an overlay.
+pub const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
+
+/// One streamed delta handed to a consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChatDelta {
+    /// Answer text.
+    Content(String),
+    /// Reasoning text (`reasoning_content` or a `<think>` block).
+    Reasoning(String),
+}
+
+/// What a chat call sends, built once per call and reused by every attempt (on any source).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatWireRequest {
+    /// The conversation, shared between attempts without copying.
+    pub messages: Arc<Vec<Message>>,
+    /// The call's sampling overlay (validated by the caller side: no protected keys).
+    pub overlay: Map<String, Value>,
+    /// Structured-output injection (`response_format`), highest priority.
+    pub response_format: Option<Value>,
+    /// Stream (SSE) or a single JSON answer.
+    pub stream: bool,
+}
+
+impl ChatWireRequest {
+    /// A streaming request with no overlay and no `response_format`.
+    pub fn new(messages: impl Into<Arc<Vec<Message>>>) -> Self {
+        Self {
+            messages: messages.into(),
+            overlay: Map::new(),
+            response_format: None,
+            stream: true,
+        }
+    }
+}
+
+/// The chat transport of one source. Cheap to share (`Arc`); one pooled client per source.
+pub struct ChatTransport {
+    settings: SourceSettings,
+    profile: ProviderProfile,
+    client: reqwest::Client,
+    url: String,
+    /// `Bearer …` (marked sensitive), `None` for an empty key; `Err` when the key cannot be a
+    /// header value (reported at send time without echoing it).
+    auth: Result<Option<HeaderValue>, ()>,
+}
+
+impl std::fmt::Debug for ChatTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTransport")
+            .field("source", &self.settings.name)
+            .field("url", &self.url)
+            .field("provider", &self.profile.name)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize)]
+struct WireBody<'a> {
+    model: &'a str,
+    messages: &'a [Message],
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(flatten)]
+    params: &'a Map<String, Value>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+impl ChatTransport {
+    /// A transport with its own client ([`build_client`]).
+    pub fn new(settings: SourceSettings, profile: ProviderProfile) -> Self {
+        let client = build_client(&settings);
+        Self::with_client(settings, profile, client)
+    }
+
+    /// A transport using a given client (e.g. shared in a benchmark).
+    pub fn with_client(
+        settings: SourceSettings,
+        profile: ProviderProfile,
+        client: reqwest::Client,
+    ) -> Self {
+        let url = format!("{}/chat/completions", settings.base_url.trim_end_matches('/'));
+        let auth = if settings.api_key.is_empty() {
+            Ok(None)
+        } else {
+            HeaderValue::from_str(&format!("Bearer {}", settings.api_key.expose()))
+                .map(|mut v| {
+                    v.set_sensitive(true);
+                    Some(v)
+                })
+                .map_err(|_| ())
+        };
+        Self {
+            settings,
+            profile,
+            client,
+            url,
+            auth,
+        }
+    }
+
+    /// The source's settings.
+    pub fn settings(&self) -> &SourceSettings {
+        &self.settings
+    }
+
+    /// The provider profile in use.
+    pub fn profile(&self) -> &ProviderProfile {
+        &self.profile
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The body keys besides `model`/`messages`/`stream`/`stream_options`, merged by priority
+    /// (later wins, shallow per top-level key): source `extra_body` < thinking injection (when
+    /// `ENABLE_THINKING` is set) < call overlay < `response_format`. Protected keys are dropped
+    /// from every layer.
+    ///
+    /// ```
+    /// # use polygateway::transport::chat::{ChatTransport, ChatWireRequest};
+    /// # use polygateway::provider::ProviderRegistry;
+    /// # fn settings() -> polygateway::config::SourceSettings { polygateway::testkit::source_settings("http://127.0.0.1:1/v1") }
+    /// let mut s = settings();
+    /// s.extra_body.insert("temperature".into(), 0.1.into());
+    /// s.enable_thinking = Some(false);
+    /// let t = ChatTransport::new(s, ProviderRegistry::with_defaults().get("qwen").clone());
+    /// let mut req = ChatWireRequest::new(vec![]);
+    /// req.overlay.insert("temperature".into(), 0.7.into());
+    /// let p = t.body_params(&req);
+    /// assert_eq!(p["temperature"], 0.7);
+    /// assert_eq!(p["enable_thinking"], false);
+    /// ```
+    pub fn body_params(&self, request: &ChatWireRequest) -> Map<String, Value> {
+        let mut params = self.settings.extra_body.clone();
+        if let Some(on) = self.settings.enable_thinking {
+            params.extend(self.profile.thinking.injection(on));
+        }
+        params.extend(request.overlay.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(rf) = &request.response_format {
+            params.insert("response_format".into(), rf.clone());
+        }
+        for key in PROTECTED_KEYS {
+            params.remove(key);
+        }
+        params
+    }
+
+    /// The exact JSON body sent for `request`.
+    pub fn body(&self, request: &ChatWireRequest) -> Result<Vec<u8>, TransportError> {
+        let params = self.body_params(request);
+        let body = WireBody {
+            model: &self.settings.model,
+            messages: &request.messages,
+            stream: request.stream,
+            stream_options: request.stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
+            params: &params,
+        };
+        serde_json::to_vec(&body)
+            .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))
+    }
+
+    fn post(&self, body: Vec<u8>, stream: bool) -> Result<reqwest::RequestBuilder, TransportError> {
+        let mut rb = self
+            .client
+            .post(&self.url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        if stream {
+            rb = rb.header(ACCEPT, "text/event-stream");
+        }
+        match &self.auth {
+            Ok(Some(v)) => rb = rb.header(AUTHORIZATION, v.clone()),
+            Ok(None) => {}
+            Err(()) => {
+                let mut e = TransportError::new(
+                    polygateway_actors::FailureClass::SourceDead,
+                    SourceReason::SourceDead,
+                    format!(
+                        "source {}: API key contains characters not allowed in an HTTP header",
+                        self.settings.name
+                    ),
+                );
+                e.answered = false;
+                return Err(e);
+            }
+        }
+        Ok(rb)
+    }
+
+    async fn send_streaming(
+        &self,
+        request: &ChatWireRequest,
+        sink: Option<&EventSink<ChatDelta>>,
+    ) -> Result<LlmResponse, TransportError> {
+        let mut wd = Watchdog::start(StallLimits::from_settings(&self.settings));
+        let rb = self.post(self.body(request)?, true)?;
+        let resp = wd
+            .guard(rb.send())
+            .await?
+            .map_err(|e| classify_reqwest(&e))?;
+        if !resp.status().is_success() {
+            return Err(classify_response(resp, wd.clock().total_deadline()).await);
+        }
+        let mut stream = resp.bytes_stream();
+        let mut parser = SseParser::new();
+        let mut acc = Assembly::new(&self.profile);
+        let mut events = Vec::new();
+        let mut deltas = Vec::new();
+        let mut done = false;
+        while !done {
+            let eof = match wd.guard(stream.next()).await? {
+                None => {
+                    parser.finish(&mut events);
+                    true
+                }
+                Some(Err(e)) => return Err(classify_reqwest(&e)),
+                Some(Ok(bytes)) => {
+                    parser.feed(&bytes, &mut events);
+                    false
+                }
+            };
+            for event in events.drain(..) {
+                let data = match event {
+                    SseEvent::Done => {
+                        done = true;
+                        break;
+                    }
+                    SseEvent::Data(d) => d,
+                };
+                if acc.apply(decode_chunk(&data)?, &mut deltas) {
+                    wd.on_token();
+                }
+                emit_all(&wd, sink, &mut deltas).await?;
+            }
+            if eof {
+                break;
+            }
+        }
+        acc.finish(&mut deltas);
+        emit_all(&wd, sink, &mut deltas).await?;
+        let clock = wd.clock();
+        let usage_source = self.stream_verdict(&acc, done)?;
+        let mut resp = self.response(acc, usage_source);
+        resp.latency_ms = ms_since(clock.start());
+        resp.ttft_ms = clock.ttft_ms();
+        resp.max_inter_token_ms = clock.max_inter_token_ms();
+        Ok(resp)
+    }
+
+    /// End-of-stream rules: early EOF, empty completion, missing `[DONE]` (retry or salvage).
+    fn stream_verdict(&self, acc: &Assembly, done: bool) -> Result<UsageSource, TransportError> {
+        let empty = acc.content.trim().is_empty();
+        let transient = |m: String| Err(TransportError::transient(SourceReason::NetworkError, m));
+        match (done, empty) {
+            (true, true) => transient("empty completion: the stream finished without content".into()),
+            (true, false) => Ok(measured_or_unavailable(acc.usage)),
+            (false, true) => transient("early_eof: the stream ended before any content".into()),
+            (false, false) => match self.settings.missing_done {
+                MissingDone::Retry => transient(format!(
+                    "truncated stream: ended without [DONE] after {} chars of content",
+                    acc.content.chars().count()
+                )),
+                MissingDone::Salvage => Ok(if acc.usage.is_some() {
+                    UsageSource::Estimated
+                } else {
+                    UsageSource::Unavailable
+                }),
+            },
+        }
+    }
+
+    async fn send_plain(
+        &self,
+        request: &ChatWireRequest,
+        sink: Option<&EventSink<ChatDelta>>,
+    ) -> Result<LlmResponse, TransportError> {
+        // A non-streaming answer arrives whole: only the total deadline applies.
+        let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
+        let rb = self.post(self.body(request)?, false)?;
+        let resp = wd
+            .guard_total(rb.send())
+            .await?
+            .map_err(|e| classify_reqwest(&e))?;
+        if !resp.status().is_success() {
+            return Err(classify_response(resp, wd.clock().total_deadline()).await);
+        }
+        let bytes = wd
+            .guard_total(resp.bytes())
+            .await?
+            .map_err(|e| classify_reqwest(&e))?;
+        let frame = decode_completion(&String::from_utf8_lossy(&bytes))?;
+        let mut acc = Assembly::new(&self.profile);
+        let mut deltas = Vec::new();
+        acc.apply(frame, &mut deltas);
+        acc.finish(&mut deltas);
+        if acc.content.trim().is_empty() {
+            return Err(TransportError::transient(
+                SourceReason::NetworkError,
+                "empty completion: the answer has no content",
+            ));
+        }
+        emit_all(&wd, sink, &mut deltas).await?;
+        let usage_source = measured_or_unavailable(acc.usage);
+        let mut resp = self.response(acc, usage_source);
+        resp.latency_ms = ms_since(wd.clock().start());
+        Ok(resp)
+    }
+
+    fn response(&self, acc: Assembly, usage_source: UsageSource) -> LlmResponse {
+        let mut r = LlmResponse::new(acc.content);
+        r.thinking = acc.thinking;
+        r.model = self.settings.model.clone();
+        r.provider = self.settings.provider.clone();
+        r.source_name = self.settings.name.clone();
+        r.model_reported = acc.model_reported;
+        r.usage_source = usage_source;
+        // Numbers only from a frame the upstream sent; never invented.
+        if let (Some(u), true) = (acc.usage, usage_source != UsageSource::Unavailable) {
+            r.prompt_tokens = u.prompt_tokens;
+            r.completion_tokens = u.completion_tokens;
+            r.cached_prompt_tokens = u.cached_prompt_tokens;
+            r.reasoning_tokens = u.reasoning_tokens;
+        }
+        r
+    }
+}
+
+fn measured_or_unavailable(usage: Option<WireUsage>) -> UsageSource {
+    if usage.is_some() {
+        UsageSource::Measured
+    } else {
+        UsageSource::Unavailable
+    }
+}
+
+fn ms_since(start: std::time::Instant) -> f64 {
+    now().saturating_duration_since(start).as_secs_f64() * 1000.0
+}
+
+/// Push pending deltas to the consumer. Bounded by the total deadline (a consumer that stops
+/// reading without dropping must not hold the attempt forever).
+async fn emit_all(
+    wd: &Watchdog,
+    sink: Option<&EventSink<ChatDelta>>,
+    deltas: &mut Vec<ChatDelta>,
+) -> Result<(), TransportError> {
+    let Some(sink) = sink else {
+        deltas.clear();
+        return Ok(());
+    };
+    for delta in deltas.drain(..) {
+        wd.guard_total(sink.emit(delta)).await?.map_err(|_| {
+            TransportError::transient(
+                SourceReason::NetworkError,
+                "consumer gone: the stream consumer dropped its receiver; reading stopped",
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// What has arrived so far: text, reasoning, reported model and usage.
+struct Assembly {
+    content: String,
+    thinking: String,
+    model_reported: Option<String>,
+    usage: Option<WireUsage>,
+    splitter: Option<ThinkSplitter>,
+}
+
+impl Assembly {
+    fn new(profile: &ProviderProfile) -> Self {
+        Self {
+            content: String::new(),
+            thinking: String::new(),
+            model_reported: None,
+            usage: None,
+            splitter: profile
+                .reasoning
+                .strips_think_tags()
+                .then(ThinkSplitter::new),
+        }
+    }
+
+    /// Fold one frame in; new deltas are appended to `out`. Returns `true` when the frame
+    /// carried a token (a non-empty content or reasoning delta).
+    fn apply(&mut self, frame: ChunkFrame, out: &mut Vec<ChatDelta>) -> bool {
+        if self.model_reported.is_none() {
+            self.model_reported = frame.model;
+        }
+        if frame.usage.is_some() {
+            self.usage = frame.usage;
+        }
+        let start = out.len();
+        let mut token = false;
+        if let Some(r) = frame.reasoning.filter(|r| !r.is_empty()) {
+            token = true;
+            out.push(ChatDelta::Reasoning(r));
+        }
+        if let Some(c) = frame.content.filter(|c| !c.is_empty()) {
+            token = true;
+            match &mut self.splitter {
+                Some(s) => s.push(&c, out),
+                None => out.push(ChatDelta::Content(c)),
+            }
+        }
+        self.absorb(&out[start..]);
+        token
+    }
+
+    /// Flush a partial tag held by the think splitter.
+    fn finish(&mut self, out: &mut Vec<ChatDelta>) {
+        let start = out.len();
+        if let Some(s) = &mut self.splitter {
+            s.finish(out);
+        }
+        self.absorb(&out[start..]);
+    }
+
+    fn absorb(&mut self, deltas: &[ChatDelta]) {
+        for d in deltas {
+            match d {
+                ChatDelta::Content(c) => self.content.push_str(c),
+                ChatDelta::Reasoning(r) => self.thinking.push_str(r),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for ChatTransport {
+    type Request = ChatWireRequest;
+    type Response = LlmResponse;
+    type Event = ChatDelta;
+    type Error = TransportError;
+
+    async fn send(
+        &self,
+        request: &ChatWireRequest,
+        events: Option<&EventSink<ChatDelta>>,
+    ) -> Result<LlmResponse, TransportError> {
+        if request.stream {
+            self.send_streaming(request, events).await
+        } else {
+            self.send_plain(request, events).await
+        }
+    }
+
+    fn tokens_used(response: &LlmResponse) -> Option<u64> {
+        (response.usage_source != UsageSource::Unavailable)
+            .then(|| response.prompt_tokens + response.completion_tokens)
+    }
+}

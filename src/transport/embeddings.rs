@@ -1,0 +1,345 @@
+//! The OpenAI-compatible embeddings transport (SPEC §7.3): one batch, `POST {base}/embeddings`
+//! with `{model, input}`, vectors returned in input order.
+//!
+//! Batching, merging batches, `EXPECTED_DIM` and `NORMALIZE` are applied by the runtime (with
+//! [`check_dim`] and [`l2_normalize`] from here); this file performs one attempt for one batch.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use polygateway_actors::{EventSink, SourceReason, Transport};
+use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use serde::{Deserialize, Serialize};
+
+use super::http::{build_client, classify_reqwest, classify_response};
+use super::watchdog::{now, StallLimits, Watchdog};
+use crate::config::SourceSettings;
+use crate::error::{summarize_body, TransportError};
+use crate::types::UsageSource;
+
+/// One batch of texts to embed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddingWireRequest {
+    /// The texts, shared between attempts without copying.
+    pub inputs: Arc<Vec<String>>,
+}
+
+/// One batch's vectors, in input order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmbeddingBatch {
+    /// One vector per input.
+    pub vectors: Vec<Vec<f32>>,
+    /// `usage.prompt_tokens` (0 when unavailable).
+    pub prompt_tokens: u64,
+    /// `measured` when the upstream reported usage, else `unavailable`.
+    pub usage_source: UsageSource,
+    /// The `model` field of the answer.
+    pub model_reported: Option<String>,
+    /// Wall time of the attempt.
+    pub latency_ms: f64,
+}
+
+/// The embeddings transport of one source.
+pub struct EmbeddingTransport {
+    settings: SourceSettings,
+    client: reqwest::Client,
+    url: String,
+    auth: Result<Option<HeaderValue>, ()>,
+}
+
+impl std::fmt::Debug for EmbeddingTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddingTransport")
+            .field("source", &self.settings.name)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize)]
+struct WireBody<'a> {
+    model: &'a str,
+    input: &'a [String],
+}
+
+#[derive(Deserialize)]
+struct WireAnswer {
+    data: Vec<WireItem>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct WireItem {
+    #[serde(default)]
+    index: Option<usize>,
+    embedding: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+}
+
+impl EmbeddingTransport {
+    /// A transport with its own client.
+    pub fn new(settings: SourceSettings) -> Self {
+        let client = build_client(&settings);
+        Self::with_client(settings, client)
+    }
+
+    /// A transport using a given client.
+    pub fn with_client(settings: SourceSettings, client: reqwest::Client) -> Self {
+        let url = format!("{}/embeddings", settings.base_url.trim_end_matches('/'));
+        let auth = if settings.api_key.is_empty() {
+            Ok(None)
+        } else {
+            HeaderValue::from_str(&format!("Bearer {}", settings.api_key.expose()))
+                .map(|mut v| {
+                    v.set_sensitive(true);
+                    Some(v)
+                })
+                .map_err(|_| ())
+        };
+        Self {
+            settings,
+            client,
+            url,
+            auth,
+        }
+    }
+
+    /// The source's settings.
+    pub fn settings(&self) -> &SourceSettings {
+        &self.settings
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// Order the answer's items by `index` and check there is exactly one per input.
+fn into_vectors(items: Vec<WireItem>, expected: usize) -> Result<Vec<Vec<f32>>, TransportError> {
+    if items.len() != expected {
+        return Err(TransportError::invalid(format!(
+            "embeddings: {} vectors for {} inputs",
+            items.len(),
+            expected
+        )));
+    }
+    let mut slots: Vec<Option<Vec<f32>>> = vec![None; expected];
+    for (pos, item) in items.into_iter().enumerate() {
+        // Items without an index are taken in answer order.
+        let i = item.index.unwrap_or(pos);
+        match slots.get_mut(i) {
+            Some(slot @ None) => *slot = Some(item.embedding),
+            Some(Some(_)) => {
+                return Err(TransportError::invalid(format!(
+                    "embeddings: index {i} answered twice"
+                )))
+            }
+            None => {
+                return Err(TransportError::invalid(format!(
+                    "embeddings: index {i} out of range for {expected} inputs"
+                )))
+            }
+        }
+    }
+    let vectors: Vec<Vec<f32>> = slots.into_iter().flatten().collect();
+    if let Some(first) = vectors.first() {
+        if first.is_empty() {
+            return Err(TransportError::invalid("embeddings: empty vector"));
+        }
+        check_dim(&vectors, first.len())?;
+    }
+    Ok(vectors)
+}
+
+/// Every vector has `expected` components, else ResultInvalid naming the first offender.
+///
+/// ```
+/// use polygateway::transport::embeddings::check_dim;
+/// assert!(check_dim(&[vec![0.0; 3], vec![1.0; 3]], 3).is_ok());
+/// assert!(check_dim(&[vec![0.0; 3], vec![1.0; 4]], 3).is_err());
+/// ```
+pub fn check_dim(vectors: &[Vec<f32>], expected: usize) -> Result<(), TransportError> {
+    match vectors.iter().position(|v| v.len() != expected) {
+        None => Ok(()),
+        Some(i) => Err(TransportError::invalid(format!(
+            "embeddings: vector {i} has dim {}, expected {expected}",
+            vectors[i].len()
+        ))),
+    }
+}
+
+/// Scale `vector` to unit L2 norm in place; an all-zero vector is left as is.
+///
+/// ```
+/// use polygateway::transport::embeddings::l2_normalize;
+/// let mut v = vec![3.0, 4.0];
+/// l2_normalize(&mut v);
+/// assert_eq!(v, vec![0.6, 0.8]);
+/// ```
+pub fn l2_normalize(vector: &mut [f32]) {
+    let norm = vector
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
+    if norm > 0.0 && norm.is_finite() {
+        for x in vector.iter_mut() {
+            *x = (f64::from(*x) / norm) as f32;
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for EmbeddingTransport {
+    type Request = EmbeddingWireRequest;
+    type Response = EmbeddingBatch;
+    type Event = ();
+    type Error = TransportError;
+
+    async fn send(
+        &self,
+        request: &EmbeddingWireRequest,
+        _events: Option<&EventSink<()>>,
+    ) -> Result<EmbeddingBatch, TransportError> {
+        let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
+        if request.inputs.is_empty() {
+            // Nothing to embed is a legitimate empty answer; nothing is sent.
+            return Ok(EmbeddingBatch {
+                vectors: Vec::new(),
+                prompt_tokens: 0,
+                usage_source: UsageSource::Unavailable,
+                model_reported: None,
+                latency_ms: 0.0,
+            });
+        }
+        let body = serde_json::to_vec(&WireBody {
+            model: &self.settings.model,
+            input: &request.inputs,
+        })
+        .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))?;
+        let mut rb = self
+            .client
+            .post(&self.url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        match &self.auth {
+            Ok(Some(v)) => rb = rb.header(AUTHORIZATION, v.clone()),
+            Ok(None) => {}
+            Err(()) => {
+                return Err(TransportError::new(
+                    polygateway_actors::FailureClass::SourceDead,
+                    SourceReason::SourceDead,
+                    format!(
+                        "source {}: API key contains characters not allowed in an HTTP header",
+                        self.settings.name
+                    ),
+                ))
+            }
+        }
+        let resp = wd
+            .guard_total(rb.send())
+            .await?
+            .map_err(|e| classify_reqwest(&e))?;
+        if !resp.status().is_success() {
+            return Err(classify_response(resp, wd.clock().total_deadline()).await);
+        }
+        let bytes = wd
+            .guard_total(resp.bytes())
+            .await?
+            .map_err(|e| classify_reqwest(&e))?;
+        let answer: WireAnswer = serde_json::from_slice(&bytes).map_err(|e| {
+            let summary = summarize_body(&String::from_utf8_lossy(&bytes));
+            let mut err = TransportError::transient(
+                SourceReason::NetworkError,
+                format!("malformed embeddings body ({e}): {summary}"),
+            );
+            err.body_text = summary;
+            err
+        })?;
+        let vectors = into_vectors(answer.data, request.inputs.len())?;
+        let prompt_tokens = answer.usage.as_ref().and_then(|u| u.prompt_tokens);
+        Ok(EmbeddingBatch {
+            vectors,
+            prompt_tokens: prompt_tokens.unwrap_or(0),
+            usage_source: if prompt_tokens.is_some() {
+                UsageSource::Measured
+            } else {
+                UsageSource::Unavailable
+            },
+            model_reported: answer.model.filter(|m| !m.is_empty()),
+            latency_ms: now()
+                .saturating_duration_since(wd.clock().start())
+                .as_secs_f64()
+                * 1000.0,
+        })
+    }
+
+    fn tokens_used(response: &EmbeddingBatch) -> Option<u64> {
+        (response.usage_source == UsageSource::Measured).then_some(response.prompt_tokens)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polygateway_actors::{Classify, FailureClass};
+
+    fn item(index: Option<usize>, v: &[f32]) -> WireItem {
+        WireItem {
+            index,
+            embedding: v.to_vec(),
+        }
+    }
+
+    #[test]
+    fn sorted_by_index() {
+        let v = into_vectors(
+            vec![item(Some(2), &[2.0]), item(Some(0), &[0.0]), item(Some(1), &[1.0])],
+            3,
+        )
+        .unwrap();
+        assert_eq!(v, vec![vec![0.0], vec![1.0], vec![2.0]]);
+    }
+
+    #[test]
+    fn count_mismatch_duplicates_and_ragged_dims_are_invalid() {
+        for (items, n) in [
+            (vec![item(Some(0), &[1.0])], 2),
+            (vec![item(Some(0), &[1.0]), item(Some(0), &[1.0])], 2),
+            (vec![item(Some(0), &[1.0]), item(Some(5), &[1.0])], 2),
+            (vec![item(Some(0), &[1.0]), item(Some(1), &[1.0, 2.0])], 2),
+            (vec![item(None, &[])], 1),
+        ] {
+            let e = into_vectors(items, n).unwrap_err();
+            assert_eq!(e.class(), FailureClass::ResultInvalid);
+            assert!(e.proves_alive());
+        }
+    }
+
+    #[test]
+    fn normalize_zero_and_unit() {
+        let mut z = vec![0.0f32; 4];
+        l2_normalize(&mut z);
+        assert_eq!(z, vec![0.0; 4]);
+        let mut v = vec![1.0f32, 1.0, 1.0, 1.0];
+        l2_normalize(&mut v);
+        let n: f32 = v.iter().map(|x| x * x).sum();
+        assert!((n - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn check_dim_names_the_offender() {
+        let e = check_dim(&[vec![0.0; 2], vec![0.0; 3]], 2).unwrap_err();
+        assert_eq!(e.class(), FailureClass::ResultInvalid);
+        assert!(e.message.contains("vector 1 has dim 3"));
+    }
+}

@@ -1,0 +1,312 @@
+//! HTTP plumbing shared by every transport: building a source's client and translating HTTP
+//! statuses and `reqwest` failures into classified [`TransportError`]s (SPEC §6).
+//!
+//! This is the only place that looks at status codes (SPEC §10.4). It does not read bodies or
+//! streams (the transports do) and holds no retry or breaker logic (the runtime does).
+
+use std::time::Duration;
+
+use polygateway_actors::{FailureClass, SourceReason};
+use reqwest::header::{HeaderMap, RETRY_AFTER};
+
+use crate::config::SourceSettings;
+use crate::error::{summarize_body, TransportError};
+
+/// Connect deadline when the source's TTFT deadline is longer: a TCP/TLS handshake that takes
+/// longer than this is a dead route, not a slow model.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Build the pooled HTTP client of one source.
+///
+/// - connect timeout = `min(ttft_timeout, timeout, 10 s)`;
+/// - **no** total timeout: `reqwest`'s total deadline includes the body and would kill healthy
+///   long streams; the watchdog bounds the body instead;
+/// - `trust_env = false` → proxy environment variables are ignored (`no_proxy()`).
+///
+/// One client per source, cloned into every attempt (it pools connections per host).
+///
+/// # Panics
+/// Like `reqwest::Client::new`, when the TLS backend cannot be initialised.
+pub fn build_client(settings: &SourceSettings) -> reqwest::Client {
+    let connect = settings
+        .ttft_timeout
+        .min(settings.timeout)
+        .min(MAX_CONNECT_TIMEOUT);
+    let mut builder = reqwest::Client::builder()
+        .connect_timeout(connect)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(90));
+    if !settings.trust_env {
+        builder = builder.no_proxy();
+    }
+    builder
+        .build()
+        .expect("the HTTP client's TLS backend could not be initialised")
+}
+
+/// The `Retry-After` hint in its seconds form (`"3"`, `"1.5"`). HTTP-dates, negative and
+/// non-finite values are ignored (SPEC §5.1).
+///
+/// ```
+/// use polygateway::transport::http::parse_retry_after;
+/// use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+/// let mut h = HeaderMap::new();
+/// h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+/// assert_eq!(parse_retry_after(&h), Some(std::time::Duration::from_secs(7)));
+/// h.insert(RETRY_AFTER, HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+/// assert_eq!(parse_retry_after(&h), None);
+/// ```
+pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let raw = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    let secs: f64 = raw.parse().ok()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+/// `true` when the body says `insufficient_quota` anywhere: in any JSON string value or key
+/// when it parses as JSON, else anywhere in the raw text. Always the untruncated body.
+fn says_insufficient_quota(body: &str) -> bool {
+    const NEEDLE: &str = "insufficient_quota";
+    fn walk(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::String(s) => s.contains(NEEDLE),
+            serde_json::Value::Array(a) => a.iter().any(walk),
+            serde_json::Value::Object(m) => m.iter().any(|(k, v)| k.contains(NEEDLE) || walk(v)),
+            _ => false,
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(v) => walk(&v),
+        Err(_) => body.contains(NEEDLE),
+    }
+}
+
+/// Translate a non-2xx HTTP answer into a classified error (SPEC §6 table).
+///
+/// | status | class | reason |
+/// |---|---|---|
+/// | 429 (`insufficient_quota` in the body) | SourceDead | source_dead |
+/// | 429 | Transient, `rate_limited`, Retry-After (seconds form) | rate_limited |
+/// | 401, 403 | SourceDead | source_dead |
+/// | 400, 404, 413, 422 | RequestRejected | network_error |
+/// | 5xx and anything else | Transient | network_error |
+///
+/// Every error is marked `answered` (the service did answer) and carries the body summary in
+/// both `message` and `body_text`.
+pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> TransportError {
+    let summary = summarize_body(body);
+    let (class, reason, label) = match status {
+        429 if says_insufficient_quota(body) => (
+            FailureClass::SourceDead,
+            SourceReason::SourceDead,
+            "insufficient quota",
+        ),
+        429 => (
+            FailureClass::Transient,
+            SourceReason::RateLimited,
+            "rate limited",
+        ),
+        401 => (
+            FailureClass::SourceDead,
+            SourceReason::SourceDead,
+            "unauthorized",
+        ),
+        403 => (
+            FailureClass::SourceDead,
+            SourceReason::SourceDead,
+            "forbidden",
+        ),
+        400 | 404 | 413 | 422 => (
+            FailureClass::RequestRejected,
+            SourceReason::NetworkError,
+            "request rejected",
+        ),
+        500..=599 => (
+            FailureClass::Transient,
+            SourceReason::NetworkError,
+            "server error",
+        ),
+        _ => (
+            FailureClass::Transient,
+            SourceReason::NetworkError,
+            "unexpected status",
+        ),
+    };
+    let message = if summary.is_empty() {
+        format!("HTTP {status} {label}")
+    } else {
+        format!("HTTP {status} {label}: {summary}")
+    };
+    let mut err = TransportError::new(class, reason, message);
+    err.status = Some(status);
+    err.body_text = summary;
+    err.answered = true;
+    if reason == SourceReason::RateLimited {
+        err.rate_limited = true;
+        err.retry_after = parse_retry_after(headers);
+    }
+    err
+}
+
+/// Translate a `reqwest` failure (no HTTP answer, or a body read that broke): timeouts →
+/// Transient `timeout`, everything else (connect refused/reset, body decode) → Transient
+/// `network_error`. The message names the cause chain; the URL's query string is removed.
+pub fn classify_reqwest(err: &reqwest::Error) -> TransportError {
+    let reason = if err.is_timeout() {
+        SourceReason::Timeout
+    } else {
+        SourceReason::NetworkError
+    };
+    let kind = if err.is_timeout() {
+        "timeout"
+    } else if err.is_connect() {
+        "connect error"
+    } else if err.is_body() || err.is_decode() {
+        "body error"
+    } else {
+        "network error"
+    };
+    let mut message = format!("{kind}: {}", error_chain(err));
+    if let Some(url) = err.url() {
+        // A query string may carry credentials for some services; never echo it.
+        let mut redacted = url.clone();
+        redacted.set_query(None);
+        redacted.set_fragment(None);
+        let _ = redacted.set_password(None);
+        message = message.replace(url.as_str(), redacted.as_str());
+    }
+    TransportError::transient(reason, message)
+}
+
+/// Most bytes of an error body read for classification; a larger body is cut here (the summary
+/// keeps far less, and `insufficient_quota` sits near the top of real error bodies).
+pub const MAX_ERROR_BODY: usize = 1 << 20;
+
+/// Read a non-2xx response's body (at most [`MAX_ERROR_BODY`] bytes, until `deadline`) and
+/// classify it with [`classify_status`]. A body that cannot be read in time is classified as
+/// empty: the status alone decides.
+pub async fn classify_response(resp: reqwest::Response, deadline: std::time::Instant) -> TransportError {
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let mut resp = resp;
+    let mut body = Vec::new();
+    let read = async {
+        while let Ok(Some(chunk)) = resp.chunk().await {
+            let room = MAX_ERROR_BODY.saturating_sub(body.len());
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if body.len() >= MAX_ERROR_BODY {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), read).await;
+    classify_status(status, &headers, &String::from_utf8_lossy(&body))
+}
+
+/// `err: cause: cause…`, skipping causes whose text repeats the previous one.
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut last = out.clone();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !text.is_empty() && !last.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        last = text;
+        source = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polygateway_actors::Classify;
+    use reqwest::header::HeaderValue;
+
+    fn headers(retry_after: Option<&'static str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(v) = retry_after {
+            h.insert(RETRY_AFTER, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn rate_limited_carries_retry_after_seconds() {
+        let e = classify_status(429, &headers(Some("3")), r#"{"error":{"message":"slow down"}}"#);
+        assert_eq!(e.class, FailureClass::Transient);
+        assert!(e.is_rate_limited());
+        assert_eq!(e.source_reason(), SourceReason::RateLimited);
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
+        assert_eq!(e.status, Some(429));
+        assert!(e.body_text.contains("slow down"));
+        assert!(e.message.contains("slow down"));
+    }
+
+    #[test]
+    fn rate_limited_http_date_is_ignored() {
+        let e = classify_status(429, &headers(Some("Wed, 21 Oct 2015 07:28:00 GMT")), "");
+        assert!(e.is_rate_limited());
+        assert_eq!(e.retry_after(), None);
+        let e = classify_status(429, &headers(Some("-4")), "");
+        assert_eq!(e.retry_after(), None);
+        let e = classify_status(429, &headers(Some("0.5")), "");
+        assert_eq!(e.retry_after(), Some(Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn insufficient_quota_is_source_dead_even_past_the_summary_cut() {
+        // The marker sits beyond the summariser's head; classification reads the whole body.
+        let filler = "x ".repeat(5000);
+        let body = format!(
+            r#"{{"error":{{"message":"{filler}","type":"insufficient_quota","code":"insufficient_quota"}}}}"#
+        );
+        let e = classify_status(429, &headers(Some("9")), &body);
+        assert_eq!(e.class, FailureClass::SourceDead);
+        assert!(!e.is_rate_limited());
+        assert_eq!(e.retry_after(), None);
+        assert_eq!(e.source_reason(), SourceReason::SourceDead);
+    }
+
+    #[test]
+    fn auth_failures_are_source_dead() {
+        for s in [401, 403] {
+            let e = classify_status(s, &headers(None), "bad key");
+            assert_eq!(e.class, FailureClass::SourceDead, "{s}");
+            assert_eq!(e.body_text, "bad key");
+            assert!(!e.is_rate_limited());
+        }
+    }
+
+    #[test]
+    fn client_errors_are_rejected_and_prove_alive() {
+        for s in [400, 404, 413, 422] {
+            let e = classify_status(s, &headers(None), "{\n  \"error\": \"bad\"\n}");
+            assert_eq!(e.class, FailureClass::RequestRejected, "{s}");
+            assert!(e.answered);
+            assert!(e.proves_alive());
+            assert_eq!(e.body_text, r#"{ "error": "bad" }"#);
+        }
+    }
+
+    #[test]
+    fn server_and_unknown_errors_are_transient() {
+        for s in [500, 502, 503, 504, 409, 302] {
+            let e = classify_status(s, &headers(Some("5")), "oops");
+            assert_eq!(e.class, FailureClass::Transient, "{s}");
+            assert_eq!(e.source_reason(), SourceReason::NetworkError);
+            assert!(!e.is_rate_limited());
+            assert_eq!(e.retry_after(), None);
+            assert!(!e.proves_alive());
+        }
+    }
+
+    #[test]
+    fn empty_body_message_has_no_dangling_colon() {
+        let e = classify_status(503, &headers(None), "");
+        assert_eq!(e.message, "HTTP 503 server error");
+        assert_eq!(e.body_text, "");
+    }
+}

@@ -1,0 +1,22 @@
+//! Transports: how one attempt reaches one upstream over HTTP (SPEC §7).
+//!
+//! Each transport implements [`polygateway_actors::Transport`] and classifies its own failures
+//! into [`crate::TransportError`]. Retry, switching and breaking are the runtime's business, not
+//! this module's.
+//!
+//! - [`http`]: client construction and status / network-error classification (shared);
+//! - [`sse`]: incremental SSE framing; [`wire`]: OpenAI JSON shapes; [`think`]: `<think>` tags;
+//! - [`watchdog`]: TTFT / inter-token / total deadlines;
+//! - [`chat`]: the chat transport; [`embeddings`]: the embeddings transport.
+
+pub mod chat;
+pub mod embeddings;
+pub mod http;
+pub mod ocr;
+pub mod sse;
+pub mod think;
+pub mod watchdog;
+pub mod wire;
+
+pub use chat::{ChatDelta, ChatTransport, ChatWireRequest};
+pub use embeddings::{EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest};

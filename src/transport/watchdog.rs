@@ -1,0 +1,348 @@
+//! Streaming watchdog (SPEC §7.1): time-to-first-token, inter-token and total deadlines around
+//! every read of a streaming body.
+//!
+//! [`StallClock`] is the sans-I/O part: it takes `now` and answers the deadline in force and
+//! which layer it belongs to, and measures TTFT and the largest inter-token gap. [`Watchdog`]
+//! applies it to futures with `tokio::time::timeout_at` (so tests can pause tokio's clock). Any
+//! delta — content or reasoning — counts as a token; keep-alives, role-only and usage frames do
+//! not.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use polygateway_actors::SourceReason;
+
+use crate::config::SourceSettings;
+use crate::error::TransportError;
+
+/// Which deadline fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StallLayer {
+    /// No token within the TTFT deadline since the attempt started.
+    Ttft,
+    /// No token within the inter-token deadline since the previous one.
+    InterToken,
+    /// The attempt's total deadline.
+    Total,
+}
+
+impl StallLayer {
+    /// The layer's name in error messages: `ttft`, `inter_token`, `total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StallLayer::Ttft => "ttft",
+            StallLayer::InterToken => "inter_token",
+            StallLayer::Total => "total",
+        }
+    }
+}
+
+/// The three deadlines of a streaming attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StallLimits {
+    /// Time to first token.
+    pub ttft: Duration,
+    /// Largest allowed gap between tokens.
+    pub inter_token: Duration,
+    /// Whole attempt.
+    pub total: Duration,
+}
+
+impl StallLimits {
+    /// The limits configured for a source.
+    pub fn from_settings(settings: &SourceSettings) -> Self {
+        Self {
+            ttft: settings.ttft_timeout,
+            inter_token: settings.inter_token_timeout,
+            total: settings.timeout,
+        }
+    }
+
+    /// The layer's configured limit.
+    pub fn of(&self, layer: StallLayer) -> Duration {
+        match layer {
+            StallLayer::Ttft => self.ttft,
+            StallLayer::InterToken => self.inter_token,
+            StallLayer::Total => self.total,
+        }
+    }
+}
+
+/// Sans-I/O stall clock of one attempt.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use polygateway::transport::watchdog::{StallClock, StallLayer, StallLimits};
+/// let t0 = Instant::now();
+/// let s = Duration::from_secs;
+/// let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
+/// assert_eq!(c.deadline(), (t0 + s(10), StallLayer::Ttft));
+/// c.on_token(t0 + s(3));
+/// assert_eq!(c.deadline(), (t0 + s(5), StallLayer::InterToken));
+/// assert_eq!(c.check(t0 + s(6)), Err(StallLayer::InterToken));
+/// assert_eq!(c.ttft_ms(), Some(3000.0));
+/// ```
+#[derive(Debug, Clone)]
+pub struct StallClock {
+    start: Instant,
+    limits: StallLimits,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+    max_gap: Option<Duration>,
+}
+
+impl StallClock {
+    /// A clock for an attempt that started at `start`.
+    pub fn new(start: Instant, limits: StallLimits) -> Self {
+        Self {
+            start,
+            limits,
+            first_token: None,
+            last_token: None,
+            max_gap: None,
+        }
+    }
+
+    /// When the attempt started.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// The earliest deadline in force and its layer. Before the first token: TTFT or total;
+    /// after: inter-token or total. On a tie the narrower layer is named.
+    pub fn deadline(&self) -> (Instant, StallLayer) {
+        let total = self.start + self.limits.total;
+        let (local, layer) = match self.last_token {
+            None => (self.start + self.limits.ttft, StallLayer::Ttft),
+            Some(t) => (t + self.limits.inter_token, StallLayer::InterToken),
+        };
+        if local <= total {
+            (local, layer)
+        } else {
+            (total, StallLayer::Total)
+        }
+    }
+
+    /// The total deadline alone (for phases where tokens are not expected, e.g. a non-streaming
+    /// body or a consumer that is slow to take a delta).
+    pub fn total_deadline(&self) -> Instant {
+        self.start + self.limits.total
+    }
+
+    /// `Err(layer)` when `now` is at or past the deadline in force.
+    pub fn check(&self, now: Instant) -> Result<(), StallLayer> {
+        let (deadline, layer) = self.deadline();
+        if now >= deadline {
+            Err(layer)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A token (content or reasoning delta) arrived at `now`.
+    pub fn on_token(&mut self, now: Instant) {
+        if let Some(last) = self.last_token {
+            let gap = now.saturating_duration_since(last);
+            self.max_gap = Some(self.max_gap.map_or(gap, |m| m.max(gap)));
+        } else {
+            self.first_token = Some(now);
+        }
+        self.last_token = Some(now);
+    }
+
+    /// Time from start to the first token, in milliseconds.
+    pub fn ttft_ms(&self) -> Option<f64> {
+        self.first_token
+            .map(|t| ms(t.saturating_duration_since(self.start)))
+    }
+
+    /// Largest gap between two tokens, in milliseconds (`None` with fewer than two tokens).
+    pub fn max_inter_token_ms(&self) -> Option<f64> {
+        self.max_gap.map(ms)
+    }
+
+    /// `true` once a token arrived.
+    pub fn has_token(&self) -> bool {
+        self.first_token.is_some()
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The current instant on tokio's clock (which `tokio::time::pause` controls), as a std instant.
+pub fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Applies a [`StallClock`] to the futures of one attempt.
+#[derive(Debug, Clone)]
+pub struct Watchdog {
+    clock: StallClock,
+}
+
+impl Watchdog {
+    /// Start watching now.
+    pub fn start(limits: StallLimits) -> Self {
+        Self {
+            clock: StallClock::new(now(), limits),
+        }
+    }
+
+    /// The underlying clock.
+    pub fn clock(&self) -> &StallClock {
+        &self.clock
+    }
+
+    /// Record a token arriving now.
+    pub fn on_token(&mut self) {
+        self.clock.on_token(now());
+    }
+
+    /// Await `fut` under the deadline in force (TTFT / inter-token / total).
+    pub async fn guard<F: Future>(&self, fut: F) -> Result<F::Output, TransportError> {
+        let (deadline, layer) = self.clock.deadline();
+        self.until(deadline, layer, fut).await
+    }
+
+    /// Await `fut` under the total deadline only.
+    pub async fn guard_total<F: Future>(&self, fut: F) -> Result<F::Output, TransportError> {
+        self.until(self.clock.total_deadline(), StallLayer::Total, fut)
+            .await
+    }
+
+    async fn until<F: Future>(
+        &self,
+        deadline: Instant,
+        layer: StallLayer,
+        fut: F,
+    ) -> Result<F::Output, TransportError> {
+        // `timeout_at` polls `fut` before the timer, so data already buffered still wins over a
+        // deadline that passed while the consumer was slow.
+        tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), fut)
+            .await
+            .map_err(|_| self.stall_error(layer))
+    }
+
+    /// The Transient `timeout` error naming `layer`.
+    pub fn stall_error(&self, layer: StallLayer) -> TransportError {
+        stall_error(layer, self.clock.limits.of(layer))
+    }
+}
+
+/// The Transient `timeout` error of a watchdog layer; the message names the layer.
+pub fn stall_error(layer: StallLayer, limit: Duration) -> TransportError {
+    TransportError::transient(
+        SourceReason::Timeout,
+        format!(
+            "watchdog: {} deadline of {:.3}s exceeded",
+            layer.as_str(),
+            limit.as_secs_f64()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polygateway_actors::{Classify, FailureClass};
+
+    fn limits(ttft: u64, inter: u64, total: u64) -> StallLimits {
+        StallLimits {
+            ttft: Duration::from_millis(ttft),
+            inter_token: Duration::from_millis(inter),
+            total: Duration::from_millis(total),
+        }
+    }
+
+    #[test]
+    fn layers_in_order() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = StallClock::new(t0, limits(100, 30, 200));
+        assert_eq!(c.check(t0 + ms(99)), Ok(()));
+        assert_eq!(c.check(t0 + ms(100)), Err(StallLayer::Ttft));
+        c.on_token(t0 + ms(50));
+        assert_eq!(c.check(t0 + ms(79)), Ok(()));
+        assert_eq!(c.check(t0 + ms(80)), Err(StallLayer::InterToken));
+        c.on_token(t0 + ms(75));
+        c.on_token(t0 + ms(180));
+        // Last token at 180 + 30 > 200: total is nearer.
+        assert_eq!(c.deadline(), (t0 + ms(200), StallLayer::Total));
+        assert_eq!(c.ttft_ms(), Some(50.0));
+        assert_eq!(c.max_inter_token_ms(), Some(105.0));
+    }
+
+    #[test]
+    fn no_gap_with_one_token() {
+        let t0 = Instant::now();
+        let mut c = StallClock::new(t0, limits(100, 30, 200));
+        assert!(!c.has_token());
+        c.on_token(t0 + Duration::from_millis(5));
+        assert!(c.has_token());
+        assert_eq!(c.max_inter_token_ms(), None);
+    }
+
+    #[test]
+    fn ttft_longer_than_total_is_total() {
+        let t0 = Instant::now();
+        let c = StallClock::new(t0, limits(500, 30, 200));
+        assert_eq!(c.deadline().1, StallLayer::Total);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn guard_fires_ttft_on_paused_clock() {
+        let w = Watchdog::start(limits(100, 30, 1000));
+        let err = w
+            .guard(tokio::time::sleep(Duration::from_millis(150)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.class(), FailureClass::Transient);
+        assert_eq!(err.source_reason(), SourceReason::Timeout);
+        assert!(err.message.contains("ttft"), "{}", err.message);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn guard_inter_token_then_total() {
+        let mut w = Watchdog::start(limits(100, 30, 120));
+        w.guard(tokio::time::sleep(Duration::from_millis(20)))
+            .await
+            .unwrap();
+        w.on_token();
+        let err = w
+            .guard(tokio::time::sleep(Duration::from_millis(40)))
+            .await
+            .unwrap_err();
+        assert!(err.message.contains("inter_token"), "{}", err.message);
+        // Keep producing tokens every 25 ms: the total deadline ends it at 120 ms.
+        let mut w = Watchdog::start(limits(100, 30, 120));
+        let err = loop {
+            match w.guard(tokio::time::sleep(Duration::from_millis(25))).await {
+                Ok(()) => w.on_token(),
+                Err(e) => break e,
+            }
+        };
+        assert!(err.message.contains("total"), "{}", err.message);
+        assert_eq!(tokio::time::Instant::now().into_std(), w.clock().start() + Duration::from_millis(120));
+    }
+
+    #[tokio::test]
+    async fn real_clock_inter_token_stall() {
+        let mut w = Watchdog::start(limits(300, 80, 2000));
+        let t = std::time::Instant::now();
+        w.guard(tokio::time::sleep(Duration::from_millis(10)))
+            .await
+            .unwrap();
+        w.on_token();
+        let err = w
+            .guard(tokio::time::sleep(Duration::from_secs(5)))
+            .await
+            .unwrap_err();
+        let waited = t.elapsed();
+        assert!(err.message.contains("inter_token"));
+        assert!(waited >= Duration::from_millis(85), "{waited:?}");
+        assert!(waited < Duration::from_millis(1500), "{waited:?}");
+        assert!(w.clock().ttft_ms().unwrap() >= 10.0);
+    }
+}

@@ -1,0 +1,278 @@
+//! The OpenAI-compatible JSON shapes of chat answers: stream chunks, non-streaming completions,
+//! usage blocks and in-band errors, decoded into small owned values.
+//!
+//! Only decoding and the classification of a frame that is itself an error live here; framing is
+//! [`super::sse`], assembly of a response is [`super::chat`].
+
+use polygateway_actors::{FailureClass, SourceReason};
+use reqwest::header::HeaderMap;
+use serde::Deserialize;
+
+use super::http::classify_status;
+use crate::error::{summarize_body, TransportError};
+
+/// Token usage as reported on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WireUsage {
+    /// `prompt_tokens`.
+    pub prompt_tokens: u64,
+    /// `completion_tokens`.
+    pub completion_tokens: u64,
+    /// `prompt_tokens_details.cached_tokens` (or DeepSeek's `prompt_cache_hit_tokens`).
+    pub cached_prompt_tokens: Option<u64>,
+    /// `completion_tokens_details.reasoning_tokens`.
+    pub reasoning_tokens: Option<u64>,
+}
+
+/// What one stream chunk (or a whole non-streaming completion) carried.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ChunkFrame {
+    /// `choices[0].delta.content` (`message.content` when not streaming).
+    pub content: Option<String>,
+    /// `choices[0].delta.reasoning_content` (or `reasoning`).
+    pub reasoning: Option<String>,
+    /// Top-level `model`.
+    pub model: Option<String>,
+    /// Top-level `usage`, when present and not null.
+    pub usage: Option<WireUsage>,
+    /// `choices[0].finish_reason`.
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawChunk {
+    #[serde(default)]
+    choices: Option<Vec<RawChoice>>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    usage: Option<RawUsage>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RawChoice {
+    #[serde(default)]
+    delta: Option<RawDelta>,
+    #[serde(default)]
+    message: Option<RawDelta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawDelta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<RawPromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<RawCompletionDetails>,
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct RawPromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct RawCompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl From<RawUsage> for WireUsage {
+    fn from(u: RawUsage) -> Self {
+        WireUsage {
+            prompt_tokens: u.prompt_tokens.unwrap_or(0),
+            completion_tokens: u.completion_tokens.unwrap_or(0),
+            cached_prompt_tokens: u
+                .prompt_tokens_details
+                .and_then(|d| d.cached_tokens)
+                .or(u.prompt_cache_hit_tokens),
+            reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        }
+    }
+}
+
+/// Decode one stream frame's `data` (or a whole non-streaming body).
+///
+/// - malformed JSON → Transient `network_error` carrying the summarised frame;
+/// - an in-band `{"error": …}` object → classified like the HTTP status it names (a numeric
+///   `code`/`status`), SourceDead when it says `insufficient_quota`, else Transient.
+///
+/// ```
+/// use polygateway::transport::wire::decode_chunk;
+/// let f = decode_chunk(r#"{"model":"m","choices":[{"delta":{"content":"hi"}}]}"#).unwrap();
+/// assert_eq!(f.content.as_deref(), Some("hi"));
+/// assert_eq!(f.model.as_deref(), Some("m"));
+/// assert!(decode_chunk("{not json").is_err());
+/// ```
+pub fn decode_chunk(data: &str) -> Result<ChunkFrame, TransportError> {
+    decode(data, "malformed SSE frame")
+}
+
+/// Decode a whole non-streaming completion body (`choices[0].message`); same rules as
+/// [`decode_chunk`].
+pub fn decode_completion(body: &str) -> Result<ChunkFrame, TransportError> {
+    decode(body, "malformed completion body")
+}
+
+fn decode(data: &str, label: &str) -> Result<ChunkFrame, TransportError> {
+    let raw: RawChunk = serde_json::from_str(data).map_err(|e| malformed(label, data, &e))?;
+    if let Some(err) = raw.error.filter(|e| !e.is_null()) {
+        return Err(in_band_error(&err, data));
+    }
+    let mut frame = ChunkFrame {
+        model: raw.model.filter(|m| !m.is_empty()),
+        usage: raw.usage.map(WireUsage::from),
+        ..ChunkFrame::default()
+    };
+    if let Some(choice) = raw.choices.and_then(|c| c.into_iter().next()) {
+        frame.finish_reason = choice.finish_reason;
+        if let Some(d) = choice.delta.or(choice.message) {
+            frame.content = d.content;
+            frame.reasoning = d.reasoning_content.or(d.reasoning);
+        }
+    }
+    Ok(frame)
+}
+
+fn malformed(label: &str, data: &str, err: &serde_json::Error) -> TransportError {
+    let summary = summarize_body(data);
+    let mut e = TransportError::transient(
+        SourceReason::NetworkError,
+        format!("{label} ({err}): {summary}"),
+    );
+    e.body_text = summary;
+    e
+}
+
+/// Classify an in-band error object. The HTTP status of the stream was 200, so `status` stays
+/// empty; the class follows the status the error names, if any.
+fn in_band_error(err: &serde_json::Value, frame: &str) -> TransportError {
+    let named_status = ["code", "status", "status_code"].iter().find_map(|k| {
+        let v = err.get(k)?;
+        v.as_u64()
+            .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+            .filter(|s| (400..600).contains(s))
+    });
+    let mut e = match named_status {
+        Some(status) => classify_status(status as u16, &HeaderMap::new(), frame),
+        None => {
+            // No usable status: still honour an `insufficient_quota` marker.
+            let probe = classify_status(429, &HeaderMap::new(), frame);
+            if probe.class == FailureClass::SourceDead {
+                probe
+            } else {
+                let mut t = TransportError::transient(SourceReason::NetworkError, "");
+                t.body_text = summarize_body(frame);
+                t
+            }
+        }
+    };
+    e.status = None;
+    e.message = format!("in-band stream error: {}", e.body_text);
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polygateway_actors::Classify;
+
+    #[test]
+    fn usage_details_and_empty_choices() {
+        let f = decode_chunk(
+            r#"{"choices":[],"usage":{"prompt_tokens":10,"completion_tokens":4,
+            "prompt_tokens_details":{"cached_tokens":6},
+            "completion_tokens_details":{"reasoning_tokens":2}}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.content, None);
+        assert_eq!(
+            f.usage,
+            Some(WireUsage {
+                prompt_tokens: 10,
+                completion_tokens: 4,
+                cached_prompt_tokens: Some(6),
+                reasoning_tokens: Some(2)
+            })
+        );
+    }
+
+    #[test]
+    fn null_usage_and_reported_zero_cache() {
+        let f = decode_chunk(r#"{"choices":[{"delta":{"content":"x"}}],"usage":null}"#).unwrap();
+        assert_eq!(f.usage, None);
+        let f = decode_chunk(
+            r#"{"usage":{"prompt_tokens":1,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":0}}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.usage.unwrap().cached_prompt_tokens, Some(0));
+        assert_eq!(f.usage.unwrap().reasoning_tokens, None);
+    }
+
+    #[test]
+    fn deepseek_cache_hit_field() {
+        let f = decode_chunk(
+            r#"{"usage":{"prompt_tokens":9,"completion_tokens":1,"prompt_cache_hit_tokens":8}}"#,
+        )
+        .unwrap();
+        assert_eq!(f.usage.unwrap().cached_prompt_tokens, Some(8));
+    }
+
+    #[test]
+    fn reasoning_fields_and_message_shape() {
+        let f =
+            decode_chunk(r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#).unwrap();
+        assert_eq!(f.reasoning.as_deref(), Some("hm"));
+        let f = decode_chunk(
+            r#"{"model":"m1","choices":[{"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(f.content.as_deref(), Some("ok"));
+        assert_eq!(f.finish_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn malformed_frame_is_transient_with_summary() {
+        let e = decode_chunk("{\"choices\":  [ {\"delta\":").unwrap_err();
+        assert_eq!(e.class(), FailureClass::Transient);
+        assert_eq!(e.body_text, "{\"choices\": [ {\"delta\":");
+        assert!(e.message.contains("malformed SSE frame"));
+    }
+
+    #[test]
+    fn in_band_errors_are_classified() {
+        let e = decode_chunk(r#"{"error":{"message":"overloaded","type":"server_error"}}"#)
+            .unwrap_err();
+        assert_eq!(e.class(), FailureClass::Transient);
+        assert!(e.message.contains("overloaded"));
+        assert_eq!(e.status, None);
+        let e = decode_chunk(r#"{"error":{"message":"quota","code":"insufficient_quota"}}"#)
+            .unwrap_err();
+        assert_eq!(e.class(), FailureClass::SourceDead);
+        let e = decode_chunk(r#"{"error":{"message":"bad","code":400}}"#).unwrap_err();
+        assert_eq!(e.class(), FailureClass::RequestRejected);
+        let e = decode_chunk(r#"{"error":{"message":"slow","code":"429"}}"#).unwrap_err();
+        assert!(e.is_rate_limited());
+        assert!(decode_chunk(r#"{"error":null,"choices":[]}"#).is_ok());
+    }
+}

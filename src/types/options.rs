@@ -1,0 +1,295 @@
+//! Per-call options (SPEC §2): attribution (`session_id`, `parent_call_id`, `tenant_id`, `meta`),
+//! cache controls, structured-output mode, streaming and the sampling overlay.
+//!
+//! This module only holds and checks the caller's choices; what the runtime does with them
+//! (cache keys, request bodies, telemetry rows) lives with the call path. The typed structured
+//! mode (`T: DeserializeOwned + JsonSchema`) is a separate API on the chat handle.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::validate::{self, ValidationError};
+
+/// One `meta` value: a string, integer, float or bool (SPEC §2.2). Serialises as the plain JSON
+/// value (untagged).
+///
+/// ```
+/// use polygateway::types::MetaValue;
+/// assert_eq!(serde_json::to_string(&MetaValue::from(3)).unwrap(), "3");
+/// let v: MetaValue = serde_json::from_str("\"b-17\"").unwrap();
+/// assert_eq!(v, MetaValue::from("b-17"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MetaValue {
+    /// A bool.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float (must be finite to pass validation).
+    Float(f64),
+    /// A string (at most 256 chars to pass validation).
+    String(String),
+}
+
+impl MetaValue {
+    /// Convert a JSON value; `null`, arrays and objects are rejected naming `key`. Integers
+    /// beyond `i64` become floats.
+    pub fn from_json(key: &str, value: &Value) -> Result<Self, ValidationError> {
+        let found = match value {
+            Value::Bool(b) => return Ok(Self::Bool(*b)),
+            Value::String(s) => return Ok(Self::String(s.clone())),
+            Value::Number(n) => {
+                return Ok(match n.as_i64() {
+                    Some(i) => Self::Int(i),
+                    // Every serde_json number has an f64 view (u64 beyond i64, or a float).
+                    None => Self::Float(n.as_f64().unwrap_or(f64::NAN)),
+                });
+            }
+            Value::Null => "null",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        };
+        Err(ValidationError::MetaValueType {
+            key: validate::shorten(key),
+            found,
+        })
+    }
+
+    /// The JSON form (a non-finite float becomes `null`, as JSON has no NaN).
+    pub fn to_json(&self) -> Value {
+        match self {
+            Self::Bool(b) => Value::Bool(*b),
+            Self::Int(i) => Value::from(*i),
+            Self::Float(f) => serde_json::Number::from_f64(*f)
+                .map(Value::Number)
+                .unwrap_or(Value::Null),
+            Self::String(s) => Value::String(s.clone()),
+        }
+    }
+}
+
+impl fmt::Display for MetaValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Bool(b) => write!(f, "{b}"),
+            Self::Int(i) => write!(f, "{i}"),
+            Self::Float(x) => write!(f, "{x}"),
+            Self::String(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<bool> for MetaValue {
+    fn from(v: bool) -> Self {
+        Self::Bool(v)
+    }
+}
+impl From<i64> for MetaValue {
+    fn from(v: i64) -> Self {
+        Self::Int(v)
+    }
+}
+impl From<i32> for MetaValue {
+    fn from(v: i32) -> Self {
+        Self::Int(i64::from(v))
+    }
+}
+impl From<u32> for MetaValue {
+    fn from(v: u32) -> Self {
+        Self::Int(i64::from(v))
+    }
+}
+impl From<f64> for MetaValue {
+    fn from(v: f64) -> Self {
+        Self::Float(v)
+    }
+}
+impl From<&str> for MetaValue {
+    fn from(v: &str) -> Self {
+        Self::String(v.to_string())
+    }
+}
+impl From<String> for MetaValue {
+    fn from(v: String) -> Self {
+        Self::String(v)
+    }
+}
+
+/// Structured-output mode of a call (SPEC §9.2). The typed mode (`T: JsonSchema`) is a separate
+/// method on the chat handle, not a variant here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Structured {
+    /// Raw text (default).
+    #[default]
+    None,
+    /// Repair to a JSON value only (no schema, no re-ask).
+    Json,
+}
+
+/// Options of one call, built fluently. Every field is public to read; construct with
+/// [`CallOptions::new`] (or `default()`) and the builder methods. [`CallOptions::validate`] runs
+/// the SPEC §2.2 entry checks; the runtime runs it before anything is sent.
+///
+/// Defaults: no session/parent/salt/namespace override, `structured = None`, `stream = true`,
+/// empty overlay, tenant unset (recorded as `""`, the unattributed sentinel), empty meta,
+/// cache not bypassed.
+///
+/// ```
+/// use polygateway::types::{CallOptions, Structured};
+/// let opts = CallOptions::new()
+///     .session_id("job-42")
+///     .tenant_id("acme")
+///     .meta_entry("batch_id", "b-17")
+///     .meta_entry("attempt", 2)
+///     .overlay_param("temperature", 0.2)
+///     .structured(Structured::Json)
+///     .cache_salt("epoch-3");
+/// assert!(opts.validate().is_ok());
+/// assert_eq!(opts.tenant(), "acme");
+/// assert!(opts.stream);
+///
+/// // Setting the sentinel explicitly is a caller error, unlike leaving the tenant unset.
+/// assert!(CallOptions::new().tenant_id("").validate().is_err());
+/// assert_eq!(CallOptions::new().tenant(), "");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CallOptions {
+    /// Groups the calls of one business task (telemetry `session_id`).
+    pub session_id: Option<String>,
+    /// The call this one derives from (telemetry `parent_call_id`).
+    pub parent_call_id: Option<String>,
+    /// Cache salt; `Some("")` is a salt too (it enters the key), `None` is no salt.
+    pub cache_salt: Option<String>,
+    /// Per-call cache namespace, overriding the configured one.
+    pub cache_namespace: Option<String>,
+    /// Structured-output mode.
+    pub structured: Structured,
+    /// Stream the response (SSE with watchdogs); `false` uses the non-streaming path.
+    pub stream: bool,
+    /// Sampling parameters merged into the request body (above the source `extra_body`).
+    pub overlay: Map<String, Value>,
+    /// Tenant attribution; `None` = unset (recorded as `""`). `Some("")` fails validation.
+    pub tenant_id: Option<String>,
+    /// Audit dimensions recorded with the call (never part of the cache key).
+    pub meta: BTreeMap<String, MetaValue>,
+    /// Skip the cache lookup and store for this call.
+    pub bypass_cache: bool,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        Self {
+            session_id: None,
+            parent_call_id: None,
+            cache_salt: None,
+            cache_namespace: None,
+            structured: Structured::None,
+            stream: true,
+            overlay: Map::new(),
+            tenant_id: None,
+            meta: BTreeMap::new(),
+            bypass_cache: false,
+        }
+    }
+}
+
+impl CallOptions {
+    /// Default options (see the type docs).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set the session id.
+    pub fn session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+
+    /// Set the parent call id.
+    pub fn parent_call_id(mut self, id: impl Into<String>) -> Self {
+        self.parent_call_id = Some(id.into());
+        self
+    }
+
+    /// Set the cache salt (an empty string is a valid salt).
+    pub fn cache_salt(mut self, salt: impl Into<String>) -> Self {
+        self.cache_salt = Some(salt.into());
+        self
+    }
+
+    /// Override the cache namespace for this call.
+    pub fn cache_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.cache_namespace = Some(namespace.into());
+        self
+    }
+
+    /// Choose the structured-output mode.
+    pub fn structured(mut self, mode: Structured) -> Self {
+        self.structured = mode;
+        self
+    }
+
+    /// Stream (`true`, default) or not.
+    pub fn stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// Replace the whole sampling overlay.
+    pub fn overlay(mut self, overlay: Map<String, Value>) -> Self {
+        self.overlay = overlay;
+        self
+    }
+
+    /// Set one sampling parameter of the overlay.
+    pub fn overlay_param(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.overlay.insert(key.into(), value.into());
+        self
+    }
+
+    /// Attribute the call to a tenant (checked by [`CallOptions::validate`]; never trimmed).
+    pub fn tenant_id(mut self, tenant_id: impl Into<String>) -> Self {
+        self.tenant_id = Some(tenant_id.into());
+        self
+    }
+
+    /// Replace the whole `meta` map.
+    pub fn meta(mut self, meta: BTreeMap<String, MetaValue>) -> Self {
+        self.meta = meta;
+        self
+    }
+
+    /// Set one `meta` entry.
+    pub fn meta_entry(mut self, key: impl Into<String>, value: impl Into<MetaValue>) -> Self {
+        self.meta.insert(key.into(), value.into());
+        self
+    }
+
+    /// Skip the cache for this call (`true`) or not.
+    pub fn bypass_cache(mut self, bypass: bool) -> Self {
+        self.bypass_cache = bypass;
+        self
+    }
+
+    /// The tenant as recorded in telemetry: the set value, or `""` when unset.
+    pub fn tenant(&self) -> &str {
+        self.tenant_id.as_deref().unwrap_or("")
+    }
+
+    /// Run every SPEC §2.2 entry check: `tenant_id` (when set), `meta`, and the overlay's
+    /// protected keys.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        if let Some(tenant) = &self.tenant_id {
+            validate::validate_tenant_id(tenant)?;
+        }
+        validate::validate_meta(&self.meta)?;
+        validate::validate_overlay("overlay", &self.overlay)?;
+        Ok(())
+    }
+}
