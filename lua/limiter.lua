@@ -9,7 +9,7 @@
 --   3 global window  HASH  field "r:<w>" = requests, "t:<w>" = tokens in window w
 --   4 source window  HASH  same
 --   5 lease record   HASH  w = admission window, est = pre-deducted tokens, settled = 0|1,
---                          exp = lease expiry ms
+--                          released = 0|1, exp = lease expiry ms; deleted once both flags are set
 --
 -- ARGV[1] = operation:
 --   admit   ARGV: 2 lease id, 3 lease ttl ms, 4 window ms, 5 est tokens,
@@ -75,10 +75,10 @@ if op == 'admit' then
   local window = math.floor(now / window_ms)
   local window_left = (window + 1) * window_ms - now
 
-  -- A re-sent admission answers the original one and counts nothing (once the lease expired it
-  -- is forgotten, as in memory, and the id is admitted afresh).
-  local prior = redis.call('HMGET', KEYS[5], 'w', 'est', 'exp')
-  if prior[1] and tonumber(prior[3]) > now then
+  -- A re-sent admission answers the original one and counts nothing. A lease that expired (it is
+  -- forgotten, as in memory) or was released holds no slot, so its id is admitted afresh.
+  local prior = redis.call('HMGET', KEYS[5], 'w', 'est', 'exp', 'released')
+  if prior[1] and tonumber(prior[3]) > now and prior[4] ~= '1' then
     return {1, tonumber(prior[1]), tonumber(prior[2])}
   end
 
@@ -128,19 +128,19 @@ if op == 'admit' then
     redis.call('PEXPIRE', KEYS[i], keep_ms)
   end
 
-  -- The record outlives the lease by a window so a late settle still finds it.
-  redis.call('HSET', KEYS[5], 'w', window, 'est', ARGV[5], 'settled', 0, 'exp', expiry)
+  -- The record lives until the lease is both released and settled (or, for a holder that died,
+  -- until a window after the lease expiry).
+  redis.call('HSET', KEYS[5], 'w', window, 'est', ARGV[5], 'settled', 0, 'released', 0, 'exp', expiry)
   redis.call('PEXPIRE', KEYS[5], ttl_ms + keep_ms)
   return {1, window, est}
 
 elseif op == 'settle' then
   local actual = tonumber(ARGV[2])
-  local rec = redis.call('HMGET', KEYS[5], 'w', 'est', 'settled', 'exp')
+  local rec = redis.call('HMGET', KEYS[5], 'w', 'est', 'settled', 'exp', 'released')
   -- Unknown, already settled, or expired (a reclaimed lease is forgotten, as in memory).
   if not rec[1] or rec[3] == '1' or tonumber(rec[4]) <= now_ms() then
     return 0
   end
-  redis.call('HSET', KEYS[5], 'settled', 1)
   local delta = actual - tonumber(rec[2])
   if delta ~= 0 then
     local tf = 't:' .. rec[1]
@@ -152,12 +152,23 @@ elseif op == 'settle' then
       end
     end
   end
+  if rec[5] == '1' then
+    redis.call('DEL', KEYS[5])
+  else
+    redis.call('HSET', KEYS[5], 'settled', 1)
+  end
   return 1
 
 elseif op == 'release' then
   local lease_id = ARGV[2]
   local freed = redis.call('ZREM', KEYS[1], lease_id)
   freed = freed + redis.call('ZREM', KEYS[2], lease_id)
+  local settled = redis.call('HGET', KEYS[5], 'settled')
+  if settled == '1' then
+    redis.call('DEL', KEYS[5])
+  elseif settled then
+    redis.call('HSET', KEYS[5], 'released', 1)
+  end
   return freed
 
 elseif op == 'held' then

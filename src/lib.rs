@@ -12,13 +12,13 @@ pub use gateway::{
     SourceSnapshot,
 };
 pub mod provider;
-pub mod structured;
 pub mod redis;
+pub mod structured;
+mod summary;
+pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 pub mod transport;
-mod summary;
-pub mod telemetry;
 pub mod types;
 pub mod validate;
 

@@ -123,12 +123,7 @@ impl ProviderProfile {
     /// The fallback for providers without an entry: no thinking switch, reasoning from either
     /// form, no native JSON schema.
     pub fn generic() -> Self {
-        Self::new(
-            GENERIC,
-            ThinkingForm::None,
-            ReasoningForm::Both,
-            false,
-        )
+        Self::new(GENERIC, ThinkingForm::None, ReasoningForm::Both, false)
     }
 }
 

@@ -83,7 +83,8 @@ async fn memory_evicts_least_recently_used_by_entry_count() {
 
 #[tokio::test]
 async fn memory_evicts_by_bytes_and_refuses_oversized_entries() {
-    let entry_bytes = |key: &str, r: &LlmResponse| key.len() + serde_json::to_string(r).unwrap().len();
+    let entry_bytes =
+        |key: &str, r: &LlmResponse| key.len() + serde_json::to_string(r).unwrap().len();
     let r = response("0123456789");
     let one = entry_bytes("k1", &r);
     let c = MemoryCache::new(100, 2 * one + one / 2).unwrap();
@@ -107,8 +108,14 @@ async fn memory_refuses_zero_ttl_and_bad_bounds() {
     c.put("k", &response("x"), Duration::ZERO).await;
     assert_eq!(c.get("k").await, CacheLookup::Miss);
     assert_eq!(c.stats().errors, 1);
-    assert!(matches!(MemoryCache::new(0, 10), Err(CacheError::InvalidConfig(_))));
-    assert!(matches!(MemoryCache::new(10, 0), Err(CacheError::InvalidConfig(_))));
+    assert!(matches!(
+        MemoryCache::new(0, 10),
+        Err(CacheError::InvalidConfig(_))
+    ));
+    assert!(matches!(
+        MemoryCache::new(10, 0),
+        Err(CacheError::InvalidConfig(_))
+    ));
 }
 
 // ---------------------------------------------------------------- redis
@@ -130,7 +137,11 @@ async fn redis_or_skip(test: &str) -> Option<RedisCache> {
         eprintln!("!!!!! SKIPPED {test}: no Redis at 127.0.0.1:6379 (set CI=true to make this fail) !!!!!");
         return None;
     }
-    Some(RedisCache::connect(REDIS_URL, Duration::from_secs(1)).await.unwrap())
+    Some(
+        RedisCache::connect(REDIS_URL, Duration::from_secs(1))
+            .await
+            .unwrap(),
+    )
 }
 
 /// A key unique to this run (the namespace is a fresh UUID).
@@ -147,16 +158,19 @@ fn unique_key() -> String {
 }
 
 async fn raw_client() -> fred::clients::Client {
-    let client = fred::prelude::Builder::from_config(fred::prelude::Config::from_url(REDIS_URL).unwrap())
-        .build()
-        .unwrap();
+    let client =
+        fred::prelude::Builder::from_config(fred::prelude::Config::from_url(REDIS_URL).unwrap())
+            .build()
+            .unwrap();
     client.init().await.unwrap();
     client
 }
 
 #[tokio::test]
 async fn redis_round_trip_with_ttl() {
-    let Some(c) = redis_or_skip("redis_round_trip_with_ttl").await else { return };
+    let Some(c) = redis_or_skip("redis_round_trip_with_ttl").await else {
+        return;
+    };
     let key = unique_key();
     assert_eq!(c.get(&key).await, CacheLookup::Miss);
     let stored = response("hello");
@@ -171,7 +185,8 @@ async fn redis_round_trip_with_ttl() {
     assert!((29_000..=30_000).contains(&pttl), "PTTL {pttl}");
 
     let short = unique_key();
-    c.put(&short, &response("brief"), Duration::from_millis(200)).await;
+    c.put(&short, &response("brief"), Duration::from_millis(200))
+        .await;
     assert!(matches!(c.get(&short).await, CacheLookup::Hit(_)));
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(c.get(&short).await, CacheLookup::Miss);
@@ -185,11 +200,19 @@ async fn redis_round_trip_with_ttl() {
 
 #[tokio::test]
 async fn redis_corrupt_entry_is_a_counted_miss() {
-    let Some(c) = redis_or_skip("redis_corrupt_entry_is_a_counted_miss").await else { return };
+    let Some(c) = redis_or_skip("redis_corrupt_entry_is_a_counted_miss").await else {
+        return;
+    };
     let key = unique_key();
     let raw = raw_client().await;
     let _: () = raw
-        .set(&key, "{\"content\": 12, not json", Some(fred::prelude::Expiration::EX(30)), None, false)
+        .set(
+            &key,
+            "{\"content\": 12, not json",
+            Some(fred::prelude::Expiration::EX(30)),
+            None,
+            false,
+        )
         .await
         .unwrap();
     assert_eq!(c.get(&key).await, CacheLookup::Miss);
@@ -202,7 +225,9 @@ async fn redis_corrupt_entry_is_a_counted_miss() {
 
 #[tokio::test]
 async fn redis_refuses_zero_ttl() {
-    let Some(c) = redis_or_skip("redis_refuses_zero_ttl").await else { return };
+    let Some(c) = redis_or_skip("redis_refuses_zero_ttl").await else {
+        return;
+    };
     let key = unique_key();
     c.put(&key, &response("x"), Duration::ZERO).await;
     assert_eq!(c.get(&key).await, CacheLookup::Miss);
@@ -216,7 +241,12 @@ async fn redis_unreachable_degrades_to_counted_misses_within_a_bound() {
     let c = RedisCache::connect("redis://127.0.0.1:1", Duration::from_millis(300))
         .await
         .expect("an unreachable cache still builds (degrade, not fail)");
-    c.put("pgw:cache:unreachable", &response("x"), Duration::from_secs(5)).await;
+    c.put(
+        "pgw:cache:unreachable",
+        &response("x"),
+        Duration::from_secs(5),
+    )
+    .await;
     assert_eq!(c.get("pgw:cache:unreachable").await, CacheLookup::Miss);
     let elapsed = started.elapsed();
     assert!(elapsed < Duration::from_secs(3), "took {elapsed:?}");
@@ -241,7 +271,9 @@ async fn redis_bad_url_fails_without_echoing_the_password() {
 
 #[tokio::test]
 async fn redis_injected_client_is_not_closed() {
-    let Some(_probe) = redis_or_skip("redis_injected_client_is_not_closed").await else { return };
+    let Some(_probe) = redis_or_skip("redis_injected_client_is_not_closed").await else {
+        return;
+    };
     let raw = raw_client().await;
     let c = RedisCache::from_client(raw.clone(), Duration::from_secs(1)).unwrap();
     let key = unique_key();
@@ -280,7 +312,10 @@ async fn coalescer_shares_the_leaders_result() {
     assert_eq!(leaders, 1);
     assert_eq!(co.in_flight(), 0);
     // Not a cache: the next call runs again.
-    let v = co.run("k".to_owned(), async { Ok::<_, String>(7) }).await.unwrap();
+    let v = co
+        .run("k".to_owned(), async { Ok::<_, String>(7) })
+        .await
+        .unwrap();
     assert_eq!(v, 7);
 }
 
@@ -338,7 +373,10 @@ async fn coalescer_leader_error_is_not_shared_followers_retry() {
     let mut values = Vec::new();
     let mut new_leaders = 0;
     for f in followers {
-        let (v, role) = f.await.unwrap().expect("followers never see the leader's error");
+        let (v, role) = f
+            .await
+            .unwrap()
+            .expect("followers never see the leader's error");
         values.push(v);
         new_leaders += u32::from(role == Role::Leader);
     }
@@ -369,7 +407,11 @@ async fn coalescer_cancelled_leader_wakes_followers() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(co.in_flight(), 1, "followers are waiting on the stuck leader");
+    assert_eq!(
+        co.in_flight(),
+        1,
+        "followers are waiting on the stuck leader"
+    );
     leader.abort();
     for f in followers {
         let v = tokio::time::timeout(Duration::from_secs(2), f)

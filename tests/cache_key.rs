@@ -1,7 +1,9 @@
 //! The response-cache key (SPEC §9.1): golden keys, canonical JSON, what changes the key and
 //! what must not.
 
-use polygateway::cache::{cache_key, cache_key_material, canonical_json, model_fingerprint, CacheKeyInput};
+use polygateway::cache::{
+    cache_key, cache_key_material, canonical_json, model_fingerprint, CacheKeyInput,
+};
 use polygateway::{ContentPart, ImageUrl, Message};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -17,7 +19,13 @@ fn fp_one(model: &str) -> Value {
     model_fingerprint(&[(model.to_owned(), Map::new())])
 }
 
-fn key(fp: &Value, messages: &[Message], ns: &str, salt: Option<&str>, sampling: &Map<String, Value>) -> String {
+fn key(
+    fp: &Value,
+    messages: &[Message],
+    ns: &str,
+    salt: Option<&str>,
+    sampling: &Map<String, Value>,
+) -> String {
     cache_key(&CacheKeyInput {
         model_fingerprint: fp,
         messages,
@@ -46,7 +54,13 @@ fn key_is_sha256_of_the_documented_canonical_material() {
     let expected = r#"{"messages":[{"content":"hi","role":"user"}],"model":[{"extra_body":{},"model":"gpt-4o-mini"}],"namespace":"ns"}"#;
     assert_eq!(material, expected);
     let k = key(&fp, &msgs, "ns", None, &Map::new());
-    assert_eq!(k, format!("pgw:cache:{}", hex::encode(Sha256::digest(expected.as_bytes()))));
+    assert_eq!(
+        k,
+        format!(
+            "pgw:cache:{}",
+            hex::encode(Sha256::digest(expected.as_bytes()))
+        )
+    );
 }
 
 /// Golden keys: a change here means every deployed cache entry is orphaned — do it on purpose.
@@ -66,18 +80,36 @@ fn golden_keys() {
         Message::user("And of Italy?"),
     ];
     let cases: Vec<(&str, String, &str)> = vec![
-        ("simple", key(&fp, &[Message::user("hi")], "ns", None, &empty),
-         "pgw:cache:7dfcde2e971af620ae077d43992c0a9cf6e34683bb6fc56563866efea6301229"),
-        ("salted", key(&fp, &[Message::user("hi")], "ns", Some("v2"), &empty),
-         "pgw:cache:0298b57236d4feb8484d23ab20c5cbc0ce4d4cb384562c205c168af163ee804f"),
-        ("empty salt", key(&fp, &[Message::user("hi")], "ns", Some(""), &empty),
-         "pgw:cache:20a515b6db193db59972f747a118fcc8f00af9c3da02a2e5d561e34e840452b7"),
-        ("sampling", key(&fp, &[Message::user("hi")], "ns", None, &sampling),
-         "pgw:cache:ca7c323981010e214a1a337d2e7a64ce9307c58adfcd4ddb782f8ebdec6a8d3e"),
-        ("two sources, conversation", key(&two, &convo, "tenant-a", None, &empty),
-         "pgw:cache:e081bf84f2867cc9b2474b2794aa400049404e1e79634ff6b054ee892563ab0e"),
-        ("image", key(&fp, &[image_message(b"\x89PNG fake")], "vlm", None, &empty),
-         "pgw:cache:be51945be649bfeee8003f6cd4f4df438af1aab5886fda11197407c7d14838b5"),
+        (
+            "simple",
+            key(&fp, &[Message::user("hi")], "ns", None, &empty),
+            "pgw:cache:7dfcde2e971af620ae077d43992c0a9cf6e34683bb6fc56563866efea6301229",
+        ),
+        (
+            "salted",
+            key(&fp, &[Message::user("hi")], "ns", Some("v2"), &empty),
+            "pgw:cache:0298b57236d4feb8484d23ab20c5cbc0ce4d4cb384562c205c168af163ee804f",
+        ),
+        (
+            "empty salt",
+            key(&fp, &[Message::user("hi")], "ns", Some(""), &empty),
+            "pgw:cache:20a515b6db193db59972f747a118fcc8f00af9c3da02a2e5d561e34e840452b7",
+        ),
+        (
+            "sampling",
+            key(&fp, &[Message::user("hi")], "ns", None, &sampling),
+            "pgw:cache:ca7c323981010e214a1a337d2e7a64ce9307c58adfcd4ddb782f8ebdec6a8d3e",
+        ),
+        (
+            "two sources, conversation",
+            key(&two, &convo, "tenant-a", None, &empty),
+            "pgw:cache:e081bf84f2867cc9b2474b2794aa400049404e1e79634ff6b054ee892563ab0e",
+        ),
+        (
+            "image",
+            key(&fp, &[image_message(b"\x89PNG fake")], "vlm", None, &empty),
+            "pgw:cache:be51945be649bfeee8003f6cd4f4df438af1aab5886fda11197407c7d14838b5",
+        ),
     ];
     let mut report = String::new();
     for (name, got, want) in &cases {
@@ -91,16 +123,31 @@ fn golden_keys() {
 #[test]
 fn object_key_order_does_not_change_the_key() {
     let msgs = [Message::user("q")];
-    let a = obj(serde_json::from_str(r#"{"temperature":0.1,"top_p":0.9,"response_format":{"type":"json_object","x":1}}"#).unwrap());
-    let b = obj(serde_json::from_str(r#"{"response_format":{"x":1,"type":"json_object"},"top_p":0.9,"temperature":0.1}"#).unwrap());
+    let a = obj(serde_json::from_str(
+        r#"{"temperature":0.1,"top_p":0.9,"response_format":{"type":"json_object","x":1}}"#,
+    )
+    .unwrap());
+    let b = obj(serde_json::from_str(
+        r#"{"response_format":{"x":1,"type":"json_object"},"top_p":0.9,"temperature":0.1}"#,
+    )
+    .unwrap());
     let fp1 = model_fingerprint(&[("m".into(), obj(json!({"b": 1, "a": {"d": 2, "c": 3}})))]);
-    let fp2 = model_fingerprint(&[("m".into(), obj(serde_json::from_str(r#"{"a":{"c":3,"d":2},"b":1}"#).unwrap()))]);
-    assert_eq!(key(&fp1, &msgs, "n", None, &a), key(&fp2, &msgs, "n", None, &b));
+    let fp2 = model_fingerprint(&[(
+        "m".into(),
+        obj(serde_json::from_str(r#"{"a":{"c":3,"d":2},"b":1}"#).unwrap()),
+    )]);
+    assert_eq!(
+        key(&fp1, &msgs, "n", None, &a),
+        key(&fp2, &msgs, "n", None, &b)
+    );
 }
 
 #[test]
 fn source_order_and_duplicates_do_not_change_the_fingerprint() {
-    let a = model_fingerprint(&[("m1".into(), Map::new()), ("m2".into(), obj(json!({"x": 1})))]);
+    let a = model_fingerprint(&[
+        ("m1".into(), Map::new()),
+        ("m2".into(), obj(json!({"x": 1}))),
+    ]);
     let b = model_fingerprint(&[
         ("m2".into(), obj(json!({"x": 1}))),
         ("m1".into(), Map::new()),
@@ -118,16 +165,52 @@ fn every_input_changes_the_key() {
     let base = key(&fp, &msgs, "ns", None, &empty);
     let variants = [
         ("model", key(&fp_one("m2"), &msgs, "ns", None, &empty)),
-        ("extra_body", key(&model_fingerprint(&[("m".into(), obj(json!({"enable_thinking": true})))]), &msgs, "ns", None, &empty)),
-        ("extra source", key(&model_fingerprint(&[("m".into(), Map::new()), ("m2".into(), Map::new())]), &msgs, "ns", None, &empty)),
+        (
+            "extra_body",
+            key(
+                &model_fingerprint(&[("m".into(), obj(json!({"enable_thinking": true})))]),
+                &msgs,
+                "ns",
+                None,
+                &empty,
+            ),
+        ),
+        (
+            "extra source",
+            key(
+                &model_fingerprint(&[("m".into(), Map::new()), ("m2".into(), Map::new())]),
+                &msgs,
+                "ns",
+                None,
+                &empty,
+            ),
+        ),
         ("namespace", key(&fp, &msgs, "ns2", None, &empty)),
         ("salt", key(&fp, &msgs, "ns", Some("s"), &empty)),
         ("empty salt", key(&fp, &msgs, "ns", Some(""), &empty)),
-        ("temperature", key(&fp, &msgs, "ns", None, &obj(json!({"temperature": 0.5})))),
-        ("seed", key(&fp, &msgs, "ns", None, &obj(json!({"seed": 1})))),
+        (
+            "temperature",
+            key(&fp, &msgs, "ns", None, &obj(json!({"temperature": 0.5}))),
+        ),
+        (
+            "seed",
+            key(&fp, &msgs, "ns", None, &obj(json!({"seed": 1}))),
+        ),
         ("text", key(&fp, &[Message::user("q2")], "ns", None, &empty)),
-        ("role", key(&fp, &[Message::system("q")], "ns", None, &empty)),
-        ("extra message", key(&fp, &[Message::user("q"), Message::user("q")], "ns", None, &empty)),
+        (
+            "role",
+            key(&fp, &[Message::system("q")], "ns", None, &empty),
+        ),
+        (
+            "extra message",
+            key(
+                &fp,
+                &[Message::user("q"), Message::user("q")],
+                "ns",
+                None,
+                &empty,
+            ),
+        ),
     ];
     let mut all = vec![base.clone()];
     for (name, k) in &variants {
@@ -197,7 +280,10 @@ fn images_enter_as_their_hash_and_key_material_does_not_grow_with_them() {
     let with_detail = [Message {
         role: polygateway::Role::User,
         content: polygateway::Content::Parts(vec![ContentPart::ImageUrl {
-            image_url: ImageUrl { url: url.clone(), detail: Some("low".into()) },
+            image_url: ImageUrl {
+                url: url.clone(),
+                detail: Some("low".into()),
+            },
         }]),
     }];
     let without_detail = [Message {
@@ -217,8 +303,19 @@ fn tenant_and_meta_are_not_key_inputs() {
     let fp = fp_one("m");
     let msgs = [Message::user("q")];
     let sampling = Map::new();
-    let CacheKeyInput { model_fingerprint: _, messages: _, namespace: _, salt: _, sampling: _ } =
-        CacheKeyInput { model_fingerprint: &fp, messages: &msgs, namespace: "shared", salt: None, sampling: &sampling };
+    let CacheKeyInput {
+        model_fingerprint: _,
+        messages: _,
+        namespace: _,
+        salt: _,
+        sampling: _,
+    } = CacheKeyInput {
+        model_fingerprint: &fp,
+        messages: &msgs,
+        namespace: "shared",
+        salt: None,
+        sampling: &sampling,
+    };
     let tenant_a = key(&fp, &msgs, "shared", None, &sampling);
     let tenant_b = key(&fp, &msgs, "shared", None, &sampling);
     assert_eq!(tenant_a, tenant_b);

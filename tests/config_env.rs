@@ -779,6 +779,47 @@ fn extra_body_is_ignored_in_ocr_and_embed_scopes() {
     assert!(s.scope("EMBED").unwrap().sources[0].extra_body.is_empty());
 }
 
+/// Collects formatted log output for one test.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn ignored_extra_body_warns_once_per_key() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let m = with(
+        base(),
+        &[
+            ("OCR__MONKEY__1__BASE_URL", "http://127.0.0.1:7861"),
+            ("OCR__MONKEY__1__MODEL", "monkey-ocr"),
+            ("OCR__MONKEY__1__EXTRA_BODY", r#"{"a": 1}"#),
+            ("LLM__QWEN__1__EXTRA_BODY", r#"{"temperature": 0.1}"#),
+        ],
+    );
+    tracing::subscriber::with_default(subscriber, || parse(&m));
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(logs.matches("EXTRA_BODY is ignored").count(), 1, "{logs}");
+    assert!(
+        logs.contains("WARN") && logs.contains("OCR__MONKEY__1__EXTRA_BODY"),
+        "{logs}"
+    );
+    assert!(!logs.contains("LLM__QWEN__1__EXTRA_BODY"), "{logs}");
+}
+
 // ─────────────────────────────────── assembly guards ───────────────────────────────────
 
 fn guard_err(pairs: &[(&str, &str)]) -> String {
@@ -1036,6 +1077,20 @@ fn secrets_never_appear_in_debug_or_errors() {
     for secret in [API_KEY, REDIS_PASSWORD, PG_PASSWORD] {
         assert!(!debug.contains(secret), "Debug leaks a secret: {debug}");
     }
+
+    // Credentials embedded in a base URL are masked in Debug as well.
+    let with_creds = parse(&with(
+        base(),
+        &[(
+            "LLM__QWEN__1__BASE_URL",
+            &format!("https://u:{API_KEY}@h.example.invalid/v1"),
+        )],
+    ));
+    let debug = format!("{with_creds:?}");
+    assert!(
+        !debug.contains(API_KEY) && debug.contains("u:***@h.example.invalid"),
+        "{debug}"
+    );
 
     // Errors raised while secrets are configured never echo them (parse_err asserts this).
     parse_err(&with(

@@ -12,6 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
+use fred::types::{ClusterHash, CustomCommand};
 use polygateway::actors::{GateBackend, GateDecision, GateRequest, Lease, Limits};
 use polygateway::config::Secret;
 use polygateway::redis::{RedisGate, RedisGovernance, RedisOptions};
@@ -33,8 +35,16 @@ fn request(i: usize) -> GateRequest {
     GateRequest {
         scope: "LLM".into(),
         source: "a".into(),
-        global: Limits { max_concurrency: 50, rpm: 0, tpm: 0 },
-        per_source: Limits { max_concurrency: 50, rpm: 0, tpm: 0 },
+        global: Limits {
+            max_concurrency: 50,
+            rpm: 0,
+            tpm: 0,
+        },
+        per_source: Limits {
+            max_concurrency: 50,
+            rpm: 0,
+            tpm: 0,
+        },
         est_tokens: 1,
         lease_id: Arc::from(format!("lease-{i}-{}", uuid::Uuid::new_v4())),
         lease_ttl: Duration::from_secs(60),
@@ -45,8 +55,14 @@ fn request(i: usize) -> GateRequest {
 async fn refused_port_fails_within_bound() {
     let url = Secret::new("redis://127.0.0.1:1");
     let started = Instant::now();
-    let err = RedisGovernance::connect_with(&url, "chaos", options()).await.unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    let err = RedisGovernance::connect_with(&url, "chaos", options())
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(err.message.contains("redis"), "{}", err.message);
 }
 
@@ -59,7 +75,16 @@ struct PrivateRedis {
 impl PrivateRedis {
     fn start(port: u16) -> std::io::Result<Self> {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--daemonize", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -71,7 +96,10 @@ impl PrivateRedis {
     async fn ready(&self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -92,7 +120,10 @@ impl Drop for PrivateRedis {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("port")
 }
 
 async fn admit(gate: &RedisGate, i: usize) -> Result<Lease, String> {
@@ -108,7 +139,9 @@ async fn killed_and_restarted_server_fails_closed_then_recovers() {
     let port = free_port();
     let mut server = match PrivateRedis::start(port) {
         Ok(s) => s,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => panic!("redis-server needed under CI=true: {e}"),
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("redis-server needed under CI=true: {e}")
+        }
         Err(e) => {
             eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); chaos test did NOT run !!!!!\n");
             return;
@@ -116,7 +149,9 @@ async fn killed_and_restarted_server_fails_closed_then_recovers() {
     };
     assert!(server.ready().await, "private redis-server did not start");
     let url = Secret::new(format!("redis://127.0.0.1:{port}"));
-    let redis = RedisGovernance::connect_with(&url, "chaos", options()).await.expect("connect");
+    let redis = RedisGovernance::connect_with(&url, "chaos", options())
+        .await
+        .expect("connect");
     let gate = RedisGate::new(redis.clone());
 
     // Up: admissions and releases work.
@@ -132,7 +167,10 @@ async fn killed_and_restarted_server_fails_closed_then_recovers() {
         let started = Instant::now();
         let outcome = admit(&gate, 100 + i).await;
         let took = started.elapsed();
-        assert!(outcome.is_err(), "admission must fail closed while Redis is down");
+        assert!(
+            outcome.is_err(),
+            "admission must fail closed while Redis is down"
+        );
         assert!(took < DOWN_BOUND, "call {i} took {took:?}");
         eprintln!("admission {i} while down: {took:?}");
     }
@@ -150,7 +188,9 @@ async fn killed_and_restarted_server_fails_closed_then_recovers() {
     let lease = loop {
         match admit(&gate, 1000).await {
             Ok(lease) => break lease,
-            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
             Err(e) => panic!("no recovery within 10 s: {e}"),
         }
     };
@@ -165,6 +205,63 @@ async fn killed_and_restarted_server_fails_closed_then_recovers() {
         gate.release(lease).await.expect("release after recovery");
     }
     assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
+    redis.close().await;
+    drop(server);
+}
+
+/// An admission that times out on the client but still runs on the server (here: the server is
+/// paused, then resumes) must not leave a slot held by nobody: the gate gives the lease back on
+/// the same connection, behind the late script.
+#[tokio::test]
+async fn timed_out_admission_that_ran_late_is_given_back() {
+    let port = free_port();
+    let server = match PrivateRedis::start(port) {
+        Ok(s) => s,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("redis-server needed under CI=true: {e}")
+        }
+        Err(e) => {
+            eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); chaos test did NOT run !!!!!\n");
+            return;
+        }
+    };
+    assert!(server.ready().await, "private redis-server did not start");
+    let url = format!("redis://127.0.0.1:{port}");
+    let redis = RedisGovernance::connect_with(&Secret::new(url.clone()), "late", options())
+        .await
+        .expect("connect");
+    let gate = RedisGate::new(redis.clone());
+    assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
+
+    // Writes (and scripts) pause for 900 ms: the admission outlives its 400 ms timeout.
+    let raw = Builder::from_config(Config::from_url(&url).expect("url"))
+        .build()
+        .expect("client");
+    raw.init().await.expect("raw connect");
+    let pause = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
+    let _: String = raw
+        .custom(pause, vec!["PAUSE", "900", "WRITE"])
+        .await
+        .expect("CLIENT PAUSE");
+    let req = request(0);
+    let started = Instant::now();
+    assert!(
+        gate.admit(&req).await.is_err(),
+        "admission must time out while paused"
+    );
+    assert!(started.elapsed() < DOWN_BOUND);
+
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // The script did run after the pause (its record exists) and the lease was given back.
+    let record = format!("late:{{LLM}}:rec:{}", req.lease_id);
+    let released: Option<String> = raw.hget(&record, "released").await.expect("HGET");
+    assert_eq!(
+        released.as_deref(),
+        Some("1"),
+        "late admission ran and was released"
+    );
+    assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
+    raw.quit().await.ok();
     redis.close().await;
     drop(server);
 }

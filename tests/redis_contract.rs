@@ -16,8 +16,8 @@ use std::time::Duration;
 use fred::prelude::{Builder, ClientLike, Config, KeysInterface, LuaInterface};
 use polygateway::actors::policy::breaker::BreakerMachine;
 use polygateway::actors::{
-    BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict, Gate,
-    GateBackend, GateDecision, GateRequest, Lease, Limits,
+    BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend,
+    GateDecision, GateRequest, Lease, Limits,
 };
 use polygateway::config::Secret;
 use polygateway::redis::{RedisBreakers, RedisGate, RedisGovernance};
@@ -30,36 +30,65 @@ fn redis_url() -> String {
 async fn connect() -> Option<Fixture> {
     let prefix = format!("pgwtest-{}", uuid::Uuid::new_v4().simple());
     match RedisGovernance::connect(&Secret::new(redis_url()), &prefix).await {
-        Ok(redis) => Some(Fixture { redis, prefix }),
+        Ok(redis) => Some(Fixture {
+            redis,
+            prefix,
+            finished: false,
+        }),
         Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
             panic!("Redis is required under CI=true: {e}")
         }
         Err(e) => {
-            eprintln!("\n!!!!! SKIP: Redis unreachable ({e}); Redis backend tests did NOT run !!!!!\n");
+            eprintln!(
+                "\n!!!!! SKIP: Redis unreachable ({e}); Redis backend tests did NOT run !!!!!\n"
+            );
             None
         }
     }
 }
 
+/// Deletes every key under `prefix` (test keys only: the prefix is a fresh uuid).
+const PURGE: &str = "local n = 0 \
+    for _, k in ipairs(redis.call('KEYS', ARGV[1])) do n = n + redis.call('DEL', k) end \
+    return n";
+
+async fn raw_client() -> fred::prelude::Client {
+    let client = Builder::from_config(Config::from_url(&redis_url()).expect("url"))
+        .build()
+        .expect("client");
+    client.init().await.expect("raw connect");
+    client
+}
+
+async fn purge(prefix: &str) {
+    let raw = raw_client().await;
+    let _: i64 = raw
+        .eval(PURGE, Vec::<String>::new(), format!("{prefix}:*"))
+        .await
+        .expect("purge");
+    raw.quit().await.ok();
+}
+
 struct Fixture {
     redis: RedisGovernance,
     prefix: String,
+    finished: bool,
 }
 
 impl Fixture {
     /// A raw client for inspecting keys (never used by the backends themselves).
     async fn raw(&self) -> fred::prelude::Client {
-        let client = Builder::from_config(Config::from_url(&redis_url()).expect("url"))
-            .build()
-            .expect("client");
-        client.init().await.expect("raw connect");
-        client
+        raw_client().await
     }
 
     async fn keys(&self) -> Vec<String> {
         let raw = self.raw().await;
         let keys: Vec<String> = raw
-            .eval("return redis.call('KEYS', ARGV[1])", Vec::<String>::new(), format!("{}:*", self.prefix))
+            .eval(
+                "return redis.call('KEYS', ARGV[1])",
+                Vec::<String>::new(),
+                format!("{}:*", self.prefix),
+            )
             .await
             .expect("KEYS");
         raw.quit().await.ok();
@@ -67,13 +96,30 @@ impl Fixture {
     }
 
     /// Delete this test's keys and close the pool.
-    async fn finish(self) {
-        let raw = self.raw().await;
-        for key in self.keys().await {
-            let _: i64 = raw.del(key).await.expect("DEL");
-        }
-        raw.quit().await.ok();
+    async fn finish(mut self) {
+        purge(&self.prefix).await;
+        self.finished = true;
         self.redis.close().await;
+    }
+}
+
+impl Drop for Fixture {
+    /// A failed test still removes its keys (from a separate thread: we may be unwinding inside
+    /// the test's runtime).
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let prefix = self.prefix.clone();
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(purge(&prefix));
+            }
+        })
+        .join();
     }
 }
 
@@ -146,7 +192,11 @@ fn request(scope: &str, source: &str, global: Limits, per_source: Limits, est: u
 }
 
 fn limits(max_concurrency: u32, rpm: u32, tpm: u64) -> Limits {
-    Limits { max_concurrency, rpm, tpm }
+    Limits {
+        max_concurrency,
+        rpm,
+        tpm,
+    }
 }
 
 fn admitted(d: GateDecision) -> Lease {
@@ -175,10 +225,16 @@ async fn resent_admission_answers_the_first_and_counts_once() {
     assert_eq!(gate.leases_held("LLM").await.unwrap(), 1);
     // RPM 1 was counted once: a different lease is refused by the RPM gate, not admitted.
     let other = request("LLM", "a", limits(5, 1, 1000), Limits::default(), 40);
-    assert_eq!(refused(gate.admit(&other).await.unwrap()).0, Gate::GlobalRpm);
+    assert_eq!(
+        refused(gate.admit(&other).await.unwrap()).0,
+        Gate::GlobalRpm
+    );
     gate.release(&first).await.unwrap();
     gate.release(&first).await.unwrap();
     assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
+    // A released lease holds no slot: its id is not answered from the record but admitted
+    // afresh, which meets the full RPM gate.
+    assert_eq!(refused(gate.admit(&req).await.unwrap()).0, Gate::GlobalRpm);
     fx.finish().await;
 }
 
@@ -187,22 +243,45 @@ async fn settle_applies_once_in_the_admission_window() {
     let Some(fx) = connect().await else { return };
     let gate = RedisGate::new(fx.redis.clone());
     let tpm = limits(0, 0, 100);
-    let a = admitted(gate.admit(&request("LLM", "a", tpm, Limits::default(), 60)).await.unwrap());
+    let a = admitted(
+        gate.admit(&request("LLM", "a", tpm, Limits::default(), 60))
+            .await
+            .unwrap(),
+    );
     assert_eq!(a.est_tokens, 60);
-    let (g, wait) = refused(gate.admit(&request("LLM", "b", tpm, Limits::default(), 60)).await.unwrap());
+    let (g, wait) = refused(
+        gate.admit(&request("LLM", "b", tpm, Limits::default(), 60))
+            .await
+            .unwrap(),
+    );
     assert_eq!(g, Gate::GlobalTpm);
-    assert!(wait > Duration::ZERO && wait <= Duration::from_secs(60), "{wait:?}");
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(60),
+        "{wait:?}"
+    );
     // Actual 10: 50 tokens refunded, exactly once however often settle is repeated.
     for _ in 0..3 {
         gate.settle(&a, 10).await.unwrap();
     }
-    let b = admitted(gate.admit(&request("LLM", "b", tpm, Limits::default(), 90)).await.unwrap());
+    let b = admitted(
+        gate.admit(&request("LLM", "b", tpm, Limits::default(), 90))
+            .await
+            .unwrap(),
+    );
     // 10 + 90 = 100 is full now.
-    let (g, _) = refused(gate.admit(&request("LLM", "c", tpm, Limits::default(), 1)).await.unwrap());
+    let (g, _) = refused(
+        gate.admit(&request("LLM", "c", tpm, Limits::default(), 1))
+            .await
+            .unwrap(),
+    );
     assert_eq!(g, Gate::GlobalTpm);
     // Charging more than the estimate works the other way.
     gate.settle(&b, 80).await.unwrap();
-    admitted(gate.admit(&request("LLM", "c", tpm, Limits::default(), 10)).await.unwrap());
+    admitted(
+        gate.admit(&request("LLM", "c", tpm, Limits::default(), 10))
+            .await
+            .unwrap(),
+    );
     fx.finish().await;
 }
 
@@ -219,7 +298,11 @@ async fn dead_holders_leases_expire_by_server_time() {
     assert!(wait <= Duration::from_millis(300), "{wait:?}");
     assert_eq!(gate.leases_held("OCR").await.unwrap(), 1);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(gate.leases_held("OCR").await.unwrap(), 0, "expired leases are not held");
+    assert_eq!(
+        gate.leases_held("OCR").await.unwrap(),
+        0,
+        "expired leases are not held"
+    );
     let lease = admitted(gate.admit(&next).await.unwrap());
     gate.release(&lease).await.unwrap();
     fx.finish().await;
@@ -239,7 +322,11 @@ async fn short_windows_roll_over_on_the_server_clock() {
     let second = admitted(gate.admit(&request("VLM", "s", rpm, src, 0)).await.unwrap());
     assert!(second.window > first.window);
     // Another source is not limited by this source's RPM gate.
-    admitted(gate.admit(&request("VLM", "other", rpm, src, 0)).await.unwrap());
+    admitted(
+        gate.admit(&request("VLM", "other", rpm, src, 0))
+            .await
+            .unwrap(),
+    );
     fx.finish().await;
 }
 
@@ -260,16 +347,37 @@ async fn every_key_expires_and_shares_the_scope_tag() {
     let Some(fx) = connect().await else { return };
     let gate = RedisGate::new(fx.redis.clone());
     let breakers = RedisBreakers::new(fx.redis.clone());
-    let lease = admitted(gate.admit(&request("JUDGE", "j", limits(2, 2, 200), limits(2, 2, 200), 5)).await.unwrap());
-    gate.settle(&lease, 3).await.unwrap();
-    gate.release(&lease).await.unwrap();
+    let req = || request("JUDGE", "j", limits(2, 2, 200), limits(2, 2, 200), 5);
+    // One finished lease (settled, then released) and one still held.
+    let done = admitted(gate.admit(&req()).await.unwrap());
+    gate.settle(&done, 3).await.unwrap();
+    gate.release(&done).await.unwrap();
+    let held = admitted(gate.admit(&req()).await.unwrap());
     gate.mark_progress("JUDGE").await.unwrap();
-    breakers.force_open("JUDGE", "j", &BreakerConfig::default()).await.unwrap();
-    let keys = fx.keys().await;
-    assert_eq!(keys.len(), 5, "window×2, lease record, progress, breaker: {keys:?}");
+    breakers
+        .force_open("JUDGE", "j", &BreakerConfig::default())
+        .await
+        .unwrap();
+    let mut keys = fx.keys().await;
+    keys.sort();
+    let tag = format!("{}:{{JUDGE}}", fx.prefix);
+    let mut expected = vec![
+        format!("{tag}:lease"),
+        format!("{tag}:progress"),
+        format!("{tag}:rec:{}", held.id),
+        format!("{tag}:src:j:breaker"),
+        format!("{tag}:src:j:lease"),
+        format!("{tag}:src:j:win"),
+        format!("{tag}:win"),
+    ];
+    expected.sort();
+    assert_eq!(keys, expected, "a finished lease leaves no record behind");
     let raw = fx.raw().await;
     for key in &keys {
-        assert!(key.starts_with(&format!("{}:{{JUDGE}}:", fx.prefix)), "{key}");
+        assert!(
+            key.starts_with(&format!("{}:{{JUDGE}}:", fx.prefix)),
+            "{key}"
+        );
         let ttl: i64 = raw.pttl(key).await.unwrap();
         assert!(ttl > 0, "{key} has no expiry ({ttl})");
     }
@@ -284,10 +392,22 @@ async fn progress_is_global_per_scope() {
     assert_eq!(gate.progress_age("LLM").await.unwrap(), None);
     gate.mark_progress("LLM").await.unwrap();
     // A second process (another pool, same prefix) sees the same mark.
-    let other = RedisGovernance::connect(&Secret::new(redis_url()), &fx.prefix).await.unwrap();
-    let age = RedisGate::new(other.clone()).progress_age("LLM").await.unwrap().unwrap();
+    let other = RedisGovernance::connect(&Secret::new(redis_url()), &fx.prefix)
+        .await
+        .unwrap();
+    let age = RedisGate::new(other.clone())
+        .progress_age("LLM")
+        .await
+        .unwrap()
+        .unwrap();
     assert!(age < Duration::from_secs(2), "{age:?}");
-    assert_eq!(RedisGate::new(other.clone()).progress_age("VLM").await.unwrap(), None);
+    assert_eq!(
+        RedisGate::new(other.clone())
+            .progress_age("VLM")
+            .await
+            .unwrap(),
+        None
+    );
     other.close().await;
     fx.finish().await;
 }
@@ -326,19 +446,40 @@ async fn breaker_script_matches_the_memory_machine() {
             match next(10) {
                 0..=3 => {
                     let verdict = BreakerVerdict::Failure;
-                    let r = breakers.record("LLM", &source, &config, epoch, None, verdict).await.unwrap();
-                    assert_eq!(r, memory.record(now, &config, epoch, None, verdict), "{ctx}");
+                    let r = breakers
+                        .record("LLM", &source, &config, epoch, None, verdict)
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        r,
+                        memory.record(now, &config, epoch, None, verdict),
+                        "{ctx}"
+                    );
                 }
                 4..=6 => {
                     let verdict = BreakerVerdict::Success;
-                    let r = breakers.record("LLM", &source, &config, epoch, None, verdict).await.unwrap();
-                    assert_eq!(r, memory.record(now, &config, epoch, None, verdict), "{ctx}");
+                    let r = breakers
+                        .record("LLM", &source, &config, epoch, None, verdict)
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        r,
+                        memory.record(now, &config, epoch, None, verdict),
+                        "{ctx}"
+                    );
                 }
                 7 => {
                     // A stale epoch is fenced in both.
                     let stale = epoch.saturating_sub(1);
                     let r = breakers
-                        .record("LLM", &source, &config, stale, None, BreakerVerdict::Failure)
+                        .record(
+                            "LLM",
+                            &source,
+                            &config,
+                            stale,
+                            None,
+                            BreakerVerdict::Failure,
+                        )
                         .await
                         .unwrap();
                     let m = memory.record(now, &config, stale, None, BreakerVerdict::Failure);
@@ -356,8 +497,14 @@ async fn breaker_script_matches_the_memory_machine() {
                             assert_eq!(a, b, "{ctx}")
                         }
                         (
-                            BreakerAdmit::Refused { state: a, retry_after: ra },
-                            BreakerAdmit::Refused { state: b, retry_after: rb },
+                            BreakerAdmit::Refused {
+                                state: a,
+                                retry_after: ra,
+                            },
+                            BreakerAdmit::Refused {
+                                state: b,
+                                retry_after: rb,
+                            },
                         ) => {
                             assert_eq!(a, b, "{ctx}");
                             // Server time advanced a little since the opening.
@@ -370,8 +517,22 @@ async fn breaker_script_matches_the_memory_machine() {
             let r = breakers.snapshot("LLM", &source, &config).await.unwrap();
             let m = memory.snapshot(now);
             assert_eq!(
-                (r.state, r.epoch, r.consecutive_failures, r.open_streak, r.probe_held, r.opens),
-                (m.state, m.epoch, m.consecutive_failures, m.open_streak, m.probe_held, m.opens),
+                (
+                    r.state,
+                    r.epoch,
+                    r.consecutive_failures,
+                    r.open_streak,
+                    r.probe_held,
+                    r.opens
+                ),
+                (
+                    m.state,
+                    m.epoch,
+                    m.consecutive_failures,
+                    m.open_streak,
+                    m.probe_held,
+                    m.opens
+                ),
                 "{ctx}"
             );
             assert_eq!(r.retry_after.is_zero(), m.retry_after.is_zero(), "{ctx}");
@@ -397,51 +558,91 @@ async fn breaker_half_open_probe_on_the_server_clock() {
     let BreakerAdmit::Pass { epoch } = breakers.acquire(scope, src, &config).await.unwrap() else {
         panic!("closed breaker must pass")
     };
-    assert!(breakers.record(scope, src, &config, epoch, None, BreakerVerdict::Failure).await.unwrap());
-    let BreakerAdmit::Refused { state: BreakerState::Open, retry_after } =
-        breakers.acquire(scope, src, &config).await.unwrap()
+    assert!(breakers
+        .record(scope, src, &config, epoch, None, BreakerVerdict::Failure)
+        .await
+        .unwrap());
+    let BreakerAdmit::Refused {
+        state: BreakerState::Open,
+        retry_after,
+    } = breakers.acquire(scope, src, &config).await.unwrap()
     else {
         panic!("open breaker must refuse")
     };
     assert!(retry_after <= Duration::from_millis(300) && !retry_after.is_zero());
     // The late verdict of the old epoch is fenced.
-    assert!(!breakers.record(scope, src, &config, epoch, None, BreakerVerdict::Success).await.unwrap());
+    assert!(!breakers
+        .record(scope, src, &config, epoch, None, BreakerVerdict::Success)
+        .await
+        .unwrap());
 
     tokio::time::sleep(retry_after + Duration::from_millis(30)).await;
-    let BreakerAdmit::Probe { epoch: e1, probe_id: p1 } = breakers.acquire(scope, src, &config).await.unwrap()
+    let BreakerAdmit::Probe {
+        epoch: e1,
+        probe_id: p1,
+    } = breakers.acquire(scope, src, &config).await.unwrap()
     else {
         panic!("half-open grants one probe")
     };
     assert_eq!(e1, epoch + 1);
     assert_eq!(
         breakers.acquire(scope, src, &config).await.unwrap(),
-        BreakerAdmit::Refused { state: BreakerState::HalfOpen, retry_after: Duration::ZERO }
+        BreakerAdmit::Refused {
+            state: BreakerState::HalfOpen,
+            retry_after: Duration::ZERO
+        }
     );
     // The holder died: its lease expires and the slot is granted again.
     tokio::time::sleep(config.probe_ttl + Duration::from_millis(30)).await;
-    let BreakerAdmit::Probe { probe_id: p2, .. } = breakers.acquire(scope, src, &config).await.unwrap() else {
+    let BreakerAdmit::Probe { probe_id: p2, .. } =
+        breakers.acquire(scope, src, &config).await.unwrap()
+    else {
         panic!("expired probe frees the slot")
     };
     assert_ne!(p1, p2);
-    assert!(!breakers.record(scope, src, &config, e1, Some(&p1), BreakerVerdict::Success).await.unwrap());
+    assert!(!breakers
+        .record(scope, src, &config, e1, Some(&p1), BreakerVerdict::Success)
+        .await
+        .unwrap());
     // A failed probe re-opens at a new epoch and grows the streak to 1 (cooldown × 2^0).
-    assert!(breakers.record(scope, src, &config, e1, Some(&p2), BreakerVerdict::Failure).await.unwrap());
+    assert!(breakers
+        .record(scope, src, &config, e1, Some(&p2), BreakerVerdict::Failure)
+        .await
+        .unwrap());
     let snap = breakers.snapshot(scope, src, &config).await.unwrap();
-    assert_eq!((snap.state, snap.epoch, snap.open_streak), (BreakerState::Open, e1 + 1, 1));
-    assert!(snap.retry_after > Duration::from_millis(250), "{:?}", snap.retry_after);
+    assert_eq!(
+        (snap.state, snap.epoch, snap.open_streak),
+        (BreakerState::Open, e1 + 1, 1)
+    );
+    assert!(
+        snap.retry_after > Duration::from_millis(250),
+        "{:?}",
+        snap.retry_after
+    );
 
     tokio::time::sleep(snap.retry_after + Duration::from_millis(30)).await;
-    let BreakerAdmit::Probe { epoch: e2, probe_id: p3 } = breakers.acquire(scope, src, &config).await.unwrap()
+    let BreakerAdmit::Probe {
+        epoch: e2,
+        probe_id: p3,
+    } = breakers.acquire(scope, src, &config).await.unwrap()
     else {
         panic!("probe after the second cooldown")
     };
     breakers.release_probe(scope, src, &p3).await.unwrap();
     breakers.release_probe(scope, src, &p3).await.unwrap();
-    let BreakerAdmit::Probe { probe_id: p4, .. } = breakers.acquire(scope, src, &config).await.unwrap() else {
+    let BreakerAdmit::Probe { probe_id: p4, .. } =
+        breakers.acquire(scope, src, &config).await.unwrap()
+    else {
         panic!("a released probe frees the slot")
     };
-    assert!(breakers.record(scope, src, &config, e2, Some(&p4), BreakerVerdict::Success).await.unwrap());
-    assert_eq!(breakers.acquire(scope, src, &config).await.unwrap(), BreakerAdmit::Pass { epoch: e2 });
+    assert!(breakers
+        .record(scope, src, &config, e2, Some(&p4), BreakerVerdict::Success)
+        .await
+        .unwrap());
+    assert_eq!(
+        breakers.acquire(scope, src, &config).await.unwrap(),
+        BreakerAdmit::Pass { epoch: e2 }
+    );
     fx.finish().await;
 }
 

@@ -67,7 +67,9 @@ fn text(m: &Message) -> String {
 
 #[tokio::test]
 async fn prevent_sends_native_schema_and_accepts_first_answer() {
-    let (s, log) = script(vec![Ok(r#"{"name":"Paris","population":2100000,"nickname":null}"#)]);
+    let (s, log) = script(vec![Ok(
+        r#"{"name":"Paris","population":2100000,"nickname":null}"#,
+    )]);
     let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 2))
         .await
         .unwrap();
@@ -80,14 +82,27 @@ async fn prevent_sends_native_schema_and_accepts_first_answer() {
     let calls = log.lock().unwrap();
     assert_eq!(calls.len(), 1);
     assert!(!calls[0].is_reask);
-    let rf = calls[0].response_format.as_ref().expect("native schema sent");
+    let rf = calls[0]
+        .response_format
+        .as_ref()
+        .expect("native schema sent");
     assert_eq!(rf["type"], "json_schema");
     assert_eq!(rf["json_schema"]["name"], "City");
     assert_eq!(rf["json_schema"]["strict"], true);
     assert_eq!(rf["json_schema"]["schema"]["additionalProperties"], false);
+    // Every property is required in strict mode (order follows serde_json's map order).
+    let mut required: Vec<&str> = rf["json_schema"]["schema"]["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort_unstable();
+    assert_eq!(required, ["name", "nickname", "population"]);
+    // The optional field stays optional through its type.
     assert_eq!(
-        rf["json_schema"]["schema"]["required"],
-        json!(["name", "population", "nickname"])
+        rf["json_schema"]["schema"]["properties"]["nickname"]["type"],
+        json!(["string", "null"])
     );
     assert_eq!(calls[0].messages, question());
 }
@@ -115,7 +130,10 @@ async fn repair_fixes_fenced_sloppy_json_without_reask() {
 #[tokio::test]
 async fn validation_failure_reasks_with_the_error_and_succeeds() {
     let bad = r#"{"name":"Paris","population":"lots"}"#;
-    let (s, log) = script(vec![Ok(bad), Ok(r#"{"name":"Paris","population":2100000}"#)]);
+    let (s, log) = script(vec![
+        Ok(bad),
+        Ok(r#"{"name":"Paris","population":2100000}"#),
+    ]);
     let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 2))
         .await
         .unwrap();
@@ -142,7 +160,10 @@ async fn validation_failure_reasks_with_the_error_and_succeeds() {
 
 #[tokio::test]
 async fn without_native_schema_the_correction_carries_the_schema() {
-    let (s, log) = script(vec![Ok("no idea"), Ok(r#"{"name":"Nice","population":340000}"#)]);
+    let (s, log) = script(vec![
+        Ok("no idea"),
+        Ok(r#"{"name":"Nice","population":340000}"#),
+    ]);
     let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(false, 1))
         .await
         .unwrap();
@@ -157,7 +178,11 @@ async fn without_native_schema_the_correction_carries_the_schema() {
 
 #[tokio::test]
 async fn reasks_use_only_the_latest_bad_answer() {
-    let (s, log) = script(vec![Ok("bad one"), Ok("bad two"), Ok(r#"{"name":"A","population":1}"#)]);
+    let (s, log) = script(vec![
+        Ok("bad one"),
+        Ok("bad two"),
+        Ok(r#"{"name":"A","population":1}"#),
+    ]);
     let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 2))
         .await
         .unwrap();
@@ -184,7 +209,10 @@ async fn exhaustion_returns_result_invalid_with_details() {
             assert!(message.contains("after 3 ask(s)"), "{message}");
             assert_eq!(details.raw_text, r#"{"name": "X"}"#);
             assert_eq!(details.repair_error, None);
-            assert_eq!(details.validation_errors, vec!["$: missing field `population`"]);
+            assert_eq!(
+                details.validation_errors,
+                vec!["$: missing field `population`"]
+            );
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -196,7 +224,11 @@ async fn exhaustion_after_unrepairable_text_carries_repair_error() {
     let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 0))
         .await
         .unwrap_err();
-    assert_eq!(log.lock().unwrap().len(), 1, "max_retries = 0 never re-asks");
+    assert_eq!(
+        log.lock().unwrap().len(),
+        1,
+        "max_retries = 0 never re-asks"
+    );
     let GatewayError::ResultInvalid { details, .. } = err else {
         panic!("expected ResultInvalid")
     };
@@ -237,7 +269,11 @@ async fn normalizer_runs_before_validation() {
             if let Some(name) = obj.remove("Name") {
                 obj.insert("name".into(), name);
             }
-            if let Some(p) = obj.get("population").and_then(Value::as_str).and_then(|s| s.parse::<u64>().ok()) {
+            if let Some(p) = obj
+                .get("population")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse::<u64>().ok())
+            {
                 obj.insert("population".into(), json!(p));
             }
         }
@@ -264,7 +300,9 @@ async fn ask_errors_end_the_ladder_unchanged() {
     let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 3))
         .await
         .unwrap_err();
-    assert!(matches!(err, GatewayError::RequestRejected { ref message, .. } if message == "400 bad schema"));
+    assert!(
+        matches!(err, GatewayError::RequestRejected { ref message, .. } if message == "400 bad schema")
+    );
     assert_eq!(log.lock().unwrap().len(), 2);
 }
 
@@ -279,7 +317,11 @@ async fn correction_errors_are_clipped_to_200_chars() {
     let calls = log.lock().unwrap();
     let correction = text(&calls[1].messages[3]);
     for line in correction.lines().filter(|l| l.starts_with("- ")) {
-        assert!(line.chars().count() <= 202, "{} chars", line.chars().count());
+        assert!(
+            line.chars().count() <= 202,
+            "{} chars",
+            line.chars().count()
+        );
     }
     assert!(correction.contains('…'));
 }
@@ -296,7 +338,10 @@ async fn rehydrate_rebuilds_the_value_from_structured_data() {
     assert_eq!(rehydrate::<City>(&cached).unwrap(), out.value);
 
     let plain = LlmResponse::new("text only");
-    assert!(matches!(rehydrate::<City>(&plain), Err(GatewayError::ResultInvalid { .. })));
+    assert!(matches!(
+        rehydrate::<City>(&plain),
+        Err(GatewayError::ResultInvalid { .. })
+    ));
     let mut wrong = LlmResponse::new("{}");
     wrong.structured_data = Some(json!({"name": 3}));
     let Err(GatewayError::ResultInvalid { details, .. }) = rehydrate::<City>(&wrong) else {

@@ -162,9 +162,15 @@ fn status(sink: &PostgresSink) -> polygateway::telemetry::TelemetryStatus {
 
 #[tokio::test]
 async fn creates_the_table_lazily_and_writes_batches() {
-    let Some(fx) = Fixture::new().await else { return };
+    let Some(fx) = Fixture::new().await else {
+        return;
+    };
     let sink = fx.sink(ADMIN_DSN, SchemaMode::Manual);
-    assert_eq!(sink.open_connections(), 0, "the idle pool must hold no connection");
+    assert_eq!(
+        sink.open_connections(),
+        0,
+        "the idle pool must hold no connection"
+    );
     let mut full = row(0);
     full.cache_hit = true;
     full.cached_prompt_tokens = Some(3);
@@ -201,7 +207,9 @@ async fn creates_the_table_lazily_and_writes_batches() {
 
 #[tokio::test]
 async fn manual_mode_trims_and_auto_mode_adds_columns() {
-    let Some(fx) = Fixture::new().await else { return };
+    let Some(fx) = Fixture::new().await else {
+        return;
+    };
     fx.create_old_table("").await;
     let manual = fx.sink(ADMIN_DSN, SchemaMode::Manual);
     manual.write_batch(vec![row(1), row(2)]).await;
@@ -222,17 +230,24 @@ async fn manual_mode_trims_and_auto_mode_adds_columns() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(tenants, 2, "old rows read as the '' sentinel after the upgrade");
+    assert_eq!(
+        tenants, 2,
+        "old rows read as the '' sentinel after the upgrade"
+    );
     fx.cleanup().await;
 }
 
 #[tokio::test]
 async fn auto_mode_that_cannot_alter_drops_rows_row_level_without_degrading() {
-    let Some(mut fx) = Fixture::new().await else { return };
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
     fx.create_old_table("").await;
     let table = fx.table();
     // Not the owner: ALTER fails, the INSERT names columns that do not exist (42703).
-    let role = fx.role(&format!("GRANT INSERT, SELECT ON {table} TO {{role}};")).await;
+    let role = fx
+        .role(&format!("GRANT INSERT, SELECT ON {table} TO {{role}};"))
+        .await;
     let sink = fx.sink(&dsn_as(&role), SchemaMode::Auto);
     sink.write_batch(vec![row(1), row(2), row(3)]).await;
     let s = status(&sink);
@@ -244,7 +259,9 @@ async fn auto_mode_that_cannot_alter_drops_rows_row_level_without_degrading() {
 
 #[tokio::test]
 async fn a_rejected_row_is_isolated_and_the_rest_land() {
-    let Some(fx) = Fixture::new().await else { return };
+    let Some(fx) = Fixture::new().await else {
+        return;
+    };
     let table = fx.table();
     fx.admin
         .batch_execute(&polygateway::telemetry::create_table_sql(
@@ -270,10 +287,14 @@ async fn a_rejected_row_is_isolated_and_the_rest_land() {
 
 #[tokio::test]
 async fn a_role_without_insert_degrades_with_42501() {
-    let Some(mut fx) = Fixture::new().await else { return };
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
     fx.create_old_table("").await;
     let table = fx.table();
-    let role = fx.role(&format!("GRANT SELECT ON {table} TO {{role}};")).await;
+    let role = fx
+        .role(&format!("GRANT SELECT ON {table} TO {{role}};"))
+        .await;
     let sink = fx.sink(&dsn_as(&role), SchemaMode::Manual);
     sink.write_batch(vec![row(1)]).await;
     let s = status(&sink);
@@ -285,7 +306,9 @@ async fn a_role_without_insert_degrades_with_42501() {
 
 #[tokio::test]
 async fn a_missing_table_that_cannot_be_created_degrades() {
-    let Some(mut fx) = Fixture::new().await else { return };
+    let Some(mut fx) = Fixture::new().await else {
+        return;
+    };
     let role = fx.role("").await; // USAGE only, no CREATE on the schema
     let sink = fx.sink(&dsn_as(&role), SchemaMode::Manual);
     sink.write_batch(vec![row(1), row(2)]).await;
@@ -316,7 +339,9 @@ async fn a_missing_table_that_cannot_be_created_degrades() {
 /// Forwards 127.0.0.1:`port` to the real server once started.
 async fn forward(listener: tokio::net::TcpListener) {
     loop {
-        let Ok((mut inbound, _)) = listener.accept().await else { return };
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            return;
+        };
         tokio::spawn(async move {
             if let Ok(mut outbound) = tokio::net::TcpStream::connect("127.0.0.1:5432").await {
                 let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
@@ -327,7 +352,9 @@ async fn forward(listener: tokio::net::TcpListener) {
 
 #[tokio::test]
 async fn a_refused_port_degrades_then_recovers_when_the_server_is_back() {
-    let Some(fx) = Fixture::new().await else { return };
+    let Some(fx) = Fixture::new().await else {
+        return;
+    };
     let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = probe.local_addr().unwrap().port();
     drop(probe); // nothing listens: connection refused
@@ -339,7 +366,9 @@ async fn a_refused_port_degrades_then_recovers_when_the_server_is_back() {
     assert!(!format!("{s:?}").contains("hunter2-secret"));
     assert!(!format!("{sink:?}").contains("hunter2-secret"));
 
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
     let proxy = tokio::spawn(forward(listener));
     sink.write_batch(vec![row(2)]).await; // still cooling down: dropped, not attempted
     assert_eq!(fx.count_or_zero().await, 0);
@@ -381,14 +410,22 @@ async fn a_stalled_server_is_cut_at_the_write_budget() {
     let mut options = PostgresOptions::new(Some(SchemaMode::Manual));
     options.write_timeout = Duration::from_millis(400);
     let sink = PostgresSink::new(
-        &Secret::new(format!("host=127.0.0.1 port={port} user=postgres password=pw-stall dbname=test")),
+        &Secret::new(format!(
+            "host=127.0.0.1 port={port} user=postgres password=pw-stall dbname=test"
+        )),
         options,
     );
     let started = Instant::now();
     sink.write_batch(vec![row(1), row(2)]).await;
     let took = started.elapsed();
-    assert!(took >= Duration::from_millis(350), "returned too early: {took:?}");
-    assert!(took < Duration::from_millis(1500), "budget not honoured: {took:?}");
+    assert!(
+        took >= Duration::from_millis(350),
+        "returned too early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(1500),
+        "budget not honoured: {took:?}"
+    );
     let s = status(&sink);
     assert!(s.degraded, "{s:?}");
     assert_eq!(s.dropped_rows, 2);
@@ -415,7 +452,9 @@ async fn an_unparsable_dsn_is_fatal() {
 
 #[tokio::test]
 async fn retention_deletes_in_batches_and_refuses_partitioned_tables() {
-    let Some(fx) = Fixture::new().await else { return };
+    let Some(fx) = Fixture::new().await else {
+        return;
+    };
     let sink = fx.sink(ADMIN_DSN, SchemaMode::Manual);
     sink.write_batch((0..30).map(row).collect()).await;
     let table = fx.table();

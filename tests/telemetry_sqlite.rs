@@ -86,7 +86,9 @@ async fn creates_the_table_in_column_order_with_wal_and_writes_every_field() {
     let names: Vec<&str> = COLUMNS.iter().map(|c| c.name).collect();
     assert_eq!(columns(&path), names);
     let conn = Connection::open(&path).unwrap();
-    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(mode, "wal");
     let got = conn
         .query_row(

@@ -91,7 +91,10 @@ async fn healthy_stream_fills_every_transport_field() {
     assert_eq!(sent.body["model"], "test-model");
     assert_eq!(sent.body["stream"], true);
     assert_eq!(sent.body["stream_options"], json!({"include_usage": true}));
-    assert_eq!(sent.body["messages"], json!([{"role": "user", "content": "hello"}]));
+    assert_eq!(
+        sent.body["messages"],
+        json!([{"role": "user", "content": "hello"}])
+    );
     assert_eq!(mock.counts().of("healthy"), 1);
 }
 
@@ -135,16 +138,32 @@ async fn key_never_appears_in_debug() {
 #[tokio::test]
 async fn rate_limited_is_transient_pushback_with_retry_after() {
     for stream in [true, false] {
-        let e = fail(Behaviour::RateLimited { retry_after_s: Some(2) }, stream).await;
+        let e = fail(
+            Behaviour::RateLimited {
+                retry_after_s: Some(2),
+            },
+            stream,
+        )
+        .await;
         assert_eq!(e.class(), FailureClass::Transient);
         assert!(e.is_rate_limited());
         assert_eq!(e.source_reason(), SourceReason::RateLimited);
         assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
         assert_eq!(e.status, Some(429));
-        assert!(e.body_text.contains("Rate limit reached"), "{}", e.body_text);
+        assert!(
+            e.body_text.contains("Rate limit reached"),
+            "{}",
+            e.body_text
+        );
         assert!(e.message.contains(&e.body_text));
     }
-    let e = fail(Behaviour::RateLimited { retry_after_s: None }, true).await;
+    let e = fail(
+        Behaviour::RateLimited {
+            retry_after_s: None,
+        },
+        true,
+    )
+    .await;
     assert!(e.is_rate_limited());
     assert_eq!(e.retry_after(), None);
 }
@@ -238,7 +257,11 @@ async fn truncated_stream_salvage_is_estimated_only_with_a_usage_frame() {
 async fn truncated_non_stream_body_is_transient() {
     let e = fail(Behaviour::TruncatedStream { with_usage: true }, false).await;
     assert_eq!(e.class(), FailureClass::Transient);
-    assert!(e.message.contains("malformed completion body"), "{}", e.message);
+    assert!(
+        e.message.contains("malformed completion body"),
+        "{}",
+        e.message
+    );
 }
 
 #[tokio::test]
@@ -311,7 +334,11 @@ async fn think_tags_are_stripped_for_tag_providers_only() {
     // A `reasoning_content` provider takes content verbatim.
     let r = call(&transport(&mock), true).await.unwrap();
     assert_eq!(r.thinking, "");
-    assert!(r.content.starts_with("<think>Let me think.</think>"), "{}", r.content);
+    assert!(
+        r.content.starts_with("<think>Let me think.</think>"),
+        "{}",
+        r.content
+    );
 }
 
 #[tokio::test]
@@ -349,10 +376,11 @@ async fn merge_priority_structured_over_overlay_over_extra_body() {
         s.extra_body = extra.as_object().unwrap().clone();
     });
     let mut req = request(true);
-    req.overlay = json!({"temperature": 0.7, "top_p": 0.9, "response_format": {"type": "json_object"}})
-        .as_object()
-        .unwrap()
-        .clone();
+    req.overlay =
+        json!({"temperature": 0.7, "top_p": 0.9, "response_format": {"type": "json_object"}})
+            .as_object()
+            .unwrap()
+            .clone();
     req.response_format = Some(json!({"type": "json_schema", "json_schema": {"name": "x"}}));
     t.send(&req, None).await.unwrap();
     let body = mock.last_request().unwrap().body;
@@ -451,7 +479,11 @@ async fn consumer_gone_stops_reading_and_releases_the_upstream() {
     assert_eq!(e.class(), FailureClass::Transient);
     assert!(e.message.contains("consumer gone"), "{}", e.message);
     assert!(started.elapsed() < Duration::from_millis(1000));
-    assert!(eventually(|| mock.in_flight() == 0).await, "in flight {}", mock.in_flight());
+    assert!(
+        eventually(|| mock.in_flight() == 0).await,
+        "in flight {}",
+        mock.in_flight()
+    );
 }
 
 #[tokio::test]
@@ -470,7 +502,11 @@ async fn aborted_attempt_drops_the_upstream_stream() {
     };
     assert!(eventually(|| mock.in_flight() == 1).await);
     task.abort();
-    assert!(eventually(|| mock.in_flight() == 0).await, "in flight {}", mock.in_flight());
+    assert!(
+        eventually(|| mock.in_flight() == 0).await,
+        "in flight {}",
+        mock.in_flight()
+    );
 }
 
 // ---------------------------------------------------------------- watchdog over sockets
@@ -571,10 +607,17 @@ async fn trust_env_false_bypasses_the_proxy_env() {
     // routed by path, so its counter shows whether the proxy was used.
     let target = MockUpstream::start(Behaviour::healthy()).await;
     let proxy = MockUpstream::start(Behaviour::healthy()).await;
-    let saved: Vec<(&str, Option<String>)> = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"]
-        .into_iter()
-        .map(|k| (k, std::env::var(k).ok()))
-        .collect();
+    let saved: Vec<(&str, Option<String>)> = [
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ]
+    .into_iter()
+    .map(|k| (k, std::env::var(k).ok()))
+    .collect();
     for (k, _) in &saved {
         std::env::remove_var(k);
     }
@@ -600,7 +643,9 @@ async fn trust_env_false_bypasses_the_proxy_env() {
 async fn scripted_behaviours_run_in_order_then_repeat_the_last() {
     let mock = MockUpstream::start(Behaviour::Scripted(vec![
         Behaviour::ServerError(502),
-        Behaviour::RateLimited { retry_after_s: Some(1) },
+        Behaviour::RateLimited {
+            retry_after_s: Some(1),
+        },
         Behaviour::healthy_with("third"),
     ]))
     .await;
@@ -611,12 +656,19 @@ async fn scripted_behaviours_run_in_order_then_repeat_the_last() {
     assert_eq!(call(&t, false).await.unwrap().content, "third");
     let c = mock.counts();
     assert_eq!((c.total, c.chat), (4, 4));
-    assert_eq!((c.of("server_error"), c.of("rate_limited"), c.of("healthy")), (1, 1, 2));
+    assert_eq!(
+        (c.of("server_error"), c.of("rate_limited"), c.of("healthy")),
+        (1, 1, 2)
+    );
 }
 
 #[tokio::test]
 async fn scripted_content_answers_each_request_with_the_next_string() {
-    let mock = MockUpstream::start(Behaviour::ScriptedContent(vec!["{\"a\":".into(), "{\"a\":1}".into()])).await;
+    let mock = MockUpstream::start(Behaviour::ScriptedContent(vec![
+        "{\"a\":".into(),
+        "{\"a\":1}".into(),
+    ]))
+    .await;
     let t = transport(&mock);
     assert_eq!(call(&t, true).await.unwrap().content, "{\"a\":");
     assert_eq!(call(&t, true).await.unwrap().content, "{\"a\":1}");
@@ -647,7 +699,10 @@ async fn mix_is_seeded_and_roughly_at_its_rate() {
     assert_eq!(a, b, "same seed, same sequence");
     assert_ne!(a, c, "different seed, different sequence");
     assert_eq!(failures as usize, a.iter().filter(|ok| !**ok).count());
-    assert!((30..90).contains(&failures), "failures {failures} of 200 at rate 0.3");
+    assert!(
+        (30..90).contains(&failures),
+        "failures {failures} of 200 at rate 0.3"
+    );
 }
 
 #[tokio::test]
@@ -688,4 +743,27 @@ async fn shutdown_ends_a_black_hole_promptly() {
         .unwrap();
     assert!(res.is_err());
     assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn aborted_attempt_on_a_black_hole_is_seen_by_the_mock() {
+    let mock = MockUpstream::start(Behaviour::BlackHole).await;
+    let t = Arc::new(transport(&mock));
+    let task = {
+        let t = t.clone();
+        tokio::spawn(async move { t.send(&request(true), None).await })
+    };
+    assert!(eventually(|| mock.in_flight() == 1 && mock.open_connections() == 1).await);
+    task.abort();
+    // The client closes the connection; the mock's handler is dropped with it.
+    assert!(
+        eventually(|| mock.open_connections() == 0).await,
+        "connections {}",
+        mock.open_connections()
+    );
+    assert!(
+        eventually(|| mock.in_flight() == 0).await,
+        "in flight {}",
+        mock.in_flight()
+    );
 }

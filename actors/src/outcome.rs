@@ -78,7 +78,10 @@ pub trait Classify {
     /// `true` when the upstream answered with a real non-2xx response that proves it is alive
     /// (e.g. 400): the breaker records a success.
     fn proves_alive(&self) -> bool {
-        matches!(self.class(), FailureClass::RequestRejected | FailureClass::ResultInvalid)
+        matches!(
+            self.class(),
+            FailureClass::RequestRejected | FailureClass::ResultInvalid
+        )
     }
     /// The per-source reason reported when the call finally fails.
     fn source_reason(&self) -> SourceReason;

@@ -78,7 +78,10 @@ pub fn cache_key_material(input: &CacheKeyInput<'_>) -> String {
         "messages".into(),
         Value::Array(input.messages.iter().map(message_digest).collect()),
     );
-    obj.insert("namespace".into(), Value::String(input.namespace.to_owned()));
+    obj.insert(
+        "namespace".into(),
+        Value::String(input.namespace.to_owned()),
+    );
     if let Some(salt) = input.salt {
         obj.insert("salt".into(), Value::String(salt.to_owned()));
     }

@@ -63,7 +63,9 @@ impl RedisCache {
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 100, 5_000, 2))
             .build()
-            .map_err(|e| CacheError::InvalidConfig(format!("redis cache client: {}", e.kind().to_str())))?;
+            .map_err(|e| {
+                CacheError::InvalidConfig(format!("redis cache client: {}", e.kind().to_str()))
+            })?;
         let _task = client.connect();
         match tokio::time::timeout(op_timeout, client.wait_for_connect()).await {
             Ok(Ok(())) => {}
@@ -83,7 +85,10 @@ impl RedisCache {
     }
 
     /// Uses an injected, already connected client. [`RedisCache::close`] will not quit it.
-    pub fn from_client(client: fred::clients::Client, op_timeout: Duration) -> Result<Self, CacheError> {
+    pub fn from_client(
+        client: fred::clients::Client,
+        op_timeout: Duration,
+    ) -> Result<Self, CacheError> {
         if op_timeout.is_zero() {
             return Err(CacheError::InvalidConfig(
                 "redis cache op timeout must be > 0".into(),
@@ -109,7 +114,8 @@ impl RedisCache {
 #[async_trait]
 impl ResponseCache for RedisCache {
     async fn get(&self, key: &str) -> CacheLookup {
-        let res = tokio::time::timeout(self.op_timeout, self.client.get::<Option<String>, _>(key)).await;
+        let res =
+            tokio::time::timeout(self.op_timeout, self.client.get::<Option<String>, _>(key)).await;
         let json = match res {
             Ok(Ok(Some(json))) => json,
             Ok(Ok(None)) => {
@@ -123,7 +129,11 @@ impl ResponseCache for RedisCache {
                 return CacheLookup::Miss;
             }
             Err(_) => {
-                tracing::warn!(key = key_for_log(key), timeout_ms = self.op_timeout.as_millis() as u64, "redis cache: GET timed out, treating as miss");
+                tracing::warn!(
+                    key = key_for_log(key),
+                    timeout_ms = self.op_timeout.as_millis() as u64,
+                    "redis cache: GET timed out, treating as miss"
+                );
                 self.counters.error();
                 self.counters.miss();
                 return CacheLookup::Miss;
@@ -146,7 +156,10 @@ impl ResponseCache for RedisCache {
     async fn put(&self, key: &str, value: &LlmResponse, ttl: Duration) {
         let ttl_ms = ttl.as_millis().min(i64::MAX as u128) as i64;
         if ttl_ms <= 0 {
-            tracing::warn!(key = key_for_log(key), "redis cache: refused put with TTL < 1 ms");
+            tracing::warn!(
+                key = key_for_log(key),
+                "redis cache: refused put with TTL < 1 ms"
+            );
             self.counters.error();
             return;
         }
@@ -168,7 +181,10 @@ impl ResponseCache for RedisCache {
                 self.counters.error();
             }
             Err(_) => {
-                tracing::warn!(key = key_for_log(key), "redis cache: SET timed out, entry dropped");
+                tracing::warn!(
+                    key = key_for_log(key),
+                    "redis cache: SET timed out, entry dropped"
+                );
                 self.counters.error();
             }
         }

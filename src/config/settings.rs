@@ -152,7 +152,7 @@ impl fmt::Debug for SourceSettings {
         f.debug_struct("SourceSettings")
             .field("name", &self.name)
             .field("provider", &self.provider)
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_dsn(&self.base_url))
             .field("api_key", &self.api_key)
             .field("model", &self.model)
             .field("timeout", &self.timeout)

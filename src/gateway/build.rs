@@ -104,7 +104,11 @@ impl GatewayBuilder {
     }
 
     /// Inject the limiter and breaker backends (shared with other gateways if you like).
-    pub fn governance(mut self, gate: Arc<dyn GateBackend>, breakers: Arc<dyn BreakerBackend>) -> Self {
+    pub fn governance(
+        mut self,
+        gate: Arc<dyn GateBackend>,
+        breakers: Arc<dyn BreakerBackend>,
+    ) -> Self {
         self.gate = Some(gate);
         self.breakers = Some(breakers);
         self
@@ -175,7 +179,12 @@ impl GatewayBuilder {
         if !settings.scopes.contains_key(&default_scope) {
             return Err(GatewayError::SourceNotConfigured(format!(
                 "scope {default_scope} has no sources configured (configured: {})",
-                settings.scopes.keys().cloned().collect::<Vec<_>>().join(", ")
+                settings
+                    .scopes
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         let clock = self.clock;
@@ -200,11 +209,14 @@ impl GatewayBuilder {
             (None, GovernanceBackendKind::Redis, Some(r)) => Arc::new(RedisGate::new(r.clone())),
             _ => Arc::new(MemoryGate::new(Arc::clone(&clock))),
         };
-        let breakers: Arc<dyn BreakerBackend> = match (self.breakers, settings.breaker_backend, &redis) {
-            (Some(b), _, _) => b,
-            (None, GovernanceBackendKind::Redis, Some(r)) => Arc::new(RedisBreakers::new(r.clone())),
-            _ => Arc::new(MemoryBreakers::new(Arc::clone(&clock))),
-        };
+        let breakers: Arc<dyn BreakerBackend> =
+            match (self.breakers, settings.breaker_backend, &redis) {
+                (Some(b), _, _) => b,
+                (None, GovernanceBackendKind::Redis, Some(r)) => {
+                    Arc::new(RedisBreakers::new(r.clone()))
+                }
+                _ => Arc::new(MemoryBreakers::new(Arc::clone(&clock))),
+            };
         let governance = Governance {
             inline: redis.is_none(),
             gate,
@@ -265,14 +277,15 @@ impl GatewayBuilder {
         // Cache.
         let cache = match (&settings.cache, self.cache) {
             (CacheSettings::None, _) => None,
-            (CacheSettings::Memory { namespace, ttl } | CacheSettings::Redis { namespace, ttl }, Some(backend)) => {
-                Some(CacheLayer {
-                    backend,
-                    namespace: namespace.clone(),
-                    ttl: *ttl,
-                    coalescer: Coalescer::new(),
-                })
-            }
+            (
+                CacheSettings::Memory { namespace, ttl } | CacheSettings::Redis { namespace, ttl },
+                Some(backend),
+            ) => Some(CacheLayer {
+                backend,
+                namespace: namespace.clone(),
+                ttl: *ttl,
+                coalescer: Coalescer::new(),
+            }),
             (CacheSettings::Memory { namespace, ttl }, None) => Some(CacheLayer {
                 backend: Arc::new(
                     MemoryCache::new(MEMORY_CACHE_ENTRIES, MEMORY_CACHE_BYTES)
@@ -302,7 +315,9 @@ impl GatewayBuilder {
 
         // Scopes.
         let pacer: PacerFactory = self.pacer.unwrap_or_else(|| {
-            Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+            Arc::new(|limits: &Limits| {
+                Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>
+            })
         });
         let mut scopes = BTreeMap::new();
         for (name, scope) in &settings.scopes {
@@ -336,7 +351,9 @@ impl GatewayBuilder {
                 ScopeKind::Embeddings => {
                     let specs = source_specs(scope, |s| EmbeddingTransport::new(s.clone()));
                     let embedding = scope.embedding.clone().ok_or_else(|| {
-                        config_err(format!("{name}__BATCH_SIZE is required for an embeddings scope"))
+                        config_err(format!(
+                            "{name}__BATCH_SIZE is required for an embeddings scope"
+                        ))
                     })?;
                     let first = scope.sources.first();
                     ScopeEntry::Embeddings(EmbedScope {

@@ -70,7 +70,9 @@ pub struct ChatHandle {
 
 impl std::fmt::Debug for ChatHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatHandle").field("scope", &self.name).finish()
+        f.debug_struct("ChatHandle")
+            .field("scope", &self.name)
+            .finish()
     }
 }
 
@@ -114,7 +116,8 @@ impl ChatHandle {
                 .map(|(response, _)| response),
             _ => {
                 let prepared = self.prepare(messages, &options, None)?;
-                self.cached(&prepared, || self.governed(&prepared, false)).await
+                self.cached(&prepared, || self.governed(&prepared, false))
+                    .await
             }
         }
     }

@@ -2,7 +2,9 @@
 
 use polygateway_actors::runtime::{CallFailure, ScopeReason};
 
-use crate::error::{GatewayError, InvalidResult, TransportError, Unavailable, UnavailableKind, UnavailableReason};
+use crate::error::{
+    GatewayError, InvalidResult, TransportError, Unavailable, UnavailableKind, UnavailableReason,
+};
 
 /// Map a governed call's failure for the caller of scope `scope`.
 pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>) -> GatewayError {
@@ -15,19 +17,29 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
             detail,
         } => {
             let (kind, reason) = match reason {
-                ScopeReason::CircuitOpen => (UnavailableKind::CircuitOpen, UnavailableReason::CircuitOpen),
+                ScopeReason::CircuitOpen => {
+                    (UnavailableKind::CircuitOpen, UnavailableReason::CircuitOpen)
+                }
                 ScopeReason::GovernanceBackendDown => (
                     UnavailableKind::GovernanceBackend,
                     UnavailableReason::GovernanceBackendDown,
                 ),
-                ScopeReason::RetryExhausted => {
-                    (UnavailableKind::AllSourcesExhausted, UnavailableReason::RetryExhausted)
-                }
-                ScopeReason::Stalled => (UnavailableKind::AllSourcesExhausted, UnavailableReason::Stalled),
-                ScopeReason::QuotaExhausted => {
-                    (UnavailableKind::AllSourcesExhausted, UnavailableReason::QuotaExhausted)
-                }
-                ScopeReason::NoSources => (UnavailableKind::AllSourcesExhausted, UnavailableReason::NoSources),
+                ScopeReason::RetryExhausted => (
+                    UnavailableKind::AllSourcesExhausted,
+                    UnavailableReason::RetryExhausted,
+                ),
+                ScopeReason::Stalled => (
+                    UnavailableKind::AllSourcesExhausted,
+                    UnavailableReason::Stalled,
+                ),
+                ScopeReason::QuotaExhausted => (
+                    UnavailableKind::AllSourcesExhausted,
+                    UnavailableReason::QuotaExhausted,
+                ),
+                ScopeReason::NoSources => (
+                    UnavailableKind::AllSourcesExhausted,
+                    UnavailableReason::NoSources,
+                ),
             };
             let detail = match last_error {
                 Some(e) if detail.is_empty() => e.message,
@@ -78,7 +90,9 @@ pub(crate) fn describe(scope: &str, failure: &CallFailure<TransportError>) -> St
         CallFailure::Unavailable { reason, detail, .. } => {
             let class = match reason {
                 ScopeReason::CircuitOpen => UnavailableKind::CircuitOpen.class_name(),
-                ScopeReason::GovernanceBackendDown => UnavailableKind::GovernanceBackend.class_name(),
+                ScopeReason::GovernanceBackendDown => {
+                    UnavailableKind::GovernanceBackend.class_name()
+                }
                 _ => UnavailableKind::AllSourcesExhausted.class_name(),
             };
             (class, format!("scope {scope}: {detail}"))

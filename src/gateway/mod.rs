@@ -118,7 +118,10 @@ impl Gateway {
 
     /// Build from resolved settings.
     pub async fn from_settings(settings: Settings, scope: &str) -> Result<Self, GatewayError> {
-        GatewayBuilder::new(settings).default_scope(scope).build().await
+        GatewayBuilder::new(settings)
+            .default_scope(scope)
+            .build()
+            .await
     }
 
     /// A builder to inject ports (governance backends, telemetry sink, cache, clock, selector).
@@ -140,7 +143,12 @@ impl Gateway {
             Some(ScopeEntry::Ocr(_)) => Ok(ScopeKind::Ocr),
             None => Err(GatewayError::SourceNotConfigured(format!(
                 "scope {name} is not configured (configured: {})",
-                self.core.scopes.keys().cloned().collect::<Vec<_>>().join(", ")
+                self.core
+                    .scopes
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))),
         }
     }
@@ -267,6 +275,17 @@ impl Gateway {
         Ok(snapshot::collect(&self.core, name).await)
     }
 
+    /// Limiter leases currently held in scope `name` (0 when idle: an invariant soaks check).
+    pub async fn leases_held(&self, name: &str) -> Result<u64, GatewayError> {
+        self.scope_kind(name)?;
+        self.core
+            .governance
+            .gate
+            .leases_held(name)
+            .await
+            .map_err(|e| GatewayError::Shutdown(e.to_string()))
+    }
+
     /// Telemetry health (SPEC §8.6): degraded/fatal, reason, dropped rows.
     pub fn telemetry_status(&self) -> TelemetryStatus {
         let mut status = self.core.telemetry_sink.status();
@@ -297,7 +316,8 @@ impl Gateway {
         }
         core.runtime.shutdown(Duration::from_secs(3)).await;
         if core.owned.telemetry_sink {
-            let _ = tokio::time::timeout(Duration::from_secs(2), core.telemetry_sink.shutdown()).await;
+            let _ =
+                tokio::time::timeout(Duration::from_secs(2), core.telemetry_sink.shutdown()).await;
         }
         for redis in &core.owned.redis {
             redis.close().await;

@@ -57,7 +57,9 @@ pub struct OcrHandle {
 
 impl std::fmt::Debug for OcrHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OcrHandle").field("scope", &self.name).finish()
+        f.debug_struct("OcrHandle")
+            .field("scope", &self.name)
+            .finish()
     }
 }
 
@@ -97,9 +99,15 @@ impl OcrHandle {
     pub async fn check_health(&self) -> BTreeMap<String, bool> {
         let scope = self.scope();
         let probes = scope.scope.sources().iter().map(|source| async move {
-            (source.name.to_string(), source.transport.check_health().await)
+            (
+                source.name.to_string(),
+                source.transport.check_health().await,
+            )
         });
-        futures::future::join_all(probes).await.into_iter().collect()
+        futures::future::join_all(probes)
+            .await
+            .into_iter()
+            .collect()
     }
 
     async fn run(

@@ -83,7 +83,10 @@ impl Telemetry {
         row.model = response.model.clone();
         row.provider = response.provider.clone();
         row.source_name = response.source_name.clone();
-        row.response = Some(crate::telemetry::digest::cap_text(&response.content, self.text_cap));
+        row.response = Some(crate::telemetry::digest::cap_text(
+            &response.content,
+            self.text_cap,
+        ));
         row.thinking = (!response.thinking.is_empty())
             .then(|| crate::telemetry::digest::cap_text(&response.thinking, self.text_cap));
         row.prompt_tokens = response.prompt_tokens as i64;

@@ -21,6 +21,8 @@ pub struct SourceSnapshot {
     pub epoch: u64,
     /// Remaining breaker cooldown.
     pub breaker_retry_after: Duration,
+    /// Whether a half-open probe is held right now.
+    pub probe_held: bool,
     /// Remaining local cooldown memo.
     pub cooling_for: Duration,
     /// Health score in `[0, 1]`.
@@ -54,7 +56,10 @@ pub(crate) async fn collect(core: &Core, scope: &str) -> Vec<SourceSnapshot> {
     }
 }
 
-async fn of_scope<T: polygateway_actors::Transport>(core: &Core, scope: &Scope<T>) -> Vec<SourceSnapshot> {
+async fn of_scope<T: polygateway_actors::Transport>(
+    core: &Core,
+    scope: &Scope<T>,
+) -> Vec<SourceSnapshot> {
     let mut out = Vec::with_capacity(scope.sources().len());
     for source in scope.sources() {
         let breaker = core
@@ -68,7 +73,11 @@ async fn of_scope<T: polygateway_actors::Transport>(core: &Core, scope: &Scope<T
     out
 }
 
-fn one<T>(core: &Core, source: &Arc<SourceShared<T>>, breaker: Option<BreakerSnapshot>) -> SourceSnapshot {
+fn one<T>(
+    core: &Core,
+    source: &Arc<SourceShared<T>>,
+    breaker: Option<BreakerSnapshot>,
+) -> SourceSnapshot {
     let now = core.runtime.clock().now();
     let c = &source.counters;
     SourceSnapshot {
@@ -76,6 +85,7 @@ fn one<T>(core: &Core, source: &Arc<SourceShared<T>>, breaker: Option<BreakerSna
         breaker: breaker.as_ref().map(|b| b.state),
         epoch: breaker.as_ref().map_or(0, |b| b.epoch),
         breaker_retry_after: breaker.as_ref().map_or(Duration::ZERO, |b| b.retry_after),
+        probe_held: breaker.as_ref().is_some_and(|b| b.probe_held),
         cooling_for: source
             .cooling_until(now)
             .map_or(Duration::ZERO, |t| t.saturating_duration_since(now)),

@@ -67,7 +67,11 @@ fn state_of(code: i64) -> Result<BreakerState, BackendError> {
         0 => BreakerState::Closed,
         1 => BreakerState::Open,
         2 => BreakerState::HalfOpen,
-        other => return Err(BackendError::new(format!("breaker.lua: unknown state {other}"))),
+        other => {
+            return Err(BackendError::new(format!(
+                "breaker.lua: unknown state {other}"
+            )))
+        }
     })
 }
 
@@ -97,17 +101,39 @@ impl BreakerBackend for RedisBreakers {
     ) -> Result<BreakerAdmit, BackendError> {
         // The probe id is chosen here so a re-sent script recognises its own probe.
         let candidate = uuid::Uuid::new_v4().to_string();
-        let reply: Vec<Value> = self
-            .call(scope, source, "acquire", config, vec![Value::from(candidate.as_str())])
-            .await?;
+        let keys = vec![self.redis.keys().breaker(scope, source)];
+        let mut args = config_args("acquire", config);
+        args.push(Value::from(candidate.as_str()));
+        let client = self.redis.pinned();
+        let reply: Vec<Value> = match self
+            .redis
+            .eval_on(&client, ScriptKind::Breaker, keys.clone(), args)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                // A probe granted to a caller who never learnt of it would wedge HALF_OPEN
+                // until the probe TTL: give it back.
+                let mut release = config_args("release_probe", config);
+                release.push(Value::from(candidate.as_str()));
+                self.redis
+                    .compensate(client, ScriptKind::Breaker, keys, release);
+                return Err(e);
+            }
+        };
         let codes: Vec<Option<i64>> = reply.iter().map(int).collect();
         match codes.as_slice() {
-            [Some(0), Some(epoch)] => Ok(BreakerAdmit::Pass { epoch: unsigned(*epoch) }),
+            [Some(0), Some(epoch)] => Ok(BreakerAdmit::Pass {
+                epoch: unsigned(*epoch),
+            }),
             [Some(1), Some(epoch), _] => {
                 let probe = reply[2]
                     .as_string()
                     .ok_or_else(|| unexpected("acquire", &reply))?;
-                Ok(BreakerAdmit::Probe { epoch: unsigned(*epoch), probe_id: Arc::from(probe) })
+                Ok(BreakerAdmit::Probe {
+                    epoch: unsigned(*epoch),
+                    probe_id: Arc::from(probe),
+                })
             }
             [Some(2), Some(state), Some(wait_ms)] => Ok(BreakerAdmit::Refused {
                 state: state_of(*state)?,
@@ -145,7 +171,9 @@ impl BreakerBackend for RedisBreakers {
         source: &str,
         config: &BreakerConfig,
     ) -> Result<(), BackendError> {
-        let _epoch: i64 = self.call(scope, source, "force_open", config, Vec::new()).await?;
+        let _epoch: i64 = self
+            .call(scope, source, "force_open", config, Vec::new())
+            .await?;
         Ok(())
     }
 
@@ -158,7 +186,13 @@ impl BreakerBackend for RedisBreakers {
         // Releasing reads no parameter; any config fills the fixed argument slots.
         let config = BreakerConfig::default();
         let _released: i64 = self
-            .call(scope, source, "release_probe", &config, vec![Value::from(probe_id)])
+            .call(
+                scope,
+                source,
+                "release_probe",
+                &config,
+                vec![Value::from(probe_id)],
+            )
             .await?;
         Ok(())
     }
@@ -169,7 +203,9 @@ impl BreakerBackend for RedisBreakers {
         source: &str,
         config: &BreakerConfig,
     ) -> Result<BreakerSnapshot, BackendError> {
-        let reply: Vec<i64> = self.call(scope, source, "snapshot", config, Vec::new()).await?;
+        let reply: Vec<i64> = self
+            .call(scope, source, "snapshot", config, Vec::new())
+            .await?;
         match reply.as_slice() {
             [state, epoch, wait_ms, fails, streak, probe_held, opens] => Ok(BreakerSnapshot {
                 state: state_of(*state)?,
@@ -180,7 +216,9 @@ impl BreakerBackend for RedisBreakers {
                 probe_held: *probe_held == 1,
                 opens: unsigned(*opens),
             }),
-            other => Err(BackendError::new(format!("breaker.lua snapshot: unexpected reply {other:?}"))),
+            other => Err(BackendError::new(format!(
+                "breaker.lua snapshot: unexpected reply {other:?}"
+            ))),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{Builder, ClientLike, Config, FromValue, Pool, ReconnectPolicy, Value};
+use fred::prelude::{Builder, Client, ClientLike, Config, FromValue, Pool, ReconnectPolicy, Value};
 use fred::types::scripts::Script;
 use polygateway_actors::BackendError;
 
@@ -222,8 +222,25 @@ impl RedisGovernance {
         keys: Vec<String>,
         args: Vec<Value>,
     ) -> Result<R, BackendError> {
+        self.eval_on(self.inner.pool.next_connected(), kind, keys, args)
+            .await
+    }
+
+    /// A pooled connection to pin a call and its compensation to (commands of one connection run
+    /// in order, so a compensation queued behind a re-sent script runs after it).
+    pub(crate) fn pinned(&self) -> Client {
+        self.inner.pool.next_connected().clone()
+    }
+
+    /// [`Self::eval`] on a given connection.
+    pub(crate) async fn eval_on<R: FromValue>(
+        &self,
+        client: &Client,
+        kind: ScriptKind,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<R, BackendError> {
         let script = self.inner.scripts.get(kind);
-        let client = self.inner.pool.next_connected();
         let call = script.evalsha_with_reload::<R, _, _>(client, keys, args);
         match tokio::time::timeout(self.inner.command_timeout, call).await {
             Ok(Ok(value)) => Ok(value),
@@ -234,6 +251,25 @@ impl RedisGovernance {
                 self.inner.command_timeout
             ))),
         }
+    }
+
+    /// After a failed call that may still have taken effect (a timeout, or a connection dropped
+    /// after the server ran the script), undo it in the background on the same connection.
+    /// Best effort: the compensation is idempotent and a no-op if the call never ran; if it fails
+    /// too, the lease/probe TTL reclaims what was taken.
+    pub(crate) fn compensate(
+        &self,
+        client: Client,
+        kind: ScriptKind,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = this.eval_on::<Value>(&client, kind, keys, args).await {
+                tracing::debug!(error = %e, "compensation after a failed redis call did not run");
+            }
+        });
     }
 
     fn error(&self, what: &str, e: &fred::error::Error) -> BackendError {
@@ -277,14 +313,18 @@ mod tests {
             ..RedisOptions::default()
         };
         let started = std::time::Instant::now();
-        let err = RedisGovernance::connect_with(&url, "t", options).await.unwrap_err();
+        let err = RedisGovernance::connect_with(&url, "t", options)
+            .await
+            .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(3));
         assert!(!err.message.contains("s3cr3t-pw"), "{}", err.message);
     }
 
     #[tokio::test]
     async fn invalid_url_is_a_backend_error() {
-        let err = RedisGovernance::connect(&Secret::new("not a url:pw@"), "t").await.unwrap_err();
+        let err = RedisGovernance::connect(&Secret::new("not a url:pw@"), "t")
+            .await
+            .unwrap_err();
         assert!(err.message.contains("invalid redis url"), "{}", err.message);
     }
 }

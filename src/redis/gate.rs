@@ -29,7 +29,10 @@ impl RedisGate {
 
     /// A limiter with 60 s RPM/TPM windows.
     pub fn new(redis: RedisGovernance) -> Self {
-        Self { redis, window: Self::DEFAULT_WINDOW }
+        Self {
+            redis,
+            window: Self::DEFAULT_WINDOW,
+        }
     }
 
     /// Change the RPM/TPM window length (tests use short windows). At least 1 ms.
@@ -64,7 +67,11 @@ fn gate_of(code: i64) -> Result<Gate, BackendError> {
         4 => Gate::SourceRpm,
         5 => Gate::GlobalTpm,
         6 => Gate::SourceTpm,
-        other => return Err(BackendError::new(format!("limiter.lua: unknown gate {other}"))),
+        other => {
+            return Err(BackendError::new(format!(
+                "limiter.lua: unknown gate {other}"
+            )))
+        }
     })
 }
 
@@ -75,7 +82,10 @@ fn non_negative(v: i64) -> u64 {
 #[async_trait]
 impl GateBackend for RedisGate {
     async fn admit(&self, request: &GateRequest) -> Result<GateDecision, BackendError> {
-        let keys = self.redis.keys().gate(&request.scope, &request.source, &request.lease_id);
+        let keys = self
+            .redis
+            .keys()
+            .gate(&request.scope, &request.source, &request.lease_id);
         let args = vec![
             Value::from("admit"),
             Value::from(request.lease_id.as_ref()),
@@ -89,7 +99,24 @@ impl GateBackend for RedisGate {
             count(u64::from(request.per_source.rpm)),
             count(request.per_source.tpm),
         ];
-        let reply: Vec<i64> = self.redis.eval(ScriptKind::Limiter, keys, args).await?;
+        let client = self.redis.pinned();
+        let reply: Vec<i64> = match self
+            .redis
+            .eval_on(&client, ScriptKind::Limiter, keys.clone(), args)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                // The caller treats the lease as never granted: make sure it is not held.
+                let release = vec![
+                    Value::from("release"),
+                    Value::from(request.lease_id.as_ref()),
+                ];
+                self.redis
+                    .compensate(client, ScriptKind::Limiter, keys, release);
+                return Err(e);
+            }
+        };
         match reply.as_slice() {
             [1, window, est] => Ok(GateDecision::Admitted(Lease {
                 scope: Arc::clone(&request.scope),
@@ -102,19 +129,27 @@ impl GateBackend for RedisGate {
                 gate: gate_of(*gate)?,
                 retry_after: Duration::from_millis(non_negative(*wait_ms)),
             }),
-            other => Err(BackendError::new(format!("limiter.lua: unexpected reply {other:?}"))),
+            other => Err(BackendError::new(format!(
+                "limiter.lua: unexpected reply {other:?}"
+            ))),
         }
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), BackendError> {
-        let keys = self.redis.keys().gate(&lease.scope, &lease.source, &lease.id);
+        let keys = self
+            .redis
+            .keys()
+            .gate(&lease.scope, &lease.source, &lease.id);
         let args = vec![Value::from("release"), Value::from(lease.id.as_ref())];
         let _freed: i64 = self.redis.eval(ScriptKind::Limiter, keys, args).await?;
         Ok(())
     }
 
     async fn settle(&self, lease: &Lease, actual_tokens: u64) -> Result<(), BackendError> {
-        let keys = self.redis.keys().gate(&lease.scope, &lease.source, &lease.id);
+        let keys = self
+            .redis
+            .keys()
+            .gate(&lease.scope, &lease.source, &lease.id);
         let args = vec![Value::from("settle"), count(actual_tokens)];
         let _applied: i64 = self.redis.eval(ScriptKind::Limiter, keys, args).await?;
         Ok(())
@@ -122,20 +157,29 @@ impl GateBackend for RedisGate {
 
     async fn mark_progress(&self, scope: &str) -> Result<(), BackendError> {
         let keys = vec![self.redis.keys().progress(scope)];
-        let args = vec![Value::from("mark"), Value::Integer(millis(PROGRESS_KEY_TTL))];
+        let args = vec![
+            Value::from("mark"),
+            Value::Integer(millis(PROGRESS_KEY_TTL)),
+        ];
         let _: i64 = self.redis.eval(ScriptKind::Progress, keys, args).await?;
         Ok(())
     }
 
     async fn progress_age(&self, scope: &str) -> Result<Option<Duration>, BackendError> {
         let keys = vec![self.redis.keys().progress(scope)];
-        let age: i64 = self.redis.eval(ScriptKind::Progress, keys, vec![Value::from("age")]).await?;
+        let age: i64 = self
+            .redis
+            .eval(ScriptKind::Progress, keys, vec![Value::from("age")])
+            .await?;
         Ok((age >= 0).then(|| Duration::from_millis(non_negative(age))))
     }
 
     async fn leases_held(&self, scope: &str) -> Result<u64, BackendError> {
         let keys = vec![self.redis.keys().global_leases(scope)];
-        let held: i64 = self.redis.eval(ScriptKind::Limiter, keys, vec![Value::from("held")]).await?;
+        let held: i64 = self
+            .redis
+            .eval(ScriptKind::Limiter, keys, vec![Value::from("held")])
+            .await?;
         Ok(non_negative(held))
     }
 }

@@ -9,7 +9,7 @@
 //! | `P:{S}:src:R:lease` | ZSET lease id → expiry ms | source concurrency gate |
 //! | `P:{S}:win` | HASH `r:<w>`/`t:<w>` → requests/tokens of window `w` | global RPM/TPM |
 //! | `P:{S}:src:R:win` | HASH, same fields | source RPM/TPM |
-//! | `P:{S}:rec:<lease id>` | HASH `w`, `est`, `settled` | re-send and settle idempotency |
+//! | `P:{S}:rec:<lease id>` | HASH `w`, `est`, `exp`, `settled`, `released` | re-send and settle idempotency; deleted once released and settled |
 //! | `P:{S}:progress` | STRING server ms | stall guard (`mark_progress`) |
 //! | `P:{S}:src:R:breaker` | HASH | breaker state of one source |
 //!
@@ -25,7 +25,9 @@ pub(crate) struct Keys {
 impl Keys {
     /// Keys under `prefix` (e.g. `pgw`, or a unique prefix per test).
     pub(crate) fn new(prefix: &str) -> Self {
-        Self { prefix: prefix.to_owned() }
+        Self {
+            prefix: prefix.to_owned(),
+        }
     }
 
     fn scope(&self, scope: &str) -> String {

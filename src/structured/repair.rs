@@ -11,6 +11,7 @@
 //! - single-quoted strings (an apostrophe closes such a string only when followed by `,` `:` `}`
 //!   `]` or the end, so `'it's'` keeps its apostrophe), unquoted keys;
 //! - Python/JS literals `True`, `False`, `None`, `undefined`;
+//! - double-encoded JSON (the whole answer is a JSON string holding an object or array);
 //! - truncation at the end: unclosed strings, arrays and objects are closed; a member whose key or
 //!   value was cut off is dropped; a line starting with a code fence ends the value;
 //! - decided: typographic quotes `“…”` / `‘…’` used *as delimiters* are accepted (inside a normal
@@ -96,7 +97,8 @@ fn strip_reasoning(text: &str) -> &str {
 
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
 }
 
 fn find_ci(s: &str, needle: &str) -> Option<usize> {
@@ -115,7 +117,7 @@ fn rfind_ci(s: &str, needle: &str) -> Option<usize> {
 fn extract(text: &str) -> Result<Value, RepairError> {
     let trimmed = text.trim();
     if let Ok(v) = serde_json::from_str::<Value>(trimmed) {
-        return Ok(v);
+        return Ok(unwrap_double_encoded(v));
     }
     let bytes = text.as_bytes();
     let mut best: Option<(usize, Value)> = None;
@@ -159,6 +161,20 @@ fn extract(text: &str) -> Result<Value, RepairError> {
         &first_err.unwrap_or_else(|| "no object or array in the answer".into()),
         170,
     )))
+}
+
+/// A whole answer that is a JSON *string* holding an object or array (double-encoded JSON) is
+/// replaced by the decoded value.
+fn unwrap_double_encoded(v: Value) -> Value {
+    if let Value::String(s) = &v {
+        let inner = s.trim();
+        if inner.starts_with(['{', '[']) {
+            if let Ok(decoded) = serde_json::from_str::<Value>(inner) {
+                return decoded;
+            }
+        }
+    }
+    v
 }
 
 /// The content of a text wrapped in one code fence, else the text.

@@ -18,7 +18,15 @@ use serde_json::{json, Map, Value};
 
 /// Formats OpenAI strict mode accepts; other `format` values are dropped.
 const STRICT_FORMATS: &[&str] = &[
-    "date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid",
+    "date-time",
+    "time",
+    "date",
+    "duration",
+    "email",
+    "hostname",
+    "ipv4",
+    "ipv6",
+    "uuid",
 ];
 
 /// The strict-mode JSON Schema of `T`.
@@ -177,5 +185,132 @@ fn close_object(obj: &mut Map<String, Value>) {
     };
     if has_props {
         obj.insert("required".into(), Value::Array(names));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    /// A tree node (recursive: needs `$defs`).
+    #[allow(dead_code)]
+    #[derive(Deserialize, JsonSchema)]
+    struct Node {
+        /// Label.
+        label: String,
+        children: Vec<Node>,
+    }
+
+    #[allow(dead_code)]
+    #[derive(Deserialize, JsonSchema)]
+    enum Shape {
+        Circle { r: f64 },
+        Square(u32),
+    }
+
+    #[allow(dead_code)]
+    #[derive(Deserialize, JsonSchema)]
+    struct Doc {
+        /// The root.
+        root: Node,
+        #[serde(default)]
+        count: u32,
+        shape: Shape,
+        note: Option<String>,
+    }
+
+    /// Every object schema in `v` (recursively), with its JSON pointer.
+    fn objects<'a>(v: &'a Value, at: String, out: &mut Vec<(String, &'a Map<String, Value>)>) {
+        match v {
+            Value::Object(m) => {
+                if m.contains_key("properties") {
+                    out.push((at.clone(), m));
+                }
+                for (k, sub) in m {
+                    objects(sub, format!("{at}/{k}"), out);
+                }
+            }
+            Value::Array(items) => {
+                for (i, sub) in items.iter().enumerate() {
+                    objects(sub, format!("{at}/{i}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn walk_keys(v: &Value, f: &mut impl FnMut(&Map<String, Value>)) {
+        match v {
+            Value::Object(m) => {
+                f(m);
+                m.values().for_each(|s| walk_keys(s, f));
+            }
+            Value::Array(items) => items.iter().for_each(|s| walk_keys(s, f)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_object_is_closed_and_fully_required() {
+        let s = strict_schema::<Doc>();
+        let mut found = Vec::new();
+        objects(&s, String::new(), &mut found);
+        assert!(found.len() >= 3, "{s:#}");
+        for (at, obj) in found {
+            assert_eq!(obj["additionalProperties"], false, "at {at}");
+            let props: Vec<&String> = obj["properties"].as_object().unwrap().keys().collect();
+            let required: Vec<&str> = obj["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            assert_eq!(props, required, "at {at}");
+        }
+    }
+
+    #[test]
+    fn refs_resolve_and_unsupported_keywords_are_gone() {
+        let s = strict_schema::<Doc>();
+        assert!(s.get("$schema").is_none());
+        let defs = s["$defs"].as_object().expect("$defs kept");
+        let mut refs = Vec::new();
+        walk_keys(&s, &mut |m| {
+            assert!(!m.contains_key("oneOf"), "oneOf left: {m:?}");
+            assert!(!m.contains_key("default"), "default left: {m:?}");
+            if let Some(Value::String(f)) = m.get("format") {
+                assert!(STRICT_FORMATS.contains(&f.as_str()), "format {f}");
+            }
+            if let Some(Value::String(r)) = m.get("$ref") {
+                assert_eq!(m.len(), 1, "$ref with siblings: {m:?}");
+                refs.push(r.clone());
+            }
+        });
+        assert!(!refs.is_empty());
+        for r in refs {
+            let name = r.strip_prefix("#/$defs/").expect("local $defs ref");
+            assert!(defs.contains_key(name), "dangling {r}");
+        }
+        assert!(s["$defs"]["Shape"].get("anyOf").is_some());
+    }
+
+    #[test]
+    fn response_format_shapes() {
+        let rf = response_format_for::<Doc>("my doc/v1");
+        assert_eq!(rf["type"], "json_schema");
+        assert_eq!(rf["json_schema"]["name"], "my_doc_v1");
+        assert_eq!(rf["json_schema"]["strict"], true);
+        assert_eq!(rf["json_schema"]["schema"], strict_schema::<Doc>());
+        assert_eq!(json_object_format(), json!({"type": "json_object"}));
+        assert_eq!(schema_name::<Vec<Doc>>(), "Array_of_Doc");
+        assert_eq!(sanitize_name(&"x".repeat(100)).len(), 64);
+        assert_eq!(sanitize_name(""), "response");
+    }
+
+    #[test]
+    fn maps_are_left_open() {
+        let s = strict_schema::<std::collections::BTreeMap<String, u32>>();
+        assert!(s["additionalProperties"].is_object(), "{s}");
     }
 }

@@ -64,8 +64,13 @@ fn strip_position(msg: &str) -> String {
 }
 
 enum Frame {
-    Object { key: Option<String>, expect_key: bool },
-    Array { index: usize },
+    Object {
+        key: Option<String>,
+        expect_key: bool,
+    },
+    Array {
+        index: usize,
+    },
 }
 
 /// The JSON path of the innermost value containing the character just before byte `consumed`
@@ -176,14 +181,28 @@ mod tests {
     #[test]
     fn paths_point_at_the_failure() {
         let e = validate::<Outer>(json!({"a": {"b": "x", "c": "y"}, "list": []})).unwrap_err();
-        assert!(e[0].starts_with("$.a.b: invalid type: string \"x\""), "{e:?}");
-        let e = validate::<Outer>(json!({"a": {"b": 1, "c": "y"}, "list": [{"b": 1, "c": "z"}, {"b": 2}]}))
-            .unwrap_err();
+        assert!(
+            e[0].starts_with("$.a.b: invalid type: string \"x\""),
+            "{e:?}"
+        );
+        let e = validate::<Outer>(
+            json!({"a": {"b": 1, "c": "y"}, "list": [{"b": 1, "c": "z"}, {"b": 2}]}),
+        )
+        .unwrap_err();
         assert_eq!(e[0], "$.list[1]: missing field `c`");
         let e = validate::<Outer>(json!({"a": {"b": 1, "c": "y"}})).unwrap_err();
         assert_eq!(e[0], "$: missing field `list`");
+        // serde's derived structs also accept sequences: the first element is field `a`.
         let e = validate::<Outer>(json!([1])).unwrap_err();
-        assert!(e[0].starts_with("$: invalid type: sequence"), "{e:?}");
+        assert_eq!(
+            e[0],
+            "$[0]: invalid type: integer `1`, expected struct Inner"
+        );
+        let e = validate::<Outer>(json!("text")).unwrap_err();
+        assert!(
+            e[0].starts_with("$: invalid type: string \"text\""),
+            "{e:?}"
+        );
     }
 
     #[test]

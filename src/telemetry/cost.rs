@@ -75,9 +75,7 @@ impl Pricing {
         let prices: HashMap<String, ModelPrice> = serde_json::from_str(text)?;
         for (model, p) in &prices {
             let ok = |v: f64| v.is_finite() && v >= 0.0;
-            if !ok(p.input_per_1m)
-                || !ok(p.output_per_1m)
-                || !p.cached_input_per_1m.is_none_or(ok)
+            if !ok(p.input_per_1m) || !ok(p.output_per_1m) || !p.cached_input_per_1m.is_none_or(ok)
             {
                 return Err(PricingError::InvalidPrice(model.clone()));
             }
@@ -107,7 +105,10 @@ impl Pricing {
         }
         let Some(price) = self.prices.get(model) else {
             self.warn_once(model, || {
-                tracing::warn!(model, "no price for model in the pricing table: cost left NULL");
+                tracing::warn!(
+                    model,
+                    "no price for model in the pricing table: cost left NULL"
+                );
             });
             return None;
         };
@@ -184,7 +185,10 @@ mod tests {
     #[test]
     fn no_cached_price_or_zero_hits_bills_everything_at_input() {
         let p = Pricing::from_json(TABLE).unwrap();
-        close(p.cost("plain", &usage(1000, 200, Some(400))), (1000.0 + 800.0) / 1e6);
+        close(
+            p.cost("plain", &usage(1000, 200, Some(400))),
+            (1000.0 + 800.0) / 1e6,
+        );
         close(
             p.cost("MiniMax-M3", &usage(1000, 200, Some(0))),
             (1000.0 * 2.1 + 200.0 * 8.4) / 1e6,
@@ -227,12 +231,18 @@ mod tests {
 
     #[test]
     fn bad_files_are_errors() {
-        assert!(matches!(Pricing::from_json("[1]"), Err(PricingError::Parse(_))));
+        assert!(matches!(
+            Pricing::from_json("[1]"),
+            Err(PricingError::Parse(_))
+        ));
         assert!(matches!(
             Pricing::from_json(r#"{"m": {"input_per_1m": -1, "output_per_1m": 1}}"#),
             Err(PricingError::InvalidPrice(_))
         ));
-        assert!(matches!(Pricing::load("/nonexistent/prices.json"), Err(PricingError::Read { .. })));
+        assert!(matches!(
+            Pricing::load("/nonexistent/prices.json"),
+            Err(PricingError::Read { .. })
+        ));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.json");
         std::fs::write(&path, TABLE).unwrap();

@@ -69,7 +69,9 @@ fn message_value(message: &Message, cap: Option<usize>) -> Value {
 
 fn part_value(part: &ContentPart, cap: Option<usize>) -> Value {
     match part {
-        ContentPart::Text { text } => serde_json::json!({"type": "text", "text": cap_text(text, cap)}),
+        ContentPart::Text { text } => {
+            serde_json::json!({"type": "text", "text": cap_text(text, cap)})
+        }
         ContentPart::ImageUrl { image_url } => {
             let url = image_url.url.as_str();
             let digest = hex::encode(Sha256::digest(url.as_bytes()));
@@ -149,7 +151,10 @@ mod tests {
 
     #[test]
     fn cap_counts_chars_not_bytes() {
-        assert_eq!(cap_text("héllo wörld", Some(5)), "héllo…(6 more chars omitted)");
+        assert_eq!(
+            cap_text("héllo wörld", Some(5)),
+            "héllo…(6 more chars omitted)"
+        );
         assert_eq!(cap_text("", Some(0)), "");
         assert_eq!(cap_text("ab", Some(0)), "…(2 more chars omitted)");
     }
@@ -165,13 +170,23 @@ mod tests {
         let json: Value = serde_json::from_str(&messages_json(&msgs, Some(10))).unwrap();
         assert_eq!(msgs, before, "caller's messages mutated");
         assert_eq!(json[0]["role"], "system");
-        assert_eq!(json[0]["content"], format!("{}…(40 more chars omitted)", "s".repeat(10)));
-        assert_eq!(json[1]["content"][0]["text"], format!("{}…(20 more chars omitted)", "t".repeat(10)));
+        assert_eq!(
+            json[0]["content"],
+            format!("{}…(40 more chars omitted)", "s".repeat(10))
+        );
+        assert_eq!(
+            json[1]["content"][0]["text"],
+            format!("{}…(20 more chars omitted)", "t".repeat(10))
+        );
         let image = &json[1]["content"][1];
         assert_eq!(image["type"], "image_url");
         assert_eq!(image["image_url"]["bytes"], 1000);
-        let Content::Parts(parts) = &msgs[1].content else { unreachable!() };
-        let ContentPart::ImageUrl { image_url } = &parts[1] else { unreachable!() };
+        let Content::Parts(parts) = &msgs[1].content else {
+            unreachable!()
+        };
+        let ContentPart::ImageUrl { image_url } = &parts[1] else {
+            unreachable!()
+        };
         assert_eq!(
             image["image_url"]["sha256"],
             hex::encode(Sha256::digest(image_url.url.as_bytes()))
@@ -181,15 +196,18 @@ mod tests {
 
     #[test]
     fn uncapped_text_is_kept_whole_and_http_urls_are_digested_too() {
-        let msgs = vec![Message {
-            role: Role::User,
-            content: Content::Parts(vec![ContentPart::ImageUrl {
-                image_url: ImageUrl {
-                    url: "https://example.invalid/a.png".into(),
-                    detail: Some("low".into()),
-                },
-            }]),
-        }, Message::assistant("x".repeat(5000))];
+        let msgs = vec![
+            Message {
+                role: Role::User,
+                content: Content::Parts(vec![ContentPart::ImageUrl {
+                    image_url: ImageUrl {
+                        url: "https://example.invalid/a.png".into(),
+                        detail: Some("low".into()),
+                    },
+                }]),
+            },
+            Message::assistant("x".repeat(5000)),
+        ];
         let json: Value = serde_json::from_str(&messages_json(&msgs, None)).unwrap();
         assert_eq!(json[0]["content"][0]["image_url"]["bytes"], 29);
         assert_eq!(json[0]["content"][0]["image_url"]["detail"], "low");
@@ -201,7 +219,10 @@ mod tests {
         for n in 0..10usize {
             use base64::Engine;
             let data = base64::engine::general_purpose::STANDARD.encode(vec![1u8; n]);
-            assert_eq!(payload_bytes(&format!("data:image/png;base64,{data}")), n as u64);
+            assert_eq!(
+                payload_bytes(&format!("data:image/png;base64,{data}")),
+                n as u64
+            );
         }
     }
 

@@ -196,7 +196,10 @@ impl PostgresSink {
     }
 
     /// Probe the table; create it when absent; add or trim columns per the schema mode.
-    async fn ensure_schema(&self, client: &deadpool_postgres::Client) -> Result<Vec<usize>, Failure> {
+    async fn ensure_schema(
+        &self,
+        client: &deadpool_postgres::Client,
+    ) -> Result<Vec<usize>, Failure> {
         let table = &self.options.table;
         let all: Vec<usize> = (0..schema::insert_columns().count()).collect();
         let oid: Option<u32> = client
@@ -271,7 +274,12 @@ impl PostgresSink {
         let per_statement = (MAX_PARAMS / cols.len().max(1)).clamp(1, MAX_ROWS_PER_STATEMENT);
         let mut written = 0;
         for chunk in rows.chunks(per_statement) {
-            let sql = schema::insert_sql(SchemaBackend::Postgres, &self.options.table, &cols, chunk.len());
+            let sql = schema::insert_sql(
+                SchemaBackend::Postgres,
+                &self.options.table,
+                &cols,
+                chunk.len(),
+            );
             let stmt = client
                 .prepare_cached(&sql)
                 .await
@@ -338,7 +346,9 @@ impl PostgresSink {
         let rest = &rows[written..];
         match failure {
             Failure::Saturated => self.health.saturated(rest.len() as u64, now),
-            Failure::Environmental(reason) => self.fail_environmental(reason, rest.len(), now).await,
+            Failure::Environmental(reason) => {
+                self.fail_environmental(reason, rest.len(), now).await
+            }
             Failure::RowLevel(_) => {
                 let isolate = tokio::time::timeout(budget, self.write_one_by_one(rest, now)).await;
                 if isolate.is_err() {
@@ -413,7 +423,10 @@ mod tests {
             guess_password("host=db user=app password='a b' dbname=x").as_deref(),
             Some("a b")
         );
-        assert_eq!(guess_password("host=db password=hunter2 port=5").as_deref(), Some("hunter2"));
+        assert_eq!(
+            guess_password("host=db password=hunter2 port=5").as_deref(),
+            Some("hunter2")
+        );
     }
 
     #[tokio::test]

@@ -73,7 +73,9 @@ pub async fn retention(
 ) -> Result<RetentionReport, RetentionError> {
     validate_table(table)?;
     if batch == 0 {
-        return Err(RetentionError::InvalidArgs("batch must be at least 1".into()));
+        return Err(RetentionError::InvalidArgs(
+            "batch must be at least 1".into(),
+        ));
     }
     let days = i32::try_from(older_than_days)
         .map_err(|_| RetentionError::InvalidArgs("older_than_days is too large".into()))?;
@@ -179,10 +181,14 @@ fn sqlite(
 ) -> Result<RetentionReport, RetentionError> {
     let db = |e: rusqlite::Error| RetentionError::Database(e.to_string());
     if !path.exists() {
-        return Err(RetentionError::Database(format!("{} does not exist", path.display())));
+        return Err(RetentionError::Database(format!(
+            "{} does not exist",
+            path.display()
+        )));
     }
     let conn = rusqlite::Connection::open(path).map_err(db)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(db)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(db)?;
     let info = match table.split_once('.') {
         Some((schema, name)) => format!("PRAGMA {schema}.table_info({name})"),
         None => format!("PRAGMA table_info({table})"),
@@ -195,7 +201,11 @@ fn sqlite(
         return Err(RetentionError::NoTable(table.to_owned()));
     }
     let cutoff: String = conn
-        .query_row("SELECT datetime('now', ?1)", [format!("-{days} days")], |r| r.get(0))
+        .query_row(
+            "SELECT datetime('now', ?1)",
+            [format!("-{days} days")],
+            |r| r.get(0),
+        )
         .map_err(db)?;
     let matched: i64 = conn
         .query_row(

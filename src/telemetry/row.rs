@@ -141,10 +141,8 @@ impl TelemetryRow {
 /// assert_eq!(meta_json(&BTreeMap::new()), "{}");
 /// ```
 pub fn meta_json(meta: &BTreeMap<String, MetaValue>) -> String {
-    let obj: serde_json::Map<String, serde_json::Value> = meta
-        .iter()
-        .map(|(k, v)| (k.clone(), v.to_json()))
-        .collect();
+    let obj: serde_json::Map<String, serde_json::Value> =
+        meta.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
     crate::cache::canonical_json(&serde_json::Value::Object(obj))
 }
 

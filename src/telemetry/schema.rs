@@ -104,7 +104,12 @@ pub const COLUMNS: [Column; 25] = [
     col("model_reported", "TEXT", "TEXT", "text"),
     col("sampling", "TEXT", "TEXT", "text"),
     col("reasoning_tokens", "INTEGER", "INTEGER", "int8"),
-    col("tenant_id", "TEXT NOT NULL DEFAULT ''", "TEXT NOT NULL DEFAULT ''", "text"),
+    col(
+        "tenant_id",
+        "TEXT NOT NULL DEFAULT ''",
+        "TEXT NOT NULL DEFAULT ''",
+        "text",
+    ),
     col(
         "meta",
         "JSONB NOT NULL DEFAULT '{}'",
@@ -139,7 +144,9 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
     let ident = |s: &str| {
         !s.is_empty()
             && s.len() <= 63
-            && s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && s.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
     let ok = match table.split_once('.') {
@@ -314,7 +321,12 @@ pub(crate) fn manual_mode_warning(
     let names: Vec<&str> = missing.iter().map(|c| c.name).collect();
     let sql: Vec<String> = missing
         .iter()
-        .map(|c| format!("{};", add_column_sql(backend, table, c, backend == SchemaBackend::Postgres)))
+        .map(|c| {
+            format!(
+                "{};",
+                add_column_sql(backend, table, c, backend == SchemaBackend::Postgres)
+            )
+        })
         .collect();
     format!(
         "telemetry table {table} lacks columns [{}]; schema mode is manual, so rows are written \
@@ -334,11 +346,31 @@ mod tests {
         assert_eq!(
             names,
             [
-                "call_id", "parent_call_id", "session_id", "model", "provider", "source_name",
-                "messages", "response", "thinking", "prompt_tokens", "completion_tokens",
-                "usage_source", "latency_ms", "ttft_ms", "max_inter_token_ms", "cache_hit",
-                "error", "cost", "created_at", "cached_prompt_tokens", "model_reported",
-                "sampling", "reasoning_tokens", "tenant_id", "meta"
+                "call_id",
+                "parent_call_id",
+                "session_id",
+                "model",
+                "provider",
+                "source_name",
+                "messages",
+                "response",
+                "thinking",
+                "prompt_tokens",
+                "completion_tokens",
+                "usage_source",
+                "latency_ms",
+                "ttft_ms",
+                "max_inter_token_ms",
+                "cache_hit",
+                "error",
+                "cost",
+                "created_at",
+                "cached_prompt_tokens",
+                "model_reported",
+                "sampling",
+                "reasoning_tokens",
+                "tenant_id",
+                "meta"
             ]
         );
         assert_eq!(insert_columns().count(), 24);
@@ -352,7 +384,8 @@ mod tests {
         assert!(pg.contains("created_at TIMESTAMPTZ NOT NULL DEFAULT now()"));
         assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 6);
         let lite = telemetry_schema_sql(SchemaBackend::Sqlite);
-        assert!(lite.contains("-- ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';"));
+        assert!(lite
+            .contains("-- ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';"));
         assert!(!lite.contains("IF NOT EXISTS tenant_id"));
         assert!(lite.lines().filter(|l| l.starts_with("ALTER")).count() == 0);
     }
@@ -365,7 +398,10 @@ mod tests {
             "INSERT INTO t (call_id, meta) VALUES ($1::text, $2::text::jsonb), ($3::text, $4::text::jsonb) ON CONFLICT DO NOTHING"
         );
         let lite = insert_sql(SchemaBackend::Sqlite, "t", &[0, 1], 1);
-        assert_eq!(lite, "INSERT OR IGNORE INTO t (call_id, parent_call_id) VALUES (?1, ?2)");
+        assert_eq!(
+            lite,
+            "INSERT OR IGNORE INTO t (call_id, parent_call_id) VALUES (?1, ?2)"
+        );
     }
 
     #[test]
@@ -385,7 +421,14 @@ mod tests {
         let names: Vec<&str> = missing.iter().map(|c| c.name).collect();
         assert_eq!(
             names,
-            ["cached_prompt_tokens", "model_reported", "sampling", "reasoning_tokens", "tenant_id", "meta"]
+            [
+                "cached_prompt_tokens",
+                "model_reported",
+                "sampling",
+                "reasoning_tokens",
+                "tenant_id",
+                "meta"
+            ]
         );
         assert_eq!(present, (0..18).collect::<Vec<_>>());
     }

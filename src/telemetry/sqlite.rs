@@ -70,7 +70,9 @@ pub struct SqliteSink {
 
 impl std::fmt::Debug for SqliteSink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteSink").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("SqliteSink")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -94,6 +96,7 @@ impl SqliteSink {
             health: Arc::clone(&health),
             conn: None,
             cols: Vec::new(),
+            manual_warned: false,
         };
         let spawned = std::thread::Builder::new()
             .name("pgw-telemetry-sqlite".into())
@@ -161,6 +164,8 @@ struct Writer {
     conn: Option<Connection>,
     /// Indices (into the inserted columns) that the table has.
     cols: Vec<usize>,
+    /// The manual-mode warning is logged once per sink, not once per reconnect.
+    manual_warned: bool,
 }
 
 /// How a failure affects the sink.
@@ -238,20 +243,24 @@ impl Writer {
     fn connect(&mut self) -> Result<(), String> {
         let conn = Connection::open(&self.path)
             .map_err(|e| format!("cannot open {}: {e}", self.path.display()))?;
-        let prepare = || -> rusqlite::Result<Vec<usize>> {
-            conn.busy_timeout(self.options.busy_timeout)?;
-            let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
-            conn.execute_batch("PRAGMA synchronous=NORMAL")?;
-            self.ensure_schema(&conn)
-        };
-        let cols = prepare().map_err(|e| format!("{}: {e}", self.path.display()))?;
+        let cols = self
+            .prepare(&conn)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
         self.cols = cols;
         self.conn = Some(conn);
         Ok(())
     }
 
+    /// Connection settings, then the schema.
+    fn prepare(&mut self, conn: &Connection) -> rusqlite::Result<Vec<usize>> {
+        conn.busy_timeout(self.options.busy_timeout)?;
+        let _mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))?;
+        conn.execute_batch("PRAGMA synchronous=NORMAL")?;
+        self.ensure_schema(conn)
+    }
+
     /// Probe, create or upgrade; returns the inserted-column indices to write.
-    fn ensure_schema(&self, conn: &Connection) -> rusqlite::Result<Vec<usize>> {
+    fn ensure_schema(&mut self, conn: &Connection) -> rusqlite::Result<Vec<usize>> {
         let table = &self.options.table;
         let existing = probe_columns(conn, table)?;
         let all: Vec<usize> = (0..schema::insert_columns().count()).collect();
@@ -265,10 +274,12 @@ impl Writer {
         }
         match self.options.schema_mode {
             SchemaMode::Manual => {
-                tracing::warn!(
-                    "{}",
-                    schema::manual_mode_warning(SchemaBackend::Sqlite, table, &missing)
-                );
+                if !std::mem::replace(&mut self.manual_warned, true) {
+                    tracing::warn!(
+                        "{}",
+                        schema::manual_mode_warning(SchemaBackend::Sqlite, table, &missing)
+                    );
+                }
                 Ok(present)
             }
             SchemaMode::Auto => {

@@ -438,10 +438,12 @@ impl Shared {
 /// Pick the concrete behaviour for request number `seq`.
 fn resolve(b: &Behaviour, seq: u64, rng: &mut StdRng) -> Behaviour {
     match b {
-        Behaviour::Scripted(list) => match list.get((seq as usize).min(list.len().saturating_sub(1))) {
-            Some(b) => resolve(b, seq, rng),
-            None => Behaviour::healthy(),
-        },
+        Behaviour::Scripted(list) => {
+            match list.get((seq as usize).min(list.len().saturating_sub(1))) {
+                Some(b) => resolve(b, seq, rng),
+                None => Behaviour::healthy(),
+            }
+        }
         Behaviour::ScriptedContent(list) => {
             let i = (seq as usize).min(list.len().saturating_sub(1));
             Behaviour::healthy_with(list.get(i).cloned().unwrap_or_default())
@@ -522,7 +524,11 @@ async fn pre_answer(shared: &Shared, b: &Behaviour) -> bool {
 }
 
 fn shutting_down() -> Response {
-    (StatusCode::SERVICE_UNAVAILABLE, "mock upstream shutting down").into_response()
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "mock upstream shutting down",
+    )
+        .into_response()
 }
 
 fn parse_body(bytes: &Bytes) -> Value {
@@ -545,7 +551,11 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, bytes: Byte
         let include_usage = body["stream_options"]["include_usage"]
             .as_bool()
             .unwrap_or(false);
-        stream_response(guard, shared.cancel.clone(), script.frames(&model, include_usage))
+        stream_response(
+            guard,
+            shared.cancel.clone(),
+            script.frames(&model, include_usage),
+        )
     } else {
         if !script.ttft.is_zero() {
             tokio::select! {
@@ -697,7 +707,9 @@ impl Script {
                     Ending::Malformed => {
                         out.push((
                             Duration::ZERO,
-                            Bytes::from_static(b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"\n\n"),
+                            Bytes::from_static(
+                                b"data: {\"choices\":[{\"delta\":{\"content\":\"x\"\n\n",
+                            ),
                         ));
                         out.push((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
                         return out;
@@ -796,10 +808,7 @@ fn stream_response(
                     _ = cancel.cancelled() => return None,
                 }
             }
-            Some((
-                Ok::<_, Infallible>(Bytes::from(bytes)),
-                (it, guard, cancel),
-            ))
+            Some((Ok::<_, Infallible>(Bytes::from(bytes)), (it, guard, cancel)))
         },
     );
     Response::builder()

@@ -15,7 +15,7 @@ use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::http::{build_client, classify_reqwest, classify_response};
+use super::http::{bearer_auth, build_client, classify_reqwest, classify_response};
 use super::sse::{SseEvent, SseParser};
 use super::think::ThinkSplitter;
 use super::watchdog::{now, StallLimits, Watchdog};
@@ -70,7 +70,7 @@ pub struct ChatTransport {
     url: String,
     /// `Bearer …` (marked sensitive), `None` for an empty key; `Err` when the key cannot be a
     /// header value (reported at send time without echoing it).
-    auth: Result<Option<HeaderValue>, ()>,
+    auth: Result<Option<HeaderValue>, TransportError>,
 }
 
 impl std::fmt::Debug for ChatTransport {
@@ -112,17 +112,11 @@ impl ChatTransport {
         profile: ProviderProfile,
         client: reqwest::Client,
     ) -> Self {
-        let url = format!("{}/chat/completions", settings.base_url.trim_end_matches('/'));
-        let auth = if settings.api_key.is_empty() {
-            Ok(None)
-        } else {
-            HeaderValue::from_str(&format!("Bearer {}", settings.api_key.expose()))
-                .map(|mut v| {
-                    v.set_sensitive(true);
-                    Some(v)
-                })
-                .map_err(|_| ())
-        };
+        let url = format!(
+            "{}/chat/completions",
+            settings.base_url.trim_end_matches('/')
+        );
+        let auth = bearer_auth(&settings);
         Self {
             settings,
             profile,
@@ -209,18 +203,7 @@ impl ChatTransport {
         match &self.auth {
             Ok(Some(v)) => rb = rb.header(AUTHORIZATION, v.clone()),
             Ok(None) => {}
-            Err(()) => {
-                let mut e = TransportError::new(
-                    polygateway_actors::FailureClass::SourceDead,
-                    SourceReason::SourceDead,
-                    format!(
-                        "source {}: API key contains characters not allowed in an HTTP header",
-                        self.settings.name
-                    ),
-                );
-                e.answered = false;
-                return Err(e);
-            }
+            Err(e) => return Err(e.clone()),
         }
         Ok(rb)
     }
@@ -290,7 +273,9 @@ impl ChatTransport {
         let empty = acc.content.trim().is_empty();
         let transient = |m: String| Err(TransportError::transient(SourceReason::NetworkError, m));
         match (done, empty) {
-            (true, true) => transient("empty completion: the stream finished without content".into()),
+            (true, true) => {
+                transient("empty completion: the stream finished without content".into())
+            }
             (true, false) => Ok(measured_or_unavailable(acc.usage)),
             (false, true) => transient("early_eof: the stream ended before any content".into()),
             (false, false) => match self.settings.missing_done {

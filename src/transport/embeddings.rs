@@ -11,7 +11,7 @@ use polygateway_actors::{EventSink, SourceReason, Transport};
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use serde::{Deserialize, Serialize};
 
-use super::http::{build_client, classify_reqwest, classify_response};
+use super::http::{bearer_auth, build_client, classify_reqwest, classify_response};
 use super::watchdog::{now, StallLimits, Watchdog};
 use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
@@ -44,7 +44,7 @@ pub struct EmbeddingTransport {
     settings: SourceSettings,
     client: reqwest::Client,
     url: String,
-    auth: Result<Option<HeaderValue>, ()>,
+    auth: Result<Option<HeaderValue>, TransportError>,
 }
 
 impl std::fmt::Debug for EmbeddingTransport {
@@ -94,16 +94,7 @@ impl EmbeddingTransport {
     /// A transport using a given client.
     pub fn with_client(settings: SourceSettings, client: reqwest::Client) -> Self {
         let url = format!("{}/embeddings", settings.base_url.trim_end_matches('/'));
-        let auth = if settings.api_key.is_empty() {
-            Ok(None)
-        } else {
-            HeaderValue::from_str(&format!("Bearer {}", settings.api_key.expose()))
-                .map(|mut v| {
-                    v.set_sensitive(true);
-                    Some(v)
-                })
-                .map_err(|_| ())
-        };
+        let auth = bearer_auth(&settings);
         Self {
             settings,
             client,
@@ -234,16 +225,7 @@ impl Transport for EmbeddingTransport {
         match &self.auth {
             Ok(Some(v)) => rb = rb.header(AUTHORIZATION, v.clone()),
             Ok(None) => {}
-            Err(()) => {
-                return Err(TransportError::new(
-                    polygateway_actors::FailureClass::SourceDead,
-                    SourceReason::SourceDead,
-                    format!(
-                        "source {}: API key contains characters not allowed in an HTTP header",
-                        self.settings.name
-                    ),
-                ))
-            }
+            Err(e) => return Err(e.clone()),
         }
         let resp = wd
             .guard_total(rb.send())
@@ -303,7 +285,11 @@ mod tests {
     #[test]
     fn sorted_by_index() {
         let v = into_vectors(
-            vec![item(Some(2), &[2.0]), item(Some(0), &[0.0]), item(Some(1), &[1.0])],
+            vec![
+                item(Some(2), &[2.0]),
+                item(Some(0), &[0.0]),
+                item(Some(1), &[1.0]),
+            ],
             3,
         )
         .unwrap();

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use polygateway_actors::{FailureClass, SourceReason};
-use reqwest::header::{HeaderMap, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 
 use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
@@ -177,6 +177,29 @@ pub fn classify_reqwest(err: &reqwest::Error) -> TransportError {
     TransportError::transient(reason, message)
 }
 
+/// The `Authorization: Bearer …` header of a source, marked sensitive; `None` for an empty key
+/// (keyless services). A key that cannot be an HTTP header value makes the source unable to serve
+/// anything: SourceDead, with a message that does not echo the key.
+pub fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, TransportError> {
+    if settings.api_key.is_empty() {
+        return Ok(None);
+    }
+    match HeaderValue::from_str(&format!("Bearer {}", settings.api_key.expose())) {
+        Ok(mut v) => {
+            v.set_sensitive(true);
+            Ok(Some(v))
+        }
+        Err(_) => Err(TransportError::new(
+            FailureClass::SourceDead,
+            SourceReason::SourceDead,
+            format!(
+                "source {}: API key contains characters not allowed in an HTTP header",
+                settings.name
+            ),
+        )),
+    }
+}
+
 /// Most bytes of an error body read for classification; a larger body is cut here (the summary
 /// keeps far less, and `insufficient_quota` sits near the top of real error bodies).
 pub const MAX_ERROR_BODY: usize = 1 << 20;
@@ -184,7 +207,10 @@ pub const MAX_ERROR_BODY: usize = 1 << 20;
 /// Read a non-2xx response's body (at most [`MAX_ERROR_BODY`] bytes, until `deadline`) and
 /// classify it with [`classify_status`]. A body that cannot be read in time is classified as
 /// empty: the status alone decides.
-pub async fn classify_response(resp: reqwest::Response, deadline: std::time::Instant) -> TransportError {
+pub async fn classify_response(
+    resp: reqwest::Response,
+    deadline: std::time::Instant,
+) -> TransportError {
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let mut resp = resp;
@@ -235,7 +261,11 @@ mod tests {
 
     #[test]
     fn rate_limited_carries_retry_after_seconds() {
-        let e = classify_status(429, &headers(Some("3")), r#"{"error":{"message":"slow down"}}"#);
+        let e = classify_status(
+            429,
+            &headers(Some("3")),
+            r#"{"error":{"message":"slow down"}}"#,
+        );
         assert_eq!(e.class, FailureClass::Transient);
         assert!(e.is_rate_limited());
         assert_eq!(e.source_reason(), SourceReason::RateLimited);

@@ -193,7 +193,10 @@ mod tests {
 
     #[test]
     fn last_event_without_blank_line_is_delivered_at_eof() {
-        assert_eq!(parse_all(&[b"data: a\n\ndata: tail"]), vec![data("a"), data("tail")]);
+        assert_eq!(
+            parse_all(&[b"data: a\n\ndata: tail"]),
+            vec![data("a"), data("tail")]
+        );
         assert_eq!(parse_all(&[b"data: tail\n"]), vec![data("tail")]);
     }
 

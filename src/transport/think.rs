@@ -119,7 +119,10 @@ mod tests {
     #[test]
     fn whole_and_split_tags_give_the_same_result() {
         let text = "<think>step 1\nstep 2</think>\n\nThe answer is 42.";
-        let expected = ("The answer is 42.".to_string(), "step 1\nstep 2".to_string());
+        let expected = (
+            "The answer is 42.".to_string(),
+            "step 1\nstep 2".to_string(),
+        );
         assert_eq!(split(&[text]), expected);
         for cut in 0..=text.len() {
             let (a, b) = text.split_at(cut);
@@ -132,16 +135,25 @@ mod tests {
 
     #[test]
     fn text_without_tags_passes_through() {
-        assert_eq!(split(&["a < b", " and <thin", "g>"]), ("a < b and <thing>".into(), String::new()));
+        assert_eq!(
+            split(&["a < b", " and <thin", "g>"]),
+            ("a < b and <thing>".into(), String::new())
+        );
     }
 
     #[test]
     fn unterminated_think_is_all_reasoning() {
-        assert_eq!(split(&["<think>still going"]), (String::new(), "still going".into()));
+        assert_eq!(
+            split(&["<think>still going"]),
+            (String::new(), "still going".into())
+        );
     }
 
     #[test]
     fn multibyte_text_next_to_tags() {
-        assert_eq!(split(&["<think>想</th", "ink>好的<"]), ("好的<".into(), "想".into()));
+        assert_eq!(
+            split(&["<think>想</th", "ink>好的<"]),
+            ("好的<".into(), "想".into())
+        );
     }
 }

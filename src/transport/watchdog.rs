@@ -324,7 +324,10 @@ mod tests {
             }
         };
         assert!(err.message.contains("total"), "{}", err.message);
-        assert_eq!(tokio::time::Instant::now().into_std(), w.clock().start() + Duration::from_millis(120));
+        assert_eq!(
+            tokio::time::Instant::now().into_std(),
+            w.clock().start() + Duration::from_millis(120)
+        );
     }
 
     #[tokio::test]

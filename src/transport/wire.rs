@@ -240,8 +240,7 @@ mod tests {
 
     #[test]
     fn reasoning_fields_and_message_shape() {
-        let f =
-            decode_chunk(r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#).unwrap();
+        let f = decode_chunk(r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#).unwrap();
         assert_eq!(f.reasoning.as_deref(), Some("hm"));
         let f = decode_chunk(
             r#"{"model":"m1","choices":[{"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#,

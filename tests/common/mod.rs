@@ -37,6 +37,7 @@ pub fn source(scope: &str, provider: &str, n: u32, base_url: &str) -> Vec<(Strin
 
 /// Build settings from owned pairs.
 pub fn settings_from(pairs: Vec<(String, String)>) -> Settings {
-    let borrowed: Vec<(&str, String)> = pairs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let borrowed: Vec<(&str, String)> =
+        pairs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     settings(&borrowed)
 }

@@ -304,7 +304,7 @@ impl LimiterState {
         let Some(r) = leases.get_mut(&lease.id) else {
             return;
         };
-        if true {
+        if r.held {
             r.held = false;
             global.held = global.held.saturating_sub(1);
             if let Some(s) = sources.get_mut(&r.source) {

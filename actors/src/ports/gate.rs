@@ -64,7 +64,10 @@ pub enum Gate {
 impl Gate {
     /// `true` for the scope-wide gates: switching source cannot help.
     pub fn is_global(self) -> bool {
-        matches!(self, Gate::GlobalConcurrency | Gate::GlobalRpm | Gate::GlobalTpm)
+        matches!(
+            self,
+            Gate::GlobalConcurrency | Gate::GlobalRpm | Gate::GlobalTpm
+        )
     }
 }
 

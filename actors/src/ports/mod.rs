@@ -17,6 +17,8 @@ pub struct BackendError {
 impl BackendError {
     /// Build an error from any message.
     pub fn new(message: impl Into<String>) -> Self {
-        Self { message: message.into() }
+        Self {
+            message: message.into(),
+        }
     }
 }

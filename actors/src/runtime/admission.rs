@@ -17,7 +17,9 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
-use crate::ports::breaker::{BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict};
+use crate::ports::breaker::{
+    BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict,
+};
 use crate::ports::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease};
 use crate::ports::BackendError;
 
@@ -114,7 +116,10 @@ pub enum AdmissionMsg {
     /// Record scope progress (a successful call).
     MarkProgress(Arc<str>),
     /// How long since the scope last progressed.
-    ProgressAge(Arc<str>, oneshot::Sender<Result<Option<Duration>, BackendError>>),
+    ProgressAge(
+        Arc<str>,
+        oneshot::Sender<Result<Option<Duration>, BackendError>>,
+    ),
     /// Chaos hook: make the actor fail, to exercise supervision.
     Crash(String),
 }
@@ -306,7 +311,8 @@ async fn finish(gov: &Governance, permit: &Permit, action: BreakerAction, tokens
                 (Some(probe), Ok(())) => {
                     bounded(
                         gov.timeout,
-                        gov.breakers.release_probe(&lease.scope, &lease.source, probe),
+                        gov.breakers
+                            .release_probe(&lease.scope, &lease.source, probe),
                     )
                     .await
                 }
@@ -317,7 +323,8 @@ async fn finish(gov: &Governance, permit: &Permit, action: BreakerAction, tokens
             Some(probe) => {
                 bounded(
                     gov.timeout,
-                    gov.breakers.release_probe(&lease.scope, &lease.source, probe),
+                    gov.breakers
+                        .release_probe(&lease.scope, &lease.source, probe),
                 )
                 .await
             }

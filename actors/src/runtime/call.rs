@@ -32,6 +32,9 @@ use super::router::{RouterMsg, Selection};
 use super::scope::ScopeInner;
 use super::shared::SourceTicket;
 
+/// How long a call waits when every eligible source's pacer is full.
+const PACED_WAIT: Duration = Duration::from_millis(2);
+
 /// Why a scope could not serve (SPEC §6 scope-level reasons).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScopeReason {
@@ -114,7 +117,12 @@ impl<E> Failures<E> {
         }
     }
 
-    fn unavailable(self, reason: ScopeReason, retry_after: Duration, detail: String) -> CallFailure<E> {
+    fn unavailable(
+        self,
+        reason: ScopeReason,
+        retry_after: Duration,
+        detail: String,
+    ) -> CallFailure<E> {
         CallFailure::Unavailable {
             reason,
             retry_after,
@@ -245,9 +253,8 @@ impl<T: Transport> ScopeInner<T> {
                     paced,
                     ..
                 } => {
-                    if quota_hint.is_some() || (paced && earliest_cooling.is_none()) {
-                        let hint = quota_hint.unwrap_or(config.poll_interval);
-                        if config.quota_full_fails_fast && quota_hint.is_some() {
+                    if let Some(hint) = quota_hint {
+                        if config.quota_full_fails_fast {
                             return Err(failures.unavailable(
                                 ScopeReason::QuotaExhausted,
                                 hint,
@@ -255,6 +262,11 @@ impl<T: Transport> ScopeInner<T> {
                             ));
                         }
                         Next::Wait(hint.min(config.poll_interval))
+                    } else if paced {
+                        // Backpressure from the pacers: slots free up as attempts finish.
+                        Next::Wait(
+                            PACED_WAIT + Duration::from_micros(rand::rng().random_range(0..=2_000)),
+                        )
                     } else {
                         let now = self.clock.now();
                         let wait = earliest_cooling
@@ -283,8 +295,15 @@ impl<T: Transport> ScopeInner<T> {
                         }
                         AdmitAnswer::BreakerRefused { state, retry_after } => {
                             let source = ticket.source();
-                            source.counters.breaker_refusals.fetch_add(1, Ordering::Relaxed);
-                            failures.note(&source.name, SourceReason::CircuitOpen, Some(retry_after));
+                            source
+                                .counters
+                                .breaker_refusals
+                                .fetch_add(1, Ordering::Relaxed);
+                            failures.note(
+                                &source.name,
+                                SourceReason::CircuitOpen,
+                                Some(retry_after),
+                            );
                             if state == BreakerState::Open {
                                 self.send_router(RouterMsg::Cooling(
                                     index,
@@ -376,10 +395,7 @@ impl<T: Transport> ScopeInner<T> {
                                         return Err(failures.unavailable(
                                             ScopeReason::RetryExhausted,
                                             retry_after,
-                                            format!(
-                                                "{} attempt(s) failed",
-                                                budget_used
-                                            ),
+                                            format!("{} attempt(s) failed", budget_used),
                                         ));
                                     } else if dead {
                                         Next::Again
@@ -401,16 +417,17 @@ impl<T: Transport> ScopeInner<T> {
                     return Err(failures.unavailable(
                         ScopeReason::Stalled,
                         retry_after,
-                        format!(
-                            "waited {:?} without progress in the scope",
-                            stall.waited()
-                        ),
+                        format!("waited {:?} without progress in the scope", stall.waited()),
                     ));
                 }
                 // Once the budget is spent but the scope is progressing, keep waiting at the
                 // natural pace: clamping to a zero budget would spin.
                 let budget = stall.remaining_budget();
-                let wait = if budget.is_zero() { wait } else { wait.min(budget) };
+                let wait = if budget.is_zero() {
+                    wait
+                } else {
+                    wait.min(budget)
+                };
                 tokio::time::sleep(wait).await;
                 stall.record_wait(wait);
                 excluded.clear();
@@ -515,7 +532,9 @@ impl<T: Transport> ScopeInner<T> {
                 avoid,
                 reply,
             })
-            .map_err(|_| CallFailure::Shutdown(format!("scope {} router stopped", self.config.name)))?;
+            .map_err(|_| {
+                CallFailure::Shutdown(format!("scope {} router stopped", self.config.name))
+            })?;
         answer.await.map_err(|_| {
             CallFailure::Shutdown(format!("scope {} router stopped", self.config.name))
         })
@@ -552,7 +571,10 @@ impl<T: Transport> ScopeInner<T> {
         let (reply, answer) = oneshot::channel();
         let admission = self.admission.get().ok()?;
         admission
-            .cast(AdmissionMsg::ProgressAge(Arc::clone(&self.config.name), reply))
+            .cast(AdmissionMsg::ProgressAge(
+                Arc::clone(&self.config.name),
+                reply,
+            ))
             .ok()?;
         answer.await.ok()?.ok()?
     }
@@ -576,4 +598,3 @@ impl<T: Transport> ScopeInner<T> {
         }
     }
 }
-

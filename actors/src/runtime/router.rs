@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -131,18 +131,13 @@ impl<T: Send + Sync + 'static> ScopeRouter<T> {
     ) -> Result<(), ActorProcessingErr> {
         let args = state.children[index].args.clone();
         let (actor, _) =
-            Actor::spawn_linked(None, SourceActor::<T>::default(), args, myself.get_cell())
-                .await?;
+            Actor::spawn_linked(None, SourceActor::<T>::default(), args, myself.get_cell()).await?;
         state.by_id.insert(actor.get_id(), index);
         state.children[index].actor = Some(actor);
         Ok(())
     }
 
-    fn select(
-        state: &mut RouterState<T>,
-        exclude: &[usize],
-        avoid: Option<usize>,
-    ) -> Selection<T> {
+    fn select(state: &mut RouterState<T>, exclude: &[usize], avoid: Option<usize>) -> Selection<T> {
         if state.children.is_empty() {
             return Selection::NoneEligible {
                 no_sources: true,

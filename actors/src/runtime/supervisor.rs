@@ -421,7 +421,8 @@ impl Runtime {
             let slot = set_slot.clone();
             let scope_name = Arc::clone(&scope_name);
             Box::pin(async move {
-                let args = args.ok_or_else(|| format!("scope {scope_name} router is not restartable"))?;
+                let args =
+                    args.ok_or_else(|| format!("scope {scope_name} router is not restartable"))?;
                 let (router, _) =
                     Actor::spawn_linked(None, ScopeRouter::<T>::default(), args, supervisor)
                         .await

@@ -364,7 +364,10 @@ mod tests {
             .await
             .unwrap();
         // The respawned actor drains on start, long before its 60 s tick.
-        eventually("rows accepted across the restart", || sink.rows().len() >= 3).await;
+        eventually("rows accepted across the restart", || {
+            sink.rows().len() >= 3
+        })
+        .await;
         assert_eq!(sink.rows(), vec![1, 2, 3]);
         actor.stop(None);
         handle.await.unwrap();

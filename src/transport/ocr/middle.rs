@@ -622,4 +622,24 @@ mod tests {
         );
         assert_eq!(pages, vec![(100.0, 200.0), (100.0, 200.0)]);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            if let Err(err) = parse_middle_zip(&bytes) {
+                proptest::prop_assert_eq!(err.class, FailureClass::ResultInvalid);
+            }
+            if let Err(err) = parse_middle_json(&bytes) {
+                proptest::prop_assert_eq!(err.class, FailureClass::ResultInvalid);
+            }
+        }
+
+        #[test]
+        fn literal_quoting_never_panics_and_keeps_plain_text(text in "[\\PC\"NaInfity{}\\[\\],:-]{0,64}") {
+            let quoted = quote_python_literals(&text);
+            if !text.contains("NaN") && !text.contains("Infinity") {
+                proptest::prop_assert_eq!(quoted.as_ref(), text.as_str());
+            }
+        }
+    }
 }
