@@ -49,9 +49,11 @@ fn parse_args() -> Result<Args, String> {
                 println!("usage: soak [--calls N] [--concurrency C] [--seed S] [--telemetry-sqlite PATH]");
                 std::process::exit(0);
             }
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "unknown flag {other}; allowed: --calls, --concurrency, --seed, --telemetry-sqlite"
-            )),
+            ))
+            }
         }
     }
     if args.calls == 0 || args.concurrency == 0 {

@@ -286,6 +286,36 @@ impl Gateway {
             .map_err(|e| GatewayError::Shutdown(e.to_string()))
     }
 
+    /// Chaos hook for supervision tests and drills: make the actor of source `source` in scope
+    /// `scope` fail, as a panic would. The router restarts it under the restart policy.
+    pub fn inject_source_failure(&self, scope: &str, source: &str) -> Result<(), GatewayError> {
+        let index = |names: Vec<&str>| {
+            names.iter().position(|n| *n == source).ok_or_else(|| {
+                GatewayError::SourceNotConfigured(format!(
+                    "source {source} is not in scope {scope}"
+                ))
+            })
+        };
+        match self.core.scopes.get(scope) {
+            Some(ScopeEntry::Chat(s)) => {
+                let i = index(s.scope.sources().iter().map(|x| &*x.name).collect())?;
+                s.scope.crash_source(i, "injected failure");
+            }
+            Some(ScopeEntry::Embeddings(s)) => {
+                let i = index(s.scope.sources().iter().map(|x| &*x.name).collect())?;
+                s.scope.crash_source(i, "injected failure");
+            }
+            Some(ScopeEntry::Ocr(s)) => {
+                let i = index(s.scope.sources().iter().map(|x| &*x.name).collect())?;
+                s.scope.crash_source(i, "injected failure");
+            }
+            None => {
+                self.scope_kind(scope)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Telemetry health (SPEC §8.6): degraded/fatal, reason, dropped rows.
     pub fn telemetry_status(&self) -> TelemetryStatus {
         let mut status = self.core.telemetry_sink.status();

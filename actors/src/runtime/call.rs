@@ -111,7 +111,12 @@ struct Failures<E> {
 
 impl<E> Failures<E> {
     fn note(&mut self, source: &Arc<str>, reason: SourceReason, retry_after: Option<Duration>) {
-        self.per_source.insert(Arc::clone(source), reason);
+        // An open breaker is the consequence of a dead source, not a new reason.
+        let keep_dead = reason == SourceReason::CircuitOpen
+            && self.per_source.get(source) == Some(&SourceReason::SourceDead);
+        if !keep_dead {
+            self.per_source.insert(Arc::clone(source), reason);
+        }
         if let Some(r) = retry_after {
             self.min_retry_after = Some(self.min_retry_after.map_or(r, |m| m.min(r)));
         }
@@ -233,6 +238,7 @@ impl<T: Transport> ScopeInner<T> {
         let mut attempt_no = 0u32;
         let mut excluded: Vec<usize> = Vec::new();
         let mut quota_hint: Option<Duration> = None;
+        let mut round_cooling: Option<std::time::Instant> = None;
         let mut avoid: Option<usize> = None;
         let mut stall = StallClock::new(config.stall_window, self.clock.now());
 
@@ -269,8 +275,13 @@ impl<T: Transport> ScopeInner<T> {
                         )
                     } else {
                         let now = self.clock.now();
-                        let wait = earliest_cooling
-                            .map_or(Duration::ZERO, |t| t.saturating_duration_since(now));
+                        // The memo may lag the refusals of this round (it is updated by cast).
+                        let earliest = match (earliest_cooling, round_cooling) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                        let wait =
+                            earliest.map_or(Duration::ZERO, |t| t.saturating_duration_since(now));
                         if !config.circuit_open_waits {
                             return Err(failures.unavailable(
                                 ScopeReason::CircuitOpen,
@@ -305,10 +316,9 @@ impl<T: Transport> ScopeInner<T> {
                                 Some(retry_after),
                             );
                             if state == BreakerState::Open {
-                                self.send_router(RouterMsg::Cooling(
-                                    index,
-                                    self.clock.now() + retry_after,
-                                ));
+                                let until = self.clock.now() + retry_after;
+                                round_cooling = Some(round_cooling.map_or(until, |r| r.min(until)));
+                                self.send_router(RouterMsg::Cooling(index, until));
                             }
                             excluded.push(index);
                             Next::Again
@@ -432,6 +442,7 @@ impl<T: Transport> ScopeInner<T> {
                 stall.record_wait(wait);
                 excluded.clear();
                 quota_hint = None;
+                round_cooling = None;
             }
         }
     }

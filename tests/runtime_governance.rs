@@ -1,0 +1,250 @@
+//! Governance through the whole runtime (memory backends) against mock upstreams: switching,
+//! classification-driven behaviour, circuit-open, cancellation and supervision.
+
+mod common;
+
+use std::time::Duration;
+
+use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway::{Gateway, GatewayError, Message, UnavailableReason};
+
+fn fast(mut keys: Vec<(String, String)>) -> Vec<(String, String)> {
+    keys.push(("LLM__RETRY__BACKOFF_BASE_S".into(), "0.01".into()));
+    keys.push(("LLM__RETRY__BACKOFF_MAX_S".into(), "0.05".into()));
+    keys
+}
+
+async fn gateway(mocks: &[(&str, &MockUpstream)], extra: &[(&str, &str)]) -> Gateway {
+    let mut keys = Vec::new();
+    for (name, mock) in mocks {
+        keys.extend(common::source("LLM", name, 1, &mock.base_url()));
+    }
+    for (k, v) in extra {
+        keys.push(((*k).to_string(), (*v).to_string()));
+    }
+    Gateway::from_settings(common::settings_from(fast(keys)), "LLM")
+        .await
+        .unwrap()
+}
+
+async fn wait_idle(gw: &Gateway) {
+    for _ in 0..100 {
+        let sources = gw.sources("LLM").await.unwrap();
+        let leases = gw.leases_held("LLM").await.unwrap();
+        if leases == 0 && sources.iter().all(|s| s.in_flight == 0 && !s.probe_held) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sources = gw.sources("LLM").await.unwrap();
+    panic!(
+        "not idle: leases {} sources {:?}",
+        gw.leases_held("LLM").await.unwrap(),
+        sources
+    );
+}
+
+#[tokio::test]
+async fn transient_failures_switch_to_a_healthy_source() {
+    let broken = MockUpstream::start(Behaviour::ServerError(503)).await;
+    let healthy = MockUpstream::start(Behaviour::healthy_with("ok")).await;
+    let gw = gateway(&[("broken", &broken), ("healthy", &healthy)], &[]).await;
+    for _ in 0..20 {
+        let resp = gw.chat(vec![Message::user("hi")]).await.unwrap();
+        assert_eq!(resp.source_name, "healthy_1");
+    }
+    // Health-aware selection learns: the broken source gets only a few attempts.
+    assert!(
+        broken.counts().chat <= 8,
+        "broken got {}",
+        broken.counts().chat
+    );
+    wait_idle(&gw).await;
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dead_key_force_opens_and_is_skipped() {
+    let dead = MockUpstream::start(Behaviour::Unauthorized).await;
+    let healthy = MockUpstream::start(Behaviour::healthy()).await;
+    let gw = gateway(&[("dead", &dead), ("healthy", &healthy)], &[]).await;
+    for _ in 0..30 {
+        gw.chat(vec![Message::user("hi")]).await.unwrap();
+    }
+    assert!(dead.counts().chat <= 1, "dead got {}", dead.counts().chat);
+    let snapshot = gw.sources("LLM").await.unwrap();
+    let dead_state = snapshot.iter().find(|s| s.name == "dead_1").unwrap();
+    if dead.counts().chat == 1 {
+        assert_eq!(
+            dead_state.breaker,
+            Some(polygateway::actors::BreakerState::Open)
+        );
+    }
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_bad_request_is_returned_without_retry() {
+    let mock = MockUpstream::start(Behaviour::BadRequest).await;
+    let gw = gateway(&[("only", &mock)], &[]).await;
+    let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+    assert!(matches!(err, GatewayError::RequestRejected { .. }), "{err}");
+    assert_eq!(mock.counts().chat, 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_circuit_open_fails_fast_with_a_retry_hint() {
+    let mock = MockUpstream::start(Behaviour::Unauthorized).await;
+    let gw = gateway(&[("only", &mock)], &[("LLM__BREAKER__COOLDOWN_S", "30")]).await;
+    let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+    let unavailable = err.unavailable().expect("scope-level unavailable");
+    assert_eq!(unavailable.reason, UnavailableReason::CircuitOpen);
+    assert!(unavailable.retry_after_s > 20.0, "{unavailable:?}");
+    assert_eq!(
+        unavailable
+            .per_source_reasons
+            .get("only_1")
+            .map(|r| r.as_str()),
+        Some("source_dead")
+    );
+    // The next call is refused without reaching the source.
+    let again = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+    assert!(again.is_unavailable());
+    assert_eq!(mock.counts().chat, 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn retry_budget_exhaustion_names_every_source() {
+    let a = MockUpstream::start(Behaviour::ServerError(500)).await;
+    let b = MockUpstream::start(Behaviour::ServerError(502)).await;
+    let gw = gateway(
+        &[("a", &a), ("b", &b)],
+        &[("LLM__RETRY__MAX_ATTEMPTS", "3")],
+    )
+    .await;
+    let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+    let u = err.unavailable().expect("unavailable");
+    assert_eq!(u.reason, UnavailableReason::RetryExhausted);
+    assert_eq!(a.counts().chat + b.counts().chat, 3);
+    assert_eq!(u.per_source_reasons.len(), 2);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn rate_limits_do_not_spend_the_budget() {
+    let mock = MockUpstream::start(Behaviour::Scripted(vec![
+        Behaviour::RateLimited {
+            retry_after_s: None,
+        },
+        Behaviour::RateLimited {
+            retry_after_s: None,
+        },
+        Behaviour::RateLimited {
+            retry_after_s: None,
+        },
+        Behaviour::healthy_with("finally"),
+    ]))
+    .await;
+    let gw = gateway(&[("only", &mock)], &[("LLM__RETRY__MAX_ATTEMPTS", "1")]).await;
+    let resp = gw.chat(vec![Message::user("hi")]).await.unwrap();
+    assert_eq!(resp.content, "finally");
+    assert_eq!(mock.counts().chat, 4);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn cancelled_calls_release_everything() {
+    let slow = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(40),
+        inter_token: Duration::from_millis(5),
+        chunks: 4,
+        content: "slow".into(),
+    })
+    .await;
+    let rl = MockUpstream::start(Behaviour::RateLimited {
+        retry_after_s: Some(1),
+    })
+    .await;
+    let gw = gateway(
+        &[("slow", &slow), ("rl", &rl)],
+        &[("LLM__GLOBAL__MAX_CONCURRENCY", "16")],
+    )
+    .await;
+    // 1000 calls, each cancelled at a random point (waiting for quota, in backoff, mid-stream).
+    let mut tasks = Vec::new();
+    for i in 0..1000u64 {
+        let gw = gw.clone();
+        tasks.push(tokio::spawn(async move {
+            let budget = Duration::from_millis(i % 97);
+            let _ = tokio::time::timeout(budget, gw.chat(vec![Message::user("x")])).await;
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    wait_idle(&gw).await;
+    for _ in 0..100 {
+        if slow.in_flight() == 0 && rl.in_flight() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(slow.in_flight(), 0, "upstream connections were not closed");
+    let cancelled: u64 = gw
+        .sources("LLM")
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.cancelled)
+        .sum();
+    assert!(cancelled > 0, "the test must actually cancel attempts");
+    // Still serving after the storm.
+    gw.chat(vec![Message::user("x")]).await.unwrap();
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failed_source_actor_is_restarted_and_the_scope_keeps_serving() {
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let other = MockUpstream::start(Behaviour::healthy()).await;
+    let gw = gateway(&[("a", &mock), ("b", &other)], &[]).await;
+    let traffic = {
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                gw.chat(vec![Message::user("x")]).await.unwrap();
+            }
+        })
+    };
+    for _ in 0..3 {
+        gw.inject_source_failure("LLM", "a_1").unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    tokio::time::timeout(Duration::from_secs(20), traffic)
+        .await
+        .expect("no call hangs")
+        .unwrap();
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn exceeding_the_restart_intensity_escalates_to_a_clear_error() {
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let gw = gateway(&[("a", &mock)], &[]).await;
+    // The default policy allows 5 restarts in 30 s; fail the actor until it escalates.
+    for _ in 0..12 {
+        let _ = gw.inject_source_failure("LLM", "a_1");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let result = tokio::time::timeout(Duration::from_secs(5), gw.chat(vec![Message::user("x")]))
+        .await
+        .expect("a call after escalation must not hang");
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, GatewayError::Shutdown(ref m) if m.contains("restart intensity")),
+        "{err}"
+    );
+    gw.shutdown().await;
+}
