@@ -1,0 +1,154 @@
+//! `chat_stream`: governed streaming to the caller.
+
+mod common;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message};
+
+async fn gateway(mocks: &[(&str, &MockUpstream)]) -> Gateway {
+    let mut keys = Vec::new();
+    for (name, mock) in mocks {
+        keys.extend(common::source("LLM", name, 1, &mock.base_url()));
+    }
+    keys.push(("LLM__RETRY__BACKOFF_BASE_S".into(), "0.01".into()));
+    Gateway::from_settings(common::settings_from(keys), "LLM")
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_clean_stream_delivers_deltas_then_the_response() {
+    let mock = MockUpstream::start(Behaviour::healthy_with("one two three four")).await;
+    let gw = gateway(&[("a", &mock)]).await;
+    let mut stream = gw
+        .chat_stream(vec![Message::user("hi")], CallOptions::new())
+        .unwrap();
+    let mut text = String::new();
+    let mut done = None;
+    while let Some(item) = stream.next().await {
+        match item.unwrap() {
+            ChatEvent::Content(delta) => text.push_str(&delta),
+            ChatEvent::Done(resp) => done = Some(resp),
+            _ => {}
+        }
+    }
+    let done = done.expect("a final event");
+    assert_eq!(text, "one two three four");
+    assert_eq!(done.content, text);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failure_before_the_first_delta_is_retried_invisibly() {
+    let mock = MockUpstream::start(Behaviour::Scripted(vec![
+        Behaviour::ServerError(503),
+        Behaviour::healthy_with("recovered"),
+    ]))
+    .await;
+    let gw = gateway(&[("a", &mock)]).await;
+    let events: Vec<_> = gw
+        .chat_stream(vec![Message::user("hi")], CallOptions::new())
+        .unwrap()
+        .collect()
+        .await;
+    assert!(events.iter().all(Result::is_ok), "{events:?}");
+    assert!(matches!(events.last(), Some(Ok(ChatEvent::Done(r))) if r.content == "recovered"));
+    assert_eq!(mock.counts().chat, 2);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failure_after_the_first_delta_is_an_error_item() {
+    let mock = MockUpstream::start(Behaviour::TruncatedStream { with_usage: false }).await;
+    let gw = gateway(&[("a", &mock)]).await;
+    let events: Vec<_> = gw
+        .chat_stream(vec![Message::user("hi")], CallOptions::new())
+        .unwrap()
+        .collect()
+        .await;
+    assert!(matches!(events.first(), Some(Ok(ChatEvent::Content(_)))));
+    match events.last() {
+        Some(Err(GatewayError::StreamInterrupted { delivered, .. })) => assert!(*delivered > 0),
+        other => panic!("expected StreamInterrupted, got {other:?}"),
+    }
+    assert_eq!(
+        mock.counts().chat,
+        1,
+        "no retry after deltas were delivered"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn dropping_the_stream_closes_the_upstream_and_releases_everything() {
+    let mock = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(10),
+        inter_token: Duration::from_millis(100),
+        chunks: 50,
+        content: "x".repeat(50),
+    })
+    .await;
+    let gw = gateway(&[("a", &mock)]).await;
+    let mut stream = gw
+        .chat_stream(vec![Message::user("hi")], CallOptions::new())
+        .unwrap();
+    assert!(matches!(
+        stream.next().await,
+        Some(Ok(ChatEvent::Content(_)))
+    ));
+    drop(stream);
+    let mut idle = false;
+    for _ in 0..100 {
+        let sources = gw.sources("LLM").await.unwrap();
+        if mock.in_flight() == 0
+            && gw.leases_held("LLM").await.unwrap() == 0
+            && sources.iter().all(|s| s.in_flight == 0)
+        {
+            idle = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(idle, "upstream connection, lease or pacer slot leaked");
+    let cancelled: u64 = gw
+        .sources("LLM")
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.cancelled)
+        .sum();
+    assert_eq!(cancelled, 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_consumer_pauses_the_upstream_instead_of_buffering() {
+    let mock = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(1),
+        inter_token: Duration::from_millis(0),
+        // 16 MB in 4 KB deltas: far more than loopback socket buffers hold, so if the runtime
+        // buffered without bound the upstream would finish while the consumer sleeps.
+        chunks: 4096,
+        content: "y".repeat(16 * 1024 * 1024),
+    })
+    .await;
+    let gw = gateway(&[("a", &mock)]).await;
+    let mut stream = gw
+        .chat_stream(vec![Message::user("hi")], CallOptions::new())
+        .unwrap();
+    // Read one delta, then stall: the bounded channel holds at most 32 deltas, the rest waits
+    // upstream.
+    assert!(stream.next().await.is_some());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        mock.in_flight(),
+        1,
+        "the upstream request is still open (paused), not finished"
+    );
+    let rest: Vec<_> = stream.collect().await;
+    assert!(matches!(rest.last(), Some(Ok(ChatEvent::Done(_)))));
+    gw.shutdown().await;
+}
