@@ -8,8 +8,8 @@ pub mod config;
 pub mod error;
 mod gateway;
 pub use gateway::{
-    ChatEvent, ChatHandle, ChatStream, EmbeddingHandle, Gateway, GatewayBuilder, OcrHandle,
-    SourceSnapshot,
+    Chat, ChatEvent, ChatHandle, ChatStream, EmbeddingHandle, Embeddings, Gateway, GatewayBuilder,
+    Kind, Ocr, OcrHandle, ScopeHandle, SourceSnapshot,
 };
 pub mod provider;
 pub mod redis;

@@ -3,16 +3,12 @@
 mod common;
 
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-use polygateway::{Gateway, Message};
+use polygateway::Message;
 
 #[tokio::test]
 async fn a_healthy_source_answers_through_the_runtime() {
     let mock = MockUpstream::start(Behaviour::healthy_with("hello there")).await;
-    let mut keys = common::source("LLM", "openai", 1, &mock.base_url());
-    keys.push(("LLM__RETRY__BACKOFF_BASE_S".into(), "0.01".into()));
-    let gw = Gateway::from_settings(common::settings_from(keys), "LLM")
-        .await
-        .unwrap();
+    let gw = common::gateway(&[("openai", &mock)], &[]).await;
     let resp = gw.chat(vec![Message::user("hi")]).await.unwrap();
     assert_eq!(resp.content, "hello there");
     assert_eq!(resp.source_name, "openai_1");

@@ -4,25 +4,15 @@ mod common;
 
 use std::time::Duration;
 
+use common::{cancelled_attempts, gateway, wait_idle};
 use futures::StreamExt;
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message};
-
-async fn gateway(mocks: &[(&str, &MockUpstream)]) -> Gateway {
-    let mut keys = Vec::new();
-    for (name, mock) in mocks {
-        keys.extend(common::source("LLM", name, 1, &mock.base_url()));
-    }
-    keys.push(("LLM__RETRY__BACKOFF_BASE_S".into(), "0.01".into()));
-    Gateway::from_settings(common::settings_from(keys), "LLM")
-        .await
-        .unwrap()
-}
+use polygateway::{CallOptions, ChatEvent, GatewayError, Message};
 
 #[tokio::test]
 async fn a_clean_stream_delivers_deltas_then_the_response() {
     let mock = MockUpstream::start(Behaviour::healthy_with("one two three four")).await;
-    let gw = gateway(&[("a", &mock)]).await;
+    let gw = gateway(&[("a", &mock)], &[]).await;
     let mut stream = gw
         .chat_stream(vec![Message::user("hi")], CallOptions::new())
         .unwrap();
@@ -48,7 +38,7 @@ async fn a_failure_before_the_first_delta_is_retried_invisibly() {
         Behaviour::healthy_with("recovered"),
     ]))
     .await;
-    let gw = gateway(&[("a", &mock)]).await;
+    let gw = gateway(&[("a", &mock)], &[]).await;
     let events: Vec<_> = gw
         .chat_stream(vec![Message::user("hi")], CallOptions::new())
         .unwrap()
@@ -63,7 +53,7 @@ async fn a_failure_before_the_first_delta_is_retried_invisibly() {
 #[tokio::test]
 async fn a_failure_after_the_first_delta_is_an_error_item() {
     let mock = MockUpstream::start(Behaviour::TruncatedStream { with_usage: false }).await;
-    let gw = gateway(&[("a", &mock)]).await;
+    let gw = gateway(&[("a", &mock)], &[]).await;
     let events: Vec<_> = gw
         .chat_stream(vec![Message::user("hi")], CallOptions::new())
         .unwrap()
@@ -91,7 +81,7 @@ async fn dropping_the_stream_closes_the_upstream_and_releases_everything() {
         content: "x".repeat(50),
     })
     .await;
-    let gw = gateway(&[("a", &mock)]).await;
+    let gw = gateway(&[("a", &mock)], &[]).await;
     let mut stream = gw
         .chat_stream(vec![Message::user("hi")], CallOptions::new())
         .unwrap();
@@ -100,27 +90,8 @@ async fn dropping_the_stream_closes_the_upstream_and_releases_everything() {
         Some(Ok(ChatEvent::Content(_)))
     ));
     drop(stream);
-    let mut idle = false;
-    for _ in 0..100 {
-        let sources = gw.sources("LLM").await.unwrap();
-        if mock.in_flight() == 0
-            && gw.leases_held("LLM").await.unwrap() == 0
-            && sources.iter().all(|s| s.in_flight == 0)
-        {
-            idle = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(idle, "upstream connection, lease or pacer slot leaked");
-    let cancelled: u64 = gw
-        .sources("LLM")
-        .await
-        .unwrap()
-        .iter()
-        .map(|s| s.cancelled)
-        .sum();
-    assert_eq!(cancelled, 1);
+    wait_idle(&gw, &[&mock]).await;
+    assert_eq!(cancelled_attempts(&gw).await, 1);
     gw.shutdown().await;
 }
 
@@ -135,7 +106,7 @@ async fn a_slow_consumer_pauses_the_upstream_instead_of_buffering() {
         content: "y".repeat(16 * 1024 * 1024),
     })
     .await;
-    let gw = gateway(&[("a", &mock)]).await;
+    let gw = gateway(&[("a", &mock)], &[]).await;
     let mut stream = gw
         .chat_stream(vec![Message::user("hi")], CallOptions::new())
         .unwrap();

@@ -140,37 +140,18 @@ impl ResponseCache for MemoryCache {
             self.counters.miss();
             return CacheLookup::Miss;
         };
-        match serde_json::from_str::<LlmResponse>(&json) {
-            Ok(resp) => {
-                self.counters.hit();
-                into_hit(resp)
-            }
-            Err(e) => {
-                tracing::warn!(key = key_for_log(key), error = %e, "memory cache: corrupt entry, treating as miss");
+        match self.counters.decode("memory", key, &json) {
+            Some(resp) => into_hit(resp),
+            None => {
                 self.lock().remove(key);
-                self.counters.corrupt();
-                self.counters.miss();
                 CacheLookup::Miss
             }
         }
     }
 
     async fn put(&self, key: &str, value: &LlmResponse, ttl: Duration) {
-        if ttl.is_zero() {
-            tracing::warn!(
-                key = key_for_log(key),
-                "memory cache: refused put with zero TTL"
-            );
-            self.counters.error();
+        let Some(json) = self.counters.encode("memory", key, value, ttl) else {
             return;
-        }
-        let json = match serde_json::to_string(value) {
-            Ok(j) => j,
-            Err(e) => {
-                tracing::warn!(key = key_for_log(key), error = %e, "memory cache: cannot serialize response");
-                self.counters.error();
-                return;
-            }
         };
         let size = entry_size(key, &json);
         if size > self.max_bytes {

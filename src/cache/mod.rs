@@ -126,6 +126,49 @@ impl Counters {
     pub(crate) fn corrupt(&self) {
         self.corrupt.fetch_add(1, Ordering::Relaxed);
     }
+    /// Decode a stored entry: a hit, or (logged, counted) a corrupt entry that reads as a miss.
+    pub(crate) fn decode(&self, backend: &str, key: &str, json: &str) -> Option<LlmResponse> {
+        match serde_json::from_str::<LlmResponse>(json) {
+            Ok(resp) => {
+                self.hit();
+                Some(resp)
+            }
+            Err(e) => {
+                tracing::warn!(key = key_for_log(key), error = %e, "{backend} cache: corrupt entry, treating as miss");
+                self.corrupt();
+                self.miss();
+                None
+            }
+        }
+    }
+
+    /// Encode an entry for a `put`, or refuse it (logged, counted): a TTL under 1 ms, or a value
+    /// that does not serialise.
+    pub(crate) fn encode(
+        &self,
+        backend: &str,
+        key: &str,
+        value: &LlmResponse,
+        ttl: Duration,
+    ) -> Option<String> {
+        if ttl < Duration::from_millis(1) {
+            tracing::warn!(
+                key = key_for_log(key),
+                "{backend} cache: refused put with TTL < 1 ms"
+            );
+            self.error();
+            return None;
+        }
+        match serde_json::to_string(value) {
+            Ok(json) => Some(json),
+            Err(e) => {
+                tracing::warn!(key = key_for_log(key), error = %e, "{backend} cache: cannot serialize response");
+                self.error();
+                None
+            }
+        }
+    }
+
     pub(crate) fn snapshot(&self) -> CacheStats {
         CacheStats {
             hits: self.hits.load(Ordering::Relaxed),

@@ -139,38 +139,17 @@ impl ResponseCache for RedisCache {
                 return CacheLookup::Miss;
             }
         };
-        match serde_json::from_str::<LlmResponse>(&json) {
-            Ok(resp) => {
-                self.counters.hit();
-                into_hit(resp)
-            }
-            Err(e) => {
-                tracing::warn!(key = key_for_log(key), error = %e, "redis cache: corrupt entry, treating as miss");
-                self.counters.corrupt();
-                self.counters.miss();
-                CacheLookup::Miss
-            }
+        match self.counters.decode("redis", key, &json) {
+            Some(resp) => into_hit(resp),
+            None => CacheLookup::Miss,
         }
     }
 
     async fn put(&self, key: &str, value: &LlmResponse, ttl: Duration) {
-        let ttl_ms = ttl.as_millis().min(i64::MAX as u128) as i64;
-        if ttl_ms <= 0 {
-            tracing::warn!(
-                key = key_for_log(key),
-                "redis cache: refused put with TTL < 1 ms"
-            );
-            self.counters.error();
+        let Some(json) = self.counters.encode("redis", key, value, ttl) else {
             return;
-        }
-        let json = match serde_json::to_string(value) {
-            Ok(j) => j,
-            Err(e) => {
-                tracing::warn!(key = key_for_log(key), error = %e, "redis cache: cannot serialize response");
-                self.counters.error();
-                return;
-            }
         };
+        let ttl_ms = ttl.as_millis().min(i64::MAX as u128) as i64;
         let fut = self
             .client
             .set::<(), _, _>(key, json, Some(Expiration::PX(ttl_ms)), None, false);

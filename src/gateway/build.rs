@@ -250,12 +250,12 @@ impl GatewayBuilder {
         };
         let queue = Arc::new(TelemetryQueue::new(TELEMETRY_QUEUE_CAPACITY));
         let telemetry_actor = ActorSlot::down("telemetry actor starting");
-        let args = TelemetryArgs::new(Arc::clone(&queue), Arc::clone(&sink), self.telemetry_config);
+        let args = TelemetryArgs::new(Arc::clone(&queue), sink, self.telemetry_config);
         runtime
             .adopt(
                 "telemetry",
                 TelemetryActor::<TelemetryRow>::new,
-                args,
+                args.clone(),
                 Some(Default::default()),
                 telemetry_actor.clone(),
             )
@@ -355,13 +355,10 @@ impl GatewayBuilder {
                             "{name}__BATCH_SIZE is required for an embeddings scope"
                         ))
                     })?;
-                    let first = scope.sources.first();
                     ScopeEntry::Embeddings(EmbedScope {
                         scope: add_scope(&runtime, config, specs, selector, &pacer).await?,
                         identities,
                         settings: embedding,
-                        model: first.map(|s| s.model.clone()).unwrap_or_default(),
-                        provider: first.map(|s| s.provider.clone()).unwrap_or_default(),
                     })
                 }
                 ScopeKind::Ocr => {
@@ -380,7 +377,7 @@ impl GatewayBuilder {
             governance,
             scopes,
             telemetry,
-            telemetry_sink: sink,
+            telemetry_args: args,
             telemetry_actor,
             cache,
             structured_max_retries: settings.structured_max_retries,

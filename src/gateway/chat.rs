@@ -6,15 +6,13 @@
 //! `Ok` result; if the leader fails or is cancelled, a follower takes over (see
 //! `cache::coalesce`).
 
-use std::sync::Arc;
-
 use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::failure::to_gateway_error;
+use super::handle::{Chat, ScopeHandle};
 use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
-use super::Core;
 use crate::cache::key::{cache_key, CacheKeyInput};
 use crate::cache::CacheLookup;
 use crate::error::GatewayError;
@@ -39,18 +37,25 @@ impl Recorded for ChatTransport {
 }
 
 /// What one chat scope needs besides its runtime scope.
-pub(crate) struct ChatScope {
-    pub scope: Scope<ChatTransport>,
-    pub identities: Vec<SourceIdentity>,
+pub struct ChatScope {
+    pub(crate) scope: Scope<ChatTransport>,
+    pub(crate) identities: Vec<SourceIdentity>,
     /// Model fingerprint over every source's `(model, extra_body)` (cache key).
-    pub fingerprint: Value,
+    pub(crate) fingerprint: Value,
     /// Every source's `extra_body` merged in source order (for the `sampling` column).
-    pub extra_body: Map<String, Value>,
+    pub(crate) extra_body: Map<String, Value>,
     /// All sources support native JSON schema (`response_format`).
-    pub native_schema: bool,
+    pub(crate) native_schema: bool,
 }
 
-/// A handle to one chat scope (LLM, VLM, JUDGE, …). Cheap to clone, `Send + Sync`.
+/// A prepared call: the wire request, its telemetry context and its cache key.
+pub(crate) struct Prepared {
+    pub wire: ChatWireRequest,
+    pub context: RowContext,
+    pub cache_key: Option<String>,
+}
+
+/// Chat calls of a [`ChatHandle`].
 ///
 /// ```no_run
 /// # async fn demo(gw: polygateway::Gateway) -> Result<(), polygateway::GatewayError> {
@@ -62,39 +67,7 @@ pub(crate) struct ChatScope {
 /// println!("{} (from {})", answer.content, answer.source_name);
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct ChatHandle {
-    pub(crate) core: Arc<Core>,
-    pub(crate) name: Arc<str>,
-}
-
-impl std::fmt::Debug for ChatHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatHandle")
-            .field("scope", &self.name)
-            .finish()
-    }
-}
-
-/// A prepared call: the wire request, its telemetry context and its cache key.
-pub(crate) struct Prepared {
-    pub wire: ChatWireRequest,
-    pub context: RowContext,
-    pub cache_key: Option<String>,
-}
-
-impl ChatHandle {
-    pub(crate) fn scope(&self) -> &ChatScope {
-        self.core
-            .chat_scope(&self.name)
-            .expect("a ChatHandle is only built for an existing chat scope")
-    }
-
-    /// The scope's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
+impl ScopeHandle<Chat> {
     /// One governed chat call with default options.
     pub async fn chat(&self, messages: Vec<Message>) -> Result<LlmResponse, GatewayError> {
         self.chat_with(messages, CallOptions::new()).await

@@ -12,8 +12,8 @@ use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
 use serde_json::Value;
 
 use super::failure::to_gateway_error;
+use super::handle::{Embeddings, ScopeHandle};
 use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
-use super::Core;
 use crate::config::EmbeddingSettings;
 use crate::error::{GatewayError, InvalidResult};
 use crate::telemetry::digest::cap_text;
@@ -46,15 +46,13 @@ impl Recorded for EmbeddingTransport {
     }
 }
 
-pub(crate) struct EmbedScope {
-    pub scope: Scope<EmbeddingTransport>,
-    pub identities: Vec<SourceIdentity>,
-    pub settings: EmbeddingSettings,
-    pub model: String,
-    pub provider: String,
+pub struct EmbedScope {
+    pub(crate) scope: Scope<EmbeddingTransport>,
+    pub(crate) identities: Vec<SourceIdentity>,
+    pub(crate) settings: EmbeddingSettings,
 }
 
-/// A handle to one embeddings scope. Cheap to clone.
+/// Embedding calls of an [`EmbeddingHandle`](crate::EmbeddingHandle).
 ///
 /// ```no_run
 /// # async fn demo(gw: polygateway::Gateway) -> Result<(), polygateway::GatewayError> {
@@ -63,28 +61,7 @@ pub(crate) struct EmbedScope {
 /// assert_eq!(out.vectors.len(), 2);
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct EmbeddingHandle {
-    pub(crate) core: Arc<Core>,
-    pub(crate) name: Arc<str>,
-}
-
-impl std::fmt::Debug for EmbeddingHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddingHandle")
-            .field("scope", &self.name)
-            .finish()
-    }
-}
-
-impl EmbeddingHandle {
-    fn scope(&self) -> &EmbedScope {
-        match self.core.scopes.get(&*self.name) {
-            Some(super::ScopeEntry::Embeddings(s)) => s,
-            _ => unreachable!("an EmbeddingHandle is only built for an embeddings scope"),
-        }
-    }
-
+impl ScopeHandle<Embeddings> {
     /// Embed `texts`: vectors in input order, usage summed over batches.
     pub async fn embed(
         &self,
@@ -161,8 +138,18 @@ impl EmbeddingHandle {
         Ok(EmbeddingResponse {
             dim: expected,
             vectors,
-            model: scope.model.clone(),
-            provider: scope.provider.clone(),
+            // The configured model of the scope's first source (sources of one embeddings scope
+            // must agree on the model for the vectors to be comparable).
+            model: scope
+                .identities
+                .first()
+                .map(|i| i.model.clone())
+                .unwrap_or_default(),
+            provider: scope
+                .identities
+                .first()
+                .map(|i| i.provider.clone())
+                .unwrap_or_default(),
             prompt_tokens,
             usage_source: if all_measured {
                 UsageSource::Measured

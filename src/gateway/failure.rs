@@ -6,6 +6,22 @@ use crate::error::{
     GatewayError, InvalidResult, TransportError, Unavailable, UnavailableKind, UnavailableReason,
 };
 
+/// The unavailable family member and wire reason of a scope-level reason.
+fn classify(reason: ScopeReason) -> (UnavailableKind, UnavailableReason) {
+    use UnavailableKind::AllSourcesExhausted as Exhausted;
+    match reason {
+        ScopeReason::CircuitOpen => (UnavailableKind::CircuitOpen, UnavailableReason::CircuitOpen),
+        ScopeReason::GovernanceBackendDown => (
+            UnavailableKind::GovernanceBackend,
+            UnavailableReason::GovernanceBackendDown,
+        ),
+        ScopeReason::RetryExhausted => (Exhausted, UnavailableReason::RetryExhausted),
+        ScopeReason::Stalled => (Exhausted, UnavailableReason::Stalled),
+        ScopeReason::QuotaExhausted => (Exhausted, UnavailableReason::QuotaExhausted),
+        ScopeReason::NoSources => (Exhausted, UnavailableReason::NoSources),
+    }
+}
+
 /// Map a governed call's failure for the caller of scope `scope`.
 pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>) -> GatewayError {
     match failure {
@@ -16,31 +32,7 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
             last_error,
             detail,
         } => {
-            let (kind, reason) = match reason {
-                ScopeReason::CircuitOpen => {
-                    (UnavailableKind::CircuitOpen, UnavailableReason::CircuitOpen)
-                }
-                ScopeReason::GovernanceBackendDown => (
-                    UnavailableKind::GovernanceBackend,
-                    UnavailableReason::GovernanceBackendDown,
-                ),
-                ScopeReason::RetryExhausted => (
-                    UnavailableKind::AllSourcesExhausted,
-                    UnavailableReason::RetryExhausted,
-                ),
-                ScopeReason::Stalled => (
-                    UnavailableKind::AllSourcesExhausted,
-                    UnavailableReason::Stalled,
-                ),
-                ScopeReason::QuotaExhausted => (
-                    UnavailableKind::AllSourcesExhausted,
-                    UnavailableReason::QuotaExhausted,
-                ),
-                ScopeReason::NoSources => (
-                    UnavailableKind::AllSourcesExhausted,
-                    UnavailableReason::NoSources,
-                ),
-            };
+            let (kind, reason) = classify(reason);
             let detail = match last_error {
                 Some(e) if detail.is_empty() => e.message,
                 Some(e) => format!("{detail}; last error: {}", e.message),
@@ -87,16 +79,10 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
 /// `Class: message` of a failure, for a terminal telemetry row.
 pub(crate) fn describe(scope: &str, failure: &CallFailure<TransportError>) -> String {
     let (class, message) = match failure {
-        CallFailure::Unavailable { reason, detail, .. } => {
-            let class = match reason {
-                ScopeReason::CircuitOpen => UnavailableKind::CircuitOpen.class_name(),
-                ScopeReason::GovernanceBackendDown => {
-                    UnavailableKind::GovernanceBackend.class_name()
-                }
-                _ => UnavailableKind::AllSourcesExhausted.class_name(),
-            };
-            (class, format!("scope {scope}: {detail}"))
-        }
+        CallFailure::Unavailable { reason, detail, .. } => (
+            classify(*reason).0.class_name(),
+            format!("scope {scope}: {detail}"),
+        ),
         CallFailure::Rejected(e) => ("RequestRejected", e.message.clone()),
         CallFailure::Invalid(e) => ("ResultInvalid", e.message.clone()),
         CallFailure::StreamBroken { error, .. } => ("StreamInterrupted", error.message.clone()),

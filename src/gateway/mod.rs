@@ -15,6 +15,7 @@ mod build;
 mod chat;
 mod embed;
 mod failure;
+mod handle;
 mod ocr;
 mod record;
 mod snapshot;
@@ -26,12 +27,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polygateway_actors::runtime::{ActorSlot, Governance, Runtime};
-use polygateway_actors::telemetry::{TelemetryMsg, TelemetrySink};
+use polygateway_actors::telemetry::{TelemetryArgs, TelemetryMsg};
 
 pub use build::GatewayBuilder;
-pub use chat::ChatHandle;
-pub use embed::EmbeddingHandle;
-pub use ocr::OcrHandle;
+pub use handle::{Chat, Embeddings, Kind, Ocr, ScopeHandle};
+
+/// A handle to one chat scope (LLM, VLM, JUDGE, …).
+pub type ChatHandle = ScopeHandle<Chat>;
+/// A handle to one embeddings scope.
+pub type EmbeddingHandle = ScopeHandle<Embeddings>;
+/// A handle to one OCR scope.
+pub type OcrHandle = ScopeHandle<Ocr>;
 pub use snapshot::SourceSnapshot;
 pub use stream::{ChatEvent, ChatStream};
 
@@ -55,7 +61,7 @@ pub(crate) struct CacheLayer {
     pub coalescer: Coalescer<String, LlmResponse>,
 }
 
-pub(crate) enum ScopeEntry {
+pub enum ScopeEntry {
     Chat(chat::ChatScope),
     Embeddings(embed::EmbedScope),
     Ocr(ocr::OcrScope),
@@ -73,7 +79,7 @@ pub(crate) struct Core {
     pub governance: Governance,
     pub scopes: BTreeMap<String, ScopeEntry>,
     pub telemetry: Telemetry,
-    pub telemetry_sink: Arc<dyn TelemetrySink<TelemetryRow>>,
+    pub telemetry_args: TelemetryArgs<TelemetryRow>,
     pub telemetry_actor: ActorSlot<TelemetryMsg>,
     pub cache: Option<CacheLayer>,
     pub structured_max_retries: u32,
@@ -82,12 +88,37 @@ pub(crate) struct Core {
     pub settings: Settings,
 }
 
-impl Core {
-    pub(crate) fn chat_scope(&self, name: &str) -> Option<&chat::ChatScope> {
-        match self.scopes.get(name) {
-            Some(ScopeEntry::Chat(s)) => Some(s),
-            _ => None,
+impl ScopeEntry {
+    pub(crate) fn kind(&self) -> ScopeKind {
+        match self {
+            ScopeEntry::Chat(_) => ScopeKind::Chat,
+            ScopeEntry::Embeddings(_) => ScopeKind::Embeddings,
+            ScopeEntry::Ocr(_) => ScopeKind::Ocr,
         }
+    }
+
+    /// The scope without its transport type, for snapshots and chaos hooks.
+    pub(crate) fn erased(&self) -> &dyn snapshot::ErasedScope {
+        match self {
+            ScopeEntry::Chat(s) => &s.scope,
+            ScopeEntry::Embeddings(s) => &s.scope,
+            ScopeEntry::Ocr(s) => &s.scope,
+        }
+    }
+}
+
+impl Core {
+    pub(crate) fn entry(&self, name: &str) -> Result<&ScopeEntry, GatewayError> {
+        self.scopes
+            .get(name)
+            .ok_or_else(|| self.unknown_scope(name))
+    }
+
+    pub(crate) fn unknown_scope(&self, name: &str) -> GatewayError {
+        GatewayError::SourceNotConfigured(format!(
+            "scope {name} is not configured (configured: {})",
+            self.scopes.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
     }
 }
 
@@ -136,60 +167,19 @@ impl Gateway {
         }
     }
 
-    fn scope_kind(&self, name: &str) -> Result<ScopeKind, GatewayError> {
-        match self.core.scopes.get(name) {
-            Some(ScopeEntry::Chat(_)) => Ok(ScopeKind::Chat),
-            Some(ScopeEntry::Embeddings(_)) => Ok(ScopeKind::Embeddings),
-            Some(ScopeEntry::Ocr(_)) => Ok(ScopeKind::Ocr),
-            None => Err(GatewayError::SourceNotConfigured(format!(
-                "scope {name} is not configured (configured: {})",
-                self.core
-                    .scopes
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))),
-        }
-    }
-
-    fn wrong_kind(name: &str, wanted: &str, kind: ScopeKind) -> GatewayError {
-        GatewayError::SourceNotConfigured(format!(
-            "scope {name} serves {kind:?} calls, not {wanted}"
-        ))
-    }
-
     /// The handle of chat scope `name`.
     pub fn chat_scope(&self, name: &str) -> Result<ChatHandle, GatewayError> {
-        match self.scope_kind(name)? {
-            ScopeKind::Chat => Ok(ChatHandle {
-                core: Arc::clone(&self.core),
-                name: name.into(),
-            }),
-            other => Err(Self::wrong_kind(name, "chat", other)),
-        }
+        ScopeHandle::new(&self.core, name)
     }
 
     /// The handle of embeddings scope `name`.
     pub fn embedding_scope(&self, name: &str) -> Result<EmbeddingHandle, GatewayError> {
-        match self.scope_kind(name)? {
-            ScopeKind::Embeddings => Ok(EmbeddingHandle {
-                core: Arc::clone(&self.core),
-                name: name.into(),
-            }),
-            other => Err(Self::wrong_kind(name, "embeddings", other)),
-        }
+        ScopeHandle::new(&self.core, name)
     }
 
     /// The handle of OCR scope `name`.
     pub fn ocr_scope(&self, name: &str) -> Result<OcrHandle, GatewayError> {
-        match self.scope_kind(name)? {
-            ScopeKind::Ocr => Ok(OcrHandle {
-                core: Arc::clone(&self.core),
-                name: name.into(),
-            }),
-            other => Err(Self::wrong_kind(name, "OCR", other)),
-        }
+        ScopeHandle::new(&self.core, name)
     }
 
     /// Chat on the default scope with default options.
@@ -271,13 +261,13 @@ impl Gateway {
 
     /// A live snapshot of every source of scope `name`: breaker, health, pacer, counters.
     pub async fn sources(&self, name: &str) -> Result<Vec<SourceSnapshot>, GatewayError> {
-        self.scope_kind(name)?;
-        Ok(snapshot::collect(&self.core, name).await)
+        let entry = self.core.entry(name)?;
+        Ok(snapshot::collect(&self.core, entry.erased()).await)
     }
 
     /// Limiter leases currently held in scope `name` (0 when idle: an invariant soaks check).
     pub async fn leases_held(&self, name: &str) -> Result<u64, GatewayError> {
-        self.scope_kind(name)?;
+        self.core.entry(name)?;
         self.core
             .governance
             .gate
@@ -289,38 +279,23 @@ impl Gateway {
     /// Chaos hook for supervision tests and drills: make the actor of source `source` in scope
     /// `scope` fail, as a panic would. The router restarts it under the restart policy.
     pub fn inject_source_failure(&self, scope: &str, source: &str) -> Result<(), GatewayError> {
-        let index = |names: Vec<&str>| {
-            names.iter().position(|n| *n == source).ok_or_else(|| {
+        let erased = self.core.entry(scope)?.erased();
+        let index = erased
+            .source_names()
+            .iter()
+            .position(|n| **n == *source)
+            .ok_or_else(|| {
                 GatewayError::SourceNotConfigured(format!(
                     "source {source} is not in scope {scope}"
                 ))
-            })
-        };
-        match self.core.scopes.get(scope) {
-            Some(ScopeEntry::Chat(s)) => {
-                let i = index(s.scope.sources().iter().map(|x| &*x.name).collect())?;
-                s.scope.crash_source(i, "injected failure");
-            }
-            Some(ScopeEntry::Embeddings(s)) => {
-                let i = index(s.scope.sources().iter().map(|x| &*x.name).collect())?;
-                s.scope.crash_source(i, "injected failure");
-            }
-            Some(ScopeEntry::Ocr(s)) => {
-                let i = index(s.scope.sources().iter().map(|x| &*x.name).collect())?;
-                s.scope.crash_source(i, "injected failure");
-            }
-            None => {
-                self.scope_kind(scope)?;
-            }
-        }
+            })?;
+        erased.crash_source(index);
         Ok(())
     }
 
     /// Telemetry health (SPEC §8.6): degraded/fatal, reason, dropped rows.
     pub fn telemetry_status(&self) -> TelemetryStatus {
-        let mut status = self.core.telemetry_sink.status();
-        status.dropped_rows += self.core.telemetry.queue.dropped();
-        status
+        self.core.telemetry_args.status()
     }
 
     /// Rows accepted by the telemetry queue so far (written or pending).
@@ -347,7 +322,8 @@ impl Gateway {
         core.runtime.shutdown(Duration::from_secs(3)).await;
         if core.owned.telemetry_sink {
             let _ =
-                tokio::time::timeout(Duration::from_secs(2), core.telemetry_sink.shutdown()).await;
+                tokio::time::timeout(Duration::from_secs(2), core.telemetry_args.sink.shutdown())
+                    .await;
         }
         for redis in &core.owned.redis {
             redis.close().await;

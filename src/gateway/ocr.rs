@@ -4,14 +4,13 @@
 //! admission, so it costs no quota and reaches no source.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
 use sha2::{Digest, Sha256};
 
 use super::failure::to_gateway_error;
+use super::handle::{Ocr, ScopeHandle};
 use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
-use super::Core;
 use crate::error::GatewayError;
 use crate::telemetry::row::meta_json;
 use crate::transport::ocr::{detect_image_kind, OcrOutput, OcrRequest, OcrTransport};
@@ -35,12 +34,12 @@ impl Recorded for OcrTransport {
     }
 }
 
-pub(crate) struct OcrScope {
-    pub scope: Scope<OcrTransport>,
-    pub identities: Vec<SourceIdentity>,
+pub struct OcrScope {
+    pub(crate) scope: Scope<OcrTransport>,
+    pub(crate) identities: Vec<SourceIdentity>,
 }
 
-/// A handle to one OCR scope. Cheap to clone.
+/// OCR calls of an [`OcrHandle`](crate::OcrHandle).
 ///
 /// ```no_run
 /// # async fn demo(gw: polygateway::Gateway, png: Vec<u8>) -> Result<(), polygateway::GatewayError> {
@@ -49,28 +48,7 @@ pub(crate) struct OcrScope {
 /// println!("{}", text.text);
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct OcrHandle {
-    pub(crate) core: Arc<Core>,
-    pub(crate) name: Arc<str>,
-}
-
-impl std::fmt::Debug for OcrHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OcrHandle")
-            .field("scope", &self.name)
-            .finish()
-    }
-}
-
-impl OcrHandle {
-    fn scope(&self) -> &OcrScope {
-        match self.core.scopes.get(&*self.name) {
-            Some(super::ScopeEntry::Ocr(s)) => s,
-            _ => unreachable!("an OcrHandle is only built for an OCR scope"),
-        }
-    }
-
+impl ScopeHandle<Ocr> {
     /// Transcribe the text of a PNG/JPEG image (`POST /ocr/text`).
     pub async fn recognize_text(
         &self,
@@ -151,6 +129,14 @@ impl OcrHandle {
             .call(&request, &recorder, None, GovernOptions::default())
             .await
             .map_err(|f| to_gateway_error(&self.name, f))?;
-        Ok(governed.response)
+        // The provenance names the attempt that produced it, as its telemetry row does.
+        let mut output = governed.response;
+        let provenance = match &mut output {
+            OcrOutput::Text(t) => &mut t.provenance,
+            OcrOutput::Layout(l) => &mut l.provenance,
+        };
+        provenance.call_id = governed.attempt_id;
+        provenance.source_name = governed.source.to_string();
+        Ok(output)
     }
 }

@@ -13,8 +13,9 @@ use polygateway_actors::Transport;
 
 use crate::error::TransportError;
 use crate::telemetry::cost::Pricing;
-use crate::telemetry::digest::error_text;
+use crate::telemetry::digest::{cap_text, error_text};
 use crate::telemetry::row::TelemetryRow;
+use crate::transport::chat::ChatTransport;
 use crate::types::{LlmResponse, Usage};
 
 /// What a successful response contributes to its row.
@@ -83,22 +84,33 @@ impl Telemetry {
         row.model = response.model.clone();
         row.provider = response.provider.clone();
         row.source_name = response.source_name.clone();
-        row.response = Some(crate::telemetry::digest::cap_text(
-            &response.content,
-            self.text_cap,
-        ));
-        row.thinking = (!response.thinking.is_empty())
-            .then(|| crate::telemetry::digest::cap_text(&response.thinking, self.text_cap));
-        row.prompt_tokens = response.prompt_tokens as i64;
-        row.completion_tokens = response.completion_tokens as i64;
-        row.usage_source = response.usage_source.as_str().to_string();
+        self.fill_success(&mut row, &ChatTransport::outcome(response));
         row.latency_ms = 0.0;
         row.cache_hit = true;
         row.cost = Some(0.0);
-        row.cached_prompt_tokens = response.cached_prompt_tokens.map(|n| n as i64);
-        row.model_reported = response.model_reported.clone();
-        row.reasoning_tokens = response.reasoning_tokens.map(|n| n as i64);
         self.emit(row);
+    }
+
+    /// The columns a successful answer fills (cost included, from the row's model).
+    fn fill_success(&self, row: &mut TelemetryRow, outcome: &RowOutcome<'_>) {
+        row.response = outcome.response.map(|r| cap_text(r, self.text_cap));
+        row.thinking = outcome
+            .thinking
+            .filter(|s| !s.is_empty())
+            .map(|r| cap_text(r, self.text_cap));
+        row.prompt_tokens = outcome.usage.prompt_tokens as i64;
+        row.completion_tokens = outcome.usage.completion_tokens as i64;
+        row.usage_source = outcome.usage.source.as_str().to_string();
+        row.ttft_ms = outcome.ttft_ms;
+        row.max_inter_token_ms = outcome.max_inter_token_ms;
+        row.cached_prompt_tokens = outcome.usage.cached_prompt_tokens.map(|n| n as i64);
+        row.reasoning_tokens = outcome.usage.reasoning_tokens.map(|n| n as i64);
+        row.model_reported = outcome.model_reported.map(str::to_string);
+        row.cost = if outcome.priced {
+            self.cost(&row.model, &outcome.usage)
+        } else {
+            None
+        };
     }
 
     fn base_row(&self, call_id: &str, ctx: &RowContext) -> TelemetryRow {
@@ -137,29 +149,7 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
         row.source_name = report.source.to_string();
         row.latency_ms = report.elapsed.as_secs_f64() * 1e3;
         match &report.result {
-            AttemptResult::Ok(response) => {
-                let outcome = T::outcome(response);
-                row.response = outcome
-                    .response
-                    .map(|r| crate::telemetry::digest::cap_text(r, t.text_cap));
-                row.thinking = outcome
-                    .thinking
-                    .filter(|s| !s.is_empty())
-                    .map(|r| crate::telemetry::digest::cap_text(r, t.text_cap));
-                row.prompt_tokens = outcome.usage.prompt_tokens as i64;
-                row.completion_tokens = outcome.usage.completion_tokens as i64;
-                row.usage_source = outcome.usage.source.as_str().to_string();
-                row.ttft_ms = outcome.ttft_ms;
-                row.max_inter_token_ms = outcome.max_inter_token_ms;
-                row.cached_prompt_tokens = outcome.usage.cached_prompt_tokens.map(|n| n as i64);
-                row.reasoning_tokens = outcome.usage.reasoning_tokens.map(|n| n as i64);
-                row.model_reported = outcome.model_reported.map(str::to_string);
-                row.cost = if outcome.priced {
-                    t.cost(&row.model, &outcome.usage)
-                } else {
-                    None
-                };
-            }
+            AttemptResult::Ok(response) => t.fill_success(&mut row, &T::outcome(response)),
             AttemptResult::Err(error) => {
                 row.error = Some(error_text(
                     polygateway_actors::Classify::class(*error).as_str(),

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polygateway_actors::runtime::{Scope, SourceShared};
-use polygateway_actors::{BreakerSnapshot, BreakerState};
+use polygateway_actors::{BreakerConfig, BreakerState};
 
-use super::{Core, ScopeEntry};
+use super::Core;
 
 /// The state of one source at one moment.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,45 +47,68 @@ pub struct SourceSnapshot {
     pub breaker_refusals: u64,
 }
 
-pub(crate) async fn collect(core: &Core, scope: &str) -> Vec<SourceSnapshot> {
-    match core.scopes.get(scope) {
-        Some(ScopeEntry::Chat(s)) => of_scope(core, &s.scope).await,
-        Some(ScopeEntry::Embeddings(s)) => of_scope(core, &s.scope).await,
-        Some(ScopeEntry::Ocr(s)) => of_scope(core, &s.scope).await,
-        None => Vec::new(),
+/// A scope seen without its transport type: enough for snapshots and chaos hooks.
+pub(crate) trait ErasedScope: Send + Sync {
+    fn scope_name(&self) -> &str;
+    fn source_names(&self) -> Vec<Arc<str>>;
+    /// One source's shared values, as a snapshot without the breaker part.
+    fn source_view(&self, index: usize, now: std::time::Instant)
+        -> (SourceSnapshot, BreakerConfig);
+    fn crash_source(&self, index: usize);
+}
+
+impl<T: polygateway_actors::Transport> ErasedScope for Scope<T> {
+    fn scope_name(&self) -> &str {
+        &self.config().name
+    }
+
+    fn source_names(&self) -> Vec<Arc<str>> {
+        self.sources().iter().map(|s| Arc::clone(&s.name)).collect()
+    }
+
+    fn source_view(
+        &self,
+        index: usize,
+        now: std::time::Instant,
+    ) -> (SourceSnapshot, BreakerConfig) {
+        let source = &self.sources()[index];
+        (view(source, now), source.breaker.clone())
+    }
+
+    fn crash_source(&self, index: usize) {
+        Scope::crash_source(self, index, "injected failure");
     }
 }
 
-async fn of_scope<T: polygateway_actors::Transport>(
-    core: &Core,
-    scope: &Scope<T>,
-) -> Vec<SourceSnapshot> {
-    let mut out = Vec::with_capacity(scope.sources().len());
-    for source in scope.sources() {
-        let breaker = core
+pub(crate) async fn collect(core: &Core, scope: &dyn ErasedScope) -> Vec<SourceSnapshot> {
+    let now = core.runtime.clock().now();
+    let mut out = Vec::new();
+    for index in 0..scope.source_names().len() {
+        let (mut snapshot, config) = scope.source_view(index, now);
+        if let Ok(b) = core
             .governance
             .breakers
-            .snapshot(&scope.config().name, &source.name, &source.breaker)
+            .snapshot(scope.scope_name(), &snapshot.name, &config)
             .await
-            .ok();
-        out.push(one(core, source, breaker));
+        {
+            snapshot.breaker = Some(b.state);
+            snapshot.epoch = b.epoch;
+            snapshot.breaker_retry_after = b.retry_after;
+            snapshot.probe_held = b.probe_held;
+        }
+        out.push(snapshot);
     }
     out
 }
 
-fn one<T>(
-    core: &Core,
-    source: &Arc<SourceShared<T>>,
-    breaker: Option<BreakerSnapshot>,
-) -> SourceSnapshot {
-    let now = core.runtime.clock().now();
+fn view<T>(source: &SourceShared<T>, now: std::time::Instant) -> SourceSnapshot {
     let c = &source.counters;
     SourceSnapshot {
         name: source.name.to_string(),
-        breaker: breaker.as_ref().map(|b| b.state),
-        epoch: breaker.as_ref().map_or(0, |b| b.epoch),
-        breaker_retry_after: breaker.as_ref().map_or(Duration::ZERO, |b| b.retry_after),
-        probe_held: breaker.as_ref().is_some_and(|b| b.probe_held),
+        breaker: None,
+        epoch: 0,
+        breaker_retry_after: Duration::ZERO,
+        probe_held: false,
         cooling_for: source
             .cooling_until(now)
             .map_or(Duration::ZERO, |t| t.saturating_duration_since(now)),

@@ -21,7 +21,7 @@ use polygateway_actors::EventSink;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::chat::ChatHandle;
+use super::handle::{Chat, ScopeHandle};
 use crate::error::GatewayError;
 use crate::transport::chat::ChatDelta;
 use crate::types::{CallOptions, LlmResponse, Message};
@@ -96,7 +96,7 @@ impl Stream for ChatStream {
 
 use std::future::Future;
 
-impl ChatHandle {
+impl ScopeHandle<Chat> {
     /// Stream a governed chat call: content and reasoning deltas as they arrive, then
     /// [`ChatEvent::Done`] with the complete response — or one error item. A cache hit is replayed
     /// as one content event and the final event. See the module docs for the retry semantics.

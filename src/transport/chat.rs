@@ -11,11 +11,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::StreamExt;
 use polygateway_actors::{EventSink, SourceReason, Transport};
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::header::ACCEPT;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::http::{bearer_auth, build_client, classify_reqwest, classify_response};
+use super::http::{build_client, classify_reqwest, classify_response, JsonEndpoint};
 use super::sse::{SseEvent, SseParser};
 use super::think::ThinkSplitter;
 use super::watchdog::{now, StallLimits, Watchdog};
@@ -66,18 +66,14 @@ impl ChatWireRequest {
 pub struct ChatTransport {
     settings: SourceSettings,
     profile: ProviderProfile,
-    client: reqwest::Client,
-    url: String,
-    /// `Bearer …` (marked sensitive), `None` for an empty key; `Err` when the key cannot be a
-    /// header value (reported at send time without echoing it).
-    auth: Result<Option<HeaderValue>, TransportError>,
+    endpoint: JsonEndpoint,
 }
 
 impl std::fmt::Debug for ChatTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChatTransport")
             .field("source", &self.settings.name)
-            .field("url", &self.url)
+            .field("url", &self.endpoint.url())
             .field("provider", &self.profile.name)
             .finish_non_exhaustive()
     }
@@ -112,17 +108,11 @@ impl ChatTransport {
         profile: ProviderProfile,
         client: reqwest::Client,
     ) -> Self {
-        let url = format!(
-            "{}/chat/completions",
-            settings.base_url.trim_end_matches('/')
-        );
-        let auth = bearer_auth(&settings);
+        let endpoint = JsonEndpoint::new(&settings, client, "chat/completions");
         Self {
             settings,
             profile,
-            client,
-            url,
-            auth,
+            endpoint,
         }
     }
 
@@ -138,7 +128,7 @@ impl ChatTransport {
 
     /// The endpoint URL.
     pub fn url(&self) -> &str {
-        &self.url
+        self.endpoint.url()
     }
 
     /// The body keys besides `model`/`messages`/`stream`/`stream_options`, merged by priority
@@ -192,18 +182,9 @@ impl ChatTransport {
     }
 
     fn post(&self, body: Vec<u8>, stream: bool) -> Result<reqwest::RequestBuilder, TransportError> {
-        let mut rb = self
-            .client
-            .post(&self.url)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body);
+        let mut rb = self.endpoint.post_json(body)?;
         if stream {
             rb = rb.header(ACCEPT, "text/event-stream");
-        }
-        match &self.auth {
-            Ok(Some(v)) => rb = rb.header(AUTHORIZATION, v.clone()),
-            Ok(None) => {}
-            Err(e) => return Err(e.clone()),
         }
         Ok(rb)
     }

@@ -8,10 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use polygateway_actors::{EventSink, SourceReason, Transport};
-use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use serde::{Deserialize, Serialize};
 
-use super::http::{bearer_auth, build_client, classify_reqwest, classify_response};
+use super::http::{build_client, classify_reqwest, classify_response, JsonEndpoint};
 use super::watchdog::{now, StallLimits, Watchdog};
 use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
@@ -42,16 +41,14 @@ pub struct EmbeddingBatch {
 /// The embeddings transport of one source.
 pub struct EmbeddingTransport {
     settings: SourceSettings,
-    client: reqwest::Client,
-    url: String,
-    auth: Result<Option<HeaderValue>, TransportError>,
+    endpoint: JsonEndpoint,
 }
 
 impl std::fmt::Debug for EmbeddingTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmbeddingTransport")
             .field("source", &self.settings.name)
-            .field("url", &self.url)
+            .field("url", &self.endpoint.url())
             .finish_non_exhaustive()
     }
 }
@@ -93,14 +90,8 @@ impl EmbeddingTransport {
 
     /// A transport using a given client.
     pub fn with_client(settings: SourceSettings, client: reqwest::Client) -> Self {
-        let url = format!("{}/embeddings", settings.base_url.trim_end_matches('/'));
-        let auth = bearer_auth(&settings);
-        Self {
-            settings,
-            client,
-            url,
-            auth,
-        }
+        let endpoint = JsonEndpoint::new(&settings, client, "embeddings");
+        Self { settings, endpoint }
     }
 
     /// The source's settings.
@@ -110,7 +101,7 @@ impl EmbeddingTransport {
 
     /// The endpoint URL.
     pub fn url(&self) -> &str {
-        &self.url
+        self.endpoint.url()
     }
 }
 
@@ -217,16 +208,7 @@ impl Transport for EmbeddingTransport {
             input: &request.inputs,
         })
         .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))?;
-        let mut rb = self
-            .client
-            .post(&self.url)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body);
-        match &self.auth {
-            Ok(Some(v)) => rb = rb.header(AUTHORIZATION, v.clone()),
-            Ok(None) => {}
-            Err(e) => return Err(e.clone()),
-        }
+        let rb = self.endpoint.post_json(body)?;
         let resp = wd
             .guard_total(rb.send())
             .await?

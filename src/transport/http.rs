@@ -180,7 +180,7 @@ pub fn classify_reqwest(err: &reqwest::Error) -> TransportError {
 /// The `Authorization: Bearer …` header of a source, marked sensitive; `None` for an empty key
 /// (keyless services). A key that cannot be an HTTP header value makes the source unable to serve
 /// anything: SourceDead, with a message that does not echo the key.
-pub fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, TransportError> {
+fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, TransportError> {
     if settings.api_key.is_empty() {
         return Ok(None);
     }
@@ -197,6 +197,54 @@ pub fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, Tra
                 settings.name
             ),
         )),
+    }
+}
+
+/// One JSON endpoint of a source: its pooled client, URL and `Authorization` header. Chat and
+/// embeddings post through it, so both build requests the same way.
+#[derive(Clone)]
+pub struct JsonEndpoint {
+    client: reqwest::Client,
+    url: String,
+    auth: Result<Option<HeaderValue>, TransportError>,
+}
+
+impl std::fmt::Debug for JsonEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonEndpoint")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JsonEndpoint {
+    /// `{base_url}/{path}` of `settings`, posted through `client`.
+    pub fn new(settings: &SourceSettings, client: reqwest::Client, path: &str) -> Self {
+        Self {
+            client,
+            url: format!("{}/{path}", settings.base_url.trim_end_matches('/')),
+            auth: bearer_auth(settings),
+        }
+    }
+
+    /// The endpoint URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A POST of a JSON `body` with the source's credentials. Fails (SourceDead) only when the
+    /// key cannot be a header value.
+    pub fn post_json(&self, body: Vec<u8>) -> Result<reqwest::RequestBuilder, TransportError> {
+        let rb = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        match &self.auth {
+            Ok(Some(v)) => Ok(rb.header(reqwest::header::AUTHORIZATION, v.clone())),
+            Ok(None) => Ok(rb),
+            Err(e) => Err(e.clone()),
+        }
     }
 }
 

@@ -7,7 +7,6 @@
 
 pub mod backoff;
 pub mod breaker;
-pub mod cooldown;
 pub mod health;
 pub mod limiter;
 pub mod pacer;

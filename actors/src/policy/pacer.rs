@@ -17,16 +17,12 @@ pub const AIMD_FLOOR: f64 = 1.0;
 pub const AIMD_MIN_CEILING: u32 = 64;
 
 /// A per-source in-flight cap that adapts to outcomes. One instance per source, owned by the
-/// source actor; `try_enter`/`leave` bracket every attempt.
+/// source actor, which publishes [`Pacer::limit`] after every verdict. The in-flight count it
+/// caps is not kept here: it is the number of live pacer tickets
+/// (`runtime::SourceTicket`), released on drop, so a cancelled call can never leak a slot.
 pub trait Pacer: Send + std::fmt::Debug {
     /// The current cap (whole attempts, ≥ 1).
     fn limit(&self) -> u32;
-    /// Attempts currently in flight.
-    fn in_flight(&self) -> u32;
-    /// Take an in-flight slot if below the cap.
-    fn try_enter(&mut self) -> bool;
-    /// Give a slot back (saturating: an extra `leave` never underflows).
-    fn leave(&mut self);
     /// Adapt to a finished attempt.
     fn observe(&mut self, verdict: AttemptVerdict);
 }
@@ -47,7 +43,6 @@ pub trait Pacer: Send + std::fmt::Debug {
 pub struct AimdPacer {
     limit: f64,
     ceiling: f64,
-    in_flight: u32,
 }
 
 impl AimdPacer {
@@ -57,7 +52,6 @@ impl AimdPacer {
         Self {
             limit: AIMD_START.min(ceiling),
             ceiling,
-            in_flight: 0,
         }
     }
 
@@ -75,23 +69,6 @@ impl AimdPacer {
 impl Pacer for AimdPacer {
     fn limit(&self) -> u32 {
         self.limit as u32
-    }
-
-    fn in_flight(&self) -> u32 {
-        self.in_flight
-    }
-
-    fn try_enter(&mut self) -> bool {
-        if self.in_flight < self.limit() {
-            self.in_flight += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn leave(&mut self) {
-        self.in_flight = self.in_flight.saturating_sub(1);
     }
 
     fn observe(&mut self, verdict: AttemptVerdict) {
@@ -168,27 +145,8 @@ mod tests {
     }
 
     #[test]
-    fn in_flight_is_capped_by_the_limit() {
-        let mut p = AimdPacer::new(0);
-        for _ in 0..8 {
-            assert!(p.try_enter());
-        }
-        assert!(!p.try_enter());
-        assert_eq!(p.in_flight(), 8);
-        p.observe(AttemptVerdict::RateLimited);
-        p.leave();
-        assert!(!p.try_enter(), "7 in flight over a limit of 4");
-        for _ in 0..10 {
-            p.leave();
-        }
-        assert_eq!(p.in_flight(), 0);
-        assert!(p.try_enter());
-    }
-
-    #[test]
     fn usable_as_trait_object() {
         let mut p: Box<dyn Pacer> = Box::new(AimdPacer::new(0));
-        assert!(p.try_enter());
         p.observe(AttemptVerdict::RateLimited);
         assert_eq!(p.limit(), 4);
     }

@@ -168,6 +168,7 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
         if self.permit.is_none() {
             return;
         }
+        let probe = self.permit.as_ref().is_some_and(|p| p.probe_id.is_some());
         let tokens = self.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
         self.settle(BreakerAction::NoVerdict, tokens);
         let source = self.ticket.source();
@@ -179,7 +180,7 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
             attempt: self.attempt,
             elapsed: self.started.elapsed(),
             result: AttemptResult::Cancelled,
-            probe: false,
+            probe,
         });
     }
 }

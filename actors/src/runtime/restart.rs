@@ -7,6 +7,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use ractor::{ActorCell, SupervisionEvent};
+
 /// Intensity limit and backoff of one supervised child.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RestartPolicy {
@@ -92,6 +94,18 @@ impl RestartBudget {
     /// Restarts counted in the current window.
     pub fn recent_restarts(&self) -> usize {
         self.recent.len()
+    }
+}
+
+/// The child a supervision event reports as gone (failed or stopped) and why; `None` for events
+/// that need no decision (started, process-group changes).
+pub fn stopped_child(event: SupervisionEvent) -> Option<(ActorCell, String)> {
+    match event {
+        SupervisionEvent::ActorFailed(cell, err) => Some((cell, err.to_string())),
+        SupervisionEvent::ActorTerminated(cell, _, reason) => {
+            Some((cell, reason.unwrap_or_else(|| "stopped".into())))
+        }
+        _ => None,
     }
 }
 

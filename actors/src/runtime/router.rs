@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::oneshot;
@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use crate::outcome::AttemptVerdict;
 use crate::policy::select::{Candidate, Selector};
 
-use super::restart::{RestartBudget, RestartDecision, RestartPolicy};
+use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
 use super::shared::SourceTicket;
 use super::source::{SourceActor, SourceArgs, SourceMsg};
 
@@ -275,12 +275,8 @@ impl<T: Send + Sync + 'static> Actor for ScopeRouter<T> {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, why): (ActorCell, String) = match event {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                (cell, reason.unwrap_or_else(|| "stopped".into()))
-            }
-            _ => return Ok(()),
+        let Some((cell, why)) = stopped_child(event) else {
+            return Ok(());
         };
         let Some(index) = state.by_id.remove(&cell.get_id()) else {
             return Ok(());

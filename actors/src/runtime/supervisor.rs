@@ -28,7 +28,7 @@ use crate::policy::select::Selector;
 use crate::ports::transport::Transport;
 
 use super::admission::{AdmissionActor, AdmissionMsg, GovernanceFactory};
-use super::restart::{RestartBudget, RestartDecision, RestartPolicy};
+use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
 use super::router::{RouterArgs, RouterMsg, ScopeRouter};
 use super::scope::{Scope, ScopeConfig, ScopeInner};
 use super::shared::SourceShared;
@@ -167,12 +167,8 @@ impl Actor for RuntimeSupervisor {
         event: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let (cell, why) = match event {
-            SupervisionEvent::ActorFailed(cell, err) => (cell, err.to_string()),
-            SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                (cell, reason.unwrap_or_else(|| "stopped".into()))
-            }
-            _ => return Ok(()),
+        let Some((cell, why)) = stopped_child(event) else {
+            return Ok(());
         };
         if let Some(name) = state.by_id.remove(&cell.get_id()) {
             if let Some(child) = state.children.get_mut(&name) {
