@@ -280,18 +280,9 @@ impl ChatTransport {
     ) -> Result<LlmResponse, TransportError> {
         // A non-streaming answer arrives whole: only the total deadline applies.
         let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
-        let rb = self.post(self.body(request)?, false)?;
-        let resp = wd
-            .guard_total(rb.send())
-            .await?
-            .map_err(|e| classify_reqwest(&e))?;
-        if !resp.status().is_success() {
-            return Err(classify_response(resp, wd.clock().total_deadline()).await);
-        }
         let bytes = wd
-            .guard_total(resp.bytes())
-            .await?
-            .map_err(|e| classify_reqwest(&e))?;
+            .whole_body(self.post(self.body(request)?, false)?)
+            .await?;
         let frame = decode_completion(&String::from_utf8_lossy(&bytes))?;
         let mut acc = Assembly::new(&self.profile);
         let mut deltas = Vec::new();

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use polygateway_actors::{EventSink, SourceReason, Transport};
 use serde::{Deserialize, Serialize};
 
-use super::http::{build_client, classify_reqwest, classify_response, JsonEndpoint};
+use super::http::{build_client, JsonEndpoint};
 use super::watchdog::{now, StallLimits, Watchdog};
 use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
@@ -208,18 +208,7 @@ impl Transport for EmbeddingTransport {
             input: &request.inputs,
         })
         .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))?;
-        let rb = self.endpoint.post_json(body)?;
-        let resp = wd
-            .guard_total(rb.send())
-            .await?
-            .map_err(|e| classify_reqwest(&e))?;
-        if !resp.status().is_success() {
-            return Err(classify_response(resp, wd.clock().total_deadline()).await);
-        }
-        let bytes = wd
-            .guard_total(resp.bytes())
-            .await?
-            .map_err(|e| classify_reqwest(&e))?;
+        let bytes = wd.whole_body(self.endpoint.post_json(body)?).await?;
         let answer: WireAnswer = serde_json::from_slice(&bytes).map_err(|e| {
             let summary = summarize_body(&String::from_utf8_lossy(&bytes));
             let mut err = TransportError::transient(

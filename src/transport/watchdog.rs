@@ -212,6 +212,24 @@ impl Watchdog {
             .await
     }
 
+    /// Send `request` and read its whole 2xx body under the total deadline; a non-2xx answer is
+    /// classified with its body summary. The non-streaming exchange of every JSON transport.
+    pub async fn whole_body(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<bytes::Bytes, TransportError> {
+        let resp = self
+            .guard_total(request.send())
+            .await?
+            .map_err(|e| super::http::classify_reqwest(&e))?;
+        if !resp.status().is_success() {
+            return Err(super::http::classify_response(resp, self.clock.total_deadline()).await);
+        }
+        self.guard_total(resp.bytes())
+            .await?
+            .map_err(|e| super::http::classify_reqwest(&e))
+    }
+
     async fn until<F: Future>(
         &self,
         deadline: Instant,
