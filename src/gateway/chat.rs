@@ -174,14 +174,14 @@ impl ScopeHandle<Chat> {
             })),
             _ => None,
         };
-        let context = RowContext {
+        let context = core.telemetry.context(|| RowContext {
             session_id: options.session_id.clone(),
             parent_call_id: options.parent_call_id.clone(),
             messages: messages_json(&messages, core.telemetry.text_cap),
             sampling: sampling_json(Some(&options.overlay), Some(&scope.extra_body)),
             tenant_id: options.tenant().to_string(),
             meta: meta_json(&options.meta),
-        };
+        });
         let mut wire = ChatWireRequest::new(messages);
         wire.overlay = options.overlay.clone();
         wire.response_format = response_format;

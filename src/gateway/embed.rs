@@ -76,7 +76,7 @@ impl ScopeHandle<Embeddings> {
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
         let results: Vec<(EmbeddingBatch, String, String)> = futures::stream::iter(batches)
             .map(|batch| {
-                let context = RowContext {
+                let context = self.core.telemetry.context(|| RowContext {
                     session_id: options.session_id.clone(),
                     parent_call_id: options.parent_call_id.clone(),
                     messages: Value::Array(
@@ -89,7 +89,7 @@ impl ScopeHandle<Embeddings> {
                     sampling: None,
                     tenant_id: options.tenant().to_string(),
                     meta: meta_json(&options.meta),
-                };
+                });
                 let request = EmbeddingWireRequest {
                     inputs: Arc::new(batch),
                 };

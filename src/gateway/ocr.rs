@@ -104,7 +104,7 @@ impl ScopeHandle<Ocr> {
             });
         };
         let digest = hex::encode(Sha256::digest(&request.bytes));
-        let context = RowContext {
+        let context = self.core.telemetry.context(|| RowContext {
             session_id: options.session_id.clone(),
             parent_call_id: options.parent_call_id.clone(),
             messages: serde_json::json!([{
@@ -117,7 +117,7 @@ impl ScopeHandle<Ocr> {
             sampling: None,
             tenant_id: options.tenant().to_string(),
             meta: meta_json(&options.meta),
-        };
+        });
         let scope = self.scope();
         let recorder = Recorder {
             telemetry: &self.core.telemetry,

@@ -65,9 +65,19 @@ pub(crate) struct Telemetry {
 }
 
 impl Telemetry {
+    /// The per-call row context, built only when rows are recorded at all (digesting messages
+    /// is the costliest part of a row).
+    pub fn context(&self, build: impl FnOnce() -> RowContext) -> RowContext {
+        if self.enabled {
+            build()
+        } else {
+            RowContext::default()
+        }
+    }
+
     /// The one emit function.
     pub fn emit(&self, row: TelemetryRow) {
-        if self.enabled && !self.queue.push(row) {
+        if !self.queue.push(row) {
             metrics::counter!("pgw_telemetry_dropped_rows_total").increment(1);
         }
     }
@@ -80,6 +90,9 @@ impl Telemetry {
 
     /// Record a cache hit: its own row id, latency 0, cost 0.0, the current call's context.
     pub fn record_cache_hit(&self, ctx: &RowContext, response: &LlmResponse) {
+        if !self.enabled {
+            return;
+        }
         let mut row = self.base_row(&response.call_id, ctx);
         row.model = response.model.clone();
         row.provider = response.provider.clone();
@@ -141,6 +154,9 @@ impl Recorder<'_> {
 impl<T: Recorded> CallObserver<T> for Recorder<'_> {
     fn on_attempt(&self, report: &AttemptReport<'_, T>) {
         let t = self.telemetry;
+        if !t.enabled {
+            return;
+        }
         let mut row = t.base_row(report.attempt_id, self.context);
         if let Some(identity) = self.identity(report.source) {
             row.model = identity.model.clone();
@@ -163,6 +179,9 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
 
     fn on_terminal(&self, report: &TerminalReport<'_, TransportError>) {
         let t = self.telemetry;
+        if !t.enabled {
+            return;
+        }
         let mut row = t.base_row(report.record_id, self.context);
         let error = super::failure::describe(report.scope, report.failure);
         row.error = Some(error);

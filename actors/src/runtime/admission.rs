@@ -104,17 +104,18 @@ pub enum BreakerAction {
 pub enum AdmissionMsg {
     /// Ask for a permit.
     Admit(AdmitRequest, oneshot::Sender<AdmitAnswer>),
-    /// Settle a permit: breaker action, TPM settlement with `tokens`, lease release.
+    /// Settle a permit: breaker action, TPM settlement with `tokens`, lease release, and (for a
+    /// success) the scope's progress mark — one message per finished attempt.
     Finish {
         /// The permit.
         permit: Permit,
+        /// The attempt succeeded: mark the scope's progress (stall guard).
+        progress: bool,
         /// What the breaker learns.
         action: BreakerAction,
         /// Tokens to settle the TPM gates at.
         tokens: u64,
     },
-    /// Record scope progress (a successful call).
-    MarkProgress(Arc<str>),
     /// How long since the scope last progressed.
     ProgressAge(
         Arc<str>,
@@ -170,27 +171,17 @@ impl Actor for AdmissionActor {
             }
             AdmissionMsg::Finish {
                 permit,
+                progress,
                 action,
                 tokens,
             } => {
                 if gov.inline {
-                    finish(gov, &permit, action, tokens).await;
+                    finish(gov, &permit, action, tokens, progress).await;
                 } else {
                     let gov = gov.clone();
-                    tokio::spawn(async move { finish(&gov, &permit, action, tokens).await });
-                }
-            }
-            AdmissionMsg::MarkProgress(scope) => {
-                let gov = gov.clone();
-                let work = async move {
-                    if let Err(e) = bounded(gov.timeout, gov.gate.mark_progress(&scope)).await {
-                        tracing::warn!(scope = %scope, error = %e, "mark_progress failed");
-                    }
-                };
-                if state.governance.inline {
-                    work.await
-                } else {
-                    tokio::spawn(work);
+                    tokio::spawn(
+                        async move { finish(&gov, &permit, action, tokens, progress).await },
+                    );
                 }
             }
             AdmissionMsg::ProgressAge(scope, reply) => {
@@ -278,14 +269,25 @@ async fn admit(gov: &Governance, request: &AdmitRequest) -> AdmitAnswer {
 async fn deliver(gov: &Governance, answer: AdmitAnswer, reply: oneshot::Sender<AdmitAnswer>) {
     if let Err(AdmitAnswer::Admitted(permit)) = reply.send(answer) {
         let tokens = permit.lease.est_tokens;
-        finish(gov, &permit, BreakerAction::NoVerdict, tokens).await;
+        finish(gov, &permit, BreakerAction::NoVerdict, tokens, false).await;
     }
 }
 
 /// Settle a permit. Failures only log: the call's result (or its cancellation) already happened
 /// and must not be hidden by bookkeeping (SPEC §5.3 degrade direction).
-async fn finish(gov: &Governance, permit: &Permit, action: BreakerAction, tokens: u64) {
+async fn finish(
+    gov: &Governance,
+    permit: &Permit,
+    action: BreakerAction,
+    tokens: u64,
+    progress: bool,
+) {
     let lease = &permit.lease;
+    if progress {
+        if let Err(e) = bounded(gov.timeout, gov.gate.mark_progress(&lease.scope)).await {
+            tracing::warn!(scope = %lease.scope, error = %e, "mark_progress failed");
+        }
+    }
     let breaker_result = match action {
         BreakerAction::Record(verdict) => bounded(
             gov.timeout,

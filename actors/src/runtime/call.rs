@@ -32,9 +32,6 @@ use super::router::{RouterMsg, Selection};
 use super::scope::ScopeInner;
 use super::shared::SourceTicket;
 
-/// How long a call waits when every eligible source's pacer is full.
-const PACED_WAIT: Duration = Duration::from_millis(2);
-
 /// Why a scope could not serve (SPEC §6 scope-level reasons).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScopeReason {
@@ -152,10 +149,11 @@ struct AttemptGuard<'a, T: Transport> {
 }
 
 impl<T: Transport> AttemptGuard<'_, T> {
-    fn settle(&mut self, action: BreakerAction, tokens: u64) {
+    fn settle(&mut self, action: BreakerAction, tokens: u64, progress: bool) {
         if let Some(permit) = self.permit.take() {
             self.scope.send_admission(AdmissionMsg::Finish {
                 permit,
+                progress,
                 action,
                 tokens,
             });
@@ -170,7 +168,7 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
         }
         let probe = self.permit.as_ref().is_some_and(|p| p.probe_id.is_some());
         let tokens = self.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
-        self.settle(BreakerAction::NoVerdict, tokens);
+        self.settle(BreakerAction::NoVerdict, tokens, false);
         let source = self.ticket.source();
         source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
         self.observer.on_attempt(&AttemptReport {
@@ -189,6 +187,9 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
 enum Next {
     /// Try again now.
     Again,
+    /// Every eligible source's pacer is full: wait until a slot is freed (bounded by the poll
+    /// interval). Counts as non-productive waiting.
+    Paced,
     /// Non-productive wait (counts toward the stall window), then try again.
     Wait(Duration),
 }
@@ -270,10 +271,8 @@ impl<T: Transport> ScopeInner<T> {
                         }
                         Next::Wait(hint.min(config.poll_interval))
                     } else if paced {
-                        // Backpressure from the pacers: slots free up as attempts finish.
-                        Next::Wait(
-                            PACED_WAIT + Duration::from_micros(rand::rng().random_range(0..=2_000)),
-                        )
+                        // Backpressure from the pacers: wait for a slot to come back.
+                        Next::Paced
                     } else {
                         let now = self.clock.now();
                         // The memo may lag the refusals of this round (it is updated by cast).
@@ -319,7 +318,7 @@ impl<T: Transport> ScopeInner<T> {
                             if state == BreakerState::Open {
                                 let until = self.clock.now() + retry_after;
                                 round_cooling = Some(round_cooling.map_or(until, |r| r.min(until)));
-                                self.send_router(RouterMsg::Cooling(index, until));
+                                ticket.source().cool_until(until);
                             }
                             excluded.push(index);
                             Next::Again
@@ -391,10 +390,8 @@ impl<T: Transport> ScopeInner<T> {
                                     let hint = error.retry_after();
                                     failures.last_error = Some(error);
                                     if dead {
-                                        self.send_router(RouterMsg::Cooling(
-                                            index,
-                                            self.clock.now() + source.breaker.cooldown,
-                                        ));
+                                        source
+                                            .cool_until(self.clock.now() + source.breaker.cooldown);
                                     }
                                     if rate_limited {
                                         // Pushback: no budget spent; the wait counts as stalling.
@@ -421,8 +418,27 @@ impl<T: Transport> ScopeInner<T> {
                     }
                 }
             };
-            if let Next::Wait(wait) = next {
-                let progress_age = self.progress_age().await;
+            let wait = match next {
+                Next::Again => continue,
+                Next::Paced => {
+                    let began = self.clock.now();
+                    let _ = tokio::time::timeout(config.poll_interval, self.slot_freed.notified())
+                        .await;
+                    stall.record_wait(self.clock.now().saturating_duration_since(began));
+                    excluded.clear();
+                    quota_hint = None;
+                    round_cooling = None;
+                    continue;
+                }
+                Next::Wait(wait) => wait,
+            };
+            {
+                // Condition (A) is local and cheap; ask the backend for (B) only once it holds.
+                let progress_age = if stall.waited() >= config.stall_window {
+                    self.progress_age().await
+                } else {
+                    Some(Duration::ZERO)
+                };
                 if stall.is_stalled(progress_age) {
                     let retry_after = failures.min_retry_after.unwrap_or(Duration::ZERO);
                     return Err(failures.unavailable(
@@ -493,11 +509,8 @@ impl<T: Transport> ScopeInner<T> {
             BreakerAction::Record(_) if options.breaker_exempt => BreakerAction::NoVerdict,
             other => other,
         };
-        guard.settle(action, tokens);
-        self.send_router(RouterMsg::Report(source.index, verdict));
-        if verdict == AttemptVerdict::Success {
-            self.send_admission(AdmissionMsg::MarkProgress(Arc::clone(&self.config.name)));
-        }
+        guard.settle(action, tokens, verdict == AttemptVerdict::Success);
+        source.report(verdict);
         let report_result = match &result {
             Ok(response) => AttemptResult::Ok(response),
             Err(error) => AttemptResult::Err(error),

@@ -18,7 +18,6 @@ use rand::SeedableRng;
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
-use crate::outcome::AttemptVerdict;
 use crate::policy::select::{Candidate, Selector};
 
 use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
@@ -53,10 +52,6 @@ pub enum RouterMsg<T> {
         /// Where the answer goes.
         reply: oneshot::Sender<Selection<T>>,
     },
-    /// Forward an attempt verdict to a source actor.
-    Report(usize, AttemptVerdict),
-    /// Forward a cooldown memo update to a source actor.
-    Cooling(usize, Instant),
     /// Chaos hook: make source `index` fail.
     CrashSource(usize, String),
     /// Restart a failed source actor (sent to itself after the backoff).
@@ -71,8 +66,6 @@ impl<T> std::fmt::Debug for RouterMsg<T> {
                 .field("exclude", exclude)
                 .field("avoid", avoid)
                 .finish(),
-            RouterMsg::Report(i, v) => write!(f, "Report({i}, {v:?})"),
-            RouterMsg::Cooling(i, t) => write!(f, "Cooling({i}, {t:?})"),
             RouterMsg::CrashSource(i, r) => write!(f, "CrashSource({i}, {r})"),
             RouterMsg::Respawn(i) => write!(f, "Respawn({i})"),
         }
@@ -133,6 +126,11 @@ impl<T: Send + Sync + 'static> ScopeRouter<T> {
         let (actor, _) =
             Actor::spawn_linked(None, SourceActor::<T>::default(), args, myself.get_cell()).await?;
         state.by_id.insert(actor.get_id(), index);
+        state.children[index]
+            .args
+            .shared
+            .actor_slot()
+            .set(actor.clone());
         state.children[index].actor = Some(actor);
         Ok(())
     }
@@ -238,22 +236,6 @@ impl<T: Send + Sync + 'static> Actor for ScopeRouter<T> {
                 // A caller that went away drops its ticket with the unsent answer.
                 let _ = reply.send(Self::select(state, &exclude, avoid));
             }
-            RouterMsg::Report(index, verdict) => {
-                if let Some(actor) = state.children.get(index).and_then(|c| c.actor.as_ref()) {
-                    let _ = actor.cast(SourceMsg::Report(verdict));
-                }
-            }
-            RouterMsg::Cooling(index, until) => {
-                if let Some(child) = state.children.get(index) {
-                    match &child.actor {
-                        Some(actor) => {
-                            let _ = actor.cast(SourceMsg::Cooling(until));
-                        }
-                        // While the actor restarts, keep the memo anyway: it only ever grows.
-                        None => child.args.shared.publish_cooling_until(until),
-                    }
-                }
-            }
             RouterMsg::CrashSource(index, reason) => {
                 if let Some(actor) = state.children.get(index).and_then(|c| c.actor.as_ref()) {
                     let _ = actor.cast(SourceMsg::Crash(reason));
@@ -284,6 +266,11 @@ impl<T: Send + Sync + 'static> Actor for ScopeRouter<T> {
         let now = state.clock.now();
         let child = &mut state.children[index];
         child.actor = None;
+        child
+            .args
+            .shared
+            .actor_slot()
+            .set_down(format!("restarting after: {why}"));
         let name = child.args.shared.name.clone();
         match child.budget.on_failure(now) {
             RestartDecision::Restart(delay) => {

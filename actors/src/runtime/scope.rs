@@ -65,6 +65,8 @@ pub(crate) struct ScopeInner<T> {
     pub(crate) sources: Arc<[Arc<SourceShared<T>>]>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) shutdown: tokio_util::sync::CancellationToken,
+    /// Signalled whenever a pacer slot of this scope is freed.
+    pub(crate) slot_freed: Arc<tokio::sync::Notify>,
 }
 
 /// A handle to one scope of a running runtime. Cheap to clone, `Send + Sync`.

@@ -9,6 +9,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::sync::Notify;
+
+use crate::outcome::AttemptVerdict;
+
+use super::slot::ActorSlot;
+use super::source::SourceMsg;
+
 use crate::ports::breaker::BreakerConfig;
 
 /// Counters of one source since the runtime started (monotonic).
@@ -54,13 +61,19 @@ pub struct SourceShared<T> {
     health_bits: AtomicU64,
     cooling_until_ms: AtomicU64,
     origin: Instant,
+    /// Scope-wide signal: a pacer slot was freed somewhere in the scope.
+    slot_freed: Arc<Notify>,
+    /// The source actor's current incarnation (kept by its supervisor, the router), so call
+    /// tasks report to it in one hop.
+    actor: ActorSlot<SourceMsg>,
     /// Monotonic counters.
     pub counters: SourceCounters,
 }
 
 impl<T> SourceShared<T> {
     /// Shared values of a fresh source. `origin` anchors the millisecond clock of the cooldown
-    /// memo (any instant before the first use).
+    /// memo (any instant before the first use); `slot_freed` is the scope's signal that a pacer
+    /// slot came back (one per scope, shared by its sources).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: usize,
@@ -71,6 +84,7 @@ impl<T> SourceShared<T> {
         est_tokens: u64,
         initial_pacer_limit: u32,
         origin: Instant,
+        slot_freed: Arc<Notify>,
     ) -> Self {
         Self {
             index,
@@ -84,6 +98,8 @@ impl<T> SourceShared<T> {
             health_bits: AtomicU64::new(1.0f64.to_bits()),
             cooling_until_ms: AtomicU64::new(0),
             origin,
+            slot_freed,
+            actor: ActorSlot::down("source actor starting"),
             counters: SourceCounters::default(),
         }
     }
@@ -134,6 +150,27 @@ impl<T> SourceShared<T> {
         }
     }
 
+    /// Tell the source actor how an attempt ended. Lost while the actor restarts: its policies
+    /// start afresh anyway.
+    pub(crate) fn report(&self, verdict: AttemptVerdict) {
+        if let Ok(actor) = self.actor.get() {
+            let _ = actor.cast(SourceMsg::Report(verdict));
+        }
+    }
+
+    /// Tell the source actor its breaker refuses until `until`. While the actor restarts, the
+    /// memo is extended directly: it only ever grows, so no update can be lost or reordered.
+    pub(crate) fn cool_until(&self, until: Instant) {
+        match self.actor.get() {
+            Ok(actor) if actor.cast(SourceMsg::Cooling(until)).is_ok() => {}
+            _ => self.publish_cooling_until(until),
+        }
+    }
+
+    pub(crate) fn actor_slot(&self) -> &ActorSlot<SourceMsg> {
+        &self.actor
+    }
+
     pub(crate) fn publish_pacer_limit(&self, limit: u32) {
         self.pacer_limit.store(limit.max(1), Ordering::Release);
     }
@@ -169,6 +206,8 @@ impl<T> SourceTicket<T> {
 impl<T> Drop for SourceTicket<T> {
     fn drop(&mut self) {
         self.source.in_flight.fetch_sub(1, Ordering::AcqRel);
+        // One freed slot wakes one call waiting on a full pacer (or is remembered for the next).
+        self.source.slot_freed.notify_one();
     }
 }
 
@@ -187,6 +226,7 @@ mod tests {
             0,
             limit,
             Instant::now(),
+            Arc::new(Notify::new()),
         ))
     }
 

@@ -375,6 +375,7 @@ impl Runtime {
         pacer: PacerFactory,
     ) -> Result<Scope<T>, String> {
         let origin = self.clock.now();
+        let slot_freed = Arc::new(tokio::sync::Notify::new());
         let shared: Vec<Arc<SourceShared<T>>> = sources
             .into_iter()
             .enumerate()
@@ -389,6 +390,7 @@ impl Runtime {
                     spec.est_tokens,
                     initial,
                     origin,
+                    Arc::clone(&slot_freed),
                 ))
             })
             .collect();
@@ -444,6 +446,7 @@ impl Runtime {
             sources: shared.into(),
             clock: Arc::clone(&self.clock),
             shutdown: self.shutdown.clone(),
+            slot_freed,
         }))
     }
 
