@@ -9,6 +9,7 @@
 use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
+use tracing::Instrument;
 
 use super::failure::to_gateway_error;
 use super::handle::{Chat, ScopeHandle};
@@ -285,6 +286,18 @@ impl ScopeHandle<Chat> {
             context: &prepared.context,
             sources: &scope.identities,
         };
+        // OpenTelemetry GenAI semantic conventions, so an OTel subscriber exports them as is.
+        let span = tracing::info_span!(
+            "chat",
+            "gen_ai.operation.name" = "chat",
+            "gen_ai.request.model" = tracing::field::Empty,
+            "gen_ai.response.model" = tracing::field::Empty,
+            "gen_ai.usage.input_tokens" = tracing::field::Empty,
+            "gen_ai.usage.output_tokens" = tracing::field::Empty,
+            "pgw.scope" = %self.name,
+            "pgw.source" = tracing::field::Empty,
+            "pgw.cost" = tracing::field::Empty,
+        );
         let governed = scope
             .scope
             .call(
@@ -295,11 +308,22 @@ impl ScopeHandle<Chat> {
                     breaker_exempt: is_reask,
                 },
             )
+            .instrument(span.clone())
             .await
             .map_err(|f| to_gateway_error(&self.name, f))?;
         let mut response = governed.response;
         response.call_id = governed.attempt_id;
         response.cost = self.core.telemetry.cost(&response.model, &response.usage());
+        span.record("gen_ai.request.model", response.model.as_str());
+        if let Some(reported) = &response.model_reported {
+            span.record("gen_ai.response.model", reported.as_str());
+        }
+        span.record("gen_ai.usage.input_tokens", response.prompt_tokens);
+        span.record("gen_ai.usage.output_tokens", response.completion_tokens);
+        span.record("pgw.source", response.source_name.as_str());
+        if let Some(cost) = response.cost {
+            span.record("pgw.cost", cost);
+        }
         Ok(response)
     }
 }

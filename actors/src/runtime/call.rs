@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
 use crate::policy::backoff::Backoff;
@@ -49,6 +50,20 @@ pub enum ScopeReason {
     GovernanceBackendDown,
 }
 
+impl ScopeReason {
+    /// The wire name (`circuit_open`, `retry_exhausted`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScopeReason::CircuitOpen => "circuit_open",
+            ScopeReason::RetryExhausted => "retry_exhausted",
+            ScopeReason::Stalled => "stalled",
+            ScopeReason::QuotaExhausted => "quota_exhausted",
+            ScopeReason::NoSources => "no_sources",
+            ScopeReason::GovernanceBackendDown => "governance_backend_down",
+        }
+    }
+}
+
 /// How a governed call failed.
 #[derive(Debug)]
 pub enum CallFailure<E> {
@@ -78,6 +93,19 @@ pub enum CallFailure<E> {
     },
     /// The runtime or the scope's actors are gone.
     Shutdown(String),
+}
+
+impl<E> CallFailure<E> {
+    /// A short name of the failure for spans and metrics (`circuit_open`, `rejected`, …).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallFailure::Unavailable { reason, .. } => reason.as_str(),
+            CallFailure::Rejected(_) => "rejected",
+            CallFailure::Invalid(_) => "invalid",
+            CallFailure::StreamBroken { .. } => "stream_broken",
+            CallFailure::Shutdown(_) => "shutdown",
+        }
+    }
 }
 
 /// A successful governed call.
@@ -353,7 +381,20 @@ impl<T: Transport> ScopeInner<T> {
                                 attempt: attempt_no,
                                 started: Instant::now(),
                             };
-                            match self.attempt(&mut guard, request, events, options).await {
+                            let span = tracing::info_span!(
+                                "pgw.attempt",
+                                source = %guard.ticket.source().name,
+                                attempt = attempt_no,
+                                probe = guard.permit.as_ref().is_some_and(|p| p.probe_id.is_some()),
+                                verdict = tracing::field::Empty,
+                                class = tracing::field::Empty,
+                                elapsed_ms = tracing::field::Empty,
+                            );
+                            match self
+                                .attempt(&mut guard, request, events, options)
+                                .instrument(span)
+                                .await
+                            {
                                 Ok(response) => {
                                     let source = Arc::clone(&guard.ticket.source().name);
                                     return Ok(Governed {
@@ -524,14 +565,12 @@ impl<T: Transport> ScopeInner<T> {
             result: report_result,
             probe,
         });
-        tracing::debug!(
-            scope = %self.config.name,
-            source = %source.name,
-            attempt = guard.attempt,
-            ?verdict,
-            elapsed_ms = elapsed.as_secs_f64() * 1e3,
-            "attempt finished"
-        );
+        let span = tracing::Span::current();
+        span.record("verdict", tracing::field::debug(verdict));
+        span.record("elapsed_ms", elapsed.as_secs_f64() * 1e3);
+        if let Err(error) = &result {
+            span.record("class", error.class().as_str());
+        }
         result
     }
 

@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::clock::Clock;
 use crate::ports::gate::Limits;
 use crate::ports::transport::{EventSink, Transport};
@@ -108,11 +110,30 @@ impl<T: Transport> Scope<T> {
         events: Option<&EventSink<T::Event>>,
         options: CallOptions,
     ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
-        tokio::select! {
-            biased;
-            _ = self.inner.shutdown.cancelled() => Err(CallFailure::Shutdown("runtime shut down".into())),
-            result = self.inner.run(request, observer, events, options) => result,
+        let span = tracing::info_span!(
+            "pgw.call",
+            scope = %self.inner.config.name,
+            outcome = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+        );
+        let call = async {
+            tokio::select! {
+                biased;
+                _ = self.inner.shutdown.cancelled() => Err(CallFailure::Shutdown("runtime shut down".into())),
+                result = self.inner.run(request, observer, events, options) => result,
+            }
+        };
+        let result = call.instrument(span.clone()).await;
+        match &result {
+            Ok(governed) => {
+                span.record("outcome", "ok");
+                span.record("attempts", governed.attempts);
+            }
+            Err(failure) => {
+                span.record("outcome", failure.kind());
+            }
         }
+        result
     }
 
     /// The scope's configuration.
