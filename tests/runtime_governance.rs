@@ -139,9 +139,9 @@ async fn cancelled_calls_release_everything() {
         &[("LLM__GLOBAL__MAX_CONCURRENCY", "16")],
     )
     .await;
-    // 1000 calls, each cancelled at a random point (waiting for quota, in backoff, mid-stream).
+    // 2000 calls, each cancelled at a random point (waiting for quota, in backoff, mid-stream).
     let mut tasks = Vec::new();
-    for i in 0..1000u64 {
+    for i in 0..2000u64 {
         let gw = gw.clone();
         tasks.push(tokio::spawn(async move {
             let budget = Duration::from_millis(i % 97);
@@ -202,5 +202,156 @@ async fn exceeding_the_restart_intensity_escalates_to_a_clear_error() {
         matches!(err, GatewayError::Shutdown(ref m) if m.contains("restart intensity")),
         "{err}"
     );
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_full_scope_quota_fails_fast_with_quota_exhausted() {
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let gw = gateway(
+        &[("only", &mock)],
+        &[("LLM__GLOBAL__RPM", "2"), ("LLM__QUOTA_FULL", "fail_fast")],
+    )
+    .await;
+    gw.chat(vec![Message::user("1")]).await.unwrap();
+    gw.chat(vec![Message::user("2")]).await.unwrap();
+    let err = gw.chat(vec![Message::user("3")]).await.unwrap_err();
+    let u = err.unavailable().expect("unavailable");
+    assert_eq!(u.reason, UnavailableReason::QuotaExhausted);
+    assert!(u.retry_after_s > 0.0 && u.retry_after_s <= 60.0, "{u:?}");
+    assert_eq!(mock.counts().chat, 2, "nothing is sent past the quota");
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_full_concurrency_gate_makes_callers_wait_not_fail() {
+    let mock = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(150),
+        inter_token: Duration::ZERO,
+        chunks: 1,
+        content: "ok".into(),
+    })
+    .await;
+    let gw = gateway(
+        &[("only", &mock)],
+        &[
+            ("LLM__GLOBAL__MAX_CONCURRENCY", "1"),
+            ("LLM__BACKPRESSURE__POLL_INTERVAL_S", "0.02"),
+        ],
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|i| {
+            let gw = gw.clone();
+            tokio::spawn(async move { gw.chat(vec![Message::user(format!("{i}"))]).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    // One at a time: three 150 ms calls take at least 450 ms, and the mock never saw two at once.
+    assert!(started.elapsed() >= Duration::from_millis(440));
+    assert_eq!(mock.counts().chat, 3);
+    wait_idle(&gw, &[&mock]).await;
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_wait_shorter_than_the_stall_window_is_served() {
+    let mock = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(1500),
+        inter_token: Duration::ZERO,
+        chunks: 1,
+        content: "slow".into(),
+    })
+    .await;
+    let gw = gateway(
+        &[("only", &mock)],
+        &[
+            ("LLM__GLOBAL__MAX_CONCURRENCY", "1"),
+            ("LLM__BACKPRESSURE__POLL_INTERVAL_S", "0.05"),
+            ("LLM__BACKPRESSURE__STALL_WINDOW_S", "2"),
+            ("LLM__ONLY__1__TTFT_TIMEOUT_S", "1.8"),
+        ],
+    )
+    .await;
+    // The first call holds the only slot; the scope has never made progress.
+    let holder = {
+        let gw = gw.clone();
+        tokio::spawn(async move { gw.chat(vec![Message::user("hold")]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The stall window (2 s) is longer than the holder's attempt, so the waiter sees progress when
+    // the holder finishes and is served: waiting alone is not stalling.
+    let waiter = gw.chat(vec![Message::user("wait")]).await;
+    assert!(waiter.is_ok(), "{waiter:?}");
+    holder.await.unwrap().unwrap();
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn quota_waits_past_the_stall_window_without_progress_fail_as_stalled() {
+    let mock = MockUpstream::start(Behaviour::BlackHole).await;
+    let gw = gateway(
+        &[("only", &mock)],
+        &[
+            ("LLM__GLOBAL__MAX_CONCURRENCY", "1"),
+            ("LLM__BACKPRESSURE__POLL_INTERVAL_S", "0.05"),
+            ("LLM__BACKPRESSURE__STALL_WINDOW_S", "1.5"),
+            ("LLM__ONLY__1__TIMEOUT_S", "5"),
+            ("LLM__ONLY__1__TTFT_TIMEOUT_S", "1.2"),
+            ("LLM__ONLY__1__INTER_TOKEN_TIMEOUT_S", "0.6"),
+        ],
+    )
+    .await;
+    // A non-streaming call to a black hole holds the only slot for its 5 s total deadline; the
+    // scope never progresses.
+    let holder = {
+        let gw = gw.clone();
+        tokio::spawn(async move {
+            gw.chat_with(
+                vec![Message::user("hold")],
+                polygateway::CallOptions::new().stream(false),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    let err = gw.chat(vec![Message::user("wait")]).await.unwrap_err();
+    let u = err.unavailable().expect("unavailable");
+    assert_eq!(u.reason, UnavailableReason::Stalled, "{u:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1400)
+            && started.elapsed() < Duration::from_secs(4),
+        "stalled after the 1.5 s window, not after the holder"
+    );
+    holder.abort();
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn circuit_open_wait_sleeps_until_the_cooldown_then_probes() {
+    let mock = MockUpstream::start(Behaviour::Scripted(vec![
+        Behaviour::Unauthorized,
+        Behaviour::healthy_with("after the cooldown"),
+    ]))
+    .await;
+    let gw = gateway(
+        &[("only", &mock)],
+        &[
+            ("LLM__CIRCUIT_OPEN", "wait"),
+            ("LLM__BREAKER__COOLDOWN_S", "1"),
+            ("LLM__RETRY__MAX_ATTEMPTS", "3"),
+        ],
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let resp = gw.chat(vec![Message::user("hi")]).await.unwrap();
+    assert_eq!(resp.content, "after the cooldown");
+    // No request while waiting: one 401, then the half-open probe after ≥ 1 s.
+    assert!(started.elapsed() >= Duration::from_millis(950));
+    assert_eq!(mock.counts().chat, 2);
     gw.shutdown().await;
 }
