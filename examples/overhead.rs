@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use polygateway::config::Settings;
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-use polygateway::{CallOptions, Gateway, Message};
+use polygateway::{CallOptions, ChatEvent, Gateway, Message};
 use serde_json::json;
 
 struct Run {
@@ -141,11 +141,34 @@ async fn main() {
             }
             let d = measure(calls, concurrency, &direct).await;
             let r = measure(calls, concurrency, &governed).await;
+            // `chat_stream()` on the same path, consuming every event: its cost over `chat()`.
+            let streamed = || {
+                let gw = gw.clone();
+                async move {
+                    let events: Vec<_> = gw
+                        .chat_stream(vec![Message::user("hi")], CallOptions::new())
+                        .unwrap()
+                        .collect()
+                        .await;
+                    assert!(matches!(events.last(), Some(Ok(ChatEvent::Done(_)))));
+                }
+            };
+            let s = if stream {
+                Some(measure(calls, concurrency, &streamed).await)
+            } else {
+                None
+            };
             println!(
                 "concurrency {concurrency:>3} stream {stream:<5}  direct p50 {:>8.1} µs p99 {:>8.1} µs {:>7.0}/s | runtime p50 {:>8.1} µs p99 {:>8.1} µs {:>7.0}/s | added p50 {:>7.1} µs p99 {:>8.1} µs",
                 d.p50_us, d.p99_us, d.calls_per_s, r.p50_us, r.p99_us, r.calls_per_s,
                 r.p50_us - d.p50_us, r.p99_us - d.p99_us
             );
+            if let Some(s) = &s {
+                println!(
+                    "concurrency {concurrency:>3} chat_stream   p50 {:>8.1} µs p99 {:>8.1} µs {:>7.0}/s (vs chat() streaming p50 {:>8.1} µs)",
+                    s.p50_us, s.p99_us, s.calls_per_s, r.p50_us
+                );
+            }
             lines.push(json!({
                 "concurrency": concurrency,
                 "stream": stream,
@@ -158,6 +181,9 @@ async fn main() {
                 "runtime_calls_per_s": r.calls_per_s,
                 "added_p50_us": r.p50_us - d.p50_us,
                 "added_p99_us": r.p99_us - d.p99_us,
+                "chat_stream_p50_us": s.as_ref().map(|s| s.p50_us),
+                "chat_stream_p99_us": s.as_ref().map(|s| s.p99_us),
+                "chat_stream_calls_per_s": s.as_ref().map(|s| s.calls_per_s),
             }));
         }
     }

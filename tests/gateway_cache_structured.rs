@@ -224,3 +224,25 @@ async fn a_redis_cache_that_is_down_degrades_to_misses() {
     assert_eq!(mock.counts().chat, 3);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_salvaged_truncated_stream_is_returned_but_never_cached() {
+    let mock = MockUpstream::start(Behaviour::Scripted(vec![
+        Behaviour::TruncatedStream { with_usage: true },
+        Behaviour::healthy_with("complete"),
+    ]))
+    .await;
+    let gw = common::gateway(
+        &[("openai", &mock)],
+        &cached(&[("LLM__OPENAI__1__MISSING_DONE", "salvage")]),
+    )
+    .await;
+    let salvaged = gw.chat(vec![Message::user("q")]).await.unwrap();
+    assert!(salvaged.truncated);
+    assert_eq!(salvaged.usage_source, polygateway::UsageSource::Estimated);
+    let next = gw.chat(vec![Message::user("q")]).await.unwrap();
+    assert!(!next.cache_hit, "the salvaged answer was not stored");
+    assert_eq!(next.content, "complete");
+    assert_eq!(mock.counts().chat, 2);
+    gw.shutdown().await;
+}

@@ -123,3 +123,55 @@ async fn a_slow_consumer_pauses_the_upstream_instead_of_buffering() {
     assert!(matches!(rest.last(), Some(Ok(ChatEvent::Done(_)))));
     gw.shutdown().await;
 }
+
+const CACHE: [(&str, &str); 3] = [
+    ("PGW_CACHE_BACKEND", "memory"),
+    ("PGW_CACHE_NAMESPACE", "stream-tests"),
+    ("PGW_CACHE_TTL_S", "60"),
+];
+
+#[tokio::test]
+async fn a_clean_stream_is_cached_and_a_hit_replays_as_a_stream() {
+    let mock = MockUpstream::start(Behaviour::healthy_with("cache me")).await;
+    let gw = gateway(&[("a", &mock)], &CACHE).await;
+    let first: Vec<_> = gw
+        .chat_stream(vec![Message::user("q")], CallOptions::new())
+        .unwrap()
+        .collect()
+        .await;
+    assert!(matches!(first.last(), Some(Ok(ChatEvent::Done(r))) if !r.cache_hit));
+    let replay: Vec<_> = gw
+        .chat_stream(vec![Message::user("q")], CallOptions::new())
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(replay.len(), 2, "one content event, then the final event");
+    assert!(matches!(&replay[0], Ok(ChatEvent::Content(t)) if t == "cache me"));
+    assert!(matches!(&replay[1], Ok(ChatEvent::Done(r)) if r.cache_hit));
+    assert_eq!(mock.counts().chat, 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_stream_is_never_cached() {
+    let mock = MockUpstream::start(Behaviour::Scripted(vec![
+        Behaviour::TruncatedStream { with_usage: true },
+        Behaviour::healthy_with("whole"),
+    ]))
+    .await;
+    let gw = gateway(&[("a", &mock)], &CACHE).await;
+    let broken: Vec<_> = gw
+        .chat_stream(vec![Message::user("q")], CallOptions::new())
+        .unwrap()
+        .collect()
+        .await;
+    assert!(matches!(
+        broken.last(),
+        Some(Err(GatewayError::StreamInterrupted { .. }))
+    ));
+    let resp = gw.chat(vec![Message::user("q")]).await.unwrap();
+    assert!(!resp.cache_hit, "the truncated stream was not stored");
+    assert_eq!(resp.content, "whole");
+    assert_eq!(mock.counts().chat, 2);
+    gw.shutdown().await;
+}

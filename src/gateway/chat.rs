@@ -214,7 +214,7 @@ impl ScopeHandle<Chat> {
             .coalescer
             .run_with_role(key.clone(), async {
                 let response = produce().await?;
-                if !response.content.is_empty() {
+                if response.is_cacheable() {
                     cache.backend.put(key, &response, cache.ttl).await;
                 }
                 Ok::<_, GatewayError>(response)

@@ -131,7 +131,7 @@ impl ScopeHandle<Chat> {
         let response = self.governed_stream(&prepared, &sink).await?;
         drop(sink);
         if let (Some(cache), Some(key)) = (&self.core.cache, &prepared.cache_key) {
-            if !response.content.is_empty() {
+            if response.is_cacheable() {
                 cache.backend.put(key, &response, cache.ttl).await;
             }
         }

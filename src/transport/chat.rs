@@ -243,6 +243,7 @@ impl ChatTransport {
         let clock = wd.clock();
         let usage_source = self.stream_verdict(&acc, done)?;
         let mut resp = self.response(acc, usage_source);
+        resp.truncated = !done;
         resp.latency_ms = ms_since(clock.start());
         resp.ttft_ms = clock.ttft_ms();
         resp.max_inter_token_ms = clock.max_inter_token_ms();

@@ -88,6 +88,10 @@ pub struct LlmResponse {
     pub reasoning_tokens: Option<u64>,
     /// Cost in the pricing table's currency, when a pricing table is configured.
     pub cost: Option<f64>,
+    /// The answer was salvaged from a stream that ended without `[DONE]`
+    /// (`MISSING_DONE=salvage`). Such an answer is returned but never cached.
+    #[serde(default)]
+    pub truncated: bool,
 }
 
 impl LlmResponse {
@@ -124,6 +128,13 @@ impl LlmResponse {
             model_reported: None,
             reasoning_tokens: None,
             cost: None,
+            truncated: false,
         }
+    }
+
+    /// Whether this answer may be stored in the response cache: it has content and came from a
+    /// complete response (SPEC §9.1: empty completions and truncated streams are never stored).
+    pub fn is_cacheable(&self) -> bool {
+        !self.content.trim().is_empty() && !self.truncated
     }
 }
