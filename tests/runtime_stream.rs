@@ -175,3 +175,65 @@ async fn a_broken_stream_is_never_cached() {
     assert_eq!(mock.counts().chat, 2);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn every_streamed_attempt_has_a_row_and_a_dropped_stream_is_recorded_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.sqlite");
+    let db_s = db.display().to_string();
+    let mock = MockUpstream::start(Behaviour::Scripted(vec![
+        Behaviour::ServerError(503),
+        Behaviour::healthy_with("clean"),
+        Behaviour::Healthy {
+            ttft: Duration::from_millis(5),
+            inter_token: Duration::from_millis(200),
+            chunks: 20,
+            content: "z".repeat(20),
+        },
+    ]))
+    .await;
+    let gw = gateway(
+        &[("a", &mock)],
+        &[
+            ("PGW_TELEMETRY_BACKEND", "sqlite"),
+            ("PGW_TELEMETRY_SQLITE_PATH", &db_s),
+        ],
+    )
+    .await;
+    // A retry before the first delta, then a clean stream: two attempt rows.
+    let clean: Vec<_> = gw
+        .chat_stream(vec![Message::user("one")], CallOptions::new())
+        .unwrap()
+        .collect()
+        .await;
+    let done = match clean.last() {
+        Some(Ok(ChatEvent::Done(r))) => r.clone(),
+        other => panic!("{other:?}"),
+    };
+    // A stream dropped after its first delta: one `cancelled` row.
+    let mut dropped = gw
+        .chat_stream(vec![Message::user("two")], CallOptions::new())
+        .unwrap();
+    assert!(matches!(
+        dropped.next().await,
+        Some(Ok(ChatEvent::Content(_)))
+    ));
+    drop(dropped);
+    wait_idle(&gw, &[&mock]).await;
+    gw.shutdown().await;
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT call_id, COALESCE(error, ''), response FROM llm_calls ORDER BY created_at, rowid")
+        .unwrap();
+    let rows: Vec<(String, String, Option<String>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    assert!(rows[0].1.starts_with("Transient: "), "{rows:?}");
+    assert_eq!(rows[1].0, done.call_id);
+    assert_eq!(rows[1].2.as_deref(), Some("clean"));
+    assert_eq!(rows[2].1, "cancelled");
+}
