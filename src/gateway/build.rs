@@ -76,6 +76,7 @@ pub struct GatewayBuilder {
     pacer: Option<PacerFactory>,
     telemetry_config: TelemetryConfig,
     runtime_options: Option<RuntimeOptions>,
+    redis_key_prefix: String,
 }
 
 impl GatewayBuilder {
@@ -94,6 +95,7 @@ impl GatewayBuilder {
             pacer: None,
             telemetry_config: TelemetryConfig::default(),
             runtime_options: None,
+            redis_key_prefix: "pgw".into(),
         }
     }
 
@@ -156,6 +158,14 @@ impl GatewayBuilder {
         self
     }
 
+    /// Key prefix of the Redis governance backends built from the settings (default `pgw`).
+    /// Gateways that must share limits and breakers use the same prefix; separate deployments
+    /// (or test runs) on one Redis use different ones.
+    pub fn redis_key_prefix(mut self, prefix: &str) -> Self {
+        self.redis_key_prefix = prefix.to_string();
+        self
+    }
+
     /// Restart policy and clock of the supervision tree.
     pub fn runtime_options(mut self, options: RuntimeOptions) -> Self {
         self.runtime_options = Some(options);
@@ -195,7 +205,7 @@ impl GatewayBuilder {
             || settings.breaker_backend == GovernanceBackendKind::Redis;
         let redis = match (needs_redis, &settings.redis_url) {
             (true, Some(url)) if self.gate.is_none() || self.breakers.is_none() => {
-                let redis = RedisGovernance::connect(url, "pgw")
+                let redis = RedisGovernance::connect(url, &self.redis_key_prefix)
                     .await
                     .map_err(|e| GatewayError::Config(format!("REDIS_URL: {e}")))?;
                 owned.redis.push(redis.clone());

@@ -5,6 +5,7 @@
 
 pub mod mock_llm;
 pub mod mock_ocr;
+pub mod ocr_soak;
 pub mod soak;
 
 pub use mock_llm::{mock_embedding, Behaviour, MockCounts, MockUpstream, RecordedRequest};
