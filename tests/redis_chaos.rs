@@ -265,3 +265,99 @@ async fn timed_out_admission_that_ran_late_is_given_back() {
     redis.close().await;
     drop(server);
 }
+
+/// The whole runtime over a Redis that dies and comes back: calls fail closed with
+/// `GovernanceBackendError` (never ungoverned, never hanging), then the same gateway serves again
+/// without a restart, and no lease is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_fails_closed_while_redis_is_down_and_recovers_by_itself() {
+    use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+    use polygateway::{Gateway, GatewayError, Message, UnavailableReason};
+
+    let port = free_port();
+    let mut server = match PrivateRedis::start(port) {
+        Ok(s) => s,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("redis-server needed under CI=true: {e}")
+        }
+        Err(e) => {
+            eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); runtime chaos test did NOT run !!!!!\n");
+            return;
+        }
+    };
+    assert!(server.ready().await, "private redis-server did not come up");
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let env: std::collections::BTreeMap<String, String> = [
+        ("PGW_LIMITER_BACKEND", "redis".to_string()),
+        ("PGW_BREAKER_BACKEND", "redis".to_string()),
+        ("PGW_TELEMETRY_BACKEND", "none".to_string()),
+        ("REDIS_URL", format!("redis://127.0.0.1:{port}")),
+        ("LLM__GLOBAL__MAX_CONCURRENCY", "8".to_string()),
+        ("LLM__OPENAI__1__BASE_URL", mock.base_url()),
+        ("LLM__OPENAI__1__API_KEY", "sk-chaos".to_string()),
+        ("LLM__OPENAI__1__MODEL", "m".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let settings = polygateway::config::Settings::from_map(&env).unwrap();
+    let gw = Gateway::from_settings(settings, "LLM").await.unwrap();
+    let call = || async {
+        tokio::time::timeout(Duration::from_secs(8), gw.chat(vec![Message::user("x")]))
+            .await
+            .expect("no call hangs past its bound")
+    };
+    for _ in 0..10 {
+        call().await.unwrap();
+    }
+
+    server.kill();
+    let down_started = Instant::now();
+    let sent_before = mock.counts().chat;
+    for _ in 0..3 {
+        let err = call().await.unwrap_err();
+        let u = err
+            .unavailable()
+            .unwrap_or_else(|| panic!("fail closed, got {err}"));
+        assert_eq!(u.reason, UnavailableReason::GovernanceBackendDown);
+        assert_eq!(u.retry_after_s, 5.0);
+        assert!(matches!(err, GatewayError::Unavailable(_)));
+    }
+    assert_eq!(
+        mock.counts().chat,
+        sent_before,
+        "nothing went through ungoverned"
+    );
+    assert!(down_started.elapsed() < Duration::from_secs(30));
+
+    let mut server = PrivateRedis::start(port).unwrap();
+    assert!(server.ready().await);
+    let back = Instant::now();
+    let mut recovered = false;
+    while back.elapsed() < Duration::from_secs(10) {
+        if call().await.is_ok() {
+            recovered = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        recovered,
+        "the same gateway serves again once Redis is back"
+    );
+    println!("recovered {:?} after Redis came back", back.elapsed());
+    for _ in 0..10 {
+        call().await.unwrap();
+    }
+    let mut leases = u64::MAX;
+    for _ in 0..50 {
+        leases = gw.leases_held("LLM").await.unwrap();
+        if leases == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(leases, 0, "no lease leaked after recovery");
+    gw.shutdown().await;
+    server.kill();
+}
