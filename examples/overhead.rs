@@ -1,6 +1,7 @@
 //! Runtime overhead per call against a bare reqwest call to the same healthy mock, measured side
 //! by side in one run: concurrency 1 and 256, streaming and not, all in-memory governance on
-//! (selection, pacer, breaker, six gates, retry loop, telemetry hook), no cache, no telemetry sink.
+//! (selection, pacer, breaker, six gates, retry loop, telemetry hook), no cache, no telemetry sink
+//! — and, when a Redis is reachable, the same runtime on Redis limiter and breaker backends.
 //!
 //! ```text
 //! cargo run --release --example overhead -- [--calls N]
@@ -91,6 +92,25 @@ async fn main() {
     let gw = Gateway::from_settings(Settings::from_map(&env).unwrap(), "LLM")
         .await
         .unwrap();
+    // The same scope on Redis backends (limiter and breaker), when a Redis is reachable.
+    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let gw_redis = if std::net::TcpStream::connect("127.0.0.1:6379").is_ok()
+        || std::env::var("REDIS_URL").is_ok()
+    {
+        let mut env = env.clone();
+        env.insert("PGW_LIMITER_BACKEND".into(), "redis".into());
+        env.insert("PGW_BREAKER_BACKEND".into(), "redis".into());
+        env.insert("REDIS_URL".into(), redis_url);
+        Gateway::builder(Settings::from_map(&env).unwrap())
+            .default_scope("LLM")
+            .redis_key_prefix(&format!("pgw-overhead-{}", std::process::id()))
+            .build()
+            .await
+            .ok()
+    } else {
+        println!("(no Redis reachable: the Redis column is skipped)");
+        None
+    };
     let client = reqwest::Client::new();
     let url = Arc::new(format!("{}/chat/completions", mock.base_url()));
 
@@ -141,6 +161,34 @@ async fn main() {
             }
             let d = measure(calls, concurrency, &direct).await;
             let r = measure(calls, concurrency, &governed).await;
+            let on_redis = || {
+                let gw = gw_redis.clone();
+                async move {
+                    gw.expect("only measured with Redis")
+                        .chat_with(vec![Message::user("hi")], CallOptions::new().stream(stream))
+                        .await
+                        .unwrap();
+                }
+            };
+            let rr = match &gw_redis {
+                Some(gw_redis) => {
+                    for _ in 0..100 {
+                        measure(calls / 4, concurrency, &on_redis).await;
+                        let limit = gw_redis.sources("LLM").await.unwrap()[0].pacer_limit;
+                        if limit as usize >= concurrency {
+                            break;
+                        }
+                    }
+                    Some(measure(calls, concurrency, &on_redis).await)
+                }
+                None => None,
+            };
+            if let Some(rr) = &rr {
+                println!(
+                    "concurrency {concurrency:>3} stream {stream:<5}  redis backends p50 {:>8.1} µs p99 {:>8.1} µs {:>7.0}/s (memory p50 {:>8.1} µs)",
+                    rr.p50_us, rr.p99_us, rr.calls_per_s, r.p50_us
+                );
+            }
             // `chat_stream()` on the same path, consuming every event: its cost over `chat()`.
             let streamed = || {
                 let gw = gw.clone();
@@ -179,6 +227,9 @@ async fn main() {
                 "runtime_p99_us": r.p99_us,
                 "direct_calls_per_s": d.calls_per_s,
                 "runtime_calls_per_s": r.calls_per_s,
+                "redis_runtime_p50_us": rr.as_ref().map(|r| r.p50_us),
+                "redis_runtime_p99_us": rr.as_ref().map(|r| r.p99_us),
+                "redis_runtime_calls_per_s": rr.as_ref().map(|r| r.calls_per_s),
                 "added_p50_us": r.p50_us - d.p50_us,
                 "added_p99_us": r.p99_us - d.p99_us,
                 "chat_stream_p50_us": s.as_ref().map(|s| s.p50_us),
@@ -188,6 +239,9 @@ async fn main() {
         }
     }
     gw.shutdown().await;
+    if let Some(gw) = gw_redis {
+        gw.shutdown().await;
+    }
     mock.shutdown().await;
     for line in lines {
         println!("{line}");

@@ -236,6 +236,9 @@ struct Shared {
     counts: Mutex<MockCounts>,
     recorded: Mutex<VecDeque<RecordedRequest>>,
     in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    /// Requests by wall-clock minute (unix ms / 60 000) — the windows a Redis limiter counts in.
+    per_minute: Mutex<BTreeMap<u64, u64>>,
     connections: AtomicUsize,
     embedding_dim: AtomicUsize,
     cancel: CancellationToken,
@@ -276,6 +279,8 @@ impl MockUpstream {
             counts: Mutex::new(MockCounts::default()),
             recorded: Mutex::new(VecDeque::new()),
             in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            per_minute: Mutex::new(BTreeMap::new()),
             connections: AtomicUsize::new(0),
             embedding_dim: AtomicUsize::new(8),
             cancel: cancel.clone(),
@@ -345,6 +350,17 @@ impl MockUpstream {
         self.shared.in_flight.load(Ordering::SeqCst)
     }
 
+    /// The most requests ever in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Requests received per wall-clock minute (unix ms / 60 000): the fixed windows a Redis
+    /// limiter counts RPM in, so a test can check no window got more than the limit.
+    pub fn requests_per_minute(&self) -> BTreeMap<u64, u64> {
+        lock(&self.shared.per_minute).clone()
+    }
+
     /// TCP connections currently open.
     pub fn open_connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
@@ -384,7 +400,12 @@ struct InFlight(Arc<Shared>);
 
 impl InFlight {
     fn new(shared: &Arc<Shared>) -> Self {
-        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let minute = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64 / 60_000);
+        *lock(&shared.per_minute).entry(minute).or_default() += 1;
         InFlight(shared.clone())
     }
 }

@@ -1,0 +1,250 @@
+//! Limits and breakers hold across OS processes sharing one Redis (SPEC §5.3, §5.4).
+//!
+//! This process starts mock upstreams, then runs `--processes` copies of itself as workers, each
+//! with its own gateway on Redis backends (`REDIS_URL`, default redis://127.0.0.1:6379):
+//! 1. load — every worker pushes more traffic than the limits allow into scope `CONC` (global
+//!    concurrency 4, callers wait) and scope `RPM` (global 120 requests per minute, callers fail
+//!    fast); the mocks count what actually arrived, per minute and at once;
+//! 2. breaker — worker 0 calls a source whose key is dead (401: the breaker force-opens in Redis),
+//!    then every other worker calls it and must be refused without reaching it.
+//!
+//! The last line is one JSON object.
+//!
+//! ```text
+//! cargo run --release --example multi_process -- --processes 4
+//! ```
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::StreamExt;
+use polygateway::config::Settings;
+use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway::{Gateway, Message};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+const WORKER_ENV: &str = "PGW_MULTI_PROCESS_WORKER";
+const RPM_LIMIT: u32 = 120;
+const CONCURRENCY_LIMIT: u32 = 4;
+
+#[derive(Serialize, Deserialize)]
+struct Worker {
+    phase: String,
+    redis_url: String,
+    key_prefix: String,
+    conc_url: String,
+    rpm_url: String,
+    dead_url: String,
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct Report {
+    conc_ok: usize,
+    rpm_ok: usize,
+    rpm_refused: usize,
+    other_errors: usize,
+    dead_reason: Option<String>,
+}
+
+async fn gateway(w: &Worker) -> Gateway {
+    let mut env = BTreeMap::new();
+    let mut set = |k: &str, v: String| {
+        env.insert(k.to_string(), v);
+    };
+    set("PGW_LIMITER_BACKEND", "redis".into());
+    set("PGW_BREAKER_BACKEND", "redis".into());
+    set("PGW_TELEMETRY_BACKEND", "none".into());
+    set("REDIS_URL", w.redis_url.clone());
+    set(
+        "CONC__GLOBAL__MAX_CONCURRENCY",
+        CONCURRENCY_LIMIT.to_string(),
+    );
+    set("CONC__BACKPRESSURE__POLL_INTERVAL_S", "0.01".into());
+    set("RPM__GLOBAL__RPM", RPM_LIMIT.to_string());
+    set("RPM__QUOTA_FULL", "fail_fast".into());
+    set("DEAD__BREAKER__COOLDOWN_S", "60".into());
+    for (scope, url) in [
+        ("CONC", &w.conc_url),
+        ("RPM", &w.rpm_url),
+        ("DEAD", &w.dead_url),
+    ] {
+        set(&format!("{scope}__MOCK__1__BASE_URL"), url.clone());
+        set(&format!("{scope}__MOCK__1__API_KEY"), "sk-multi".into());
+        set(&format!("{scope}__MOCK__1__MODEL"), "m".into());
+    }
+    Gateway::builder(Settings::from_map(&env).expect("valid settings"))
+        .default_scope("CONC")
+        .redis_key_prefix(&w.key_prefix)
+        .build()
+        .await
+        .expect("the gateway starts (is Redis up?)")
+}
+
+async fn run_worker(w: Worker) -> Report {
+    let gw = gateway(&w).await;
+    let mut report = Report::default();
+    match w.phase.as_str() {
+        "load" => {
+            let conc = gw.chat_scope("CONC").unwrap();
+            let rpm = gw.chat_scope("RPM").unwrap();
+            let conc_calls = futures::stream::iter(0..40)
+                .map(|_| conc.chat(vec![Message::user("c")]))
+                .buffer_unordered(8)
+                .collect::<Vec<_>>();
+            let rpm_calls = futures::stream::iter(0..60)
+                .map(|_| rpm.chat(vec![Message::user("r")]))
+                .buffer_unordered(8)
+                .collect::<Vec<_>>();
+            let (conc_results, rpm_results) = tokio::join!(conc_calls, rpm_calls);
+            for r in conc_results {
+                match r {
+                    Ok(_) => report.conc_ok += 1,
+                    Err(_) => report.other_errors += 1,
+                }
+            }
+            for r in rpm_results {
+                match r {
+                    Ok(_) => report.rpm_ok += 1,
+                    Err(e)
+                        if e.unavailable()
+                            .is_some_and(|u| u.reason.as_str() == "quota_exhausted") =>
+                    {
+                        report.rpm_refused += 1
+                    }
+                    Err(_) => report.other_errors += 1,
+                }
+            }
+        }
+        _ => {
+            let err = gw
+                .chat_scope("DEAD")
+                .unwrap()
+                .chat(vec![Message::user("d")])
+                .await
+                .expect_err("a dead source never answers");
+            report.dead_reason =
+                Some(err.unavailable().map_or(err.class_name().to_string(), |u| {
+                    u.reason.as_str().to_string()
+                }));
+        }
+    }
+    gw.shutdown().await;
+    report
+}
+
+async fn spawn(worker: &Worker) -> tokio::process::Child {
+    tokio::process::Command::new(std::env::current_exe().unwrap())
+        .env(WORKER_ENV, serde_json::to_string(worker).unwrap())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn a worker")
+}
+
+async fn collect(child: tokio::process::Child) -> Report {
+    let out = child.wait_with_output().await.expect("worker finishes");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or_default()).unwrap_or_else(|e| {
+        eprintln!(
+            "multi_process: a worker failed ({}): {e}: {text}",
+            out.status
+        );
+        std::process::exit(1)
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    if let Ok(config) = std::env::var(WORKER_ENV) {
+        let report = run_worker(serde_json::from_str(&config).expect("worker config")).await;
+        println!("{}", serde_json::to_string(&report).unwrap());
+        return;
+    }
+    let mut processes = 4usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        match (flag.as_str(), args.next().and_then(|v| v.parse().ok())) {
+            ("--processes", Some(n)) if n >= 2 => processes = n,
+            _ => {
+                eprintln!("usage: multi_process [--processes N≥2]");
+                std::process::exit(2);
+            }
+        }
+    }
+    let conc = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(30),
+        inter_token: Duration::ZERO,
+        chunks: 1,
+        content: "c".into(),
+    })
+    .await;
+    let rpm = MockUpstream::start(Behaviour::healthy()).await;
+    let dead = MockUpstream::start(Behaviour::Unauthorized).await;
+    let worker = |phase: &str| Worker {
+        phase: phase.into(),
+        redis_url: std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+        key_prefix: format!("pgw-multi-{}", std::process::id()),
+        conc_url: conc.base_url(),
+        rpm_url: rpm.base_url(),
+        dead_url: dead.base_url(),
+    };
+
+    // Phase 1: load from every process at once.
+    let mut children = Vec::new();
+    for _ in 0..processes {
+        children.push(spawn(&worker("load")).await);
+    }
+    let mut load = Vec::new();
+    for child in children {
+        load.push(collect(child).await);
+    }
+    // Phase 2: one process trips the breaker, every other one must see it.
+    let opener = collect(spawn(&worker("breaker")).await).await;
+    let mut observers = Vec::new();
+    for _ in 1..processes {
+        observers.push(spawn(&worker("breaker")).await);
+    }
+    let mut seen = Vec::new();
+    for child in observers {
+        seen.push(collect(child).await.dead_reason);
+    }
+
+    let per_minute = rpm.requests_per_minute();
+    let max_window = per_minute.values().copied().max().unwrap_or(0);
+    let rpm_ok: usize = load.iter().map(|r| r.rpm_ok).sum();
+    let conc_ok: usize = load.iter().map(|r| r.conc_ok).sum();
+    let other_errors: usize = load.iter().map(|r| r.other_errors).sum();
+    let breaker_seen_by_all =
+        dead.counts().chat == 1 && seen.iter().all(|r| r.as_deref() == Some("circuit_open"));
+    println!("RPM scope: {rpm_ok} admitted of {} attempted; requests per minute window at the mock: {per_minute:?}", processes * 60);
+    println!(
+        "CONC scope: {conc_ok} calls, at most {} in flight at the mock (limit {CONCURRENCY_LIMIT})",
+        conc.max_in_flight()
+    );
+    println!(
+        "breaker: opener saw {:?}, the others saw {seen:?}; the dead source received {} request(s)",
+        opener.dead_reason,
+        dead.counts().chat
+    );
+    let summary = json!({
+        "processes": processes,
+        "rpm_limit": RPM_LIMIT,
+        "max_admitted_in_any_window": max_window,
+        "rpm_admitted_total": rpm_ok,
+        "concurrency_limit": CONCURRENCY_LIMIT,
+        "max_observed_concurrency": conc.max_in_flight(),
+        "concurrency_calls_served": conc_ok,
+        "unexpected_errors": other_errors,
+        "breaker_seen_by_all": breaker_seen_by_all,
+    });
+    println!("{summary}");
+    let ok = max_window <= u64::from(RPM_LIMIT)
+        && conc.max_in_flight() <= CONCURRENCY_LIMIT as usize
+        && breaker_seen_by_all
+        && other_errors == 0;
+    if !ok {
+        std::process::exit(1);
+    }
+}
