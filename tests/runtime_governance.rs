@@ -355,3 +355,33 @@ async fn circuit_open_wait_sleeps_until_the_cooldown_then_probes() {
     assert_eq!(mock.counts().chat, 2);
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_failed_admission_actor_fails_closed_then_is_restarted() {
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let gw = gateway(&[("only", &mock)], &[]).await;
+    gw.chat(vec![Message::user("before")]).await.unwrap();
+    gw.inject_admission_failure();
+    // Right after the failure the door is down: calls fail closed, never ungoverned.
+    let mut saw_fail_closed = false;
+    let mut recovered = false;
+    for _ in 0..100 {
+        match gw.chat(vec![Message::user("during")]).await {
+            Err(e) => {
+                let u = e.unavailable().expect("fail closed");
+                assert_eq!(u.reason, UnavailableReason::GovernanceBackendDown);
+                saw_fail_closed = true;
+            }
+            Ok(_) if saw_fail_closed => {
+                recovered = true;
+                break;
+            }
+            Ok(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(saw_fail_closed, "the restart window was observed");
+    assert!(recovered, "the supervisor restarted the admission actor");
+    wait_idle(&gw, &[&mock]).await;
+    gw.shutdown().await;
+}

@@ -293,6 +293,15 @@ impl Gateway {
         Ok(())
     }
 
+    /// Chaos hook for supervision tests and drills: make the admission actor (the door to the
+    /// limiter and breaker backends) fail. The supervisor restarts it with backoff; meanwhile
+    /// calls fail closed with `GovernanceBackendError`.
+    pub fn inject_admission_failure(&self) {
+        if let Some(entry) = self.core.scopes.values().next() {
+            entry.erased().crash_admission();
+        }
+    }
+
     /// Telemetry health (SPEC §8.6): degraded/fatal, reason, dropped rows.
     pub fn telemetry_status(&self) -> TelemetryStatus {
         self.core.telemetry_args.status()

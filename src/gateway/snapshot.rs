@@ -55,6 +55,7 @@ pub(crate) trait ErasedScope: Send + Sync {
     fn source_view(&self, index: usize, now: std::time::Instant)
         -> (SourceSnapshot, BreakerConfig);
     fn crash_source(&self, index: usize);
+    fn crash_admission(&self);
 }
 
 impl<T: polygateway_actors::Transport> ErasedScope for Scope<T> {
@@ -77,6 +78,10 @@ impl<T: polygateway_actors::Transport> ErasedScope for Scope<T> {
 
     fn crash_source(&self, index: usize) {
         Scope::crash_source(self, index, "injected failure");
+    }
+
+    fn crash_admission(&self) {
+        Scope::crash_admission(self, "injected failure");
     }
 }
 
