@@ -1,0 +1,404 @@
+//! `polygateway` — check a configuration, probe sources, make a governed call, watch the
+//! governance state, print the telemetry schema, and apply telemetry retention.
+//!
+//! Configuration comes from the environment and `./.env` (the environment wins), exactly as
+//! `Gateway::from_env` reads it. Secrets are never printed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use polygateway::config::{
+    redact_dsn, CacheSettings, ScopeKind, Secret, Settings, TelemetryBackendSettings,
+};
+use polygateway::telemetry::{retention, telemetry_schema_sql, RetentionTarget, SchemaBackend};
+use polygateway::{Gateway, GatewayError, Message};
+
+#[derive(Parser)]
+#[command(
+    name = "polygateway",
+    version,
+    about = "Operate a polygateway configuration: check it, probe its sources, make a governed \
+             call, inspect breakers and pacers, print the telemetry schema, apply telemetry \
+             retention.",
+    after_help = "Configuration is read from the environment and ./.env (the environment wins); \
+                  see .env.example for every key."
+)]
+struct Cli {
+    /// Read this file instead of ./.env (variables already in the environment still win).
+    #[arg(long, global = true, value_name = "PATH")]
+    env_file: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check the configuration: every key, every assembly guard. Prints the effective settings
+    /// per scope (secrets redacted) or the error with the key it is about.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+    /// Probe every source of a scope (all scopes if omitted): chat and embeddings sources with
+    /// `GET {base}/models`, OCR sources with `GET {base}/health`. Exits 1 if any is down.
+    Health {
+        /// Scope name (LLM, OCR, …).
+        scope: Option<String>,
+    },
+    /// Make one governed chat call; print the answer, then source, tokens, latency, cost.
+    Chat {
+        /// The prompt.
+        prompt: String,
+        /// Chat scope to use.
+        #[arg(long, default_value = "LLM")]
+        scope: String,
+    },
+    /// Show each source's breaker, health, pacer and counters after a small probe of governed
+    /// calls.
+    Sources {
+        /// Chat scope to probe.
+        #[arg(default_value = "LLM")]
+        scope: String,
+        /// Governed calls to make before the snapshot (0 = none).
+        #[arg(long, default_value_t = 3)]
+        probe: usize,
+    },
+    /// Print the SQL of the `llm_calls` table (CREATE TABLE and ADD COLUMN statements).
+    SchemaSql {
+        /// Database flavour.
+        backend: Backend,
+    },
+    /// Delete telemetry rows older than N days from a plain (non-partitioned) table, in bounded
+    /// batches. A dry run unless --apply. Exits 3 for a partitioned table (drop partitions
+    /// instead).
+    Retention {
+        /// SQLite file to clean.
+        #[arg(
+            long,
+            conflicts_with = "postgres_dsn",
+            required_unless_present = "postgres_dsn"
+        )]
+        sqlite: Option<PathBuf>,
+        /// PostgreSQL DSN to clean.
+        #[arg(long)]
+        postgres_dsn: Option<String>,
+        /// Age threshold in days.
+        #[arg(long)]
+        older_than_days: u32,
+        /// Delete (without it: count only).
+        #[arg(long)]
+        apply: bool,
+        /// Table name.
+        #[arg(long, default_value = "llm_calls")]
+        table: String,
+        /// Rows per DELETE.
+        #[arg(long, default_value_t = 5000)]
+        batch: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigAction {
+    /// Load and validate; print the effective configuration.
+    Check,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+fn settings(cli: &Cli) -> Result<Settings, String> {
+    let result = match &cli.env_file {
+        Some(path) => {
+            let env: BTreeMap<String, String> = std::env::vars().collect();
+            Settings::from_env_with(Some(path), &env)
+        }
+        None => Settings::from_env(),
+    };
+    result.map_err(|e| e.to_string())
+}
+
+async fn gateway(cli: &Cli, scope: &str) -> Result<Gateway, String> {
+    Gateway::from_settings(settings(cli)?, scope)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn print_settings(s: &Settings) {
+    println!("limiter backend: {:?}", s.limiter_backend);
+    println!("breaker backend: {:?}", s.breaker_backend);
+    if let Some(url) = &s.redis_url {
+        println!("redis: {}", redact_dsn(url.expose()));
+    }
+    match &s.cache {
+        CacheSettings::None => println!("cache: none"),
+        CacheSettings::Memory { namespace, ttl } => {
+            println!("cache: memory, namespace {namespace}, ttl {ttl:?}")
+        }
+        CacheSettings::Redis { namespace, ttl } => {
+            println!("cache: redis, namespace {namespace}, ttl {ttl:?}")
+        }
+    }
+    match &s.telemetry.backend {
+        TelemetryBackendSettings::None => println!("telemetry: none"),
+        TelemetryBackendSettings::Sqlite { path } => println!("telemetry: sqlite {path}"),
+        TelemetryBackendSettings::Postgres { dsn, pool_max, .. } => println!(
+            "telemetry: postgres {} (pool {pool_max})",
+            redact_dsn(dsn.expose())
+        ),
+    }
+    println!(
+        "lease ttl: {:?}, structured retries: {}",
+        s.lease_ttl, s.structured_max_retries
+    );
+    for (name, scope) in &s.scopes {
+        println!(
+            "\nscope {name} ({:?}): selector {:?}, attempts {}, backoff {:?}..{:?}, quota_full {:?}, circuit_open {:?}",
+            scope.kind,
+            scope.selector,
+            scope.retry.max_attempts,
+            scope.retry.backoff_base,
+            scope.retry.backoff_max,
+            scope.quota_full,
+            scope.circuit_open
+        );
+        println!(
+            "  global: concurrency {} rpm {} tpm {}; breaker: threshold {} cooldown {:?}; stall window {:?}",
+            scope.global_max_concurrency,
+            scope.global_rpm,
+            scope.global_tpm,
+            scope.breaker.fail_threshold,
+            scope.breaker.cooldown,
+            scope.backpressure.stall_window
+        );
+        for src in &scope.sources {
+            println!(
+                "  {:<16} {:<10} {} model={} key={} timeout={:?} ttft={:?} inter_token={:?} concurrency={} rpm={} tpm={}",
+                src.name,
+                src.provider,
+                redact_dsn(&src.base_url),
+                src.model,
+                if src.api_key.is_empty() { "empty" } else { "set" },
+                src.timeout,
+                src.ttft_timeout,
+                src.inter_token_timeout,
+                src.max_concurrency,
+                src.rpm,
+                src.tpm
+            );
+        }
+    }
+}
+
+/// A direct probe (outside governance: a health check must not spend the scope's quota).
+async fn probe_source(
+    client: &reqwest::Client,
+    kind: ScopeKind,
+    base: &str,
+    key: &Secret,
+) -> Result<(), String> {
+    let base = base.trim_end_matches('/');
+    let url = match kind {
+        ScopeKind::Ocr => format!("{base}/health"),
+        ScopeKind::Chat | ScopeKind::Embeddings => format!("{base}/models"),
+    };
+    let mut request = client.get(&url).timeout(Duration::from_secs(5));
+    if !key.is_empty() {
+        request = request.bearer_auth(key.expose());
+    }
+    let resp = request.send().await.map_err(|e| {
+        if e.is_timeout() {
+            "timeout".to_string()
+        } else {
+            "unreachable".to_string()
+        }
+    })?;
+    if resp.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("HTTP {}", resp.status().as_u16()))
+    }
+}
+
+fn describe(e: GatewayError) -> String {
+    match e.unavailable() {
+        Some(u) => format!("{e} (retry after {:.1} s)", u.retry_after_s),
+        None => e.to_string(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, String> {
+    match &cli.command {
+        Command::Config {
+            action: ConfigAction::Check,
+        } => {
+            let s = settings(&cli)?;
+            print_settings(&s);
+            if s.scopes.is_empty() {
+                return Err("no scope is configured: add a source such as \
+                     LLM__OPENAI__1__BASE_URL, LLM__OPENAI__1__API_KEY and LLM__OPENAI__1__MODEL \
+                     (see .env.example)"
+                    .into());
+            }
+            println!("\nconfiguration OK");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Health { scope } => {
+            let s = settings(&cli)?;
+            if let Some(want) = scope {
+                if !s.scopes.contains_key(want) {
+                    return Err(format!(
+                        "scope {want} is not configured (configured: {})",
+                        s.scopes.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+            let client = reqwest::Client::new();
+            let mut down = 0;
+            println!("{:<10} {:<18} {:<6} detail", "scope", "source", "status");
+            for (name, sc) in &s.scopes {
+                if scope.as_ref().is_some_and(|want| want != name) {
+                    continue;
+                }
+                for src in &sc.sources {
+                    let result = probe_source(&client, sc.kind, &src.base_url, &src.api_key).await;
+                    let (status, detail) = match &result {
+                        Ok(()) => ("up", String::new()),
+                        Err(e) => ("DOWN", e.clone()),
+                    };
+                    down += usize::from(result.is_err());
+                    println!("{name:<10} {:<18} {status:<6} {detail}", src.name);
+                }
+            }
+            Ok(if down == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Chat { prompt, scope } => {
+            let gw = gateway(&cli, scope).await?;
+            let result = match gw.chat_scope(scope) {
+                Ok(handle) => handle.chat(vec![Message::user(prompt.clone())]).await,
+                Err(e) => Err(e),
+            };
+            gw.shutdown().await;
+            let r = result.map_err(describe)?;
+            println!("{}", r.content);
+            println!(
+                "\nsource {}  tokens {}+{} ({})  latency {:.0} ms  cost {}",
+                r.source_name,
+                r.prompt_tokens,
+                r.completion_tokens,
+                r.usage_source.as_str(),
+                r.latency_ms,
+                r.cost.map_or("n/a".to_string(), |c| format!("{c:.6}"))
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sources { scope, probe } => {
+            let gw = gateway(&cli, scope).await?;
+            let handle = match gw.chat_scope(scope) {
+                Ok(h) => h,
+                Err(e) => {
+                    gw.shutdown().await;
+                    return Err(e.to_string());
+                }
+            };
+            for i in 0..*probe {
+                if let Err(e) = handle.chat(vec![Message::user(format!("probe {i}"))]).await {
+                    println!("probe {i}: {}", describe(e));
+                }
+            }
+            let snapshot = gw.sources(scope).await.map_err(|e| e.to_string());
+            gw.shutdown().await;
+            println!(
+                "{:<18} {:<10} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>8}",
+                "source",
+                "breaker",
+                "epoch",
+                "health",
+                "pacer",
+                "attempts",
+                "successes",
+                "failures",
+                "cooling"
+            );
+            for s in snapshot? {
+                println!(
+                    "{:<18} {:<10} {:>5} {:>7.2} {:>6} {:>9} {:>9} {:>9} {:>7.1}s",
+                    s.name,
+                    s.breaker.map_or("unknown", |b| b.as_str()),
+                    s.epoch,
+                    s.health,
+                    s.pacer_limit,
+                    s.attempts,
+                    s.successes,
+                    s.failures + s.dead + s.rate_limited,
+                    s.cooling_for.as_secs_f64()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::SchemaSql { backend } => {
+            print!(
+                "{}",
+                telemetry_schema_sql(match backend {
+                    Backend::Sqlite => SchemaBackend::Sqlite,
+                    Backend::Postgres => SchemaBackend::Postgres,
+                })
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Retention {
+            sqlite,
+            postgres_dsn,
+            older_than_days,
+            apply,
+            table,
+            batch,
+        } => {
+            let target = match (sqlite, postgres_dsn) {
+                (Some(path), _) => RetentionTarget::Sqlite(path.clone()),
+                (None, Some(dsn)) => RetentionTarget::Postgres(Secret::new(dsn.clone())),
+                (None, None) => return Err("give --sqlite PATH or --postgres-dsn DSN".into()),
+            };
+            match retention(&target, table, *older_than_days, *apply, *batch).await {
+                Ok(report) if report.applied => {
+                    println!(
+                        "deleted {} of {} rows older than {older_than_days} days from {table}",
+                        report.deleted, report.matched
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok(report) => {
+                    println!(
+                        "dry run: {} rows of {table} are older than {older_than_days} days (add --apply to delete)",
+                        report.matched
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("polygateway retention: {e}");
+                    Ok(ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1)))
+                }
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("polygateway: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
