@@ -7,6 +7,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 mod gateway;
+pub mod metrics;
 pub use gateway::{
     Chat, ChatEvent, ChatHandle, ChatStream, EmbeddingHandle, Embeddings, Gateway, GatewayBuilder,
     Kind, Ocr, OcrHandle, ScopeHandle, SourceSnapshot,

@@ -356,6 +356,7 @@ impl GatewayBuilder {
                         fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
                         extra_body,
                         native_schema,
+                        metrics: crate::metrics::ChatMetrics::new(name),
                     })
                 }
                 ScopeKind::Embeddings => {

@@ -47,6 +47,7 @@ pub struct ChatScope {
     pub(crate) extra_body: Map<String, Value>,
     /// All sources support native JSON schema (`response_format`).
     pub(crate) native_schema: bool,
+    pub(crate) metrics: crate::metrics::ChatMetrics,
 }
 
 /// A prepared call: the wire request, its telemetry context and its cache key.
@@ -233,13 +234,11 @@ impl ScopeHandle<Chat> {
         match cache.backend.get(key).await {
             CacheLookup::Hit(stored) => {
                 let stored = *stored;
-                metrics::counter!("pgw_cache_hits_total", "scope" => self.name.to_string())
-                    .increment(1);
+                self.scope().metrics.cache_hits.increment(1);
                 Some(self.as_hit(prepared, stored))
             }
             CacheLookup::Miss => {
-                metrics::counter!("pgw_cache_misses_total", "scope" => self.name.to_string())
-                    .increment(1);
+                self.scope().metrics.cache_misses.increment(1);
                 None
             }
         }
@@ -314,6 +313,9 @@ impl ScopeHandle<Chat> {
         let mut response = governed.response;
         response.call_id = governed.attempt_id;
         response.cost = self.core.telemetry.cost(&response.model, &response.usage());
+        if let Some(ttft) = response.ttft_ms {
+            scope.metrics.ttft.record(ttft / 1e3);
+        }
         span.record("gen_ai.request.model", response.model.as_str());
         if let Some(reported) = &response.model_reported {
             span.record("gen_ai.response.model", reported.as_str());

@@ -78,7 +78,7 @@ impl Telemetry {
     /// The one emit function.
     pub fn emit(&self, row: TelemetryRow) {
         if !self.queue.push(row) {
-            metrics::counter!("pgw_telemetry_dropped_rows_total").increment(1);
+            metrics::counter!(crate::metrics::TELEMETRY_DROPPED_ROWS_TOTAL).increment(1);
         }
     }
 

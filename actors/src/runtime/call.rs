@@ -199,6 +199,7 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
         self.settle(BreakerAction::NoVerdict, tokens, false);
         let source = self.ticket.source();
         source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        source.metrics.attempt(None);
         self.observer.on_attempt(&AttemptReport {
             scope: &self.scope.config.name,
             source: &source.name,
@@ -324,7 +325,23 @@ impl<T: Transport> ScopeInner<T> {
                 }
                 Selection::Picked(ticket) => {
                     let index = ticket.source().index;
-                    match self.admit(&ticket).await {
+                    let asked = Instant::now();
+                    let answer = self.admit(&ticket).await;
+                    self.metrics.admission_waited(asked.elapsed().as_secs_f64());
+                    match &answer {
+                        AdmitAnswer::Admitted(p) => {
+                            ticket.source().breaker_seen(if p.probe_id.is_some() {
+                                BreakerState::HalfOpen
+                            } else {
+                                BreakerState::Closed
+                            })
+                        }
+                        AdmitAnswer::BreakerRefused { state, .. } => {
+                            ticket.source().breaker_seen(*state)
+                        }
+                        _ => {}
+                    }
+                    match answer {
                         AdmitAnswer::BackendDown(detail) => {
                             return Err(failures.unavailable(
                                 ScopeReason::GovernanceBackendDown,
@@ -371,6 +388,9 @@ impl<T: Transport> ScopeInner<T> {
                         AdmitAnswer::Admitted(permit) => {
                             attempt_no += 1;
                             budget_used += 1;
+                            if attempt_no > 1 {
+                                self.metrics.retry();
+                            }
                             *attempted = true;
                             let mut guard = AttemptGuard {
                                 scope: self,
@@ -552,6 +572,7 @@ impl<T: Transport> ScopeInner<T> {
         };
         guard.settle(action, tokens, verdict == AttemptVerdict::Success);
         source.report(verdict);
+        source.metrics.attempt(Some(verdict));
         let report_result = match &result {
             Ok(response) => AttemptResult::Ok(response),
             Err(error) => AttemptResult::Err(error),

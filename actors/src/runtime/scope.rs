@@ -69,6 +69,7 @@ pub(crate) struct ScopeInner<T> {
     pub(crate) shutdown: tokio_util::sync::CancellationToken,
     /// Signalled whenever a pacer slot of this scope is freed.
     pub(crate) slot_freed: Arc<tokio::sync::Notify>,
+    pub(crate) metrics: super::metrics::ScopeMetrics,
 }
 
 /// A handle to one scope of a running runtime. Cheap to clone, `Send + Sync`.
@@ -123,16 +124,19 @@ impl<T: Transport> Scope<T> {
                 result = self.inner.run(request, observer, events, options) => result,
             }
         };
+        let started = std::time::Instant::now();
         let result = call.instrument(span.clone()).await;
-        match &result {
+        let outcome = match &result {
             Ok(governed) => {
-                span.record("outcome", "ok");
                 span.record("attempts", governed.attempts);
+                "ok"
             }
-            Err(failure) => {
-                span.record("outcome", failure.kind());
-            }
-        }
+            Err(failure) => failure.kind(),
+        };
+        span.record("outcome", outcome);
+        self.inner
+            .metrics
+            .call_finished(outcome, started.elapsed().as_secs_f64());
         result
     }
 

@@ -5,14 +5,16 @@
 //! [`SourceTicket`] increments it when selection picks the source and decrements it on drop, so a
 //! cancelled call can never leak a slot.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::Notify;
 
 use crate::outcome::AttemptVerdict;
+use crate::ports::breaker::BreakerState;
 
+use super::metrics::SourceMetrics;
 use super::slot::ActorSlot;
 use super::source::SourceMsg;
 
@@ -66,6 +68,9 @@ pub struct SourceShared<T> {
     /// The source actor's current incarnation (kept by its supervisor, the router), so call
     /// tasks report to it in one hop.
     actor: ActorSlot<SourceMsg>,
+    /// Breaker state the last admission saw (`u8::MAX` = none yet), for the metrics.
+    breaker_seen: AtomicU8,
+    pub(crate) metrics: SourceMetrics,
     /// Monotonic counters.
     pub counters: SourceCounters,
 }
@@ -85,7 +90,9 @@ impl<T> SourceShared<T> {
         initial_pacer_limit: u32,
         origin: Instant,
         slot_freed: Arc<Notify>,
+        metrics: SourceMetrics,
     ) -> Self {
+        metrics.pacer_limit.set(f64::from(initial_pacer_limit));
         Self {
             index,
             name,
@@ -100,6 +107,8 @@ impl<T> SourceShared<T> {
             origin,
             slot_freed,
             actor: ActorSlot::down("source actor starting"),
+            breaker_seen: AtomicU8::new(u8::MAX),
+            metrics,
             counters: SourceCounters::default(),
         }
     }
@@ -141,9 +150,10 @@ impl<T> SourceShared<T> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
+                    self.metrics.in_flight.increment(1.0);
                     return Some(SourceTicket {
                         source: Arc::clone(self),
-                    })
+                    });
                 }
                 Err(actual) => current = actual,
             }
@@ -173,6 +183,23 @@ impl<T> SourceShared<T> {
 
     pub(crate) fn publish_pacer_limit(&self, limit: u32) {
         self.pacer_limit.store(limit.max(1), Ordering::Release);
+        self.metrics.pacer_limit.set(f64::from(limit.max(1)));
+    }
+
+    /// An admission saw the breaker in `state` (metrics only).
+    pub(crate) fn breaker_seen(&self, state: BreakerState) {
+        let code = match state {
+            BreakerState::Closed => 0,
+            BreakerState::Open => 1,
+            BreakerState::HalfOpen => 2,
+        };
+        let previous = match self.breaker_seen.swap(code, Ordering::AcqRel) {
+            0 => Some(BreakerState::Closed),
+            1 => Some(BreakerState::Open),
+            2 => Some(BreakerState::HalfOpen),
+            _ => None,
+        };
+        self.metrics.breaker_seen(previous, state);
     }
 
     pub(crate) fn publish_health(&self, score: f64) {
@@ -206,6 +233,7 @@ impl<T> SourceTicket<T> {
 impl<T> Drop for SourceTicket<T> {
     fn drop(&mut self) {
         self.source.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.source.metrics.in_flight.decrement(1.0);
         // One freed slot wakes one call waiting on a full pacer (or is remembered for the next).
         self.source.slot_freed.notify_one();
     }
@@ -227,6 +255,7 @@ mod tests {
             limit,
             Instant::now(),
             Arc::new(Notify::new()),
+            SourceMetrics::new("test", "a_1"),
         ))
     }
 

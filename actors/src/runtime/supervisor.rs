@@ -28,6 +28,7 @@ use crate::policy::select::Selector;
 use crate::ports::transport::Transport;
 
 use super::admission::{AdmissionActor, AdmissionMsg, GovernanceFactory};
+use super::metrics::{ScopeMetrics, SourceMetrics};
 use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
 use super::router::{RouterArgs, RouterMsg, ScopeRouter};
 use super::scope::{Scope, ScopeConfig, ScopeInner};
@@ -376,11 +377,13 @@ impl Runtime {
     ) -> Result<Scope<T>, String> {
         let origin = self.clock.now();
         let slot_freed = Arc::new(tokio::sync::Notify::new());
+        let scope_metrics = ScopeMetrics::new(&config.name);
         let shared: Vec<Arc<SourceShared<T>>> = sources
             .into_iter()
             .enumerate()
             .map(|(index, spec)| {
                 let initial = pacer(&spec.limits).limit();
+                let metrics = SourceMetrics::new(&config.name, &spec.name);
                 Arc::new(SourceShared::new(
                     index,
                     spec.name,
@@ -391,6 +394,7 @@ impl Runtime {
                     initial,
                     origin,
                     Arc::clone(&slot_freed),
+                    metrics,
                 ))
             })
             .collect();
@@ -447,6 +451,7 @@ impl Runtime {
             clock: Arc::clone(&self.clock),
             shutdown: self.shutdown.clone(),
             slot_freed,
+            metrics: scope_metrics,
         }))
     }
 

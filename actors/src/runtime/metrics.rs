@@ -1,0 +1,173 @@
+//! Metrics through the `metrics` facade: plug in Prometheus, StatsD, OpenTelemetry… by installing
+//! a recorder; without one every handle is a no-op.
+//!
+//! Handles are registered once per scope and per source and kept, so the call path never builds
+//! label sets. Label values are bounded: scope and source names come from configuration, outcomes
+//! and results from the fixed sets below — never call ids or tenants.
+
+use metrics::{Counter, Gauge, Histogram};
+
+use crate::outcome::AttemptVerdict;
+use crate::ports::breaker::BreakerState;
+
+/// Governed calls finished, by `scope` and `outcome` (`ok` or a failure kind).
+pub const CALLS_TOTAL: &str = "pgw_calls_total";
+/// Wall time of governed calls, by `scope` (seconds).
+pub const CALL_DURATION_SECONDS: &str = "pgw_call_duration_seconds";
+/// Attempts finished, by `scope`, `source` and `result`.
+pub const ATTEMPTS_TOTAL: &str = "pgw_attempts_total";
+/// Attempts after the first within a call, by `scope`.
+pub const RETRIES_TOTAL: &str = "pgw_retries_total";
+/// Time an attempt waited for the breaker and the six gates, by `scope` (seconds).
+pub const ADMISSION_WAIT_SECONDS: &str = "pgw_admission_wait_seconds";
+/// Attempts holding a pacer slot now, by `scope` and `source`.
+pub const IN_FLIGHT: &str = "pgw_in_flight";
+/// The AIMD pacer's current limit, by `scope` and `source`.
+pub const PACER_LIMIT: &str = "pgw_pacer_limit";
+/// Breaker state as admissions last saw it (0 closed, 1 open, 2 half-open), by `scope`, `source`.
+pub const BREAKER_STATE: &str = "pgw_breaker_state";
+/// Changes of that state, by `scope`, `source` and `to`.
+pub const BREAKER_STATE_CHANGES_TOTAL: &str = "pgw_breaker_state_changes_total";
+
+/// Every metric this crate emits: `(name, kind, labels)`.
+pub const METRICS: &[(&str, &str, &str)] = &[
+    (CALLS_TOTAL, "counter", "scope, outcome"),
+    (CALL_DURATION_SECONDS, "histogram", "scope"),
+    (ATTEMPTS_TOTAL, "counter", "scope, source, result"),
+    (RETRIES_TOTAL, "counter", "scope"),
+    (ADMISSION_WAIT_SECONDS, "histogram", "scope"),
+    (IN_FLIGHT, "gauge", "scope, source"),
+    (PACER_LIMIT, "gauge", "scope, source"),
+    (BREAKER_STATE, "gauge", "scope, source"),
+    (BREAKER_STATE_CHANGES_TOTAL, "counter", "scope, source, to"),
+];
+
+/// The values of the `outcome` label of [`CALLS_TOTAL`].
+pub const CALL_OUTCOMES: [&str; 11] = [
+    "ok",
+    "circuit_open",
+    "retry_exhausted",
+    "stalled",
+    "quota_exhausted",
+    "no_sources",
+    "governance_backend_down",
+    "rejected",
+    "invalid",
+    "stream_broken",
+    "shutdown",
+];
+
+/// The values of the `result` label of [`ATTEMPTS_TOTAL`].
+pub const ATTEMPT_RESULTS: [&str; 6] = [
+    "success",
+    "failure",
+    "rate_limited",
+    "source_dead",
+    "unusable",
+    "cancelled",
+];
+
+/// Scope-level handles.
+#[derive(Debug, Clone)]
+pub struct ScopeMetrics {
+    calls: Vec<Counter>,
+    duration: Histogram,
+    retries: Counter,
+    admission_wait: Histogram,
+}
+
+impl ScopeMetrics {
+    /// Register the handles of scope `scope`.
+    pub fn new(scope: &str) -> Self {
+        let calls = CALL_OUTCOMES
+            .iter()
+            .map(|o| metrics::counter!(CALLS_TOTAL, "scope" => scope.to_string(), "outcome" => *o))
+            .collect();
+        Self {
+            calls,
+            duration: metrics::histogram!(CALL_DURATION_SECONDS, "scope" => scope.to_string()),
+            retries: metrics::counter!(RETRIES_TOTAL, "scope" => scope.to_string()),
+            admission_wait: metrics::histogram!(ADMISSION_WAIT_SECONDS, "scope" => scope.to_string()),
+        }
+    }
+
+    pub(crate) fn call_finished(&self, outcome: &str, seconds: f64) {
+        if let Some(i) = CALL_OUTCOMES.iter().position(|o| *o == outcome) {
+            self.calls[i].increment(1);
+        }
+        self.duration.record(seconds);
+    }
+
+    pub(crate) fn retry(&self) {
+        self.retries.increment(1);
+    }
+
+    pub(crate) fn admission_waited(&self, seconds: f64) {
+        self.admission_wait.record(seconds);
+    }
+}
+
+/// Source-level handles.
+#[derive(Debug, Clone)]
+pub struct SourceMetrics {
+    attempts: Vec<Counter>,
+    pub(crate) in_flight: Gauge,
+    pub(crate) pacer_limit: Gauge,
+    breaker_state: Gauge,
+    breaker_changes: Vec<Counter>,
+}
+
+impl SourceMetrics {
+    /// Register the handles of source `source` in scope `scope`.
+    pub fn new(scope: &str, source: &str) -> Self {
+        let labels = |extra: (&'static str, &'static str)| {
+            [
+                ("scope", scope.to_string()),
+                ("source", source.to_string()),
+                (extra.0, extra.1.to_string()),
+            ]
+        };
+        Self {
+            attempts: ATTEMPT_RESULTS
+                .iter()
+                .map(|r| metrics::counter!(ATTEMPTS_TOTAL, &labels(("result", r))))
+                .collect(),
+            in_flight: metrics::gauge!(IN_FLIGHT, "scope" => scope.to_string(), "source" => source.to_string()),
+            pacer_limit: metrics::gauge!(PACER_LIMIT, "scope" => scope.to_string(), "source" => source.to_string()),
+            breaker_state: metrics::gauge!(BREAKER_STATE, "scope" => scope.to_string(), "source" => source.to_string()),
+            breaker_changes: [
+                BreakerState::Closed,
+                BreakerState::Open,
+                BreakerState::HalfOpen,
+            ]
+            .iter()
+            .map(|s| metrics::counter!(BREAKER_STATE_CHANGES_TOTAL, &labels(("to", s.as_str()))))
+            .collect(),
+        }
+    }
+
+    pub(crate) fn attempt(&self, result: Option<AttemptVerdict>) {
+        let index = match result {
+            Some(AttemptVerdict::Success) => 0,
+            Some(AttemptVerdict::Failure) => 1,
+            Some(AttemptVerdict::RateLimited) => 2,
+            Some(AttemptVerdict::Dead) => 3,
+            Some(AttemptVerdict::AliveButUnusable) => 4,
+            None => 5,
+        };
+        self.attempts[index].increment(1);
+    }
+
+    /// Record the breaker state an admission saw; count a change when it differs from `previous`.
+    pub(crate) fn breaker_seen(&self, previous: Option<BreakerState>, now: BreakerState) {
+        let code = |s: BreakerState| match s {
+            BreakerState::Closed => 0,
+            BreakerState::Open => 1,
+            BreakerState::HalfOpen => 2,
+        };
+        self.breaker_state.set(code(now) as f64);
+        if previous.is_some_and(|p| p != now) {
+            self.breaker_changes[code(now)].increment(1);
+        }
+    }
+}

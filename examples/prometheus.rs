@@ -1,0 +1,51 @@
+//! Expose the runtime's metrics in the Prometheus text format.
+//!
+//! Installs a Prometheus recorder, runs a few governed calls against the built-in mock (one
+//! healthy source, one failing), and prints the `pgw_*` metrics as a scrape would see them. In a
+//! service, serve `handle.render()` on `/metrics` instead (see `examples/service.rs` for axum).
+//!
+//! ```text
+//! cargo run --example prometheus
+//! ```
+
+use std::collections::BTreeMap;
+
+use polygateway::config::Settings;
+use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway::{Gateway, Message};
+
+#[tokio::main]
+async fn main() {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("install the Prometheus recorder");
+    let healthy = MockUpstream::start(Behaviour::healthy()).await;
+    let failing = MockUpstream::start(Behaviour::ServerError(503)).await;
+    let mut env: BTreeMap<String, String> = [
+        ("PGW_LIMITER_BACKEND", "memory"),
+        ("PGW_BREAKER_BACKEND", "memory"),
+        ("LLM__RETRY__BACKOFF_BASE_S", "0.01"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (name, mock) in [("HEALTHY", &healthy), ("FAILING", &failing)] {
+        env.insert(format!("LLM__{name}__1__BASE_URL"), mock.base_url());
+        env.insert(format!("LLM__{name}__1__API_KEY"), "sk-demo".into());
+        env.insert(format!("LLM__{name}__1__MODEL"), "demo-model".into());
+    }
+    let gw = Gateway::from_settings(Settings::from_map(&env).unwrap(), "LLM")
+        .await
+        .unwrap();
+    for i in 0..20 {
+        gw.chat(vec![Message::user(format!("question {i}"))])
+            .await
+            .unwrap();
+    }
+    gw.shutdown().await;
+    for line in handle.render().lines() {
+        if line.contains("pgw_") {
+            println!("{line}");
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Metric names (the `metrics` facade): install any recorder — Prometheus, StatsD,
+//! OpenTelemetry — and these appear. See the README's metrics table; a test keeps the two equal.
+//!
+//! The governance metrics (calls, attempts, retries, admission wait, in-flight, pacer limit,
+//! breaker state) are emitted by the runtime crate; the ones defined here by the gateway layer.
+
+pub use polygateway_actors::runtime::metrics::{
+    ADMISSION_WAIT_SECONDS, ATTEMPTS_TOTAL, ATTEMPT_RESULTS, BREAKER_STATE,
+    BREAKER_STATE_CHANGES_TOTAL, CALLS_TOTAL, CALL_DURATION_SECONDS, CALL_OUTCOMES, IN_FLIGHT,
+    PACER_LIMIT, RETRIES_TOTAL,
+};
+
+/// Response-cache hits, by `scope`.
+pub const CACHE_HITS_TOTAL: &str = "pgw_cache_hits_total";
+/// Response-cache misses (including backend errors and corrupt entries), by `scope`.
+pub const CACHE_MISSES_TOTAL: &str = "pgw_cache_misses_total";
+/// Time to first token of successful streamed chat attempts, by `scope` (seconds).
+pub const TTFT_SECONDS: &str = "pgw_ttft_seconds";
+/// Telemetry rows dropped because the queue was full (no labels). Rows a degraded sink could
+/// not write are counted in `Gateway::telemetry_status().dropped_rows`.
+pub const TELEMETRY_DROPPED_ROWS_TOTAL: &str = "pgw_telemetry_dropped_rows_total";
+
+/// Every metric the library emits: `(name, kind, labels)`.
+///
+/// ```
+/// assert!(polygateway::metrics::all().iter().any(|(name, _, _)| *name == "pgw_calls_total"));
+/// ```
+pub fn all() -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut all = polygateway_actors::runtime::metrics::METRICS.to_vec();
+    all.extend([
+        (CACHE_HITS_TOTAL, "counter", "scope"),
+        (CACHE_MISSES_TOTAL, "counter", "scope"),
+        (TTFT_SECONDS, "histogram", "scope"),
+        (TELEMETRY_DROPPED_ROWS_TOTAL, "counter", ""),
+    ]);
+    all
+}
+
+/// Per-chat-scope handles, registered once.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatMetrics {
+    pub cache_hits: metrics::Counter,
+    pub cache_misses: metrics::Counter,
+    pub ttft: metrics::Histogram,
+}
+
+impl ChatMetrics {
+    pub(crate) fn new(scope: &str) -> Self {
+        Self {
+            cache_hits: metrics::counter!(CACHE_HITS_TOTAL, "scope" => scope.to_string()),
+            cache_misses: metrics::counter!(CACHE_MISSES_TOTAL, "scope" => scope.to_string()),
+            ttft: metrics::histogram!(TTFT_SECONDS, "scope" => scope.to_string()),
+        }
+    }
+}
