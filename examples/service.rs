@@ -25,8 +25,9 @@ use axum::routing::{get, post};
 use axum::Router;
 use futures::{Stream, StreamExt};
 use polygateway::actors::BreakerState;
-use polygateway::config::Settings;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway::config::ScopeKind;
+use polygateway::testkit::demo::settings_or_mock;
+use polygateway::testkit::mock_llm::MockUpstream;
 use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message};
 use serde::Deserialize;
 use serde_json::json;
@@ -137,43 +138,14 @@ async fn healthz(State(gw): State<Gateway>) -> impl IntoResponse {
     )
 }
 
-/// Settings from the environment, or two scopes over the built-in mock when none is configured.
-async fn settings() -> (Settings, Option<MockUpstream>) {
-    if let Ok(settings) = Settings::from_env() {
-        if !settings.scopes.is_empty() {
-            return (settings, None);
-        }
-    }
-    let mock = MockUpstream::start(Behaviour::Healthy {
-        ttft: Duration::from_millis(20),
-        inter_token: Duration::from_millis(20),
-        chunks: 20,
-        content: "streamed from the built-in mock upstream, one piece at a time".into(),
-    })
-    .await;
-    let mut env = std::collections::BTreeMap::new();
-    for (k, v) in [
-        ("PGW_LIMITER_BACKEND", "memory"),
-        ("PGW_BREAKER_BACKEND", "memory"),
-        ("PGW_TELEMETRY_BACKEND", "none"),
-    ] {
-        env.insert(k.to_string(), v.to_string());
-    }
-    for scope in ["LLM", "JUDGE"] {
-        env.insert(format!("{scope}__OPENAI__1__BASE_URL"), mock.base_url());
-        env.insert(format!("{scope}__OPENAI__1__API_KEY"), "sk-mock".into());
-        env.insert(format!("{scope}__OPENAI__1__MODEL"), "mock-model".into());
-    }
-    (
-        Settings::from_map(&env).expect("mock settings are valid"),
-        Some(mock),
-    )
-}
-
 #[tokio::main]
 async fn main() {
     let self_test = std::env::args().any(|a| a == "--self-test");
-    let (settings, mock) = settings().await;
+    let (settings, mocks) = settings_or_mock(
+        &[("LLM", ScopeKind::Chat), ("JUDGE", ScopeKind::Chat)],
+        "streamed from the built-in mock upstream, one piece at a time",
+    )
+    .await;
     let default_scope = settings.scopes.keys().next().cloned().expect("a scope");
     let gw = Gateway::from_settings(settings, &default_scope)
         .await
@@ -207,7 +179,7 @@ async fn main() {
     });
 
     if self_test {
-        run_self_test(&format!("http://{local}"), &gw, mock.as_ref()).await;
+        run_self_test(&format!("http://{local}"), &gw, &mocks.llm).await;
         let _ = stop_tx.send(());
     }
     let _ = server.await;
@@ -215,7 +187,7 @@ async fn main() {
     println!("service: stopped; runtime shut down");
 }
 
-async fn run_self_test(base: &str, gw: &Gateway, mock: Option<&MockUpstream>) {
+async fn run_self_test(base: &str, gw: &Gateway, mocks: &[MockUpstream]) {
     let client = reqwest::Client::new();
     let health = client.get(format!("{base}/healthz")).send().await.unwrap();
     println!(
@@ -257,7 +229,7 @@ async fn run_self_test(base: &str, gw: &Gateway, mock: Option<&MockUpstream>) {
             .unwrap()
             .iter()
             .all(|s| s.in_flight == 0);
-        if idle && mock.is_none_or(|m| m.in_flight() == 0) {
+        if idle && mocks.iter().all(|m| m.in_flight() == 0) {
             println!("client disconnected → upstream closed, pacer slots and leases released");
             return;
         }

@@ -3,6 +3,7 @@
 //!
 //! Not for production use; nothing in the runtime depends on it.
 
+pub mod demo;
 pub mod mock_llm;
 pub mod mock_ocr;
 pub mod ocr_soak;
