@@ -121,6 +121,9 @@ pub enum AdmissionMsg {
         Arc<str>,
         oneshot::Sender<Result<Option<Duration>, BackendError>>,
     ),
+    /// Answer once the backend work already started (settlements, releases, force-opens) has
+    /// finished — called on shutdown so nothing a finished call owes the shared store is lost.
+    Drain(oneshot::Sender<()>),
     /// Chaos hook: make the actor fail, to exercise supervision.
     Crash(String),
 }
@@ -133,6 +136,8 @@ pub struct AdmissionActor;
 #[derive(Debug)]
 pub struct AdmissionState {
     governance: Governance,
+    /// Backend work running in tasks (network backends), so shutdown can let it finish.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl Actor for AdmissionActor {
@@ -146,7 +151,10 @@ impl Actor for AdmissionActor {
         factory: GovernanceFactory,
     ) -> Result<Self::State, ActorProcessingErr> {
         let governance = factory().await.map_err(|e| format!("{e}"))?;
-        Ok(AdmissionState { governance })
+        Ok(AdmissionState {
+            governance,
+            tasks: tokio_util::task::TaskTracker::new(),
+        })
     }
 
     async fn handle(
@@ -163,7 +171,7 @@ impl Actor for AdmissionActor {
                     deliver(gov, answer, reply).await;
                 } else {
                     let gov = gov.clone();
-                    tokio::spawn(async move {
+                    state.tasks.spawn(async move {
                         let answer = admit(&gov, &request).await;
                         deliver(&gov, answer, reply).await;
                     });
@@ -179,9 +187,9 @@ impl Actor for AdmissionActor {
                     finish(gov, &permit, action, tokens, progress).await;
                 } else {
                     let gov = gov.clone();
-                    tokio::spawn(
-                        async move { finish(&gov, &permit, action, tokens, progress).await },
-                    );
+                    state.tasks.spawn(async move {
+                        finish(&gov, &permit, action, tokens, progress).await
+                    });
                 }
             }
             AdmissionMsg::ProgressAge(scope, reply) => {
@@ -193,8 +201,16 @@ impl Actor for AdmissionActor {
                 if state.governance.inline {
                     work.await
                 } else {
-                    tokio::spawn(work);
+                    state.tasks.spawn(work);
                 }
+            }
+            AdmissionMsg::Drain(reply) => {
+                let tasks = state.tasks.clone();
+                tokio::spawn(async move {
+                    tasks.close();
+                    tasks.wait().await;
+                    let _ = reply.send(());
+                });
             }
             AdmissionMsg::Crash(reason) => return Err(reason.into()),
         }

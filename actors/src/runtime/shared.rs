@@ -1,7 +1,8 @@
 //! Per-source values the router reads without a round trip.
 //!
-//! The source actor is the only writer of its policy outputs (health score, pacer limit, cooldown
-//! end); the router reads them to select. In-flight is the one counter written by call tasks: a
+//! The source actor is the only writer of its policy outputs (health score, pacer limit); the
+//! router reads them to select. The cooldown memo is written with a fetch-max by the call that
+//! learns of a refusal, so the next selection sees it at once. In-flight is the one counter written by call tasks: a
 //! [`SourceTicket`] increments it when selection picks the source and decrements it on drop, so a
 //! cancelled call can never leak a slot.
 
@@ -168,13 +169,11 @@ impl<T> SourceShared<T> {
         }
     }
 
-    /// Tell the source actor its breaker refuses until `until`. While the actor restarts, the
-    /// memo is extended directly: it only ever grows, so no update can be lost or reordered.
+    /// Skip this source locally until `until` (its breaker refused or it is dead). Written here,
+    /// not through the actor: the very next selection of the same call must already see it, and
+    /// a fetch-max never moves the memo backwards whoever writes it.
     pub(crate) fn cool_until(&self, until: Instant) {
-        match self.actor.get() {
-            Ok(actor) if actor.cast(SourceMsg::Cooling(until)).is_ok() => {}
-            _ => self.publish_cooling_until(until),
-        }
+        self.publish_cooling_until(until);
     }
 
     pub(crate) fn actor_slot(&self) -> &ActorSlot<SourceMsg> {
@@ -207,7 +206,7 @@ impl<T> SourceShared<T> {
     }
 
     /// Extend the cooldown memo to `until`; it never moves backwards.
-    pub(crate) fn publish_cooling_until(&self, until: Instant) {
+    fn publish_cooling_until(&self, until: Instant) {
         self.cooling_until_ms
             .fetch_max(self.millis(until), Ordering::AcqRel);
     }

@@ -1,15 +1,14 @@
 //! The source actor: one per upstream source, the sole owner of its adaptive policies.
 //!
-//! It owns the AIMD pacer and the health EWMA and keeps the local cooldown memo; after every
-//! change it publishes the derived values (pacer limit, health score, cooldown end) into the
-//! source's [`SourceShared`] so the router selects without a round trip. Call tasks report each
+//! It owns the AIMD pacer and the health EWMA; after every verdict it publishes the derived values
+//! (pacer limit, health score) into the source's [`SourceShared`] so the router selects without a
+//! round trip. Call tasks report each
 //! finished attempt with a cast; nothing here awaits I/O, so a source actor never serialises calls.
 //! The breaker state lives behind the breaker port (memory or Redis) so every process shares it;
 //! the admission actor consults it.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
@@ -27,8 +26,6 @@ pub type PacerFactory = Arc<dyn Fn(&crate::ports::gate::Limits) -> Box<dyn Pacer
 pub enum SourceMsg {
     /// One attempt finished with this verdict.
     Report(AttemptVerdict),
-    /// The breaker refused this source until `until`: skip it locally until then.
-    Cooling(Instant),
     /// Chaos hook: make the actor fail, to exercise supervision.
     Crash(String),
 }
@@ -114,7 +111,6 @@ impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
                 state.shared.publish_pacer_limit(state.pacer.limit());
                 state.shared.publish_health(state.health.value());
             }
-            SourceMsg::Cooling(until) => state.shared.publish_cooling_until(until),
             SourceMsg::Crash(reason) => return Err(reason.into()),
         }
         Ok(())

@@ -469,6 +469,15 @@ impl Runtime {
     /// Bounded by `timeout`; idempotent.
     pub async fn shutdown(&self, timeout: Duration) {
         self.shutdown.cancel();
+        // Calls interrupted just now hand back their permits by message; let those land, then let
+        // the admission actor finish the backend work it started (Redis releases, force-opens).
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        if let Ok(admission) = self.admission.get() {
+            let (reply, done) = oneshot::channel();
+            if admission.cast(AdmissionMsg::Drain(reply)).is_ok() {
+                let _ = tokio::time::timeout(timeout / 2, done).await;
+            }
+        }
         let _ = tokio::time::timeout(
             timeout,
             self.supervisor
