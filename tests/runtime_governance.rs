@@ -385,3 +385,44 @@ async fn a_failed_admission_actor_fails_closed_then_is_restarted() {
     wait_idle(&gw, &[&mock]).await;
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn shutdown_ends_calls_in_flight_and_still_records_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.sqlite");
+    let db_s = db.display().to_string();
+    let slow = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(1500),
+        inter_token: Duration::ZERO,
+        chunks: 1,
+        content: "late".into(),
+    })
+    .await;
+    let gw = gateway(
+        &[("slow", &slow)],
+        &[
+            ("PGW_TELEMETRY_BACKEND", "sqlite"),
+            ("PGW_TELEMETRY_SQLITE_PATH", &db_s),
+        ],
+    )
+    .await;
+    let call = {
+        let gw = gw.clone();
+        tokio::spawn(async move { gw.chat(vec![Message::user("x")]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    gw.shutdown().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown is bounded"
+    );
+    let err = call.await.unwrap().unwrap_err();
+    assert!(matches!(err, GatewayError::Shutdown(_)), "{err}");
+    gw.shutdown().await; // idempotent
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let error: String = conn
+        .query_row("SELECT error FROM llm_calls", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(error, "cancelled");
+}

@@ -312,13 +312,16 @@ impl Gateway {
         self.core.telemetry.queue.accepted()
     }
 
-    /// Flush telemetry and stop the runtime. Bounded (≈ 10 s at most) and idempotent; closes only
-    /// what the gateway built itself.
+    /// Stop: calls in flight end with a shutdown error and release what they hold, the Redis
+    /// bookkeeping they owe is finished, telemetry is flushed, the actor tree stops. Bounded
+    /// (≈ 12 s at most) and idempotent; closes only what the gateway built itself.
     pub async fn shutdown(&self) {
         if self.core.closed.swap(true, Ordering::SeqCst) {
             return;
         }
         let core = &self.core;
+        // Calls first (their cancelled attempts still get rows), then telemetry, then the tree.
+        core.runtime.quiesce(Duration::from_secs(2)).await;
         if let Ok(actor) = core.telemetry_actor.get() {
             let flushed = tokio::time::timeout(Duration::from_secs(5), async {
                 ractor::call!(actor, TelemetryMsg::Flush)

@@ -465,18 +465,27 @@ impl Runtime {
         &self.admission
     }
 
-    /// Stop the tree: calls in flight end with a shutdown error and release what they hold.
+    /// First half of a shutdown: calls in flight end with a shutdown error and hand back what
+    /// they hold, and the admission actor finishes the backend work it started (Redis releases,
+    /// force-opens). The tree keeps running, so the owner can flush telemetry afterwards.
     /// Bounded by `timeout`; idempotent.
-    pub async fn shutdown(&self, timeout: Duration) {
+    pub async fn quiesce(&self, timeout: Duration) {
         self.shutdown.cancel();
-        // Calls interrupted just now hand back their permits by message; let those land, then let
-        // the admission actor finish the backend work it started (Redis releases, force-opens).
+        // Interrupted calls hand back their permits by message; let those land first.
         tokio::time::sleep(Duration::from_millis(10)).await;
         if let Ok(admission) = self.admission.get() {
             let (reply, done) = oneshot::channel();
             if admission.cast(AdmissionMsg::Drain(reply)).is_ok() {
-                let _ = tokio::time::timeout(timeout / 2, done).await;
+                let _ = tokio::time::timeout(timeout, done).await;
             }
+        }
+    }
+
+    /// Stop the tree ([`Runtime::quiesce`] first if it was not called). Bounded by `timeout`;
+    /// idempotent.
+    pub async fn shutdown(&self, timeout: Duration) {
+        if !self.shutdown.is_cancelled() {
+            self.quiesce(timeout / 2).await;
         }
         let _ = tokio::time::timeout(
             timeout,
