@@ -9,7 +9,8 @@
 --   3 global window  HASH  field "r:<w>" = requests, "t:<w>" = tokens in window w
 --   4 source window  HASH  same
 --   5 lease record   HASH  w = admission window, est = pre-deducted tokens, settled = 0|1,
---                          released = 0|1, exp = lease expiry ms; deleted once both flags are set
+--                          released = 0|1, exp = lease expiry ms; kept 2 minutes once both
+--                          flags are set (a tombstone against re-sent admissions)
 --
 -- ARGV[1] = operation:
 --   admit   ARGV: 2 lease id, 3 lease ttl ms, 4 window ms, 5 est tokens,
@@ -19,7 +20,8 @@
 --              gate: 1 global conc, 2 source conc, 3 global rpm, 4 source rpm, 5 global tpm,
 --                    6 source tpm
 --   settle  ARGV: 2 actual tokens -> 1 applied | 0 already settled / unknown lease
---   release ARGV: 2 lease id -> number of slots freed (0 when already released)
+--   release ARGV: 2 lease id -> number of slots freed (0 when already released or unknown;
+--                 an unknown id leaves a tombstone)
 --   held    (KEYS[1] only) -> live leases in the global gate
 --
 -- Idempotency: fred may re-send an EVALSHA after a dropped connection. A re-sent `admit` finds its
@@ -27,6 +29,10 @@
 -- record's `settled` flag once; `release` is a ZREM.
 
 local op = ARGV[1]
+
+-- How long a finished or tombstoned lease record is kept: longer than any reconnect after which
+-- fred could re-send a timed-out admission.
+local TOMBSTONE_MS = 120000
 
 -- Longest hint for a full concurrency gate (policy/limiter.rs LEASE_POLL).
 local LEASE_POLL_MS = 250
@@ -75,10 +81,16 @@ if op == 'admit' then
   local window = math.floor(now / window_ms)
   local window_left = (window + 1) * window_ms - now
 
-  -- A re-sent admission answers the original one and counts nothing. A lease that expired (it is
-  -- forgotten, as in memory) or was released holds no slot, so its id is admitted afresh.
+  -- A re-sent admission answers the original one and counts nothing. So does an admission whose
+  -- lease was already released — including a release that arrived first because the caller timed
+  -- out and gave the lease back before fred re-sent the admission after a reconnect: it holds no
+  -- slot and must not take one (as in memory). A lease that expired is forgotten and admitted
+  -- afresh.
   local prior = redis.call('HMGET', KEYS[5], 'w', 'est', 'exp', 'released')
-  if prior[1] and tonumber(prior[3]) > now and prior[4] ~= '1' then
+  if prior[4] == '1' then
+    return {1, tonumber(prior[1] or window), tonumber(prior[2] or 0)}
+  end
+  if prior[1] and tonumber(prior[3]) > now then
     return {1, tonumber(prior[1]), tonumber(prior[2])}
   end
 
@@ -152,10 +164,9 @@ elseif op == 'settle' then
       end
     end
   end
+  redis.call('HSET', KEYS[5], 'settled', 1)
   if rec[5] == '1' then
-    redis.call('DEL', KEYS[5])
-  else
-    redis.call('HSET', KEYS[5], 'settled', 1)
+    redis.call('PEXPIRE', KEYS[5], TOMBSTONE_MS)
   end
   return 1
 
@@ -163,11 +174,12 @@ elseif op == 'release' then
   local lease_id = ARGV[2]
   local freed = redis.call('ZREM', KEYS[1], lease_id)
   freed = freed + redis.call('ZREM', KEYS[2], lease_id)
+  -- Mark the record released (a tombstone when the admission has not arrived yet) so a late,
+  -- re-sent admission of this id takes no slot. A finished record only lingers briefly.
   local settled = redis.call('HGET', KEYS[5], 'settled')
-  if settled == '1' then
-    redis.call('DEL', KEYS[5])
-  elseif settled then
-    redis.call('HSET', KEYS[5], 'released', 1)
+  redis.call('HSET', KEYS[5], 'released', 1)
+  if settled == '1' or not settled then
+    redis.call('PEXPIRE', KEYS[5], TOMBSTONE_MS)
   end
   return freed
 

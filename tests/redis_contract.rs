@@ -232,9 +232,28 @@ async fn resent_admission_answers_the_first_and_counts_once() {
     gate.release(&first).await.unwrap();
     gate.release(&first).await.unwrap();
     assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
-    // A released lease holds no slot: its id is not answered from the record but admitted
-    // afresh, which meets the full RPM gate.
-    assert_eq!(refused(gate.admit(&req).await.unwrap()).0, Gate::GlobalRpm);
+    // A released lease holds no slot, and a re-sent admission of its id must not take one.
+    assert_eq!(admitted(gate.admit(&req).await.unwrap()), first);
+    assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn a_release_that_overtakes_its_admission_leaves_no_slot_taken() {
+    // The caller timed out and gave the lease back; fred re-sends the admission after reconnecting.
+    let Some(fx) = connect().await else { return };
+    let gate = RedisGate::new(fx.redis.clone());
+    let req = request("LLM", "a", limits(5, 0, 0), Limits::default(), 0);
+    let lease = polygateway::actors::Lease {
+        scope: req.scope.clone(),
+        source: req.source.clone(),
+        id: req.lease_id.clone(),
+        est_tokens: 0,
+        window: 0,
+    };
+    gate.release(&lease).await.unwrap();
+    admitted(gate.admit(&req).await.unwrap());
+    assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
     fx.finish().await;
 }
 
@@ -365,13 +384,23 @@ async fn every_key_expires_and_shares_the_scope_tag() {
         format!("{tag}:lease"),
         format!("{tag}:progress"),
         format!("{tag}:rec:{}", held.id),
+        format!("{tag}:rec:{}", done.id),
         format!("{tag}:src:j:breaker"),
         format!("{tag}:src:j:lease"),
         format!("{tag}:src:j:win"),
         format!("{tag}:win"),
     ];
     expected.sort();
-    assert_eq!(keys, expected, "a finished lease leaves no record behind");
+    assert_eq!(
+        keys, expected,
+        "a finished lease leaves only its short-lived tombstone behind"
+    );
+    let raw_tomb = fx.raw().await;
+    let tomb_ttl: i64 = raw_tomb
+        .pttl(format!("{tag}:rec:{}", done.id))
+        .await
+        .unwrap();
+    assert!(tomb_ttl > 0 && tomb_ttl <= 120_000, "{tomb_ttl}");
     let raw = fx.raw().await;
     for key in &keys {
         assert!(
