@@ -2,6 +2,7 @@
 //! upstreams.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![deny(unreachable_pub)]
 
 pub mod cache;
 pub mod config;

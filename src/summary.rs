@@ -5,11 +5,11 @@
 //! `insufficient_quota`) must parse the untruncated body, never this summary.
 
 /// Longest summary, in chars, that is returned unshortened.
-pub const SUMMARY_MAX_CHARS: usize = 2048;
+pub(crate) const SUMMARY_MAX_CHARS: usize = 2048;
 /// Chars kept from the start of a body that is too long.
-pub const SUMMARY_HEAD_CHARS: usize = 1400;
+pub(crate) const SUMMARY_HEAD_CHARS: usize = 1400;
 /// Chars kept from the end of a body that is too long.
-pub const SUMMARY_TAIL_CHARS: usize = 600;
+pub(crate) const SUMMARY_TAIL_CHARS: usize = 600;
 
 /// Fold whitespace and bound a response body for messages and `body_text`.
 ///

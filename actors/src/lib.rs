@@ -7,6 +7,7 @@
 //! OpenAI, SSE, SQL or HTTP; the `polygateway` crate supplies those.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![deny(unreachable_pub)]
 
 pub mod clock;
 pub mod memory;

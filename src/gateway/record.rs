@@ -67,7 +67,7 @@ pub(crate) struct Telemetry {
 impl Telemetry {
     /// The per-call row context, built only when rows are recorded at all (digesting messages
     /// is the costliest part of a row).
-    pub fn context(&self, build: impl FnOnce() -> RowContext) -> RowContext {
+    pub(crate) fn context(&self, build: impl FnOnce() -> RowContext) -> RowContext {
         if self.enabled {
             build()
         } else {
@@ -76,7 +76,7 @@ impl Telemetry {
     }
 
     /// The one emit function.
-    pub fn emit(&self, row: TelemetryRow) {
+    pub(crate) fn emit(&self, row: TelemetryRow) {
         if !self.queue.push(row) {
             metrics::counter!(crate::metrics::TELEMETRY_DROPPED_ROWS_TOTAL).increment(1);
         }
@@ -84,12 +84,12 @@ impl Telemetry {
 
     /// Cost of `usage` on `model`: `None` without a pricing table, for unknown models and when
     /// usage is unavailable (unknown is not free).
-    pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
+    pub(crate) fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         self.pricing.as_ref().and_then(|p| p.cost(model, usage))
     }
 
     /// Record a cache hit: its own row id, latency 0, cost 0.0, the current call's context.
-    pub fn record_cache_hit(&self, ctx: &RowContext, response: &LlmResponse) {
+    pub(crate) fn record_cache_hit(&self, ctx: &RowContext, response: &LlmResponse) {
         if !self.enabled {
             return;
         }

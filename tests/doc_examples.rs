@@ -1,0 +1,175 @@
+//! Every public item of both library crates carries a doc example (which `cargo test --doc`
+//! compiles, and runs unless marked `no_run`), so the API reference cannot lose its examples
+//! one forgotten item at a time.
+//!
+//! "Public item" here is every `pub` function, method, associated constant, struct, enum, union,
+//! trait, type alias, constant, static and exported macro in `src/` and `actors/src/` (the CLI
+//! binary in `src/bin/` is not library API). Fields and enum variants are documented on their
+//! own lines and shown by their type's example; trait methods are shown by the trait's example.
+
+use std::path::{Path, PathBuf};
+
+use syn::{Attribute, ImplItem, Item, Visibility};
+
+/// Whether the doc comment written on an item contains a fenced code block.
+fn has_example(attrs: &[Attribute]) -> bool {
+    let mut doc = String::new();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("doc")) {
+        if let syn::Meta::NameValue(nv) = &attr.meta {
+            if let syn::Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(s),
+                ..
+            }) = &nv.value
+            {
+                doc.push_str(&s.value());
+                doc.push('\n');
+            }
+        }
+    }
+    doc.contains("```")
+}
+
+fn is_cfg_test(attrs: &[Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.meta
+                .require_list()
+                .is_ok_and(|l| l.tokens.to_string().contains("test"))
+    })
+}
+
+fn public(vis: &Visibility) -> bool {
+    matches!(vis, Visibility::Public(_))
+}
+
+struct Missing<'a> {
+    file: &'a Path,
+    out: &'a mut Vec<String>,
+}
+
+impl Missing<'_> {
+    fn check(&mut self, attrs: &[Attribute], kind: &str, name: String) {
+        if !has_example(attrs) {
+            self.out
+                .push(format!("{}: {kind} {name}", self.file.display()));
+        }
+    }
+
+    fn items(&mut self, items: &[Item], prefix: &str) {
+        for item in items {
+            match item {
+                Item::Fn(f) if public(&f.vis) => {
+                    self.check(&f.attrs, "fn", format!("{prefix}{}", f.sig.ident))
+                }
+                Item::Struct(s) if public(&s.vis) => {
+                    self.check(&s.attrs, "struct", format!("{prefix}{}", s.ident))
+                }
+                Item::Enum(e) if public(&e.vis) => {
+                    self.check(&e.attrs, "enum", format!("{prefix}{}", e.ident))
+                }
+                Item::Union(u) if public(&u.vis) => {
+                    self.check(&u.attrs, "union", format!("{prefix}{}", u.ident))
+                }
+                Item::Trait(t) if public(&t.vis) => {
+                    self.check(&t.attrs, "trait", format!("{prefix}{}", t.ident))
+                }
+                Item::Type(t) if public(&t.vis) => {
+                    self.check(&t.attrs, "type", format!("{prefix}{}", t.ident))
+                }
+                Item::Const(c) if public(&c.vis) => {
+                    self.check(&c.attrs, "const", format!("{prefix}{}", c.ident))
+                }
+                Item::Static(s) if public(&s.vis) => {
+                    self.check(&s.attrs, "static", format!("{prefix}{}", s.ident))
+                }
+                Item::Macro(m) if m.attrs.iter().any(|a| a.path().is_ident("macro_export")) => {
+                    let name = m.ident.as_ref().map(|i| i.to_string()).unwrap_or_default();
+                    self.check(&m.attrs, "macro", format!("{prefix}{name}!"))
+                }
+                Item::Impl(imp) if imp.trait_.is_none() && !is_cfg_test(&imp.attrs) => {
+                    let ty = quote_type(&imp.self_ty);
+                    for member in &imp.items {
+                        match member {
+                            ImplItem::Fn(f) if public(&f.vis) => self.check(
+                                &f.attrs,
+                                "method",
+                                format!("{prefix}{ty}::{}", f.sig.ident),
+                            ),
+                            ImplItem::Const(c) if public(&c.vis) => self.check(
+                                &c.attrs,
+                                "const",
+                                format!("{prefix}{ty}::{}", c.ident),
+                            ),
+                            _ => {}
+                        }
+                    }
+                }
+                Item::Mod(m) if !is_cfg_test(&m.attrs) => {
+                    if let Some((_, inner)) = &m.content {
+                        self.items(inner, &format!("{prefix}{}::", m.ident));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The impl's self type as written, without generics (`ScopeHandle`, not `ScopeHandle<K>`).
+fn quote_type(ty: &syn::Type) -> String {
+    match ty {
+        syn::Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .map(|s| s.ident.to_string())
+            .unwrap_or_default(),
+        _ => "?".into(),
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n == "bin") {
+                continue;
+            }
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_public_item_has_a_doc_example() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    rust_files(&root.join("actors/src"), &mut files);
+    files.sort();
+    assert!(files.len() > 50, "found only {} source files", files.len());
+
+    let mut missing = Vec::new();
+    let mut checked_files = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let parsed = syn::parse_file(&text)
+            .unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
+        let relative = file.strip_prefix(root).unwrap();
+        Missing {
+            file: relative,
+            out: &mut missing,
+        }
+        .items(&parsed.items, "");
+        checked_files += 1;
+    }
+    assert!(checked_files == files.len());
+    assert!(
+        missing.is_empty(),
+        "{} public items have no doc example:\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
+}
