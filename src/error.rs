@@ -13,6 +13,18 @@ use polygateway_actors::{Classify, FailureClass, SourceReason};
 pub use crate::summary::summarize_body;
 
 /// Scope-level reason of an unavailable error.
+///
+/// A job queue can use it to decide how to reschedule:
+///
+/// ```
+/// use polygateway::UnavailableReason;
+/// // No sources means an assembly defect: retrying later will not help.
+/// fn worth_requeueing(reason: UnavailableReason) -> bool {
+///     !matches!(reason, UnavailableReason::NoSources)
+/// }
+/// assert!(worth_requeueing(UnavailableReason::CircuitOpen));
+/// assert!(!worth_requeueing(UnavailableReason::NoSources));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum UnavailableReason {
@@ -32,6 +44,12 @@ pub enum UnavailableReason {
 
 impl UnavailableReason {
     /// Wire name.
+    ///
+    /// ```
+    /// use polygateway::UnavailableReason;
+    /// assert_eq!(UnavailableReason::RetryExhausted.as_str(), "retry_exhausted");
+    /// assert_eq!(UnavailableReason::GovernanceBackendDown.as_str(), "governance_backend_down");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Self::CircuitOpen => "circuit_open",
@@ -45,6 +63,16 @@ impl UnavailableReason {
 }
 
 /// Which member of the unavailable family.
+///
+/// ```
+/// use polygateway::UnavailableKind;
+/// // A governance backend outage is an operations problem; the others are upstream weather.
+/// fn page_on_call(kind: UnavailableKind) -> bool {
+///     matches!(kind, UnavailableKind::GovernanceBackend)
+/// }
+/// assert!(page_on_call(UnavailableKind::GovernanceBackend));
+/// assert!(!page_on_call(UnavailableKind::AllSourcesExhausted));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum UnavailableKind {
@@ -58,6 +86,12 @@ pub enum UnavailableKind {
 
 impl UnavailableKind {
     /// Class name as used in telemetry's `error` column.
+    ///
+    /// ```
+    /// use polygateway::UnavailableKind;
+    /// assert_eq!(UnavailableKind::CircuitOpen.class_name(), "CircuitOpenError");
+    /// assert_eq!(UnavailableKind::GovernanceBackend.class_name(), "GovernanceBackendError");
+    /// ```
     pub fn class_name(self) -> &'static str {
         match self {
             Self::CircuitOpen => "CircuitOpenError",
@@ -68,6 +102,29 @@ impl UnavailableKind {
 }
 
 /// A scope could not serve the call now. Carries enough for a job queue to reschedule.
+///
+/// Here the only source answers 503 to every attempt, so the retry budget runs out:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::actors::SourceReason;
+/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway::{Message, UnavailableKind, UnavailableReason};
+/// let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
+/// let extra = [("LLM__RETRY__MAX_ATTEMPTS", "2")];
+/// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &extra);
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+/// let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+/// let u = err.unavailable().expect("a scope-level failure");
+/// assert_eq!((u.kind, u.reason), (UnavailableKind::AllSourcesExhausted, UnavailableReason::RetryExhausted));
+/// assert_eq!(u.scope, "LLM");
+/// assert_eq!(u.per_source_reasons["openai_1"], SourceReason::NetworkError);
+/// assert!(u.retry_after_s >= 0.0);
+/// assert!(u.to_string().starts_with("scope LLM unavailable (retry_exhausted)"));
+/// # gw.shutdown().await;
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Unavailable {
@@ -110,6 +167,23 @@ impl fmt::Display for Unavailable {
 }
 
 /// An attempt failure, classified by the transport that saw it.
+///
+/// Governance reads it through [`Classify`](polygateway_actors::Classify); a 429 with a
+/// `Retry-After` looks like this:
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::actors::{Classify, FailureClass, SourceReason};
+/// use polygateway::TransportError;
+/// let mut e = TransportError::transient(SourceReason::RateLimited, "429 Too Many Requests");
+/// e.rate_limited = true;
+/// e.status = Some(429);
+/// e.retry_after = Some(Duration::from_secs(2));
+/// assert_eq!(e.class(), FailureClass::Transient);
+/// assert!(e.is_rate_limited());
+/// assert_eq!(Classify::retry_after(&e), Some(Duration::from_secs(2)));
+/// assert_eq!(e.to_string(), "429 Too Many Requests");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct TransportError {
@@ -134,6 +208,14 @@ pub struct TransportError {
 
 impl TransportError {
     /// A transport error of `class` with a message.
+    ///
+    /// ```
+    /// use polygateway::actors::{Classify, FailureClass, SourceReason};
+    /// use polygateway::TransportError;
+    /// let e = TransportError::new(FailureClass::SourceDead, SourceReason::SourceDead, "401 invalid key");
+    /// assert_eq!(e.source_reason(), SourceReason::SourceDead);
+    /// assert_eq!((e.status, e.rate_limited, e.answered), (None, false, false));
+    /// ```
     pub fn new(class: FailureClass, reason: SourceReason, message: impl Into<String>) -> Self {
         Self {
             class,
@@ -148,11 +230,29 @@ impl TransportError {
     }
 
     /// A transient failure (network error unless `reason` says otherwise).
+    ///
+    /// ```
+    /// use polygateway::actors::{Classify, FailureClass, SourceReason};
+    /// use polygateway::TransportError;
+    /// let e = TransportError::transient(SourceReason::Timeout, "no first token within 10 s");
+    /// assert_eq!(e.class(), FailureClass::Transient);
+    /// assert_eq!(e.reason, SourceReason::Timeout);
+    /// assert!(!e.proves_alive());
+    /// ```
     pub fn transient(reason: SourceReason, message: impl Into<String>) -> Self {
         Self::new(FailureClass::Transient, reason, message)
     }
 
     /// A local or upstream rejection of the request (no retry, no switch).
+    ///
+    /// ```
+    /// use polygateway::actors::{Classify, FailureClass};
+    /// use polygateway::TransportError;
+    /// let e = TransportError::rejected("image is neither PNG nor JPEG");
+    /// assert_eq!(e.class(), FailureClass::RequestRejected);
+    /// // Built locally: nothing was sent, so it says nothing about the source's health.
+    /// assert!(!e.answered && !e.proves_alive());
+    /// ```
     pub fn rejected(message: impl Into<String>) -> Self {
         Self::new(
             FailureClass::RequestRejected,
@@ -162,6 +262,15 @@ impl TransportError {
     }
 
     /// The result arrived but is unusable; the service answered.
+    ///
+    /// ```
+    /// use polygateway::actors::{Classify, FailureClass};
+    /// use polygateway::TransportError;
+    /// let e = TransportError::invalid("expected 3 vectors, got 2");
+    /// assert_eq!(e.class(), FailureClass::ResultInvalid);
+    /// // The service answered, so the breaker counts it as alive.
+    /// assert!(e.answered && e.proves_alive());
+    /// ```
     pub fn invalid(message: impl Into<String>) -> Self {
         let mut e = Self::new(
             FailureClass::ResultInvalid,
@@ -204,6 +313,21 @@ impl Classify for TransportError {
 }
 
 /// Structured-output failure details (SPEC §9.2 step 5).
+///
+/// ```
+/// use polygateway::error::InvalidResult;
+/// use polygateway::GatewayError;
+/// let details = InvalidResult {
+///     raw_text: "{\"name\": 42".into(),
+///     repair_error: Some("unterminated object".into()),
+///     validation_errors: vec![],
+/// };
+/// let err = GatewayError::ResultInvalid { message: "no valid JSON".into(), details: Box::new(details) };
+/// if let GatewayError::ResultInvalid { details, .. } = &err {
+///     assert_eq!(details.repair_error.as_deref(), Some("unterminated object"));
+/// }
+/// assert_eq!(err.to_string(), "ResultInvalid: no valid JSON");
+/// ```
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct InvalidResult {
     /// The raw text of the last answer.
@@ -270,6 +394,23 @@ pub enum GatewayError {
 
 impl GatewayError {
     /// The unavailable details, if this is a scope-level unavailability.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway::Message;
+    /// let mock = MockUpstream::start(Behaviour::ServerError(502)).await;
+    /// let extra = [("LLM__RETRY__MAX_ATTEMPTS", "1")];
+    /// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &extra);
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+    /// let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+    /// let retry_after_s = err.unavailable().map(|u| u.retry_after_s);
+    /// assert!(retry_after_s.is_some());
+    /// assert!(polygateway::GatewayError::Config("bad key".into()).unavailable().is_none());
+    /// # gw.shutdown().await;
+    /// # }
+    /// ```
     pub fn unavailable(&self) -> Option<&Unavailable> {
         match self {
             GatewayError::Unavailable(u) => Some(u),
@@ -278,11 +419,30 @@ impl GatewayError {
     }
 
     /// `true` for the scope-level unavailable family (reschedule later).
+    ///
+    /// Everything else is final for this request:
+    ///
+    /// ```
+    /// use polygateway::validate::ValidationError;
+    /// use polygateway::GatewayError;
+    /// let bad_input: GatewayError = ValidationError::TenantIdEmpty.into();
+    /// assert!(!bad_input.is_unavailable());
+    /// let rejected = GatewayError::RequestRejected { message: "400".into(), body_text: String::new() };
+    /// assert!(!rejected.is_unavailable());
+    /// ```
     pub fn is_unavailable(&self) -> bool {
         self.unavailable().is_some()
     }
 
     /// The class name used in telemetry's `error` column.
+    ///
+    /// ```
+    /// use polygateway::GatewayError;
+    /// let e = GatewayError::SourceNotConfigured("EMBEDDINGS".into());
+    /// assert_eq!(e.class_name(), "SourceNotConfigured");
+    /// // The `Display` form starts with the same name.
+    /// assert!(e.to_string().starts_with(e.class_name()));
+    /// ```
     pub fn class_name(&self) -> &'static str {
         match self {
             GatewayError::Unavailable(u) => u.kind.class_name(),

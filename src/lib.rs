@@ -1,5 +1,47 @@
 //! polygateway: a supervised actor runtime that governs calls to LLM, VLM, embedding and OCR
 //! upstreams.
+//!
+//! A service builds one [`Gateway`] (from the environment, from [`config::Settings`], or with a
+//! [`GatewayBuilder`] that injects backends) and calls it through cheap typed handles
+//! ([`ChatHandle`], [`EmbeddingHandle`], [`OcrHandle`]). Each call gets one typed answer or one
+//! [`GatewayError`]; in between the runtime picks a source, applies the shared limits and the
+//! circuit breaker, retries on another source, guards streams, caches, repairs structured output
+//! and writes a telemetry row per attempt.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::collections::BTreeMap;
+//! use polygateway::config::Settings;
+//! use polygateway::testkit::{Behaviour, MockUpstream};
+//! use polygateway::{Gateway, Message};
+//!
+//! // A built-in mock upstream stands in for an OpenAI-compatible endpoint.
+//! let mock = MockUpstream::start(Behaviour::healthy_with("hi there")).await;
+//! let env: BTreeMap<String, String> = [
+//!     ("PGW_LIMITER_BACKEND", "memory".to_string()),
+//!     ("PGW_BREAKER_BACKEND", "memory".to_string()),
+//!     ("PGW_TELEMETRY_BACKEND", "none".to_string()),
+//!     ("LLM__OPENAI__1__BASE_URL", mock.base_url()),
+//!     ("LLM__OPENAI__1__API_KEY", "sk-demo".to_string()),
+//!     ("LLM__OPENAI__1__MODEL", "gpt-4o-mini".to_string()),
+//! ]
+//! .into_iter()
+//! .map(|(k, v)| (k.to_string(), v))
+//! .collect();
+//!
+//! let gw = Gateway::from_settings(Settings::from_map(&env)?, "LLM").await?;
+//! let answer = gw.chat(vec![Message::user("hello")]).await?;
+//! assert_eq!(answer.content, "hi there");
+//! assert_eq!(answer.source_name, "openai_1");
+//! gw.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Where to look: [`Gateway`] and its handles for calls; [`config`] for every setting;
+//! [`types`] for messages, options and answers; [`error`] for what reaches the caller;
+//! [`telemetry`] for the rows and their sinks; [`metrics`] for the metric names; [`testkit`] for
+//! the fault-injecting mock upstreams; [`actors`] for the domain-free runtime underneath.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![deny(unreachable_pub)]
@@ -27,3 +69,8 @@ pub mod validate;
 pub use error::{GatewayError, TransportError, Unavailable, UnavailableKind, UnavailableReason};
 pub use polygateway_actors as actors;
 pub use types::*;
+
+/// The README's Rust blocks, compiled as doc tests so the README cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -15,6 +15,17 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 /// How a provider's request body switches thinking (reasoning) on or off.
+///
+/// ```
+/// use polygateway::provider::ThinkingForm;
+/// // A vendor whose switch is `{"reasoning": {"effort": "high" | "none"}}`.
+/// let custom = ThinkingForm::Custom {
+///     on: serde_json::json!({"reasoning": {"effort": "high"}}).as_object().unwrap().clone(),
+///     off: serde_json::json!({"reasoning": {"effort": "none"}}).as_object().unwrap().clone(),
+/// };
+/// assert_eq!(custom.injection(false)["reasoning"]["effort"], "none");
+/// assert_ne!(custom, ThinkingForm::DeepSeek);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ThinkingForm {
@@ -67,6 +78,14 @@ impl ThinkingForm {
 ///
 /// The `reasoning_content` delta field is always read when present; this form says whether
 /// `content` may additionally carry `<think>…</think>` blocks that must be moved into `thinking`.
+///
+/// ```
+/// use polygateway::provider::{ProviderRegistry, ReasoningForm};
+/// let reg = ProviderRegistry::with_defaults();
+/// // MiniMax reasons inside `<think>` tags; DeepSeek uses `reasoning_content`.
+/// assert_eq!(reg.get("minimax").reasoning, ReasoningForm::ThinkTags);
+/// assert_eq!(reg.get("deepseek").reasoning, ReasoningForm::Field);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReasoningForm {
     /// A separate `reasoning_content` field; `content` is taken verbatim.
@@ -79,12 +98,31 @@ pub enum ReasoningForm {
 
 impl ReasoningForm {
     /// `true` when `<think>` tags in `content` must be stripped into thinking.
+    ///
+    /// ```
+    /// use polygateway::provider::ReasoningForm;
+    /// assert!(ReasoningForm::ThinkTags.strips_think_tags());
+    /// assert!(ReasoningForm::Both.strips_think_tags());
+    /// assert!(!ReasoningForm::Field.strips_think_tags());
+    /// ```
     pub fn strips_think_tags(self) -> bool {
         matches!(self, ReasoningForm::ThinkTags | ReasoningForm::Both)
     }
 }
 
 /// One provider's wire peculiarities.
+///
+/// The struct is `#[non_exhaustive]`: build one with [`ProviderProfile::new`].
+///
+/// ```
+/// use polygateway::provider::{ProviderProfile, ProviderRegistry, ReasoningForm, ThinkingForm};
+/// let profile = ProviderRegistry::with_defaults().get("qwen").clone();
+/// assert_eq!(
+///     profile,
+///     ProviderProfile::new("qwen", ThinkingForm::Qwen, ReasoningForm::Field, true)
+/// );
+/// assert!(profile.native_json_schema);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ProviderProfile {
@@ -122,12 +160,31 @@ impl ProviderProfile {
 
     /// The fallback for providers without an entry: no thinking switch, reasoning from either
     /// form, no native JSON schema.
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderProfile, ReasoningForm, ThinkingForm, GENERIC};
+    /// let p = ProviderProfile::generic();
+    /// assert_eq!(p.name, GENERIC);
+    /// assert_eq!(p.thinking, ThinkingForm::None);
+    /// assert_eq!(p.reasoning, ReasoningForm::Both);
+    /// assert!(!p.native_json_schema);
+    /// ```
     pub fn generic() -> Self {
         Self::new(GENERIC, ThinkingForm::None, ReasoningForm::Both, false)
     }
 }
 
 /// Name of the generic fallback profile.
+///
+/// Registering a profile under this name replaces the fallback instead of adding an entry.
+///
+/// ```
+/// use polygateway::provider::{ProviderProfile, ProviderRegistry, ReasoningForm, ThinkingForm, GENERIC};
+/// let mut reg = ProviderRegistry::empty();
+/// reg.register(ProviderProfile::new(GENERIC, ThinkingForm::Qwen, ReasoningForm::Field, false));
+/// assert!(!reg.contains(GENERIC));
+/// assert_eq!(reg.get("anything").thinking, ThinkingForm::Qwen);
+/// ```
 pub const GENERIC: &str = "generic";
 
 /// Provider profiles by name, with a generic fallback.
@@ -153,6 +210,13 @@ impl Default for ProviderRegistry {
 
 impl ProviderRegistry {
     /// An empty registry: every lookup answers the generic profile.
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderProfile, ProviderRegistry};
+    /// let reg = ProviderRegistry::empty();
+    /// assert!(reg.names().is_empty());
+    /// assert_eq!(reg.get("openai"), &ProviderProfile::generic());
+    /// ```
     pub fn empty() -> Self {
         Self {
             profiles: HashMap::new(),
@@ -161,6 +225,13 @@ impl ProviderRegistry {
     }
 
     /// The built-in entries: `openai`, `deepseek`, `qwen`, `minimax`, `glm`, `moonshot`.
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderRegistry, ThinkingForm};
+    /// let reg = ProviderRegistry::with_defaults();
+    /// assert_eq!(reg.names(), ["deepseek", "glm", "minimax", "moonshot", "openai", "qwen"]);
+    /// assert_eq!(reg.get("glm").thinking, ThinkingForm::DeepSeek);
+    /// ```
     pub fn with_defaults() -> Self {
         use ReasoningForm::*;
         use ThinkingForm as T;
@@ -181,6 +252,18 @@ impl ProviderRegistry {
 
     /// Add or replace an entry (by its lower-case name). Registering `generic` replaces the
     /// fallback.
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderProfile, ProviderRegistry, ReasoningForm, ThinkingForm};
+    /// let mut reg = ProviderRegistry::with_defaults();
+    /// // A self-hosted vLLM with a reasoning parser and guided JSON decoding.
+    /// reg.register(ProviderProfile::new("VLLM", ThinkingForm::Qwen, ReasoningForm::Field, true));
+    /// assert!(reg.contains("vllm"));
+    /// // Same name again: the entry is replaced, not duplicated.
+    /// reg.register(ProviderProfile::new("vllm", ThinkingForm::None, ReasoningForm::Both, false));
+    /// assert!(!reg.get("vllm").native_json_schema);
+    /// assert_eq!(reg.names().iter().filter(|n| *n == "vllm").count(), 1);
+    /// ```
     pub fn register(&mut self, profile: ProviderProfile) {
         if profile.name == GENERIC {
             self.generic = profile;
@@ -191,6 +274,14 @@ impl ProviderRegistry {
 
     /// The profile for a provider name (case-insensitive); unknown names get the generic
     /// profile (logged at debug level).
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderRegistry, ReasoningForm};
+    /// let reg = ProviderRegistry::with_defaults();
+    /// assert_eq!(reg.get("MiniMax").name, "minimax");
+    /// assert!(reg.get("MiniMax").reasoning.strips_think_tags());
+    /// assert_eq!(reg.get("my-local-llm").name, "generic");
+    /// ```
     pub fn get(&self, name: &str) -> &ProviderProfile {
         let key = name.to_ascii_lowercase();
         match self.profiles.get(&key) {
@@ -203,11 +294,27 @@ impl ProviderRegistry {
     }
 
     /// `true` when a dedicated entry exists for `name`.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderRegistry;
+    /// let reg = ProviderRegistry::with_defaults();
+    /// assert!(reg.contains("DeepSeek"));
+    /// // `get` would still answer (the generic profile), but there is no entry.
+    /// assert!(!reg.contains("acme"));
+    /// ```
     pub fn contains(&self, name: &str) -> bool {
         self.profiles.contains_key(&name.to_ascii_lowercase())
     }
 
     /// Names of the dedicated entries, sorted.
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderProfile, ProviderRegistry, ReasoningForm, ThinkingForm};
+    /// let mut reg = ProviderRegistry::empty();
+    /// reg.register(ProviderProfile::new("zeta", ThinkingForm::None, ReasoningForm::Field, false));
+    /// reg.register(ProviderProfile::new("Alpha", ThinkingForm::None, ReasoningForm::Field, false));
+    /// assert_eq!(reg.names(), ["alpha", "zeta"]);
+    /// ```
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.profiles.keys().cloned().collect();
         names.sort();

@@ -26,7 +26,37 @@ fn has_example(attrs: &[Attribute]) -> bool {
             }
         }
     }
-    doc.contains("```")
+    rust_fence_in(&doc)
+}
+
+/// Whether `doc` holds a fenced block that rustdoc compiles as a doc test: a fence whose info
+/// string is empty or only rustdoc's Rust attributes. `text`, `json`, `ignore`, … do not count.
+fn rust_fence_in(doc: &str) -> bool {
+    let mut open = false;
+    for line in doc.lines() {
+        let Some(info) = line.trim_start().strip_prefix("```") else {
+            continue;
+        };
+        if open {
+            open = false;
+            continue;
+        }
+        open = true;
+        let compiled = info
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|t| !t.is_empty())
+            .all(|t| {
+                matches!(t, "rust" | "no_run" | "should_panic" | "compile_fail")
+                    || t.starts_with("edition")
+                    || (t.len() > 1
+                        && t.starts_with('E')
+                        && t[1..].bytes().all(|b| b.is_ascii_digit()))
+            });
+        if compiled {
+            return true;
+        }
+    }
+    false
 }
 
 fn is_cfg_test(attrs: &[Attribute]) -> bool {
@@ -49,7 +79,8 @@ struct Missing<'a> {
 
 impl Missing<'_> {
     fn check(&mut self, attrs: &[Attribute], kind: &str, name: String) {
-        if !has_example(attrs) {
+        // `#[cfg(test)]` / `#[cfg(doctest)]` items are not part of the built API.
+        if !is_cfg_test(attrs) && !has_example(attrs) {
             self.out
                 .push(format!("{}: {kind} {name}", self.file.display()));
         }
@@ -95,11 +126,9 @@ impl Missing<'_> {
                                 "method",
                                 format!("{prefix}{ty}::{}", f.sig.ident),
                             ),
-                            ImplItem::Const(c) if public(&c.vis) => self.check(
-                                &c.attrs,
-                                "const",
-                                format!("{prefix}{ty}::{}", c.ident),
-                            ),
+                            ImplItem::Const(c) if public(&c.vis) => {
+                                self.check(&c.attrs, "const", format!("{prefix}{ty}::{}", c.ident))
+                            }
                             _ => {}
                         }
                     }
@@ -140,6 +169,90 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
             out.push(path);
         }
     }
+}
+
+/// Items of `source` (one file's text) that lack a doc example, as `kind name`.
+fn missing_in(source: &str) -> Vec<String> {
+    let parsed = syn::parse_file(source).expect("the snippet parses");
+    let mut out = Vec::new();
+    Missing {
+        file: Path::new("snippet"),
+        out: &mut out,
+    }
+    .items(&parsed.items, "");
+    out.into_iter()
+        .map(|line| line.trim_start_matches("snippet: ").to_string())
+        .collect()
+}
+
+#[test]
+fn the_check_flags_what_it_should_and_nothing_else() {
+    let source = r#"
+        /// Documented, with an example.
+        ///
+        /// ```
+        /// assert!(true);
+        /// ```
+        pub fn shown() {}
+        /// Prose only.
+        pub fn bare() {}
+        /// ```text
+        /// a text block is not a doc test
+        /// ```
+        pub struct Plain;
+        /// ```ignore
+        /// ignored blocks are never compiled
+        /// ```
+        pub type Ignored = u8;
+        /// ```text
+        /// first a text block,
+        /// ```
+        /// then a compiled one:
+        /// ```no_run
+        /// let x = 1;
+        /// ```
+        pub static LATER: u8 = 0;
+        impl Plain {
+            /// Prose only.
+            pub fn method(&self) {}
+            /// Not public, not checked.
+            fn private(&self) {}
+            /// Crate-visible, not checked.
+            pub(crate) fn internal(&self) {}
+            /// Prose only.
+            pub const LIMIT: u32 = 1;
+        }
+        impl Clone for Plain {
+            fn clone(&self) -> Self { Plain }
+        }
+        pub trait Port {}
+        /// ```compile_fail,E0277
+        /// let n: u8 = "not a number";
+        /// ```
+        pub fn refused() {}
+        #[cfg(doctest)]
+        #[doc = include_str!("README.md")]
+        pub struct ReadmeDoctests;
+        pub mod inner {
+            pub enum Choice { A }
+        }
+        #[cfg(test)]
+        mod tests {
+            pub fn helper() {}
+        }
+    "#;
+    assert_eq!(
+        missing_in(source),
+        [
+            "fn bare",
+            "struct Plain",
+            "type Ignored",
+            "method Plain::method",
+            "const Plain::LIMIT",
+            "trait Port",
+            "enum inner::Choice",
+        ]
+    );
 }
 
 #[test]

@@ -20,6 +20,17 @@ pub trait Clock: Send + Sync + Debug + 'static {
 }
 
 /// The tokio clock: real time normally, virtual time under `tokio::time::pause`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use polygateway_actors::{Clock, TokioClock};
+/// // The runtime takes its clock as `Arc<dyn Clock>`; outside paused-time tests it is real time.
+/// let clock: Arc<dyn Clock> = Arc::new(TokioClock);
+/// let t0 = clock.now();
+/// std::thread::sleep(Duration::from_millis(5));
+/// assert!(clock.now() - t0 >= Duration::from_millis(5));
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TokioClock;
 

@@ -25,6 +25,13 @@ pub enum FailureClass {
 
 impl FailureClass {
     /// The class name as it appears in telemetry (`Class: message`).
+    ///
+    /// ```
+    /// use polygateway_actors::FailureClass;
+    /// // Telemetry renders an attempt error as `Class: message`.
+    /// let line = format!("{}: {}", FailureClass::SourceDead.as_str(), "HTTP 401");
+    /// assert_eq!(line, "SourceDead: HTTP 401");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             FailureClass::Transient => "Transient",
@@ -36,6 +43,14 @@ impl FailureClass {
 }
 
 /// Why a source could not serve, as reported in `per_source_reasons` (SPEC §6).
+///
+/// ```
+/// use polygateway_actors::SourceReason;
+/// // Sources skipped without an attempt are told apart from sources whose attempt failed.
+/// let skipped = |r: SourceReason| matches!(r, SourceReason::CircuitOpen | SourceReason::Cooldown);
+/// assert!(skipped(SourceReason::Cooldown));
+/// assert!(!skipped(SourceReason::Timeout));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SourceReason {
     /// Connection refused/reset, 5xx, malformed or truncated stream, empty completion.
@@ -54,6 +69,18 @@ pub enum SourceReason {
 
 impl SourceReason {
     /// The wire name used in errors and telemetry.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use polygateway_actors::SourceReason;
+    /// let per_source = BTreeMap::from([
+    ///     ("openai_1", SourceReason::RateLimited),
+    ///     ("openai_2", SourceReason::CircuitOpen),
+    /// ]);
+    /// let shown: Vec<String> =
+    ///     per_source.iter().map(|(s, r)| format!("{s}={}", r.as_str())).collect();
+    /// assert_eq!(shown, ["openai_1=rate_limited", "openai_2=circuit_open"]);
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             SourceReason::NetworkError => "network_error",
@@ -67,6 +94,43 @@ impl SourceReason {
 }
 
 /// How a transport error presents itself to governance. Implemented by every transport error.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::{Classify, FailureClass, SourceReason};
+///
+/// // A toy transport error carrying an HTTP status.
+/// #[derive(Debug)]
+/// struct Status(u16);
+///
+/// impl Classify for Status {
+///     fn class(&self) -> FailureClass {
+///         match self.0 {
+///             401 | 403 => FailureClass::SourceDead,
+///             400 => FailureClass::RequestRejected,
+///             _ => FailureClass::Transient,
+///         }
+///     }
+///     fn is_rate_limited(&self) -> bool {
+///         self.0 == 429
+///     }
+///     fn retry_after(&self) -> Option<Duration> {
+///         None
+///     }
+///     fn source_reason(&self) -> SourceReason {
+///         match self.0 {
+///             401 | 403 => SourceReason::SourceDead,
+///             429 => SourceReason::RateLimited,
+///             _ => SourceReason::NetworkError,
+///         }
+///     }
+/// }
+///
+/// // The default `proves_alive`: a rejected request still shows the upstream is up.
+/// assert!(Status(400).proves_alive());
+/// assert!(!Status(503).proves_alive());
+/// assert_eq!(Status(429).source_reason(), SourceReason::RateLimited);
+/// ```
 pub trait Classify {
     /// The class that drives retry, switching and the breaker.
     fn class(&self) -> FailureClass;
@@ -88,6 +152,20 @@ pub trait Classify {
 }
 
 /// The verdict one finished attempt gives its source's breaker, health and pacer.
+///
+/// ```
+/// use polygateway_actors::AttemptVerdict;
+/// use polygateway_actors::policy::health::HealthEwma;
+/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// let (mut health, mut pacer) = (HealthEwma::default(), AimdPacer::new(0));
+/// for v in [AttemptVerdict::AliveButUnusable, AttemptVerdict::RateLimited] {
+///     health.observe(v);
+///     pacer.observe(v);
+/// }
+/// // The unusable answer left health alone; the 429 lowered it and halved the pacer.
+/// assert!((health.value() - 0.9).abs() < 1e-12);
+/// assert_eq!(pacer.limit(), 4);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptVerdict {
     /// Usable answer.
@@ -105,6 +183,25 @@ pub enum AttemptVerdict {
 
 impl AttemptVerdict {
     /// Derive the verdict of a failed attempt from its classified error.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use polygateway_actors::{AttemptVerdict, Classify, FailureClass, SourceReason};
+    /// #[derive(Debug)]
+    /// struct Failed { class: FailureClass, rate_limited: bool }
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.class }
+    /// #     fn is_rate_limited(&self) -> bool { self.rate_limited }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason { SourceReason::NetworkError }
+    /// # }
+    /// let verdict =
+    ///     |class, rate_limited| AttemptVerdict::of_error(&Failed { class, rate_limited });
+    /// assert_eq!(verdict(FailureClass::Transient, true), AttemptVerdict::RateLimited);
+    /// assert_eq!(verdict(FailureClass::Transient, false), AttemptVerdict::Failure);
+    /// assert_eq!(verdict(FailureClass::SourceDead, false), AttemptVerdict::Dead);
+    /// assert_eq!(verdict(FailureClass::RequestRejected, false), AttemptVerdict::AliveButUnusable);
+    /// ```
     pub fn of_error<E: Classify + ?Sized>(error: &E) -> Self {
         if error.is_rate_limited() {
             return AttemptVerdict::RateLimited;

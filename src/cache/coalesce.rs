@@ -16,6 +16,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
 /// How a caller's result was obtained.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::cache::{Coalescer, Role};
+/// let flights: Coalescer<&str, u32> = Coalescer::new();
+/// // Alone, a caller always leads: it runs its own future.
+/// let (value, role) = flights.run_with_role("k", async { Ok::<_, ()>(7) }).await.unwrap();
+/// assert_eq!((value, role), (7, Role::Leader));
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
     /// This caller ran its own future.
@@ -25,6 +36,28 @@ pub enum Role {
 }
 
 /// Single-flight coordinator keyed by `K`, sharing values `V`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::atomic::{AtomicU32, Ordering};
+/// use polygateway::cache::Coalescer;
+/// let flights: Coalescer<String, String> = Coalescer::new();
+/// let upstream_calls = AtomicU32::new(0);
+/// let counter = &upstream_calls;
+/// let call = move || async move {
+///     counter.fetch_add(1, Ordering::SeqCst);
+///     tokio::task::yield_now().await; // still running when the second caller arrives
+///     Ok::<_, std::io::Error>("answer".to_string())
+/// };
+/// let (a, b) = tokio::join!(
+///     flights.run("same question".to_string(), call()),
+///     flights.run("same question".to_string(), call()),
+/// );
+/// assert_eq!((a.unwrap(), b.unwrap()), ("answer".to_string(), "answer".to_string()));
+/// assert_eq!(upstream_calls.load(Ordering::SeqCst), 1);
+/// # }
+/// ```
 pub struct Coalescer<K, V> {
     flights: Arc<Mutex<Flights<K, V>>>,
 }
@@ -103,6 +136,11 @@ where
     V: Clone,
 {
     /// An empty coordinator.
+    ///
+    /// ```
+    /// let flights = polygateway::cache::Coalescer::<String, u64>::new();
+    /// assert_eq!(flights.in_flight(), 0);
+    /// ```
     pub fn new() -> Self {
         Self {
             flights: Arc::new(Mutex::new(Flights {
@@ -113,12 +151,37 @@ where
     }
 
     /// Keys with a flight in progress.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let flights = polygateway::cache::Coalescer::<&str, u32>::new();
+    /// let value = flights
+    ///     .run("k", async {
+    ///         assert_eq!(flights.in_flight(), 1); // this very flight
+    ///         Ok::<_, ()>(1)
+    ///     })
+    ///     .await;
+    /// assert_eq!(value, Ok(1));
+    /// assert_eq!(flights.in_flight(), 0); // finished flights are forgotten
+    /// # }
+    /// ```
     pub fn in_flight(&self) -> usize {
         lock(&self.flights).map.len()
     }
 
     /// Runs `f` unless an identical flight is in progress, in which case waits for its `Ok`
     /// value. See the module docs for errors and cancellation.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let flights = polygateway::cache::Coalescer::<&str, u32>::new();
+    /// // Errors are the caller's own, and nothing is remembered: the next call runs again.
+    /// assert_eq!(flights.run("k", async { Err::<u32, _>("timeout") }).await, Err("timeout"));
+    /// assert_eq!(flights.run("k", async { Ok::<_, &str>(5) }).await, Ok(5));
+    /// # }
+    /// ```
     pub async fn run<E, F>(&self, key: K, f: F) -> Result<V, E>
     where
         F: Future<Output = Result<V, E>>,
@@ -127,6 +190,25 @@ where
     }
 
     /// [`Coalescer::run`], also telling whether this caller led or followed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::cache::{Coalescer, Role};
+    /// let flights: Coalescer<&str, u32> = Coalescer::new();
+    /// let slow = async {
+    ///     tokio::task::yield_now().await;
+    ///     Ok::<_, ()>(42)
+    /// };
+    /// let (first, second) = tokio::join!(
+    ///     flights.run_with_role("k", slow),
+    ///     // This future would fail, but a follower's future is never run.
+    ///     flights.run_with_role("k", async { Err(()) }),
+    /// );
+    /// assert_eq!(first, Ok((42, Role::Leader)));
+    /// assert_eq!(second, Ok((42, Role::Follower)));
+    /// # }
+    /// ```
     pub async fn run_with_role<E, F>(&self, key: K, f: F) -> Result<(V, Role), E>
     where
         F: Future<Output = Result<V, E>>,

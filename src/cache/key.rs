@@ -18,9 +18,42 @@ use crate::config::SourceSettings;
 use crate::types::{Content, ContentPart, ImageUrl, Message};
 
 /// Prefix of every cache key.
+///
+/// ```
+/// use polygateway::cache::key::CACHE_KEY_PREFIX;
+/// use polygateway::cache::{cache_key, model_fingerprint, CacheKeyInput};
+/// let model = model_fingerprint(&[("gpt-4o-mini".into(), serde_json::Map::new())]);
+/// let key = cache_key(&CacheKeyInput {
+///     model_fingerprint: &model,
+///     messages: &[polygateway::Message::user("hi")],
+///     namespace: "prod",
+///     salt: None,
+///     sampling: &serde_json::Map::new(),
+/// });
+/// // The prefix, then 64 hex digits of sha256: easy to find (and flush) in a shared Redis.
+/// assert!(key.starts_with(CACHE_KEY_PREFIX));
+/// assert_eq!(key.len(), CACHE_KEY_PREFIX.len() + 64);
+/// ```
 pub const CACHE_KEY_PREFIX: &str = "pgw:cache:";
 
 /// Everything that decides whether two chat calls may share a cached answer.
+///
+/// ```
+/// use polygateway::cache::{cache_key, model_fingerprint, CacheKeyInput};
+/// let model = model_fingerprint(&[("gpt-4o-mini".into(), serde_json::Map::new())]);
+/// let messages = [polygateway::Message::user("What is 2 + 2?")];
+/// let sampling = serde_json::Map::new();
+/// let unsalted = CacheKeyInput {
+///     model_fingerprint: &model,
+///     messages: &messages,
+///     namespace: "prod",
+///     salt: None,
+///     sampling: &sampling,
+/// };
+/// // An empty salt is still a salt: it selects a different entry than no salt at all.
+/// let salted = CacheKeyInput { salt: Some(""), ..unsalted };
+/// assert_ne!(cache_key(&unsalted), cache_key(&salted));
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct CacheKeyInput<'a> {
     /// [`model_fingerprint`] of the scope's sources.
@@ -62,6 +95,17 @@ pub fn model_fingerprint(sources: &[(String, Map<String, Value>)]) -> Value {
 }
 
 /// [`model_fingerprint`] of configured sources.
+///
+/// ```
+/// use polygateway::cache::key::fingerprint_sources;
+/// use polygateway::cache::model_fingerprint;
+/// let a = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+/// let b = polygateway::config::SourceSettings { name: "openai_2".into(), ..a.clone() };
+/// // Two sources serving the same model with the same body are one fingerprint entry.
+/// let fp = fingerprint_sources(&[a, b]);
+/// assert_eq!(fp, model_fingerprint(&[("test-model".into(), serde_json::Map::new())]));
+/// assert_eq!(fp.as_array().map(Vec::len), Some(1));
+/// ```
 pub fn fingerprint_sources(sources: &[SourceSettings]) -> Value {
     let pairs: Vec<(String, Map<String, Value>)> = sources
         .iter()
@@ -71,6 +115,23 @@ pub fn fingerprint_sources(sources: &[SourceSettings]) -> Value {
 }
 
 /// The canonical material the key hashes (exposed for tests and debugging).
+///
+/// ```
+/// use polygateway::cache::{cache_key_material, model_fingerprint, CacheKeyInput};
+/// let model = model_fingerprint(&[("m".into(), serde_json::Map::new())]);
+/// let material = cache_key_material(&CacheKeyInput {
+///     model_fingerprint: &model,
+///     messages: &[polygateway::Message::user("hi")],
+///     namespace: "prod",
+///     salt: None,
+///     sampling: &serde_json::Map::new(),
+/// });
+/// // No salt and no sampling overlay: neither appears in the material.
+/// assert_eq!(
+///     material,
+///     r#"{"messages":[{"content":"hi","role":"user"}],"model":[{"extra_body":{},"model":"m"}],"namespace":"prod"}"#
+/// );
+/// ```
 pub fn cache_key_material(input: &CacheKeyInput<'_>) -> String {
     let mut obj = Map::new();
     obj.insert("model".into(), input.model_fingerprint.clone());
@@ -92,6 +153,25 @@ pub fn cache_key_material(input: &CacheKeyInput<'_>) -> String {
 }
 
 /// The cache key: `pgw:cache:` + hex sha256 of [`cache_key_material`].
+///
+/// ```
+/// use polygateway::cache::{cache_key, model_fingerprint, CacheKeyInput};
+/// let model = model_fingerprint(&[("gpt-4o-mini".into(), serde_json::Map::new())]);
+/// let messages = [polygateway::Message::user("Summarise the report")];
+/// let sampling = serde_json::Map::new();
+/// let key_in = |namespace: &str| {
+///     cache_key(&CacheKeyInput {
+///         model_fingerprint: &model,
+///         messages: &messages,
+///         namespace,
+///         salt: None,
+///         sampling: &sampling,
+///     })
+/// };
+/// // Deterministic, and tenants in different namespaces never share an entry.
+/// assert_eq!(key_in("tenant-a"), key_in("tenant-a"));
+/// assert_ne!(key_in("tenant-a"), key_in("tenant-b"));
+/// ```
 pub fn cache_key(input: &CacheKeyInput<'_>) -> String {
     let material = cache_key_material(input);
     let digest = Sha256::digest(material.as_bytes());

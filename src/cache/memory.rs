@@ -18,6 +18,20 @@ use crate::types::LlmResponse;
 ///
 /// Entries are stored serialized (the same JSON the Redis backend stores), so `max_bytes` bounds
 /// real memory and a hit hands out an independent copy.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use polygateway::cache::{CacheLookup, MemoryCache, ResponseCache};
+/// tokio::time::pause(); // the cache reads tokio's clock: let the example move it
+/// let cache = MemoryCache::new(1_000, 16 << 20).unwrap();
+/// cache.put("k", &polygateway::LlmResponse::new("hi"), Duration::from_secs(60)).await;
+/// assert!(cache.get("k").await.hit().is_some_and(|r| r.cache_hit));
+/// tokio::time::advance(Duration::from_secs(61)).await;
+/// assert_eq!(cache.get("k").await, CacheLookup::Miss); // expired
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct MemoryCache {
     max_entries: usize,
@@ -81,6 +95,13 @@ fn entry_size(key: &str, json: &str) -> usize {
 impl MemoryCache {
     /// A cache holding at most `max_entries` entries and `max_bytes` bytes (key + stored JSON).
     /// Both must be > 0.
+    ///
+    /// ```
+    /// use polygateway::cache::MemoryCache;
+    /// let cache = MemoryCache::new(10_000, 256 * 1024 * 1024).unwrap();
+    /// assert!(cache.is_empty());
+    /// assert!(MemoryCache::new(10_000, 0).is_err());
+    /// ```
     pub fn new(max_entries: usize, max_bytes: usize) -> Result<Self, CacheError> {
         if max_entries == 0 || max_bytes == 0 {
             return Err(CacheError::InvalidConfig(
@@ -96,16 +117,57 @@ impl MemoryCache {
     }
 
     /// Entries currently held (expired ones included until touched or evicted).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use polygateway::cache::{MemoryCache, ResponseCache};
+    /// let cache = MemoryCache::new(2, 1 << 20).unwrap();
+    /// let resp = polygateway::LlmResponse::new("hi");
+    /// for key in ["a", "b", "c"] {
+    ///     cache.put(key, &resp, Duration::from_secs(60)).await;
+    /// }
+    /// // At most two entries: "a", the least recently used, was evicted.
+    /// assert_eq!(cache.len(), 2);
+    /// assert!(cache.get("a").await.hit().is_none());
+    /// # }
+    /// ```
     pub fn len(&self) -> usize {
         self.lock().entries.len()
     }
 
     /// `true` when nothing is held.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use polygateway::cache::{MemoryCache, ResponseCache};
+    /// let cache = MemoryCache::new(10, 1 << 20).unwrap();
+    /// assert!(cache.is_empty());
+    /// cache.put("k", &polygateway::LlmResponse::new("hi"), Duration::from_secs(60)).await;
+    /// assert!(!cache.is_empty());
+    /// # }
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Bytes currently accounted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use polygateway::cache::{MemoryCache, ResponseCache};
+    /// let cache = MemoryCache::new(10, 1 << 20).unwrap();
+    /// let resp = polygateway::LlmResponse::new("hi");
+    /// cache.put("key", &resp, Duration::from_secs(60)).await;
+    /// // An entry costs its key plus the JSON it is stored as.
+    /// assert_eq!(cache.bytes(), "key".len() + serde_json::to_string(&resp).unwrap().len());
+    /// # }
+    /// ```
     pub fn bytes(&self) -> usize {
         self.lock().bytes
     }

@@ -27,6 +27,21 @@ pub use memory::MemoryCache;
 pub use redis::RedisCache;
 
 /// Result of a cache lookup. Backend failures are folded into `Miss`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use polygateway::cache::{CacheLookup, MemoryCache, ResponseCache};
+/// let cache = MemoryCache::new(100, 1 << 20).unwrap();
+/// assert_eq!(cache.get("pgw:cache:abc").await, CacheLookup::Miss);
+/// cache.put("pgw:cache:abc", &polygateway::LlmResponse::new("42"), Duration::from_secs(60)).await;
+/// match cache.get("pgw:cache:abc").await {
+///     CacheLookup::Hit(resp) => assert!(resp.cache_hit && resp.content == "42"),
+///     CacheLookup::Miss => panic!("just stored"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum CacheLookup {
     /// A stored response, returned with `cache_hit = true` (other provenance fields unchanged;
@@ -38,6 +53,13 @@ pub enum CacheLookup {
 
 impl CacheLookup {
     /// The response of a hit.
+    ///
+    /// ```
+    /// use polygateway::cache::CacheLookup;
+    /// let hit = CacheLookup::Hit(Box::new(polygateway::LlmResponse::new("cached")));
+    /// assert_eq!(hit.hit().map(|r| r.content), Some("cached".to_string()));
+    /// assert!(CacheLookup::Miss.hit().is_none());
+    /// ```
     pub fn hit(self) -> Option<LlmResponse> {
         match self {
             CacheLookup::Hit(r) => Some(*r),
@@ -51,6 +73,21 @@ impl CacheLookup {
 /// `misses` counts every lookup that did not return a hit, including those caused by backend
 /// errors and corrupt entries; `errors` and `corrupt` say why some of them happened. `errors`
 /// also counts failed or refused writes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::Duration;
+/// use polygateway::cache::{CacheStats, MemoryCache, ResponseCache};
+/// let cache = MemoryCache::new(100, 1 << 20).unwrap();
+/// let resp = polygateway::LlmResponse::new("hi");
+/// cache.put("k", &resp, Duration::from_secs(60)).await;
+/// cache.put("k2", &resp, Duration::ZERO).await; // refused: counted as an error
+/// cache.get("k").await;
+/// cache.get("k2").await;
+/// assert_eq!(cache.stats(), CacheStats { hits: 1, misses: 1, errors: 1, corrupt: 0 });
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CacheStats {
     /// Lookups that returned a stored response.
@@ -65,6 +102,40 @@ pub struct CacheStats {
 
 /// A response cache backend. Implementations must never surface errors: they log, count and
 /// answer `Miss` (on `get`) or drop the write (on `put`).
+///
+/// An implementation that stores nothing (every lookup is a counted miss), used through the
+/// trait object the gateway holds:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use polygateway::cache::{CacheLookup, CacheStats, ResponseCache};
+/// use polygateway::LlmResponse;
+///
+/// #[derive(Default)]
+/// struct NoCache { misses: AtomicU64 }
+///
+/// #[async_trait::async_trait]
+/// impl ResponseCache for NoCache {
+///     async fn get(&self, _key: &str) -> CacheLookup {
+///         self.misses.fetch_add(1, Ordering::Relaxed);
+///         CacheLookup::Miss
+///     }
+///     async fn put(&self, _key: &str, _value: &LlmResponse, _ttl: Duration) {}
+///     fn stats(&self) -> CacheStats {
+///         CacheStats { misses: self.misses.load(Ordering::Relaxed), ..CacheStats::default() }
+///     }
+/// }
+///
+/// let cache: Arc<dyn ResponseCache> = Arc::new(NoCache::default());
+/// cache.put("k", &LlmResponse::new("hi"), Duration::from_secs(60)).await;
+/// assert_eq!(cache.get("k").await, CacheLookup::Miss);
+/// assert_eq!(cache.stats().misses, 1);
+/// # }
+/// ```
 #[async_trait]
 pub trait ResponseCache: Send + Sync {
     /// Look `key` up.
@@ -93,6 +164,13 @@ pub fn validate_ttl(ttl: Duration) -> Result<Duration, CacheError> {
 
 /// Errors building a cache backend (the only cache errors that reach anyone: construction is
 /// where misconfiguration fails loud).
+///
+/// ```
+/// use polygateway::cache::{CacheError, MemoryCache};
+/// let err = MemoryCache::new(0, 1024).unwrap_err();
+/// assert!(matches!(err, CacheError::InvalidConfig(_)));
+/// assert!(err.to_string().starts_with("invalid cache configuration"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CacheError {

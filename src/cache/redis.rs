@@ -15,9 +15,31 @@ use super::{into_hit, key_for_log, CacheError, CacheLookup, CacheStats, Counters
 use crate::types::LlmResponse;
 
 /// Default bound of one Redis operation.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::cache::redis::DEFAULT_OP_TIMEOUT;
+/// use polygateway::cache::RedisCache;
+/// // A dead or hanging Redis costs a call at most this long per cache lookup or store.
+/// assert_eq!(DEFAULT_OP_TIMEOUT, Duration::from_secs(1));
+/// let client = fred::prelude::Builder::default_centralized().build().unwrap();
+/// assert!(RedisCache::from_client(client, DEFAULT_OP_TIMEOUT).is_ok());
+/// ```
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// [`ResponseCache`] on Redis.
+///
+/// ```no_run
+/// # async fn demo(settings: polygateway::config::Settings) -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use polygateway::cache::redis::{RedisCache, DEFAULT_OP_TIMEOUT};
+/// // One cache shared by every process of a deployment (namespace and TTL from the settings).
+/// let cache = Arc::new(RedisCache::connect("redis://cache.internal:6379", DEFAULT_OP_TIMEOUT).await?);
+/// let gw = polygateway::Gateway::builder(settings).cache(cache.clone()).build().await?;
+/// gw.shutdown().await;
+/// cache.close().await; // injected, so the gateway left it open
+/// # Ok(()) }
+/// ```
 pub struct RedisCache {
     client: fred::clients::Client,
     op_timeout: Duration,
@@ -41,6 +63,22 @@ impl RedisCache {
     /// connection; if Redis is down the cache is still returned (with a warning) and keeps
     /// reconnecting in the background — lookups meanwhile are misses. Fails only on an invalid
     /// URL or a zero timeout.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use polygateway::cache::{CacheError, CacheLookup, RedisCache, ResponseCache};
+    /// // Nothing listens on port 1: the cache is still built, and lookups degrade to misses.
+    /// let cache = RedisCache::connect("redis://127.0.0.1:1", Duration::from_millis(100)).await.unwrap();
+    /// assert_eq!(cache.get("pgw:cache:k").await, CacheLookup::Miss);
+    /// assert_eq!(cache.stats().errors, 1);
+    /// cache.close().await;
+    /// // Misconfiguration, on the other hand, fails loud.
+    /// let bad = RedisCache::connect("not a url", Duration::from_secs(1)).await;
+    /// assert!(matches!(bad, Err(CacheError::InvalidUrl(_))));
+    /// # }
+    /// ```
     pub async fn connect(url: &str, op_timeout: Duration) -> Result<Self, CacheError> {
         if op_timeout.is_zero() {
             return Err(CacheError::InvalidConfig(
@@ -85,6 +123,19 @@ impl RedisCache {
     }
 
     /// Uses an injected, already connected client. [`RedisCache::close`] will not quit it.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use fred::prelude::{Builder, ClientLike, Config};
+    /// use polygateway::cache::redis::{RedisCache, DEFAULT_OP_TIMEOUT};
+    /// let client = Builder::from_config(Config::from_url("redis://localhost:6379")?).build()?;
+    /// client.init().await?;
+    /// let cache = RedisCache::from_client(client.clone(), DEFAULT_OP_TIMEOUT)?;
+    /// cache.close().await;
+    /// assert!(client.is_connected(), "an injected client stays open");
+    /// client.quit().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn from_client(
         client: fred::clients::Client,
         op_timeout: Duration,
@@ -104,6 +155,20 @@ impl RedisCache {
 
     /// Closes the connection if this instance built it; idempotent and bounded by the op
     /// timeout. Injected clients are left alone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::{Duration, Instant};
+    /// use polygateway::cache::RedisCache;
+    /// let cache = RedisCache::connect("redis://127.0.0.1:1", Duration::from_millis(100)).await.unwrap();
+    /// let started = Instant::now();
+    /// cache.close().await;
+    /// cache.close().await; // idempotent
+    /// // Bounded by the op timeout even when Redis never answered.
+    /// assert!(started.elapsed() < Duration::from_secs(1));
+    /// # }
+    /// ```
     pub async fn close(&self) {
         if self.owned {
             let _ = tokio::time::timeout(self.op_timeout, self.client.quit()).await;

@@ -41,6 +41,16 @@ impl Settings {
     /// Parse the process environment plus `./.env` (current directory only; a missing file is
     /// fine). A variable set in the environment wins over the same key in `.env`. The process
     /// environment is only read, never modified.
+    ///
+    /// ```no_run
+    /// # fn demo() -> Result<(), polygateway::config::ConfigError> {
+    /// use polygateway::config::Settings;
+    /// // e.g. with LLM__OPENAI__1__BASE_URL, …__MODEL and the PGW_*_BACKEND keys exported.
+    /// let settings = Settings::from_env()?;
+    /// let llm = settings.scope("LLM")?;
+    /// println!("{} source(s) in {}", llm.sources.len(), llm.name);
+    /// # Ok(()) }
+    /// ```
     pub fn from_env() -> Result<Self, ConfigError> {
         let env: BTreeMap<String, String> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -52,6 +62,27 @@ impl Settings {
     /// Parse `env` layered over the `.env` file at `dotenv` (if given; it must exist). Keys in
     /// `env` win. This is the seam [`Settings::from_env`] uses, so tests need not touch the
     /// process environment.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use polygateway::config::Settings;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let dotenv = dir.path().join(".env");
+    /// std::fs::write(
+    ///     &dotenv,
+    ///     "PGW_LIMITER_BACKEND=memory\n\
+    ///      PGW_BREAKER_BACKEND=memory\n\
+    ///      LLM__QWEN__1__BASE_URL=https://example.invalid/v1\n\
+    ///      LLM__QWEN__1__MODEL=qwen-plus\n",
+    /// )
+    /// .unwrap();
+    /// // The given variables win over the file.
+    /// let env = BTreeMap::from([("LLM__QWEN__1__MODEL".to_string(), "qwen-max".to_string())]);
+    /// let settings = Settings::from_env_with(Some(&dotenv), &env).unwrap();
+    /// let source = &settings.scope("LLM").unwrap().sources[0];
+    /// assert_eq!(source.base_url, "https://example.invalid/v1");
+    /// assert_eq!(source.model, "qwen-max");
+    /// ```
     pub fn from_env_with(
         dotenv: Option<&Path>,
         env: &BTreeMap<String, String>,
@@ -91,6 +122,28 @@ impl Settings {
     }
 
     /// The scope called `name` (case-insensitive; scope names are upper-case).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use polygateway::config::{ConfigError, Settings};
+    /// # let map: BTreeMap<String, String> = [
+    /// #     ("PGW_LIMITER_BACKEND", "memory"),
+    /// #     ("PGW_BREAKER_BACKEND", "memory"),
+    /// #     ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+    /// #     ("LLM__QWEN__1__MODEL", "qwen-plus"),
+    /// # ]
+    /// # .into_iter()
+    /// # .map(|(k, v)| (k.to_string(), v.to_string()))
+    /// # .collect();
+    /// // `map` configures one source in scope `LLM`.
+    /// let settings = Settings::from_map(&map).unwrap();
+    /// assert_eq!(settings.scope("llm").unwrap().name, "LLM");
+    /// let err = settings.scope("VLM").unwrap_err();
+    /// assert!(
+    ///     matches!(&err, ConfigError::UnknownScope { available, .. } if available == "LLM"),
+    ///     "{err}"
+    /// );
+    /// ```
     pub fn scope(&self, name: &str) -> Result<&ScopeSettings, ConfigError> {
         self.scopes
             .get(&name.to_ascii_uppercase())
@@ -105,6 +158,31 @@ impl Settings {
     }
 
     /// Run the assembly guards on settings built by hand (the env path runs them already).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use std::time::Duration;
+    /// use polygateway::config::{ConfigError, Settings};
+    /// # let map: BTreeMap<String, String> = [
+    /// #     ("PGW_LIMITER_BACKEND", "memory"),
+    /// #     ("PGW_BREAKER_BACKEND", "memory"),
+    /// #     ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+    /// #     ("LLM__QWEN__1__MODEL", "qwen-plus"),
+    /// # ]
+    /// # .into_iter()
+    /// # .map(|(k, v)| (k.to_string(), v.to_string()))
+    /// # .collect();
+    /// // `map` configures source `qwen_1` in scope `LLM` with the default 60 s timeout.
+    /// let mut settings = Settings::from_map(&map).unwrap();
+    /// assert_eq!(settings.validate(), Ok(()));
+    /// // A concurrency lease must outlive the request, so a 30 s lease TTL is refused.
+    /// settings.lease_ttl = Duration::from_secs(30);
+    /// let err = settings.validate().unwrap_err();
+    /// assert!(
+    ///     matches!(&err, ConfigError::Guard { key, .. } if key == "LLM__QWEN__1__TIMEOUT_S"),
+    ///     "{err}"
+    /// );
+    /// ```
     pub fn validate(&self) -> Result<(), ConfigError> {
         super::guards::check(self)
     }

@@ -6,6 +6,25 @@
 use crate::validate::ValidationError;
 
 /// A configuration defect. Assembly stops at the first one found.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use polygateway::config::{ConfigError, Settings};
+/// // A scope is configured but the limiter backend, which has no default, is not.
+/// let map: BTreeMap<String, String> = [
+///     ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+///     ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// ]
+/// .into_iter()
+/// .map(|(k, v)| (k.to_string(), v.to_string()))
+/// .collect();
+/// let err = Settings::from_map(&map).unwrap_err();
+/// match &err {
+///     ConfigError::Missing { key, .. } => assert_eq!(key, "PGW_LIMITER_BACKEND"),
+///     other => panic!("unexpected: {other}"),
+/// }
+/// assert!(err.to_string().starts_with("missing required key PGW_LIMITER_BACKEND: "));
+/// ```
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {

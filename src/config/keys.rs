@@ -5,6 +5,20 @@
 //! only; defaults live in [`super::defaults`], parsing in [`super::env`].
 
 /// Fields of a source key `{SCOPE}__{PROVIDER}__{N}__{FIELD}`.
+///
+/// ```
+/// use polygateway::config::{ConfigError, Settings, SOURCE_FIELDS};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// assert!(SOURCE_FIELDS.contains(&"BASE_URL"));
+/// // A misspelt field is refused, and the error lists the accepted fields.
+/// let err = Settings::from_map(&env(&[("LLM__QWEN__1__BASEURL", "https://x.invalid")]))
+///     .unwrap_err();
+/// let ConfigError::UnknownKey { allowed, .. } = err else { panic!("{err}") };
+/// assert_eq!(allowed, SOURCE_FIELDS.join(", "));
+/// ```
 pub const SOURCE_FIELDS: [&str; 14] = [
     "BASE_URL",
     "API_KEY",
@@ -24,6 +38,24 @@ pub const SOURCE_FIELDS: [&str; 14] = [
 
 /// Scope-level key suffixes: the full key is `{SCOPE}__{SUFFIX}`. The last three are only valid
 /// in embeddings scopes.
+///
+/// ```
+/// use polygateway::config::{Settings, SCOPE_KEYS};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// assert!(SCOPE_KEYS.contains(&"RETRY__MAX_ATTEMPTS"));
+/// let settings = Settings::from_map(&env(&[
+///     ("PGW_LIMITER_BACKEND", "memory"),
+///     ("PGW_BREAKER_BACKEND", "memory"),
+///     ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+///     ("LLM__QWEN__1__MODEL", "qwen-plus"),
+///     ("LLM__RETRY__MAX_ATTEMPTS", "5"),
+/// ]))
+/// .unwrap();
+/// assert_eq!(settings.scope("LLM").unwrap().retry.max_attempts, 5);
+/// ```
 pub const SCOPE_KEYS: [&str; 21] = [
     "GLOBAL__MAX_CONCURRENCY",
     "GLOBAL__RPM",
@@ -49,13 +81,70 @@ pub const SCOPE_KEYS: [&str; 21] = [
 ];
 
 /// Scope-key suffixes valid only in embeddings scopes.
+///
+/// ```
+/// use polygateway::config::{ConfigError, Settings, EMBEDDING_SCOPE_KEYS};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// assert!(EMBEDDING_SCOPE_KEYS.contains(&"BATCH_SIZE"));
+/// // `LLM` is a chat scope, so an embeddings-only key is refused there.
+/// let err = Settings::from_map(&env(&[
+///     ("PGW_LIMITER_BACKEND", "memory"),
+///     ("PGW_BREAKER_BACKEND", "memory"),
+///     ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+///     ("LLM__QWEN__1__MODEL", "qwen-plus"),
+///     ("LLM__BATCH_SIZE", "32"),
+/// ]))
+/// .unwrap_err();
+/// assert!(matches!(err, ConfigError::WrongScopeKind { kind: "chat", .. }), "{err}");
+/// ```
 pub const EMBEDDING_SCOPE_KEYS: [&str; 3] = ["BATCH_SIZE", "NORMALIZE", "EXPECTED_DIM"];
 
 /// Second segments that introduce a scope-key group (`{SCOPE}__{GROUP}__{FIELD}`); they can never
 /// be provider names.
+///
+/// ```
+/// use polygateway::config::keys::SCOPE_KEY_GROUPS;
+/// use polygateway::config::{ConfigError, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// assert!(SCOPE_KEY_GROUPS.contains(&"RETRY"));
+/// // `RETRY` cannot be read as a provider name, even in a source-shaped key.
+/// let err = Settings::from_map(&env(&[("LLM__RETRY__1__MODEL", "m")])).unwrap_err();
+/// assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
+/// ```
 pub const SCOPE_KEY_GROUPS: [&str; 4] = ["GLOBAL", "RETRY", "BREAKER", "BACKPRESSURE"];
 
 /// Flat shorthands: defaults for every scope (scope and source keys win).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::{Settings, SHORTHAND_KEYS};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// assert!(SHORTHAND_KEYS.contains(&"LLM_TIMEOUT"));
+/// let settings = Settings::from_map(&env(&[
+///     ("PGW_LIMITER_BACKEND", "memory"),
+///     ("PGW_BREAKER_BACKEND", "memory"),
+///     ("LLM_TIMEOUT", "20"),
+///     ("VLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+///     ("VLM__QWEN__1__MODEL", "qwen-vl"),
+///     ("VLM__QWEN__2__BASE_URL", "https://example.invalid/v1"),
+///     ("VLM__QWEN__2__MODEL", "qwen-vl"),
+///     ("VLM__QWEN__2__TIMEOUT_S", "90"),
+/// ]))
+/// .unwrap();
+/// // The shorthand applies to every scope (not only `LLM`); a source key wins over it.
+/// let vlm = settings.scope("VLM").unwrap();
+/// assert_eq!(vlm.sources[0].timeout, Duration::from_secs(20));
+/// assert_eq!(vlm.sources[1].timeout, Duration::from_secs(90));
+/// ```
 pub const SHORTHAND_KEYS: [&str; 8] = [
     "LLM_TIMEOUT",
     "LLM_MAX_RETRIES",
@@ -68,6 +157,15 @@ pub const SHORTHAND_KEYS: [&str; 8] = [
 ];
 
 /// Runtime-wide keys (backends and library knobs). Any other `PGW_*` key is an error.
+///
+/// ```
+/// use polygateway::config::keys::GLOBAL_PREFIX;
+/// use polygateway::config::GLOBAL_KEYS;
+/// assert!(GLOBAL_KEYS.contains(&"PGW_LIMITER_BACKEND"));
+/// // All but `REDIS_URL` live in the library's reserved namespace.
+/// let outside: Vec<_> = GLOBAL_KEYS.iter().filter(|k| !k.starts_with(GLOBAL_PREFIX)).collect();
+/// assert_eq!(outside, [&"REDIS_URL"]);
+/// ```
 pub const GLOBAL_KEYS: [&str; 16] = [
     "PGW_LIMITER_BACKEND",
     "PGW_BREAKER_BACKEND",
@@ -88,6 +186,20 @@ pub const GLOBAL_KEYS: [&str; 16] = [
 ];
 
 /// Prefix reserved for the library's global keys.
+///
+/// ```
+/// use polygateway::config::keys::GLOBAL_PREFIX;
+/// use polygateway::config::{ConfigError, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// assert_eq!(GLOBAL_PREFIX, "PGW_");
+/// // A typo in a library key fails loudly instead of being ignored.
+/// let err = Settings::from_map(&env(&[("PGW_CACHE_BAKEND", "memory")])).unwrap_err();
+/// let ConfigError::UnknownKey { key, .. } = err else { panic!("{err}") };
+/// assert_eq!(key, "PGW_CACHE_BAKEND");
+/// ```
 pub const GLOBAL_PREFIX: &str = "PGW_";
 
 /// Every accepted key as a pattern: `{SCOPE}__{PROVIDER}__{N}__{FIELD}` for each source field,

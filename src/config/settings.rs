@@ -20,14 +20,36 @@ pub struct Secret(String);
 
 impl Secret {
     /// Wrap a secret.
+    ///
+    /// ```
+    /// use polygateway::config::Secret;
+    /// // Anything string-like; the wrapper hides it from logs.
+    /// let key = Secret::new(String::from("sk-live-123"));
+    /// assert_eq!(key.to_string(), "***");
+    /// assert_eq!(key, Secret::new("sk-live-123"));
+    /// ```
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
     /// The raw value — only for building the outgoing request.
+    ///
+    /// ```
+    /// use polygateway::config::Secret;
+    /// let key = Secret::new("sk-live-123");
+    /// let header = format!("Bearer {}", key.expose());
+    /// assert_eq!(header, "Bearer sk-live-123");
+    /// ```
     pub fn expose(&self) -> &str {
         &self.0
     }
     /// `true` when empty.
+    ///
+    /// ```
+    /// use polygateway::config::Secret;
+    /// // Keyless services (e.g. a local OCR server) have an empty key: send no auth header.
+    /// assert!(Secret::default().is_empty());
+    /// assert!(!Secret::new("sk-live-123").is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -46,6 +68,24 @@ impl fmt::Display for Secret {
 }
 
 /// What to do with a stream that ended with content but without `[DONE]`.
+///
+/// ```
+/// use polygateway::config::{MissingDone, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+/// let settings = Settings::from_map(&env(&[("LLM__QWEN__1__MISSING_DONE", "salvage")])).unwrap();
+/// assert_eq!(settings.scope("LLM").unwrap().sources[0].missing_done, MissingDone::Salvage);
+/// assert_eq!(MissingDone::default(), MissingDone::Retry);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MissingDone {
     /// Transient failure; retried, never cached (default).
@@ -56,6 +96,25 @@ pub enum MissingDone {
 }
 
 /// Selection policy of a scope.
+///
+/// ```
+/// use polygateway::config::{SelectorKind, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and one `LLM` source; the selector is a scope key.
+/// let default = Settings::from_map(&env(&[])).unwrap();
+/// assert_eq!(default.scope("LLM").unwrap().selector, SelectorKind::HealthAware);
+/// let rotating = Settings::from_map(&env(&[("LLM__SELECTOR", "round_robin")])).unwrap();
+/// assert_eq!(rotating.scope("LLM").unwrap().selector, SelectorKind::RoundRobin);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SelectorKind {
     /// Success EWMA / (1 + in-flight), power of two choices (default).
@@ -68,6 +127,24 @@ pub enum SelectorKind {
 }
 
 /// Behaviour when a quota gate is full.
+///
+/// ```
+/// use polygateway::config::{QuotaFull, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+/// let settings = Settings::from_map(&env(&[("LLM__QUOTA_FULL", "fail_fast")])).unwrap();
+/// assert_eq!(settings.scope("LLM").unwrap().quota_full, QuotaFull::FailFast);
+/// assert_eq!(QuotaFull::default(), QuotaFull::Wait);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QuotaFull {
     /// Poll with jitter under the stall guard (default).
@@ -78,6 +155,24 @@ pub enum QuotaFull {
 }
 
 /// Behaviour when every breaker refuses.
+///
+/// ```
+/// use polygateway::config::{CircuitOpenPolicy, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+/// let settings = Settings::from_map(&env(&[("LLM__CIRCUIT_OPEN", "wait")])).unwrap();
+/// assert_eq!(settings.scope("LLM").unwrap().circuit_open, CircuitOpenPolicy::Wait);
+/// assert_eq!(CircuitOpenPolicy::default(), CircuitOpenPolicy::FailFast);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CircuitOpenPolicy {
     /// Raise `CircuitOpen` at once (default).
@@ -88,6 +183,26 @@ pub enum CircuitOpenPolicy {
 }
 
 /// What kind of calls a scope serves (decides its transport).
+///
+/// ```
+/// use polygateway::config::{ScopeKind, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // The kind follows from the scope name: `OCR*` → OCR, `EMBED*` → embeddings, else chat.
+/// let settings = Settings::from_map(&env(&[
+///     ("PGW_LIMITER_BACKEND", "memory"),
+///     ("PGW_BREAKER_BACKEND", "memory"),
+///     ("OCR__MONKEY__1__BASE_URL", "http://127.0.0.1:7861"),
+///     ("OCR__MONKEY__1__MODEL", "monkeyocr"),
+///     ("VLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+///     ("VLM__QWEN__1__MODEL", "qwen-vl"),
+/// ]))
+/// .unwrap();
+/// assert_eq!(settings.scope("OCR").unwrap().kind, ScopeKind::Ocr);
+/// assert_eq!(settings.scope("VLM").unwrap().kind, ScopeKind::Chat);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScopeKind {
     /// Chat completions (LLM and VLM).
@@ -99,6 +214,35 @@ pub enum ScopeKind {
 }
 
 /// One upstream source: `{SCOPE}__{PROVIDER}__{N}__{FIELD}`.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::Settings;
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and `LLM__QWEN__1__BASE_URL` / `__MODEL` to these keys.
+/// let settings = Settings::from_map(&env(&[
+///     ("LLM__QWEN__1__API_KEY", "sk-live-123"),
+///     ("LLM__QWEN__1__RPM", "600"),
+///     ("LLM__QWEN__1__EXTRA_BODY", r#"{"temperature": 0.2}"#),
+/// ]))
+/// .unwrap();
+/// let source = settings.scope("LLM").unwrap().source("qwen_1").unwrap();
+/// assert_eq!(source.provider, "qwen");
+/// assert_eq!(source.rpm, 600);
+/// assert_eq!(source.timeout, Duration::from_secs(60));
+/// assert_eq!(source.extra_body["temperature"], 0.2);
+/// // Debug output never shows the key.
+/// assert!(!format!("{source:?}").contains("sk-live-123"));
+/// ```
 #[derive(Clone, PartialEq)]
 pub struct SourceSettings {
     /// `{provider}_{n}`, lower-case.
@@ -138,6 +282,15 @@ pub struct SourceSettings {
 impl SourceSettings {
     /// `effective_est_tokens` (SPEC §5.3): explicit > 0 as is; else TPM > 0 → `max(1, tpm/60)`;
     /// else 0.
+    ///
+    /// ```
+    /// let mut source = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// assert_eq!(source.effective_est_tokens(), 0); // no TPM limit: nothing to estimate
+    /// source.tpm = 6_000;
+    /// assert_eq!(source.effective_est_tokens(), 100); // tpm / 60
+    /// source.est_tokens = Some(500);
+    /// assert_eq!(source.effective_est_tokens(), 500); // explicit value wins
+    /// ```
     pub fn effective_est_tokens(&self) -> u64 {
         match self.est_tokens {
             Some(n) if n > 0 => n as u64,
@@ -171,6 +324,33 @@ impl fmt::Debug for SourceSettings {
 }
 
 /// Retry budget of a scope.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::{RetrySettings, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+/// let settings = Settings::from_map(&env(&[
+///     ("LLM__RETRY__MAX_ATTEMPTS", "5"),
+///     ("LLM__RETRY__BACKOFF_BASE_S", "0.5"),
+/// ]))
+/// .unwrap();
+/// let expected = RetrySettings {
+///     max_attempts: 5,
+///     backoff_base: Duration::from_millis(500),
+///     ..RetrySettings::default()
+/// };
+/// assert_eq!(settings.scope("LLM").unwrap().retry, expected);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetrySettings {
     /// Attempts per call, first included.
@@ -182,6 +362,33 @@ pub struct RetrySettings {
 }
 
 /// Breaker settings of a scope (per-source values are derived from these).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::{BreakerSettings, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+/// let settings = Settings::from_map(&env(&[
+///     ("LLM__BREAKER__FAIL_THRESHOLD", "3"),
+///     ("LLM__BREAKER__COOLDOWN_S", "10"),
+/// ]))
+/// .unwrap();
+/// let breaker = &settings.scope("LLM").unwrap().breaker;
+/// assert_eq!(breaker.fail_threshold, 3);
+/// assert_eq!(breaker.cooldown, Duration::from_secs(10));
+/// // Unset knobs keep their defaults; the two derived ones stay `None`.
+/// assert_eq!(breaker.min_calls, BreakerSettings::default().min_calls);
+/// assert_eq!((breaker.probe_ttl, breaker.max_cooldown), (None, None));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerSettings {
     /// `FAIL_THRESHOLD`.
@@ -201,6 +408,30 @@ pub struct BreakerSettings {
 }
 
 /// Stall guard settings.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::{ConfigError, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+/// let settings =
+///     Settings::from_map(&env(&[("LLM__BACKPRESSURE__STALL_WINDOW_S", "60")])).unwrap();
+/// let backpressure = &settings.scope("LLM").unwrap().backpressure;
+/// assert_eq!(backpressure.stall_window, Duration::from_secs(60));
+/// assert_eq!(backpressure.poll_interval, Duration::from_secs(1));
+/// // The window must cover the slowest source's TTFT (30 s by default here).
+/// let err = Settings::from_map(&env(&[("LLM__BACKPRESSURE__STALL_WINDOW_S", "10")])).unwrap_err();
+/// assert!(matches!(err, ConfigError::Guard { .. }), "{err}");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct BackpressureSettings {
     /// `STALL_WINDOW_S` (default 300).
@@ -210,6 +441,27 @@ pub struct BackpressureSettings {
 }
 
 /// Embeddings options of a scope.
+///
+/// ```
+/// use polygateway::config::{EmbeddingSettings, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// let settings = Settings::from_map(&env(&[
+///     ("PGW_LIMITER_BACKEND", "memory"),
+///     ("PGW_BREAKER_BACKEND", "memory"),
+///     ("EMBED__OPENAI__1__BASE_URL", "https://example.invalid/v1"),
+///     ("EMBED__OPENAI__1__MODEL", "text-embedding-3-small"),
+///     ("EMBED__BATCH_SIZE", "64"),
+///     ("EMBED__NORMALIZE", "true"),
+/// ]))
+/// .unwrap();
+/// assert_eq!(
+///     settings.scope("EMBED").unwrap().embedding,
+///     Some(EmbeddingSettings { batch_size: 64, normalize: true, expected_dim: None })
+/// );
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingSettings {
     /// `BATCH_SIZE` (required for embedding scopes).
@@ -221,6 +473,33 @@ pub struct EmbeddingSettings {
 }
 
 /// One scope: its sources and governance knobs.
+///
+/// ```
+/// use polygateway::config::{ScopeKind, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// // `env` adds the backends and source `qwen_1` to these keys.
+/// let settings = Settings::from_map(&env(&[
+///     ("LLM__DEEPSEEK__1__BASE_URL", "https://api.deepseek.com/v1"),
+///     ("LLM__DEEPSEEK__1__MODEL", "deepseek-chat"),
+///     ("LLM__GLOBAL__RPM", "1000"),
+/// ]))
+/// .unwrap();
+/// let llm = settings.scope("LLM").unwrap();
+/// assert_eq!(llm.kind, ScopeKind::Chat);
+/// let names: Vec<&str> = llm.sources.iter().map(|s| s.name.as_str()).collect();
+/// assert_eq!(names, ["deepseek_1", "qwen_1"]); // ordered by provider, then index
+/// assert_eq!((llm.global_rpm, llm.global_max_concurrency), (1000, 0));
+/// assert!(llm.embedding.is_none());
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScopeSettings {
     /// Upper-case scope name (`LLM`, `VLM`, `OCR`, `EMBED`, …).
@@ -252,6 +531,23 @@ pub struct ScopeSettings {
 }
 
 /// Which backend stores limiter or breaker state.
+///
+/// ```
+/// use polygateway::config::{ConfigError, GovernanceBackendKind, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// let shared = Settings::from_map(&env(&[
+///     ("PGW_LIMITER_BACKEND", "redis"),
+///     ("REDIS_URL", "redis://127.0.0.1:6379/0"),
+/// ]))
+/// .unwrap();
+/// assert_eq!(shared.limiter_backend, GovernanceBackendKind::Redis);
+/// // The Redis backend needs REDIS_URL.
+/// let err = Settings::from_map(&env(&[("PGW_BREAKER_BACKEND", "redis")])).unwrap_err();
+/// assert!(matches!(&err, ConfigError::Missing { key, .. } if key == "REDIS_URL"), "{err}");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GovernanceBackendKind {
     /// In-process.
@@ -261,6 +557,27 @@ pub enum GovernanceBackendKind {
 }
 
 /// Response cache backend.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::{CacheSettings, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// let settings = Settings::from_map(&env(&[
+///     ("PGW_CACHE_BACKEND", "memory"),
+///     ("PGW_CACHE_NAMESPACE", "dev"),
+///     ("PGW_CACHE_TTL_S", "3600"),
+/// ]))
+/// .unwrap();
+/// assert_eq!(
+///     settings.cache,
+///     CacheSettings::Memory { namespace: "dev".into(), ttl: Duration::from_secs(3600) }
+/// );
+/// // Caching is off unless asked for.
+/// assert_eq!(Settings::from_map(&env(&[])).unwrap().cache, CacheSettings::None);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum CacheSettings {
     /// No caching.
@@ -282,6 +599,21 @@ pub enum CacheSettings {
 }
 
 /// Telemetry schema handling.
+///
+/// ```
+/// use polygateway::config::{SchemaMode, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// let settings = Settings::from_map(&env(&[
+///     ("PGW_TELEMETRY_BACKEND", "sqlite"),
+///     ("PGW_TELEMETRY_SQLITE_PATH", "telemetry.db"),
+///     ("PGW_TELEMETRY_SCHEMA_MODE", "manual"),
+/// ]))
+/// .unwrap();
+/// assert_eq!(settings.telemetry.schema_mode, Some(SchemaMode::Manual));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchemaMode {
     /// Add missing columns.
@@ -291,6 +623,19 @@ pub enum SchemaMode {
 }
 
 /// Telemetry backend.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::{Secret, TelemetryBackendSettings};
+/// let backend = TelemetryBackendSettings::Postgres {
+///     dsn: Secret::new("postgres://app:s3cret@db:5432/telemetry"),
+///     pool_max: 4,
+///     write_timeout: Duration::from_secs(5),
+/// };
+/// // Debug output keeps the DSN (and its password) hidden.
+/// let shown = format!("{backend:?}");
+/// assert!(shown.contains("pool_max: 4") && !shown.contains("s3cret"));
+/// ```
 #[derive(Clone, PartialEq)]
 pub enum TelemetryBackendSettings {
     /// Record nothing.
@@ -331,6 +676,26 @@ impl fmt::Debug for TelemetryBackendSettings {
 }
 
 /// Telemetry settings.
+///
+/// ```
+/// use polygateway::config::{Settings, TelemetryBackendSettings, TelemetrySettings};
+/// # use std::collections::BTreeMap;
+/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// let settings = Settings::from_map(&env(&[
+///     ("PGW_TELEMETRY_BACKEND", "sqlite"),
+///     ("PGW_TELEMETRY_SQLITE_PATH", "telemetry.db"),
+///     ("PGW_TELEMETRY_TEXT_CAP", "2000"),
+/// ]))
+/// .unwrap();
+/// let expected = TelemetrySettings {
+///     backend: TelemetryBackendSettings::Sqlite { path: "telemetry.db".into() },
+///     schema_mode: None,
+///     text_cap: Some(2000),
+/// };
+/// assert_eq!(settings.telemetry, expected);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct TelemetrySettings {
     /// Where rows go.
@@ -342,6 +707,22 @@ pub struct TelemetrySettings {
 }
 
 /// Everything a runtime is built from.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::time::Duration;
+/// use polygateway::config::{
+///     CacheSettings, GovernanceBackendKind, Settings, TelemetryBackendSettings,
+/// };
+/// // With no keys at all: no scopes, nothing cached or recorded, global defaults.
+/// let settings = Settings::from_map(&BTreeMap::new()).unwrap();
+/// assert!(settings.scopes.is_empty());
+/// assert_eq!(settings.limiter_backend, GovernanceBackendKind::Memory);
+/// assert_eq!(settings.cache, CacheSettings::None);
+/// assert_eq!(settings.telemetry.backend, TelemetryBackendSettings::None);
+/// assert_eq!(settings.redis_url, None);
+/// assert_eq!(settings.lease_ttl, Duration::from_secs(1500));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// Scopes by upper-case name.
@@ -458,6 +839,15 @@ impl Default for BreakerSettings {
 
 impl BreakerSettings {
     /// `MAX_COOLDOWN_S`, or its default `max(300 s, cooldown)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::config::BreakerSettings;
+    /// let mut breaker = BreakerSettings::default(); // cooldown 30 s
+    /// assert_eq!(breaker.effective_max_cooldown(), Duration::from_secs(300));
+    /// breaker.max_cooldown = Some(Duration::from_secs(120));
+    /// assert_eq!(breaker.effective_max_cooldown(), Duration::from_secs(120));
+    /// ```
     pub fn effective_max_cooldown(&self) -> Duration {
         self.max_cooldown.unwrap_or_else(|| {
             Duration::from_secs_f64(super::defaults::MAX_COOLDOWN_FLOOR_S).max(self.cooldown)
@@ -477,6 +867,30 @@ impl Default for BackpressureSettings {
 
 impl ScopeSettings {
     /// The longest source `TIMEOUT_S` (zero without sources).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::config::Settings;
+    /// # use std::collections::BTreeMap;
+    /// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    /// #     let base = [
+    /// #         ("PGW_LIMITER_BACKEND", "memory"),
+    /// #         ("PGW_BREAKER_BACKEND", "memory"),
+    /// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+    /// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+    /// #     ];
+    /// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    /// # }
+    /// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+    ///     // `env` adds `qwen_1` (default 60 s timeout); `qwen_2` gets 90 s.
+    /// let settings = Settings::from_map(&env(&[
+    ///     ("LLM__QWEN__2__BASE_URL", "https://example.invalid/v1"),
+    ///     ("LLM__QWEN__2__MODEL", "qwen-max"),
+    ///     ("LLM__QWEN__2__TIMEOUT_S", "90"),
+    /// ]))
+    /// .unwrap();
+    /// assert_eq!(settings.scope("LLM").unwrap().slowest_timeout(), Duration::from_secs(90));
+    /// ```
     pub fn slowest_timeout(&self) -> Duration {
         self.sources
             .iter()
@@ -486,6 +900,31 @@ impl ScopeSettings {
     }
 
     /// The longest source TTFT deadline (zero without sources).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::config::Settings;
+    /// # use std::collections::BTreeMap;
+    /// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    /// #     let base = [
+    /// #         ("PGW_LIMITER_BACKEND", "memory"),
+    /// #         ("PGW_BREAKER_BACKEND", "memory"),
+    /// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+    /// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+    /// #     ];
+    /// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    /// # }
+    /// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+    ///     // `qwen_1` keeps the derived 30 s TTFT; `qwen_2` is tighter.
+    /// let settings = Settings::from_map(&env(&[
+    ///     ("LLM__QWEN__2__BASE_URL", "https://example.invalid/v1"),
+    ///     ("LLM__QWEN__2__MODEL", "qwen-turbo"),
+    ///     ("LLM__QWEN__2__TTFT_TIMEOUT_S", "5"),
+    ///     ("LLM__QWEN__2__INTER_TOKEN_TIMEOUT_S", "2"),
+    /// ]))
+    /// .unwrap();
+    /// assert_eq!(settings.scope("LLM").unwrap().slowest_ttft(), Duration::from_secs(30));
+    /// ```
     pub fn slowest_ttft(&self) -> Duration {
         self.sources
             .iter()
@@ -495,6 +934,27 @@ impl ScopeSettings {
     }
 
     /// `PROBE_TTL_S`, or its default `max(2 × slowest timeout, cooldown, slowest timeout + 5 s)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::config::Settings;
+    /// # use std::collections::BTreeMap;
+    /// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    /// #     let base = [
+    /// #         ("PGW_LIMITER_BACKEND", "memory"),
+    /// #         ("PGW_BREAKER_BACKEND", "memory"),
+    /// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+    /// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+    /// #     ];
+    /// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    /// # }
+    /// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+    ///     // One source with the default 60 s timeout: max(120 s, 30 s, 65 s).
+    /// let derived = Settings::from_map(&env(&[])).unwrap();
+    /// assert_eq!(derived.scope("LLM").unwrap().effective_probe_ttl(), Duration::from_secs(120));
+    /// let explicit = Settings::from_map(&env(&[("LLM__BREAKER__PROBE_TTL_S", "45")])).unwrap();
+    /// assert_eq!(explicit.scope("LLM").unwrap().effective_probe_ttl(), Duration::from_secs(45));
+    /// ```
     pub fn effective_probe_ttl(&self) -> Duration {
         self.breaker.probe_ttl.unwrap_or_else(|| {
             let slowest = self.slowest_timeout();
@@ -505,6 +965,26 @@ impl ScopeSettings {
     }
 
     /// The source named `name`, if configured.
+    ///
+    /// ```
+    /// use polygateway::config::Settings;
+    /// # use std::collections::BTreeMap;
+    /// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    /// #     let base = [
+    /// #         ("PGW_LIMITER_BACKEND", "memory"),
+    /// #         ("PGW_BREAKER_BACKEND", "memory"),
+    /// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+    /// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+    /// #     ];
+    /// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    /// # }
+    /// // `env` adds the backends and source `qwen_1` (`LLM__QWEN__1__…`) to these keys.
+    ///     // `env` configures `LLM__QWEN__1__…`, i.e. source `qwen_1`.
+    /// let settings = Settings::from_map(&env(&[])).unwrap();
+    /// let llm = settings.scope("LLM").unwrap();
+    /// assert_eq!(llm.source("qwen_1").map(|s| s.model.as_str()), Some("qwen-plus"));
+    /// assert!(llm.source("qwen_2").is_none());
+    /// ```
     pub fn source(&self, name: &str) -> Option<&SourceSettings> {
         self.sources.iter().find(|s| s.name == name)
     }
@@ -513,6 +993,20 @@ impl ScopeSettings {
 impl TelemetrySettings {
     /// `PGW_TELEMETRY_SCHEMA_MODE`, or its backend-derived default: SQLite → auto, Postgres →
     /// manual (`None` for the `none` backend: nothing consumes it).
+    ///
+    /// ```
+    /// use polygateway::config::{SchemaMode, TelemetryBackendSettings, TelemetrySettings};
+    /// let mut telemetry = TelemetrySettings {
+    ///     backend: TelemetryBackendSettings::Sqlite { path: "telemetry.db".into() },
+    ///     schema_mode: None,
+    ///     text_cap: None,
+    /// };
+    /// assert_eq!(telemetry.effective_schema_mode(), Some(SchemaMode::Auto));
+    /// telemetry.schema_mode = Some(SchemaMode::Manual);
+    /// assert_eq!(telemetry.effective_schema_mode(), Some(SchemaMode::Manual));
+    /// telemetry.backend = TelemetryBackendSettings::None;
+    /// assert_eq!(telemetry.effective_schema_mode(), None);
+    /// ```
     pub fn effective_schema_mode(&self) -> Option<SchemaMode> {
         match (&self.backend, self.schema_mode) {
             (TelemetryBackendSettings::None, _) => None,

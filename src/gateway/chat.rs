@@ -38,6 +38,29 @@ impl Recorded for ChatTransport {
 }
 
 /// What one chat scope needs besides its runtime scope.
+/// (Public only because the sealed [`Kind`](crate::Kind) trait names it; it cannot be named
+/// outside the crate — use a [`ChatHandle`](crate::ChatHandle).)
+///
+/// Each chat scope has its own sources, so two scopes never serve each other's calls:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// let judge_mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url()), ("JUDGE", &judge_mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("JUDGE__OPENAI__1__MODEL", "judge-model")],
+/// # );
+/// use polygateway::Message;
+/// // Settings: LLM over `mock`, JUDGE over `judge_mock`.
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+/// gw.chat_scope("JUDGE")?.chat(vec![Message::user("grade this")]).await?;
+/// assert_eq!((mock.counts().chat, judge_mock.counts().chat), (0, 1));
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub struct ChatScope {
     pub(crate) scope: Scope<ChatTransport>,
     pub(crate) identities: Vec<SourceIdentity>,
@@ -71,6 +94,25 @@ pub(crate) struct Prepared {
 /// ```
 impl ScopeHandle<Chat> {
     /// One governed chat call with default options.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use polygateway::{testkit::mock_llm::MOCK_CONTENT, Message};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let llm = gw.chat_scope("LLM")?;
+    /// let reply = llm.chat(vec![Message::user("Say hello")]).await?;
+    /// assert_eq!(reply.content, MOCK_CONTENT);
+    /// assert_eq!(reply.model, "gpt-test");
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn chat(&self, messages: Vec<Message>) -> Result<LlmResponse, GatewayError> {
         self.chat_with(messages, CallOptions::new()).await
     }
@@ -79,6 +121,25 @@ impl ScopeHandle<Chat> {
     ///
     /// With `Structured::Json` the answer is repaired into a JSON value (`structured_data`);
     /// an unrepairable answer is `ResultInvalid` and is never cached.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// let mock = MockUpstream::start(Behaviour::healthy_with(r#"{"prime": true}"#)).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use polygateway::{CallOptions, Message, Structured};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let llm = gw.chat_scope("LLM")?;
+    /// let options = CallOptions::new().structured(Structured::Json).session_id("s-42");
+    /// let reply = llm.chat_with(vec![Message::user("Is 7 prime? Answer in JSON.")], options).await?;
+    /// assert_eq!(reply.structured_data, Some(serde_json::json!({"prime": true})));
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn chat_with(
         &self,
         messages: Vec<Message>,

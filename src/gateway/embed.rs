@@ -46,6 +46,30 @@ impl Recorded for EmbeddingTransport {
     }
 }
 
+/// What one embeddings scope needs besides its runtime scope: its sources and its batching
+/// settings. (Public only because the sealed [`Kind`](crate::Kind) trait names it; it cannot be
+/// named outside the crate — use an [`EmbeddingHandle`](crate::EmbeddingHandle).)
+///
+/// Its `BATCH_SIZE` splits a call into upstream requests:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("EMBED", &mock.base_url())],
+/// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "2")],
+/// # );
+/// // Settings: EMBED__BATCH_SIZE=2.
+/// let gw = polygateway::Gateway::from_settings(settings, "EMBED").await?;
+/// let texts: Vec<String> = (1..=5).map(|i| format!("text {i}")).collect();
+/// let out = gw.embed(texts).await?;
+/// assert_eq!(out.vectors.len(), 5);
+/// assert_eq!(mock.counts().embeddings, 3); // batches of 2, 2 and 1
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub struct EmbedScope {
     pub(crate) scope: Scope<EmbeddingTransport>,
     pub(crate) identities: Vec<SourceIdentity>,
@@ -63,6 +87,28 @@ pub struct EmbedScope {
 /// ```
 impl ScopeHandle<Embeddings> {
     /// Embed `texts`: vectors in input order, usage summed over batches.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("EMBED", &mock.base_url())],
+    /// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "16")],
+    /// # );
+    /// use polygateway::{testkit::mock_embedding, CallOptions};
+    /// let gw = polygateway::Gateway::from_settings(settings, "EMBED").await?;
+    /// let embed = gw.embedding_scope("EMBED")?;
+    /// let texts = vec!["alpha".to_string(), "beta".to_string(), "gamma".to_string()];
+    /// let out = embed.embed(texts.clone(), CallOptions::new().tenant_id("acme")).await?;
+    /// // Each vector is the one the mock computes for the text at the same position.
+    /// for (text, vector) in texts.iter().zip(&out.vectors) {
+    ///     assert_eq!(*vector, mock_embedding(text, 8));
+    /// }
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn embed(
         &self,
         texts: Vec<String>,

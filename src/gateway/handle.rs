@@ -16,6 +16,16 @@ mod sealed {
     use super::ScopeEntry;
 
     /// How a kind finds its scope; not nameable outside the crate.
+    ///
+    /// It seals [`Kind`](super::Kind): code outside the crate cannot add a kind of scope.
+    ///
+    /// ```compile_fail
+    /// struct Audio;
+    /// // error: the trait bound `Audio: Sealed` is not satisfied
+    /// impl polygateway::Kind for Audio {
+    ///     const KIND: polygateway::config::ScopeKind = polygateway::config::ScopeKind::Chat;
+    /// }
+    /// ```
     pub trait Sealed {
         type Scope;
         fn of(entry: &ScopeEntry) -> Option<&Self::Scope>;
@@ -23,18 +33,64 @@ mod sealed {
 }
 
 /// A kind of scope (chat, embeddings, OCR). Sealed: the three kinds are the crate's.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// # use polygateway::testkit::{Behaviour, MockUpstream};
+/// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url()), ("EMBED", &mock.base_url())],
+/// #     &[
+/// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
+/// #         ("EMBED__OPENAI__1__MODEL", "embed-model"),
+/// #         ("EMBED__BATCH_SIZE", "16"),
+/// #     ],
+/// # );
+/// use polygateway::{Kind, ScopeHandle};
+/// /// Code generic over the kind of scope, for logs and dashboards.
+/// fn describe<K: Kind>(handle: &ScopeHandle<K>) -> String {
+///     format!("{} ({:?})", handle.name(), K::KIND)
+/// }
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+/// assert_eq!(describe(&gw.chat_scope("LLM")?), "LLM (Chat)");
+/// assert_eq!(describe(&gw.embedding_scope("EMBED")?), "EMBED (Embeddings)");
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub trait Kind: sealed::Sealed + Send + Sync + 'static {
     /// The kind as configuration names it.
     const KIND: ScopeKind;
 }
 
 /// Chat scopes (LLM, VLM, JUDGE, …).
+/// ```
+/// use polygateway::config::{scope_kind_for, ScopeKind};
+/// use polygateway::{Chat, Kind};
+/// assert_eq!(Chat::KIND, ScopeKind::Chat);
+/// // Any scope name not starting with OCR or EMBED is a chat scope.
+/// assert_eq!(scope_kind_for("JUDGE"), Chat::KIND);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Chat;
 /// Embeddings scopes.
+/// ```
+/// use polygateway::config::{scope_kind_for, ScopeKind};
+/// use polygateway::{Embeddings, Kind};
+/// assert_eq!(Embeddings::KIND, ScopeKind::Embeddings);
+/// // Scope names starting with EMBED are embeddings scopes.
+/// assert_eq!(scope_kind_for("EMBED_SMALL"), Embeddings::KIND);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Embeddings;
 /// MonkeyOCR scopes.
+/// ```
+/// use polygateway::config::{scope_kind_for, ScopeKind};
+/// use polygateway::{Kind, Ocr};
+/// assert_eq!(Ocr::KIND, ScopeKind::Ocr);
+/// // OCR and OCR_* are OCR scopes.
+/// assert_eq!(scope_kind_for("OCR_FAST"), Ocr::KIND);
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct Ocr;
 
@@ -59,6 +115,33 @@ kind!(Embeddings, EmbedScope, Embeddings);
 kind!(Ocr, OcrScope, Ocr);
 
 /// A handle to one scope of a running gateway. Cheap to clone, `Send + Sync`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+/// # );
+/// use polygateway::{ChatHandle, Message};
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+/// let llm: ChatHandle = gw.chat_scope("LLM")?;
+/// // Hand a clone to each task; all of them call the same scope.
+/// let tasks: Vec<_> = (0..3)
+///     .map(|i| {
+///         let llm = llm.clone();
+///         tokio::spawn(async move { llm.chat(vec![Message::user(format!("question {i}"))]).await })
+///     })
+///     .collect();
+/// for task in tasks {
+///     task.await.expect("the task ran")?;
+/// }
+/// assert_eq!(mock.counts().chat, 3);
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub struct ScopeHandle<K> {
     pub(crate) core: Arc<Core>,
     pub(crate) name: Arc<str>,
@@ -103,6 +186,26 @@ impl<K: Kind> ScopeHandle<K> {
     }
 
     /// The scope's name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # ).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url()), ("OCR", &ocr_mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("OCR__MONKEY__1__MODEL", "monkeyocr")],
+    /// # );
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let handle = gw.ocr_scope("OCR")?;
+    /// assert_eq!(handle.name(), "OCR");
+    /// assert_eq!(format!("{handle:?}"), r#"ScopeHandle { scope: "OCR", kind: Ocr }"#);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -33,10 +33,65 @@ pub use build::GatewayBuilder;
 pub use handle::{Chat, Embeddings, Kind, Ocr, ScopeHandle};
 
 /// A handle to one chat scope (LLM, VLM, JUDGE, …).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// # use polygateway::testkit::{Behaviour, MockUpstream};
+/// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+/// # );
+/// use polygateway::{ChatHandle, Gateway, Message};
+/// let gw = Gateway::from_settings(settings, "LLM").await?;
+/// let llm: ChatHandle = gw.chat_scope("LLM")?;
+/// let reply = llm.chat(vec![Message::user("hi")]).await?;
+/// assert_eq!(reply.source_name, "openai_1");
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub type ChatHandle = ScopeHandle<Chat>;
 /// A handle to one embeddings scope.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("EMBED", &mock.base_url())],
+/// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "16")],
+/// # );
+/// use polygateway::{CallOptions, EmbeddingHandle, Gateway};
+/// let gw = Gateway::from_settings(settings, "EMBED").await?;
+/// let embed: EmbeddingHandle = gw.embedding_scope("EMBED")?;
+/// let out = embed.embed(vec!["alpha".into(), "beta".into()], CallOptions::new()).await?;
+/// assert_eq!(out.vectors.len(), 2);
+/// assert_eq!(out.dim, 8); // the mock answers 8-dimensional vectors
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub type EmbeddingHandle = ScopeHandle<Embeddings>;
 /// A handle to one OCR scope.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+/// #     polygateway::testkit::mock_ocr::OcrFault::None,
+/// # ).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("OCR", &ocr_mock.base_url())],
+/// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
+/// # );
+/// use polygateway::{Gateway, OcrHandle};
+/// let gw = Gateway::from_settings(settings, "OCR").await?;
+/// let ocr: OcrHandle = gw.ocr_scope("OCR")?;
+/// assert_eq!(ocr.check_health().await.get("monkey_1"), Some(&true));
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub type OcrHandle = ScopeHandle<Ocr>;
 pub use snapshot::SourceSnapshot;
 pub use stream::{ChatEvent, ChatStream};
@@ -61,6 +116,28 @@ pub(crate) struct CacheLayer {
     pub coalescer: Coalescer<String, LlmResponse>,
 }
 
+/// One configured scope, by kind: what a handle of that kind looks up. (Public only because the
+/// sealed [`Kind`] trait names it; it cannot be named outside the crate.)
+///
+/// A scope is registered under exactly one kind, so a handle of another kind is refused:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// # use polygateway::testkit::{Behaviour, MockUpstream};
+/// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+/// # );
+/// use polygateway::{Gateway, GatewayError};
+/// let gw = Gateway::from_settings(settings, "LLM").await?;
+/// assert!(gw.chat_scope("LLM").is_ok());
+/// assert!(matches!(gw.embedding_scope("LLM"), Err(GatewayError::SourceNotConfigured(_))));
+/// assert!(gw.ocr_scope("LLM").is_err());
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub enum ScopeEntry {
     Chat(chat::ChatScope),
     Embeddings(embed::EmbedScope),
@@ -124,6 +201,28 @@ impl Core {
 
 /// An embedded polygateway runtime: one supervision tree, its scopes and shared telemetry,
 /// admission and cache. Cheap to clone (an `Arc`); every clone talks to the same runtime.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// # use polygateway::testkit::{Behaviour, MockUpstream};
+/// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+/// # );
+/// use polygateway::{Gateway, Message};
+/// let gw = Gateway::from_settings(settings, "LLM").await?;
+/// let worker = gw.clone();
+/// let reply = tokio::spawn(async move { worker.chat(vec![Message::user("hi")]).await })
+///     .await
+///     .expect("the task ran")?;
+/// assert!(!reply.content.is_empty());
+/// // The clone's call shows in the original's counters: one runtime.
+/// assert_eq!(gw.sources("LLM").await?[0].attempts, 1);
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct Gateway {
     core: Arc<Core>,
@@ -142,12 +241,55 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// Build from the process environment and `.env`, with `scope` as the default scope of the
     /// convenience methods (`chat`, `embed`, `recognize_text`, …). Every configured scope is built.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), polygateway::GatewayError> {
+    /// // Sources come from LLM__OPENAI__1__BASE_URL, …__API_KEY, …__MODEL (see `.env.example`).
+    /// let gw = polygateway::Gateway::from_env("LLM").await?;
+    /// let reply = gw.chat(vec![polygateway::Message::user("hello")]).await?;
+    /// println!("{} (from {})", reply.content, reply.source_name);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn from_env(scope: &str) -> Result<Self, GatewayError> {
         let settings = Settings::from_env().map_err(|e| GatewayError::Config(e.to_string()))?;
         Self::from_settings(settings, scope).await
     }
 
     /// Build from resolved settings.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use std::collections::BTreeMap;
+    /// use polygateway::{config::Settings, Gateway, GatewayError};
+    /// let base_url = mock.base_url(); // a mock upstream, for the example
+    /// let env: BTreeMap<String, String> = [
+    ///     ("PGW_LIMITER_BACKEND", "memory"),
+    ///     ("PGW_BREAKER_BACKEND", "memory"),
+    ///     ("PGW_TELEMETRY_BACKEND", "none"),
+    ///     ("LLM__OPENAI__1__BASE_URL", base_url.as_str()),
+    ///     ("LLM__OPENAI__1__API_KEY", "sk-test"),
+    ///     ("LLM__OPENAI__1__MODEL", "gpt-test"),
+    /// ]
+    /// .into_iter()
+    /// .map(|(k, v)| (k.to_string(), v.to_string()))
+    /// .collect();
+    /// let settings = Settings::from_map(&env).expect("valid settings");
+    /// // The default scope must be one of the configured ones.
+    /// let err = Gateway::from_settings(settings.clone(), "JUDGE").await.unwrap_err();
+    /// assert!(matches!(err, GatewayError::SourceNotConfigured(_)));
+    /// let gw = Gateway::from_settings(settings, "LLM").await?;
+    /// assert_eq!(gw.scopes(), ["LLM"]);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn from_settings(settings: Settings, scope: &str) -> Result<Self, GatewayError> {
         GatewayBuilder::new(settings)
             .default_scope(scope)
@@ -156,6 +298,28 @@ impl Gateway {
     }
 
     /// A builder to inject ports (governance backends, telemetry sink, cache, clock, selector).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use std::sync::Arc;
+    /// use polygateway::{telemetry::NullSink, Gateway, Message};
+    /// let gw = Gateway::builder(settings)
+    ///     .default_scope("LLM")
+    ///     .telemetry_sink(Arc::new(NullSink)) // record rows, write them nowhere
+    ///     .build()
+    ///     .await?;
+    /// gw.chat(vec![Message::user("hi")]).await?;
+    /// assert_eq!(gw.telemetry_rows_accepted(), 1);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn builder(settings: Settings) -> GatewayBuilder {
         GatewayBuilder::new(settings)
     }
@@ -168,26 +332,126 @@ impl Gateway {
     }
 
     /// The handle of chat scope `name`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let llm = gw.chat_scope("LLM")?;
+    /// assert_eq!(llm.name(), "LLM");
+    /// // An unknown scope is an error naming the configured ones.
+    /// let err = gw.chat_scope("JUDGE").unwrap_err();
+    /// assert!(err.to_string().contains("configured: LLM"), "{err}");
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn chat_scope(&self, name: &str) -> Result<ChatHandle, GatewayError> {
         ScopeHandle::new(&self.core, name)
     }
 
     /// The handle of embeddings scope `name`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url()), ("EMBED", &mock.base_url())],
+    /// #     &[
+    /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
+    /// #         ("EMBED__OPENAI__1__MODEL", "embed-model"),
+    /// #         ("EMBED__BATCH_SIZE", "16"),
+    /// #     ],
+    /// # );
+    /// use polygateway::CallOptions;
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let embed = gw.embedding_scope("EMBED")?;
+    /// let out = embed.embed(vec!["a cat".into(), "a dog".into()], CallOptions::new()).await?;
+    /// assert_eq!(out.vectors.len(), 2);
+    /// assert_eq!(out.model, "embed-model");
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn embedding_scope(&self, name: &str) -> Result<EmbeddingHandle, GatewayError> {
         ScopeHandle::new(&self.core, name)
     }
 
     /// The handle of OCR scope `name`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # ).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url()), ("OCR", &ocr_mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("OCR__MONKEY__1__MODEL", "monkeyocr")],
+    /// # );
+    /// use polygateway::CallOptions;
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
+    /// let text = gw.ocr_scope("OCR")?.recognize_text(png, CallOptions::new()).await?;
+    /// assert_eq!(text.provenance.source_name, "monkey_1");
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn ocr_scope(&self, name: &str) -> Result<OcrHandle, GatewayError> {
         ScopeHandle::new(&self.core, name)
     }
 
     /// Chat on the default scope with default options.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use polygateway::{testkit::mock_llm::MOCK_CONTENT, Message};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let reply = gw.chat(vec![Message::system("Be brief."), Message::user("Say hello")]).await?;
+    /// assert_eq!(reply.content, MOCK_CONTENT);
+    /// assert!(!reply.cache_hit);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn chat(&self, messages: Vec<Message>) -> Result<LlmResponse, GatewayError> {
         self.chat_scope(&self.default_scope)?.chat(messages).await
     }
 
     /// Chat on the default scope.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use polygateway::{CallOptions, Message};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let options = CallOptions::new().tenant_id("acme").overlay_param("temperature", 0.2);
+    /// gw.chat_with(vec![Message::user("hi")], options).await?;
+    /// // The sampling overlay is merged into the request body.
+    /// assert_eq!(mock.last_request().unwrap().body["temperature"], 0.2);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn chat_with(
         &self,
         messages: Vec<Message>,
@@ -199,6 +463,30 @@ impl Gateway {
     }
 
     /// Typed structured chat on the default scope (see [`ChatHandle::chat_structured`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// let mock = MockUpstream::start(Behaviour::healthy_with(r#"{"score": 5, "reason": "correct"}"#)).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Verdict {
+    ///     score: u8,
+    ///     reason: String,
+    /// }
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let (resp, verdict): (_, Verdict) = gw
+    ///     .chat_structured(vec![polygateway::Message::user("grade: 2+2=4")], Default::default())
+    ///     .await?;
+    /// assert_eq!((verdict.score, verdict.reason.as_str()), (5, "correct"));
+    /// assert!(resp.structured_data.is_some());
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn chat_structured<T>(
         &self,
         messages: Vec<Message>,
@@ -213,6 +501,32 @@ impl Gateway {
     }
 
     /// Streaming chat on the default scope (see [`ChatHandle::chat_stream`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use futures::StreamExt;
+    /// use polygateway::{testkit::mock_llm::MOCK_CONTENT, CallOptions, ChatEvent, Message};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let mut stream = gw.chat_stream(vec![Message::user("hi")], CallOptions::new())?;
+    /// let mut text = String::new();
+    /// while let Some(event) = stream.next().await {
+    ///     match event? {
+    ///         ChatEvent::Content(delta) => text.push_str(&delta),
+    ///         ChatEvent::Done(resp) => assert_eq!(resp.content, text),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// assert_eq!(text, MOCK_CONTENT);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn chat_stream(
         &self,
         messages: Vec<Message>,
@@ -224,6 +538,23 @@ impl Gateway {
     }
 
     /// Embed on the default scope.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("EMBED", &mock.base_url())],
+    /// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "16")],
+    /// # );
+    /// let gw = polygateway::Gateway::from_settings(settings, "EMBED").await?;
+    /// let out = gw.embed(vec!["first".into(), "second".into(), "third".into()]).await?;
+    /// assert_eq!(out.vectors.len(), 3);
+    /// assert!(out.vectors.iter().all(|v| v.len() == out.dim));
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn embed(&self, texts: Vec<String>) -> Result<EmbeddingResponse, GatewayError> {
         self.embedding_scope(&self.default_scope)?
             .embed(texts, CallOptions::new())
@@ -231,6 +562,27 @@ impl Gateway {
     }
 
     /// OCR text on the default scope.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # ).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("OCR", &ocr_mock.base_url())],
+    /// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
+    /// # );
+    /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_TEXT;
+    /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
+    /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
+    /// let text = gw.recognize_text(png).await?;
+    /// assert_eq!(text.text, SAMPLE_TEXT);
+    /// // Not an image: rejected locally, before any quota is taken.
+    /// assert!(gw.recognize_text(b"%PDF-1.7".to_vec()).await.is_err());
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn recognize_text(&self, image: Vec<u8>) -> Result<OcrTextResult, GatewayError> {
         self.ocr_scope(&self.default_scope)?
             .recognize_text(image, CallOptions::new())
@@ -238,6 +590,26 @@ impl Gateway {
     }
 
     /// OCR layout on the default scope.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # ).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("OCR", &ocr_mock.base_url())],
+    /// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
+    /// # );
+    /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_PAGE_SIZE;
+    /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
+    /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
+    /// let layout = gw.parse_layout(png).await?;
+    /// assert!(!layout.elements.is_empty());
+    /// assert!(layout.page_sizes.iter().all(|size| *size == SAMPLE_PAGE_SIZE));
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn parse_layout(&self, image: Vec<u8>) -> Result<OcrLayoutResult, GatewayError> {
         self.ocr_scope(&self.default_scope)?
             .parse_layout(image, CallOptions::new())
@@ -245,27 +617,128 @@ impl Gateway {
     }
 
     /// Per-source health of the default OCR scope.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # ).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("OCR", &ocr_mock.base_url())],
+    /// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
+    /// # );
+    /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
+    /// let health = gw.check_health().await?;
+    /// assert_eq!(health.into_iter().collect::<Vec<_>>(), [("monkey_1".to_string(), true)]);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn check_health(&self) -> Result<BTreeMap<String, bool>, GatewayError> {
         Ok(self.ocr_scope(&self.default_scope)?.check_health().await)
     }
 
     /// Names of the configured scopes.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url()), ("EMBED", &mock.base_url())],
+    /// #     &[
+    /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
+    /// #         ("EMBED__OPENAI__1__MODEL", "embed-model"),
+    /// #         ("EMBED__BATCH_SIZE", "16"),
+    /// #     ],
+    /// # );
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// // Every configured scope is built, in name order, whatever the default scope.
+    /// assert_eq!(gw.scopes(), ["EMBED", "LLM"]);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn scopes(&self) -> Vec<String> {
         self.core.scopes.keys().cloned().collect()
     }
 
     /// The resolved settings this gateway was built from (secrets stay redacted in `Debug`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let llm = gw.settings().scope("LLM").expect("configured");
+    /// assert_eq!(llm.sources[0].model, "gpt-test");
+    /// assert!(!format!("{:?}", gw.settings()).contains("sk-test"));
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn settings(&self) -> &Settings {
         &self.core.settings
     }
 
     /// A live snapshot of every source of scope `name`: breaker, health, pacer, counters.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use polygateway::{actors::BreakerState, Message};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// gw.chat(vec![Message::user("hi")]).await?;
+    /// let sources = gw.sources("LLM").await?;
+    /// assert_eq!(sources.len(), 1);
+    /// assert_eq!((sources[0].name.as_str(), sources[0].attempts), ("openai_1", 1));
+    /// assert_eq!(sources[0].breaker, Some(BreakerState::Closed));
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn sources(&self, name: &str) -> Result<Vec<SourceSnapshot>, GatewayError> {
         let entry = self.core.entry(name)?;
         Ok(snapshot::collect(&self.core, entry.erased()).await)
     }
 
     /// Limiter leases currently held in scope `name` (0 when idle: an invariant soaks check).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use polygateway::Message;
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// gw.chat(vec![Message::user("hi")]).await?;
+    /// // A finished call gives its lease back (asynchronously, through the admission actor).
+    /// let mut held = gw.leases_held("LLM").await?;
+    /// for _ in 0..100 {
+    ///     if held == 0 {
+    ///         break;
+    ///     }
+    ///     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    ///     held = gw.leases_held("LLM").await?;
+    /// }
+    /// assert_eq!(held, 0);
+    /// assert!(gw.leases_held("JUDGE").await.is_err());
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn leases_held(&self, name: &str) -> Result<u64, GatewayError> {
         self.core.entry(name)?;
         self.core
@@ -278,6 +751,34 @@ impl Gateway {
 
     /// Chaos hook for supervision tests and drills: make the actor of source `source` in scope
     /// `scope` fail, as a panic would. The router restarts it under the restart policy.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use std::time::Duration;
+    /// use polygateway::Message;
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// gw.inject_source_failure("LLM", "openai_1")?;
+    /// assert!(gw.inject_source_failure("LLM", "no_such_source").is_err());
+    /// // The restarted actor serves again after a short backoff.
+    /// let mut served = false;
+    /// for _ in 0..100 {
+    ///     if gw.chat(vec![Message::user("still there?")]).await.is_ok() {
+    ///         served = true;
+    ///         break;
+    ///     }
+    ///     tokio::time::sleep(Duration::from_millis(20)).await;
+    /// }
+    /// assert!(served);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn inject_source_failure(&self, scope: &str, source: &str) -> Result<(), GatewayError> {
         let erased = self.core.entry(scope)?.erased();
         let index = erased
@@ -296,6 +797,39 @@ impl Gateway {
     /// Chaos hook for supervision tests and drills: make the admission actor (the door to the
     /// limiter and breaker backends) fail. The supervisor restarts it with backoff; meanwhile
     /// calls fail closed with `GovernanceBackendError`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use std::time::Duration;
+    /// use polygateway::{Message, UnavailableReason};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// gw.inject_admission_failure();
+    /// // Until the restart, calls fail closed (never ungoverned); then they are served again.
+    /// let mut served = false;
+    /// for _ in 0..100 {
+    ///     match gw.chat(vec![Message::user("x")]).await {
+    ///         Ok(_) => {
+    ///             served = true;
+    ///             break;
+    ///         }
+    ///         Err(e) => {
+    ///             let reason = e.unavailable().map(|u| u.reason);
+    ///             assert_eq!(reason, Some(UnavailableReason::GovernanceBackendDown));
+    ///         }
+    ///     }
+    ///     tokio::time::sleep(Duration::from_millis(20)).await;
+    /// }
+    /// assert!(served);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn inject_admission_failure(&self) {
         if let Some(entry) = self.core.scopes.values().next() {
             entry.erased().crash_admission();
@@ -303,11 +837,65 @@ impl Gateway {
     }
 
     /// Telemetry health (SPEC §8.6): degraded/fatal, reason, dropped rows.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let status = gw.telemetry_status();
+    /// assert!(!status.degraded && !status.fatal, "{:?}", status.reason);
+    /// assert_eq!(status.dropped_rows, 0);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn telemetry_status(&self) -> TelemetryStatus {
         self.core.telemetry_args.status()
     }
 
     /// Rows accepted by the telemetry queue so far (written or pending).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let dir = tempfile::tempdir().unwrap();
+    /// # let mut env = vec![
+    /// #     ("PGW_LIMITER_BACKEND", "memory".to_string()),
+    /// #     ("PGW_BREAKER_BACKEND", "memory".into()),
+    /// #     ("PGW_TELEMETRY_BACKEND", "none".into()),
+    /// # ];
+    /// # env.extend([
+    /// #     ("LLM__OPENAI__1__BASE_URL", mock.base_url()),
+    /// #     ("LLM__OPENAI__1__API_KEY", "sk-test".into()),
+    /// #     ("LLM__OPENAI__1__MODEL", "gpt-test".into()),
+    /// #     ("LLM__RETRY__BACKOFF_BASE_S", "0.01".into()),
+    /// #     ("LLM__RETRY__BACKOFF_MAX_S", "0.05".into()),
+    /// # ]);
+    /// # env.push(("PGW_TELEMETRY_BACKEND", "sqlite".into()));
+    /// # env.push(("PGW_TELEMETRY_SQLITE_PATH", dir.path().join("telemetry.sqlite").display().to_string().into()));
+    /// # let env = env.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    /// # let settings = polygateway::config::Settings::from_map(&env).unwrap();
+    /// use polygateway::Message;
+    /// // Settings: PGW_TELEMETRY_BACKEND=sqlite, PGW_TELEMETRY_SQLITE_PATH=<dir>/telemetry.sqlite.
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// assert_eq!(gw.telemetry_rows_accepted(), 0);
+    /// gw.chat(vec![Message::user("hi")]).await?;
+    /// gw.chat(vec![Message::user("again")]).await?;
+    /// assert_eq!(gw.telemetry_rows_accepted(), 2); // one row per attempt
+    /// gw.shutdown().await; // writes what is still pending
+    /// let db = rusqlite::Connection::open(dir.path().join("telemetry.sqlite")).unwrap();
+    /// let sql = format!("SELECT count(*) FROM {}", polygateway::telemetry::DEFAULT_TABLE);
+    /// let written: i64 = db.query_row(&sql, [], |row| row.get(0)).unwrap();
+    /// assert_eq!(written, 2);
+    /// # Ok(()) }
+    /// ```
     pub fn telemetry_rows_accepted(&self) -> u64 {
         self.core.telemetry.queue.accepted()
     }
@@ -315,6 +903,25 @@ impl Gateway {
     /// Stop: calls in flight end with a shutdown error and release what they hold, the Redis
     /// bookkeeping they owe is finished, telemetry is flushed, the actor tree stops. Bounded
     /// (≈ 12 s at most) and idempotent; closes only what the gateway built itself.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use polygateway::{GatewayError, Message};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let clone = gw.clone();
+    /// gw.shutdown().await;
+    /// clone.shutdown().await; // idempotent, from any clone
+    /// let after = clone.chat(vec![Message::user("hi")]).await;
+    /// assert!(matches!(after, Err(GatewayError::Shutdown(_))), "{after:?}");
+    /// # Ok(()) }
+    /// ```
     pub async fn shutdown(&self) {
         if self.core.closed.swap(true, Ordering::SeqCst) {
             return;

@@ -34,6 +34,32 @@ impl Recorded for OcrTransport {
     }
 }
 
+/// What one OCR scope needs besides its runtime scope: its sources. (Public only because the
+/// sealed [`Kind`](crate::Kind) trait names it; it cannot be named outside the crate — use an
+/// [`OcrHandle`](crate::OcrHandle).)
+///
+/// Every call is checked locally first: an upload that is not a PNG or JPEG never reaches a source.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+///     polygateway::testkit::mock_ocr::OcrFault::None,
+/// ).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("OCR", &ocr_mock.base_url())],
+/// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
+/// # );
+/// use polygateway::{CallOptions, GatewayError};
+/// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
+/// let ocr = gw.ocr_scope("OCR")?;
+/// let pdf = b"%PDF-1.7 ...".to_vec();
+/// let err = ocr.recognize_text(pdf, CallOptions::new()).await.unwrap_err();
+/// assert!(matches!(err, GatewayError::RequestRejected { .. }));
+/// assert_eq!(ocr_mock.total_requests(), 0);
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub struct OcrScope {
     pub(crate) scope: Scope<OcrTransport>,
     pub(crate) identities: Vec<SourceIdentity>,
@@ -50,6 +76,28 @@ pub struct OcrScope {
 /// ```
 impl ScopeHandle<Ocr> {
     /// Transcribe the text of a PNG/JPEG image (`POST /ocr/text`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # ).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("OCR", &ocr_mock.base_url())],
+    /// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
+    /// # );
+    /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_TEXT;
+    /// use polygateway::CallOptions;
+    /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
+    /// let ocr = gw.ocr_scope("OCR")?;
+    /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
+    /// let text = ocr.recognize_text(png, CallOptions::new().session_id("doc-17")).await?;
+    /// assert_eq!(text.text, SAMPLE_TEXT);
+    /// assert_eq!(text.provenance.source_name, "monkey_1");
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn recognize_text(
         &self,
         image: Vec<u8>,
@@ -62,6 +110,28 @@ impl ScopeHandle<Ocr> {
     }
 
     /// Parse the layout of a PNG/JPEG image (`POST /parse` → ZIP → `*_middle.json`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # ).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("OCR", &ocr_mock.base_url())],
+    /// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
+    /// # );
+    /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_ELEMENTS;
+    /// use polygateway::CallOptions;
+    /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
+    /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
+    /// let layout = gw.ocr_scope("OCR")?.parse_layout(png, CallOptions::new()).await?;
+    /// // (page, kind) of every element, in reading order.
+    /// let kinds: Vec<(usize, &str)> = layout.elements.iter().map(|e| (e.page_index, e.kind.as_str())).collect();
+    /// assert_eq!(kinds, SAMPLE_ELEMENTS);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn parse_layout(
         &self,
         image: Vec<u8>,
@@ -74,6 +144,31 @@ impl ScopeHandle<Ocr> {
     }
 
     /// Probe every source's `/health` (short timeout); source name → healthy.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # ).await;
+    /// let gone = polygateway::testkit::mock_ocr::MockOcr::start(polygateway::testkit::mock_ocr::OcrFault::None).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("OCR", &ocr_mock.base_url())],
+    /// #     &[
+    /// #         ("OCR__MONKEY__1__MODEL", "monkeyocr"),
+    /// #         ("OCR__MONKEY__2__BASE_URL", &gone.base_url()),
+    /// #         ("OCR__MONKEY__2__MODEL", "monkeyocr"),
+    /// #     ],
+    /// # );
+    /// // Settings: two OCR sources; the second one's server is gone.
+    /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
+    /// drop(gone);
+    /// let health = gw.ocr_scope("OCR")?.check_health().await;
+    /// assert_eq!(health.get("monkey_1"), Some(&true));
+    /// assert_eq!(health.get("monkey_2"), Some(&false));
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn check_health(&self) -> BTreeMap<String, bool> {
         let scope = self.scope();
         let probes = scope.scope.sources().iter().map(|source| async move {

@@ -10,6 +10,38 @@ use polygateway_actors::{BreakerConfig, BreakerState};
 use super::Core;
 
 /// The state of one source at one moment.
+///
+/// The counters are updated by the source's actor just after each attempt, so a snapshot taken
+/// the instant a call returns may not count it yet:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::Scripted(vec![Behaviour::ServerError(503), Behaviour::healthy()])).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+/// # );
+/// use std::time::Duration;
+/// use polygateway::Message;
+/// // The mock fails the first request with a 503, then answers.
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+/// gw.chat(vec![Message::user("hi")]).await?; // retried once, invisibly
+/// let mut snap = gw.sources("LLM").await?.remove(0);
+/// for _ in 0..100 {
+///     if snap.successes + snap.failures == 2 {
+///         break;
+///     }
+///     tokio::time::sleep(Duration::from_millis(10)).await;
+///     snap = gw.sources("LLM").await?.remove(0);
+/// }
+/// assert_eq!((snap.attempts, snap.failures, snap.successes), (2, 1, 1));
+/// assert_eq!(snap.in_flight, 0);
+/// assert!(snap.health > 0.0 && snap.health <= 1.0);
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SourceSnapshot {

@@ -30,6 +30,36 @@ use crate::types::{CallOptions, LlmResponse, Message};
 const STREAM_BUFFER: usize = 32;
 
 /// One item of a chat stream.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::Reasoning).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+/// # );
+/// use futures::StreamExt;
+/// use polygateway::{CallOptions, ChatEvent, Message};
+/// // The mock reasons first, then answers.
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+/// let mut stream = gw.chat_stream(vec![Message::user("Why is the sky blue?")], CallOptions::new())?;
+/// let (mut reasoning, mut answer) = (String::new(), String::new());
+/// while let Some(event) = stream.next().await {
+///     match event? {
+///         ChatEvent::Reasoning(delta) => reasoning.push_str(&delta),
+///         ChatEvent::Content(delta) => answer.push_str(&delta),
+///         ChatEvent::Done(resp) => {
+///             assert_eq!((resp.thinking.as_str(), resp.content.as_str()), (&*reasoning, &*answer));
+///         }
+///         other => println!("not shown here: {other:?}"),
+///     }
+/// }
+/// assert!(!reasoning.is_empty() && !answer.is_empty());
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ChatEvent {
@@ -43,6 +73,38 @@ pub enum ChatEvent {
 }
 
 /// A governed chat stream. Dropping it cancels the call.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::BlackHole).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+/// # );
+/// use std::time::Duration;
+/// use polygateway::{CallOptions, Message};
+/// // The mock accepts the request and never answers.
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+/// let stream = gw.chat_stream(vec![Message::user("hi")], CallOptions::new())?;
+/// for _ in 0..200 {
+///     if mock.in_flight() == 1 {
+///         break; // the request is upstream
+///     }
+///     tokio::time::sleep(Duration::from_millis(10)).await;
+/// }
+/// drop(stream); // the caller gave up: the upstream request is closed, the lease released
+/// for _ in 0..200 {
+///     if mock.in_flight() == 0 && gw.leases_held("LLM").await? == 0 {
+///         break;
+///     }
+///     tokio::time::sleep(Duration::from_millis(10)).await;
+/// }
+/// assert_eq!((mock.in_flight(), gw.leases_held("LLM").await?), (0, 0));
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
 pub struct ChatStream {
     deltas: mpsc::Receiver<ChatDelta>,
     result: Option<oneshot::Receiver<Result<LlmResponse, GatewayError>>>,
@@ -100,6 +162,28 @@ impl ScopeHandle<Chat> {
     /// Stream a governed chat call: content and reasoning deltas as they arrive, then
     /// [`ChatEvent::Done`] with the complete response — or one error item. A cache hit is replayed
     /// as one content event and the final event. See the module docs for the retry semantics.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
+    /// # );
+    /// use futures::StreamExt;
+    /// use polygateway::{CallOptions, ChatEvent, Message};
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let llm = gw.chat_scope("LLM")?;
+    /// let events: Vec<_> = llm.chat_stream(vec![Message::user("hi")], CallOptions::new()).collect().await;
+    /// // Several content deltas, then exactly one final event with the whole response.
+    /// let Some(Ok(ChatEvent::Done(resp))) = events.last() else { panic!("{events:?}") };
+    /// assert!(events.len() > 2);
+    /// assert!(resp.ttft_ms.is_some(), "time to first token is measured when streaming");
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
     pub fn chat_stream(&self, messages: Vec<Message>, options: CallOptions) -> ChatStream {
         let (delta_tx, deltas) = mpsc::channel(STREAM_BUFFER);
         let (result_tx, result) = oneshot::channel();

@@ -17,6 +17,21 @@ use polygateway_actors::{
 use super::connection::{RedisGovernance, ScriptKind};
 
 /// The Redis breaker store.
+///
+/// Used through [`BreakerBackend`]; every process on the same server and prefix sees the same
+/// breaker.
+///
+/// ```no_run
+/// # async fn demo(redis: polygateway::redis::RedisGovernance) -> Result<(), polygateway::actors::BackendError> {
+/// use polygateway::actors::{BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState};
+/// use polygateway::redis::RedisBreakers;
+/// let breakers = RedisBreakers::new(redis);
+/// let config = BreakerConfig::default();
+/// breakers.force_open("LLM", "deepseek_1", &config).await?;
+/// let admit = breakers.acquire("LLM", "deepseek_1", &config).await?;
+/// assert!(matches!(admit, BreakerAdmit::Refused { state: BreakerState::Open, .. }));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RedisBreakers {
     redis: RedisGovernance,
@@ -24,6 +39,19 @@ pub struct RedisBreakers {
 
 impl RedisBreakers {
     /// Breakers stored through `redis`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+    /// use polygateway::actors::{BreakerBackend, BreakerConfig, BreakerState};
+    /// use polygateway::config::Secret;
+    /// use polygateway::redis::{RedisBreakers, RedisGovernance};
+    /// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw").await?;
+    /// let breakers = RedisBreakers::new(redis.clone());
+    /// let snapshot = breakers.snapshot("LLM", "openai_1", &BreakerConfig::default()).await?;
+    /// assert_eq!(snapshot.state, BreakerState::Closed); // a source never seen is closed
+    /// redis.close().await;
+    /// # Ok(()) }
+    /// ```
     pub fn new(redis: RedisGovernance) -> Self {
         Self { redis }
     }

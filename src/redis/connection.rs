@@ -17,6 +17,18 @@ use super::keys::Keys;
 use crate::config::Secret;
 
 /// Connection knobs. The defaults suit production; tests shorten them.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::redis::RedisOptions;
+/// let options = RedisOptions {
+///     command_timeout: Duration::from_millis(500),
+///     connect_timeout: Duration::from_secs(1),
+///     ..RedisOptions::default()
+/// };
+/// assert_eq!(options.pool_size, 2);
+/// assert!(options.reconnect_min_delay < options.reconnect_max_delay);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisOptions {
     /// Bound of one script call, including a NOSCRIPT reload and a fred re-send (default 2 s).
@@ -137,11 +149,40 @@ impl fmt::Debug for RedisGovernance {
 impl RedisGovernance {
     /// Connect with default [`RedisOptions`]; keys live under `key_prefix` (`pgw` in production,
     /// a unique prefix per test).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+    /// use polygateway::config::Secret;
+    /// use polygateway::redis::RedisGovernance;
+    /// let url = Secret::new("redis://:password@127.0.0.1:6379/0");
+    /// let redis = RedisGovernance::connect(&url, "pgw").await?;
+    /// assert_eq!(redis.key_prefix(), "pgw");
+    /// redis.close().await;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(url: &Secret, key_prefix: &str) -> Result<Self, BackendError> {
         Self::connect_with(url, key_prefix, RedisOptions::default()).await
     }
 
     /// Connect, load the scripts, and fail within `connect_timeout` if the server is unreachable.
+    ///
+    /// Nothing listens on port 1 here, so this fails fast — and without echoing the password:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::{Duration, Instant};
+    /// use polygateway::config::Secret;
+    /// use polygateway::redis::{RedisGovernance, RedisOptions};
+    /// let options = RedisOptions { connect_timeout: Duration::from_millis(300), ..RedisOptions::default() };
+    /// let started = Instant::now();
+    /// let err = RedisGovernance::connect_with(&Secret::new("redis://:hunter2@127.0.0.1:1"), "pgw", options)
+    ///     .await
+    ///     .unwrap_err();
+    /// assert!(started.elapsed() < Duration::from_secs(2));
+    /// assert!(!err.message.contains("hunter2"));
+    /// # }
+    /// ```
     pub async fn connect_with(
         url: &Secret,
         key_prefix: &str,
@@ -202,11 +243,39 @@ impl RedisGovernance {
     }
 
     /// The key prefix.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+    /// use polygateway::config::Secret;
+    /// use polygateway::redis::RedisGovernance;
+    /// // One prefix per tenant keeps their limiters and breakers apart on one server.
+    /// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw:tenant-a").await?;
+    /// assert_eq!(redis.key_prefix(), "pgw:tenant-a");
+    /// assert_eq!(redis.clone().key_prefix(), redis.key_prefix()); // clones share the store
+    /// redis.close().await;
+    /// # Ok(()) }
+    /// ```
     pub fn key_prefix(&self) -> &str {
         &self.inner.prefix
     }
 
     /// Close the connections (idempotent). Clones share the pool: close once, when done with all.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+    /// use polygateway::actors::GateBackend;
+    /// use polygateway::config::Secret;
+    /// use polygateway::redis::{RedisGate, RedisGovernance};
+    /// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw").await?;
+    /// let gate = RedisGate::new(redis.clone());
+    /// gate.mark_progress("LLM").await?;
+    /// assert!(gate.progress_age("LLM").await?.is_some());
+    /// // Done with every clone (the gate shares this pool): close once.
+    /// drop(gate);
+    /// redis.close().await;
+    /// redis.close().await; // idempotent
+    /// # Ok(()) }
+    /// ```
     pub async fn close(&self) {
         let _ = tokio::time::timeout(self.inner.command_timeout, self.inner.pool.quit()).await;
     }

@@ -17,6 +17,36 @@ use super::connection::{RedisGovernance, ScriptKind};
 const PROGRESS_KEY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The Redis six-gate limiter.
+///
+/// Used through [`GateBackend`]: admit, then settle and release the lease.
+///
+/// ```no_run
+/// # async fn demo(redis: polygateway::redis::RedisGovernance) -> Result<(), polygateway::actors::BackendError> {
+/// use std::time::Duration;
+/// use polygateway::actors::{GateBackend, GateDecision, GateRequest, Limits};
+/// use polygateway::redis::RedisGate;
+/// let gate = RedisGate::new(redis);
+/// let request = GateRequest {
+///     scope: "LLM".into(),
+///     source: "openai_1".into(),
+///     global: Limits { max_concurrency: 8, rpm: 600, tpm: 1_000_000 },
+///     per_source: Limits { max_concurrency: 2, ..Limits::default() },
+///     est_tokens: 1_500,
+///     lease_id: "lease-1".into(), // unique per call (a UUID in practice)
+///     lease_ttl: Duration::from_secs(1500),
+/// };
+/// match gate.admit(&request).await? {
+///     GateDecision::Admitted(lease) => {
+///         assert!(gate.leases_held("LLM").await? >= 1); // ours, shared with every process
+///         gate.settle(&lease, 1_210).await?;
+///         gate.release(&lease).await?;
+///     }
+///     GateDecision::Refused { gate: which, retry_after } => {
+///         println!("{which:?} refused; retry in {retry_after:?}");
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RedisGate {
     redis: RedisGovernance,
@@ -25,9 +55,27 @@ pub struct RedisGate {
 
 impl RedisGate {
     /// The default RPM/TPM window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::redis::RedisGate;
+    /// // RPM and TPM limits are per minute: the window is one minute.
+    /// assert_eq!(RedisGate::DEFAULT_WINDOW, Duration::from_secs(60));
+    /// ```
     pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 
     /// A limiter with 60 s RPM/TPM windows.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+    /// use polygateway::config::Secret;
+    /// use polygateway::redis::{RedisGate, RedisGovernance};
+    /// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw").await?;
+    /// let gate = RedisGate::new(redis.clone());
+    /// assert_eq!(gate.window(), RedisGate::DEFAULT_WINDOW);
+    /// # redis.close().await;
+    /// # Ok(()) }
+    /// ```
     pub fn new(redis: RedisGovernance) -> Self {
         Self {
             redis,
@@ -36,12 +84,34 @@ impl RedisGate {
     }
 
     /// Change the RPM/TPM window length (tests use short windows). At least 1 ms.
+    ///
+    /// ```no_run
+    /// # async fn demo(redis: polygateway::redis::RedisGovernance) {
+    /// use std::time::Duration;
+    /// use polygateway::redis::RedisGate;
+    /// let gate = RedisGate::new(redis.clone()).with_window(Duration::from_millis(200));
+    /// assert_eq!(gate.window(), Duration::from_millis(200));
+    /// // Shorter than 1 ms is raised to 1 ms.
+    /// let gate = RedisGate::new(redis).with_window(Duration::ZERO);
+    /// assert_eq!(gate.window(), Duration::from_millis(1));
+    /// # }
+    /// ```
     pub fn with_window(mut self, window: Duration) -> Self {
         self.window = window.max(Duration::from_millis(1));
         self
     }
 
     /// The RPM/TPM window length.
+    ///
+    /// ```no_run
+    /// # async fn demo(redis: polygateway::redis::RedisGovernance) {
+    /// use std::time::Duration;
+    /// use polygateway::redis::RedisGate;
+    /// let gate = RedisGate::new(redis).with_window(Duration::from_secs(10));
+    /// // The `rpm`/`tpm` limits are now counted per 10 s window.
+    /// assert_eq!(gate.window().as_secs(), 10);
+    /// # }
+    /// ```
     pub fn window(&self) -> Duration {
         self.window
     }

@@ -25,6 +25,17 @@ use crate::types::{LlmResponse, Message};
 const ERRORS_IN_CORRECTION: usize = 3;
 
 /// What the caller asked for.
+///
+/// ```
+/// use polygateway::structured::{LadderMode, LadderPlan};
+/// // Json mode asks once; typed mode may re-ask `max_retries` times.
+/// let asks_allowed = |plan: &LadderPlan| match plan.mode {
+///     LadderMode::Json => 1,
+///     LadderMode::Typed => plan.max_retries + 1,
+/// };
+/// assert_eq!(asks_allowed(&LadderPlan::json()), 1);
+/// assert_eq!(asks_allowed(&LadderPlan::typed(true, 2)), 3);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LadderMode {
     /// `structured = json`: repair only — one ask, no schema, no re-ask.
@@ -34,6 +45,21 @@ pub enum LadderMode {
 }
 
 /// How to run the ladder for one call.
+///
+/// ```
+/// use polygateway::structured::{LadderMode, LadderPlan};
+/// let plan = LadderPlan {
+///     native_schema: false,
+///     max_retries: 1,
+///     normalizer: None,
+///     mode: LadderMode::Typed,
+/// };
+/// // Debug shows whether a normaliser is set, not the closure itself.
+/// assert_eq!(
+///     format!("{plan:?}"),
+///     "LadderPlan { native_schema: false, max_retries: 1, normalizer: false, mode: Typed }"
+/// );
+/// ```
 #[derive(Clone)]
 pub struct LadderPlan {
     /// The provider supports native `response_format: json_schema` (typed mode uses it on
@@ -49,6 +75,16 @@ pub struct LadderPlan {
 
 impl LadderPlan {
     /// Typed mode.
+    ///
+    /// ```
+    /// use polygateway::structured::{LadderMode, LadderPlan};
+    /// // Provider supports `json_schema`; allow two re-asks after the first answer.
+    /// let plan = LadderPlan::typed(true, 2);
+    /// assert_eq!(plan.mode, LadderMode::Typed);
+    /// assert!(plan.native_schema);
+    /// assert_eq!(plan.max_retries, 2);
+    /// assert!(plan.normalizer.is_none());
+    /// ```
     pub fn typed(native_schema: bool, max_retries: u32) -> Self {
         Self {
             native_schema,
@@ -59,6 +95,14 @@ impl LadderPlan {
     }
 
     /// Json mode (repair only).
+    ///
+    /// ```
+    /// use polygateway::structured::{LadderMode, LadderPlan};
+    /// let plan = LadderPlan::json();
+    /// assert_eq!(plan.mode, LadderMode::Json);
+    /// assert!(!plan.native_schema);
+    /// assert_eq!(plan.max_retries, 0);
+    /// ```
     pub fn json() -> Self {
         Self {
             native_schema: false,
@@ -69,6 +113,22 @@ impl LadderPlan {
     }
 
     /// With a normaliser hook.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use polygateway::structured::LadderPlan;
+    /// use serde_json::{json, Value};
+    /// // Models often quote numbers: turn `"qty": "3"` into `"qty": 3` before validation.
+    /// let plan = LadderPlan::typed(false, 1).with_normalizer(Arc::new(|mut v: Value| {
+    ///     let parsed = v["qty"].as_str().and_then(|s| s.parse::<u64>().ok());
+    ///     if let Some(n) = parsed {
+    ///         v["qty"] = json!(n);
+    ///     }
+    ///     v
+    /// }));
+    /// let normalize = plan.normalizer.as_ref().unwrap();
+    /// assert_eq!(normalize(json!({"qty": "3"})), json!({"qty": 3}));
+    /// ```
     pub fn with_normalizer(mut self, normalizer: Normalizer) -> Self {
         self.normalizer = Some(normalizer);
         self
@@ -87,6 +147,29 @@ impl fmt::Debug for LadderPlan {
 }
 
 /// A successful ladder run.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::structured::{run_ladder, LadderPlan};
+/// use polygateway::{LlmResponse, Message};
+/// use serde_json::{json, Value};
+/// let outcome = run_ladder::<Value, _, _>(
+///     |_messages, _format, _is_reask| async {
+///         Ok(LlmResponse::new("Sure: {\"ok\": true,}"))
+///     },
+///     vec![Message::user("Answer in JSON")],
+///     LadderPlan::json(),
+/// )
+/// .await
+/// .unwrap();
+/// assert_eq!(outcome.asks, 1);
+/// assert_eq!(outcome.value, json!({"ok": true}));
+/// // The raw text is kept; the repaired JSON is what the cache stores.
+/// assert_eq!(outcome.response.content, "Sure: {\"ok\": true,}");
+/// assert_eq!(outcome.response.structured_data, Some(json!({"ok": true})));
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct LadderOutcome<T> {
     /// The accepted answer, `structured_data` set to the validated JSON (what the cache stores).
@@ -117,6 +200,43 @@ impl Rejection {
 /// and the validation errors of the last answer).
 ///
 /// `ask(messages, response_format, is_reask)` makes one governed call.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::structured::{run_ladder, LadderPlan};
+/// use polygateway::{LlmResponse, Message};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct City {
+///     name: String,
+///     population: u64,
+/// }
+///
+/// // A scripted upstream: a wrong type first, then a valid answer (popped from the end).
+/// let mut answers = vec![
+///     r#"{"name": "Oslo", "population": 709000}"#,
+///     "{'name': 'Oslo', 'population': 'many'}",
+/// ];
+/// let outcome = run_ladder::<City, _, _>(
+///     |messages: Vec<Message>, format, is_reask| {
+///         // native_schema: every ask carries the strict `response_format`.
+///         assert!(format.is_some());
+///         // A re-ask sends the question, the bad answer and one correction message.
+///         assert_eq!(messages.len(), if is_reask { 3 } else { 1 });
+///         let answer = answers.pop().unwrap();
+///         async move { Ok(LlmResponse::new(answer)) }
+///     },
+///     vec![Message::user("Largest city of Norway, as JSON")],
+///     LadderPlan::typed(true, 2),
+/// )
+/// .await
+/// .unwrap();
+/// assert_eq!(outcome.asks, 2);
+/// assert_eq!(outcome.value.name, "Oslo");
+/// assert_eq!(outcome.value.population, 709_000);
+/// # }
+/// ```
 pub async fn run_ladder<T, F, Fut>(
     mut ask: F,
     messages: Vec<Message>,
@@ -167,6 +287,22 @@ where
 }
 
 /// Rebuilds the typed value of a cached response from its `structured_data`, without network.
+///
+/// ```
+/// use polygateway::structured::rehydrate;
+/// use polygateway::{GatewayError, LlmResponse};
+///
+/// #[derive(serde::Deserialize)]
+/// struct Count {
+///     n: u32,
+/// }
+///
+/// let mut cached = LlmResponse::new(r#"{"n": 3}"#);
+/// // Without structured_data there is nothing to rebuild from.
+/// assert!(matches!(rehydrate::<Count>(&cached), Err(GatewayError::ResultInvalid { .. })));
+/// cached.structured_data = Some(serde_json::json!({"n": 3}));
+/// assert_eq!(rehydrate::<Count>(&cached).unwrap().n, 3);
+/// ```
 pub fn rehydrate<T: DeserializeOwned>(response: &LlmResponse) -> Result<T, GatewayError> {
     let Some(data) = &response.structured_data else {
         return Err(GatewayError::ResultInvalid {

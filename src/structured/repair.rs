@@ -27,9 +27,34 @@ use serde_json::{Map, Number, Value};
 
 /// A caller-supplied fix-up applied to the repaired value before validation (e.g. rename keys,
 /// coerce `"3"` to `3`). Semantic rules stay with the caller.
+///
+/// ```
+/// use std::sync::Arc;
+/// use polygateway::structured::{repair_json, Normalizer};
+/// use serde_json::{json, Value};
+/// // Rename the key a model keeps capitalising.
+/// let rename: Normalizer = Arc::new(|mut v: Value| {
+///     if let Some(obj) = v.as_object_mut() {
+///         if let Some(name) = obj.remove("Name") {
+///             obj.insert("name".into(), name);
+///         }
+///     }
+///     v
+/// });
+/// let repaired = repair_json("{Name: 'Ada'}").unwrap();
+/// assert_eq!(rename(repaired), json!({"name": "Ada"}));
+/// ```
 pub type Normalizer = Arc<dyn Fn(Value) -> Value + Send + Sync>;
 
 /// Why no JSON value could be recovered.
+///
+/// ```
+/// use polygateway::structured::{repair_json, RepairError};
+/// assert_eq!(repair_json("<think>let me see</think>   "), Err(RepairError::Empty));
+/// let err = repair_json("I cannot answer that.").unwrap_err();
+/// assert!(matches!(err, RepairError::NotFound(_)));
+/// assert!(err.to_string().starts_with("no JSON value found"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RepairError {

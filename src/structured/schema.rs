@@ -52,6 +52,19 @@ pub fn strict_schema<T: JsonSchema>() -> Value {
 
 /// `{"type":"json_schema","json_schema":{"name":…,"strict":true,"schema":…}}` for `T`.
 /// `name` is sanitized to `[A-Za-z0-9_-]{1,64}`.
+///
+/// ```
+/// use polygateway::structured::response_format_for;
+/// #[derive(schemars::JsonSchema)]
+/// struct Answer {
+///     city: String,
+/// }
+/// let format = response_format_for::<Answer>("city answer!");
+/// assert_eq!(format["type"], "json_schema");
+/// assert_eq!(format["json_schema"]["name"], "city_answer_"); // sanitized
+/// assert_eq!(format["json_schema"]["strict"], true);
+/// assert_eq!(format["json_schema"]["schema"]["required"], serde_json::json!(["city"]));
+/// ```
 pub fn response_format_for<T: JsonSchema>(name: &str) -> Value {
     json!({
         "type": "json_schema",
@@ -65,11 +78,30 @@ pub fn response_format_for<T: JsonSchema>(name: &str) -> Value {
 
 /// `{"type":"json_object"}` (JSON mode without a schema; OpenAI requires the word "JSON" in the
 /// messages for it).
+///
+/// ```
+/// use polygateway::structured::json_object_format;
+/// let body = serde_json::json!({
+///     "messages": [{"role": "user", "content": "Reply in JSON"}],
+///     "response_format": json_object_format(),
+/// });
+/// assert_eq!(body["response_format"]["type"], "json_object");
+/// ```
 pub fn json_object_format() -> Value {
     json!({"type": "json_object"})
 }
 
 /// A schema name for `T` usable in `response_format` (`schemars`' name, sanitized).
+///
+/// ```
+/// use polygateway::structured::schema_name;
+/// #[derive(schemars::JsonSchema)]
+/// struct Invoice {
+///     total: u64,
+/// }
+/// assert_eq!(schema_name::<Invoice>(), "Invoice");
+/// assert_eq!(schema_name::<Vec<Invoice>>(), "Array_of_Invoice");
+/// ```
 pub fn schema_name<T: JsonSchema>() -> String {
     sanitize_name(&T::schema_name())
 }

@@ -14,6 +14,16 @@ use serde::Deserialize;
 use crate::types::{Usage, UsageSource};
 
 /// Prices of one model, per million tokens.
+///
+/// ```
+/// use polygateway::telemetry::{ModelPrice, Pricing};
+/// let p = Pricing::from_json(r#"{"MiniMax-M3": {"input_per_1m": 2.1, "output_per_1m": 8.4}}"#)?;
+/// assert_eq!(
+///     p.price("MiniMax-M3"),
+///     Some(&ModelPrice { input_per_1m: 2.1, output_per_1m: 8.4, cached_input_per_1m: None })
+/// );
+/// # Ok::<(), polygateway::telemetry::PricingError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 pub struct ModelPrice {
     /// Price of a million prompt tokens.
@@ -26,6 +36,14 @@ pub struct ModelPrice {
 }
 
 /// Why a pricing file could not be loaded.
+///
+/// ```
+/// use polygateway::telemetry::{Pricing, PricingError};
+/// let negative = Pricing::from_json(r#"{"m": {"input_per_1m": -1.0, "output_per_1m": 1.0}}"#);
+/// assert!(matches!(negative, Err(PricingError::InvalidPrice(model)) if model == "m"));
+/// assert!(matches!(Pricing::from_json("[1, 2]"), Err(PricingError::Parse(_))));
+/// assert!(matches!(Pricing::load("/no/such/prices.json"), Err(PricingError::Read { .. })));
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum PricingError {
     /// The file could not be read.
@@ -45,6 +63,18 @@ pub enum PricingError {
 }
 
 /// A pricing table. Warns once per unknown model.
+///
+/// ```
+/// use polygateway::telemetry::Pricing;
+/// use polygateway::{Usage, UsageSource};
+/// let pricing = Pricing::from_json(r#"{"gpt-4o-mini": {"input_per_1m": 0.15, "output_per_1m": 0.6}}"#)?;
+/// let usage = Usage { prompt_tokens: 2_000, completion_tokens: 1_000, source: UsageSource::Measured, ..Usage::default() };
+/// let cost = pricing.cost("gpt-4o-mini", &usage).unwrap();
+/// assert!((cost - 0.0009).abs() < 1e-12);
+/// // A table without prices (the default) prices nothing.
+/// assert_eq!(Pricing::default().cost("gpt-4o-mini", &usage), None);
+/// # Ok::<(), polygateway::telemetry::PricingError>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct Pricing {
     prices: HashMap<String, ModelPrice>,
@@ -53,6 +83,16 @@ pub struct Pricing {
 
 impl Pricing {
     /// Load a pricing file (`PGW_PRICING_PATH`).
+    ///
+    /// ```
+    /// use polygateway::telemetry::Pricing;
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("prices.json");
+    /// std::fs::write(&path, r#"{"qwen-max": {"input_per_1m": 1.6, "output_per_1m": 6.4, "cached_input_per_1m": 0.64}}"#)?;
+    /// let pricing = Pricing::load(&path)?;
+    /// assert_eq!(pricing.price("qwen-max").unwrap().cached_input_per_1m, Some(0.64));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn load(path: impl AsRef<Path>) -> Result<Self, PricingError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| PricingError::Read {
@@ -87,6 +127,14 @@ impl Pricing {
     }
 
     /// The price of `model`, if listed.
+    ///
+    /// ```
+    /// use polygateway::telemetry::Pricing;
+    /// let pricing = Pricing::from_json(r#"{"glm-4": {"input_per_1m": 1.0, "output_per_1m": 4.0}}"#)?;
+    /// assert_eq!(pricing.price("glm-4").map(|p| p.output_per_1m), Some(4.0));
+    /// assert!(pricing.price("GLM-4").is_none()); // model names are matched exactly
+    /// # Ok::<(), polygateway::telemetry::PricingError>(())
+    /// ```
     pub fn price(&self, model: &str) -> Option<&ModelPrice> {
         self.prices.get(model)
     }
@@ -99,6 +147,28 @@ impl Pricing {
     /// - the cached price applies only when configured and hits > 0; otherwise every prompt token
     ///   is billed at the input price;
     /// - hits above the prompt count are clamped to it, with a warning.
+    ///
+    /// ```
+    /// use polygateway::telemetry::Pricing;
+    /// use polygateway::{Usage, UsageSource};
+    /// let pricing = Pricing::from_json(
+    ///     r#"{"m": {"input_per_1m": 2.0, "output_per_1m": 8.0, "cached_input_per_1m": 0.5}}"#,
+    /// )?;
+    /// // 1M prompt tokens of which 400k were prompt-cache hits, 100k completion tokens.
+    /// let usage = Usage {
+    ///     prompt_tokens: 1_000_000,
+    ///     completion_tokens: 100_000,
+    ///     cached_prompt_tokens: Some(400_000),
+    ///     source: UsageSource::Measured,
+    ///     ..Usage::default()
+    /// };
+    /// let cost = pricing.cost("m", &usage).unwrap();
+    /// assert!((cost - (0.6 * 2.0 + 0.4 * 0.5 + 0.1 * 8.0)).abs() < 1e-9);
+    /// // Unknown usage is not free: no cost at all.
+    /// let unknown = Usage { source: UsageSource::Unavailable, ..usage };
+    /// assert_eq!(pricing.cost("m", &unknown), None);
+    /// # Ok::<(), polygateway::telemetry::PricingError>(())
+    /// ```
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         if usage.source == UsageSource::Unavailable {
             return None;
@@ -142,6 +212,17 @@ impl Pricing {
     }
 
     /// Models that were asked for but had no price (each warned once).
+    ///
+    /// ```
+    /// use polygateway::telemetry::Pricing;
+    /// use polygateway::{Usage, UsageSource};
+    /// let pricing = Pricing::default();
+    /// let usage = Usage { source: UsageSource::Measured, ..Usage::default() };
+    /// for model in ["b-model", "a-model", "b-model"] {
+    ///     assert_eq!(pricing.cost(model, &usage), None);
+    /// }
+    /// assert_eq!(pricing.unknown_models_seen(), ["a-model", "b-model"]);
+    /// ```
     pub fn unknown_models_seen(&self) -> Vec<String> {
         let warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
         let mut v: Vec<String> = warned.iter().cloned().collect();

@@ -38,6 +38,36 @@ use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 
 /// The sink configured by `settings`: [`NullSink`] for `none`, [`SqliteSink`] or
 /// [`PostgresSink`] otherwise. Never fails and never connects: problems surface in the status.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::config::{Secret, TelemetryBackendSettings, TelemetrySettings};
+/// use polygateway::telemetry::{sink_from_settings, TelemetryRow};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("telemetry.db").to_string_lossy().into_owned();
+/// let settings = TelemetrySettings {
+///     backend: TelemetryBackendSettings::Sqlite { path },
+///     schema_mode: None,
+///     text_cap: None,
+/// };
+/// let sink = sink_from_settings(&settings);
+/// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
+/// assert!(!sink.status().degraded);
+/// sink.shutdown().await;
+///
+/// // A DSN that does not parse gives a sink that is fatal from the start, not an error.
+/// let settings = TelemetrySettings {
+///     backend: TelemetryBackendSettings::Postgres {
+///         dsn: Secret::new("postgres://app:pw@db:notaport/x"),
+///         pool_max: 4,
+///         write_timeout: std::time::Duration::from_secs(5),
+///     },
+///     ..settings
+/// };
+/// assert!(sink_from_settings(&settings).status().fatal);
+/// # }
+/// ```
 pub fn sink_from_settings(settings: &TelemetrySettings) -> Arc<dyn TelemetrySink<TelemetryRow>> {
     match &settings.backend {
         TelemetryBackendSettings::None => Arc::new(NullSink),

@@ -34,6 +34,20 @@ const MAX_PARAMS: usize = 65_535;
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 
 /// Options of [`PostgresSink`].
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::SchemaMode;
+/// use polygateway::telemetry::PostgresOptions;
+/// let options = PostgresOptions {
+///     table: "telemetry.llm_calls".into(),
+///     pool_max: 8,
+///     write_timeout: Duration::from_secs(2),
+///     ..PostgresOptions::new(Some(SchemaMode::Auto))
+/// };
+/// assert_eq!(options.schema_mode, SchemaMode::Auto);
+/// assert_eq!(options.cooldown, Duration::from_secs(60));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct PostgresOptions {
     /// Table name, optionally schema-qualified (default `llm_calls`, resolved by `search_path`).
@@ -50,6 +64,16 @@ pub struct PostgresOptions {
 
 impl PostgresOptions {
     /// Defaults, with the configured schema mode (`None` → manual).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::config::SchemaMode;
+    /// use polygateway::telemetry::PostgresOptions;
+    /// let options = PostgresOptions::new(None);
+    /// assert_eq!(options.schema_mode, SchemaMode::Manual); // no DDL on an existing table
+    /// assert_eq!((options.pool_max, options.write_timeout), (4, Duration::from_secs(5)));
+    /// assert_eq!(options.table, "llm_calls");
+    /// ```
     pub fn new(schema_mode: Option<SchemaMode>) -> Self {
         Self {
             table: schema::DEFAULT_TABLE.to_owned(),
@@ -62,6 +86,19 @@ impl PostgresOptions {
 }
 
 /// Writes telemetry rows into PostgreSQL.
+///
+/// ```no_run
+/// # async fn demo() {
+/// use polygateway::config::Secret;
+/// use polygateway::telemetry::{PostgresOptions, PostgresSink, TelemetryRow, TelemetrySink};
+/// let dsn = Secret::new("postgres://app:secret@127.0.0.1:5432/telemetry");
+/// let sink = PostgresSink::new(&dsn, PostgresOptions::new(None));
+/// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
+/// let status = sink.status();
+/// assert!(!status.degraded, "{:?}", status.reason);
+/// sink.shutdown().await;
+/// # }
+/// ```
 pub struct PostgresSink {
     pool: Option<Pool>,
     options: PostgresOptions,
@@ -93,6 +130,25 @@ enum Failure {
 impl PostgresSink {
     /// Build the sink. Never connects and never fails: an unparsable DSN makes it a permanent
     /// no-op with one error log.
+    ///
+    /// ```
+    /// use polygateway::config::Secret;
+    /// use polygateway::telemetry::{PostgresOptions, PostgresSink, TelemetryRow, TelemetrySink};
+    /// // Building never connects, so no server is needed here.
+    /// let sink = PostgresSink::new(
+    ///     &Secret::new("host=127.0.0.1 user=app password=hunter2 dbname=telemetry"),
+    ///     PostgresOptions::new(None),
+    /// );
+    /// assert!(!sink.status().fatal);
+    /// // A DSN that does not parse: a permanent no-op, and the password stays out of the reason.
+    /// let broken = PostgresSink::new(
+    ///     &Secret::new("postgres://app:hunter2@db:notaport/x"),
+    ///     PostgresOptions::new(None),
+    /// );
+    /// let status = broken.status();
+    /// assert!(status.fatal);
+    /// assert!(!status.reason.unwrap().contains("hunter2"));
+    /// ```
     pub fn new(dsn: &Secret, options: PostgresOptions) -> Self {
         let health = SinkHealth::new("postgres", options.cooldown);
         let mut sink = Self {
@@ -147,6 +203,20 @@ impl PostgresSink {
     }
 
     /// Connections currently open (idle or in use); 0 before the first write.
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// use polygateway::config::Secret;
+    /// use polygateway::telemetry::{PostgresOptions, PostgresSink, TelemetryRow, TelemetrySink};
+    /// let dsn = Secret::new("postgres://app:secret@127.0.0.1:5432/telemetry");
+    /// let options = PostgresOptions { pool_max: 2, ..PostgresOptions::new(None) };
+    /// let sink = PostgresSink::new(&dsn, options);
+    /// assert_eq!(sink.open_connections(), 0); // the pool is lazy
+    /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
+    /// assert!((1..=2).contains(&sink.open_connections()));
+    /// sink.shutdown().await;
+    /// # }
+    /// ```
     pub fn open_connections(&self) -> usize {
         self.pool.as_ref().map_or(0, |p| p.status().size)
     }

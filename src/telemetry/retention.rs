@@ -13,6 +13,17 @@ use super::schema::{validate_table, InvalidTableName};
 use crate::config::Secret;
 
 /// Where the table lives.
+///
+/// ```
+/// use polygateway::config::Secret;
+/// use polygateway::telemetry::RetentionTarget;
+/// let targets = [
+///     RetentionTarget::Sqlite("telemetry.db".into()),
+///     RetentionTarget::Postgres(Secret::new("postgres://ops@db/telemetry")),
+/// ];
+/// // The DSN is a secret: it never shows in debug output.
+/// assert!(!format!("{targets:?}").contains("ops@db"));
+/// ```
 #[derive(Debug, Clone)]
 pub enum RetentionTarget {
     /// A PostgreSQL DSN.
@@ -22,6 +33,21 @@ pub enum RetentionTarget {
 }
 
 /// What a retention run found and did.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::telemetry::{create_table_sql, retention, RetentionReport, RetentionTarget, SchemaBackend};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("telemetry.db");
+/// let db = rusqlite::Connection::open(&path).unwrap();
+/// db.execute_batch(&create_table_sql(SchemaBackend::Sqlite, "llm_calls")).unwrap();
+/// let report = retention(&RetentionTarget::Sqlite(path), "llm_calls", 30, false, 1000)
+///     .await
+///     .unwrap();
+/// assert_eq!(report, RetentionReport { matched: 0, deleted: 0, applied: false });
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionReport {
     /// Rows older than the cutoff when the run started.
@@ -33,6 +59,23 @@ pub struct RetentionReport {
 }
 
 /// Why a retention run did not complete.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::telemetry::{retention, RetentionError, RetentionTarget};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("empty.db");
+/// rusqlite::Connection::open(&path).unwrap(); // a database without the table
+/// let target = RetentionTarget::Sqlite(path);
+/// let err = retention(&target, "llm_calls", 30, false, 1000).await.unwrap_err();
+/// assert!(matches!(err, RetentionError::NoTable(ref t) if t == "llm_calls"));
+/// let err = retention(&target, "llm_calls; --", 30, false, 1000).await.unwrap_err();
+/// assert!(matches!(err, RetentionError::InvalidTable(_)));
+/// let err = retention(&target, "llm_calls", 30, false, 0).await.unwrap_err();
+/// assert!(matches!(err, RetentionError::InvalidArgs(_)));
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 pub enum RetentionError {
     /// The table is partitioned: use `DROP`/`DETACH PARTITION` (exit code 3).
@@ -54,6 +97,13 @@ pub enum RetentionError {
 
 impl RetentionError {
     /// The CLI exit code: 3 for a partitioned table, 1 otherwise.
+    ///
+    /// ```
+    /// use polygateway::telemetry::RetentionError;
+    /// assert_eq!(RetentionError::Partitioned("llm_calls".into()).exit_code(), 3);
+    /// assert_eq!(RetentionError::NoTable("llm_calls".into()).exit_code(), 1);
+    /// assert_eq!(RetentionError::Database("timeout".into()).exit_code(), 1);
+    /// ```
     pub fn exit_code(&self) -> i32 {
         match self {
             RetentionError::Partitioned(_) => 3,
@@ -64,6 +114,31 @@ impl RetentionError {
 
 /// Count (dry run) or delete (`apply`) rows of `table` whose `created_at` is more than
 /// `older_than_days` days old, deleting at most `batch` rows per statement.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use polygateway::telemetry::{create_table_sql, retention, RetentionTarget, SchemaBackend};
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("telemetry.db");
+/// let db = rusqlite::Connection::open(&path)?;
+/// db.execute_batch(&create_table_sql(SchemaBackend::Sqlite, "llm_calls"))?;
+/// db.execute_batch(
+///     "INSERT INTO llm_calls (call_id, created_at) VALUES ('old-1', '2020-01-01 00:00:00');
+///      INSERT INTO llm_calls (call_id, created_at) VALUES ('old-2', '2020-01-02 00:00:00');
+///      INSERT INTO llm_calls (call_id) VALUES ('new');",
+/// )?;
+/// let target = RetentionTarget::Sqlite(path);
+/// // Dry run: count only.
+/// let dry = retention(&target, "llm_calls", 90, false, 1).await?;
+/// assert_eq!((dry.matched, dry.deleted, dry.applied), (2, 0, false));
+/// // Apply: delete in batches of one row.
+/// let applied = retention(&target, "llm_calls", 90, true, 1).await?;
+/// assert_eq!((applied.matched, applied.deleted), (2, 2));
+/// let left: i64 = db.query_row("SELECT count(*) FROM llm_calls", [], |r| r.get(0))?;
+/// assert_eq!(left, 1);
+/// # Ok(()) }
+/// ```
 pub async fn retention(
     target: &RetentionTarget,
     table: &str,

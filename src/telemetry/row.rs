@@ -10,6 +10,25 @@ use std::collections::BTreeMap;
 use crate::types::MetaValue;
 
 /// One row of `llm_calls`, in column order (without `created_at`).
+///
+/// Start from [`TelemetryRow::new`] and fill what the record knows:
+///
+/// ```
+/// use polygateway::telemetry::TelemetryRow;
+/// let row = TelemetryRow {
+///     model: "deepseek-chat".into(),
+///     provider: "deepseek".into(),
+///     source_name: "deepseek_1".into(),
+///     response: Some("Paris".into()),
+///     prompt_tokens: 12,
+///     completion_tokens: 3,
+///     usage_source: "measured".into(),
+///     latency_ms: 420.0,
+///     ..TelemetryRow::new("6f1c0d2e-0000-4000-8000-000000000001")
+/// };
+/// assert!(row.error.is_none() && !row.cache_hit);
+/// assert_eq!(row.tenant_id, "");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct TelemetryRow {
     /// UUID of this attempt or cache-hit record; every row has its own.
@@ -65,6 +84,15 @@ pub struct TelemetryRow {
 impl TelemetryRow {
     /// A row with the given `call_id` and every other column empty (`usage_source` =
     /// `unavailable`, `tenant_id` = `""`, `meta` = `{}`, `messages` = `[]`).
+    ///
+    /// ```
+    /// use polygateway::telemetry::TelemetryRow;
+    /// let row = TelemetryRow::new("call-1");
+    /// assert_eq!(row.call_id, "call-1");
+    /// assert_eq!((row.messages.as_str(), row.meta.as_str()), ("[]", "{}"));
+    /// assert_eq!(row.usage_source, "unavailable");
+    /// assert_eq!((row.prompt_tokens, row.cost), (0, None));
+    /// ```
     pub fn new(call_id: impl Into<String>) -> Self {
         Self {
             call_id: call_id.into(),

@@ -9,9 +9,24 @@ use std::fmt::Write as _;
 use std::str::FromStr;
 
 /// The table name the library writes to.
+///
+/// ```
+/// use polygateway::telemetry::{SqliteOptions, DEFAULT_TABLE};
+/// assert_eq!(DEFAULT_TABLE, "llm_calls");
+/// assert_eq!(SqliteOptions::new(None).table, DEFAULT_TABLE);
+/// ```
 pub const DEFAULT_TABLE: &str = "llm_calls";
 
 /// A telemetry backend that has a schema.
+///
+/// Parsed from the backend names operators type (`FromStr`):
+///
+/// ```
+/// use polygateway::telemetry::SchemaBackend;
+/// assert_eq!("pg".parse::<SchemaBackend>(), Ok(SchemaBackend::Postgres));
+/// assert_eq!("sqlite".parse::<SchemaBackend>(), Ok(SchemaBackend::Sqlite));
+/// assert!("mysql".parse::<SchemaBackend>().is_err());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SchemaBackend {
     /// PostgreSQL.
@@ -35,6 +50,13 @@ impl FromStr for SchemaBackend {
 }
 
 /// One column of `llm_calls`.
+///
+/// ```
+/// use polygateway::telemetry::COLUMNS;
+/// let cache_hit = COLUMNS.iter().find(|c| c.name == "cache_hit").unwrap();
+/// assert_eq!((cache_hit.pg, cache_hit.sqlite), ("BOOLEAN", "INTEGER"));
+/// assert!(cache_hit.inserted && !cache_hit.primary_key);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Column {
     /// Column name.
@@ -69,6 +91,14 @@ const fn col(
 }
 
 /// Every column in table order. New columns are only ever appended.
+///
+/// ```
+/// use polygateway::telemetry::COLUMNS;
+/// assert_eq!(COLUMNS[0].name, "call_id");
+/// assert!(COLUMNS[0].primary_key);
+/// assert_eq!(COLUMNS.iter().filter(|c| c.primary_key).count(), 1);
+/// assert_eq!(COLUMNS.last().unwrap().name, "meta");
+/// ```
 pub const COLUMNS: [Column; 25] = [
     Column {
         primary_key: true,
@@ -120,12 +150,26 @@ pub const COLUMNS: [Column; 25] = [
 
 /// The columns the library INSERTs, in order (every column but `created_at`); the order of
 /// `TelemetryRow`'s fields.
+///
+/// ```
+/// use polygateway::telemetry::{schema::insert_columns, COLUMNS};
+/// let names: Vec<&str> = insert_columns().map(|c| c.name).collect();
+/// assert_eq!(names.len(), COLUMNS.len() - 1);
+/// assert!(!names.contains(&"created_at")); // filled by the database
+/// ```
 pub fn insert_columns() -> impl Iterator<Item = &'static Column> {
     COLUMNS.iter().filter(|c| c.inserted)
 }
 
 impl Column {
     /// The type clause for `backend`.
+    ///
+    /// ```
+    /// use polygateway::telemetry::{SchemaBackend, COLUMNS};
+    /// let meta = COLUMNS.iter().find(|c| c.name == "meta").unwrap();
+    /// assert_eq!(meta.sql_type(SchemaBackend::Postgres), "JSONB NOT NULL DEFAULT '{}'");
+    /// assert_eq!(meta.sql_type(SchemaBackend::Sqlite), "TEXT NOT NULL DEFAULT '{}'");
+    /// ```
     pub fn sql_type(&self, backend: SchemaBackend) -> &'static str {
         match backend {
             SchemaBackend::Postgres => self.pg,
@@ -135,11 +179,26 @@ impl Column {
 }
 
 /// Why a table name was refused.
+///
+/// ```
+/// use polygateway::telemetry::schema::{validate_table, InvalidTableName};
+/// let err = validate_table("calls; DROP TABLE users").unwrap_err();
+/// assert_eq!(err, InvalidTableName("calls; DROP TABLE users".into()));
+/// assert!(err.to_string().starts_with("invalid telemetry table name"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid telemetry table name {0:?}: expected [schema.]name of [A-Za-z_][A-Za-z0-9_]*")]
 pub struct InvalidTableName(pub String);
 
 /// Check a table name (optionally schema-qualified) so it can be spliced into SQL unquoted.
+///
+/// ```
+/// use polygateway::telemetry::schema::validate_table;
+/// assert!(validate_table("llm_calls").is_ok());
+/// assert!(validate_table("audit.llm_calls").is_ok());
+/// assert!(validate_table("1calls").is_err()); // starts with a digit
+/// assert!(validate_table("\"llm_calls\"").is_err()); // quoting is not supported
+/// ```
 pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
     let ident = |s: &str| {
         !s.is_empty()
@@ -161,6 +220,14 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
 }
 
 /// `CREATE TABLE IF NOT EXISTS` with every column, in order.
+///
+/// ```
+/// use polygateway::telemetry::{create_table_sql, SchemaBackend};
+/// let sql = create_table_sql(SchemaBackend::Sqlite, "llm_calls");
+/// assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS llm_calls (\n    call_id TEXT PRIMARY KEY,"));
+/// assert!(sql.contains("created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,"));
+/// assert!(sql.ends_with("meta TEXT NOT NULL DEFAULT '{}'\n)"));
+/// ```
 pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
     let mut sql = format!("CREATE TABLE IF NOT EXISTS {table} (\n");
     for (i, c) in COLUMNS.iter().enumerate() {
@@ -174,6 +241,20 @@ pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
 
 /// `ALTER TABLE … ADD COLUMN …` for one column. `if_not_exists` is only for the printed
 /// PostgreSQL script; the library probes first and never sends it.
+///
+/// ```
+/// use polygateway::telemetry::{add_column_sql, SchemaBackend, COLUMNS};
+/// let tenant = COLUMNS.iter().find(|c| c.name == "tenant_id").unwrap();
+/// assert_eq!(
+///     add_column_sql(SchemaBackend::Postgres, "llm_calls", tenant, true),
+///     "ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS tenant_id TEXT NOT NULL DEFAULT ''"
+/// );
+/// // SQLite has no `IF NOT EXISTS` here: the flag is ignored.
+/// assert_eq!(
+///     add_column_sql(SchemaBackend::Sqlite, "llm_calls", tenant, true),
+///     "ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT ''"
+/// );
+/// ```
 pub fn add_column_sql(
     backend: SchemaBackend,
     table: &str,

@@ -32,6 +32,19 @@ const MAX_VARIABLES: usize = 32_766;
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
 /// Options of [`SqliteSink`].
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::SchemaMode;
+/// use polygateway::telemetry::SqliteOptions;
+/// let options = SqliteOptions {
+///     table: "gateway_calls".into(),
+///     busy_timeout: Duration::from_secs(1),
+///     ..SqliteOptions::new(Some(SchemaMode::Manual))
+/// };
+/// assert_eq!(options.schema_mode, SchemaMode::Manual);
+/// assert_eq!(options.cooldown, Duration::from_secs(60));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct SqliteOptions {
     /// Table name (default `llm_calls`).
@@ -46,6 +59,16 @@ pub struct SqliteOptions {
 
 impl SqliteOptions {
     /// Defaults, with the configured schema mode (`None` → auto).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::config::SchemaMode;
+    /// use polygateway::telemetry::SqliteOptions;
+    /// let options = SqliteOptions::new(None);
+    /// assert_eq!(options.schema_mode, SchemaMode::Auto);
+    /// assert_eq!(options.table, "llm_calls");
+    /// assert_eq!(options.busy_timeout, Duration::from_secs(5));
+    /// ```
     pub fn new(schema_mode: Option<SchemaMode>) -> Self {
         Self {
             table: schema::DEFAULT_TABLE.to_owned(),
@@ -62,6 +85,29 @@ enum Cmd {
 }
 
 /// Writes telemetry rows into a SQLite file from a dedicated thread.
+///
+/// The sink creates the file and the `llm_calls` table on its first write:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::telemetry::{SqliteOptions, SqliteSink, TelemetryRow, TelemetrySink};
+/// let dir = tempfile::tempdir().unwrap();
+/// let sink = SqliteSink::open(dir.path().join("telemetry.db"), SqliteOptions::new(None));
+/// let row = TelemetryRow { model: "qwen-max".into(), prompt_tokens: 7, ..TelemetryRow::new("call-1") };
+/// sink.write_batch(vec![row]).await;
+/// sink.shutdown().await;
+/// assert_eq!(sink.status().dropped_rows, 0);
+///
+/// let db = rusqlite::Connection::open(sink.path()).unwrap();
+/// let (model, tokens): (String, i64) = db
+///     .query_row("SELECT model, prompt_tokens FROM llm_calls WHERE call_id = 'call-1'", [], |r| {
+///         Ok((r.get(0)?, r.get(1)?))
+///     })
+///     .unwrap();
+/// assert_eq!((model.as_str(), tokens), ("qwen-max", 7));
+/// # }
+/// ```
 pub struct SqliteSink {
     tx: Mutex<Option<mpsc::Sender<Cmd>>>,
     health: Arc<SinkHealth>,
@@ -78,6 +124,22 @@ impl std::fmt::Debug for SqliteSink {
 
 impl SqliteSink {
     /// Start the writer thread for `path`. Never fails: problems show up in the status.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::telemetry::{SqliteOptions, SqliteSink, TelemetryRow, TelemetrySink};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// // The directory does not exist: opening still succeeds, the first write degrades the sink.
+    /// let sink = SqliteSink::open(dir.path().join("missing/telemetry.db"), SqliteOptions::new(None));
+    /// assert!(!sink.status().degraded);
+    /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
+    /// let status = sink.status();
+    /// assert!(status.degraded && !status.fatal);
+    /// assert_eq!(status.dropped_rows, 1);
+    /// sink.shutdown().await;
+    /// # }
+    /// ```
     pub fn open(path: impl Into<PathBuf>, options: SqliteOptions) -> Self {
         let path = path.into();
         let health = Arc::new(SinkHealth::new("sqlite", options.cooldown));
@@ -117,6 +179,21 @@ impl SqliteSink {
     }
 
     /// The database path.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::telemetry::{SqliteOptions, SqliteSink, TelemetrySink, TelemetryRow};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("telemetry.db");
+    /// let sink = SqliteSink::open(&path, SqliteOptions::new(None));
+    /// assert_eq!(sink.path(), path);
+    /// assert!(!sink.path().exists()); // opened lazily, on the first write
+    /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
+    /// assert!(sink.path().exists());
+    /// sink.shutdown().await;
+    /// # }
+    /// ```
     pub fn path(&self) -> &Path {
         &self.path
     }

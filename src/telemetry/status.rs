@@ -12,6 +12,17 @@ use std::time::{Duration, Instant};
 pub use polygateway_actors::telemetry::TelemetryStatus;
 
 /// The default cooldown after an environmental failure.
+///
+/// Both sinks start with it; lower it per sink through the options:
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::telemetry::{PostgresOptions, SqliteOptions, DEFAULT_COOLDOWN};
+/// assert_eq!(DEFAULT_COOLDOWN, Duration::from_secs(60));
+/// assert_eq!(PostgresOptions::new(None).cooldown, DEFAULT_COOLDOWN);
+/// let options = SqliteOptions { cooldown: Duration::from_secs(5), ..SqliteOptions::new(None) };
+/// assert!(options.cooldown < DEFAULT_COOLDOWN);
+/// ```
 pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(60);
 
 const REMINDER_ROWS: u64 = 100;

@@ -9,6 +9,22 @@ use super::mock_ocr::{MockOcr, OcrFault};
 use crate::config::{ScopeKind, Settings};
 
 /// Mocks kept alive for as long as the example runs.
+///
+/// ```
+/// use polygateway::config::ScopeKind;
+/// use polygateway::testkit::demo::settings_or_mock;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // `DEMO` and `OCR_DEMO` are not configured in the environment, so both get a mock.
+/// let (settings, mocks) =
+///     settings_or_mock(&[("DEMO", ScopeKind::Chat), ("OCR_DEMO", ScopeKind::Ocr)], "hi").await;
+/// assert_eq!((mocks.llm.len(), mocks.ocr.len()), (1, 1));
+/// let source = &settings.scope("OCR_DEMO").unwrap().sources[0];
+/// assert_eq!(source.base_url, mocks.ocr[0].base_url());
+/// // Dropping `mocks` stops the servers: keep it alive while the gateway runs.
+/// drop(mocks);
+/// # }
+/// ```
 #[derive(Default)]
 pub struct DemoMocks {
     /// Chat and embeddings mocks.
@@ -20,6 +36,21 @@ pub struct DemoMocks {
 /// Settings from the environment if it configures every scope of `scopes`, else those scopes over
 /// mocks (chat: a streaming healthy mock answering `content`; embeddings: batch size 16; OCR: a
 /// MonkeyOCR mock). Prints which one it uses.
+///
+/// ```
+/// use polygateway::config::ScopeKind;
+/// use polygateway::testkit::demo::settings_or_mock;
+/// use polygateway::{Gateway, Message};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// // With no `DEMO__…` sources in the environment, the scope runs over a mock answering "hello".
+/// let (settings, _mocks) = settings_or_mock(&[("DEMO", ScopeKind::Chat)], "hello").await;
+/// let gw = Gateway::from_settings(settings, "DEMO").await.unwrap();
+/// let answer = gw.chat(vec![Message::user("hi")]).await.unwrap();
+/// assert_eq!(answer.content, "hello");
+/// gw.shutdown().await;
+/// # }
+/// ```
 pub async fn settings_or_mock(
     scopes: &[(&str, ScopeKind)],
     content: &str,

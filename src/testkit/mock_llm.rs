@@ -35,14 +35,93 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Prompt tokens the mock reports for every chat request.
+///
+/// ```
+/// use polygateway::testkit::mock_llm::MOCK_PROMPT_TOKENS;
+/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+/// let resp = gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+/// assert_eq!(resp.prompt_tokens, MOCK_PROMPT_TOKENS);
+/// // One completion token per delta: the healthy answer comes in 4.
+/// assert_eq!(resp.completion_tokens, 4);
+/// # gw.shutdown().await;
+/// # }
+/// ```
 pub const MOCK_PROMPT_TOKENS: u64 = 12;
 /// Cached prompt tokens reported by [`Behaviour::UsageDetails`].
+///
+/// ```
+/// use polygateway::testkit::mock_llm::MOCK_CACHED_TOKENS;
+/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockUpstream::start(Behaviour::UsageDetails).await;
+/// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+/// let resp = gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+/// assert_eq!(resp.cached_prompt_tokens, Some(MOCK_CACHED_TOKENS));
+/// # gw.shutdown().await;
+/// # }
+/// ```
 pub const MOCK_CACHED_TOKENS: u64 = 8;
 /// Reasoning tokens reported by [`Behaviour::UsageDetails`].
+///
+/// They are part of `completion_tokens`, as in OpenAI's usage block:
+///
+/// ```
+/// use polygateway::testkit::{mock_llm::MOCK_REASONING_TOKENS, Behaviour, MockUpstream};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockUpstream::start(Behaviour::UsageDetails).await;
+/// let body: serde_json::Value = reqwest::Client::new()
+///     .post(format!("{}/chat/completions", mock.base_url()))
+///     .json(&serde_json::json!({"model": "m", "messages": []}))
+///     .send().await.unwrap()
+///     .json().await.unwrap();
+/// let usage = &body["usage"];
+/// assert_eq!(usage["completion_tokens_details"]["reasoning_tokens"], MOCK_REASONING_TOKENS);
+/// assert_eq!(usage["completion_tokens"], 4 + MOCK_REASONING_TOKENS);
+/// # }
+/// ```
 pub const MOCK_REASONING_TOKENS: u64 = 3;
 /// Default answer of [`Behaviour::healthy`].
+///
+/// ```
+/// use polygateway::testkit::mock_llm::MOCK_CONTENT;
+/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+/// let resp = gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+/// assert_eq!(resp.content, MOCK_CONTENT);
+/// # gw.shutdown().await;
+/// # }
+/// ```
 pub const MOCK_CONTENT: &str = "Hello from the mock upstream.";
 /// Reasoning text of [`Behaviour::Reasoning`] and [`Behaviour::ThinkTags`].
+///
+/// The gateway returns the streamed `reasoning_content` as `thinking`, apart from the answer:
+///
+/// ```
+/// use polygateway::testkit::mock_llm::{MOCK_CONTENT, MOCK_THINKING};
+/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockUpstream::start(Behaviour::Reasoning).await;
+/// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+/// let resp = gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+/// assert_eq!(resp.thinking, MOCK_THINKING);
+/// assert_eq!(resp.content, MOCK_CONTENT);
+/// # gw.shutdown().await;
+/// # }
+/// ```
 pub const MOCK_THINKING: &str = "Let me think.";
 /// How many request bodies are kept.
 const RECORDED_MAX: usize = 64;
@@ -53,6 +132,25 @@ const RECORDED_MAX: usize = 64;
 /// content + reasoning deltas. Streaming sends the usage chunk only when the request asked for
 /// it (`stream_options.include_usage`), like OpenAI. The reported `model` is the requested model
 /// with `-mock` appended (so a test can tell it came from the wire).
+///
+/// A script makes a failure deterministic: here the first attempt gets a 503 and the gateway's
+/// retry gets the healthy answer.
+///
+/// ```
+/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let script = vec![Behaviour::ServerError(503), Behaviour::healthy()];
+/// let mock = MockUpstream::start(Behaviour::Scripted(script)).await;
+/// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+/// let resp = gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+/// assert_eq!(resp.model_reported.as_deref(), Some("test-model-mock"));
+/// let counts = mock.counts();
+/// assert_eq!((counts.of("server_error"), counts.of("healthy")), (1, 1));
+/// # gw.shutdown().await;
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Behaviour {
@@ -140,11 +238,27 @@ pub enum Behaviour {
 
 impl Behaviour {
     /// Healthy, no delays, [`MOCK_CONTENT`] in 4 deltas.
+    ///
+    /// ```
+    /// use polygateway::testkit::{mock_llm::MOCK_CONTENT, Behaviour};
+    /// let Behaviour::Healthy { ttft, chunks, content, .. } = Behaviour::healthy() else {
+    ///     unreachable!()
+    /// };
+    /// assert!(ttft.is_zero());
+    /// assert_eq!((chunks, content.as_str()), (4, MOCK_CONTENT));
+    /// ```
     pub fn healthy() -> Self {
         Self::healthy_with(MOCK_CONTENT)
     }
 
     /// Healthy, no delays, the given content in up to 4 deltas.
+    ///
+    /// ```
+    /// use polygateway::testkit::Behaviour;
+    /// let b = Behaviour::healthy_with(r#"{"answer": 42}"#);
+    /// assert!(matches!(&b, Behaviour::Healthy { content, .. } if content == r#"{"answer": 42}"#));
+    /// assert_eq!(b.name(), "healthy");
+    /// ```
     pub fn healthy_with(content: impl Into<String>) -> Self {
         Behaviour::Healthy {
             ttft: Duration::ZERO,
@@ -156,6 +270,14 @@ impl Behaviour {
 
     /// The name under which requests are counted (`healthy`, `rate_limited`, …). Composite
     /// behaviours count under the behaviour they resolved to.
+    ///
+    /// ```
+    /// use polygateway::testkit::Behaviour;
+    /// assert_eq!(Behaviour::RateLimited { retry_after_s: Some(1) }.name(), "rate_limited");
+    /// assert_eq!(Behaviour::ServerError(502).name(), "server_error");
+    /// // The script's own name; its requests are counted under what each step resolves to.
+    /// assert_eq!(Behaviour::Scripted(vec![Behaviour::BlackHole]).name(), "scripted");
+    /// ```
     pub fn name(&self) -> &'static str {
         match self {
             Behaviour::Healthy { .. } => "healthy",
@@ -193,6 +315,24 @@ impl Behaviour {
 }
 
 /// Requests received so far.
+///
+/// ```
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockUpstream::start(Behaviour::BadRequest).await;
+/// let client = reqwest::Client::new();
+/// client.get(format!("{}/models", mock.base_url())).send().await.unwrap();
+/// client.post(format!("{}/chat/completions", mock.base_url()))
+///     .json(&serde_json::json!({"model": "m", "messages": []}))
+///     .send().await.unwrap();
+/// let counts = mock.counts();
+/// assert_eq!((counts.total, counts.models, counts.chat, counts.embeddings), (2, 1, 1, 0));
+/// // Only chat and embeddings requests have a behaviour.
+/// assert_eq!(counts.by_behaviour.len(), 1);
+/// assert_eq!(counts.of("bad_request"), 1);
+/// # }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MockCounts {
     /// Every request (all endpoints).
@@ -209,12 +349,39 @@ pub struct MockCounts {
 
 impl MockCounts {
     /// Requests that resolved to the behaviour named `name` (0 if none).
+    ///
+    /// ```
+    /// use polygateway::testkit::MockCounts;
+    /// let mut counts = MockCounts::default();
+    /// counts.by_behaviour.insert("healthy", 3);
+    /// assert_eq!(counts.of("healthy"), 3);
+    /// assert_eq!(counts.of("black_hole"), 0);
+    /// ```
     pub fn of(&self, name: &str) -> u64 {
         self.by_behaviour.get(name).copied().unwrap_or(0)
     }
 }
 
 /// One recorded request.
+///
+/// What the gateway really sent:
+///
+/// ```
+/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+/// gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+/// let sent = mock.last_request().unwrap();
+/// assert_eq!(sent.path, "/v1/chat/completions");
+/// assert_eq!(sent.body["model"], "test-model");
+/// assert_eq!(sent.body["messages"][0]["content"], "hi");
+/// assert_eq!(sent.authorization.as_deref(), Some("Bearer sk-test"));
+/// # gw.shutdown().await;
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedRequest {
     /// Request path.
@@ -245,6 +412,36 @@ struct Shared {
 }
 
 /// A running mock upstream. Dropping it stops the server (in-progress answers end).
+///
+/// The usual test: point a source at [`MockUpstream::base_url`], call, look at what the mock saw.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::collections::BTreeMap;
+/// use polygateway::config::Settings;
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway::{Gateway, Message};
+///
+/// let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
+/// let env: BTreeMap<String, String> = [
+///     ("PGW_LIMITER_BACKEND", "memory".to_string()),
+///     ("PGW_BREAKER_BACKEND", "memory".into()),
+///     ("PGW_TELEMETRY_BACKEND", "none".into()),
+///     ("LLM__OPENAI__1__BASE_URL", mock.base_url()),
+///     ("LLM__OPENAI__1__API_KEY", "sk-test".into()),
+///     ("LLM__OPENAI__1__MODEL", "test-model".into()),
+/// ]
+/// .into_iter()
+/// .map(|(k, v)| (k.to_string(), v))
+/// .collect();
+/// let gw = Gateway::from_settings(Settings::from_map(&env).unwrap(), "LLM").await.unwrap();
+/// assert_eq!(gw.chat(vec![Message::user("ping")]).await.unwrap().content, "pong");
+/// assert_eq!(mock.counts().chat, 1);
+/// gw.shutdown().await;
+/// mock.shutdown().await;
+/// # }
+/// ```
 pub struct MockUpstream {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -261,6 +458,20 @@ impl std::fmt::Debug for MockUpstream {
 
 impl MockUpstream {
     /// Bind `127.0.0.1:0` and serve `behaviour`. Embedding vectors have dimension 8 by default.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::RateLimited { retry_after_s: Some(7) }).await;
+    /// let resp = reqwest::Client::new()
+    ///     .post(format!("{}/chat/completions", mock.base_url()))
+    ///     .json(&serde_json::json!({"model": "m", "messages": []}))
+    ///     .send().await.unwrap();
+    /// assert_eq!(resp.status(), 429);
+    /// assert_eq!(resp.headers()["retry-after"], "7");
+    /// # }
+    /// ```
     ///
     /// # Panics
     /// When no loopback port can be bound (a test environment defect).
@@ -307,21 +518,75 @@ impl MockUpstream {
     }
 
     /// `http://127.0.0.1:<port>/v1` — what a source's `BASE_URL` should be.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let base = mock.base_url();
+    /// assert!(base.starts_with("http://127.0.0.1:") && base.ends_with("/v1"));
+    /// let models = reqwest::get(format!("{base}/models")).await.unwrap();
+    /// assert_eq!(models.status(), 200);
+    /// # }
+    /// ```
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
 
     /// The bound address.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// assert!(mock.addr().ip().is_loopback());
+    /// assert_eq!(mock.base_url(), format!("http://{}/v1", mock.addr()));
+    /// # }
+    /// ```
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// A snapshot of the request counters.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let before = mock.counts();
+    /// reqwest::get(format!("{}/models", mock.base_url())).await.unwrap();
+    /// assert_eq!(mock.counts().models, 1);
+    /// // A snapshot does not move.
+    /// assert_eq!(before.total, 0);
+    /// # }
+    /// ```
     pub fn counts(&self) -> MockCounts {
         lock(&self.shared.counts).clone()
     }
 
     /// Replace the behaviour; scripts and mixes restart from their beginning.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let post = |client: &reqwest::Client| {
+    ///     client
+    ///         .post(format!("{}/chat/completions", mock.base_url()))
+    ///         .json(&serde_json::json!({"model": "m", "messages": []}))
+    ///         .send()
+    /// };
+    /// let client = reqwest::Client::new();
+    /// mock.set_behaviour(Behaviour::Unauthorized);
+    /// assert_eq!(post(&client).await.unwrap().status(), 401);
+    /// mock.set_behaviour(Behaviour::healthy());
+    /// assert_eq!(post(&client).await.unwrap().status(), 200);
+    /// # }
+    /// ```
     pub fn set_behaviour(&self, behaviour: Behaviour) {
         let mut plan = lock(&self.shared.plan);
         plan.rng = StdRng::seed_from_u64(behaviour.seed().unwrap_or(0));
@@ -330,43 +595,188 @@ impl MockUpstream {
     }
 
     /// Dimension of the embedding vectors served from now on.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// mock.set_embedding_dim(3);
+    /// let body: serde_json::Value = reqwest::Client::new()
+    ///     .post(format!("{}/embeddings", mock.base_url()))
+    ///     .json(&serde_json::json!({"model": "m", "input": ["hello"]}))
+    ///     .send().await.unwrap()
+    ///     .json().await.unwrap();
+    /// let vector: Vec<f32> = serde_json::from_value(body["data"][0]["embedding"].clone()).unwrap();
+    /// assert_eq!(vector, polygateway::testkit::mock_embedding("hello", 3));
+    /// # }
+    /// ```
     pub fn set_embedding_dim(&self, dim: usize) {
         self.shared.embedding_dim.store(dim, Ordering::Relaxed);
     }
 
     /// The last requests received (oldest first, at most 64).
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let post = |client: &reqwest::Client, n: u32| {
+    ///     client
+    ///         .post(format!("{}/chat/completions", mock.base_url()))
+    ///         .json(&serde_json::json!({"model": "m", "messages": [], "n": n}))
+    ///         .send()
+    /// };
+    /// let client = reqwest::Client::new();
+    /// post(&client, 1).await.unwrap();
+    /// post(&client, 2).await.unwrap();
+    /// let seen: Vec<_> = mock.requests().iter().map(|r| r.body["n"].clone()).collect();
+    /// assert_eq!(seen, [1, 2]);
+    /// # }
+    /// ```
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.shared.recorded).iter().cloned().collect()
     }
 
     /// The most recent request.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// assert!(mock.last_request().is_none());
+    /// reqwest::Client::new()
+    ///     .post(format!("{}/embeddings", mock.base_url()))
+    ///     .bearer_auth("sk-test")
+    ///     .json(&serde_json::json!({"model": "m", "input": "hi"}))
+    ///     .send().await.unwrap();
+    /// let last = mock.last_request().unwrap();
+    /// assert_eq!(last.path, "/v1/embeddings");
+    /// assert_eq!(last.authorization.as_deref(), Some("Bearer sk-test"));
+    /// # }
+    /// ```
     pub fn last_request(&self) -> Option<RecordedRequest> {
         lock(&self.shared.recorded).back().cloned()
     }
 
     /// Requests currently being answered (a streaming answer counts until its body ends or the
     /// client goes away).
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// let mock = MockUpstream::start(Behaviour::Slow { delay: Duration::from_millis(300) }).await;
+    /// let url = format!("{}/chat/completions", mock.base_url());
+    /// let call = tokio::spawn(
+    ///     reqwest::Client::new().post(url).json(&serde_json::json!({"model": "m", "messages": []})).send(),
+    /// );
+    /// for _ in 0..100 {
+    ///     if mock.in_flight() == 1 { break }
+    ///     tokio::time::sleep(Duration::from_millis(5)).await;
+    /// }
+    /// assert_eq!(mock.in_flight(), 1);
+    /// call.await.unwrap().unwrap();
+    /// assert_eq!(mock.in_flight(), 0);
+    /// # }
+    /// ```
     pub fn in_flight(&self) -> usize {
         self.shared.in_flight.load(Ordering::SeqCst)
     }
 
     /// The most requests ever in flight at once.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// let mock = MockUpstream::start(Behaviour::Slow { delay: Duration::from_millis(500) }).await;
+    /// let post = |client: &reqwest::Client| {
+    ///     client
+    ///         .post(format!("{}/chat/completions", mock.base_url()))
+    ///         .json(&serde_json::json!({"model": "m", "messages": []}))
+    ///         .send()
+    /// };
+    /// let client = reqwest::Client::new();
+    /// let (a, b, c) = tokio::join!(post(&client), post(&client), post(&client));
+    /// assert!(a.is_ok() && b.is_ok() && c.is_ok());
+    /// assert_eq!(mock.in_flight(), 0);
+    /// assert_eq!(mock.max_in_flight(), 3);
+    /// # }
+    /// ```
     pub fn max_in_flight(&self) -> usize {
         self.shared.max_in_flight.load(Ordering::SeqCst)
     }
 
     /// Requests received per wall-clock minute (unix ms / 60 000): the fixed windows a Redis
     /// limiter counts RPM in, so a test can check no window got more than the limit.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let post = |client: &reqwest::Client| {
+    ///     client
+    ///         .post(format!("{}/chat/completions", mock.base_url()))
+    ///         .json(&serde_json::json!({"model": "m", "messages": []}))
+    ///         .send()
+    /// };
+    /// let client = reqwest::Client::new();
+    /// post(&client).await.unwrap();
+    /// post(&client).await.unwrap();
+    /// let windows = mock.requests_per_minute();
+    /// assert_eq!(windows.values().sum::<u64>(), 2);
+    /// // What an RPM test checks: no minute window got more than the limit.
+    /// let rpm_limit = 2;
+    /// assert!(windows.values().all(|&n| n <= rpm_limit));
+    /// # }
+    /// ```
     pub fn requests_per_minute(&self) -> BTreeMap<u64, u64> {
         lock(&self.shared.per_minute).clone()
     }
 
     /// TCP connections currently open.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let client = reqwest::Client::new();
+    /// client.get(format!("{}/models", mock.base_url())).send().await.unwrap().text().await.unwrap();
+    /// // The client keeps its connection alive for the next request.
+    /// assert_eq!(mock.open_connections(), 1);
+    /// drop(client);
+    /// for _ in 0..200 {
+    ///     if mock.open_connections() == 0 { break }
+    ///     tokio::time::sleep(Duration::from_millis(10)).await;
+    /// }
+    /// assert_eq!(mock.open_connections(), 0);
+    /// # }
+    /// ```
     pub fn open_connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
     }
 
     /// Stop accepting, end in-progress answers, and wait (≤ 2 s) for the server to finish.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let url = format!("{}/models", mock.base_url());
+    /// assert!(reqwest::get(&url).await.is_ok());
+    /// mock.shutdown().await;
+    /// assert!(reqwest::get(&url).await.is_err(), "nothing listens any more");
+    /// # }
+    /// ```
     pub async fn shutdown(mut self) {
         self.shared.cancel.cancel();
         if let Some(server) = self.server.take() {

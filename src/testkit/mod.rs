@@ -7,9 +7,11 @@ pub mod demo;
 pub mod mock_llm;
 pub mod mock_ocr;
 pub mod ocr_soak;
+mod settings;
 pub mod soak;
 
 pub use mock_llm::{mock_embedding, Behaviour, MockCounts, MockUpstream, RecordedRequest};
+pub use settings::mock_settings;
 
 use std::time::Duration;
 

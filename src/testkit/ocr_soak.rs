@@ -22,12 +22,28 @@ use crate::redis::{RedisBreakers, RedisGate, RedisGovernance};
 use crate::{CallOptions, Gateway, GatewayError};
 
 /// The scope every worker uses.
+///
+/// ```
+/// use polygateway::config::{scope_kind_for, ScopeKind};
+/// use polygateway::testkit::ocr_soak::SCOPE;
+/// // Its name makes it an OCR scope; the pool's sources are configured as `OCR__{NAME}__1__…`.
+/// assert_eq!(scope_kind_for(SCOPE), ScopeKind::Ocr);
+/// ```
 pub const SCOPE: &str = "OCR";
 
 /// A PNG header: enough for the local check and the mock.
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR soak page";
 
 /// One source of the pool: name (provider), base URL, whether it is healthy.
+///
+/// ```
+/// use polygateway::testkit::ocr_soak::PoolSource;
+/// let source = PoolSource { name: "healthya".into(), base_url: "http://127.0.0.1:9".into(), healthy: true };
+/// // It travels to worker processes as JSON.
+/// let json = serde_json::to_string(&source).unwrap();
+/// let back: PoolSource = serde_json::from_str(&json).unwrap();
+/// assert_eq!((back.name.as_str(), back.healthy), ("healthya", true));
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PoolSource {
     /// Provider name (`{SCOPE}__{NAME}__1__…`).
@@ -39,6 +55,18 @@ pub struct PoolSource {
 }
 
 /// The running mock pool (owned by the parent process).
+///
+/// ```
+/// use polygateway::testkit::ocr_soak::OcrPool;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let pool = OcrPool::start(7).await;
+/// assert_eq!(pool.mocks.len(), pool.sources.len());
+/// for (mock, source) in pool.mocks.iter().zip(&pool.sources) {
+///     assert_eq!(mock.base_url(), source.base_url);
+/// }
+/// # }
+/// ```
 pub struct OcrPool {
     /// The mocks, in the order of [`OcrPool::sources`].
     pub mocks: Vec<MockOcr>,
@@ -48,6 +76,19 @@ pub struct OcrPool {
 
 impl OcrPool {
     /// Start the fault pool on 127.0.0.1.
+    ///
+    /// ```
+    /// use polygateway::testkit::ocr_soak::OcrPool;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let pool = OcrPool::start(7).await;
+    /// let healthy: Vec<&str> =
+    ///     pool.sources.iter().filter(|s| s.healthy).map(|s| s.name.as_str()).collect();
+    /// assert_eq!(healthy, ["healthya", "healthyb", "healthyc"]);
+    /// assert_eq!(pool.sources.len(), 6, "plus flaky, black hole and slow");
+    /// assert!(pool.sources.iter().all(|s| s.base_url.starts_with("http://127.0.0.1:")));
+    /// # }
+    /// ```
     pub async fn start(seed: u64) -> Self {
         let pool = [
             ("healthya", OcrFault::None, true),
@@ -85,6 +126,24 @@ impl OcrPool {
 }
 
 /// What one worker runs.
+///
+/// ```
+/// use polygateway::testkit::ocr_soak::{PoolSource, WorkerConfig};
+/// # let pool_sources: Vec<PoolSource> = Vec::new();
+/// let config = WorkerConfig {
+///     worker: 1,
+///     calls: 500,
+///     concurrency: 16,
+///     redis_url: "redis://127.0.0.1:6379".into(),
+///     key_prefix: "pgw-ocrsoak-1234".into(),
+///     sources: pool_sources,
+///     telemetry_sqlite: std::env::temp_dir().join("worker-1.sqlite"),
+/// };
+/// // A worker process receives its config as JSON.
+/// let json = serde_json::to_string(&config).unwrap();
+/// let received: WorkerConfig = serde_json::from_str(&json).unwrap();
+/// assert_eq!((received.worker, received.calls), (1, 500));
+/// ```
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerConfig {
     /// Worker number (for seeds and file names).
@@ -104,6 +163,19 @@ pub struct WorkerConfig {
 }
 
 /// What one worker saw.
+///
+/// ```
+/// use polygateway::testkit::ocr_soak::WorkerReport;
+/// let mut report = WorkerReport { calls: 50, cancelled: 2, succeeded: 47, ..Default::default() };
+/// report.failures.insert("ResultInvalid".into(), 1);
+/// // Every call is accounted for exactly once.
+/// let failed: u64 = report.failures.values().sum();
+/// assert_eq!(report.succeeded + report.cancelled + failed as usize, report.calls);
+/// // The worker prints it as its last stdout line; the parent parses it.
+/// let line = serde_json::to_string(&report).unwrap();
+/// let parsed: WorkerReport = serde_json::from_str(&line).unwrap();
+/// assert_eq!(parsed.failures["ResultInvalid"], 1);
+/// ```
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WorkerReport {
     /// Calls made, cancelled ones included.
@@ -154,6 +226,26 @@ fn settings(config: &WorkerConfig) -> Result<Settings, GatewayError> {
 }
 
 /// Run one worker: its own gateway over the shared Redis.
+///
+/// ```no_run
+/// use polygateway::testkit::ocr_soak::{run_worker, OcrPool, WorkerConfig};
+/// # async fn demo() -> Result<(), polygateway::GatewayError> {
+/// let pool = OcrPool::start(7).await;
+/// let dir = tempfile::tempdir().unwrap();
+/// let config = WorkerConfig {
+///     worker: 0,
+///     calls: 300,
+///     concurrency: 16,
+///     redis_url: "redis://127.0.0.1:6379".into(),
+///     key_prefix: "pgw-ocrsoak-demo".into(),
+///     sources: pool.sources.clone(),
+///     telemetry_sqlite: dir.path().join("worker-0.sqlite"),
+/// };
+/// let report = run_worker(&config).await?;
+/// assert_eq!(report.in_flight_after, 0);
+/// assert!(report.cancelled > 0, "every 25th call is cancelled on purpose");
+/// # Ok(()) }
+/// ```
 pub async fn run_worker(config: &WorkerConfig) -> Result<WorkerReport, GatewayError> {
     let gw = Gateway::builder(settings(config)?)
         .default_scope(SCOPE)
@@ -229,6 +321,28 @@ pub async fn run_worker(config: &WorkerConfig) -> Result<WorkerReport, GatewayEr
 }
 
 /// The run's verdict: the workers' reports plus what Redis holds afterwards.
+///
+/// ```
+/// use polygateway::testkit::ocr_soak::SoakVerdict;
+/// # use std::collections::BTreeMap;
+/// let verdict = SoakVerdict {
+///     calls: 100,
+///     cancelled: 4,
+///     succeeded: 96,
+///     success_rate: 1.0,
+///     failures: BTreeMap::new(),
+///     attempts: BTreeMap::from([("healthya_1".to_string(), 40)]),
+///     breaker_opens: BTreeMap::from([("blackhole_1".to_string(), 1)]),
+///     invariants: BTreeMap::from([
+///         ("leases_back_to_zero".to_string(), true),
+///         ("healthy_sources_never_opened".to_string(), true),
+///     ]),
+/// };
+/// // The example prints it as one JSON object.
+/// let json = serde_json::to_value(&verdict).unwrap();
+/// assert_eq!(json["breaker_opens"]["blackhole_1"], 1);
+/// assert_eq!(json["invariants"]["leases_back_to_zero"], true);
+/// ```
 #[derive(Debug, Clone, Serialize)]
 pub struct SoakVerdict {
     /// Calls over all workers (cancelled ones included).
@@ -251,12 +365,59 @@ pub struct SoakVerdict {
 
 impl SoakVerdict {
     /// Every invariant holds.
+    ///
+    /// ```
+    /// use polygateway::testkit::ocr_soak::SoakVerdict;
+    /// # use std::collections::BTreeMap;
+    /// let verdict = SoakVerdict {
+    ///     calls: 100,
+    ///     cancelled: 4,
+    ///     succeeded: 96,
+    ///     success_rate: 1.0,
+    ///     failures: BTreeMap::new(),
+    ///     attempts: BTreeMap::from([("healthya_1".to_string(), 40)]),
+    ///     breaker_opens: BTreeMap::from([("blackhole_1".to_string(), 1)]),
+    ///     invariants: BTreeMap::from([
+    ///         ("leases_back_to_zero".to_string(), true),
+    ///         ("healthy_sources_never_opened".to_string(), true),
+    ///     ]),
+    /// };
+    /// assert!(verdict.invariants_ok());
+    /// let mut leaky = verdict.clone();
+    /// leaky.invariants.insert("no_dangling_probe".into(), false);
+    /// assert!(!leaky.invariants_ok());
+    /// ```
     pub fn invariants_ok(&self) -> bool {
         self.invariants.values().all(|ok| *ok)
     }
 }
 
 /// Combine worker reports with the shared state left in Redis.
+///
+/// ```no_run
+/// use polygateway::testkit::ocr_soak::{run_worker, verdict, OcrPool, WorkerConfig};
+/// # async fn demo() -> Result<(), polygateway::GatewayError> {
+/// let redis_url = "redis://127.0.0.1:6379";
+/// let key_prefix = "pgw-ocrsoak-demo";
+/// let pool = OcrPool::start(7).await;
+/// let dir = tempfile::tempdir().unwrap();
+/// let configs: Vec<WorkerConfig> = (0..2)
+///     .map(|worker| WorkerConfig {
+///         worker,
+///         calls: 300,
+///         concurrency: 16,
+///         redis_url: redis_url.into(),
+///         key_prefix: key_prefix.into(),
+///         sources: pool.sources.clone(),
+///         telemetry_sqlite: dir.path().join(format!("w{worker}.sqlite")),
+///     })
+///     .collect();
+/// let reports = futures::future::try_join_all(configs.iter().map(run_worker)).await?;
+/// let v = verdict(&reports, redis_url, key_prefix, &pool.sources).await?;
+/// assert!(v.invariants_ok(), "{:?}", v.invariants);
+/// assert!(v.success_rate >= 0.99, "{:?}", v.failures);
+/// # Ok(()) }
+/// ```
 pub async fn verdict(
     reports: &[WorkerReport],
     redis_url: &str,

@@ -19,6 +19,22 @@ use crate::config::Settings;
 use crate::{CallOptions, Gateway, GatewayError, Message, SourceSnapshot};
 
 /// What to run.
+///
+/// ```no_run
+/// use polygateway::testkit::soak::{run_soak, SoakConfig};
+/// # async fn demo() -> Result<(), polygateway::GatewayError> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let config = SoakConfig {
+///     calls: 2000,
+///     concurrency: 64,
+///     seed: 7,
+///     // Every attempt gets a telemetry row; the report counts them after shutdown.
+///     telemetry_sqlite: Some(dir.path().join("soak.sqlite")),
+/// };
+/// let report = run_soak(&config).await?;
+/// assert_eq!(report.telemetry_rows_written, report.telemetry_rows_expected);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct SoakConfig {
     /// Calls to make.
@@ -83,6 +99,20 @@ fn fault_mix(seed: u64) -> Vec<MixSource> {
 }
 
 /// The outcome of a soak.
+///
+/// ```no_run
+/// use polygateway::testkit::soak::{run_soak, SoakConfig};
+/// # async fn demo() -> Result<(), polygateway::GatewayError> {
+/// let config = SoakConfig { calls: 500, concurrency: 32, seed: 1, telemetry_sqlite: None };
+/// let report = run_soak(&config).await?;
+/// assert_eq!(report.calls, 500);
+/// assert!(report.p50_ms <= report.p99_ms);
+/// println!("{:.0} calls/s, p99 {:.0} ms", report.calls_per_s, report.p99_ms);
+/// for (failure, n) in &report.failures {
+///     println!("{failure}: {n}");
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct SoakReport {
     /// Calls made.
@@ -111,6 +141,20 @@ pub struct SoakReport {
 
 impl SoakReport {
     /// Share of successful calls (0–1).
+    ///
+    /// ```
+    /// use polygateway::testkit::soak::SoakReport;
+    /// # use std::collections::BTreeMap;
+    /// # let report = |calls: usize, succeeded: usize, leases_held: u64| SoakReport {
+    /// #     calls, succeeded, failures: BTreeMap::new(), sources: Vec::new(), healthy: Vec::new(),
+    /// #     p50_ms: 12.0, p99_ms: 80.0, calls_per_s: 400.0, leases_held,
+    /// #     telemetry_rows_expected: 0, telemetry_rows_written: 0,
+    /// # };
+    /// // `report(calls, succeeded, leases_held)` builds a report by hand.
+    /// assert_eq!(report(200, 199, 0).success_rate(), 0.995);
+    /// // A run without calls has no successes rather than a NaN.
+    /// assert_eq!(report(0, 0, 0).success_rate(), 0.0);
+    /// ```
     pub fn success_rate(&self) -> f64 {
         self.succeeded as f64 / self.calls.max(1) as f64
     }
@@ -120,6 +164,44 @@ impl SoakReport {
     }
 
     /// Share of all attempts that went to each faulty source.
+    ///
+    /// ```
+    /// use polygateway::testkit::soak::SoakReport;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # use std::collections::BTreeMap;
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let good = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let bad = MockUpstream::start(Behaviour::Unauthorized).await;
+    /// # let mut env: BTreeMap<String, String> = [
+    /// #     ("PGW_LIMITER_BACKEND", "memory"), ("PGW_BREAKER_BACKEND", "memory"),
+    /// #     ("PGW_TELEMETRY_BACKEND", "none"), ("LLM__SELECTOR", "round_robin"),
+    /// # ].into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    /// # for (name, mock) in [("HEALTHYA", &good), ("BADKEY", &bad)] {
+    /// #     env.insert(format!("LLM__{name}__1__BASE_URL"), mock.base_url());
+    /// #     env.insert(format!("LLM__{name}__1__API_KEY"), "sk-test".into());
+    /// #     env.insert(format!("LLM__{name}__1__MODEL"), "m".into());
+    /// # }
+    /// # let settings = polygateway::config::Settings::from_map(&env).unwrap();
+    /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+    /// # for _ in 0..4 {
+    /// #     gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+    /// # }
+    /// # let sources = gw.sources("LLM").await.unwrap();
+    /// # gw.shutdown().await;
+    /// // `sources`: a round-robin scope after four calls; `badkey_1` answered its one attempt with 401
+    /// // and its breaker opened, `healthya_1` served all four calls.
+    /// let report = SoakReport {
+    ///     calls: 4, succeeded: 4, failures: BTreeMap::new(), sources,
+    ///     healthy: vec!["healthya".to_string()],
+    ///     p50_ms: 1.0, p99_ms: 2.0, calls_per_s: 100.0, leases_held: 0,
+    ///     telemetry_rows_expected: 0, telemetry_rows_written: 0,
+    /// };
+    /// let share = report.bad_source_attempt_share();
+    /// // One attempt of five went to the bad source; healthy sources are not listed.
+    /// assert_eq!(share, BTreeMap::from([("badkey_1".to_string(), 0.2)]));
+    /// # }
+    /// ```
     pub fn bad_source_attempt_share(&self) -> BTreeMap<String, f64> {
         let total = self.attempts_total() as f64;
         self.sources
@@ -130,6 +212,44 @@ impl SoakReport {
     }
 
     /// Breaker openings (epochs) on the healthy sources: false opens.
+    ///
+    /// ```
+    /// use polygateway::testkit::soak::SoakReport;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # use std::collections::BTreeMap;
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let good = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let bad = MockUpstream::start(Behaviour::Unauthorized).await;
+    /// # let mut env: BTreeMap<String, String> = [
+    /// #     ("PGW_LIMITER_BACKEND", "memory"), ("PGW_BREAKER_BACKEND", "memory"),
+    /// #     ("PGW_TELEMETRY_BACKEND", "none"), ("LLM__SELECTOR", "round_robin"),
+    /// # ].into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    /// # for (name, mock) in [("HEALTHYA", &good), ("BADKEY", &bad)] {
+    /// #     env.insert(format!("LLM__{name}__1__BASE_URL"), mock.base_url());
+    /// #     env.insert(format!("LLM__{name}__1__API_KEY"), "sk-test".into());
+    /// #     env.insert(format!("LLM__{name}__1__MODEL"), "m".into());
+    /// # }
+    /// # let settings = polygateway::config::Settings::from_map(&env).unwrap();
+    /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+    /// # for _ in 0..4 {
+    /// #     gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+    /// # }
+    /// # let sources = gw.sources("LLM").await.unwrap();
+    /// # gw.shutdown().await;
+    /// // `sources`: a round-robin scope after four calls; `badkey_1` answered its one attempt with 401
+    /// // and its breaker opened, `healthya_1` served all four calls.
+    /// let report = SoakReport {
+    ///     calls: 4, succeeded: 4, failures: BTreeMap::new(), sources,
+    ///     healthy: vec!["healthya".to_string()],
+    ///     p50_ms: 1.0, p99_ms: 2.0, calls_per_s: 100.0, leases_held: 0,
+    ///     telemetry_rows_expected: 0, telemetry_rows_written: 0,
+    /// };
+    /// let opens: u64 = report.sources.iter().map(|s| s.epoch).sum();
+    /// assert_eq!(opens, 1, "the bad source was opened");
+    /// assert_eq!(report.false_opens_healthy(), 0);
+    /// # }
+    /// ```
     pub fn false_opens_healthy(&self) -> u64 {
         self.sources
             .iter()
@@ -139,6 +259,20 @@ impl SoakReport {
     }
 
     /// Every pacer slot, lease and probe is back.
+    ///
+    /// ```
+    /// use polygateway::testkit::soak::SoakReport;
+    /// # use std::collections::BTreeMap;
+    /// # let report = |calls: usize, succeeded: usize, leases_held: u64| SoakReport {
+    /// #     calls, succeeded, failures: BTreeMap::new(), sources: Vec::new(), healthy: Vec::new(),
+    /// #     p50_ms: 12.0, p99_ms: 80.0, calls_per_s: 400.0, leases_held,
+    /// #     telemetry_rows_expected: 0, telemetry_rows_written: 0,
+    /// # };
+    /// // `report(calls, succeeded, leases_held)` builds a report by hand, with no sources.
+    /// assert!(report(100, 100, 0).invariants_ok());
+    /// // A limiter lease that was never given back is a leak.
+    /// assert!(!report(100, 100, 1).invariants_ok());
+    /// ```
     pub fn invariants_ok(&self) -> bool {
         self.leases_held == 0
             && self
@@ -152,6 +286,46 @@ impl SoakReport {
     }
 
     /// A human-readable table of the sources.
+    ///
+    /// ```
+    /// use polygateway::testkit::soak::SoakReport;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # use std::collections::BTreeMap;
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let good = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let bad = MockUpstream::start(Behaviour::Unauthorized).await;
+    /// # let mut env: BTreeMap<String, String> = [
+    /// #     ("PGW_LIMITER_BACKEND", "memory"), ("PGW_BREAKER_BACKEND", "memory"),
+    /// #     ("PGW_TELEMETRY_BACKEND", "none"), ("LLM__SELECTOR", "round_robin"),
+    /// # ].into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    /// # for (name, mock) in [("HEALTHYA", &good), ("BADKEY", &bad)] {
+    /// #     env.insert(format!("LLM__{name}__1__BASE_URL"), mock.base_url());
+    /// #     env.insert(format!("LLM__{name}__1__API_KEY"), "sk-test".into());
+    /// #     env.insert(format!("LLM__{name}__1__MODEL"), "m".into());
+    /// # }
+    /// # let settings = polygateway::config::Settings::from_map(&env).unwrap();
+    /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+    /// # for _ in 0..4 {
+    /// #     gw.chat(vec![polygateway::Message::user("hi")]).await.unwrap();
+    /// # }
+    /// # let sources = gw.sources("LLM").await.unwrap();
+    /// # gw.shutdown().await;
+    /// // `sources`: a round-robin scope after four calls; `badkey_1` answered its one attempt with 401
+    /// // and its breaker opened, `healthya_1` served all four calls.
+    /// let report = SoakReport {
+    ///     calls: 4, succeeded: 4, failures: BTreeMap::new(), sources,
+    ///     healthy: vec!["healthya".to_string()],
+    ///     p50_ms: 1.0, p99_ms: 2.0, calls_per_s: 100.0, leases_held: 0,
+    ///     telemetry_rows_expected: 0, telemetry_rows_written: 0,
+    /// };
+    /// let table = report.table();
+    /// let lines: Vec<&str> = table.lines().collect();
+    /// assert!(lines[0].starts_with("source"));
+    /// assert_eq!(lines.len(), 1 + report.sources.len());
+    /// assert!(lines.iter().any(|l| l.starts_with("badkey_1") && l.contains("20.00%")));
+    /// # }
+    /// ```
     pub fn table(&self) -> String {
         let total = self.attempts_total() as f64;
         let mut out = format!(
@@ -174,6 +348,21 @@ impl SoakReport {
     }
 
     /// The summary as one JSON object.
+    ///
+    /// ```
+    /// use polygateway::testkit::soak::SoakReport;
+    /// # use std::collections::BTreeMap;
+    /// # let report = |calls: usize, succeeded: usize, leases_held: u64| SoakReport {
+    /// #     calls, succeeded, failures: BTreeMap::new(), sources: Vec::new(), healthy: Vec::new(),
+    /// #     p50_ms: 12.0, p99_ms: 80.0, calls_per_s: 400.0, leases_held,
+    /// #     telemetry_rows_expected: 0, telemetry_rows_written: 0,
+    /// # };
+    /// // `report(calls, succeeded, leases_held)` builds a report by hand.
+    /// let json = report(8, 6, 0).to_json();
+    /// assert_eq!(json["success_rate"], 0.75);
+    /// assert_eq!(json["invariants_ok"], true);
+    /// assert_eq!(json["p99_ms"], 80.0);
+    /// ```
     pub fn to_json(&self) -> Value {
         json!({
             "calls": self.calls,
@@ -194,6 +383,19 @@ impl SoakReport {
 }
 
 /// Run a soak. Fails only if the runtime cannot be built.
+///
+/// ```no_run
+/// use polygateway::testkit::soak::{run_soak, SoakConfig};
+/// # async fn demo() -> Result<(), polygateway::GatewayError> {
+/// let report = run_soak(&SoakConfig { calls: 8000, concurrency: 64, seed: 42, telemetry_sqlite: None }).await?;
+/// println!("{}", report.table());
+/// // The soak's targets.
+/// assert!(report.success_rate() >= 0.99, "{:?}", report.failures);
+/// assert_eq!(report.false_opens_healthy(), 0);
+/// assert!(report.invariants_ok());
+/// assert!(report.bad_source_attempt_share().values().all(|&share| share < 0.05));
+/// # Ok(()) }
+/// ```
 pub async fn run_soak(config: &SoakConfig) -> Result<SoakReport, GatewayError> {
     let mix = fault_mix(config.seed);
     let mut env: BTreeMap<String, String> = [

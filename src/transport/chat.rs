@@ -26,9 +26,39 @@ use crate::provider::ProviderProfile;
 use crate::types::{LlmResponse, Message, UsageSource};
 
 /// Body keys the transport owns; never taken from `extra_body` or an overlay.
+///
+/// ```
+/// use polygateway::provider::ProviderProfile;
+/// use polygateway::transport::chat::{ChatTransport, ChatWireRequest, PROTECTED_KEYS};
+/// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+/// let transport = ChatTransport::new(settings, ProviderProfile::generic());
+/// let mut request = ChatWireRequest::new(vec![polygateway::Message::user("hi")]);
+/// for key in PROTECTED_KEYS {
+///     request.overlay.insert(key.into(), "from the caller".into());
+/// }
+/// // An overlay cannot replace what the transport owns.
+/// assert!(transport.body_params(&request).is_empty());
+/// ```
 pub const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
 
 /// One streamed delta handed to a consumer.
+///
+/// ```
+/// use polygateway::transport::chat::ChatDelta;
+/// let deltas = vec![
+///     ChatDelta::Reasoning("2 + 2 is ".into()),
+///     ChatDelta::Reasoning("4.".into()),
+///     ChatDelta::Content("4".into()),
+/// ];
+/// let (mut answer, mut thinking) = (String::new(), String::new());
+/// for delta in deltas {
+///     match delta {
+///         ChatDelta::Content(text) => answer.push_str(&text),
+///         ChatDelta::Reasoning(text) => thinking.push_str(&text),
+///     }
+/// }
+/// assert_eq!((answer.as_str(), thinking.as_str()), ("4", "2 + 2 is 4."));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChatDelta {
     /// Answer text.
@@ -38,6 +68,22 @@ pub enum ChatDelta {
 }
 
 /// What a chat call sends, built once per call and reused by every attempt (on any source).
+///
+/// ```
+/// use std::sync::Arc;
+/// use polygateway::transport::chat::ChatWireRequest;
+/// use polygateway::Message;
+/// let messages = Arc::new(vec![Message::system("Be brief."), Message::user("Capital of France?")]);
+/// let request = ChatWireRequest {
+///     messages: Arc::clone(&messages),
+///     overlay: serde_json::Map::from_iter([("temperature".to_string(), 0.2.into())]),
+///     response_format: Some(polygateway::structured::json_object_format()),
+///     stream: false,
+/// };
+/// // Every attempt works on a clone; the conversation itself is not copied.
+/// let attempt = request.clone();
+/// assert!(Arc::ptr_eq(&attempt.messages, &messages));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatWireRequest {
     /// The conversation, shared between attempts without copying.
@@ -52,6 +98,15 @@ pub struct ChatWireRequest {
 
 impl ChatWireRequest {
     /// A streaming request with no overlay and no `response_format`.
+    ///
+    /// ```
+    /// use polygateway::transport::chat::ChatWireRequest;
+    /// let request = ChatWireRequest::new(vec![polygateway::Message::user("hi")]);
+    /// assert!(request.stream);
+    /// assert!(request.overlay.is_empty());
+    /// assert_eq!(request.response_format, None);
+    /// assert_eq!(request.messages.len(), 1);
+    /// ```
     pub fn new(messages: impl Into<Arc<Vec<Message>>>) -> Self {
         Self {
             messages: messages.into(),
@@ -63,6 +118,33 @@ impl ChatWireRequest {
 }
 
 /// The chat transport of one source. Cheap to share (`Arc`); one pooled client per source.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::actors::{EventSink, Transport};
+/// use polygateway::provider::ProviderProfile;
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway::transport::chat::{ChatDelta, ChatTransport, ChatWireRequest};
+/// let mock = MockUpstream::start(Behaviour::healthy_with("Hello there")).await;
+/// let transport = ChatTransport::new(
+///     polygateway::testkit::source_settings(&mock.base_url()),
+///     ProviderProfile::generic(),
+/// );
+/// let request = ChatWireRequest::new(vec![polygateway::Message::user("Hi")]);
+/// // One streaming attempt; deltas reach the consumer while the response is assembled.
+/// let (sink, mut deltas) = EventSink::channel(16);
+/// let response = transport.send(&request, Some(&sink)).await.unwrap();
+/// drop(sink);
+/// assert_eq!(response.content, "Hello there");
+/// assert_eq!(response.source_name, "openai_1");
+/// let mut streamed = String::new();
+/// while let Some(ChatDelta::Content(piece)) = deltas.recv().await {
+///     streamed.push_str(&piece);
+/// }
+/// assert_eq!(streamed, "Hello there");
+/// # }
+/// ```
 pub struct ChatTransport {
     settings: SourceSettings,
     profile: ProviderProfile,
@@ -97,12 +179,35 @@ struct StreamOptions {
 
 impl ChatTransport {
     /// A transport with its own client ([`build_client`]).
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderRegistry;
+    /// use polygateway::transport::chat::ChatTransport;
+    /// let registry = ProviderRegistry::with_defaults();
+    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// // Building a transport connects nowhere; the first attempt does.
+    /// let transport = ChatTransport::new(settings, registry.get("deepseek").clone());
+    /// assert_eq!(transport.settings().name, "openai_1");
+    /// assert_eq!(transport.profile().name, "deepseek");
+    /// ```
     pub fn new(settings: SourceSettings, profile: ProviderProfile) -> Self {
         let client = build_client(&settings);
         Self::with_client(settings, profile, client)
     }
 
     /// A transport using a given client (e.g. shared in a benchmark).
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderProfile;
+    /// use polygateway::testkit::source_settings;
+    /// use polygateway::transport::chat::ChatTransport;
+    /// // Two sources on one connection pool.
+    /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    /// let a = ChatTransport::with_client(source_settings("http://10.0.0.1/v1"), ProviderProfile::generic(), client.clone());
+    /// let b = ChatTransport::with_client(source_settings("http://10.0.0.2/v1"), ProviderProfile::generic(), client);
+    /// assert_eq!(a.url(), "http://10.0.0.1/v1/chat/completions");
+    /// assert_eq!(b.url(), "http://10.0.0.2/v1/chat/completions");
+    /// ```
     pub fn with_client(
         settings: SourceSettings,
         profile: ProviderProfile,
@@ -117,16 +222,47 @@ impl ChatTransport {
     }
 
     /// The source's settings.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::provider::ProviderProfile;
+    /// use polygateway::transport::chat::ChatTransport;
+    /// use polygateway::transport::watchdog::StallLimits;
+    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
+    /// let limits = StallLimits::from_settings(transport.settings());
+    /// assert_eq!(limits.ttft, Duration::from_secs(10));
+    /// ```
     pub fn settings(&self) -> &SourceSettings {
         &self.settings
     }
 
     /// The provider profile in use.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderRegistry;
+    /// use polygateway::structured::LadderPlan;
+    /// use polygateway::transport::chat::ChatTransport;
+    /// let registry = ProviderRegistry::with_defaults();
+    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let transport = ChatTransport::new(settings, registry.get("qwen").clone());
+    /// // The profile says whether strict `json_schema` can be sent natively.
+    /// let plan = LadderPlan::typed(transport.profile().native_json_schema, 2);
+    /// assert!(plan.native_schema);
+    /// ```
     pub fn profile(&self) -> &ProviderProfile {
         &self.profile
     }
 
     /// The endpoint URL.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderProfile;
+    /// use polygateway::transport::chat::ChatTransport;
+    /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1/");
+    /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
+    /// assert_eq!(transport.url(), "https://api.example.com/v1/chat/completions");
+    /// ```
     pub fn url(&self) -> &str {
         self.endpoint.url()
     }
@@ -166,6 +302,24 @@ impl ChatTransport {
     }
 
     /// The exact JSON body sent for `request`.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderProfile;
+    /// use polygateway::transport::chat::{ChatTransport, ChatWireRequest};
+    /// use serde_json::Value;
+    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
+    /// let mut request = ChatWireRequest::new(vec![polygateway::Message::user("hi")]);
+    /// let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+    /// assert_eq!(body["model"], "test-model");
+    /// assert_eq!(body["messages"][0]["content"], "hi");
+    /// assert_eq!(body["stream_options"]["include_usage"], true);
+    /// // Not streaming: no `stream_options`.
+    /// request.stream = false;
+    /// let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+    /// assert_eq!(body["stream"], false);
+    /// assert!(body.get("stream_options").is_none());
+    /// ```
     pub fn body(&self, request: &ChatWireRequest) -> Result<Vec<u8>, TransportError> {
         let params = self.body_params(request);
         let body = WireBody {

@@ -17,6 +17,22 @@ use crate::error::{summarize_body, TransportError};
 use crate::types::UsageSource;
 
 /// One batch of texts to embed.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::Arc;
+/// use polygateway::actors::Transport;
+/// use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
+/// let request = EmbeddingWireRequest { inputs: Arc::new(vec!["first".into(), "second".into()]) };
+/// // Attempts share the texts instead of copying them.
+/// assert!(Arc::ptr_eq(&request.clone().inputs, &request.inputs));
+/// // An empty batch is answered locally: nothing is sent (nothing listens on port 9).
+/// let transport = EmbeddingTransport::new(polygateway::testkit::source_settings("http://127.0.0.1:9/v1"));
+/// let empty = EmbeddingWireRequest { inputs: Arc::new(Vec::new()) };
+/// assert!(transport.send(&empty, None).await.unwrap().vectors.is_empty());
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmbeddingWireRequest {
     /// The texts, shared between attempts without copying.
@@ -24,6 +40,22 @@ pub struct EmbeddingWireRequest {
 }
 
 /// One batch's vectors, in input order.
+///
+/// ```
+/// use polygateway::transport::embeddings::{check_dim, l2_normalize, EmbeddingBatch};
+/// use polygateway::UsageSource;
+/// let mut batch = EmbeddingBatch {
+///     vectors: vec![vec![3.0, 4.0], vec![0.0, 2.0]],
+///     prompt_tokens: 7,
+///     usage_source: UsageSource::Measured,
+///     model_reported: Some("text-embedding-3-small".into()),
+///     latency_ms: 12.5,
+/// };
+/// // What the runtime does with a batch under EXPECTED_DIM=2 and NORMALIZE=true.
+/// check_dim(&batch.vectors, 2).unwrap();
+/// batch.vectors.iter_mut().for_each(|v| l2_normalize(v));
+/// assert_eq!(batch.vectors, vec![vec![0.6, 0.8], vec![0.0, 1.0]]);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingBatch {
     /// One vector per input.
@@ -39,6 +71,25 @@ pub struct EmbeddingBatch {
 }
 
 /// The embeddings transport of one source.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::Arc;
+/// use polygateway::actors::Transport;
+/// use polygateway::testkit::{mock_embedding, Behaviour, MockUpstream};
+/// use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
+/// use polygateway::UsageSource;
+/// // The mock answers its items in reverse order; the transport restores input order.
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// let transport = EmbeddingTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+/// let request = EmbeddingWireRequest { inputs: Arc::new(vec!["alpha".into(), "beta".into()]) };
+/// let batch = transport.send(&request, None).await.unwrap();
+/// assert_eq!(batch.vectors, vec![mock_embedding("alpha", 8), mock_embedding("beta", 8)]);
+/// assert_eq!(batch.usage_source, UsageSource::Measured);
+/// assert_eq!(EmbeddingTransport::tokens_used(&batch), Some(batch.prompt_tokens));
+/// # }
+/// ```
 pub struct EmbeddingTransport {
     settings: SourceSettings,
     endpoint: JsonEndpoint,
@@ -83,23 +134,55 @@ struct WireUsage {
 
 impl EmbeddingTransport {
     /// A transport with its own client.
+    ///
+    /// ```
+    /// use polygateway::transport::embeddings::EmbeddingTransport;
+    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// // Builds the source's own client; nothing is contacted yet.
+    /// let transport = EmbeddingTransport::new(settings);
+    /// assert_eq!(transport.url(), "http://127.0.0.1:9/v1/embeddings");
+    /// ```
     pub fn new(settings: SourceSettings) -> Self {
         let client = build_client(&settings);
         Self::with_client(settings, client)
     }
 
     /// A transport using a given client.
+    ///
+    /// ```
+    /// use polygateway::testkit::source_settings;
+    /// use polygateway::transport::embeddings::EmbeddingTransport;
+    /// // Two sources on one connection pool (e.g. in a benchmark).
+    /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    /// let a = EmbeddingTransport::with_client(source_settings("http://10.0.0.1/v1"), client.clone());
+    /// let b = EmbeddingTransport::with_client(source_settings("http://10.0.0.2/v1"), client);
+    /// assert_ne!(a.url(), b.url());
+    /// ```
     pub fn with_client(settings: SourceSettings, client: reqwest::Client) -> Self {
         let endpoint = JsonEndpoint::new(&settings, client, "embeddings");
         Self { settings, endpoint }
     }
 
     /// The source's settings.
+    ///
+    /// ```
+    /// use polygateway::transport::embeddings::EmbeddingTransport;
+    /// let transport = EmbeddingTransport::new(polygateway::testkit::source_settings("http://127.0.0.1:9/v1"));
+    /// // The model sent in every request body.
+    /// assert_eq!(transport.settings().model, "test-model");
+    /// ```
     pub fn settings(&self) -> &SourceSettings {
         &self.settings
     }
 
     /// The endpoint URL.
+    ///
+    /// ```
+    /// use polygateway::transport::embeddings::EmbeddingTransport;
+    /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1/");
+    /// let transport = EmbeddingTransport::new(settings);
+    /// assert_eq!(transport.url(), "https://api.example.com/v1/embeddings");
+    /// ```
     pub fn url(&self) -> &str {
         self.endpoint.url()
     }

@@ -27,6 +27,19 @@ const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// # Panics
 /// Like `reqwest::Client::new`, when the TLS backend cannot be initialised.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway::transport::http::build_client;
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// // testkit settings have TRUST_ENV=false: no proxy from the environment.
+/// let client = build_client(&polygateway::testkit::source_settings(&mock.base_url()));
+/// let resp = client.get(format!("{}/models", mock.base_url())).send().await.unwrap();
+/// assert!(resp.status().is_success());
+/// # }
+/// ```
 pub fn build_client(settings: &SourceSettings) -> reqwest::Client {
     let connect = settings
         .ttft_timeout
@@ -92,6 +105,28 @@ fn says_insufficient_quota(body: &str) -> bool {
 ///
 /// Every error is marked `answered` (the service did answer) and carries the body summary in
 /// both `message` and `body_text`.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::actors::{FailureClass, SourceReason};
+/// use polygateway::transport::http::classify_status;
+/// use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+///
+/// let e = classify_status(401, &HeaderMap::new(), r#"{"error": "invalid api key"}"#);
+/// assert_eq!((e.class, e.status, e.answered), (FailureClass::SourceDead, Some(401), true));
+/// assert_eq!(e.message, r#"HTTP 401 unauthorized: {"error": "invalid api key"}"#);
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
+/// let e = classify_status(429, &headers, "slow down");
+/// assert_eq!(e.reason, SourceReason::RateLimited);
+/// assert!(e.rate_limited);
+/// assert_eq!(e.retry_after, Some(Duration::from_secs(2)));
+///
+/// // The same status with a quota error is a dead source, not pushback.
+/// let e = classify_status(429, &headers, r#"{"error": {"code": "insufficient_quota"}}"#);
+/// assert_eq!(e.class, FailureClass::SourceDead);
+/// ```
 pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> TransportError {
     let summary = summarize_body(body);
     let (class, reason, label) = match status {
@@ -150,6 +185,23 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> Transpor
 /// Translate a `reqwest` failure (no HTTP answer, or a body read that broke): timeouts →
 /// Transient `timeout`, everything else (connect refused/reset, body decode) → Transient
 /// `network_error`. The message names the cause chain; the URL's query string is removed.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::actors::{FailureClass, SourceReason};
+/// use polygateway::transport::http::classify_reqwest;
+/// // A port nobody listens on.
+/// let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+/// let client = reqwest::Client::builder().no_proxy().build().unwrap();
+/// let url = format!("http://127.0.0.1:{port}/v1/models?key=secret");
+/// let err = client.get(&url).send().await.unwrap_err();
+/// let e = classify_reqwest(&err);
+/// assert_eq!((e.class, e.reason), (FailureClass::Transient, SourceReason::NetworkError));
+/// assert!(e.message.starts_with("connect error"), "{}", e.message);
+/// assert!(!e.message.contains("secret")); // the query string is never echoed
+/// # }
+/// ```
 pub fn classify_reqwest(err: &reqwest::Error) -> TransportError {
     let reason = if err.is_timeout() {
         SourceReason::Timeout
@@ -202,6 +254,16 @@ fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, Transpo
 
 /// One JSON endpoint of a source: its pooled client, URL and `Authorization` header. Chat and
 /// embeddings post through it, so both build requests the same way.
+///
+/// ```
+/// use polygateway::transport::http::JsonEndpoint;
+/// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+/// let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "embeddings");
+/// // Debug shows where it posts, never the credentials.
+/// let shown = format!("{endpoint:?}");
+/// assert!(shown.contains("http://127.0.0.1:9/v1/embeddings"));
+/// assert!(!shown.contains("sk-test"));
+/// ```
 #[derive(Clone)]
 pub struct JsonEndpoint {
     client: reqwest::Client,
@@ -219,6 +281,14 @@ impl std::fmt::Debug for JsonEndpoint {
 
 impl JsonEndpoint {
     /// `{base_url}/{path}` of `settings`, posted through `client`.
+    ///
+    /// ```
+    /// use polygateway::transport::http::JsonEndpoint;
+    /// // A trailing slash on BASE_URL does not double the separator.
+    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1/");
+    /// let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "chat/completions");
+    /// assert_eq!(endpoint.url(), "http://127.0.0.1:9/v1/chat/completions");
+    /// ```
     pub fn new(settings: &SourceSettings, client: reqwest::Client, path: &str) -> Self {
         Self {
             client,
@@ -228,12 +298,42 @@ impl JsonEndpoint {
     }
 
     /// The endpoint URL.
+    ///
+    /// ```
+    /// use polygateway::transport::http::JsonEndpoint;
+    /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1");
+    /// let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "embeddings");
+    /// assert_eq!(endpoint.url(), "https://api.example.com/v1/embeddings");
+    /// ```
     pub fn url(&self) -> &str {
         &self.url
     }
 
     /// A POST of a JSON `body` with the source's credentials. Fails (SourceDead) only when the
     /// key cannot be a header value.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::actors::FailureClass;
+    /// use polygateway::config::Secret;
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway::transport::http::JsonEndpoint;
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// let mut settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    /// let endpoint = JsonEndpoint::new(&settings, client.clone(), "embeddings");
+    /// let body = br#"{"model": "test-model", "input": ["hello"]}"#.to_vec();
+    /// let resp = endpoint.post_json(body).unwrap().send().await.unwrap();
+    /// assert!(resp.status().is_success());
+    /// let seen = mock.last_request().unwrap();
+    /// assert_eq!(seen.authorization.as_deref(), Some("Bearer sk-test"));
+    /// // A key that cannot be a header value: nothing is sent, the source is dead.
+    /// settings.api_key = Secret::new("sk-bad\nkey");
+    /// let broken = JsonEndpoint::new(&settings, client, "embeddings");
+    /// assert_eq!(broken.post_json(Vec::new()).unwrap_err().class, FailureClass::SourceDead);
+    /// # }
+    /// ```
     pub fn post_json(&self, body: Vec<u8>) -> Result<reqwest::RequestBuilder, TransportError> {
         let rb = self
             .client
@@ -250,11 +350,38 @@ impl JsonEndpoint {
 
 /// Most bytes of an error body read for classification; a larger body is cut here (the summary
 /// keeps far less, and `insufficient_quota` sits near the top of real error bodies).
+///
+/// ```
+/// use polygateway::transport::http::MAX_ERROR_BODY;
+/// // One MiB: enough for any real error document, bounded against a runaway body.
+/// assert_eq!(MAX_ERROR_BODY, 1024 * 1024);
+/// ```
 pub const MAX_ERROR_BODY: usize = 1 << 20;
 
 /// Read a non-2xx response's body (at most [`MAX_ERROR_BODY`] bytes, until `deadline`) and
 /// classify it with [`classify_status`]. A body that cannot be read in time is classified as
 /// empty: the status alone decides.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::{Duration, Instant};
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway::transport::http::classify_response;
+/// let mock = MockUpstream::start(Behaviour::RateLimited { retry_after_s: Some(3) }).await;
+/// let client = reqwest::Client::builder().no_proxy().build().unwrap();
+/// let resp = client
+///     .post(format!("{}/chat/completions", mock.base_url()))
+///     .json(&serde_json::json!({"model": "m", "messages": []}))
+///     .send()
+///     .await
+///     .unwrap();
+/// assert_eq!(resp.status(), 429);
+/// let err = classify_response(resp, Instant::now() + Duration::from_secs(5)).await;
+/// assert!(err.rate_limited);
+/// assert_eq!(err.retry_after, Some(Duration::from_secs(3)));
+/// # }
+/// ```
 pub async fn classify_response(
     resp: reqwest::Response,
     deadline: std::time::Instant,

@@ -7,6 +7,21 @@
 //! [`crate::transport::wire::decode_chunk`]; this module knows nothing of OpenAI.
 
 /// One dispatched SSE event.
+///
+/// ```
+/// use polygateway::transport::sse::{SseEvent, SseParser};
+/// let mut parser = SseParser::new();
+/// let mut events = Vec::new();
+/// parser.feed(b"data: {\"n\":1}\n\ndata: [DONE]\n\n", &mut events);
+/// let mut frames = Vec::new();
+/// for event in events {
+///     match event {
+///         SseEvent::Data(json) => frames.push(json),
+///         SseEvent::Done => break,
+///     }
+/// }
+/// assert_eq!(frames, ["{\"n\":1}"]);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SseEvent {
     /// The `data` of an event (multi-line data joined with `\n`).
@@ -39,11 +54,30 @@ pub struct SseParser {
 
 impl SseParser {
     /// A parser with empty state.
+    ///
+    /// ```
+    /// use polygateway::transport::sse::SseParser;
+    /// let mut parser = SseParser::new();
+    /// let mut out = Vec::new();
+    /// parser.finish(&mut out); // nothing fed, nothing pending
+    /// assert!(out.is_empty());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Consume one chunk, appending every event it completes to `out`.
+    ///
+    /// ```
+    /// use polygateway::transport::sse::{SseEvent, SseParser};
+    /// let mut parser = SseParser::new();
+    /// let mut out = Vec::new();
+    /// // A chunk boundary inside "é" (0xC3 0xA9) and a two-line data field.
+    /// parser.feed(b"data: caf\xC3", &mut out);
+    /// assert!(out.is_empty()); // no blank line yet: the event is not complete
+    /// parser.feed(b"\xA9\r\ndata: au lait\r\n\r\n", &mut out);
+    /// assert_eq!(out, [SseEvent::Data("café\nau lait".into())]);
+    /// ```
     pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) {
         if self.pending_cr {
             self.pending_cr = false;
@@ -80,6 +114,17 @@ impl SseParser {
     }
 
     /// End of input: an unterminated last line is processed and a pending event delivered.
+    ///
+    /// ```
+    /// use polygateway::transport::sse::{SseEvent, SseParser};
+    /// let mut parser = SseParser::new();
+    /// let mut out = Vec::new();
+    /// // The upstream closed the connection right after the last data line.
+    /// parser.feed(b"data: tail", &mut out);
+    /// assert!(out.is_empty());
+    /// parser.finish(&mut out);
+    /// assert_eq!(out, [SseEvent::Data("tail".into())]);
+    /// ```
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);

@@ -33,11 +33,33 @@ pub struct ThinkSplitter {
 
 impl ThinkSplitter {
     /// A splitter outside any think block.
+    ///
+    /// ```
+    /// use polygateway::transport::chat::ChatDelta;
+    /// use polygateway::transport::think::ThinkSplitter;
+    /// let mut splitter = ThinkSplitter::new();
+    /// let mut out = Vec::new();
+    /// // Outside a think block, content passes through unchanged.
+    /// splitter.push("plain answer", &mut out);
+    /// assert_eq!(out, [ChatDelta::Content("plain answer".into())]);
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Split one content delta, appending the resulting pieces to `out`.
+    ///
+    /// ```
+    /// use polygateway::transport::chat::ChatDelta;
+    /// use polygateway::transport::think::ThinkSplitter;
+    /// let mut splitter = ThinkSplitter::new();
+    /// let mut out = Vec::new();
+    /// // What may be the start of a tag is held back until the next delta decides.
+    /// splitter.push("Hi <th", &mut out);
+    /// assert_eq!(out, [ChatDelta::Content("Hi ".into())]);
+    /// splitter.push("ink>plan", &mut out);
+    /// assert_eq!(out[1], ChatDelta::Reasoning("plan".into()));
+    /// ```
     pub fn push(&mut self, text: &str, out: &mut Vec<ChatDelta>) {
         let mut buf = std::mem::take(&mut self.pending);
         buf.push_str(text);
@@ -61,6 +83,18 @@ impl ThinkSplitter {
     }
 
     /// End of stream: a held partial tag is plain text after all.
+    ///
+    /// ```
+    /// use polygateway::transport::chat::ChatDelta;
+    /// use polygateway::transport::think::ThinkSplitter;
+    /// let mut splitter = ThinkSplitter::new();
+    /// let mut out = Vec::new();
+    /// splitter.push("a <", &mut out);
+    /// assert_eq!(out, [ChatDelta::Content("a ".into())]);
+    /// // The stream ended: the held "<" was never a tag.
+    /// splitter.finish(&mut out);
+    /// assert_eq!(out[1], ChatDelta::Content("<".into()));
+    /// ```
     pub fn finish(&mut self, out: &mut Vec<ChatDelta>) {
         let pending = std::mem::take(&mut self.pending);
         self.emit(&pending, out);

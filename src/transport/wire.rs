@@ -12,6 +12,24 @@ use super::http::classify_status;
 use crate::error::{summarize_body, TransportError};
 
 /// Token usage as reported on the wire.
+///
+/// ```
+/// use polygateway::transport::wire::{decode_chunk, WireUsage};
+/// let frame = decode_chunk(
+///     r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,
+///         "prompt_tokens_details":{"cached_tokens":8}}}"#,
+/// )
+/// .unwrap();
+/// assert_eq!(
+///     frame.usage,
+///     Some(WireUsage {
+///         prompt_tokens: 12,
+///         completion_tokens: 3,
+///         cached_prompt_tokens: Some(8),
+///         reasoning_tokens: None,
+///     })
+/// );
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WireUsage {
     /// `prompt_tokens`.
@@ -25,6 +43,17 @@ pub struct WireUsage {
 }
 
 /// What one stream chunk (or a whole non-streaming completion) carried.
+///
+/// ```
+/// use polygateway::transport::wire::{decode_chunk, ChunkFrame};
+/// let frame = decode_chunk(r#"{"choices":[{"delta":{"reasoning_content":"hmm"},"finish_reason":null}]}"#)
+///     .unwrap();
+/// assert_eq!(frame.reasoning.as_deref(), Some("hmm"));
+/// assert_eq!(frame.content, None);
+/// // The last chunk carries the finish reason and nothing else.
+/// let last = decode_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#).unwrap();
+/// assert_eq!(last, ChunkFrame { finish_reason: Some("stop".into()), ..ChunkFrame::default() });
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ChunkFrame {
     /// `choices[0].delta.content` (`message.content` when not streaming).
@@ -130,6 +159,19 @@ pub fn decode_chunk(data: &str) -> Result<ChunkFrame, TransportError> {
 
 /// Decode a whole non-streaming completion body (`choices[0].message`); same rules as
 /// [`decode_chunk`].
+///
+/// ```
+/// use polygateway::actors::FailureClass;
+/// use polygateway::transport::wire::decode_completion;
+/// let body = r#"{"model":"gpt-x","choices":[{"message":{"role":"assistant","content":"4"},
+///     "finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}"#;
+/// let frame = decode_completion(body).unwrap();
+/// assert_eq!(frame.content.as_deref(), Some("4"));
+/// assert_eq!(frame.usage.unwrap().completion_tokens, 1);
+/// // A 200 whose body is an error object is classified by the status it names.
+/// let err = decode_completion(r#"{"error":{"code":401,"message":"bad key"}}"#).unwrap_err();
+/// assert_eq!(err.class, FailureClass::SourceDead);
+/// ```
 pub fn decode_completion(body: &str) -> Result<ChunkFrame, TransportError> {
     decode(body, "malformed completion body")
 }

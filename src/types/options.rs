@@ -38,6 +38,17 @@ pub enum MetaValue {
 impl MetaValue {
     /// Convert a JSON value; `null`, arrays and objects are rejected naming `key`. Integers
     /// beyond `i64` become floats.
+    ///
+    /// ```
+    /// use polygateway::types::MetaValue;
+    /// use polygateway::validate::ValidationError;
+    /// use serde_json::json;
+    /// assert_eq!(MetaValue::from_json("run", &json!(3)).unwrap(), MetaValue::Int(3));
+    /// let big = MetaValue::from_json("big", &json!(u64::MAX)).unwrap();
+    /// assert_eq!(big, MetaValue::Float(u64::MAX as f64));
+    /// let err = MetaValue::from_json("tags", &json!(["a", "b"])).unwrap_err();
+    /// assert!(matches!(err, ValidationError::MetaValueType { found: "array", .. }), "{err}");
+    /// ```
     pub fn from_json(key: &str, value: &Value) -> Result<Self, ValidationError> {
         let found = match value {
             Value::Bool(b) => return Ok(Self::Bool(*b)),
@@ -60,6 +71,14 @@ impl MetaValue {
     }
 
     /// The JSON form (a non-finite float becomes `null`, as JSON has no NaN).
+    ///
+    /// ```
+    /// use polygateway::types::MetaValue;
+    /// use serde_json::json;
+    /// assert_eq!(MetaValue::from("b-17").to_json(), json!("b-17"));
+    /// assert_eq!(MetaValue::from(0.25).to_json(), json!(0.25));
+    /// assert_eq!(MetaValue::Float(f64::NAN).to_json(), serde_json::Value::Null);
+    /// ```
     pub fn to_json(&self) -> Value {
         match self {
             Self::Bool(b) => Value::Bool(*b),
@@ -121,6 +140,14 @@ impl From<String> for MetaValue {
 
 /// Structured-output mode of a call (SPEC §9.2). The typed mode (`T: JsonSchema`) is a separate
 /// method on the chat handle, not a variant here.
+///
+/// ```
+/// use polygateway::types::{CallOptions, Structured};
+/// assert_eq!(CallOptions::new().structured, Structured::None);
+/// // Ask the runtime to repair the answer into a JSON value (`structured_data` on the response).
+/// let opts = CallOptions::new().structured(Structured::Json);
+/// assert_eq!(opts.structured, Structured::Json);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Structured {
@@ -201,89 +228,221 @@ impl Default for CallOptions {
 
 impl CallOptions {
     /// Default options (see the type docs).
+    ///
+    /// ```
+    /// use polygateway::types::{CallOptions, Structured};
+    /// let opts = CallOptions::new();
+    /// assert_eq!(opts, CallOptions::default());
+    /// assert!(opts.stream && !opts.bypass_cache);
+    /// assert_eq!(opts.structured, Structured::None);
+    /// assert_eq!((opts.session_id, opts.tenant_id), (None, None));
+    /// assert!(opts.overlay.is_empty() && opts.meta.is_empty());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Set the session id.
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// // Every call of one business task shares the id, so telemetry can group them.
+    /// let job = "invoice-2024-117";
+    /// let opts = CallOptions::new().session_id(job);
+    /// assert_eq!(opts.session_id.as_deref(), Some("invoice-2024-117"));
+    /// ```
     pub fn session_id(mut self, id: impl Into<String>) -> Self {
         self.session_id = Some(id.into());
         self
     }
 
     /// Set the parent call id.
+    ///
+    /// ```
+    /// use polygateway::{CallOptions, LlmResponse};
+    /// // `draft` stands for an earlier answer; the critique call derives from it.
+    /// let mut draft = LlmResponse::new("Rain on the roof, ...");
+    /// draft.call_id = "7d2f9c1e-0b4a-4c55-9e3d-2a6b8f1c0d42".into();
+    /// let opts = CallOptions::new().parent_call_id(draft.call_id.clone());
+    /// assert_eq!(opts.parent_call_id.as_deref(), Some(draft.call_id.as_str()));
+    /// ```
     pub fn parent_call_id(mut self, id: impl Into<String>) -> Self {
         self.parent_call_id = Some(id.into());
         self
     }
 
     /// Set the cache salt (an empty string is a valid salt).
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// // Changing the salt makes the cache miss for otherwise identical calls.
+    /// let opts = CallOptions::new().cache_salt("prompt-v2");
+    /// assert_eq!(opts.cache_salt.as_deref(), Some("prompt-v2"));
+    /// // "" is a salt too, distinct from no salt at all.
+    /// assert_ne!(CallOptions::new().cache_salt(""), CallOptions::new());
+    /// ```
     pub fn cache_salt(mut self, salt: impl Into<String>) -> Self {
         self.cache_salt = Some(salt.into());
         self
     }
 
     /// Override the cache namespace for this call.
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// let opts = CallOptions::new().cache_namespace("eval-run-7");
+    /// assert_eq!(opts.cache_namespace.as_deref(), Some("eval-run-7"));
+    /// ```
     pub fn cache_namespace(mut self, namespace: impl Into<String>) -> Self {
         self.cache_namespace = Some(namespace.into());
         self
     }
 
     /// Choose the structured-output mode.
+    ///
+    /// ```
+    /// use polygateway::types::{CallOptions, Structured};
+    /// let opts = CallOptions::new().structured(Structured::Json);
+    /// assert_eq!(opts.structured, Structured::Json);
+    /// assert_eq!(opts.structured(Structured::None).structured, Structured::None);
+    /// ```
     pub fn structured(mut self, mode: Structured) -> Self {
         self.structured = mode;
         self
     }
 
     /// Stream (`true`, default) or not.
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// assert!(CallOptions::new().stream);
+    /// // `false`: one plain request/response instead of an SSE stream.
+    /// assert!(!CallOptions::new().stream(false).stream);
+    /// ```
     pub fn stream(mut self, stream: bool) -> Self {
         self.stream = stream;
         self
     }
 
     /// Replace the whole sampling overlay.
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// let sampling = serde_json::json!({"temperature": 0.0, "top_p": 1.0});
+    /// let opts = CallOptions::new()
+    ///     .overlay_param("seed", 7)
+    ///     .overlay(sampling.as_object().unwrap().clone());
+    /// // The earlier `seed` is gone: the map was replaced, not merged.
+    /// assert_eq!(opts.overlay.len(), 2);
+    /// assert!(!opts.overlay.contains_key("seed"));
+    /// ```
     pub fn overlay(mut self, overlay: Map<String, Value>) -> Self {
         self.overlay = overlay;
         self
     }
 
     /// Set one sampling parameter of the overlay.
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// let opts = CallOptions::new()
+    ///     .overlay_param("temperature", 0.2)
+    ///     .overlay_param("max_tokens", 256);
+    /// assert_eq!(opts.overlay["max_tokens"], 256);
+    /// assert!(opts.validate().is_ok());
+    /// // Keys the runtime owns are refused when the options are validated.
+    /// assert!(CallOptions::new().overlay_param("model", "gpt-4o").validate().is_err());
+    /// ```
     pub fn overlay_param(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
         self.overlay.insert(key.into(), value.into());
         self
     }
 
     /// Attribute the call to a tenant (checked by [`CallOptions::validate`]; never trimmed).
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// let opts = CallOptions::new().tenant_id("acme");
+    /// assert_eq!(opts.tenant_id.as_deref(), Some("acme"));
+    /// // Not trimmed: surrounding whitespace is an error, not silently removed.
+    /// assert!(CallOptions::new().tenant_id(" acme").validate().is_err());
+    /// ```
     pub fn tenant_id(mut self, tenant_id: impl Into<String>) -> Self {
         self.tenant_id = Some(tenant_id.into());
         self
     }
 
     /// Replace the whole `meta` map.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use polygateway::types::{CallOptions, MetaValue};
+    /// let meta = BTreeMap::from([
+    ///     ("batch_id".to_string(), MetaValue::from("b-17")),
+    ///     ("retry".to_string(), MetaValue::from(false)),
+    /// ]);
+    /// let opts = CallOptions::new().meta_entry("stale", 1).meta(meta.clone());
+    /// assert_eq!(opts.meta, meta);
+    /// ```
     pub fn meta(mut self, meta: BTreeMap<String, MetaValue>) -> Self {
         self.meta = meta;
         self
     }
 
     /// Set one `meta` entry.
+    ///
+    /// ```
+    /// use polygateway::types::{CallOptions, MetaValue};
+    /// let opts = CallOptions::new().meta_entry("page", 3).meta_entry("page", 4);
+    /// assert_eq!(opts.meta["page"], MetaValue::Int(4)); // the last value wins
+    /// // The `pg_` prefix is reserved for the library.
+    /// assert!(CallOptions::new().meta_entry("pg_internal", 1).validate().is_err());
+    /// ```
     pub fn meta_entry(mut self, key: impl Into<String>, value: impl Into<MetaValue>) -> Self {
         self.meta.insert(key.into(), value.into());
         self
     }
 
     /// Skip the cache for this call (`true`) or not.
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// // e.g. a "regenerate" button: neither read nor store a cached answer.
+    /// let opts = CallOptions::new().bypass_cache(true);
+    /// assert!(opts.bypass_cache);
+    /// assert!(!CallOptions::new().bypass_cache);
+    /// ```
     pub fn bypass_cache(mut self, bypass: bool) -> Self {
         self.bypass_cache = bypass;
         self
     }
 
     /// The tenant as recorded in telemetry: the set value, or `""` when unset.
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// assert_eq!(CallOptions::new().tenant(), "");
+    /// assert_eq!(CallOptions::new().tenant_id("acme").tenant(), "acme");
+    /// ```
     pub fn tenant(&self) -> &str {
         self.tenant_id.as_deref().unwrap_or("")
     }
 
     /// Run every SPEC §2.2 entry check: `tenant_id` (when set), `meta`, and the overlay's
     /// protected keys.
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// use polygateway::validate::ValidationError;
+    /// assert_eq!(CallOptions::new().tenant_id("acme").validate(), Ok(()));
+    /// let err = CallOptions::new().overlay_param("stream", false).validate().unwrap_err();
+    /// assert!(
+    ///     matches!(&err, ValidationError::ProtectedKey { key, .. } if key == "stream"),
+    ///     "{err}"
+    /// );
+    /// let err = CallOptions::new().meta_entry("Batch", "x").validate().unwrap_err();
+    /// assert!(matches!(err, ValidationError::MetaKeyInvalid { .. }), "{err}");
+    /// ```
     pub fn validate(&self) -> Result<(), ValidationError> {
         if let Some(tenant) = &self.tenant_id {
             validate::validate_tenant_id(tenant)?;

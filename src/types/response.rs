@@ -3,6 +3,13 @@
 use serde::{Deserialize, Serialize};
 
 /// Where token counts came from.
+///
+/// ```
+/// use polygateway::{LlmResponse, UsageSource};
+/// // A fresh response claims nothing: its zero counts are "not reported", not "zero tokens".
+/// assert_eq!(LlmResponse::new("hi").usage_source, UsageSource::Unavailable);
+/// assert_eq!(serde_json::to_value(UsageSource::Measured).unwrap(), "measured");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum UsageSource {
@@ -17,6 +24,14 @@ pub enum UsageSource {
 
 impl UsageSource {
     /// The telemetry value.
+    ///
+    /// ```
+    /// use polygateway::UsageSource;
+    /// assert_eq!(UsageSource::Estimated.as_str(), "estimated");
+    /// // The same spelling as the serde form.
+    /// let json = serde_json::to_value(UsageSource::Unavailable).unwrap();
+    /// assert_eq!(json, UsageSource::Unavailable.as_str());
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             UsageSource::Measured => "measured",
@@ -27,6 +42,20 @@ impl UsageSource {
 }
 
 /// Token usage of one answer.
+///
+/// ```
+/// use polygateway::{Usage, UsageSource};
+/// let usage = Usage {
+///     prompt_tokens: 1_200,
+///     completion_tokens: 300,
+///     cached_prompt_tokens: Some(1_024),
+///     reasoning_tokens: None,
+///     source: UsageSource::Measured,
+/// };
+/// let uncached = usage.prompt_tokens - usage.cached_prompt_tokens.unwrap_or(0);
+/// assert_eq!(uncached, 176);
+/// assert_eq!(Usage::default().source, UsageSource::Unavailable);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Usage {
     /// Prompt tokens.
@@ -43,12 +72,30 @@ pub struct Usage {
 
 impl Usage {
     /// Prompt + completion.
+    ///
+    /// ```
+    /// use polygateway::Usage;
+    /// let usage = Usage { prompt_tokens: 1_200, completion_tokens: 300, ..Usage::default() };
+    /// assert_eq!(usage.total(), 1_500);
+    /// ```
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
     }
 }
 
 /// One chat answer (SPEC §2.1). Immutable once built; serde round-trips (the cache stores it).
+///
+/// ```
+/// use polygateway::LlmResponse;
+/// let mut answer = LlmResponse::new("Paris");
+/// answer.model = "qwen-plus".into();
+/// answer.prompt_tokens = 12;
+/// // What the cache stores and reads back is the same value.
+/// let stored = serde_json::to_string(&answer).unwrap();
+/// let restored: LlmResponse = serde_json::from_str(&stored).unwrap();
+/// assert_eq!(restored, answer);
+/// assert!(!restored.cache_hit && !restored.truncated);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LlmResponse {
@@ -96,6 +143,16 @@ pub struct LlmResponse {
 
 impl LlmResponse {
     /// The usage block of this response.
+    ///
+    /// ```
+    /// use polygateway::{LlmResponse, UsageSource};
+    /// let mut answer = LlmResponse::new("Paris");
+    /// answer.prompt_tokens = 12;
+    /// answer.completion_tokens = 3;
+    /// answer.usage_source = UsageSource::Measured;
+    /// let usage = answer.usage();
+    /// assert_eq!((usage.total(), usage.source), (15, UsageSource::Measured));
+    /// ```
     pub fn usage(&self) -> Usage {
         Usage {
             prompt_tokens: self.prompt_tokens,
@@ -108,6 +165,15 @@ impl LlmResponse {
 
     /// A response with the given content and everything else empty; the transport and the
     /// runtime fill the rest. Useful to build expected values in tests.
+    ///
+    /// ```
+    /// use polygateway::{LlmResponse, UsageSource};
+    /// let answer = LlmResponse::new("Paris");
+    /// assert_eq!(answer.content, "Paris");
+    /// assert!(answer.thinking.is_empty() && answer.call_id.is_empty());
+    /// assert_eq!(answer.usage().total(), 0);
+    /// assert_eq!(answer.usage_source, UsageSource::Unavailable);
+    /// ```
     pub fn new(content: impl Into<String>) -> Self {
         Self {
             content: content.into(),
@@ -134,6 +200,15 @@ impl LlmResponse {
 
     /// Whether this answer may be stored in the response cache: it has content and came from a
     /// complete response (SPEC §9.1: empty completions and truncated streams are never stored).
+    ///
+    /// ```
+    /// use polygateway::LlmResponse;
+    /// assert!(LlmResponse::new("Paris").is_cacheable());
+    /// assert!(!LlmResponse::new("  \n").is_cacheable()); // blank
+    /// let mut salvaged = LlmResponse::new("Par");
+    /// salvaged.truncated = true; // stream ended without [DONE]
+    /// assert!(!salvaged.is_cacheable());
+    /// ```
     pub fn is_cacheable(&self) -> bool {
         !self.content.trim().is_empty() && !self.truncated
     }

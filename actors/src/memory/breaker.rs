@@ -23,6 +23,23 @@ type Machines = HashMap<Arc<str>, HashMap<Arc<str>, BreakerMachine>>;
 
 /// In-memory [`BreakerBackend`]. Probe ids are `"{instance nonce}-{counter}"` in hex: unique
 /// per backend value, and unlike ids of another instance.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway_actors::BackendError> {
+/// use polygateway_actors::memory::MemoryBreakers;
+/// use polygateway_actors::{BreakerAdmit, BreakerBackend, BreakerConfig};
+/// let breakers = MemoryBreakers::default();
+/// let cfg = BreakerConfig::default();
+/// breakers.force_open("LLM", "openai_1", &cfg).await?;
+/// // One breaker per (scope, source): the others are untouched.
+/// let refused = breakers.acquire("LLM", "openai_1", &cfg).await?;
+/// assert!(matches!(refused, BreakerAdmit::Refused { .. }));
+/// assert_eq!(breakers.acquire("LLM", "openai_2", &cfg).await?, BreakerAdmit::Pass { epoch: 0 });
+/// assert_eq!(breakers.acquire("VLM", "openai_1", &cfg).await?, BreakerAdmit::Pass { epoch: 0 });
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct MemoryBreakers {
     clock: Arc<dyn Clock>,
@@ -52,6 +69,31 @@ fn machine<'a>(m: &'a mut Machines, scope: &str, source: &str) -> &'a mut Breake
 
 impl MemoryBreakers {
     /// Breakers reading time from `clock`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway_actors::BackendError> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use polygateway_actors::memory::{ManualClock, MemoryBreakers};
+    /// use polygateway_actors::{BreakerAdmit, BreakerBackend, BreakerConfig, BreakerVerdict};
+    /// let clock = Arc::new(ManualClock::new());
+    /// let breakers = MemoryBreakers::new(clock.clone());
+    /// let cfg = BreakerConfig::default(); // 30 s cooldown
+    /// breakers.force_open("LLM", "openai_1", &cfg).await?;
+    /// clock.advance(Duration::from_secs(30));
+    /// let admit = breakers.acquire("LLM", "openai_1", &cfg).await?;
+    /// let BreakerAdmit::Probe { epoch, probe_id } = admit else {
+    ///     panic!("the cooldown is over: expected the probe");
+    /// };
+    /// let probe = Some(&*probe_id);
+    /// let verdict = BreakerVerdict::Success;
+    /// assert!(breakers.record("LLM", "openai_1", &cfg, epoch, probe, verdict).await?);
+    /// let closed = breakers.acquire("LLM", "openai_1", &cfg).await?;
+    /// assert_eq!(closed, BreakerAdmit::Pass { epoch: 1 });
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         let origin = clock.now();
         Self {

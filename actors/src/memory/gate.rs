@@ -16,6 +16,32 @@ use super::millis_since;
 
 /// In-memory [`GateBackend`]. Windows are `window` long (60 s by default) and counted from the
 /// gate's construction instant; [`Lease::window`] is the window index since then.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway_actors::BackendError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use polygateway_actors::memory::{ManualClock, MemoryGate};
+/// use polygateway_actors::{Gate, GateBackend, GateDecision, GateRequest, Limits};
+/// let clock = Arc::new(ManualClock::new());
+/// let gate = MemoryGate::new(clock.clone());
+/// let req = |id: &str| GateRequest {
+///     scope: "LLM".into(), source: "openai_1".into(),
+///     global: Limits::default(), per_source: Limits { rpm: 1, ..Limits::default() },
+///     est_tokens: 0, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+/// };
+/// assert!(matches!(gate.admit(&req("1")).await?, GateDecision::Admitted(_)));
+/// clock.advance(Duration::from_secs(45));
+/// assert_eq!(
+///     gate.admit(&req("2")).await?,
+///     GateDecision::Refused { gate: Gate::SourceRpm, retry_after: Duration::from_secs(15) }
+/// );
+/// clock.advance(Duration::from_secs(15)); // a new minute window
+/// assert!(matches!(gate.admit(&req("2")).await?, GateDecision::Admitted(_)));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct MemoryGate {
     clock: Arc<dyn Clock>,
@@ -31,11 +57,51 @@ impl Default for MemoryGate {
 
 impl MemoryGate {
     /// A gate with 60 s rate windows reading time from `clock`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway_actors::BackendError> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use polygateway_actors::memory::{ManualClock, MemoryGate};
+    /// use polygateway_actors::GateBackend;
+    /// let clock = Arc::new(ManualClock::new());
+    /// let gate = MemoryGate::new(clock.clone());
+    /// assert_eq!(gate.window(), Duration::from_secs(60));
+    /// gate.mark_progress("LLM").await?;
+    /// clock.advance(Duration::from_millis(1_500));
+    /// assert_eq!(gate.progress_age("LLM").await?, Some(Duration::from_millis(1_500)));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         Self::with_window(clock, DEFAULT_WINDOW)
     }
 
     /// A gate with rate windows of `window` (tests shorten it to observe roll-over in real time).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway_actors::BackendError> {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use polygateway_actors::memory::{ManualClock, MemoryGate};
+    /// use polygateway_actors::{GateBackend, GateDecision, GateRequest, Limits};
+    /// let clock = Arc::new(ManualClock::new());
+    /// let gate = MemoryGate::with_window(clock.clone(), Duration::from_secs(1));
+    /// let req = GateRequest {
+    ///     scope: "LLM".into(), source: "openai_1".into(),
+    ///     global: Limits::default(), per_source: Limits::default(),
+    ///     est_tokens: 0, lease_id: "1".into(), lease_ttl: Duration::from_secs(10),
+    /// };
+    /// clock.advance(Duration::from_millis(2_500));
+    /// let GateDecision::Admitted(lease) = gate.admit(&req).await? else {
+    ///     panic!("no limits set");
+    /// };
+    /// assert_eq!(lease.window, 2, "the third one-second window since construction");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn with_window(clock: Arc<dyn Clock>, window: Duration) -> Self {
         let origin = clock.now();
         Self {
@@ -46,11 +112,41 @@ impl MemoryGate {
     }
 
     /// The rate-window length.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use polygateway_actors::memory::{ManualClock, MemoryGate};
+    /// let gate = MemoryGate::with_window(Arc::new(ManualClock::new()), Duration::from_secs(5));
+    /// // A quota wait never needs to sleep longer than one window.
+    /// let hint = Duration::from_secs(40);
+    /// assert_eq!(hint.min(gate.window()), Duration::from_secs(5));
+    /// ```
     pub fn window(&self) -> Duration {
         self.lock().map_or(DEFAULT_WINDOW, |s| s.window())
     }
 
     /// Current counters of `scope` (or one of its sources), for snapshots and invariants.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway_actors::BackendError> {
+    /// use std::time::Duration;
+    /// use polygateway_actors::memory::MemoryGate;
+    /// use polygateway_actors::policy::limiter::Usage;
+    /// use polygateway_actors::{GateBackend, GateRequest, Limits};
+    /// let gate = MemoryGate::default();
+    /// let req = GateRequest {
+    ///     scope: "LLM".into(), source: "openai_1".into(),
+    ///     global: Limits::default(), per_source: Limits::default(),
+    ///     est_tokens: 250, lease_id: "1".into(), lease_ttl: Duration::from_secs(120),
+    /// };
+    /// gate.admit(&req).await?;
+    /// assert_eq!(gate.usage("LLM", None)?, Usage { leases: 1, requests: 1, tokens: 250 });
+    /// assert_eq!(gate.usage("LLM", Some("openai_2"))?, Usage::default());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn usage(&self, scope: &str, source: Option<&str>) -> Result<Usage, BackendError> {
         let mut s = self.lock()?;
         let now = self.now_ms();

@@ -50,6 +50,16 @@ impl Default for ManualClock {
 
 impl ManualClock {
     /// A clock frozen at the current instant.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::memory::ManualClock;
+    /// use polygateway_actors::Clock;
+    /// let clock = ManualClock::new();
+    /// let t0 = clock.now();
+    /// std::thread::sleep(Duration::from_millis(5));
+    /// assert_eq!(clock.now(), t0, "real time passing does not move it");
+    /// ```
     pub fn new() -> Self {
         Self {
             base: Instant::now(),
@@ -58,6 +68,20 @@ impl ManualClock {
     }
 
     /// Move the clock forward by `by`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use polygateway_actors::memory::ManualClock;
+    /// use polygateway_actors::Clock;
+    /// let clock = Arc::new(ManualClock::new());
+    /// // The component under test holds the same clock as `Arc<dyn Clock>`.
+    /// let seen_by_component: Arc<dyn Clock> = clock.clone();
+    /// let t0 = seen_by_component.now();
+    /// clock.advance(Duration::from_millis(250));
+    /// clock.advance(Duration::from_millis(250));
+    /// assert_eq!(seen_by_component.now() - t0, Duration::from_millis(500));
+    /// ```
     pub fn advance(&self, by: Duration) {
         let mut o = self.offset.lock().unwrap_or_else(|e| e.into_inner());
         *o = o.saturating_add(by);

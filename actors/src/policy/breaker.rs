@@ -29,7 +29,7 @@ use crate::ports::breaker::{
 };
 
 /// Milliseconds of a duration, saturating at `u64::MAX`.
-pub fn duration_ms(d: Duration) -> u64 {
+pub(crate) fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -83,6 +83,16 @@ impl Default for BreakerMachine {
 
 impl BreakerMachine {
     /// A CLOSED breaker at epoch 0 with empty counters.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::{BreakerAdmit, BreakerConfig, BreakerState};
+    /// let mut b = BreakerMachine::new();
+    /// let s = b.snapshot(0);
+    /// assert_eq!((s.state, s.epoch, s.opens), (BreakerState::Closed, 0, 0));
+    /// let admit = b.acquire(0, &BreakerConfig::default(), || "p".into());
+    /// assert_eq!(admit, BreakerAdmit::Pass { epoch: 0 });
+    /// ```
     pub fn new() -> Self {
         Self {
             state: BreakerState::Closed,
@@ -99,17 +109,61 @@ impl BreakerMachine {
 
     /// The stored state (an OPEN breaker past its cooldown still reads OPEN here until the next
     /// call with a `now`; [`BreakerMachine::snapshot`] shows the effective state).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::{BreakerConfig, BreakerState};
+    /// let cfg = BreakerConfig::default(); // 30 s cooldown
+    /// let mut b = BreakerMachine::new();
+    /// b.force_open(0, &cfg);
+    /// // Past the cooldown the stored state stays OPEN until a call brings a `now`.
+    /// assert_eq!(b.state(), BreakerState::Open);
+    /// assert_eq!(b.snapshot(31_000).state, BreakerState::HalfOpen);
+    /// b.acquire(31_000, &cfg, || "probe-1".into());
+    /// assert_eq!(b.state(), BreakerState::HalfOpen);
+    /// ```
     pub fn state(&self) -> BreakerState {
         self.state
     }
 
     /// The opening epoch (incremented by every opening).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::{BreakerAdmit, BreakerConfig, BreakerState, BreakerVerdict};
+    /// let cfg = BreakerConfig::default(); // 30 s cooldown
+    /// let mut b = BreakerMachine::new();
+    /// let slow_call = b.epoch(); // a slow call is admitted at epoch 0...
+    /// b.force_open(0, &cfg); // ...then another one finds the source dead
+    /// assert_eq!(b.epoch(), 1);
+    /// let BreakerAdmit::Probe { epoch, probe_id } = b.acquire(30_000, &cfg, || "p".into()) else {
+    ///     panic!("the cooldown is over: expected the probe");
+    /// };
+    /// assert!(b.record(30_500, &cfg, epoch, Some(&probe_id), BreakerVerdict::Success));
+    /// // The slow call's late failure belongs to epoch 0: fenced off, the breaker stays closed.
+    /// assert!(!b.record(31_000, &cfg, slow_call, None, BreakerVerdict::Failure));
+    /// assert_eq!(b.state(), BreakerState::Closed);
+    /// ```
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
 
     /// The open duration for `streak`: `cooldown × 2^(max(streak,1)−1)` capped at
     /// `max(max_cooldown, cooldown)`, in milliseconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::BreakerConfig;
+    /// let cfg = BreakerConfig {
+    ///     cooldown: Duration::from_secs(30),
+    ///     max_cooldown: Duration::from_secs(300),
+    ///     ..BreakerConfig::default()
+    /// };
+    /// let by_streak: Vec<u64> =
+    ///     (0..=5).map(|streak| BreakerMachine::open_duration_ms(&cfg, streak)).collect();
+    /// assert_eq!(by_streak, [30_000, 30_000, 60_000, 120_000, 240_000, 300_000]);
+    /// ```
     pub fn open_duration_ms(config: &BreakerConfig, streak: u32) -> u64 {
         let base = duration_ms(config.cooldown);
         let cap = duration_ms(config.max_cooldown).max(base);
@@ -191,6 +245,25 @@ impl BreakerMachine {
     /// free (absent or expired) slot → `Probe { epoch, new_probe_id() }` holding the slot until
     /// `now + probe_ttl`; otherwise `Refused { HalfOpen, 0 }`. `new_probe_id` runs only when a
     /// probe is granted, so the common path does not allocate.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::{BreakerAdmit, BreakerConfig, BreakerState};
+    /// let cfg = BreakerConfig::default(); // 30 s cooldown, 120 s probe lease
+    /// let mut b = BreakerMachine::new();
+    /// b.force_open(0, &cfg);
+    /// let first = b.acquire(30_000, &cfg, || "probe-1".into());
+    /// assert!(matches!(first, BreakerAdmit::Probe { epoch: 1, .. }));
+    /// // The single probe slot is taken: others are refused with no wait hint.
+    /// assert_eq!(
+    ///     b.acquire(30_001, &cfg, || "probe-2".into()),
+    ///     BreakerAdmit::Refused { state: BreakerState::HalfOpen, retry_after: Duration::ZERO }
+    /// );
+    /// // A probe lease that expires without a verdict frees the slot.
+    /// let later = b.acquire(150_000, &cfg, || "probe-3".into());
+    /// assert!(matches!(later, BreakerAdmit::Probe { .. }));
+    /// ```
     pub fn acquire(
         &mut self,
         now_ms: u64,
@@ -229,6 +302,23 @@ impl BreakerMachine {
     /// Not applied: a different epoch (fencing), OPEN, or HALF_OPEN unless `probe_id` names the
     /// stored probe (an expired probe that nobody replaced still counts). CLOSED applies every
     /// verdict of the current epoch as a sample, whatever its `probe_id`.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::{BreakerAdmit, BreakerConfig, BreakerState, BreakerVerdict};
+    /// let cfg = BreakerConfig::default(); // 30 s cooldown
+    /// let mut b = BreakerMachine::new();
+    /// b.force_open(0, &cfg);
+    /// let BreakerAdmit::Probe { epoch, probe_id } = b.acquire(30_000, &cfg, || "p".into()) else {
+    ///     panic!("the cooldown is over: expected the probe");
+    /// };
+    /// // In HALF_OPEN only the probe's own verdict counts.
+    /// assert!(!b.record(30_100, &cfg, epoch, None, BreakerVerdict::Failure));
+    /// assert!(b.record(30_200, &cfg, epoch, Some(&probe_id), BreakerVerdict::Failure));
+    /// // The failed probe re-opened it: a new epoch and a longer streak.
+    /// let s = b.snapshot(30_200);
+    /// assert_eq!((s.state, s.epoch, s.open_streak), (BreakerState::Open, 2, 1));
+    /// ```
     pub fn record(
         &mut self,
         now_ms: u64,
@@ -297,6 +387,18 @@ impl BreakerMachine {
     /// Open at once (source dead). From CLOSED or HALF_OPEN this is an opening (epoch+1, the
     /// probe is dropped, the streak does not grow). An already OPEN breaker is not re-opened: its
     /// deadline is extended to at least `now + open duration` and the epoch stays.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::BreakerConfig;
+    /// let cfg = BreakerConfig::default(); // 30 s cooldown
+    /// let mut b = BreakerMachine::new();
+    /// b.force_open(0, &cfg); // from CLOSED: an opening
+    /// b.force_open(20_000, &cfg); // already OPEN: only the deadline moves, to 20 s + 30 s
+    /// let s = b.snapshot(20_000);
+    /// assert_eq!((s.epoch, s.opens, s.retry_after), (1, 1, Duration::from_secs(30)));
+    /// ```
     pub fn force_open(&mut self, now_ms: u64, config: &BreakerConfig) {
         self.refresh(now_ms);
         if self.state == BreakerState::Open {
@@ -309,6 +411,25 @@ impl BreakerMachine {
 
     /// Give the probe back without a verdict. Idempotent; an id that is not the stored probe
     /// changes nothing.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::{BreakerAdmit, BreakerConfig};
+    /// let cfg = BreakerConfig::default(); // 30 s cooldown
+    /// let mut b = BreakerMachine::new();
+    /// b.force_open(0, &cfg);
+    /// let BreakerAdmit::Probe { probe_id, .. } = b.acquire(30_000, &cfg, || "p1".into()) else {
+    ///     panic!("the cooldown is over: expected the probe");
+    /// };
+    /// // The probe call was cancelled before reaching the upstream: give the slot back
+    /// // (twice is fine).
+    /// b.release_probe(&probe_id);
+    /// b.release_probe(&probe_id);
+    /// assert!(matches!(b.acquire(30_001, &cfg, || "p2".into()), BreakerAdmit::Probe { .. }));
+    /// // A stale id does not free the slot "p2" now holds.
+    /// b.release_probe("p1");
+    /// assert!(matches!(b.acquire(30_002, &cfg, || "p3".into()), BreakerAdmit::Refused { .. }));
+    /// ```
     pub fn release_probe(&mut self, probe_id: &str) {
         if self.probe.as_ref().is_some_and(|p| &*p.id == probe_id) {
             self.probe = None;
@@ -316,6 +437,21 @@ impl BreakerMachine {
     }
 
     /// Read-only view at `now_ms` (an OPEN breaker past its deadline shows HALF_OPEN).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::breaker::BreakerMachine;
+    /// use polygateway_actors::{BreakerConfig, BreakerState};
+    /// let cfg = BreakerConfig::default(); // 30 s cooldown
+    /// let mut b = BreakerMachine::new();
+    /// b.force_open(0, &cfg);
+    /// let s = b.snapshot(10_000);
+    /// assert_eq!((s.state, s.retry_after), (BreakerState::Open, Duration::from_secs(20)));
+    /// let s = b.snapshot(30_000);
+    /// assert_eq!((s.state, s.probe_held), (BreakerState::HalfOpen, false));
+    /// b.acquire(30_000, &cfg, || "p".into());
+    /// assert!(b.snapshot(30_000).probe_held);
+    /// ```
     pub fn snapshot(&self, now_ms: u64) -> BreakerSnapshot {
         let (state, retry_after, probe_held) = match self.state {
             BreakerState::Open if now_ms < self.open_until_ms => (

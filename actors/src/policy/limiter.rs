@@ -24,9 +24,39 @@ use crate::policy::breaker::duration_ms;
 use crate::ports::gate::{Gate, GateDecision, GateRequest, Lease, Limits};
 
 /// Default rate-window length (the "per minute" of RPM/TPM).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::limiter::{LimiterState, DEFAULT_WINDOW};
+/// // The "per minute" of RPM and TPM.
+/// assert_eq!(DEFAULT_WINDOW, Duration::from_secs(60));
+/// assert_eq!(LimiterState::default().window(), DEFAULT_WINDOW);
+/// ```
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 /// Longest hint given for a full concurrency gate: slots usually free on release, long before
 /// the earliest lease expiry.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use polygateway_actors::{GateRequest, Limits};
+/// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+/// #     GateRequest {
+/// #         scope: "LLM".into(), source: "openai_1".into(),
+/// #         global: Limits::default(), per_source,
+/// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+/// #     }
+/// # }
+/// use polygateway_actors::policy::limiter::{LimiterState, LEASE_POLL};
+/// use polygateway_actors::{Gate, GateDecision};
+/// let one_at_a_time = Limits { max_concurrency: 1, ..Limits::default() };
+/// let mut l = LimiterState::default();
+/// assert!(matches!(l.admit(&req("1", one_at_a_time, 0), 0), GateDecision::Admitted(_)));
+/// // The held lease expires in 119 s, but the caller is told to look again much sooner.
+/// assert_eq!(
+///     l.admit(&req("2", one_at_a_time, 0), 1_000),
+///     GateDecision::Refused { gate: Gate::SourceConcurrency, retry_after: LEASE_POLL }
+/// );
+/// ```
 pub const LEASE_POLL: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -113,6 +143,23 @@ impl ScopeState {
 }
 
 /// Read-only counters of one scope or source at a given time.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use polygateway_actors::{GateRequest, Limits};
+/// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+/// #     GateRequest {
+/// #         scope: "LLM".into(), source: "openai_1".into(),
+/// #         global: Limits::default(), per_source,
+/// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+/// #     }
+/// # }
+/// use polygateway_actors::policy::limiter::{LimiterState, Usage};
+/// let mut l = LimiterState::default();
+/// l.admit(&req("1", Limits::default(), 400), 0);
+/// let u: Usage = l.usage("LLM", Some("openai_1"), 0);
+/// assert_eq!(u, Usage { leases: 1, requests: 1, tokens: 400 });
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
     /// Concurrency leases held.
@@ -197,6 +244,26 @@ fn count(c: &mut Counters, est: u64) {
 
 impl LimiterState {
     /// Empty state with rate windows of `window` (clamped to ≥ 1 ms).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::{GateRequest, Limits};
+    /// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+    /// #     GateRequest {
+    /// #         scope: "LLM".into(), source: "openai_1".into(),
+    /// #         global: Limits::default(), per_source,
+    /// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+    /// #     }
+    /// # }
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// use polygateway_actors::GateDecision;
+    /// // One-second windows: an RPM of 1 becomes one request per second.
+    /// let mut l = LimiterState::new(Duration::from_secs(1));
+    /// let one = Limits { rpm: 1, ..Limits::default() };
+    /// assert!(matches!(l.admit(&req("1", one, 0), 0), GateDecision::Admitted(_)));
+    /// assert!(matches!(l.admit(&req("2", one, 0), 500), GateDecision::Refused { .. }));
+    /// assert!(matches!(l.admit(&req("2", one, 0), 1_000), GateDecision::Admitted(_)));
+    /// ```
     pub fn new(window: Duration) -> Self {
         Self {
             window_ms: duration_ms(window).max(1),
@@ -206,16 +273,57 @@ impl LimiterState {
     }
 
     /// The rate-window length.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// assert_eq!(LimiterState::new(Duration::from_secs(10)).window(), Duration::from_secs(10));
+    /// // Clamped: a zero window would divide by zero.
+    /// assert_eq!(LimiterState::new(Duration::ZERO).window(), Duration::from_millis(1));
+    /// ```
     pub fn window(&self) -> Duration {
         Duration::from_millis(self.window_ms)
     }
 
     /// The window index at `now_ms` (what [`Lease::window`] holds).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// let l = LimiterState::default(); // 60 s windows
+    /// let at = [0, 59_999, 60_000, 125_000].map(|now_ms| l.window_index(now_ms));
+    /// assert_eq!(at, [0, 0, 1, 2]);
+    /// ```
     pub fn window_index(&self, now_ms: u64) -> u64 {
         now_ms / self.window_ms
     }
 
     /// Check all six gates; count all of them or nothing. See the module docs.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::{GateRequest, Limits};
+    /// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+    /// #     GateRequest {
+    /// #         scope: "LLM".into(), source: "openai_1".into(),
+    /// #         global: Limits::default(), per_source,
+    /// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+    /// #     }
+    /// # }
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// use polygateway_actors::{Gate, GateDecision};
+    /// let tpm = Limits { tpm: 1_000, ..Limits::default() };
+    /// let mut l = LimiterState::default(); // 60 s windows
+    /// let first = l.admit(&req("1", tpm, 600), 15_000);
+    /// assert!(matches!(first, GateDecision::Admitted(_)));
+    /// // 600 + 600 > 1 000: refused until the window ends, and nothing was counted.
+    /// assert_eq!(
+    ///     l.admit(&req("2", tpm, 600), 15_000),
+    ///     GateDecision::Refused { gate: Gate::SourceTpm, retry_after: Duration::from_secs(45) }
+    /// );
+    /// assert_eq!(l.usage("LLM", None, 15_000).requests, 1);
+    /// // A re-sent admission (same lease id) gets its lease back.
+    /// assert_eq!(l.admit(&req("1", tpm, 600), 16_000), first);
+    /// ```
     pub fn admit(&mut self, req: &GateRequest, now_ms: u64) -> GateDecision {
         let now_ms = now_ms.max(self.last_now_ms);
         self.last_now_ms = now_ms;
@@ -291,6 +399,29 @@ impl LimiterState {
     }
 
     /// Free the lease's concurrency slots. Idempotent; unknown or reclaimed leases are no-ops.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::{GateRequest, Limits};
+    /// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+    /// #     GateRequest {
+    /// #         scope: "LLM".into(), source: "openai_1".into(),
+    /// #         global: Limits::default(), per_source,
+    /// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+    /// #     }
+    /// # }
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// use polygateway_actors::GateDecision;
+    /// let one_at_a_time = Limits { max_concurrency: 1, ..Limits::default() };
+    /// let mut l = LimiterState::default();
+    /// let GateDecision::Admitted(a) = l.admit(&req("a", one_at_a_time, 0), 0) else { panic!() };
+    /// assert!(matches!(l.admit(&req("b", one_at_a_time, 0), 0), GateDecision::Refused { .. }));
+    /// l.release(&a);
+    /// assert!(matches!(l.admit(&req("b", one_at_a_time, 0), 0), GateDecision::Admitted(_)));
+    /// // Releasing `a` again does not free the slot `b` holds.
+    /// l.release(&a);
+    /// assert_eq!(l.leases_held("LLM", 0), 1);
+    /// ```
     pub fn release(&mut self, lease: &Lease) {
         let Some(scope) = self.scopes.get_mut(&lease.scope) else {
             return;
@@ -318,6 +449,29 @@ impl LimiterState {
 
     /// Replace the lease's pre-deducted estimate with `actual_tokens` in its admission window
     /// (both TPM gates). Idempotent; unknown or reclaimed leases are no-ops.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::{GateRequest, Limits};
+    /// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+    /// #     GateRequest {
+    /// #         scope: "LLM".into(), source: "openai_1".into(),
+    /// #         global: Limits::default(), per_source,
+    /// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+    /// #     }
+    /// # }
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// use polygateway_actors::GateDecision;
+    /// let tpm = Limits { tpm: 1_000, ..Limits::default() };
+    /// let mut l = LimiterState::default();
+    /// let GateDecision::Admitted(a) = l.admit(&req("a", tpm, 800), 0) else { panic!() };
+    /// assert!(matches!(l.admit(&req("b", tpm, 800), 0), GateDecision::Refused { .. }));
+    /// // The call only used 150 tokens: the 650 refunded make room for `b`.
+    /// l.settle(&a, 150);
+    /// l.settle(&a, 150); // idempotent
+    /// assert!(matches!(l.admit(&req("b", tpm, 800), 0), GateDecision::Admitted(_)));
+    /// assert_eq!(l.usage("LLM", None, 0).tokens, 950);
+    /// ```
     pub fn settle(&mut self, lease: &Lease, actual_tokens: u64) {
         let Some(scope) = self.scopes.get_mut(&lease.scope) else {
             return;
@@ -353,6 +507,16 @@ impl LimiterState {
     }
 
     /// Record that `scope` made progress at `now_ms`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// let mut l = LimiterState::default();
+    /// l.mark_progress("LLM", 1_000);
+    /// assert_eq!(l.progress_age("LLM", 5_000), Some(Duration::from_secs(4)));
+    /// l.mark_progress("LLM", 5_000); // another call succeeded
+    /// assert_eq!(l.progress_age("LLM", 5_000), Some(Duration::ZERO));
+    /// ```
     pub fn mark_progress(&mut self, scope: &str, now_ms: u64) {
         match self.scopes.get_mut(scope) {
             Some(s) => s.last_progress_ms = Some(now_ms),
@@ -365,12 +529,47 @@ impl LimiterState {
     }
 
     /// Time since `scope` last made progress; `None` if it never did.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// use polygateway_actors::policy::stall::StallClock;
+    /// let mut l = LimiterState::default();
+    /// assert_eq!(l.progress_age("LLM", 0), None, "never progressed");
+    /// l.mark_progress("LLM", 0);
+    /// let age = l.progress_age("LLM", 400_000);
+    /// assert_eq!(age, Some(Duration::from_secs(400)));
+    /// // What the stall guard reads: a call that waited its whole window in a stale scope
+    /// // is stalled.
+    /// let window = Duration::from_secs(300);
+    /// let mut call = StallClock::new(window, std::time::Instant::now());
+    /// call.record_wait(window);
+    /// assert!(call.is_stalled(age));
+    /// ```
     pub fn progress_age(&self, scope: &str, now_ms: u64) -> Option<Duration> {
         let last = self.scopes.get(scope)?.last_progress_ms?;
         Some(Duration::from_millis(now_ms.saturating_sub(last)))
     }
 
     /// Leases held in `scope` after reclaiming expired ones.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::{GateRequest, Limits};
+    /// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+    /// #     GateRequest {
+    /// #         scope: "LLM".into(), source: "openai_1".into(),
+    /// #         global: Limits::default(), per_source,
+    /// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+    /// #     }
+    /// # }
+    /// use polygateway_actors::policy::limiter::LimiterState;
+    /// let mut l = LimiterState::default();
+    /// l.admit(&req("1", Limits::default(), 0), 0); // 120 s lease TTL
+    /// assert_eq!(l.leases_held("LLM", 119_999), 1);
+    /// // The holder never released: its lease is reclaimed once the TTL has passed.
+    /// assert_eq!(l.leases_held("LLM", 120_000), 0);
+    /// ```
     pub fn leases_held(&mut self, scope: &str, now_ms: u64) -> u64 {
         self.scopes.get_mut(scope).map_or(0, |s| {
             s.reclaim(now_ms);
@@ -380,6 +579,25 @@ impl LimiterState {
 
     /// Current counters of `scope` (source `None`) or of one source, after reclaiming expired
     /// leases; windows that have rolled over read as empty.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::{GateRequest, Limits};
+    /// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+    /// #     GateRequest {
+    /// #         scope: "LLM".into(), source: "openai_1".into(),
+    /// #         global: Limits::default(), per_source,
+    /// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
+    /// #     }
+    /// # }
+    /// use polygateway_actors::policy::limiter::{LimiterState, Usage};
+    /// let mut l = LimiterState::default(); // 60 s windows
+    /// l.admit(&req("1", Limits::default(), 400), 1_000);
+    /// assert_eq!(l.usage("LLM", None, 1_000), Usage { leases: 1, requests: 1, tokens: 400 });
+    /// // A minute later the rate windows rolled over; the lease is still held.
+    /// assert_eq!(l.usage("LLM", None, 61_000), Usage { leases: 1, requests: 0, tokens: 0 });
+    /// assert_eq!(l.usage("LLM", Some("other"), 1_000), Usage::default());
+    /// ```
     pub fn usage(&mut self, scope: &str, source: Option<&str>, now_ms: u64) -> Usage {
         let w = self.window_index(now_ms);
         let Some(s) = self.scopes.get_mut(scope) else {

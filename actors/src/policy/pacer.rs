@@ -10,16 +10,68 @@
 use crate::outcome::AttemptVerdict;
 
 /// Starting limit of [`AimdPacer`].
+///
+/// ```
+/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, AIMD_START};
+/// let p = AimdPacer::new(0);
+/// assert_eq!(p.exact_limit(), AIMD_START);
+/// assert_eq!(p.limit(), 8);
+/// ```
 pub const AIMD_START: f64 = 8.0;
 /// Lowest limit of [`AimdPacer`].
+///
+/// ```
+/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, AIMD_FLOOR};
+/// use polygateway_actors::AttemptVerdict;
+/// let mut p = AimdPacer::new(0);
+/// for _ in 0..10 {
+///     p.observe(AttemptVerdict::RateLimited);
+/// }
+/// // However hard the pushback, one attempt at a time still goes.
+/// assert_eq!(p.exact_limit(), AIMD_FLOOR);
+/// assert_eq!(p.limit(), 1);
+/// ```
 pub const AIMD_FLOOR: f64 = 1.0;
 /// Minimum ceiling of [`AimdPacer`] (raised to the source's `MAX_CONCURRENCY` when larger).
+///
+/// ```
+/// use polygateway_actors::policy::pacer::{AimdPacer, AIMD_MIN_CEILING};
+/// assert_eq!(AimdPacer::new(0).ceiling(), AIMD_MIN_CEILING);
+/// assert_eq!(AimdPacer::new(16).ceiling(), AIMD_MIN_CEILING);
+/// assert_eq!(AimdPacer::new(256).ceiling(), 256);
+/// ```
 pub const AIMD_MIN_CEILING: u32 = 64;
 
 /// A per-source in-flight cap that adapts to outcomes. One instance per source, owned by the
 /// source actor, which publishes [`Pacer::limit`] after every verdict. The in-flight count it
 /// caps is not kept here: it is the number of live pacer tickets
 /// (`runtime::SourceTicket`), released on drop, so a cancelled call can never leak a slot.
+///
+/// ```
+/// use polygateway_actors::policy::pacer::Pacer;
+/// use polygateway_actors::AttemptVerdict;
+///
+/// // A user pacer: a fixed cap that drops to 1 after any pushback.
+/// #[derive(Debug)]
+/// struct Cautious { cap: u32 }
+///
+/// impl Pacer for Cautious {
+///     fn limit(&self) -> u32 {
+///         self.cap
+///     }
+///     fn observe(&mut self, verdict: AttemptVerdict) {
+///         if verdict == AttemptVerdict::RateLimited {
+///             self.cap = 1;
+///         }
+///     }
+/// }
+///
+/// let mut pacer: Box<dyn Pacer> = Box::new(Cautious { cap: 4 });
+/// pacer.observe(AttemptVerdict::Success);
+/// assert_eq!(pacer.limit(), 4);
+/// pacer.observe(AttemptVerdict::RateLimited);
+/// assert_eq!(pacer.limit(), 1);
+/// ```
 pub trait Pacer: Send + std::fmt::Debug {
     /// The current cap (whole attempts, ≥ 1).
     fn limit(&self) -> u32;
@@ -47,6 +99,13 @@ pub struct AimdPacer {
 
 impl AimdPacer {
     /// A pacer for a source whose `MAX_CONCURRENCY` is `max_concurrency` (0 = unlimited).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// // A source configured with MAX_CONCURRENCY=100 may grow up to 100, starting at 8.
+    /// let p = AimdPacer::new(100);
+    /// assert_eq!((p.limit(), p.ceiling()), (8, 100));
+    /// ```
     pub fn new(max_concurrency: u32) -> Self {
         let ceiling = f64::from(AIMD_MIN_CEILING.max(max_concurrency));
         Self {
@@ -56,11 +115,32 @@ impl AimdPacer {
     }
 
     /// The fractional limit (the integer cap is its floor).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// use polygateway_actors::AttemptVerdict;
+    /// let mut p = AimdPacer::new(0);
+    /// p.observe(AttemptVerdict::Success);
+    /// // +1/8: the fraction accumulates while the integer cap stays put.
+    /// assert_eq!(p.exact_limit(), 8.125);
+    /// assert_eq!(p.limit(), 8);
+    /// ```
     pub fn exact_limit(&self) -> f64 {
         self.limit
     }
 
     /// The ceiling.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// use polygateway_actors::AttemptVerdict;
+    /// let mut p = AimdPacer::new(0);
+    /// for _ in 0..10_000 {
+    ///     p.observe(AttemptVerdict::Success);
+    /// }
+    /// assert_eq!(p.limit(), p.ceiling());
+    /// assert_eq!(p.ceiling(), 64);
+    /// ```
     pub fn ceiling(&self) -> u32 {
         self.ceiling as u32
     }

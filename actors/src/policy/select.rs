@@ -11,6 +11,17 @@
 use rand::{Rng, RngCore};
 
 /// What a selector knows about one source.
+///
+/// ```
+/// use rand::{rngs::StdRng, SeedableRng};
+/// use polygateway_actors::policy::select::{Candidate, RoundRobin, Selector};
+/// let candidates = [
+///     Candidate { index: 0, health: 1.0, in_flight: 0, eligible: false }, // breaker open
+///     Candidate { index: 1, health: 0.7, in_flight: 2, eligible: true },
+/// ];
+/// let mut rng = StdRng::seed_from_u64(1);
+/// assert_eq!(RoundRobin::default().select(&candidates, &mut rng), Some(1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candidate {
     /// The source's index in its scope; returned by [`Selector::select`].
@@ -24,14 +35,68 @@ pub struct Candidate {
 }
 
 /// Picks one eligible source per attempt. Implementations may keep state (round-robin cursor).
+///
+/// ```
+/// use rand::{rngs::StdRng, RngCore, SeedableRng};
+/// use polygateway_actors::policy::select::{Candidate, Selector};
+///
+/// // A user selector: a primary source with fallbacks, in configuration order.
+/// #[derive(Debug)]
+/// struct Primary;
+///
+/// impl Selector for Primary {
+///     fn select(&mut self, candidates: &[Candidate], _rng: &mut dyn RngCore) -> Option<usize> {
+///         candidates.iter().find(|c| c.eligible).map(|c| c.index)
+///     }
+/// }
+///
+/// let c = |index, eligible| Candidate { index, health: 1.0, in_flight: 0, eligible };
+/// let mut selector: Box<dyn Selector> = Box::new(Primary);
+/// let mut rng = StdRng::seed_from_u64(1);
+/// assert_eq!(selector.select(&[c(0, true), c(1, true)], &mut rng), Some(0));
+/// assert_eq!(selector.select(&[c(0, false), c(1, true)], &mut rng), Some(1));
+/// assert_eq!(selector.select(&[c(0, false), c(1, false)], &mut rng), None);
+/// ```
 pub trait Selector: Send + std::fmt::Debug {
     /// The `index` of the chosen candidate, or `None` if no candidate is eligible.
     fn select(&mut self, candidates: &[Candidate], rng: &mut dyn RngCore) -> Option<usize>;
 }
 
 /// Default probability of exploring (a uniform pick among all eligible sources).
+///
+/// ```
+/// use rand::{rngs::StdRng, SeedableRng};
+/// use polygateway_actors::policy::select::{Candidate, HealthAware, Selector, DEFAULT_EXPLORATION};
+/// let mut sel = HealthAware::default();
+/// assert_eq!(sel.exploration, DEFAULT_EXPLORATION);
+/// let healthy = Candidate { index: 0, health: 1.0, in_flight: 0, eligible: true };
+/// let degraded = Candidate { index: 1, health: 0.0, ..healthy };
+/// let mut rng = StdRng::seed_from_u64(42);
+/// // Only exploration ever picks the degraded source: about 5 % × 1/2 of the time.
+/// let explored = (0..2_000)
+///     .filter(|_| sel.select(&[healthy, degraded], &mut rng) == Some(1))
+///     .count();
+/// assert!((10..200).contains(&explored), "{explored}");
+/// ```
 pub const DEFAULT_EXPLORATION: f64 = 0.05;
 /// Default health below which a source is chosen by P2C only when no healthier one is eligible.
+///
+/// ```
+/// use rand::{rngs::StdRng, SeedableRng};
+/// use polygateway_actors::policy::select::{
+///     Candidate, HealthAware, Selector, DEFAULT_HEALTH_THRESHOLD,
+/// };
+/// let mut sel = HealthAware { exploration: 0.0, ..HealthAware::default() };
+/// assert_eq!(sel.threshold, DEFAULT_HEALTH_THRESHOLD);
+/// let weak = Candidate { index: 0, health: 0.1, in_flight: 0, eligible: true };
+/// let strong = Candidate { index: 1, health: 0.5, in_flight: 9, eligible: true };
+/// let mut rng = StdRng::seed_from_u64(1);
+/// // Below the threshold, the idle source loses to a busy but healthy one...
+/// assert_eq!(sel.select(&[weak, strong], &mut rng), Some(1));
+/// // ...and is still used when nothing healthier is eligible.
+/// let strong_refused = Candidate { eligible: false, ..strong };
+/// assert_eq!(sel.select(&[weak, strong_refused], &mut rng), Some(0));
+/// ```
 pub const DEFAULT_HEALTH_THRESHOLD: f64 = 0.2;
 
 /// Health-aware power-of-two-choices.
@@ -42,6 +107,21 @@ pub const DEFAULT_HEALTH_THRESHOLD: f64 = 0.2;
 /// - Otherwise: the pool is the eligible sources with `health ≥ threshold` (all eligible ones if
 ///   none is that healthy); two distinct pool members are drawn at random and the higher
 ///   `health / (1 + in_flight)` wins (ties: fewer in flight, then lower position).
+///
+/// ```
+/// use rand::{rngs::StdRng, SeedableRng};
+/// use polygateway_actors::policy::select::{Candidate, HealthAware, Selector};
+/// let mut sel = HealthAware { exploration: 0.0, ..HealthAware::default() };
+/// let candidates = [
+///     Candidate { index: 0, health: 1.0, in_flight: 3, eligible: true },
+///     Candidate { index: 1, health: 0.9, in_flight: 0, eligible: true },
+/// ];
+/// let mut rng = StdRng::seed_from_u64(7);
+/// // With two sources both are drawn every time, and 0.9 / (1 + 0) beats 1.0 / (1 + 3).
+/// for _ in 0..10 {
+///     assert_eq!(sel.select(&candidates, &mut rng), Some(1));
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HealthAware {
     /// Exploration probability in `[0, 1]`.
@@ -116,6 +196,17 @@ impl Selector for HealthAware {
 }
 
 /// Cycles through sources in order, skipping ineligible ones.
+///
+/// ```
+/// use rand::{rngs::StdRng, SeedableRng};
+/// use polygateway_actors::policy::select::{Candidate, RoundRobin, Selector};
+/// let c = |index, eligible| Candidate { index, health: 1.0, in_flight: 0, eligible };
+/// let candidates = [c(0, true), c(1, false), c(2, true)];
+/// let mut rr = RoundRobin::default();
+/// let mut rng = StdRng::seed_from_u64(1);
+/// let picks: Vec<usize> = (0..3).filter_map(|_| rr.select(&candidates, &mut rng)).collect();
+/// assert_eq!(picks, [0, 2, 0]);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RoundRobin {
     next: usize,
@@ -136,6 +227,21 @@ impl Selector for RoundRobin {
 
 /// The eligible source with the fewest attempts in flight; ties broken uniformly at random so
 /// an idle scope still spreads load.
+///
+/// ```
+/// use std::collections::HashSet;
+/// use rand::{rngs::StdRng, SeedableRng};
+/// use polygateway_actors::policy::select::{Candidate, LeastInflight, Selector};
+/// let c = |index, in_flight, eligible| Candidate { index, health: 1.0, in_flight, eligible };
+/// let mut rng = StdRng::seed_from_u64(3);
+/// let busy = [c(0, 0, false), c(1, 5, true), c(2, 2, true)];
+/// assert_eq!(LeastInflight.select(&busy, &mut rng), Some(2));
+/// // Idle sources tie: picks spread over all of them.
+/// let idle = [c(0, 0, true), c(1, 0, true)];
+/// let picked: HashSet<usize> =
+///     (0..50).filter_map(|_| LeastInflight.select(&idle, &mut rng)).collect();
+/// assert_eq!(picked.len(), 2);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LeastInflight;
 

@@ -10,6 +10,23 @@ use async_trait::async_trait;
 use super::BackendError;
 
 /// Breaker parameters of one source (already resolved from configuration).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::breaker::BreakerMachine;
+/// use polygateway_actors::{BreakerConfig, BreakerVerdict};
+/// let cfg = BreakerConfig {
+///     fail_threshold: 3,
+///     cooldown: Duration::from_secs(10),
+///     ..BreakerConfig::default()
+/// };
+/// let mut b = BreakerMachine::new();
+/// for now_ms in 0..3 {
+///     b.record(now_ms, &cfg, 0, None, BreakerVerdict::Failure);
+/// }
+/// // The third consecutive failure opened it for one cooldown.
+/// assert_eq!(b.snapshot(2).retry_after, Duration::from_secs(10));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerConfig {
     /// `FAIL_THRESHOLD`; the effective streak threshold is `max(this, 2 × max_concurrency)`.
@@ -32,6 +49,15 @@ pub struct BreakerConfig {
 
 impl BreakerConfig {
     /// `max(fail_threshold, 2 × max_concurrency)`.
+    ///
+    /// ```
+    /// use polygateway_actors::BreakerConfig;
+    /// let cfg =
+    ///     BreakerConfig { fail_threshold: 5, max_concurrency: 4, ..BreakerConfig::default() };
+    /// // Four parallel attempts can fail together: the streak needs 2 × 4 failures.
+    /// assert_eq!(cfg.effective_threshold(), 8);
+    /// assert_eq!(BreakerConfig { max_concurrency: 0, ..cfg }.effective_threshold(), 5);
+    /// ```
     pub fn effective_threshold(&self) -> u32 {
         self.fail_threshold.max(2 * self.max_concurrency)
     }
@@ -53,6 +79,17 @@ impl Default for BreakerConfig {
 }
 
 /// Breaker state.
+///
+/// ```
+/// use polygateway_actors::policy::breaker::BreakerMachine;
+/// use polygateway_actors::{BreakerConfig, BreakerState};
+/// let cfg = BreakerConfig::default(); // 30 s cooldown
+/// let mut b = BreakerMachine::new();
+/// assert_eq!(b.snapshot(0).state, BreakerState::Closed);
+/// b.force_open(0, &cfg);
+/// assert_eq!(b.snapshot(29_999).state, BreakerState::Open);
+/// assert_eq!(b.snapshot(30_000).state, BreakerState::HalfOpen);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BreakerState {
     /// Traffic flows.
@@ -65,6 +102,12 @@ pub enum BreakerState {
 
 impl BreakerState {
     /// Lower-case name for logs and metrics.
+    ///
+    /// ```
+    /// use polygateway_actors::BreakerState;
+    /// let states = [BreakerState::Closed, BreakerState::Open, BreakerState::HalfOpen];
+    /// assert_eq!(states.map(BreakerState::as_str), ["closed", "open", "half_open"]);
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             BreakerState::Closed => "closed",
@@ -75,6 +118,24 @@ impl BreakerState {
 }
 
 /// The answer to "may I send to this source?".
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::breaker::BreakerMachine;
+/// use polygateway_actors::{BreakerAdmit, BreakerConfig, BreakerState};
+/// let cfg = BreakerConfig::default(); // 30 s cooldown
+/// let mut b = BreakerMachine::new();
+/// assert_eq!(b.acquire(0, &cfg, || "p1".into()), BreakerAdmit::Pass { epoch: 0 });
+/// b.force_open(0, &cfg);
+/// assert_eq!(
+///     b.acquire(12_000, &cfg, || "p1".into()),
+///     BreakerAdmit::Refused { state: BreakerState::Open, retry_after: Duration::from_secs(18) }
+/// );
+/// let BreakerAdmit::Probe { epoch, probe_id } = b.acquire(30_000, &cfg, || "p1".into()) else {
+///     panic!("the cooldown is over: expected the probe");
+/// };
+/// assert_eq!((epoch, &*probe_id), (1, "p1"));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum BreakerAdmit {
     /// CLOSED: go. `retry_after` is 0 by contract.
@@ -99,6 +160,19 @@ pub enum BreakerAdmit {
 }
 
 /// What a finished attempt reports to the breaker.
+///
+/// ```
+/// use polygateway_actors::policy::breaker::BreakerMachine;
+/// use polygateway_actors::{BreakerConfig, BreakerVerdict};
+/// let cfg = BreakerConfig::default();
+/// let mut b = BreakerMachine::new();
+/// use BreakerVerdict::{Failure, Success};
+/// for v in [Failure, Failure, Success, Failure] {
+///     assert!(b.record(0, &cfg, 0, None, v));
+/// }
+/// // The success broke the streak.
+/// assert_eq!(b.snapshot(0).consecutive_failures, 1);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerVerdict {
     /// Success (including real non-2xx answers that prove the service alive).
@@ -108,6 +182,21 @@ pub enum BreakerVerdict {
 }
 
 /// A read-only view of a breaker.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::breaker::BreakerMachine;
+/// use polygateway_actors::{BreakerConfig, BreakerState, BreakerVerdict};
+/// let cfg = BreakerConfig { fail_threshold: 2, ..BreakerConfig::default() };
+/// let mut b = BreakerMachine::new();
+/// b.record(0, &cfg, 0, None, BreakerVerdict::Failure);
+/// let s = b.snapshot(0);
+/// assert_eq!((s.state, s.consecutive_failures, s.opens), (BreakerState::Closed, 1, 0));
+/// b.record(5, &cfg, 0, None, BreakerVerdict::Failure);
+/// let s = b.snapshot(1_005);
+/// assert_eq!((s.state, s.epoch, s.opens), (BreakerState::Open, 1, 1));
+/// assert_eq!(s.retry_after, Duration::from_secs(29));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct BreakerSnapshot {
     /// Current state.
@@ -127,6 +216,31 @@ pub struct BreakerSnapshot {
 }
 
 /// The breaker backend: one breaker per `(scope, source)`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway_actors::BackendError> {
+/// use std::sync::Arc;
+/// use polygateway_actors::memory::MemoryBreakers;
+/// use polygateway_actors::{
+///     BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict,
+/// };
+/// let breakers: Arc<dyn BreakerBackend> = Arc::new(MemoryBreakers::default());
+/// let cfg = BreakerConfig::default();
+/// let BreakerAdmit::Pass { epoch } = breakers.acquire("LLM", "openai_1", &cfg).await? else {
+///     panic!("a new breaker is closed");
+/// };
+/// // The attempt failed transiently: report it under the epoch of its admission.
+/// assert!(breakers.record("LLM", "openai_1", &cfg, epoch, None, BreakerVerdict::Failure).await?);
+/// // Another attempt found the key revoked.
+/// breakers.force_open("LLM", "openai_1", &cfg).await?;
+/// let s = breakers.snapshot("LLM", "openai_1", &cfg).await?;
+/// assert_eq!((s.state, s.epoch), (BreakerState::Open, 1));
+/// // A late verdict from before the opening is fenced off.
+/// assert!(!breakers.record("LLM", "openai_1", &cfg, epoch, None, BreakerVerdict::Success).await?);
+/// # Ok(())
+/// # }
+/// ```
 #[async_trait]
 pub trait BreakerBackend: Send + Sync + std::fmt::Debug + 'static {
     /// May a request go to this source now?

@@ -15,6 +15,27 @@ use async_trait::async_trait;
 use super::BackendError;
 
 /// Limits of one gate pair. `0` means unlimited.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::limiter::LimiterState;
+/// use polygateway_actors::{Gate, GateDecision, GateRequest, Limits};
+/// // Only RPM is capped: 0 leaves concurrency and TPM unlimited.
+/// let per_source = Limits { rpm: 1, ..Limits::default() };
+/// let mut req = GateRequest {
+///     scope: "LLM".into(),
+///     source: "openai_1".into(),
+///     global: Limits::default(),
+///     per_source,
+///     est_tokens: 1_000_000,
+///     lease_id: "1".into(),
+///     lease_ttl: Duration::from_secs(60),
+/// };
+/// let mut limiter = LimiterState::default();
+/// assert!(matches!(limiter.admit(&req, 0), GateDecision::Admitted(_)));
+/// req.lease_id = "2".into();
+/// assert!(matches!(limiter.admit(&req, 0), GateDecision::Refused { gate: Gate::SourceRpm, .. }));
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
     /// Maximum concurrent leases.
@@ -26,6 +47,26 @@ pub struct Limits {
 }
 
 /// One admission request.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::limiter::LimiterState;
+/// use polygateway_actors::{GateRequest, Limits};
+/// let req = GateRequest {
+///     scope: "LLM".into(),
+///     source: "openai_1".into(),
+///     global: Limits { max_concurrency: 32, ..Limits::default() },
+///     per_source: Limits { max_concurrency: 4, rpm: 500, tpm: 200_000 },
+///     est_tokens: 1_500,
+///     lease_id: "call-7/attempt-1".into(),
+///     lease_ttl: Duration::from_secs(120),
+/// };
+/// let mut limiter = LimiterState::default();
+/// let first = limiter.admit(&req, 0);
+/// // Re-sending the same request (same lease id) returns the same lease and counts nothing more.
+/// assert_eq!(limiter.admit(&req, 10), first);
+/// assert_eq!(limiter.usage("LLM", Some("openai_1"), 10).requests, 1);
+/// ```
 #[derive(Debug, Clone)]
 pub struct GateRequest {
     /// Scope name (the global gates are per scope).
@@ -45,6 +86,25 @@ pub struct GateRequest {
 }
 
 /// Which gate refused.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::limiter::LimiterState;
+/// use polygateway_actors::{Gate, GateDecision, GateRequest, Limits};
+/// let per_source = Limits { max_concurrency: 0, rpm: 1, tpm: 100 };
+/// let req = |id: &str| GateRequest {
+///     scope: "LLM".into(), source: "openai_1".into(),
+///     global: Limits::default(), per_source,
+///     est_tokens: 60, lease_id: id.into(), lease_ttl: Duration::from_secs(60),
+/// };
+/// let mut limiter = LimiterState::default();
+/// assert!(matches!(limiter.admit(&req("1"), 0), GateDecision::Admitted(_)));
+/// // Source RPM and TPM are both full now: the first full gate in checking order is named.
+/// let GateDecision::Refused { gate, .. } = limiter.admit(&req("2"), 0) else {
+///     panic!("expected a refusal");
+/// };
+/// assert_eq!(gate, Gate::SourceRpm);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Gate {
     /// Scope-wide concurrency.
@@ -63,6 +123,17 @@ pub enum Gate {
 
 impl Gate {
     /// `true` for the scope-wide gates: switching source cannot help.
+    ///
+    /// ```
+    /// use polygateway_actors::Gate;
+    /// let all = [
+    ///     Gate::GlobalConcurrency, Gate::SourceConcurrency,
+    ///     Gate::GlobalRpm, Gate::SourceRpm,
+    ///     Gate::GlobalTpm, Gate::SourceTpm,
+    /// ];
+    /// let global: Vec<Gate> = all.into_iter().filter(|g| g.is_global()).collect();
+    /// assert_eq!(global, [Gate::GlobalConcurrency, Gate::GlobalRpm, Gate::GlobalTpm]);
+    /// ```
     pub fn is_global(self) -> bool {
         matches!(
             self,
@@ -72,6 +143,30 @@ impl Gate {
 }
 
 /// A granted admission. Must be settled and released exactly once (idempotent either way).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::limiter::LimiterState;
+/// use polygateway_actors::{GateDecision, GateRequest, Limits};
+/// let req = GateRequest {
+///     scope: "LLM".into(),
+///     source: "openai_1".into(),
+///     global: Limits::default(),
+///     per_source: Limits { tpm: 1_000, ..Limits::default() },
+///     est_tokens: 300,
+///     lease_id: "call-1/attempt-1".into(),
+///     lease_ttl: Duration::from_secs(60),
+/// };
+/// let mut limiter = LimiterState::default(); // 60 s windows
+/// let GateDecision::Admitted(lease) = limiter.admit(&req, 125_000) else {
+///     panic!("nothing is full");
+/// };
+/// assert_eq!((&*lease.id, lease.est_tokens, lease.window), ("call-1/attempt-1", 300, 2));
+/// // The call used 120 tokens: settling refunds the rest, releasing frees the slot.
+/// limiter.settle(&lease, 120);
+/// limiter.release(&lease);
+/// assert_eq!(limiter.usage("LLM", Some("openai_1"), 125_000).tokens, 120);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     /// Scope of the admission.
@@ -87,6 +182,29 @@ pub struct Lease {
 }
 
 /// The answer to an admission request.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::limiter::LimiterState;
+/// use polygateway_actors::{GateDecision, GateRequest, Limits};
+/// fn next_step(decision: &GateDecision) -> String {
+///     match decision {
+///         GateDecision::Admitted(lease) => format!("send to {}", lease.source),
+///         GateDecision::Refused { gate, retry_after } if gate.is_global() => {
+///             format!("wait {retry_after:?}")
+///         }
+///         GateDecision::Refused { gate, .. } => format!("{gate:?} full: try another source"),
+///     }
+/// }
+/// let req = |id: &str| GateRequest {
+///     scope: "LLM".into(), source: "openai_1".into(),
+///     global: Limits { rpm: 1, ..Limits::default() }, per_source: Limits::default(),
+///     est_tokens: 0, lease_id: id.into(), lease_ttl: Duration::from_secs(60),
+/// };
+/// let mut limiter = LimiterState::default();
+/// assert_eq!(next_step(&limiter.admit(&req("1"), 59_000)), "send to openai_1");
+/// assert_eq!(next_step(&limiter.admit(&req("2"), 59_000)), "wait 1s");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum GateDecision {
     /// All six gates passed; the lease holds a concurrency slot in both concurrency gates.
@@ -101,6 +219,37 @@ pub enum GateDecision {
 }
 
 /// The limiter backend. Implementations must be cheap to call concurrently.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway_actors::BackendError> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use polygateway_actors::memory::MemoryGate;
+/// use polygateway_actors::{GateBackend, GateDecision, GateRequest, Limits};
+/// let gate: Arc<dyn GateBackend> = Arc::new(MemoryGate::default());
+/// let req = GateRequest {
+///     scope: "LLM".into(),
+///     source: "openai_1".into(),
+///     global: Limits::default(),
+///     per_source: Limits { max_concurrency: 1, rpm: 0, tpm: 10_000 },
+///     est_tokens: 500,
+///     lease_id: "call-1/attempt-1".into(),
+///     lease_ttl: Duration::from_secs(120),
+/// };
+/// let GateDecision::Admitted(lease) = gate.admit(&req).await? else {
+///     panic!("nothing is full");
+/// };
+/// assert_eq!(gate.leases_held("LLM").await?, 1);
+/// // The attempt succeeded and used 42 tokens.
+/// gate.settle(&lease, 42).await?;
+/// gate.release(&lease).await?;
+/// gate.mark_progress("LLM").await?;
+/// assert_eq!(gate.leases_held("LLM").await?, 0);
+/// assert!(gate.progress_age("LLM").await?.is_some());
+/// # Ok(())
+/// # }
+/// ```
 #[async_trait]
 pub trait GateBackend: Send + Sync + std::fmt::Debug + 'static {
     /// Check all six gates and count them all, or nothing.

@@ -7,6 +7,12 @@ pub mod transport;
 
 /// A governance backend (limiter or breaker store) could not answer. Callers fail closed
 /// (SPEC §10.6): this never lets a call through ungoverned.
+///
+/// ```
+/// use polygateway_actors::BackendError;
+/// let e = BackendError { message: "redis: connection refused".into() };
+/// assert_eq!(e.to_string(), "governance backend error: redis: connection refused");
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("governance backend error: {message}")]
 pub struct BackendError {
@@ -16,6 +22,14 @@ pub struct BackendError {
 
 impl BackendError {
     /// Build an error from any message.
+    ///
+    /// ```
+    /// use polygateway_actors::BackendError;
+    /// fn admit(reachable: bool) -> Result<(), BackendError> {
+    ///     if reachable { Ok(()) } else { Err(BackendError::new("limiter script timed out")) }
+    /// }
+    /// assert_eq!(admit(false).unwrap_err().message, "limiter script timed out");
+    /// ```
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),

@@ -12,6 +12,59 @@ use tokio::sync::mpsc;
 use crate::outcome::Classify;
 
 /// One source's transport. `send` is called from per-call tasks, never from an actor handler.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use async_trait::async_trait;
+/// use polygateway_actors::{EventSink, Transport};
+/// # use polygateway_actors::{Classify, FailureClass, SourceReason};
+///
+/// // A transport that streams its request back word by word.
+/// struct Echo;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("echo failed")]
+/// struct EchoError;
+/// # impl Classify for EchoError {
+/// #     fn class(&self) -> FailureClass { FailureClass::Transient }
+/// #     fn is_rate_limited(&self) -> bool { false }
+/// #     fn retry_after(&self) -> Option<std::time::Duration> { None }
+/// #     fn source_reason(&self) -> SourceReason { SourceReason::NetworkError }
+/// # }
+///
+/// #[async_trait]
+/// impl Transport for Echo {
+///     type Request = String;
+///     type Response = String;
+///     type Event = String;
+///     type Error = EchoError;
+///
+///     async fn send(
+///         &self,
+///         request: &String,
+///         events: Option<&EventSink<String>>,
+///     ) -> Result<String, EchoError> {
+///         if let Some(sink) = events {
+///             for word in request.split_whitespace() {
+///                 sink.emit(word.to_owned()).await.map_err(|_| EchoError)?;
+///             }
+///         }
+///         Ok(request.clone())
+///     }
+///
+///     fn tokens_used(response: &String) -> Option<u64> {
+///         Some(response.split_whitespace().count() as u64)
+///     }
+/// }
+///
+/// let (sink, mut rx) = EventSink::channel(8);
+/// let answer = Echo.send(&"hello there".to_owned(), Some(&sink)).await.unwrap();
+/// assert_eq!(Echo::tokens_used(&answer), Some(2));
+/// assert_eq!(sink.delivered(), 2);
+/// assert_eq!(rx.recv().await.as_deref(), Some("hello"));
+/// # }
+/// ```
 #[async_trait]
 pub trait Transport: Send + Sync + 'static {
     /// What a call asks for (built once per call, reused by every attempt).
@@ -37,6 +90,18 @@ pub trait Transport: Send + Sync + 'static {
 }
 
 /// The consumer went away (dropped its stream).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway_actors::{ConsumerGone, EventSink};
+/// let (sink, rx) = EventSink::channel(4);
+/// drop(rx); // the caller dropped its stream
+/// let err = sink.emit("late delta").await.unwrap_err();
+/// assert_eq!(err, ConsumerGone);
+/// assert_eq!(err.to_string(), "the stream consumer went away");
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the stream consumer went away")]
 pub struct ConsumerGone;
@@ -47,14 +112,14 @@ pub struct ConsumerGone;
 /// of buffering without limit.
 ///
 /// ```
-/// # tokio_test_block(async {
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
 /// use polygateway_actors::EventSink;
 /// let (sink, mut rx) = EventSink::<u32>::channel(4);
 /// sink.emit(7).await.unwrap();
 /// assert_eq!(sink.delivered(), 1);
 /// assert_eq!(rx.recv().await, Some(7));
-/// # });
-/// # fn tokio_test_block<F: std::future::Future>(f: F) { tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f); }
+/// # }
 /// ```
 #[derive(Debug)]
 pub struct EventSink<E> {
@@ -64,12 +129,40 @@ pub struct EventSink<E> {
 
 impl<E: Send> EventSink<E> {
     /// A sink and its receiving end, holding at most `capacity` undelivered events.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway_actors::EventSink;
+    /// let (sink, mut rx) = EventSink::channel(2);
+    /// sink.emit("a").await.unwrap();
+    /// sink.emit("b").await.unwrap();
+    /// // Two undelivered events fill it: a third `emit` would wait for the consumer.
+    /// assert_eq!(sink.sender().capacity(), 0);
+    /// assert_eq!(rx.recv().await, Some("a"));
+    /// assert_eq!(sink.sender().capacity(), 1);
+    /// // A capacity of 0 is raised to 1.
+    /// assert_eq!(EventSink::<u8>::channel(0).0.sender().max_capacity(), 1);
+    /// # }
+    /// ```
     pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<E>) {
         let (sender, receiver) = mpsc::channel(capacity.max(1));
         (Self::new(sender), receiver)
     }
 
     /// Wrap an existing bounded sender.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway_actors::EventSink;
+    /// let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    /// let sink = EventSink::new(tx);
+    /// assert_eq!(sink.delivered(), 0);
+    /// sink.emit("delta").await.unwrap();
+    /// assert_eq!(rx.recv().await, Some("delta"));
+    /// # }
+    /// ```
     pub fn new(sender: mpsc::Sender<E>) -> Self {
         Self {
             sender,
@@ -78,6 +171,27 @@ impl<E: Send> EventSink<E> {
     }
 
     /// Deliver one event, waiting while the consumer is behind.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway_actors::EventSink;
+    /// let (sink, mut rx) = EventSink::channel(1);
+    /// let consumer = tokio::spawn(async move {
+    ///     let mut seen = Vec::new();
+    ///     while let Some(delta) = rx.recv().await {
+    ///         seen.push(delta);
+    ///     }
+    ///     seen
+    /// });
+    /// // Three events through a one-slot channel: each `emit` waits until the consumer catches up.
+    /// for delta in ["Hel", "lo", "!"] {
+    ///     sink.emit(delta).await.unwrap();
+    /// }
+    /// drop(sink);
+    /// assert_eq!(consumer.await.unwrap(), ["Hel", "lo", "!"]);
+    /// # }
+    /// ```
     pub async fn emit(&self, event: E) -> Result<(), ConsumerGone> {
         self.sender.send(event).await.map_err(|_| ConsumerGone)?;
         self.delivered.fetch_add(1, Ordering::Relaxed);
@@ -85,16 +199,53 @@ impl<E: Send> EventSink<E> {
     }
 
     /// Events handed to the consumer so far.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway_actors::EventSink;
+    /// let (sink, _rx) = EventSink::channel(8);
+    /// assert_eq!(sink.delivered(), 0); // nothing reached the consumer: the call may still retry
+    /// sink.emit("Hel").await.unwrap();
+    /// sink.emit("lo").await.unwrap();
+    /// assert_eq!(sink.delivered(), 2); // a retry now would repeat text the consumer has seen
+    /// # }
+    /// ```
     pub fn delivered(&self) -> u64 {
         self.delivered.load(Ordering::Relaxed)
     }
 
     /// `true` once the consumer dropped its end.
+    ///
+    /// ```
+    /// use polygateway_actors::EventSink;
+    /// let (sink, rx) = EventSink::<String>::channel(8);
+    /// assert!(!sink.is_closed());
+    /// drop(rx);
+    /// // Nobody is listening: stop reading the upstream.
+    /// assert!(sink.is_closed());
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.sender.is_closed()
     }
 
     /// The underlying sender (to send a final event outside the counted deltas).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway_actors::EventSink;
+    /// #[derive(Debug, PartialEq)]
+    /// enum Event { Delta(&'static str), Done }
+    /// let (sink, mut rx) = EventSink::channel(4);
+    /// sink.emit(Event::Delta("Hi")).await.unwrap();
+    /// sink.sender().send(Event::Done).await.unwrap();
+    /// // Only the delta counts as delivered text.
+    /// assert_eq!(sink.delivered(), 1);
+    /// assert_eq!(rx.recv().await, Some(Event::Delta("Hi")));
+    /// assert_eq!(rx.recv().await, Some(Event::Done));
+    /// # }
+    /// ```
     pub fn sender(&self) -> &mpsc::Sender<E> {
         &self.sender
     }

@@ -1,10 +1,10 @@
 //! The admission actor: the one door to the governance backends (limiter gates and breakers).
 //!
-//! Every attempt asks it for a [`Permit`]: the source's breaker first, then all six gates. With
+//! Every attempt asks it for a `Permit`: the source's breaker first, then all six gates. With
 //! in-memory backends the answer is computed inside the handler (no I/O, microseconds). With
 //! network backends (Redis) each request runs in its own task so independent calls never queue
 //! behind one round trip. Every backend call is bounded by a timeout; an error or timeout is
-//! answered as [`AdmitAnswer::BackendDown`] — fail closed, never a pass (SPEC §10.6).
+//! answered as `AdmitAnswer::BackendDown` — fail closed, never a pass (SPEC §10.6).
 //!
 //! The actor holds no per-call state, so a restart loses nothing: the supervisor rebuilds the
 //! backends through the [`GovernanceFactory`] (reconnecting and reloading scripts) with backoff.
@@ -24,6 +24,23 @@ use crate::ports::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease};
 use crate::ports::BackendError;
 
 /// The governance backends of a runtime.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+/// use polygateway_actors::runtime::Governance;
+/// // Single-process governance: in-memory limiter and breakers, answered inline.
+/// let governance = Governance {
+///     gate: Arc::new(MemoryGate::default()),
+///     breakers: Arc::new(MemoryBreakers::default()),
+///     inline: true,
+///     timeout: Duration::from_secs(3),
+/// };
+/// // Clones share the same backends (and so the same counters and breaker states).
+/// let shared = governance.clone();
+/// assert!(Arc::ptr_eq(&shared.gate, &governance.gate));
+/// ```
 #[derive(Debug, Clone)]
 pub struct Governance {
     /// The six-gate limiter.
@@ -37,6 +54,20 @@ pub struct Governance {
 }
 
 /// Builds (or rebuilds after a restart) the governance backends.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::Arc;
+/// use polygateway_actors::runtime::{GovernanceFactory, Runtime, RuntimeOptions};
+/// use polygateway_actors::BackendError;
+/// // A factory whose backend cannot be reached: the runtime refuses to start (fail closed).
+/// let unreachable: GovernanceFactory =
+///     Arc::new(|| Box::pin(async { Err(BackendError::new("redis: connection refused")) }));
+/// let error = Runtime::start(unreachable, RuntimeOptions::default()).await.unwrap_err();
+/// assert!(error.contains("connection refused"));
+/// # }
+/// ```
 pub type GovernanceFactory = Arc<
     dyn Fn() -> Pin<Box<dyn Future<Output = Result<Governance, BackendError>> + Send>>
         + Send
@@ -45,29 +76,29 @@ pub type GovernanceFactory = Arc<
 
 /// One admission request.
 #[derive(Debug, Clone)]
-pub struct AdmitRequest {
+pub(crate) struct AdmitRequest {
     /// The gates to pass.
-    pub gate: GateRequest,
+    pub(crate) gate: GateRequest,
     /// The source's breaker parameters.
-    pub breaker: BreakerConfig,
+    pub(crate) breaker: BreakerConfig,
 }
 
 /// A granted admission: breaker passed (or probe held) and a lease in every gate.
 #[derive(Debug, Clone)]
-pub struct Permit {
+pub(crate) struct Permit {
     /// The limiter lease.
-    pub lease: Lease,
+    pub(crate) lease: Lease,
     /// Breaker epoch at admission (for fencing).
-    pub epoch: u64,
+    pub(crate) epoch: u64,
     /// The half-open probe this attempt holds, if any.
-    pub probe_id: Option<Arc<str>>,
+    pub(crate) probe_id: Option<Arc<str>>,
     /// The source's breaker parameters.
-    pub breaker: BreakerConfig,
+    pub(crate) breaker: BreakerConfig,
 }
 
 /// The answer to an admission request.
 #[derive(Debug, Clone)]
-pub enum AdmitAnswer {
+pub(crate) enum AdmitAnswer {
     /// Go.
     Admitted(Permit),
     /// The source's breaker refused.
@@ -90,7 +121,7 @@ pub enum AdmitAnswer {
 
 /// How a finished attempt settles with the backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BreakerAction {
+pub(crate) enum BreakerAction {
     /// Record a verdict (releases a held probe too).
     Record(BreakerVerdict),
     /// Open the breaker now (source dead); a held probe is released.
@@ -101,7 +132,7 @@ pub enum BreakerAction {
 
 /// Messages of the admission actor.
 #[derive(Debug)]
-pub enum AdmissionMsg {
+pub(crate) enum AdmissionMsg {
     /// Ask for a permit.
     Admit(AdmitRequest, oneshot::Sender<AdmitAnswer>),
     /// Settle a permit: breaker action, TPM settlement with `tokens`, lease release, and (for a
@@ -130,11 +161,11 @@ pub enum AdmissionMsg {
 
 /// The admission actor (state: the current [`Governance`]).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct AdmissionActor;
+pub(crate) struct AdmissionActor;
 
 /// State of the admission actor.
 #[derive(Debug)]
-pub struct AdmissionState {
+pub(crate) struct AdmissionState {
     governance: Governance,
     /// Backend work running in tasks (network backends), so shutdown can let it finish.
     tasks: tokio_util::task::TaskTracker,

@@ -2,7 +2,7 @@
 //!
 //! It runs in the caller's task (or, for streams, in a task the stream owns), so dropping the
 //! caller's future is cancellation: every resource it holds is an RAII guard — the pacer slot
-//! ([`SourceTicket`]), the admission [`Permit`] (lease and probe), timers — and is released on drop
+//! (`SourceTicket`), the admission `Permit` (lease and probe), timers — and is released on drop
 //! with no verdict. Actors are messaged, never awaited on I/O.
 //!
 //! Per attempt: select (router) → breaker + six gates (admission) → transport → report
@@ -34,6 +34,29 @@ use super::scope::ScopeInner;
 use super::shared::SourceTicket;
 
 /// Why a scope could not serve (SPEC §6 scope-level reasons).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::runtime::{CallFailure, ScopeReason};
+/// // Worth retrying later: an open circuit or a full quota clears with time.
+/// fn should_retry_later<E>(failure: &CallFailure<E>) -> Option<Duration> {
+///     use ScopeReason::{CircuitOpen, QuotaExhausted};
+///     match failure {
+///         CallFailure::Unavailable { reason: CircuitOpen | QuotaExhausted, retry_after, .. } => {
+///             Some(*retry_after)
+///         }
+///         _ => None,
+///     }
+/// }
+/// let failure = CallFailure::<std::io::Error>::Unavailable {
+///     reason: ScopeReason::QuotaExhausted,
+///     retry_after: Duration::from_secs(2),
+///     per_source: Default::default(),
+///     last_error: None,
+///     detail: "scope quota full".into(),
+/// };
+/// assert_eq!(should_retry_later(&failure), Some(Duration::from_secs(2)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ScopeReason {
     /// Every breaker refused.
@@ -52,6 +75,12 @@ pub enum ScopeReason {
 
 impl ScopeReason {
     /// The wire name (`circuit_open`, `retry_exhausted`, …).
+    ///
+    /// ```
+    /// use polygateway_actors::runtime::ScopeReason;
+    /// assert_eq!(ScopeReason::RetryExhausted.as_str(), "retry_exhausted");
+    /// assert_eq!(ScopeReason::GovernanceBackendDown.as_str(), "governance_backend_down");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             ScopeReason::CircuitOpen => "circuit_open",
@@ -65,6 +94,25 @@ impl ScopeReason {
 }
 
 /// How a governed call failed.
+///
+/// Scope-level failures carry the reason of every source that was tried:
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::runtime::{CallFailure, ScopeReason};
+/// use polygateway_actors::SourceReason;
+/// let failure = CallFailure::<std::io::Error>::Unavailable {
+///     reason: ScopeReason::RetryExhausted,
+///     retry_after: Duration::ZERO,
+///     per_source: [("openai_1".into(), SourceReason::Timeout)].into_iter().collect(),
+///     last_error: Some(std::io::Error::other("deadline")),
+///     detail: "3 attempt(s) failed".into(),
+/// };
+/// if let CallFailure::Unavailable { per_source, last_error, .. } = &failure {
+///     assert_eq!(per_source["openai_1"], SourceReason::Timeout);
+///     assert_eq!(last_error.as_ref().unwrap().to_string(), "deadline");
+/// }
+/// ```
 #[derive(Debug)]
 pub enum CallFailure<E> {
     /// The scope cannot serve now.
@@ -97,6 +145,22 @@ pub enum CallFailure<E> {
 
 impl<E> CallFailure<E> {
     /// A short name of the failure for spans and metrics (`circuit_open`, `rejected`, …).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::runtime::{CallFailure, ScopeReason};
+    /// let rejected = CallFailure::Rejected(std::io::Error::other("400 bad request"));
+    /// assert_eq!(rejected.kind(), "rejected");
+    /// // Scope-level failures are named by their reason.
+    /// let open = CallFailure::<std::io::Error>::Unavailable {
+    ///     reason: ScopeReason::CircuitOpen,
+    ///     retry_after: Duration::from_secs(30),
+    ///     per_source: Default::default(),
+    ///     last_error: None,
+    ///     detail: String::new(),
+    /// };
+    /// assert_eq!(open.kind(), "circuit_open");
+    /// ```
     pub fn kind(&self) -> &'static str {
         match self {
             CallFailure::Unavailable { reason, .. } => reason.as_str(),
@@ -109,6 +173,93 @@ impl<E> CallFailure<E> {
 }
 
 /// A successful governed call.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// # use polygateway_actors::policy::select::LeastInflight;
+/// # use polygateway_actors::runtime::{
+/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+/// #     Scope, ScopeConfig, SourceSpec,
+/// # };
+/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+/// # /// A transport error carrying its class.
+/// # #[derive(Debug)]
+/// # struct Failed(FailureClass);
+/// # impl std::fmt::Display for Failed {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+/// # }
+/// # impl std::error::Error for Failed {}
+/// # impl Classify for Failed {
+/// #     fn class(&self) -> FailureClass { self.0 }
+/// #     fn is_rate_limited(&self) -> bool { false }
+/// #     fn retry_after(&self) -> Option<Duration> { None }
+/// #     fn source_reason(&self) -> SourceReason {
+/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+/// #     }
+/// # }
+/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+/// # /// never answer, fail transiently, are rejected, or find the source dead.
+/// # struct Echo;
+/// # #[async_trait::async_trait]
+/// # impl Transport for Echo {
+/// #     type Request = String;
+/// #     type Response = String;
+/// #     type Event = String;
+/// #     type Error = Failed;
+/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+/// #         match request.as_str() {
+/// #             "hang" => std::future::pending().await,
+/// #             "fail" => Err(Failed(FailureClass::Transient)),
+/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+/// #             text => {
+/// #                 if let Some(sink) = events {
+/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+/// #                 }
+/// #                 Ok(text.to_string())
+/// #             }
+/// #         }
+/// #     }
+/// #     fn tokens_used(_: &String) -> Option<u64> { None }
+/// # }
+/// # fn memory_governance() -> GovernanceFactory {
+/// #     let governance = Governance {
+/// #         gate: Arc::new(MemoryGate::default()),
+/// #         breakers: Arc::new(MemoryBreakers::default()),
+/// #         inline: true,
+/// #         timeout: Duration::from_secs(1),
+/// #     };
+/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+/// # }
+/// # fn echo(name: &str) -> SourceSpec<Echo> {
+/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+/// # }
+/// # fn aimd() -> PacerFactory {
+/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+/// # }
+/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+/// #     (runtime, scope)
+/// # }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+/// use polygateway_actors::runtime::Governed;
+/// let Governed { response, source, attempts, attempt_id } = scope
+///     .call(&"hello".to_string(), &NoObserver, None, CallOptions::default())
+///     .await
+///     .unwrap();
+/// assert_eq!(response, "hello");
+/// assert_eq!(&*source, "echo_1");
+/// assert_eq!(attempts, 1);
+/// assert!(!attempt_id.is_empty());
+/// # runtime.shutdown(Duration::from_secs(1)).await;
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Governed<R> {
     /// The transport's answer.
@@ -122,6 +273,15 @@ pub struct Governed<R> {
 }
 
 /// Options of one governed call.
+///
+/// ```
+/// use polygateway_actors::runtime::CallOptions;
+/// // An ordinary call feeds its verdict to the breaker …
+/// assert!(!CallOptions::default().breaker_exempt);
+/// // … a re-ask after unusable structured output does not.
+/// let reask = CallOptions { breaker_exempt: true };
+/// assert!(reask.breaker_exempt);
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CallOptions {
     /// A structured-output re-ask: its verdict never counts toward the breaker (SPEC §9.2).

@@ -11,25 +11,92 @@ use crate::outcome::AttemptVerdict;
 use crate::ports::breaker::BreakerState;
 
 /// Governed calls finished, by `scope` and `outcome` (`ok` or a failure kind).
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{CALLS_TOTAL, CALL_OUTCOMES, METRICS};
+/// assert_eq!(CALLS_TOTAL, "pgw_calls_total");
+/// assert!(METRICS.contains(&(CALLS_TOTAL, "counter", "scope, outcome")));
+/// assert_eq!(CALL_OUTCOMES[0], "ok");
+/// ```
 pub const CALLS_TOTAL: &str = "pgw_calls_total";
 /// Wall time of governed calls, by `scope` (seconds).
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{CALL_DURATION_SECONDS, METRICS};
+/// assert!(CALL_DURATION_SECONDS.ends_with("_seconds"));
+/// assert!(METRICS.contains(&(CALL_DURATION_SECONDS, "histogram", "scope")));
+/// ```
 pub const CALL_DURATION_SECONDS: &str = "pgw_call_duration_seconds";
 /// Attempts finished, by `scope`, `source` and `result`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{ATTEMPTS_TOTAL, ATTEMPT_RESULTS, METRICS};
+/// assert!(METRICS.contains(&(ATTEMPTS_TOTAL, "counter", "scope, source, result")));
+/// // `result` takes one of a fixed set of values, so the series count stays bounded.
+/// assert!(ATTEMPT_RESULTS.contains(&"rate_limited"));
+/// ```
 pub const ATTEMPTS_TOTAL: &str = "pgw_attempts_total";
 /// Attempts after the first within a call, by `scope`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{METRICS, RETRIES_TOTAL};
+/// assert_eq!(RETRIES_TOTAL, "pgw_retries_total");
+/// assert!(METRICS.contains(&(RETRIES_TOTAL, "counter", "scope")));
+/// ```
 pub const RETRIES_TOTAL: &str = "pgw_retries_total";
 /// Time an attempt waited for the breaker and the six gates, by `scope` (seconds).
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{ADMISSION_WAIT_SECONDS, METRICS};
+/// assert_eq!(ADMISSION_WAIT_SECONDS, "pgw_admission_wait_seconds");
+/// assert!(METRICS.contains(&(ADMISSION_WAIT_SECONDS, "histogram", "scope")));
+/// ```
 pub const ADMISSION_WAIT_SECONDS: &str = "pgw_admission_wait_seconds";
 /// Attempts holding a pacer slot now, by `scope` and `source`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{IN_FLIGHT, METRICS};
+/// assert_eq!(IN_FLIGHT, "pgw_in_flight");
+/// assert!(METRICS.contains(&(IN_FLIGHT, "gauge", "scope, source")));
+/// ```
 pub const IN_FLIGHT: &str = "pgw_in_flight";
 /// The AIMD pacer's current limit, by `scope` and `source`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{METRICS, PACER_LIMIT};
+/// assert_eq!(PACER_LIMIT, "pgw_pacer_limit");
+/// assert!(METRICS.contains(&(PACER_LIMIT, "gauge", "scope, source")));
+/// ```
 pub const PACER_LIMIT: &str = "pgw_pacer_limit";
 /// Breaker state as admissions last saw it (0 closed, 1 open, 2 half-open), by `scope`, `source`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{BREAKER_STATE, METRICS};
+/// assert_eq!(BREAKER_STATE, "pgw_breaker_state");
+/// // A gauge: a dashboard reads its value as 0 = closed, 1 = open, 2 = half-open.
+/// assert!(METRICS.contains(&(BREAKER_STATE, "gauge", "scope, source")));
+/// ```
 pub const BREAKER_STATE: &str = "pgw_breaker_state";
 /// Changes of that state, by `scope`, `source` and `to`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{BREAKER_STATE_CHANGES_TOTAL, METRICS};
+/// use polygateway_actors::BreakerState;
+/// assert!(METRICS.contains(&(BREAKER_STATE_CHANGES_TOTAL, "counter", "scope, source, to")));
+/// // The `to` label is the new state's name.
+/// assert_eq!(BreakerState::HalfOpen.as_str(), "half_open");
+/// ```
 pub const BREAKER_STATE_CHANGES_TOTAL: &str = "pgw_breaker_state_changes_total";
 
 /// Every metric this crate emits: `(name, kind, labels)`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::METRICS;
+/// assert_eq!(METRICS.len(), 9);
+/// let (name, kind, labels) = METRICS[0];
+/// assert_eq!((name, kind, labels), ("pgw_calls_total", "counter", "scope, outcome"));
+/// assert!(METRICS.iter().all(|(name, _, _)| name.starts_with("pgw_")));
+/// ```
 pub const METRICS: &[(&str, &str, &str)] = &[
     (CALLS_TOTAL, "counter", "scope, outcome"),
     (CALL_DURATION_SECONDS, "histogram", "scope"),
@@ -43,6 +110,15 @@ pub const METRICS: &[(&str, &str, &str)] = &[
 ];
 
 /// The values of the `outcome` label of [`CALLS_TOTAL`].
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::CALL_OUTCOMES;
+/// use polygateway_actors::runtime::{CallFailure, ScopeReason};
+/// // A failed call's `kind()` is always one of the outcomes.
+/// let failure = CallFailure::<std::io::Error>::Shutdown("stopped".into());
+/// assert!(CALL_OUTCOMES.contains(&failure.kind()));
+/// assert!(CALL_OUTCOMES.contains(&ScopeReason::Stalled.as_str()));
+/// ```
 pub const CALL_OUTCOMES: [&str; 11] = [
     "ok",
     "circuit_open",
@@ -58,6 +134,13 @@ pub const CALL_OUTCOMES: [&str; 11] = [
 ];
 
 /// The values of the `result` label of [`ATTEMPTS_TOTAL`].
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::ATTEMPT_RESULTS;
+/// // One value per attempt verdict, plus `cancelled` for attempts whose caller went away.
+/// assert_eq!(ATTEMPT_RESULTS.len(), 6);
+/// assert_eq!(ATTEMPT_RESULTS[5], "cancelled");
+/// ```
 pub const ATTEMPT_RESULTS: [&str; 6] = [
     "success",
     "failure",
@@ -69,7 +152,7 @@ pub const ATTEMPT_RESULTS: [&str; 6] = [
 
 /// Scope-level handles.
 #[derive(Debug, Clone)]
-pub struct ScopeMetrics {
+pub(crate) struct ScopeMetrics {
     calls: Vec<Counter>,
     duration: Histogram,
     retries: Counter,
@@ -78,7 +161,7 @@ pub struct ScopeMetrics {
 
 impl ScopeMetrics {
     /// Register the handles of scope `scope`.
-    pub fn new(scope: &str) -> Self {
+    pub(crate) fn new(scope: &str) -> Self {
         let calls = CALL_OUTCOMES
             .iter()
             .map(|o| metrics::counter!(CALLS_TOTAL, "scope" => scope.to_string(), "outcome" => *o))
@@ -109,7 +192,7 @@ impl ScopeMetrics {
 
 /// Source-level handles.
 #[derive(Debug, Clone)]
-pub struct SourceMetrics {
+pub(crate) struct SourceMetrics {
     attempts: Vec<Counter>,
     pub(crate) in_flight: Gauge,
     pub(crate) pacer_limit: Gauge,
@@ -119,7 +202,7 @@ pub struct SourceMetrics {
 
 impl SourceMetrics {
     /// Register the handles of source `source` in scope `scope`.
-    pub fn new(scope: &str, source: &str) -> Self {
+    pub(crate) fn new(scope: &str, source: &str) -> Self {
         let labels = |extra: (&'static str, &'static str)| {
             [
                 ("scope", scope.to_string()),

@@ -8,23 +8,20 @@ mod ids;
 pub mod metrics;
 pub mod observer;
 pub mod restart;
-pub mod router;
+mod router;
 pub mod scope;
 pub mod shared;
 pub mod slot;
 pub mod source;
 pub mod supervisor;
 
-pub use admission::{
-    AdmissionActor, AdmissionMsg, AdmitAnswer, AdmitRequest, BreakerAction, Governance,
-    GovernanceFactory, Permit,
-};
+pub use admission::{Governance, GovernanceFactory};
 pub use call::{CallFailure, CallOptions, Governed, ScopeReason};
 pub use ids::new_id;
 pub use observer::{AttemptReport, AttemptResult, CallObserver, NoObserver, TerminalReport};
 pub use restart::{RestartBudget, RestartDecision, RestartPolicy};
 pub use scope::{Scope, ScopeConfig};
-pub use shared::{SourceCounters, SourceShared, SourceTicket};
+pub use shared::{SourceCounters, SourceShared};
 pub use slot::ActorSlot;
-pub use source::{PacerFactory, SourceActor, SourceMsg};
+pub use source::PacerFactory;
 pub use supervisor::{Runtime, RuntimeOptions, SourceSpec};

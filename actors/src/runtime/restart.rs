@@ -10,6 +10,17 @@ use std::time::{Duration, Instant};
 use ractor::{ActorCell, SupervisionEvent};
 
 /// Intensity limit and backoff of one supervised child.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::runtime::{RestartPolicy, RuntimeOptions};
+/// let default = RestartPolicy::default();
+/// assert_eq!((default.max_restarts, default.period), (5, Duration::from_secs(30)));
+/// // Stricter: give a child up at its second failure within a minute.
+/// let strict = RestartPolicy { max_restarts: 1, period: Duration::from_secs(60), ..default };
+/// let options = RuntimeOptions { restart: strict, ..RuntimeOptions::default() };
+/// assert_eq!(options.restart.backoff_base, Duration::from_millis(50));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RestartPolicy {
     /// Restarts allowed within `period` before escalating.
@@ -35,6 +46,16 @@ impl Default for RestartPolicy {
 }
 
 /// What a supervisor does with a failed child.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use polygateway_actors::runtime::{RestartBudget, RestartDecision, RestartPolicy};
+/// let mut budget = RestartBudget::new(RestartPolicy::default());
+/// match budget.on_failure(Instant::now()) {
+///     RestartDecision::Restart(delay) => assert_eq!(delay, Duration::from_millis(50)),
+///     RestartDecision::Escalate => panic!("a first failure is within the default budget"),
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RestartDecision {
     /// Restart after this delay.
@@ -62,6 +83,12 @@ pub struct RestartBudget {
 
 impl RestartBudget {
     /// A fresh budget.
+    ///
+    /// ```
+    /// use polygateway_actors::runtime::{RestartBudget, RestartPolicy};
+    /// let budget = RestartBudget::new(RestartPolicy::default());
+    /// assert_eq!(budget.recent_restarts(), 0);
+    /// ```
     pub fn new(policy: RestartPolicy) -> Self {
         Self {
             policy,
@@ -70,6 +97,25 @@ impl RestartBudget {
     }
 
     /// Record a failure at `now` and decide.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use polygateway_actors::runtime::{RestartBudget, RestartDecision, RestartPolicy};
+    /// let policy = RestartPolicy {
+    ///     max_restarts: 3,
+    ///     period: Duration::from_secs(10),
+    ///     backoff_base: Duration::from_millis(100),
+    ///     backoff_max: Duration::from_millis(250),
+    /// };
+    /// let mut budget = RestartBudget::new(policy);
+    /// let now = Instant::now();
+    /// // The backoff doubles per recent restart, up to its cap …
+    /// assert_eq!(budget.on_failure(now), RestartDecision::Restart(Duration::from_millis(100)));
+    /// assert_eq!(budget.on_failure(now), RestartDecision::Restart(Duration::from_millis(200)));
+    /// assert_eq!(budget.on_failure(now), RestartDecision::Restart(Duration::from_millis(250)));
+    /// // … and one failure too many within the period escalates.
+    /// assert_eq!(budget.on_failure(now), RestartDecision::Escalate);
+    /// ```
     pub fn on_failure(&mut self, now: Instant) -> RestartDecision {
         while let Some(&first) = self.recent.front() {
             if now.saturating_duration_since(first) >= self.policy.period {
@@ -92,6 +138,20 @@ impl RestartBudget {
     }
 
     /// Restarts counted in the current window.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use polygateway_actors::runtime::{RestartBudget, RestartPolicy};
+    /// let period = Duration::from_secs(30);
+    /// let mut budget = RestartBudget::new(RestartPolicy { period, ..RestartPolicy::default() });
+    /// let t0 = Instant::now();
+    /// budget.on_failure(t0);
+    /// budget.on_failure(t0 + Duration::from_secs(1));
+    /// assert_eq!(budget.recent_restarts(), 2);
+    /// // Failures older than the period leave the window.
+    /// budget.on_failure(t0 + period + Duration::from_secs(2));
+    /// assert_eq!(budget.recent_restarts(), 1);
+    /// ```
     pub fn recent_restarts(&self) -> usize {
         self.recent.len()
     }
@@ -99,7 +159,7 @@ impl RestartBudget {
 
 /// The child a supervision event reports as gone (failed or stopped) and why; `None` for events
 /// that need no decision (started, process-group changes).
-pub fn stopped_child(event: SupervisionEvent) -> Option<(ActorCell, String)> {
+pub(crate) fn stopped_child(event: SupervisionEvent) -> Option<(ActorCell, String)> {
     match event {
         SupervisionEvent::ActorFailed(cell, err) => Some((cell, err.to_string())),
         SupervisionEvent::ActorTerminated(cell, _, reason) => {

@@ -2,8 +2,8 @@
 //! scope's source actors.
 //!
 //! Selection runs inside the handler over values the source actors publish
-//! ([`SourceShared`]): no round trip, no I/O, a few hundred nanoseconds. Picking a source also
-//! takes its pacer slot ([`SourceTicket`]), so two concurrent selections can never both overshoot
+//! ([`SourceShared`](crate::runtime::SourceShared)): no round trip, no I/O, a few hundred nanoseconds. Picking a source also
+//! takes its pacer slot (`SourceTicket`), so two concurrent selections can never both overshoot
 //! the pacer limit. Source actors that fail are restarted with backoff under an intensity limit;
 //! past the limit the router itself fails, escalating to the runtime supervisor, and every call of
 //! the scope gets a clear error instead of hanging.
@@ -26,7 +26,7 @@ use super::source::{SourceActor, SourceArgs, SourceMsg};
 
 /// The result of a selection.
 #[derive(Debug)]
-pub enum Selection<T> {
+pub(crate) enum Selection<T> {
     /// This source, with its pacer slot held.
     Picked(SourceTicket<T>),
     /// Nothing eligible right now.
@@ -41,7 +41,7 @@ pub enum Selection<T> {
 }
 
 /// Messages of a scope router.
-pub enum RouterMsg<T> {
+pub(crate) enum RouterMsg<T> {
     /// Pick a source. `exclude`: refused in this round; `avoid`: just failed (used only when
     /// nothing else is eligible).
     Select {
@@ -73,21 +73,21 @@ impl<T> std::fmt::Debug for RouterMsg<T> {
 }
 
 /// Arguments of a router.
-pub struct RouterArgs<T> {
+pub(crate) struct RouterArgs<T> {
     /// Scope name.
-    pub scope: Arc<str>,
+    pub(crate) scope: Arc<str>,
     /// One entry per source.
-    pub sources: Vec<SourceArgs<T>>,
+    pub(crate) sources: Vec<SourceArgs<T>>,
     /// The selection policy.
-    pub selector: Box<dyn Selector>,
+    pub(crate) selector: Box<dyn Selector>,
     /// Restart policy of the source actors.
-    pub restart: RestartPolicy,
+    pub(crate) restart: RestartPolicy,
     /// Time.
-    pub clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// The scope router actor.
-pub struct ScopeRouter<T> {
+pub(crate) struct ScopeRouter<T> {
     _transport: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -106,7 +106,7 @@ struct SourceChild<T> {
 }
 
 /// State of a router.
-pub struct RouterState<T> {
+pub(crate) struct RouterState<T> {
     scope: Arc<str>,
     children: Vec<SourceChild<T>>,
     by_id: HashMap<ActorId, usize>,

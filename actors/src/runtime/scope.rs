@@ -17,6 +17,19 @@ use super::shared::SourceShared;
 use super::slot::ActorSlot;
 
 /// Governance knobs of one scope (resolved from configuration).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::runtime::ScopeConfig;
+/// use polygateway_actors::Limits;
+/// let mut config = ScopeConfig::new("LLM");
+/// config.global = Limits { max_concurrency: 32, rpm: 600, tpm: 200_000 };
+/// config.quota_full_fails_fast = true; // QUOTA_FULL=fail_fast
+/// config.circuit_open_waits = true; // CIRCUIT_OPEN=wait
+/// // Knobs left alone keep the library defaults.
+/// assert_eq!(config.stall_window, Duration::from_secs(300));
+/// assert_eq!(config.max_attempts, 3);
+/// ```
 #[derive(Debug, Clone)]
 pub struct ScopeConfig {
     /// Scope name.
@@ -44,6 +57,17 @@ pub struct ScopeConfig {
 impl ScopeConfig {
     /// Defaults of the library for a scope named `name` (3 attempts, backoff 1 s..30 s,
     /// wait on full quota, fail fast on open circuits, 300 s stall window, 1 s poll, 1500 s lease).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::runtime::ScopeConfig;
+    /// let config = ScopeConfig::new("EMBED");
+    /// assert_eq!(&*config.name, "EMBED");
+    /// assert_eq!(config.max_attempts, 3);
+    /// assert_eq!((config.backoff_base, config.backoff_max), (Duration::from_secs(1), Duration::from_secs(30)));
+    /// assert!(!config.quota_full_fails_fast && !config.circuit_open_waits);
+    /// assert_eq!(config.lease_ttl, Duration::from_secs(1500));
+    /// ```
     pub fn new(name: impl Into<Arc<str>>) -> Self {
         Self {
             name: name.into(),
@@ -73,6 +97,96 @@ pub(crate) struct ScopeInner<T> {
 }
 
 /// A handle to one scope of a running runtime. Cheap to clone, `Send + Sync`.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// # use polygateway_actors::policy::select::LeastInflight;
+/// # use polygateway_actors::runtime::{
+/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+/// #     Scope, ScopeConfig, SourceSpec,
+/// # };
+/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+/// # /// A transport error carrying its class.
+/// # #[derive(Debug)]
+/// # struct Failed(FailureClass);
+/// # impl std::fmt::Display for Failed {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+/// # }
+/// # impl std::error::Error for Failed {}
+/// # impl Classify for Failed {
+/// #     fn class(&self) -> FailureClass { self.0 }
+/// #     fn is_rate_limited(&self) -> bool { false }
+/// #     fn retry_after(&self) -> Option<Duration> { None }
+/// #     fn source_reason(&self) -> SourceReason {
+/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+/// #     }
+/// # }
+/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+/// # /// never answer, fail transiently, are rejected, or find the source dead.
+/// # struct Echo;
+/// # #[async_trait::async_trait]
+/// # impl Transport for Echo {
+/// #     type Request = String;
+/// #     type Response = String;
+/// #     type Event = String;
+/// #     type Error = Failed;
+/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+/// #         match request.as_str() {
+/// #             "hang" => std::future::pending().await,
+/// #             "fail" => Err(Failed(FailureClass::Transient)),
+/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+/// #             text => {
+/// #                 if let Some(sink) = events {
+/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+/// #                 }
+/// #                 Ok(text.to_string())
+/// #             }
+/// #         }
+/// #     }
+/// #     fn tokens_used(_: &String) -> Option<u64> { None }
+/// # }
+/// # fn memory_governance() -> GovernanceFactory {
+/// #     let governance = Governance {
+/// #         gate: Arc::new(MemoryGate::default()),
+/// #         breakers: Arc::new(MemoryBreakers::default()),
+/// #         inline: true,
+/// #         timeout: Duration::from_secs(1),
+/// #     };
+/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+/// # }
+/// # fn echo(name: &str) -> SourceSpec<Echo> {
+/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+/// # }
+/// # fn aimd() -> PacerFactory {
+/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+/// # }
+/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+/// #     (runtime, scope)
+/// # }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+/// // Each task gets its own clone of the handle; all of them share the scope's governance.
+/// let mut tasks = Vec::new();
+/// for i in 0..4 {
+///     let scope = scope.clone();
+///     tasks.push(tokio::spawn(async move {
+///         let request = format!("request {i}");
+///         scope.call(&request, &NoObserver, None, CallOptions::default()).await.map(|g| g.response)
+///     }));
+/// }
+/// for (i, task) in tasks.into_iter().enumerate() {
+///     assert_eq!(task.await.unwrap().unwrap(), format!("request {i}"));
+/// }
+/// # runtime.shutdown(Duration::from_secs(1)).await;
+/// # }
+/// ```
 pub struct Scope<T> {
     inner: Arc<ScopeInner<T>>,
 }
@@ -104,6 +218,91 @@ impl<T: Transport> Scope<T> {
     /// Run one governed call: selection, breaker, gates, transport, retries.
     ///
     /// Dropping the returned future cancels the call and releases everything it holds.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// // A streaming call: deltas go to the sink while the attempt runs.
+    /// let (sink, mut deltas) = EventSink::channel(16);
+    /// let request = "hello governed world".to_string();
+    /// let governed = scope.call(&request, &NoObserver, Some(&sink), CallOptions::default()).await.unwrap();
+    /// assert_eq!(governed.response, "hello governed world");
+    /// assert_eq!(sink.delivered(), 3);
+    /// assert_eq!(deltas.recv().await.as_deref(), Some("hello"));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub async fn call(
         &self,
         request: &T::Request,
@@ -141,28 +340,450 @@ impl<T: Transport> Scope<T> {
     }
 
     /// The scope's configuration.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut config = ScopeConfig::new("EMBED");
+    /// config.max_attempts = 2;
+    /// let (runtime, scope) = start(config, vec![echo("e5_1")]).await;
+    /// assert_eq!(&*scope.config().name, "EMBED");
+    /// assert_eq!(scope.config().max_attempts, 2);
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn config(&self) -> &ScopeConfig {
         &self.inner.config
     }
 
     /// The scope's sources, in configuration order.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("openai_1"), echo("vllm_1")]).await;
+    /// let names: Vec<&str> = scope.sources().iter().map(|s| &*s.name).collect();
+    /// assert_eq!(names, ["openai_1", "vllm_1"]);
+    /// assert_eq!(scope.sources()[1].index, 1);
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn sources(&self) -> &[Arc<SourceShared<T>>] {
         &self.inner.sources
     }
 
     /// Chaos hook for supervision tests: make source `index`'s actor fail.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// scope.crash_source(0, "chaos test");
+    /// // The router restarts the source actor; the scope keeps serving meanwhile.
+    /// let governed = scope.call(&"still here".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// assert_eq!(governed.unwrap().response, "still here");
+    /// assert_eq!(scope.router_status(), Ok(()));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn crash_source(&self, index: usize, reason: &str) {
         self.inner
             .send_router(RouterMsg::CrashSource(index, reason.to_string()));
     }
 
     /// Chaos hook for supervision tests: make the admission actor fail.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// scope.crash_admission("chaos test");
+    /// // The runtime supervisor restarts it after a short backoff (50 ms by default) …
+    /// tokio::time::sleep(Duration::from_millis(500)).await;
+    /// // … and calls are admitted again.
+    /// let governed = scope.call(&"admitted".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// assert_eq!(governed.unwrap().response, "admitted");
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn crash_admission(&self, reason: &str) {
         self.inner
             .send_admission(AdmissionMsg::Crash(reason.to_string()));
     }
 
-    /// `Err(reason)` when the scope's router is down (escalated or shut down).
+    /// `Err(reason)` when the scope's router is down (starting, or escalated after its sources
+    /// exceeded their restart intensity). A runtime shutdown does not mark it down: check
+    /// [`crate::runtime::Runtime::is_shut_down`] for that.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway_actors::runtime::RestartPolicy;
+    /// // No restarts allowed: the first failure of a source actor makes its router escalate.
+    /// let restart = RestartPolicy { max_restarts: 0, ..RestartPolicy::default() };
+    /// let options = RuntimeOptions { restart, ..RuntimeOptions::default() };
+    /// let runtime = Runtime::start(memory_governance(), options).await.unwrap();
+    /// let sources = vec![echo("echo_1")];
+    /// let scope = runtime.add_scope(ScopeConfig::new("LLM"), sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// assert_eq!(scope.router_status(), Ok(()));
+    ///
+    /// scope.crash_source(0, "chaos test");
+    /// tokio::time::sleep(Duration::from_millis(300)).await;
+    /// let reason = scope.router_status().unwrap_err();
+    /// assert!(reason.contains("exceeded its restart intensity"), "{reason}");
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn router_status(&self) -> Result<(), String> {
         self.inner.router.get().map(|_| ())
     }

@@ -3,7 +3,7 @@
 //! The source actor is the only writer of its policy outputs (health score, pacer limit); the
 //! router reads them to select. The cooldown memo is written with a fetch-max by the call that
 //! learns of a refusal, so the next selection sees it at once. In-flight is the one counter written by call tasks: a
-//! [`SourceTicket`] increments it when selection picks the source and decrements it on drop, so a
+//! `SourceTicket` increments it when selection picks the source and decrements it on drop, so a
 //! cancelled call can never leak a slot.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -22,6 +22,95 @@ use super::source::SourceMsg;
 use crate::ports::breaker::BreakerConfig;
 
 /// Counters of one source since the runtime started (monotonic).
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// # use polygateway_actors::policy::select::LeastInflight;
+/// # use polygateway_actors::runtime::{
+/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+/// #     Scope, ScopeConfig, SourceSpec,
+/// # };
+/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+/// # /// A transport error carrying its class.
+/// # #[derive(Debug)]
+/// # struct Failed(FailureClass);
+/// # impl std::fmt::Display for Failed {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+/// # }
+/// # impl std::error::Error for Failed {}
+/// # impl Classify for Failed {
+/// #     fn class(&self) -> FailureClass { self.0 }
+/// #     fn is_rate_limited(&self) -> bool { false }
+/// #     fn retry_after(&self) -> Option<Duration> { None }
+/// #     fn source_reason(&self) -> SourceReason {
+/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+/// #     }
+/// # }
+/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+/// # /// never answer, fail transiently, are rejected, or find the source dead.
+/// # struct Echo;
+/// # #[async_trait::async_trait]
+/// # impl Transport for Echo {
+/// #     type Request = String;
+/// #     type Response = String;
+/// #     type Event = String;
+/// #     type Error = Failed;
+/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+/// #         match request.as_str() {
+/// #             "hang" => std::future::pending().await,
+/// #             "fail" => Err(Failed(FailureClass::Transient)),
+/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+/// #             text => {
+/// #                 if let Some(sink) = events {
+/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+/// #                 }
+/// #                 Ok(text.to_string())
+/// #             }
+/// #         }
+/// #     }
+/// #     fn tokens_used(_: &String) -> Option<u64> { None }
+/// # }
+/// # fn memory_governance() -> GovernanceFactory {
+/// #     let governance = Governance {
+/// #         gate: Arc::new(MemoryGate::default()),
+/// #         breakers: Arc::new(MemoryBreakers::default()),
+/// #         inline: true,
+/// #         timeout: Duration::from_secs(1),
+/// #     };
+/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+/// # }
+/// # fn echo(name: &str) -> SourceSpec<Echo> {
+/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+/// # }
+/// # fn aimd() -> PacerFactory {
+/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+/// # }
+/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+/// #     (runtime, scope)
+/// # }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+/// use std::sync::atomic::Ordering;
+/// scope.call(&"one".to_string(), &NoObserver, None, CallOptions::default()).await.unwrap();
+/// // A caller that gives up mid-attempt leaves a cancelled attempt behind.
+/// let hang = "hang".to_string();
+/// let slow = scope.call(&hang, &NoObserver, None, CallOptions::default());
+/// assert!(tokio::time::timeout(Duration::from_millis(200), slow).await.is_err());
+///
+/// let counters = &scope.sources()[0].counters;
+/// assert_eq!(counters.attempts.load(Ordering::Relaxed), 2);
+/// assert_eq!(counters.cancelled.load(Ordering::Relaxed), 1);
+/// assert_eq!(counters.breaker_refusals.load(Ordering::Relaxed), 0);
+/// # runtime.shutdown(Duration::from_secs(1)).await;
+/// # }
+/// ```
 #[derive(Debug, Default)]
 pub struct SourceCounters {
     /// Attempts sent to the transport.
@@ -45,6 +134,92 @@ pub struct SourceCounters {
 }
 
 /// What the router and handles can read about one source without messaging its actor.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// # use polygateway_actors::policy::select::LeastInflight;
+/// # use polygateway_actors::runtime::{
+/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+/// #     Scope, ScopeConfig, SourceSpec,
+/// # };
+/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+/// # /// A transport error carrying its class.
+/// # #[derive(Debug)]
+/// # struct Failed(FailureClass);
+/// # impl std::fmt::Display for Failed {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+/// # }
+/// # impl std::error::Error for Failed {}
+/// # impl Classify for Failed {
+/// #     fn class(&self) -> FailureClass { self.0 }
+/// #     fn is_rate_limited(&self) -> bool { false }
+/// #     fn retry_after(&self) -> Option<Duration> { None }
+/// #     fn source_reason(&self) -> SourceReason {
+/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+/// #     }
+/// # }
+/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+/// # /// never answer, fail transiently, are rejected, or find the source dead.
+/// # struct Echo;
+/// # #[async_trait::async_trait]
+/// # impl Transport for Echo {
+/// #     type Request = String;
+/// #     type Response = String;
+/// #     type Event = String;
+/// #     type Error = Failed;
+/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+/// #         match request.as_str() {
+/// #             "hang" => std::future::pending().await,
+/// #             "fail" => Err(Failed(FailureClass::Transient)),
+/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+/// #             text => {
+/// #                 if let Some(sink) = events {
+/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+/// #                 }
+/// #                 Ok(text.to_string())
+/// #             }
+/// #         }
+/// #     }
+/// #     fn tokens_used(_: &String) -> Option<u64> { None }
+/// # }
+/// # fn memory_governance() -> GovernanceFactory {
+/// #     let governance = Governance {
+/// #         gate: Arc::new(MemoryGate::default()),
+/// #         breakers: Arc::new(MemoryBreakers::default()),
+/// #         inline: true,
+/// #         timeout: Duration::from_secs(1),
+/// #     };
+/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+/// # }
+/// # fn echo(name: &str) -> SourceSpec<Echo> {
+/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+/// # }
+/// # fn aimd() -> PacerFactory {
+/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+/// # }
+/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+/// #     (runtime, scope)
+/// # }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mut spec = echo("openai_1");
+/// spec.limits = Limits { max_concurrency: 4, rpm: 600, tpm: 0 };
+/// let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![spec]).await;
+/// // A status page reads every source without a round trip to its actor.
+/// for source in scope.sources() {
+///     assert_eq!((source.index, &*source.name), (0, "openai_1"));
+///     assert_eq!(source.limits.rpm, 600);
+///     assert_eq!(source.in_flight(), 0);
+/// }
+/// # runtime.shutdown(Duration::from_secs(1)).await;
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct SourceShared<T> {
     /// Position in the scope's source list.
@@ -81,7 +256,7 @@ impl<T> SourceShared<T> {
     /// memo (any instant before the first use); `slot_freed` is the scope's signal that a pacer
     /// slot came back (one per scope, shared by its sources).
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         index: usize,
         name: Arc<str>,
         transport: Arc<T>,
@@ -115,21 +290,356 @@ impl<T> SourceShared<T> {
     }
 
     /// Calls currently holding a ticket for this source.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// let source = &scope.sources()[0];
+    /// let hang = "hang".to_string();
+    /// let mut call = Box::pin(scope.call(&hang, &NoObserver, None, CallOptions::default()));
+    /// // While its attempt runs, the call holds one pacer slot …
+    /// assert!(tokio::time::timeout(Duration::from_millis(200), &mut call).await.is_err());
+    /// assert_eq!(source.in_flight(), 1);
+    /// // … and dropping the call gives it back.
+    /// drop(call);
+    /// assert_eq!(source.in_flight(), 0);
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Acquire)
     }
 
     /// The pacer's current concurrency limit.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// use polygateway_actors::policy::pacer::AIMD_START;
+    /// // A fresh source starts at the AIMD pacer's starting limit; 429s halve it.
+    /// assert_eq!(scope.sources()[0].pacer_limit(), AIMD_START as u32);
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn pacer_limit(&self) -> u32 {
         self.pacer_limit.load(Ordering::Acquire)
     }
 
     /// The health score in `[0, 1]`.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// // A new source is presumed healthy; failures pull the score down, successes back up.
+    /// assert_eq!(scope.sources()[0].health(), 1.0);
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn health(&self) -> f64 {
         f64::from_bits(self.health_bits.load(Ordering::Acquire))
     }
 
     /// When the local cooldown memo ends (`None` if not cooling at `now`).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// use std::time::Instant;
+    /// use polygateway_actors::runtime::{CallFailure, ScopeReason};
+    /// let source = &scope.sources()[0];
+    /// assert_eq!(source.cooling_until(Instant::now()), None);
+    /// // The source answers "dead": it is skipped for its breaker cooldown.
+    /// let failure = scope.call(&"dead".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// assert!(matches!(failure, Err(CallFailure::Unavailable { reason: ScopeReason::CircuitOpen, .. })));
+    /// let now = Instant::now();
+    /// assert!(source.cooling_until(now).is_some_and(|until| until > now));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn cooling_until(&self, now: Instant) -> Option<Instant> {
         let until = self.cooling_until_ms.load(Ordering::Acquire);
         let now_ms = self.millis(now);
@@ -137,7 +647,7 @@ impl<T> SourceShared<T> {
     }
 
     /// Try to take a pacer slot: succeeds while in-flight is below the pacer limit.
-    pub fn try_enter(self: &Arc<Self>) -> Option<SourceTicket<T>> {
+    pub(crate) fn try_enter(self: &Arc<Self>) -> Option<SourceTicket<T>> {
         let limit = self.pacer_limit();
         let mut current = self.in_flight.load(Ordering::Acquire);
         loop {
@@ -218,13 +728,13 @@ impl<T> SourceShared<T> {
 
 /// A pacer slot on one source, held for the whole attempt. Dropping it frees the slot.
 #[derive(Debug)]
-pub struct SourceTicket<T> {
+pub(crate) struct SourceTicket<T> {
     source: Arc<SourceShared<T>>,
 }
 
 impl<T> SourceTicket<T> {
     /// The source this ticket is for.
-    pub fn source(&self) -> &Arc<SourceShared<T>> {
+    pub(crate) fn source(&self) -> &Arc<SourceShared<T>> {
         &self.source
     }
 }

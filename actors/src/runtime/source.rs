@@ -19,11 +19,29 @@ use crate::policy::pacer::Pacer;
 use super::shared::SourceShared;
 
 /// Builds a fresh pacer for a source (injectable: the AIMD constants are the library's default).
+///
+/// ```
+/// use std::sync::Arc;
+/// use polygateway_actors::policy::pacer::Pacer;
+/// use polygateway_actors::runtime::PacerFactory;
+/// use polygateway_actors::{AttemptVerdict, Limits};
+/// /// A pacer that never adapts: the configured concurrency, or 1.
+/// #[derive(Debug)]
+/// struct Fixed(u32);
+/// impl Pacer for Fixed {
+///     fn limit(&self) -> u32 { self.0 }
+///     fn observe(&mut self, _verdict: AttemptVerdict) {}
+/// }
+/// let fixed: PacerFactory =
+///     Arc::new(|limits: &Limits| Box::new(Fixed(limits.max_concurrency.max(1))) as Box<dyn Pacer>);
+/// assert_eq!(fixed(&Limits { max_concurrency: 4, ..Limits::default() }).limit(), 4);
+/// assert_eq!(fixed(&Limits::default()).limit(), 1);
+/// ```
 pub type PacerFactory = Arc<dyn Fn(&crate::ports::gate::Limits) -> Box<dyn Pacer> + Send + Sync>;
 
 /// Messages of a source actor.
 #[derive(Debug)]
-pub enum SourceMsg {
+pub(crate) enum SourceMsg {
     /// One attempt finished with this verdict.
     Report(AttemptVerdict),
     /// Chaos hook: make the actor fail, to exercise supervision.
@@ -31,7 +49,7 @@ pub enum SourceMsg {
 }
 
 /// The source actor.
-pub struct SourceActor<T> {
+pub(crate) struct SourceActor<T> {
     _transport: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -44,11 +62,11 @@ impl<T> Default for SourceActor<T> {
 }
 
 /// Arguments (kept by the router to respawn the actor after a failure).
-pub struct SourceArgs<T> {
+pub(crate) struct SourceArgs<T> {
     /// The source's shared values (survive restarts: in-flight tickets stay accounted).
-    pub shared: Arc<SourceShared<T>>,
+    pub(crate) shared: Arc<SourceShared<T>>,
     /// Pacer constructor.
-    pub pacer: PacerFactory,
+    pub(crate) pacer: PacerFactory,
 }
 
 impl<T> Clone for SourceArgs<T> {
@@ -62,7 +80,7 @@ impl<T> Clone for SourceArgs<T> {
 
 /// State of a source actor. A restart starts the pacer and health afresh (the reason for a
 /// restart is that this state may be corrupt); the shared counters and in-flight survive.
-pub struct SourceState<T> {
+pub(crate) struct SourceState<T> {
     shared: Arc<SourceShared<T>>,
     pacer: Box<dyn Pacer>,
     health: HealthEwma,

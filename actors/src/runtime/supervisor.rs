@@ -39,10 +39,10 @@ use super::source::{PacerFactory, SourceArgs};
 type SpawnFuture = Pin<Box<dyn Future<Output = Result<ActorCell, String>> + Send>>;
 
 /// Spawns (again) one child linked to the supervisor cell it is given.
-pub type Respawn = Arc<dyn Fn(ActorCell) -> SpawnFuture + Send + Sync>;
+pub(crate) type Respawn = Arc<dyn Fn(ActorCell) -> SpawnFuture + Send + Sync>;
 
 /// Messages of the runtime supervisor.
-pub enum SupervisorMsg {
+pub(crate) enum SupervisorMsg {
     /// Spawn and supervise a child.
     Adopt {
         /// Child name for logs and errors.
@@ -77,7 +77,7 @@ struct Child {
 }
 
 /// State of the runtime supervisor.
-pub struct SupervisorState {
+pub(crate) struct SupervisorState {
     children: HashMap<String, Child>,
     by_id: HashMap<ActorId, String>,
     clock: Arc<dyn Clock>,
@@ -85,7 +85,7 @@ pub struct SupervisorState {
 
 /// The runtime supervisor actor.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RuntimeSupervisor;
+pub(crate) struct RuntimeSupervisor;
 
 impl RuntimeSupervisor {
     async fn spawn_child(
@@ -226,6 +226,94 @@ fn handle_child_down(
 }
 
 /// One source of a scope to build.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// # use polygateway_actors::policy::select::LeastInflight;
+/// # use polygateway_actors::runtime::{
+/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+/// #     Scope, ScopeConfig, SourceSpec,
+/// # };
+/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+/// # /// A transport error carrying its class.
+/// # #[derive(Debug)]
+/// # struct Failed(FailureClass);
+/// # impl std::fmt::Display for Failed {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+/// # }
+/// # impl std::error::Error for Failed {}
+/// # impl Classify for Failed {
+/// #     fn class(&self) -> FailureClass { self.0 }
+/// #     fn is_rate_limited(&self) -> bool { false }
+/// #     fn retry_after(&self) -> Option<Duration> { None }
+/// #     fn source_reason(&self) -> SourceReason {
+/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+/// #     }
+/// # }
+/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+/// # /// never answer, fail transiently, are rejected, or find the source dead.
+/// # struct Echo;
+/// # #[async_trait::async_trait]
+/// # impl Transport for Echo {
+/// #     type Request = String;
+/// #     type Response = String;
+/// #     type Event = String;
+/// #     type Error = Failed;
+/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+/// #         match request.as_str() {
+/// #             "hang" => std::future::pending().await,
+/// #             "fail" => Err(Failed(FailureClass::Transient)),
+/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+/// #             text => {
+/// #                 if let Some(sink) = events {
+/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+/// #                 }
+/// #                 Ok(text.to_string())
+/// #             }
+/// #         }
+/// #     }
+/// #     fn tokens_used(_: &String) -> Option<u64> { None }
+/// # }
+/// # fn memory_governance() -> GovernanceFactory {
+/// #     let governance = Governance {
+/// #         gate: Arc::new(MemoryGate::default()),
+/// #         breakers: Arc::new(MemoryBreakers::default()),
+/// #         inline: true,
+/// #         timeout: Duration::from_secs(1),
+/// #     };
+/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+/// # }
+/// # fn echo(name: &str) -> SourceSpec<Echo> {
+/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+/// # }
+/// # fn aimd() -> PacerFactory {
+/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+/// # }
+/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+/// #     (runtime, scope)
+/// # }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let spec = SourceSpec {
+///     name: "openai_1".into(),
+///     transport: Arc::new(Echo),
+///     breaker: BreakerConfig { fail_threshold: 3, ..BreakerConfig::default() },
+///     limits: Limits { max_concurrency: 8, rpm: 600, tpm: 100_000 },
+///     est_tokens: 512,
+/// };
+/// let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![spec]).await;
+/// let source = &scope.sources()[0];
+/// assert_eq!((&*source.name, source.est_tokens), ("openai_1", 512));
+/// assert_eq!(source.breaker.fail_threshold, 3);
+/// # runtime.shutdown(Duration::from_secs(1)).await;
+/// # }
+/// ```
 pub struct SourceSpec<T> {
     /// Source name.
     pub name: Arc<str>,
@@ -242,6 +330,91 @@ pub struct SourceSpec<T> {
 /// A running runtime: the supervision tree plus the slots handles use to reach it.
 ///
 /// Dropping it does not stop the actors; call [`Runtime::shutdown`].
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// # use polygateway_actors::policy::select::LeastInflight;
+/// # use polygateway_actors::runtime::{
+/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+/// #     Scope, ScopeConfig, SourceSpec,
+/// # };
+/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+/// # /// A transport error carrying its class.
+/// # #[derive(Debug)]
+/// # struct Failed(FailureClass);
+/// # impl std::fmt::Display for Failed {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+/// # }
+/// # impl std::error::Error for Failed {}
+/// # impl Classify for Failed {
+/// #     fn class(&self) -> FailureClass { self.0 }
+/// #     fn is_rate_limited(&self) -> bool { false }
+/// #     fn retry_after(&self) -> Option<Duration> { None }
+/// #     fn source_reason(&self) -> SourceReason {
+/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+/// #     }
+/// # }
+/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+/// # /// never answer, fail transiently, are rejected, or find the source dead.
+/// # struct Echo;
+/// # #[async_trait::async_trait]
+/// # impl Transport for Echo {
+/// #     type Request = String;
+/// #     type Response = String;
+/// #     type Event = String;
+/// #     type Error = Failed;
+/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+/// #         match request.as_str() {
+/// #             "hang" => std::future::pending().await,
+/// #             "fail" => Err(Failed(FailureClass::Transient)),
+/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+/// #             text => {
+/// #                 if let Some(sink) = events {
+/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+/// #                 }
+/// #                 Ok(text.to_string())
+/// #             }
+/// #         }
+/// #     }
+/// #     fn tokens_used(_: &String) -> Option<u64> { None }
+/// # }
+/// # fn memory_governance() -> GovernanceFactory {
+/// #     let governance = Governance {
+/// #         gate: Arc::new(MemoryGate::default()),
+/// #         breakers: Arc::new(MemoryBreakers::default()),
+/// #         inline: true,
+/// #         timeout: Duration::from_secs(1),
+/// #     };
+/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+/// # }
+/// # fn echo(name: &str) -> SourceSpec<Echo> {
+/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+/// # }
+/// # fn aimd() -> PacerFactory {
+/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+/// # }
+/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+/// #     (runtime, scope)
+/// # }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+/// let scope = runtime
+///     .add_scope(ScopeConfig::new("LLM"), vec![echo("echo_1")], Box::new(LeastInflight), aimd())
+///     .await
+///     .unwrap();
+/// let governed = scope.call(&"hi".to_string(), &NoObserver, None, CallOptions::default()).await.unwrap();
+/// assert_eq!(governed.response, "hi");
+/// runtime.shutdown(Duration::from_secs(1)).await;
+/// assert!(runtime.is_shut_down());
+/// # }
+/// ```
 pub struct Runtime {
     supervisor: ActorRef<SupervisorMsg>,
     admission: ActorSlot<AdmissionMsg>,
@@ -259,6 +432,18 @@ impl std::fmt::Debug for Runtime {
 }
 
 /// Options of a runtime.
+///
+/// ```
+/// use std::sync::Arc;
+/// use polygateway_actors::memory::ManualClock;
+/// use polygateway_actors::runtime::{RestartPolicy, RuntimeOptions};
+/// let options = RuntimeOptions {
+///     clock: Arc::new(ManualClock::new()), // tests drive time by hand
+///     restart: RestartPolicy { max_restarts: 3, ..RestartPolicy::default() },
+/// };
+/// assert_eq!(options.restart.max_restarts, 3);
+/// assert_eq!(RuntimeOptions::default().restart, RestartPolicy::default());
+/// ```
 #[derive(Clone)]
 pub struct RuntimeOptions {
     /// Time source.
@@ -278,6 +463,30 @@ impl Default for RuntimeOptions {
 
 impl Runtime {
     /// Start a runtime: the supervisor and its admission actor (built through `governance`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// use polygateway_actors::runtime::{Governance, GovernanceFactory, Runtime, RuntimeOptions};
+    /// let governance = Governance {
+    ///     gate: Arc::new(MemoryGate::default()),
+    ///     breakers: Arc::new(MemoryBreakers::default()),
+    ///     inline: true,
+    ///     timeout: Duration::from_secs(1),
+    /// };
+    /// // Called at start and again whenever the admission actor is restarted.
+    /// let factory: GovernanceFactory = Arc::new(move || {
+    ///     let governance = governance.clone();
+    ///     Box::pin(async move { Ok(governance) })
+    /// });
+    /// let runtime = Runtime::start(factory, RuntimeOptions::default()).await.unwrap();
+    /// assert!(!runtime.is_shut_down());
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub async fn start(
         governance: GovernanceFactory,
         options: RuntimeOptions,
@@ -307,6 +516,106 @@ impl Runtime {
 
     /// Spawn and supervise a restartable child whose arguments can be cloned for restarts. The
     /// slot always points at its current incarnation (or says why it is down).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+    /// # struct Doubler;
+    /// # enum DoublerMsg { Double(u32, RpcReplyPort<u32>) }
+    /// # impl Actor for Doubler {
+    /// #     type Msg = DoublerMsg;
+    /// #     type State = ();
+    /// #     type Arguments = ();
+    /// #     async fn pre_start(&self, _: ActorRef<DoublerMsg>, _: ()) -> Result<(), ActorProcessingErr> { Ok(()) }
+    /// #     async fn handle(&self, _: ActorRef<DoublerMsg>, msg: DoublerMsg, _: &mut ()) -> Result<(), ActorProcessingErr> {
+    /// #         let DoublerMsg::Double(n, reply) = msg;
+    /// #         let _ = reply.send(n * 2);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// use polygateway_actors::runtime::{ActorSlot, RestartPolicy};
+    /// let slot = ActorSlot::down("doubler starting");
+    /// runtime
+    ///     .adopt("doubler", || Doubler, (), Some(RestartPolicy::default()), slot.clone())
+    ///     .await
+    ///     .unwrap();
+    /// let doubler = slot.get().unwrap();
+    /// assert!(matches!(ractor::call!(doubler, DoublerMsg::Double, 21), Ok(42)));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub async fn adopt<A, F>(
         &self,
         name: &str,
@@ -368,6 +677,94 @@ impl Runtime {
 
     /// Build a scope: one router (an escalation point: not restarted) and one source actor per
     /// source (restarted by the router under the runtime's restart policy).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// use polygateway_actors::policy::select::RoundRobin;
+    /// let pacer: PacerFactory =
+    ///     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>);
+    /// let scope = runtime
+    ///     .add_scope(ScopeConfig::new("LLM"), vec![echo("a_1"), echo("b_1")], Box::new(RoundRobin::default()), pacer)
+    ///     .await
+    ///     .unwrap();
+    /// assert_eq!(scope.sources().len(), 2);
+    /// let governed = scope.call(&"hi".to_string(), &NoObserver, None, CallOptions::default()).await.unwrap();
+    /// assert!(["a_1", "b_1"].contains(&&*governed.source));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub async fn add_scope<T: Transport>(
         &self,
         config: ScopeConfig,
@@ -456,19 +853,184 @@ impl Runtime {
     }
 
     /// The runtime's clock.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway_actors::memory::ManualClock;
+    /// use polygateway_actors::Clock;
+    /// let clock = Arc::new(ManualClock::new());
+    /// let options = RuntimeOptions { clock: clock.clone(), ..RuntimeOptions::default() };
+    /// let runtime = Runtime::start(memory_governance(), options).await.unwrap();
+    /// let t0 = runtime.clock().now();
+    /// clock.advance(Duration::from_secs(5));
+    /// assert_eq!(runtime.clock().now() - t0, Duration::from_secs(5));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
-    }
-
-    /// The admission actor's slot.
-    pub fn admission(&self) -> &ActorSlot<AdmissionMsg> {
-        &self.admission
     }
 
     /// First half of a shutdown: calls in flight end with a shutdown error and hand back what
     /// they hold, and the admission actor finishes the backend work it started (Redis releases,
     /// force-opens). The tree keeps running, so the owner can flush telemetry afterwards.
     /// Bounded by `timeout`; idempotent.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// use polygateway_actors::runtime::CallFailure;
+    /// runtime.quiesce(Duration::from_secs(1)).await;
+    /// // New calls end at once with a shutdown error …
+    /// let late = scope.call(&"late".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// assert!(matches!(late, Err(CallFailure::Shutdown(_))));
+    /// // … while the tree keeps running, so telemetry can still be flushed before `shutdown`.
+    /// assert_eq!(scope.router_status(), Ok(()));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub async fn quiesce(&self, timeout: Duration) {
         self.shutdown.cancel();
         // Interrupted calls hand back their permits by message; let those land first.
@@ -483,6 +1045,90 @@ impl Runtime {
 
     /// Stop the tree ([`Runtime::quiesce`] first if it was not called). Bounded by `timeout`;
     /// idempotent.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// use polygateway_actors::runtime::CallFailure;
+    /// runtime.shutdown(Duration::from_secs(1)).await;
+    /// let late = scope.call(&"late".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// assert!(matches!(late, Err(CallFailure::Shutdown(_))));
+    /// assert!(runtime.is_shut_down());
+    /// // A second shutdown is a no-op.
+    /// runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub async fn shutdown(&self, timeout: Duration) {
         if !self.shutdown.is_cancelled() {
             self.quiesce(timeout / 2).await;
@@ -495,7 +1141,89 @@ impl Runtime {
         .await;
     }
 
-    /// `true` once [`Runtime::shutdown`] was called.
+    /// `true` once [`Runtime::quiesce`] or [`Runtime::shutdown`] was called.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
+    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// # use polygateway_actors::policy::select::LeastInflight;
+    /// # use polygateway_actors::runtime::{
+    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
+    /// #     Scope, ScopeConfig, SourceSpec,
+    /// # };
+    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
+    /// # /// A transport error carrying its class.
+    /// # #[derive(Debug)]
+    /// # struct Failed(FailureClass);
+    /// # impl std::fmt::Display for Failed {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
+    /// # }
+    /// # impl std::error::Error for Failed {}
+    /// # impl Classify for Failed {
+    /// #     fn class(&self) -> FailureClass { self.0 }
+    /// #     fn is_rate_limited(&self) -> bool { false }
+    /// #     fn retry_after(&self) -> Option<Duration> { None }
+    /// #     fn source_reason(&self) -> SourceReason {
+    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
+    /// #     }
+    /// # }
+    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
+    /// # /// never answer, fail transiently, are rejected, or find the source dead.
+    /// # struct Echo;
+    /// # #[async_trait::async_trait]
+    /// # impl Transport for Echo {
+    /// #     type Request = String;
+    /// #     type Response = String;
+    /// #     type Event = String;
+    /// #     type Error = Failed;
+    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
+    /// #         match request.as_str() {
+    /// #             "hang" => std::future::pending().await,
+    /// #             "fail" => Err(Failed(FailureClass::Transient)),
+    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
+    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
+    /// #             text => {
+    /// #                 if let Some(sink) = events {
+    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
+    /// #                 }
+    /// #                 Ok(text.to_string())
+    /// #             }
+    /// #         }
+    /// #     }
+    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
+    /// # }
+    /// # fn memory_governance() -> GovernanceFactory {
+    /// #     let governance = Governance {
+    /// #         gate: Arc::new(MemoryGate::default()),
+    /// #         breakers: Arc::new(MemoryBreakers::default()),
+    /// #         inline: true,
+    /// #         timeout: Duration::from_secs(1),
+    /// #     };
+    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
+    /// # }
+    /// # fn echo(name: &str) -> SourceSpec<Echo> {
+    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
+    /// # }
+    /// # fn aimd() -> PacerFactory {
+    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
+    /// # }
+    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
+    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
+    /// #     (runtime, scope)
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
+    /// assert!(!runtime.is_shut_down());
+    /// // Already true after the first half of a shutdown.
+    /// runtime.quiesce(Duration::from_secs(1)).await;
+    /// assert!(runtime.is_shut_down());
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
     pub fn is_shut_down(&self) -> bool {
         self.shutdown.is_cancelled()
     }

@@ -34,6 +34,15 @@ pub struct TelemetryQueue<R> {
 
 impl<R> TelemetryQueue<R> {
     /// A queue holding at most `capacity` rows (at least 1).
+    ///
+    /// ```
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q: TelemetryQueue<String> = TelemetryQueue::new(1_000);
+    /// assert_eq!(q.capacity(), 1_000);
+    /// assert!(q.is_empty());
+    /// // A capacity of 0 is raised to 1.
+    /// assert_eq!(TelemetryQueue::<String>::new(0).capacity(), 1);
+    /// ```
     pub fn new(capacity: usize) -> Self {
         Self {
             rows: Mutex::new(VecDeque::new()),
@@ -46,6 +55,14 @@ impl<R> TelemetryQueue<R> {
     }
 
     /// Enqueue a row without waiting. Returns `false` (and counts the row as dropped) when full.
+    ///
+    /// ```
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = TelemetryQueue::new(1);
+    /// assert!(q.push("first"));
+    /// assert!(!q.push("second")); // full: refused at once, never waited on
+    /// assert_eq!((q.accepted(), q.dropped()), (1, 1));
+    /// ```
     pub fn push(&self, row: R) -> bool {
         let len = {
             let mut rows = self.lock();
@@ -67,6 +84,17 @@ impl<R> TelemetryQueue<R> {
     }
 
     /// Take up to `max` rows from the front, oldest first.
+    ///
+    /// ```
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = TelemetryQueue::new(10);
+    /// for row in 1..=5 {
+    ///     q.push(row);
+    /// }
+    /// assert_eq!(q.drain(2), vec![1, 2]);
+    /// assert_eq!(q.drain(100), vec![3, 4, 5]);
+    /// assert!(q.drain(100).is_empty());
+    /// ```
     pub fn drain(&self, max: usize) -> Vec<R> {
         let mut rows = self.lock();
         let n = max.min(rows.len());
@@ -74,42 +102,141 @@ impl<R> TelemetryQueue<R> {
     }
 
     /// Rows waiting.
+    ///
+    /// ```
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = TelemetryQueue::new(10);
+    /// q.push('a');
+    /// q.push('b');
+    /// assert_eq!(q.len(), 2);
+    /// q.drain(1);
+    /// assert_eq!(q.len(), 1);
+    /// ```
     pub fn len(&self) -> usize {
         self.lock().len()
     }
 
     /// `true` when no row is waiting.
+    ///
+    /// ```
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = TelemetryQueue::new(10);
+    /// assert!(q.is_empty());
+    /// q.push(1);
+    /// assert!(!q.is_empty());
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The capacity.
+    ///
+    /// ```
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = TelemetryQueue::new(3);
+    /// for row in 0..q.capacity() {
+    ///     assert!(q.push(row));
+    /// }
+    /// assert!(!q.push(99));
+    /// ```
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// Rows refused because the queue was full, since creation.
+    ///
+    /// ```
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = TelemetryQueue::new(2);
+    /// for row in 0..5 {
+    ///     q.push(row);
+    /// }
+    /// assert_eq!(q.dropped(), 3);
+    /// q.drain(2);
+    /// assert_eq!(q.dropped(), 3); // a running total: draining does not reset it
+    /// ```
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
     /// Rows accepted, since creation.
+    ///
+    /// ```
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = TelemetryQueue::new(2);
+    /// q.push(1);
+    /// q.push(2);
+    /// q.drain(2);
+    /// q.push(3);
+    /// assert_eq!(q.accepted(), 3); // counts rows ever accepted, not rows waiting
+    /// assert_eq!(q.len(), 1);
+    /// ```
     pub fn accepted(&self) -> u64 {
         self.accepted.load(Ordering::Relaxed)
     }
 
     /// Ask to be woken (through [`TelemetryQueue::wait_full`]) when the queue reaches `len` rows.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = TelemetryQueue::new(100);
+    /// q.set_wake_at(2);
+    /// q.push(1);
+    /// let early = tokio::time::timeout(Duration::from_millis(10), q.wait_full()).await;
+    /// assert!(early.is_err(), "one row is not a batch yet");
+    /// q.push(2);
+    /// assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full()).await.is_ok());
+    /// # }
+    /// ```
     pub fn set_wake_at(&self, len: usize) {
         self.wake_at.store(len, Ordering::Relaxed);
     }
 
     /// Resolves once the queue has reached the wake-up length since the last call (a permit is
     /// stored if nobody was waiting).
+    ///
+    /// A consumer loop drains one batch per wake-up:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::sync::Arc;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q = Arc::new(TelemetryQueue::new(100));
+    /// q.set_wake_at(3);
+    /// let consumer = tokio::spawn({
+    ///     let q = Arc::clone(&q);
+    ///     async move {
+    ///         q.wait_full().await;
+    ///         q.drain(3)
+    ///     }
+    /// });
+    /// for row in ["a", "b", "c"] {
+    ///     q.push(row);
+    /// }
+    /// assert_eq!(consumer.await.unwrap(), vec!["a", "b", "c"]);
+    /// # }
+    /// ```
     pub async fn wait_full(&self) {
         self.wake.notified().await;
     }
 
     /// Wake the consumer now (used when a wake-up reached a consumer that is gone).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
+    /// let q: TelemetryQueue<u32> = TelemetryQueue::new(100);
+    /// q.set_wake_at(50);
+    /// q.wake_consumer(); // stores a permit: the next wait returns at once
+    /// assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full()).await.is_ok());
+    /// # }
+    /// ```
     pub fn wake_consumer(&self) {
         self.wake.notify_one();
     }

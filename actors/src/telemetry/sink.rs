@@ -10,6 +10,19 @@ use async_trait::async_trait;
 ///
 /// Pool saturation drops rows without setting `degraded`: watch both `degraded` and
 /// `dropped_rows`.
+///
+/// ```
+/// use polygateway_actors::telemetry::TelemetryStatus;
+/// let healthy = TelemetryStatus::default();
+/// assert!(!healthy.degraded && !healthy.fatal && healthy.reason.is_none());
+/// let degraded = TelemetryStatus {
+///     degraded: true,
+///     reason: Some("connection refused".into()),
+///     retry_after_s: 42.0,
+///     ..TelemetryStatus::default()
+/// };
+/// assert_ne!(degraded, healthy);
+/// ```
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TelemetryStatus {
     /// The backend is failing for environmental reasons; writes are skipped until the cooldown ends.
@@ -27,6 +40,44 @@ pub struct TelemetryStatus {
 }
 
 /// Where telemetry rows go.
+///
+/// An implementation that keeps rows in memory and drops those over a limit:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::sync::Mutex;
+/// use polygateway_actors::telemetry::{TelemetrySink, TelemetryStatus};
+///
+/// #[derive(Default)]
+/// struct Memory {
+///     rows: Mutex<Vec<String>>,
+///     dropped: Mutex<u64>,
+/// }
+///
+/// #[async_trait::async_trait]
+/// impl TelemetrySink<String> for Memory {
+///     async fn write_batch(&self, batch: Vec<String>) {
+///         let mut rows = self.rows.lock().unwrap();
+///         for row in batch {
+///             if rows.len() < 2 {
+///                 rows.push(row);
+///             } else {
+///                 *self.dropped.lock().unwrap() += 1; // counted, never an error
+///             }
+///         }
+///     }
+///     fn status(&self) -> TelemetryStatus {
+///         TelemetryStatus { dropped_rows: *self.dropped.lock().unwrap(), ..TelemetryStatus::default() }
+///     }
+/// }
+///
+/// let sink = Memory::default();
+/// sink.write_batch(vec!["a".into(), "b".into(), "c".into()]).await;
+/// assert_eq!(sink.status().dropped_rows, 1);
+/// sink.shutdown().await; // the default: nothing to release
+/// # }
+/// ```
 #[async_trait]
 pub trait TelemetrySink<R: Send + 'static>: Send + Sync + 'static {
     /// Write a batch. Never fails: rows that cannot be written are counted as dropped and the
@@ -43,6 +94,15 @@ pub trait TelemetrySink<R: Send + 'static>: Send + Sync + 'static {
 
 /// A sink that records nothing (`PGW_TELEMETRY_BACKEND=none`). Discarded rows are deliberate, not
 /// counted as dropped.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway_actors::telemetry::{NullSink, TelemetrySink, TelemetryStatus};
+/// NullSink.write_batch(vec![1, 2, 3]).await;
+/// assert_eq!(TelemetrySink::<i32>::status(&NullSink), TelemetryStatus::default());
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NullSink;
 

@@ -6,6 +6,26 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// How the mock OCR server answers. Modes that concern only `/parse` leave `/ocr/text` normal.
+///
+/// A test of the gateway's defence against a broken layout:
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+/// use polygateway::testkit::mock_settings;
+/// use polygateway::GatewayError;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockOcr::start(OcrFault::DegenerateBbox).await;
+/// let settings = mock_settings(&[("OCR", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "OCR").await.unwrap();
+/// let png = b"\x89PNG\r\n\x1a\n a scanned page".to_vec();
+/// let err = gw.parse_layout(png.clone()).await.unwrap_err();
+/// assert!(matches!(&err, GatewayError::ResultInvalid { message, .. } if message.contains("zero area")));
+/// // `/ocr/text` is not concerned by a layout fault.
+/// assert!(gw.recognize_text(png).await.is_ok());
+/// # gw.shutdown().await;
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum OcrFault {

@@ -8,11 +8,45 @@ use std::io::{Cursor, Write};
 use serde_json::{json, Value};
 
 /// Text `/ocr/text` answers in the normal mode.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::fixture::SAMPLE_TEXT;
+/// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+/// use polygateway::testkit::mock_settings;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockOcr::start(OcrFault::None).await;
+/// let settings = mock_settings(&[("OCR", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "OCR").await.unwrap();
+/// let png = b"\x89PNG\r\n\x1a\n a scanned page".to_vec();
+/// let result = gw.recognize_text(png).await.unwrap();
+/// assert_eq!(result.text, SAMPLE_TEXT);
+/// # gw.shutdown().await;
+/// # }
+/// ```
 pub const SAMPLE_TEXT: &str =
     "MonkeyOCR: Document Parsing with a Structure-Recognition-Relation Triplet Paradigm\n\
      We introduce the SRR paradigm for document parsing.";
 
 /// `(page_index, type)` of every `para_blocks` entry of [`sample_middle_json`], in order.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::fixture::SAMPLE_ELEMENTS;
+/// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+/// use polygateway::testkit::mock_settings;
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockOcr::start(OcrFault::None).await;
+/// let settings = mock_settings(&[("OCR", mock.base_url().as_str())], &[]);
+/// let gw = polygateway::Gateway::from_settings(settings, "OCR").await.unwrap();
+/// let png = b"\x89PNG\r\n\x1a\n a scanned page".to_vec();
+/// let layout = gw.parse_layout(png).await.unwrap();
+/// let seen: Vec<(usize, &str)> =
+///     layout.elements.iter().map(|e| (e.page_index, e.kind.as_str())).collect();
+/// assert_eq!(seen, SAMPLE_ELEMENTS);
+/// # gw.shutdown().await;
+/// # }
+/// ```
 pub const SAMPLE_ELEMENTS: &[(usize, &str)] = &[
     (0, "title"),
     (0, "text"),
@@ -27,9 +61,27 @@ pub const SAMPLE_ELEMENTS: &[(usize, &str)] = &[
 ];
 
 /// Page size of every page of the fixture (US letter, in points).
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_PAGE_SIZE};
+/// let (width, height) = SAMPLE_PAGE_SIZE;
+/// for page in sample_middle_json()["pdf_info"].as_array().unwrap() {
+///     assert_eq!(page["page_size"], serde_json::json!([width, height]));
+/// }
+/// ```
 pub const SAMPLE_PAGE_SIZE: (f64, f64) = (612.0, 792.0);
 
 /// The HTML of the fixture's table (page 1, block 1).
+///
+/// ```
+/// use std::io::Read;
+/// use polygateway::testkit::mock_ocr::fixture::{layout_zip, SAMPLE_TABLE_HTML};
+/// // The Markdown file of the result ZIP embeds the table as HTML, as MonkeyOCR does.
+/// let mut zip = zip::ZipArchive::new(std::io::Cursor::new(layout_zip("scan", None))).unwrap();
+/// let mut markdown = String::new();
+/// zip.by_name("scan.md").unwrap().read_to_string(&mut markdown).unwrap();
+/// assert!(markdown.contains(SAMPLE_TABLE_HTML));
+/// ```
 pub const SAMPLE_TABLE_HTML: &str =
     "<table><tr><td>Method</td><td>Score</td></tr><tr><td>MonkeyOCR</td><td>87.4</td></tr></table>";
 
@@ -90,6 +142,16 @@ fn header_footer(page_idx: usize) -> Vec<Value> {
 /// A realistic three-page middle JSON: title, text with inline equations, interline equation,
 /// a table and an image with nested `blocks`, a list, float `index` values, headers and footers
 /// in `discarded_blocks`, and keys the transport must ignore.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_ELEMENTS};
+/// let doc = sample_middle_json();
+/// let pages = doc["pdf_info"].as_array().unwrap();
+/// assert_eq!(pages.len(), 3);
+/// assert_eq!(pages[1]["para_blocks"][1]["type"], "table");
+/// let blocks: usize = pages.iter().map(|p| p["para_blocks"].as_array().unwrap().len()).sum();
+/// assert_eq!(blocks, SAMPLE_ELEMENTS.len());
+/// ```
 pub fn sample_middle_json() -> Value {
     let page0 = vec![
         text_block(
@@ -237,6 +299,14 @@ pub fn sample_middle_json() -> Value {
 }
 
 /// [`sample_middle_json`] with page 1 block 1 (the table) given a zero-width bbox.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::fixture::{degenerate_middle_json, sample_middle_json};
+/// let bad = degenerate_middle_json();
+/// let bbox = &bad["pdf_info"][1]["para_blocks"][1]["bbox"];
+/// assert_eq!(bbox[0], bbox[2], "x0 == x1: zero width");
+/// assert_ne!(bad, sample_middle_json());
+/// ```
 pub fn degenerate_middle_json() -> Value {
     let mut doc = sample_middle_json();
     doc["pdf_info"][1]["para_blocks"][1]["bbox"] = json!([314, 356, 314, 459]);
@@ -244,12 +314,34 @@ pub fn degenerate_middle_json() -> Value {
 }
 
 /// A one-page middle JSON with no content (only a discarded header): a blank scan.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::fixture::blank_middle_json;
+/// let doc = blank_middle_json();
+/// let pages = doc["pdf_info"].as_array().unwrap();
+/// assert_eq!(pages.len(), 1);
+/// assert!(pages[0]["para_blocks"].as_array().unwrap().is_empty());
+/// assert!(!pages[0]["discarded_blocks"].as_array().unwrap().is_empty());
+/// ```
 pub fn blank_middle_json() -> Value {
     json!({"pdf_info": [page(0, vec![], header_footer(0))], "_parse_type": "ocr", "_version_name": "1.1.0"})
 }
 
 /// The `/parse` result ZIP for `middle` (omitted when `None`), with the other files MonkeyOCR
 /// writes: `{stem}.md`, `{stem}_content_list.json`, `{stem}_middle.json`, an extracted image.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::fixture::{layout_zip, sample_middle_json};
+/// let names = |bytes: Vec<u8>| {
+///     let zip = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+///     zip.file_names().map(|name| name.unwrap().into_owned()).collect::<Vec<_>>()
+/// };
+/// let full = names(layout_zip("scan", Some(&sample_middle_json())));
+/// assert!(full.contains(&"scan_middle.json".to_string()));
+/// assert!(full.contains(&"scan.md".to_string()));
+/// // `None` builds the archive of a `MissingMiddleJson` fault.
+/// assert!(!names(layout_zip("scan", None)).contains(&"scan_middle.json".to_string()));
+/// ```
 pub fn layout_zip(stem: &str, middle: Option<&Value>) -> Vec<u8> {
     let mut files: Vec<(String, Vec<u8>)> = vec![
         (

@@ -53,6 +53,17 @@ const MAX_STORED_FILES: usize = 1024;
 const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 
 /// An endpoint of the mock, for request counters.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let mock = MockOcr::start(OcrFault::None).await;
+/// reqwest::get(format!("{}/health", mock.base_url())).await.unwrap();
+/// assert_eq!(mock.requests(OcrEndpoint::Health), 1);
+/// assert_eq!(mock.requests(OcrEndpoint::Parse), 0);
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OcrEndpoint {
     /// `GET /health`.
@@ -77,6 +88,30 @@ impl OcrEndpoint {
 }
 
 /// What the mock saw of an upload.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault, UploadSeen};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
+/// #     let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+/// #     let form = reqwest::multipart::Form::new().part("file", part.mime_str("image/png").unwrap());
+/// #     reqwest::Client::new().post(url).multipart(form).send().await.unwrap()
+/// # }
+/// # const PNG: &[u8] = b"\x89PNG\r\n\x1a\n page";
+/// let mock = MockOcr::start(OcrFault::None).await;
+/// upload(format!("{}/ocr/text", mock.base_url()), "scan.png", PNG).await;
+/// assert_eq!(
+///     mock.last_upload(),
+///     Some(UploadSeen {
+///         endpoint: OcrEndpoint::OcrText,
+///         file_name: Some("scan.png".into()),
+///         content_type: Some("image/png".into()),
+///         len: PNG.len(),
+///     })
+/// );
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UploadSeen {
     /// `/ocr/text` or `/parse`.
@@ -91,6 +126,36 @@ pub struct UploadSeen {
 
 /// A running mock MonkeyOCR server. Dropping it stops the server and releases black-holed
 /// requests.
+///
+/// An OCR scope over the mock:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::collections::BTreeMap;
+/// use polygateway::config::Settings;
+/// use polygateway::testkit::mock_ocr::{fixture, MockOcr, OcrEndpoint, OcrFault};
+/// use polygateway::Gateway;
+///
+/// let mock = MockOcr::start(OcrFault::None).await;
+/// let env: BTreeMap<String, String> = [
+///     ("PGW_LIMITER_BACKEND", "memory".to_string()),
+///     ("PGW_BREAKER_BACKEND", "memory".into()),
+///     ("PGW_TELEMETRY_BACKEND", "none".into()),
+///     ("OCR__MONKEY__1__BASE_URL", mock.base_url()),
+///     ("OCR__MONKEY__1__MODEL", "monkeyocr".into()),
+/// ]
+/// .into_iter()
+/// .map(|(k, v)| (k.to_string(), v))
+/// .collect();
+/// let gw = Gateway::from_settings(Settings::from_map(&env).unwrap(), "OCR").await.unwrap();
+/// let png = b"\x89PNG\r\n\x1a\n a scanned page".to_vec();
+/// let text = gw.recognize_text(png).await.unwrap();
+/// assert_eq!(text.text, fixture::SAMPLE_TEXT);
+/// assert_eq!(mock.requests(OcrEndpoint::OcrText), 1);
+/// gw.shutdown().await;
+/// # }
+/// ```
 pub struct MockOcr {
     shared: Arc<Shared>,
     task: JoinHandle<()>,
@@ -139,6 +204,25 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl MockOcr {
     /// Bind `127.0.0.1:0` and serve in `mode`.
     ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
+    /// #     let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+    /// #     let form = reqwest::multipart::Form::new().part("file", part.mime_str("image/png").unwrap());
+    /// #     reqwest::Client::new().post(url).multipart(form).send().await.unwrap()
+    /// # }
+    /// # const PNG: &[u8] = b"\x89PNG\r\n\x1a\n page";
+    /// let mock = MockOcr::start(OcrFault::SuccessFalse).await;
+    /// let answer: serde_json::Value =
+    ///     upload(format!("{}/ocr/text", mock.base_url()), "scan.png", PNG).await.json().await.unwrap();
+    /// // MonkeyOCR reports some failures with HTTP 200.
+    /// assert_eq!(answer["success"], false);
+    /// assert!(answer["message"].as_str().unwrap().starts_with("OCR task failed"));
+    /// # }
+    /// ```
+    ///
     /// # Panics
     /// When no loopback port can be bound (a test environment defect).
     pub async fn start(mode: OcrFault) -> MockOcr {
@@ -176,38 +260,157 @@ impl MockOcr {
     }
 
     /// `http://127.0.0.1:{port}` (no trailing slash).
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// let health: serde_json::Value =
+    ///     reqwest::get(format!("{}/health", mock.base_url())).await.unwrap().json().await.unwrap();
+    /// assert_eq!(health["status"], "healthy");
+    /// # }
+    /// ```
     pub fn base_url(&self) -> String {
         format!("http://{}", self.shared.addr)
     }
 
     /// The bound address.
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// assert!(mock.addr().ip().is_loopback());
+    /// assert_eq!(mock.base_url(), format!("http://{}", mock.addr()));
+    /// # }
+    /// ```
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
     }
 
     /// Switch behaviour for the following requests (resets a `Mix` generator to its seed).
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
+    /// #     let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+    /// #     let form = reqwest::multipart::Form::new().part("file", part.mime_str("image/png").unwrap());
+    /// #     reqwest::Client::new().post(url).multipart(form).send().await.unwrap()
+    /// # }
+    /// # const PNG: &[u8] = b"\x89PNG\r\n\x1a\n page";
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// let url = format!("{}/ocr/text", mock.base_url());
+    /// mock.set_mode(OcrFault::RateLimited429);
+    /// let resp = upload(url.clone(), "scan.png", PNG).await;
+    /// assert_eq!(resp.status(), 429);
+    /// assert_eq!(resp.headers()["retry-after"], "1");
+    /// mock.set_mode(OcrFault::None);
+    /// assert_eq!(upload(url, "scan.png", PNG).await.status(), 200);
+    /// # }
+    /// ```
     pub fn set_mode(&self, mode: OcrFault) {
         *lock(&self.shared.mode) = ModeState::new(mode);
     }
 
     /// Answer `/parse` with an absolute `download_url` (`http://127.0.0.1:{port}/static/…`)
     /// instead of the usual relative one.
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
+    /// #     let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+    /// #     let form = reqwest::multipart::Form::new().part("file", part.mime_str("image/png").unwrap());
+    /// #     reqwest::Client::new().post(url).multipart(form).send().await.unwrap()
+    /// # }
+    /// # const PNG: &[u8] = b"\x89PNG\r\n\x1a\n page";
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// let parse = || async {
+    ///     let answer: serde_json::Value =
+    ///         upload(format!("{}/parse", mock.base_url()), "scan.png", PNG).await.json().await.unwrap();
+    ///     answer["download_url"].as_str().unwrap().to_string()
+    /// };
+    /// assert!(parse().await.starts_with("/static/scan_parsed_"));
+    /// mock.set_absolute_download_urls(true);
+    /// let url = parse().await;
+    /// assert!(url.starts_with(&format!("{}/static/", mock.base_url())));
+    /// assert_eq!(reqwest::get(url).await.unwrap().status(), 200);
+    /// # }
+    /// ```
     pub fn set_absolute_download_urls(&self, absolute: bool) {
         self.shared.absolute_urls.store(absolute, Ordering::SeqCst);
     }
 
     /// Use `stem` instead of the uploaded filename's stem in result names (e.g. a name with
     /// spaces, written raw into `download_url` as the real server does). `None` restores.
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
+    /// #     let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+    /// #     let form = reqwest::multipart::Form::new().part("file", part.mime_str("image/png").unwrap());
+    /// #     reqwest::Client::new().post(url).multipart(form).send().await.unwrap()
+    /// # }
+    /// # const PNG: &[u8] = b"\x89PNG\r\n\x1a\n page";
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// mock.set_result_stem(Some("my scan"));
+    /// let answer: serde_json::Value =
+    ///     upload(format!("{}/parse", mock.base_url()), "page.png", PNG).await.json().await.unwrap();
+    /// assert!(answer["download_url"].as_str().unwrap().starts_with("/static/my scan_parsed_"));
+    /// assert_eq!(answer["files"][0], "my scan.md");
+    /// # }
+    /// ```
     pub fn set_result_stem(&self, stem: Option<&str>) {
         *lock(&self.shared.result_stem) = stem.map(str::to_owned);
     }
 
     /// Requests received on `endpoint` (counted on arrival, whatever the answer).
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
+    /// #     let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+    /// #     let form = reqwest::multipart::Form::new().part("file", part.mime_str("image/png").unwrap());
+    /// #     reqwest::Client::new().post(url).multipart(form).send().await.unwrap()
+    /// # }
+    /// # const PNG: &[u8] = b"\x89PNG\r\n\x1a\n page";
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// let answer: serde_json::Value =
+    ///     upload(format!("{}/parse", mock.base_url()), "scan.png", PNG).await.json().await.unwrap();
+    /// let zip_url = format!("{}{}", mock.base_url(), answer["download_url"].as_str().unwrap());
+    /// assert_eq!(reqwest::get(zip_url).await.unwrap().status(), 200);
+    /// assert_eq!(mock.requests(OcrEndpoint::Parse), 1);
+    /// assert_eq!(mock.requests(OcrEndpoint::Static), 1);
+    /// assert_eq!(mock.requests(OcrEndpoint::OcrText), 0);
+    /// # }
+    /// ```
     pub fn requests(&self, endpoint: OcrEndpoint) -> u64 {
         self.shared.requests[endpoint.slot()].load(Ordering::SeqCst)
     }
 
     /// Requests received on all endpoints.
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// reqwest::get(format!("{}/health", mock.base_url())).await.unwrap();
+    /// // An upload without a `file` part is refused (422) but still counted.
+    /// let refused = reqwest::Client::new().post(format!("{}/ocr/text", mock.base_url())).send().await.unwrap();
+    /// assert_eq!(refused.status(), 422);
+    /// assert_eq!(mock.total_requests(), 2);
+    /// # }
+    /// ```
     pub fn total_requests(&self) -> u64 {
         self.shared
             .requests
@@ -217,22 +420,91 @@ impl MockOcr {
     }
 
     /// Requests being handled now (all endpoints).
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// let mock = MockOcr::start(OcrFault::Slow(Duration::from_millis(300))).await;
+    /// let health = tokio::spawn(reqwest::get(format!("{}/health", mock.base_url())));
+    /// for _ in 0..100 {
+    ///     if mock.in_flight() == 1 { break }
+    ///     tokio::time::sleep(Duration::from_millis(5)).await;
+    /// }
+    /// assert_eq!(mock.in_flight(), 1);
+    /// health.await.unwrap().unwrap();
+    /// assert_eq!(mock.in_flight(), 0);
+    /// # }
+    /// ```
     pub fn in_flight(&self) -> u64 {
         self.shared.in_flight.load(Ordering::SeqCst)
     }
 
     /// The most requests ever handled at once.
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// let mock = MockOcr::start(OcrFault::Slow(Duration::from_millis(500))).await;
+    /// let health = || reqwest::get(format!("{}/health", mock.base_url()));
+    /// let (a, b) = tokio::join!(health(), health());
+    /// assert!(a.is_ok() && b.is_ok());
+    /// assert_eq!(mock.max_in_flight(), 2);
+    /// # }
+    /// ```
     pub fn max_in_flight(&self) -> u64 {
         self.shared.max_in_flight.load(Ordering::SeqCst)
     }
 
     /// `/ocr/text` and `/parse` requests answered with a fault (under `Mix`: the draws that
     /// failed). A [`OcrFault::BlankPage`] answer is not a fault.
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
+    /// #     let part = reqwest::multipart::Part::bytes(bytes.to_vec()).file_name(name.to_string());
+    /// #     let form = reqwest::multipart::Form::new().part("file", part.mime_str("image/png").unwrap());
+    /// #     reqwest::Client::new().post(url).multipart(form).send().await.unwrap()
+    /// # }
+    /// # const PNG: &[u8] = b"\x89PNG\r\n\x1a\n page";
+    /// let always = OcrFault::Mix { failure_rate: 1.0, faults: vec![OcrFault::Detail500], seed: 1 };
+    /// let mock = MockOcr::start(always).await;
+    /// let url = format!("{}/ocr/text", mock.base_url());
+    /// assert_eq!(upload(url.clone(), "scan.png", PNG).await.status(), 500);
+    /// mock.set_mode(OcrFault::BlankPage);
+    /// assert_eq!(upload(url, "scan.png", PNG).await.status(), 200);
+    /// assert_eq!(mock.faults_served(), 1);
+    /// # }
+    /// ```
     pub fn faults_served(&self) -> u64 {
         self.shared.faults_served.load(Ordering::SeqCst)
     }
 
     /// The last upload seen by `/ocr/text` or `/parse`.
+    ///
+    /// ```
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
+    /// use polygateway::testkit::mock_settings;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// let settings = mock_settings(&[("OCR", mock.base_url().as_str())], &[]);
+    /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await.unwrap();
+    /// assert!(mock.last_upload().is_none());
+    /// let png = b"\x89PNG\r\n\x1a\n a scanned page".to_vec();
+    /// gw.parse_layout(png.clone()).await.unwrap();
+    /// // The gateway names the part after the bytes' real type.
+    /// let seen = mock.last_upload().unwrap();
+    /// assert_eq!((seen.endpoint, seen.file_name.as_deref()), (OcrEndpoint::Parse, Some("image.png")));
+    /// assert_eq!(seen.len, png.len());
+    /// # gw.shutdown().await;
+    /// # }
+    /// ```
     pub fn last_upload(&self) -> Option<UploadSeen> {
         lock(&self.shared.last_upload).clone()
     }

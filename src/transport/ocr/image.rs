@@ -5,6 +5,17 @@
 //! sniffs bytes; it does not decode or validate whole images.
 
 /// An image type the OCR service accepts.
+///
+/// ```
+/// use polygateway::transport::ocr::{detect_image_kind, ImageKind};
+/// let verdict = |bytes: &[u8]| match detect_image_kind(bytes) {
+///     Some(ImageKind::Png) => "png",
+///     Some(ImageKind::Jpeg) => "jpeg",
+///     None => "rejected before sending",
+/// };
+/// assert_eq!(verdict(&[0xFF, 0xD8, 0xFF, 0xE0]), "jpeg");
+/// assert_eq!(verdict(b"GIF89a"), "rejected before sending");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ImageKind {
     /// PNG (`89 50 4E 47 0D 0A 1A 0A`).
@@ -15,6 +26,14 @@ pub enum ImageKind {
 
 impl ImageKind {
     /// The filename sent in the multipart part; its extension is what the server reads.
+    ///
+    /// ```
+    /// use polygateway::transport::ocr::{detect_image_kind, ImageKind};
+    /// // The server reads the type from the extension, so it must match the magic bytes.
+    /// let kind = detect_image_kind(b"\x89PNG\r\n\x1a\n...").unwrap();
+    /// assert_eq!(kind.file_name(), "image.png");
+    /// assert_eq!(ImageKind::Jpeg.file_name(), "image.jpg");
+    /// ```
     pub fn file_name(self) -> &'static str {
         match self {
             ImageKind::Png => "image.png",
@@ -23,6 +42,12 @@ impl ImageKind {
     }
 
     /// The part's content type.
+    ///
+    /// ```
+    /// use polygateway::transport::ocr::ImageKind;
+    /// assert_eq!(ImageKind::Png.mime(), "image/png");
+    /// assert_eq!(ImageKind::Jpeg.mime(), "image/jpeg");
+    /// ```
     pub fn mime(self) -> &'static str {
         match self {
             ImageKind::Png => "image/png",

@@ -15,6 +15,16 @@ use crate::error::TransportError;
 use crate::types::OcrLayoutElement;
 
 /// Elements over all pages in order, and `(width, height)` per page.
+///
+/// ```
+/// use polygateway::testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE};
+/// use polygateway::transport::ocr::{parse_middle_json, MiddleLayout};
+/// let doc = sample_middle_json().to_string();
+/// let (elements, page_sizes): MiddleLayout = parse_middle_json(doc.as_bytes()).unwrap();
+/// assert_eq!(elements.len(), SAMPLE_ELEMENTS.len());
+/// assert_eq!(elements[0].kind, "title");
+/// assert_eq!(page_sizes, vec![SAMPLE_PAGE_SIZE; 3]);
+/// ```
 pub type MiddleLayout = (Vec<OcrLayoutElement>, Vec<(f64, f64)>);
 
 /// Suffix that marks the middle JSON among the ZIP's entries.

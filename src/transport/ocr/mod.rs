@@ -38,9 +38,27 @@ pub use image::{detect_image_kind, ImageKind};
 pub use middle::{parse_middle_json, parse_middle_zip, MiddleLayout};
 
 /// Deadline of one health probe (SPEC §7.4: "a short timeout").
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::transport::ocr::HEALTH_TIMEOUT;
+/// // Much shorter than an attempt: a probe asks "is it up?", not "can it finish a page?".
+/// assert_eq!(HEALTH_TIMEOUT, Duration::from_secs(3));
+/// assert!(HEALTH_TIMEOUT < polygateway::testkit::source_settings("http://127.0.0.1:9").timeout);
+/// ```
 pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Which MonkeyOCR endpoint an attempt calls.
+///
+/// ```
+/// use polygateway::transport::ocr::{OcrMode, OcrRequest};
+/// let endpoint = |mode: OcrMode| match mode {
+///     OcrMode::Text => "/ocr/text",
+///     OcrMode::Layout => "/parse",
+/// };
+/// let png = b"\x89PNG\r\n\x1a\n".to_vec();
+/// assert_eq!(endpoint(OcrRequest::layout(png).mode), "/parse");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OcrMode {
     /// `POST /ocr/text`: plain transcription.
@@ -50,6 +68,18 @@ pub enum OcrMode {
 }
 
 /// One OCR call's request, reused by every attempt (cloning shares the bytes).
+///
+/// ```
+/// use bytes::Bytes;
+/// use polygateway::transport::ocr::{OcrMode, OcrRequest};
+/// const PNG: &[u8] = b"\x89PNG\r\n\x1a\n fake";
+/// let request = OcrRequest { bytes: Bytes::from_static(PNG), mode: OcrMode::Text };
+/// assert_eq!(request, OcrRequest::text(PNG));
+/// // Retries clone the request without copying the image.
+/// assert_eq!(request.clone().bytes.as_ptr(), request.bytes.as_ptr());
+/// // Debug shows size and type, not the bytes.
+/// assert_eq!(format!("{request:?}"), "OcrRequest { mode: Text, bytes: 13, kind: Some(Png) }");
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct OcrRequest {
     /// The image (PNG or JPEG; anything else is rejected before sending).
@@ -60,6 +90,14 @@ pub struct OcrRequest {
 
 impl OcrRequest {
     /// A `recognize_text` request.
+    ///
+    /// ```
+    /// use polygateway::transport::ocr::{OcrMode, OcrRequest};
+    /// let jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0];
+    /// let request = OcrRequest::text(jpeg);
+    /// assert_eq!(request.mode, OcrMode::Text);
+    /// assert_eq!(request.bytes.len(), 4);
+    /// ```
     pub fn text(bytes: impl Into<Bytes>) -> Self {
         Self {
             bytes: bytes.into(),
@@ -68,6 +106,12 @@ impl OcrRequest {
     }
 
     /// A `parse_layout` request.
+    ///
+    /// ```
+    /// use polygateway::transport::ocr::{OcrMode, OcrRequest};
+    /// let request = OcrRequest::layout(&b"\x89PNG\r\n\x1a\n"[..]);
+    /// assert_eq!(request.mode, OcrMode::Layout);
+    /// ```
     pub fn layout(bytes: impl Into<Bytes>) -> Self {
         Self {
             bytes: bytes.into(),
@@ -88,6 +132,21 @@ impl fmt::Debug for OcrRequest {
 }
 
 /// What an OCR attempt answers, by mode.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::testkit::mock_ocr::{fixture::SAMPLE_TEXT, MockOcr, OcrFault};
+/// use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
+/// let mock = MockOcr::start(OcrFault::None).await;
+/// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+/// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
+/// match transport.attempt(&OcrRequest::text(png)).await.unwrap() {
+///     OcrOutput::Text(result) => assert_eq!(result.text, SAMPLE_TEXT),
+///     OcrOutput::Layout(_) => unreachable!("a text request answers text"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum OcrOutput {
     /// Answer of [`OcrMode::Text`].
@@ -98,6 +157,24 @@ pub enum OcrOutput {
 
 impl OcrOutput {
     /// The provenance of either result.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway::transport::ocr::{OcrRequest, OcrTransport};
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// let mut settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// settings.name = "monkey_1".into();
+    /// let transport = OcrTransport::new(settings);
+    /// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
+    /// let output = transport.attempt(&OcrRequest::layout(png)).await.unwrap();
+    /// let provenance = output.provenance();
+    /// assert_eq!(provenance.source_name, "monkey_1");
+    /// assert_eq!(provenance.usage, 0);
+    /// assert!(!provenance.raw.is_null()); // the service's own JSON answer
+    /// # }
+    /// ```
     pub fn provenance(&self) -> &OcrProvenance {
         match self {
             OcrOutput::Text(r) => &r.provenance,
@@ -108,6 +185,25 @@ impl OcrOutput {
 
 /// The transport of one MonkeyOCR source: its settings and its own pooled HTTP client (which
 /// honours the source's `TRUST_ENV`).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use polygateway::actors::Transport;
+/// use polygateway::testkit::mock_ocr::fixture::{SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE};
+/// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+/// use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
+/// let mock = MockOcr::start(OcrFault::None).await;
+/// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+/// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
+/// // What the runtime calls: `/parse`, then the result ZIP.
+/// let output = transport.send(&OcrRequest::layout(png), None).await.unwrap();
+/// assert_eq!(OcrTransport::tokens_used(&output), Some(0));
+/// let OcrOutput::Layout(layout) = output else { panic!("a layout request answers a layout") };
+/// assert_eq!(layout.elements.len(), SAMPLE_ELEMENTS.len());
+/// assert_eq!(layout.page_sizes, vec![SAMPLE_PAGE_SIZE; 3]);
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct OcrTransport {
     settings: SourceSettings,
@@ -119,17 +215,54 @@ impl OcrTransport {
     ///
     /// # Panics
     /// When the TLS backend cannot be initialised (see [`build_client`]).
+    ///
+    /// ```
+    /// use polygateway::transport::ocr::OcrTransport;
+    /// // Building the transport contacts nothing.
+    /// let transport = OcrTransport::new(polygateway::testkit::source_settings("http://127.0.0.1:9"));
+    /// assert_eq!(transport.settings().base_url, "http://127.0.0.1:9");
+    /// ```
     pub fn new(settings: SourceSettings) -> Self {
         let client = build_client(&settings);
         Self { settings, client }
     }
 
     /// The source's settings.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::transport::ocr::OcrTransport;
+    /// let mut settings = polygateway::testkit::source_settings("http://127.0.0.1:9");
+    /// settings.timeout = Duration::from_secs(120);
+    /// let transport = OcrTransport::new(settings);
+    /// // The deadline of each whole attempt (both legs of `/parse` included).
+    /// assert_eq!(transport.settings().timeout, Duration::from_secs(120));
+    /// ```
     pub fn settings(&self) -> &SourceSettings {
         &self.settings
     }
 
     /// One attempt of `request`, outside any governance (what [`Transport::send`] runs).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::actors::FailureClass;
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway::transport::ocr::{OcrRequest, OcrTransport};
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+    /// // A PDF is refused locally: RequestRejected, and nothing reaches the service.
+    /// let err = transport.attempt(&OcrRequest::text(b"%PDF-1.7".to_vec())).await.unwrap_err();
+    /// assert_eq!(err.class, FailureClass::RequestRejected);
+    /// assert_eq!(mock.total_requests(), 0);
+    /// // A service-side failure is classified too: HTTP 500 is transient.
+    /// mock.set_mode(OcrFault::Detail500);
+    /// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
+    /// let err = transport.attempt(&OcrRequest::text(png)).await.unwrap_err();
+    /// assert_eq!(err.class, FailureClass::Transient);
+    /// # }
+    /// ```
     pub async fn attempt(&self, request: &OcrRequest) -> Result<OcrOutput, TransportError> {
         let kind = detect_image_kind(&request.bytes).ok_or_else(|| {
             TransportError::rejected(format!(
@@ -187,11 +320,39 @@ impl OcrTransport {
     }
 
     /// `GET {base}/health` within [`HEALTH_TIMEOUT`]: `true` iff 200 with `status == "healthy"`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway::transport::ocr::OcrTransport;
+    /// let mock = MockOcr::start(OcrFault::None).await;
+    /// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+    /// assert!(transport.check_health().await);
+    /// // A source whose base URL is not a URL is never healthy.
+    /// assert!(!OcrTransport::new(polygateway::testkit::source_settings("not a url")).check_health().await);
+    /// # }
+    /// ```
     pub async fn check_health(&self) -> bool {
         self.check_health_within(HEALTH_TIMEOUT).await
     }
 
     /// The health probe with an explicit deadline.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::{Duration, Instant};
+    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway::transport::ocr::OcrTransport;
+    /// // A server that accepts the request and never answers.
+    /// let mock = MockOcr::start(OcrFault::BlackHole).await;
+    /// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+    /// let started = Instant::now();
+    /// assert!(!transport.check_health_within(Duration::from_millis(100)).await);
+    /// assert!(started.elapsed() < Duration::from_secs(1));
+    /// # }
+    /// ```
     pub async fn check_health_within(&self, limit: Duration) -> bool {
         health::probe(&self.client, &self.settings.base_url, limit).await
     }

@@ -1,0 +1,53 @@
+//! Settings for scopes served by local mock upstreams, the one-liner that tests and doc examples
+//! start from.
+
+use std::collections::BTreeMap;
+
+use crate::config::{scope_kind_for, ScopeKind, Settings};
+
+/// Settings with one source per `(scope, base_url)` pair and test-friendly governance: memory
+/// limiter and breaker, no telemetry, no cache, retry backoff 10–50 ms. Chat and embeddings
+/// scopes get source `openai_1` (`{SCOPE}__OPENAI__1__…`, model `test-model`, key `sk-test`);
+/// OCR scopes (names starting with `OCR`) get `monkey_1`. `extra` env-style keys are applied
+/// last and win.
+///
+/// # Panics
+/// If the resulting settings do not parse (a bad `extra` key or value): this is a test helper.
+///
+/// ```
+/// use polygateway::testkit::mock_settings;
+/// let settings = mock_settings(
+///     &[("LLM", "http://127.0.0.1:9/v1"), ("OCR", "http://127.0.0.1:9")],
+///     &[("LLM__RETRY__MAX_ATTEMPTS", "1")],
+/// );
+/// assert_eq!(settings.scopes["LLM"].sources[0].name, "openai_1");
+/// assert_eq!(settings.scopes["OCR"].sources[0].name, "monkey_1");
+/// assert_eq!(settings.scopes["LLM"].retry.max_attempts, 1);
+/// ```
+pub fn mock_settings(scopes: &[(&str, &str)], extra: &[(&str, &str)]) -> Settings {
+    let mut env: BTreeMap<String, String> = [
+        ("PGW_LIMITER_BACKEND", "memory"),
+        ("PGW_BREAKER_BACKEND", "memory"),
+        ("PGW_TELEMETRY_BACKEND", "none"),
+        ("PGW_CACHE_BACKEND", "none"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    for (scope, base_url) in scopes {
+        let provider = match scope_kind_for(scope) {
+            ScopeKind::Ocr => "MONKEY",
+            ScopeKind::Chat | ScopeKind::Embeddings => "OPENAI",
+        };
+        let source = format!("{scope}__{provider}__1");
+        env.insert(format!("{source}__BASE_URL"), base_url.to_string());
+        env.insert(format!("{source}__API_KEY"), "sk-test".into());
+        env.insert(format!("{source}__MODEL"), "test-model".into());
+        env.insert(format!("{scope}__RETRY__BACKOFF_BASE_S"), "0.01".into());
+        env.insert(format!("{scope}__RETRY__BACKOFF_MAX_S"), "0.05".into());
+    }
+    for (key, value) in extra {
+        env.insert(key.to_string(), value.to_string());
+    }
+    Settings::from_map(&env).unwrap_or_else(|e| panic!("mock settings do not parse: {e}"))
+}
