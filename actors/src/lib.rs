@@ -16,6 +16,8 @@ pub mod policy;
 pub mod ports;
 pub mod runtime;
 pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use clock::{Clock, TokioClock};
 pub use outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};

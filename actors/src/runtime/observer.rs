@@ -14,76 +14,9 @@ use super::call::CallFailure;
 /// How one attempt ended.
 ///
 /// ```
-/// # use std::sync::Arc;
 /// # use std::time::Duration;
-/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-/// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{
-/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-/// #     Scope, ScopeConfig, SourceSpec,
-/// # };
-/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-/// # /// A transport error carrying its class.
-/// # #[derive(Debug)]
-/// # struct Failed(FailureClass);
-/// # impl std::fmt::Display for Failed {
-/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-/// # }
-/// # impl std::error::Error for Failed {}
-/// # impl Classify for Failed {
-/// #     fn class(&self) -> FailureClass { self.0 }
-/// #     fn is_rate_limited(&self) -> bool { false }
-/// #     fn retry_after(&self) -> Option<Duration> { None }
-/// #     fn source_reason(&self) -> SourceReason {
-/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-/// #     }
-/// # }
-/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-/// # /// never answer, fail transiently, are rejected, or find the source dead.
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl Transport for Echo {
-/// #     type Request = String;
-/// #     type Response = String;
-/// #     type Event = String;
-/// #     type Error = Failed;
-/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-/// #         match request.as_str() {
-/// #             "hang" => std::future::pending().await,
-/// #             "fail" => Err(Failed(FailureClass::Transient)),
-/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-/// #             text => {
-/// #                 if let Some(sink) = events {
-/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-/// #                 }
-/// #                 Ok(text.to_string())
-/// #             }
-/// #         }
-/// #     }
-/// #     fn tokens_used(_: &String) -> Option<u64> { None }
-/// # }
-/// # fn memory_governance() -> GovernanceFactory {
-/// #     let governance = Governance {
-/// #         gate: Arc::new(MemoryGate::default()),
-/// #         breakers: Arc::new(MemoryBreakers::default()),
-/// #         inline: true,
-/// #         timeout: Duration::from_secs(1),
-/// #     };
-/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-/// # }
-/// # fn echo(name: &str) -> SourceSpec<Echo> {
-/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-/// # }
-/// # fn aimd() -> PacerFactory {
-/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-/// # }
-/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-/// #     (runtime, scope)
-/// # }
+/// # use polygateway_actors::runtime::{CallOptions, ScopeConfig};
+/// # use polygateway_actors::testkit::{echo, start, Echo, EchoError};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
@@ -101,7 +34,7 @@ use super::call::CallFailure;
 ///         };
 ///         self.0.lock().unwrap().push(line);
 ///     }
-///     fn on_terminal(&self, _report: &TerminalReport<'_, Failed>) {}
+///     fn on_terminal(&self, _report: &TerminalReport<'_, EchoError>) {}
 /// }
 ///
 /// let results = Results::default();
@@ -126,76 +59,9 @@ pub enum AttemptResult<'a, T: Transport> {
 /// One finished attempt.
 ///
 /// ```
-/// # use std::sync::Arc;
 /// # use std::time::Duration;
-/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-/// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{
-/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-/// #     Scope, ScopeConfig, SourceSpec,
-/// # };
-/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-/// # /// A transport error carrying its class.
-/// # #[derive(Debug)]
-/// # struct Failed(FailureClass);
-/// # impl std::fmt::Display for Failed {
-/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-/// # }
-/// # impl std::error::Error for Failed {}
-/// # impl Classify for Failed {
-/// #     fn class(&self) -> FailureClass { self.0 }
-/// #     fn is_rate_limited(&self) -> bool { false }
-/// #     fn retry_after(&self) -> Option<Duration> { None }
-/// #     fn source_reason(&self) -> SourceReason {
-/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-/// #     }
-/// # }
-/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-/// # /// never answer, fail transiently, are rejected, or find the source dead.
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl Transport for Echo {
-/// #     type Request = String;
-/// #     type Response = String;
-/// #     type Event = String;
-/// #     type Error = Failed;
-/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-/// #         match request.as_str() {
-/// #             "hang" => std::future::pending().await,
-/// #             "fail" => Err(Failed(FailureClass::Transient)),
-/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-/// #             text => {
-/// #                 if let Some(sink) = events {
-/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-/// #                 }
-/// #                 Ok(text.to_string())
-/// #             }
-/// #         }
-/// #     }
-/// #     fn tokens_used(_: &String) -> Option<u64> { None }
-/// # }
-/// # fn memory_governance() -> GovernanceFactory {
-/// #     let governance = Governance {
-/// #         gate: Arc::new(MemoryGate::default()),
-/// #         breakers: Arc::new(MemoryBreakers::default()),
-/// #         inline: true,
-/// #         timeout: Duration::from_secs(1),
-/// #     };
-/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-/// # }
-/// # fn echo(name: &str) -> SourceSpec<Echo> {
-/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-/// # }
-/// # fn aimd() -> PacerFactory {
-/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-/// # }
-/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-/// #     (runtime, scope)
-/// # }
+/// # use polygateway_actors::runtime::{CallOptions, ScopeConfig};
+/// # use polygateway_actors::testkit::{echo, start, Echo, EchoError};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
@@ -209,7 +75,7 @@ pub enum AttemptResult<'a, T: Transport> {
 ///         let row = (r.source.to_string(), r.attempt_id.to_string(), r.attempt, r.probe);
 ///         self.0.lock().unwrap().push(row);
 ///     }
-///     fn on_terminal(&self, _report: &TerminalReport<'_, Failed>) {}
+///     fn on_terminal(&self, _report: &TerminalReport<'_, EchoError>) {}
 /// }
 ///
 /// let attempts = Attempts::default();
@@ -240,76 +106,9 @@ pub struct AttemptReport<'a, T: Transport> {
 /// A call that failed before any attempt reached the transport.
 ///
 /// ```
-/// # use std::sync::Arc;
 /// # use std::time::Duration;
-/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-/// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{
-/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-/// #     Scope, ScopeConfig, SourceSpec,
-/// # };
-/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-/// # /// A transport error carrying its class.
-/// # #[derive(Debug)]
-/// # struct Failed(FailureClass);
-/// # impl std::fmt::Display for Failed {
-/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-/// # }
-/// # impl std::error::Error for Failed {}
-/// # impl Classify for Failed {
-/// #     fn class(&self) -> FailureClass { self.0 }
-/// #     fn is_rate_limited(&self) -> bool { false }
-/// #     fn retry_after(&self) -> Option<Duration> { None }
-/// #     fn source_reason(&self) -> SourceReason {
-/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-/// #     }
-/// # }
-/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-/// # /// never answer, fail transiently, are rejected, or find the source dead.
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl Transport for Echo {
-/// #     type Request = String;
-/// #     type Response = String;
-/// #     type Event = String;
-/// #     type Error = Failed;
-/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-/// #         match request.as_str() {
-/// #             "hang" => std::future::pending().await,
-/// #             "fail" => Err(Failed(FailureClass::Transient)),
-/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-/// #             text => {
-/// #                 if let Some(sink) = events {
-/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-/// #                 }
-/// #                 Ok(text.to_string())
-/// #             }
-/// #         }
-/// #     }
-/// #     fn tokens_used(_: &String) -> Option<u64> { None }
-/// # }
-/// # fn memory_governance() -> GovernanceFactory {
-/// #     let governance = Governance {
-/// #         gate: Arc::new(MemoryGate::default()),
-/// #         breakers: Arc::new(MemoryBreakers::default()),
-/// #         inline: true,
-/// #         timeout: Duration::from_secs(1),
-/// #     };
-/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-/// # }
-/// # fn echo(name: &str) -> SourceSpec<Echo> {
-/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-/// # }
-/// # fn aimd() -> PacerFactory {
-/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-/// # }
-/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-/// #     (runtime, scope)
-/// # }
+/// # use polygateway_actors::runtime::{CallOptions, ScopeConfig};
+/// # use polygateway_actors::testkit::{start, Echo, EchoError};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Mutex;
@@ -319,7 +118,7 @@ pub struct AttemptReport<'a, T: Transport> {
 /// struct Terminals(Mutex<Vec<String>>);
 /// impl CallObserver<Echo> for Terminals {
 ///     fn on_attempt(&self, _report: &AttemptReport<'_, Echo>) {}
-///     fn on_terminal(&self, r: &TerminalReport<'_, Failed>) {
+///     fn on_terminal(&self, r: &TerminalReport<'_, EchoError>) {
 ///         self.0.lock().unwrap().push(format!("{} {}", r.scope, r.failure.kind()));
 ///     }
 /// }
@@ -347,76 +146,9 @@ pub struct TerminalReport<'a, E> {
 /// the request's context: messages, tenant, meta…).
 ///
 /// ```
-/// # use std::sync::Arc;
 /// # use std::time::Duration;
-/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-/// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{
-/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-/// #     Scope, ScopeConfig, SourceSpec,
-/// # };
-/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-/// # /// A transport error carrying its class.
-/// # #[derive(Debug)]
-/// # struct Failed(FailureClass);
-/// # impl std::fmt::Display for Failed {
-/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-/// # }
-/// # impl std::error::Error for Failed {}
-/// # impl Classify for Failed {
-/// #     fn class(&self) -> FailureClass { self.0 }
-/// #     fn is_rate_limited(&self) -> bool { false }
-/// #     fn retry_after(&self) -> Option<Duration> { None }
-/// #     fn source_reason(&self) -> SourceReason {
-/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-/// #     }
-/// # }
-/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-/// # /// never answer, fail transiently, are rejected, or find the source dead.
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl Transport for Echo {
-/// #     type Request = String;
-/// #     type Response = String;
-/// #     type Event = String;
-/// #     type Error = Failed;
-/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-/// #         match request.as_str() {
-/// #             "hang" => std::future::pending().await,
-/// #             "fail" => Err(Failed(FailureClass::Transient)),
-/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-/// #             text => {
-/// #                 if let Some(sink) = events {
-/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-/// #                 }
-/// #                 Ok(text.to_string())
-/// #             }
-/// #         }
-/// #     }
-/// #     fn tokens_used(_: &String) -> Option<u64> { None }
-/// # }
-/// # fn memory_governance() -> GovernanceFactory {
-/// #     let governance = Governance {
-/// #         gate: Arc::new(MemoryGate::default()),
-/// #         breakers: Arc::new(MemoryBreakers::default()),
-/// #         inline: true,
-/// #         timeout: Duration::from_secs(1),
-/// #     };
-/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-/// # }
-/// # fn echo(name: &str) -> SourceSpec<Echo> {
-/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-/// # }
-/// # fn aimd() -> PacerFactory {
-/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-/// # }
-/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-/// #     (runtime, scope)
-/// # }
+/// # use polygateway_actors::runtime::{CallOptions, ScopeConfig};
+/// # use polygateway_actors::testkit::{echo, start, Echo, EchoError};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
@@ -429,7 +161,7 @@ pub struct TerminalReport<'a, E> {
 ///     fn on_attempt(&self, _report: &AttemptReport<'_, Echo>) {
 ///         self.attempts.fetch_add(1, Ordering::Relaxed);
 ///     }
-///     fn on_terminal(&self, _report: &TerminalReport<'_, Failed>) {
+///     fn on_terminal(&self, _report: &TerminalReport<'_, EchoError>) {
 ///         self.terminals.fetch_add(1, Ordering::Relaxed);
 ///     }
 /// }
@@ -453,76 +185,9 @@ pub trait CallObserver<T: Transport>: Send + Sync {
 /// An observer that records nothing.
 ///
 /// ```
-/// # use std::sync::Arc;
 /// # use std::time::Duration;
-/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-/// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{
-/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-/// #     Scope, ScopeConfig, SourceSpec,
-/// # };
-/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-/// # /// A transport error carrying its class.
-/// # #[derive(Debug)]
-/// # struct Failed(FailureClass);
-/// # impl std::fmt::Display for Failed {
-/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-/// # }
-/// # impl std::error::Error for Failed {}
-/// # impl Classify for Failed {
-/// #     fn class(&self) -> FailureClass { self.0 }
-/// #     fn is_rate_limited(&self) -> bool { false }
-/// #     fn retry_after(&self) -> Option<Duration> { None }
-/// #     fn source_reason(&self) -> SourceReason {
-/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-/// #     }
-/// # }
-/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-/// # /// never answer, fail transiently, are rejected, or find the source dead.
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl Transport for Echo {
-/// #     type Request = String;
-/// #     type Response = String;
-/// #     type Event = String;
-/// #     type Error = Failed;
-/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-/// #         match request.as_str() {
-/// #             "hang" => std::future::pending().await,
-/// #             "fail" => Err(Failed(FailureClass::Transient)),
-/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-/// #             text => {
-/// #                 if let Some(sink) = events {
-/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-/// #                 }
-/// #                 Ok(text.to_string())
-/// #             }
-/// #         }
-/// #     }
-/// #     fn tokens_used(_: &String) -> Option<u64> { None }
-/// # }
-/// # fn memory_governance() -> GovernanceFactory {
-/// #     let governance = Governance {
-/// #         gate: Arc::new(MemoryGate::default()),
-/// #         breakers: Arc::new(MemoryBreakers::default()),
-/// #         inline: true,
-/// #         timeout: Duration::from_secs(1),
-/// #     };
-/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-/// # }
-/// # fn echo(name: &str) -> SourceSpec<Echo> {
-/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-/// # }
-/// # fn aimd() -> PacerFactory {
-/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-/// # }
-/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-/// #     (runtime, scope)
-/// # }
+/// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+/// # use polygateway_actors::testkit::{echo, start};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;

@@ -10,76 +10,10 @@ use ractor::ActorRef;
 /// The current incarnation of an actor, or `None` while it is down.
 ///
 /// ```
-/// # use std::sync::Arc;
 /// # use std::time::Duration;
-/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-/// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{
-/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-/// #     Scope, ScopeConfig, SourceSpec,
-/// # };
-/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-/// # /// A transport error carrying its class.
-/// # #[derive(Debug)]
-/// # struct Failed(FailureClass);
-/// # impl std::fmt::Display for Failed {
-/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-/// # }
-/// # impl std::error::Error for Failed {}
-/// # impl Classify for Failed {
-/// #     fn class(&self) -> FailureClass { self.0 }
-/// #     fn is_rate_limited(&self) -> bool { false }
-/// #     fn retry_after(&self) -> Option<Duration> { None }
-/// #     fn source_reason(&self) -> SourceReason {
-/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-/// #     }
-/// # }
-/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-/// # /// never answer, fail transiently, are rejected, or find the source dead.
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl Transport for Echo {
-/// #     type Request = String;
-/// #     type Response = String;
-/// #     type Event = String;
-/// #     type Error = Failed;
-/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-/// #         match request.as_str() {
-/// #             "hang" => std::future::pending().await,
-/// #             "fail" => Err(Failed(FailureClass::Transient)),
-/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-/// #             text => {
-/// #                 if let Some(sink) = events {
-/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-/// #                 }
-/// #                 Ok(text.to_string())
-/// #             }
-/// #         }
-/// #     }
-/// #     fn tokens_used(_: &String) -> Option<u64> { None }
-/// # }
-/// # fn memory_governance() -> GovernanceFactory {
-/// #     let governance = Governance {
-/// #         gate: Arc::new(MemoryGate::default()),
-/// #         breakers: Arc::new(MemoryBreakers::default()),
-/// #         inline: true,
-/// #         timeout: Duration::from_secs(1),
-/// #     };
-/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-/// # }
-/// # fn echo(name: &str) -> SourceSpec<Echo> {
-/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-/// # }
-/// # fn aimd() -> PacerFactory {
-/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-/// # }
-/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-/// #     (runtime, scope)
-/// # }
+/// # use polygateway_actors::runtime::{Runtime, RuntimeOptions};
+/// # use polygateway_actors::Transport;
+/// # use polygateway_actors::testkit::{memory_governance, start};
 /// # use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 /// # struct Doubler;
 /// # enum DoublerMsg { Double(u32, RpcReplyPort<u32>) }

@@ -230,74 +230,9 @@ fn handle_child_down(
 /// ```
 /// # use std::sync::Arc;
 /// # use std::time::Duration;
-/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-/// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{
-/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-/// #     Scope, ScopeConfig, SourceSpec,
-/// # };
-/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-/// # /// A transport error carrying its class.
-/// # #[derive(Debug)]
-/// # struct Failed(FailureClass);
-/// # impl std::fmt::Display for Failed {
-/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-/// # }
-/// # impl std::error::Error for Failed {}
-/// # impl Classify for Failed {
-/// #     fn class(&self) -> FailureClass { self.0 }
-/// #     fn is_rate_limited(&self) -> bool { false }
-/// #     fn retry_after(&self) -> Option<Duration> { None }
-/// #     fn source_reason(&self) -> SourceReason {
-/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-/// #     }
-/// # }
-/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-/// # /// never answer, fail transiently, are rejected, or find the source dead.
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl Transport for Echo {
-/// #     type Request = String;
-/// #     type Response = String;
-/// #     type Event = String;
-/// #     type Error = Failed;
-/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-/// #         match request.as_str() {
-/// #             "hang" => std::future::pending().await,
-/// #             "fail" => Err(Failed(FailureClass::Transient)),
-/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-/// #             text => {
-/// #                 if let Some(sink) = events {
-/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-/// #                 }
-/// #                 Ok(text.to_string())
-/// #             }
-/// #         }
-/// #     }
-/// #     fn tokens_used(_: &String) -> Option<u64> { None }
-/// # }
-/// # fn memory_governance() -> GovernanceFactory {
-/// #     let governance = Governance {
-/// #         gate: Arc::new(MemoryGate::default()),
-/// #         breakers: Arc::new(MemoryBreakers::default()),
-/// #         inline: true,
-/// #         timeout: Duration::from_secs(1),
-/// #     };
-/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-/// # }
-/// # fn echo(name: &str) -> SourceSpec<Echo> {
-/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-/// # }
-/// # fn aimd() -> PacerFactory {
-/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-/// # }
-/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-/// #     (runtime, scope)
-/// # }
+/// # use polygateway_actors::runtime::{ScopeConfig, SourceSpec};
+/// # use polygateway_actors::{BreakerConfig, Limits};
+/// # use polygateway_actors::testkit::{start, Echo};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let spec = SourceSpec {
@@ -332,76 +267,10 @@ pub struct SourceSpec<T> {
 /// Dropping it does not stop the actors; call [`Runtime::shutdown`].
 ///
 /// ```
-/// # use std::sync::Arc;
 /// # use std::time::Duration;
-/// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-/// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
 /// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{
-/// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-/// #     Scope, ScopeConfig, SourceSpec,
-/// # };
-/// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-/// # /// A transport error carrying its class.
-/// # #[derive(Debug)]
-/// # struct Failed(FailureClass);
-/// # impl std::fmt::Display for Failed {
-/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-/// # }
-/// # impl std::error::Error for Failed {}
-/// # impl Classify for Failed {
-/// #     fn class(&self) -> FailureClass { self.0 }
-/// #     fn is_rate_limited(&self) -> bool { false }
-/// #     fn retry_after(&self) -> Option<Duration> { None }
-/// #     fn source_reason(&self) -> SourceReason {
-/// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-/// #     }
-/// # }
-/// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-/// # /// never answer, fail transiently, are rejected, or find the source dead.
-/// # struct Echo;
-/// # #[async_trait::async_trait]
-/// # impl Transport for Echo {
-/// #     type Request = String;
-/// #     type Response = String;
-/// #     type Event = String;
-/// #     type Error = Failed;
-/// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-/// #         match request.as_str() {
-/// #             "hang" => std::future::pending().await,
-/// #             "fail" => Err(Failed(FailureClass::Transient)),
-/// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-/// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-/// #             text => {
-/// #                 if let Some(sink) = events {
-/// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-/// #                 }
-/// #                 Ok(text.to_string())
-/// #             }
-/// #         }
-/// #     }
-/// #     fn tokens_used(_: &String) -> Option<u64> { None }
-/// # }
-/// # fn memory_governance() -> GovernanceFactory {
-/// #     let governance = Governance {
-/// #         gate: Arc::new(MemoryGate::default()),
-/// #         breakers: Arc::new(MemoryBreakers::default()),
-/// #         inline: true,
-/// #         timeout: Duration::from_secs(1),
-/// #     };
-/// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-/// # }
-/// # fn echo(name: &str) -> SourceSpec<Echo> {
-/// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-/// # }
-/// # fn aimd() -> PacerFactory {
-/// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-/// # }
-/// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-/// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-/// #     (runtime, scope)
-/// # }
+/// # use polygateway_actors::runtime::{CallOptions, NoObserver, Runtime, RuntimeOptions, ScopeConfig};
+/// # use polygateway_actors::testkit::{aimd, echo, memory_governance, start};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
@@ -518,76 +387,10 @@ impl Runtime {
     /// slot always points at its current incarnation (or says why it is down).
     ///
     /// ```
-    /// # use std::sync::Arc;
     /// # use std::time::Duration;
-    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-    /// # use polygateway_actors::policy::select::LeastInflight;
-    /// # use polygateway_actors::runtime::{
-    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-    /// #     Scope, ScopeConfig, SourceSpec,
-    /// # };
-    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-    /// # /// A transport error carrying its class.
-    /// # #[derive(Debug)]
-    /// # struct Failed(FailureClass);
-    /// # impl std::fmt::Display for Failed {
-    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-    /// # }
-    /// # impl std::error::Error for Failed {}
-    /// # impl Classify for Failed {
-    /// #     fn class(&self) -> FailureClass { self.0 }
-    /// #     fn is_rate_limited(&self) -> bool { false }
-    /// #     fn retry_after(&self) -> Option<Duration> { None }
-    /// #     fn source_reason(&self) -> SourceReason {
-    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-    /// #     }
-    /// # }
-    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-    /// # /// never answer, fail transiently, are rejected, or find the source dead.
-    /// # struct Echo;
-    /// # #[async_trait::async_trait]
-    /// # impl Transport for Echo {
-    /// #     type Request = String;
-    /// #     type Response = String;
-    /// #     type Event = String;
-    /// #     type Error = Failed;
-    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-    /// #         match request.as_str() {
-    /// #             "hang" => std::future::pending().await,
-    /// #             "fail" => Err(Failed(FailureClass::Transient)),
-    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-    /// #             text => {
-    /// #                 if let Some(sink) = events {
-    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-    /// #                 }
-    /// #                 Ok(text.to_string())
-    /// #             }
-    /// #         }
-    /// #     }
-    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
-    /// # }
-    /// # fn memory_governance() -> GovernanceFactory {
-    /// #     let governance = Governance {
-    /// #         gate: Arc::new(MemoryGate::default()),
-    /// #         breakers: Arc::new(MemoryBreakers::default()),
-    /// #         inline: true,
-    /// #         timeout: Duration::from_secs(1),
-    /// #     };
-    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-    /// # }
-    /// # fn echo(name: &str) -> SourceSpec<Echo> {
-    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-    /// # }
-    /// # fn aimd() -> PacerFactory {
-    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-    /// # }
-    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-    /// #     (runtime, scope)
-    /// # }
+    /// # use polygateway_actors::runtime::{Runtime, RuntimeOptions};
+    /// # use polygateway_actors::Transport;
+    /// # use polygateway_actors::testkit::{memory_governance, start};
     /// # use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
     /// # struct Doubler;
     /// # enum DoublerMsg { Double(u32, RpcReplyPort<u32>) }
@@ -681,74 +484,10 @@ impl Runtime {
     /// ```
     /// # use std::sync::Arc;
     /// # use std::time::Duration;
-    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
     /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-    /// # use polygateway_actors::policy::select::LeastInflight;
-    /// # use polygateway_actors::runtime::{
-    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-    /// #     Scope, ScopeConfig, SourceSpec,
-    /// # };
-    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-    /// # /// A transport error carrying its class.
-    /// # #[derive(Debug)]
-    /// # struct Failed(FailureClass);
-    /// # impl std::fmt::Display for Failed {
-    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-    /// # }
-    /// # impl std::error::Error for Failed {}
-    /// # impl Classify for Failed {
-    /// #     fn class(&self) -> FailureClass { self.0 }
-    /// #     fn is_rate_limited(&self) -> bool { false }
-    /// #     fn retry_after(&self) -> Option<Duration> { None }
-    /// #     fn source_reason(&self) -> SourceReason {
-    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-    /// #     }
-    /// # }
-    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-    /// # /// never answer, fail transiently, are rejected, or find the source dead.
-    /// # struct Echo;
-    /// # #[async_trait::async_trait]
-    /// # impl Transport for Echo {
-    /// #     type Request = String;
-    /// #     type Response = String;
-    /// #     type Event = String;
-    /// #     type Error = Failed;
-    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-    /// #         match request.as_str() {
-    /// #             "hang" => std::future::pending().await,
-    /// #             "fail" => Err(Failed(FailureClass::Transient)),
-    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-    /// #             text => {
-    /// #                 if let Some(sink) = events {
-    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-    /// #                 }
-    /// #                 Ok(text.to_string())
-    /// #             }
-    /// #         }
-    /// #     }
-    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
-    /// # }
-    /// # fn memory_governance() -> GovernanceFactory {
-    /// #     let governance = Governance {
-    /// #         gate: Arc::new(MemoryGate::default()),
-    /// #         breakers: Arc::new(MemoryBreakers::default()),
-    /// #         inline: true,
-    /// #         timeout: Duration::from_secs(1),
-    /// #     };
-    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-    /// # }
-    /// # fn echo(name: &str) -> SourceSpec<Echo> {
-    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-    /// # }
-    /// # fn aimd() -> PacerFactory {
-    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-    /// # }
-    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-    /// #     (runtime, scope)
-    /// # }
+    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, PacerFactory, Runtime, RuntimeOptions, ScopeConfig};
+    /// # use polygateway_actors::Limits;
+    /// # use polygateway_actors::testkit::{echo, memory_governance, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
@@ -857,74 +596,8 @@ impl Runtime {
     /// ```
     /// # use std::sync::Arc;
     /// # use std::time::Duration;
-    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-    /// # use polygateway_actors::policy::select::LeastInflight;
-    /// # use polygateway_actors::runtime::{
-    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-    /// #     Scope, ScopeConfig, SourceSpec,
-    /// # };
-    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-    /// # /// A transport error carrying its class.
-    /// # #[derive(Debug)]
-    /// # struct Failed(FailureClass);
-    /// # impl std::fmt::Display for Failed {
-    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-    /// # }
-    /// # impl std::error::Error for Failed {}
-    /// # impl Classify for Failed {
-    /// #     fn class(&self) -> FailureClass { self.0 }
-    /// #     fn is_rate_limited(&self) -> bool { false }
-    /// #     fn retry_after(&self) -> Option<Duration> { None }
-    /// #     fn source_reason(&self) -> SourceReason {
-    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-    /// #     }
-    /// # }
-    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-    /// # /// never answer, fail transiently, are rejected, or find the source dead.
-    /// # struct Echo;
-    /// # #[async_trait::async_trait]
-    /// # impl Transport for Echo {
-    /// #     type Request = String;
-    /// #     type Response = String;
-    /// #     type Event = String;
-    /// #     type Error = Failed;
-    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-    /// #         match request.as_str() {
-    /// #             "hang" => std::future::pending().await,
-    /// #             "fail" => Err(Failed(FailureClass::Transient)),
-    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-    /// #             text => {
-    /// #                 if let Some(sink) = events {
-    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-    /// #                 }
-    /// #                 Ok(text.to_string())
-    /// #             }
-    /// #         }
-    /// #     }
-    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
-    /// # }
-    /// # fn memory_governance() -> GovernanceFactory {
-    /// #     let governance = Governance {
-    /// #         gate: Arc::new(MemoryGate::default()),
-    /// #         breakers: Arc::new(MemoryBreakers::default()),
-    /// #         inline: true,
-    /// #         timeout: Duration::from_secs(1),
-    /// #     };
-    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-    /// # }
-    /// # fn echo(name: &str) -> SourceSpec<Echo> {
-    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-    /// # }
-    /// # fn aimd() -> PacerFactory {
-    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-    /// # }
-    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-    /// #     (runtime, scope)
-    /// # }
+    /// # use polygateway_actors::runtime::{Runtime, RuntimeOptions};
+    /// # use polygateway_actors::testkit::{memory_governance, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use polygateway_actors::memory::ManualClock;
@@ -948,76 +621,9 @@ impl Runtime {
     /// Bounded by `timeout`; idempotent.
     ///
     /// ```
-    /// # use std::sync::Arc;
     /// # use std::time::Duration;
-    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-    /// # use polygateway_actors::policy::select::LeastInflight;
-    /// # use polygateway_actors::runtime::{
-    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-    /// #     Scope, ScopeConfig, SourceSpec,
-    /// # };
-    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-    /// # /// A transport error carrying its class.
-    /// # #[derive(Debug)]
-    /// # struct Failed(FailureClass);
-    /// # impl std::fmt::Display for Failed {
-    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-    /// # }
-    /// # impl std::error::Error for Failed {}
-    /// # impl Classify for Failed {
-    /// #     fn class(&self) -> FailureClass { self.0 }
-    /// #     fn is_rate_limited(&self) -> bool { false }
-    /// #     fn retry_after(&self) -> Option<Duration> { None }
-    /// #     fn source_reason(&self) -> SourceReason {
-    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-    /// #     }
-    /// # }
-    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-    /// # /// never answer, fail transiently, are rejected, or find the source dead.
-    /// # struct Echo;
-    /// # #[async_trait::async_trait]
-    /// # impl Transport for Echo {
-    /// #     type Request = String;
-    /// #     type Response = String;
-    /// #     type Event = String;
-    /// #     type Error = Failed;
-    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-    /// #         match request.as_str() {
-    /// #             "hang" => std::future::pending().await,
-    /// #             "fail" => Err(Failed(FailureClass::Transient)),
-    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-    /// #             text => {
-    /// #                 if let Some(sink) = events {
-    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-    /// #                 }
-    /// #                 Ok(text.to_string())
-    /// #             }
-    /// #         }
-    /// #     }
-    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
-    /// # }
-    /// # fn memory_governance() -> GovernanceFactory {
-    /// #     let governance = Governance {
-    /// #         gate: Arc::new(MemoryGate::default()),
-    /// #         breakers: Arc::new(MemoryBreakers::default()),
-    /// #         inline: true,
-    /// #         timeout: Duration::from_secs(1),
-    /// #     };
-    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-    /// # }
-    /// # fn echo(name: &str) -> SourceSpec<Echo> {
-    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-    /// # }
-    /// # fn aimd() -> PacerFactory {
-    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-    /// # }
-    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-    /// #     (runtime, scope)
-    /// # }
+    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
@@ -1047,76 +653,9 @@ impl Runtime {
     /// idempotent.
     ///
     /// ```
-    /// # use std::sync::Arc;
     /// # use std::time::Duration;
-    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-    /// # use polygateway_actors::policy::select::LeastInflight;
-    /// # use polygateway_actors::runtime::{
-    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-    /// #     Scope, ScopeConfig, SourceSpec,
-    /// # };
-    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-    /// # /// A transport error carrying its class.
-    /// # #[derive(Debug)]
-    /// # struct Failed(FailureClass);
-    /// # impl std::fmt::Display for Failed {
-    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-    /// # }
-    /// # impl std::error::Error for Failed {}
-    /// # impl Classify for Failed {
-    /// #     fn class(&self) -> FailureClass { self.0 }
-    /// #     fn is_rate_limited(&self) -> bool { false }
-    /// #     fn retry_after(&self) -> Option<Duration> { None }
-    /// #     fn source_reason(&self) -> SourceReason {
-    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-    /// #     }
-    /// # }
-    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-    /// # /// never answer, fail transiently, are rejected, or find the source dead.
-    /// # struct Echo;
-    /// # #[async_trait::async_trait]
-    /// # impl Transport for Echo {
-    /// #     type Request = String;
-    /// #     type Response = String;
-    /// #     type Event = String;
-    /// #     type Error = Failed;
-    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-    /// #         match request.as_str() {
-    /// #             "hang" => std::future::pending().await,
-    /// #             "fail" => Err(Failed(FailureClass::Transient)),
-    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-    /// #             text => {
-    /// #                 if let Some(sink) = events {
-    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-    /// #                 }
-    /// #                 Ok(text.to_string())
-    /// #             }
-    /// #         }
-    /// #     }
-    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
-    /// # }
-    /// # fn memory_governance() -> GovernanceFactory {
-    /// #     let governance = Governance {
-    /// #         gate: Arc::new(MemoryGate::default()),
-    /// #         breakers: Arc::new(MemoryBreakers::default()),
-    /// #         inline: true,
-    /// #         timeout: Duration::from_secs(1),
-    /// #     };
-    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-    /// # }
-    /// # fn echo(name: &str) -> SourceSpec<Echo> {
-    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-    /// # }
-    /// # fn aimd() -> PacerFactory {
-    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-    /// # }
-    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-    /// #     (runtime, scope)
-    /// # }
+    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
@@ -1144,76 +683,9 @@ impl Runtime {
     /// `true` once [`Runtime::quiesce`] or [`Runtime::shutdown`] was called.
     ///
     /// ```
-    /// # use std::sync::Arc;
     /// # use std::time::Duration;
-    /// # use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-    /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-    /// # use polygateway_actors::policy::select::LeastInflight;
-    /// # use polygateway_actors::runtime::{
-    /// #     CallOptions, Governance, GovernanceFactory, NoObserver, PacerFactory, Runtime, RuntimeOptions,
-    /// #     Scope, ScopeConfig, SourceSpec,
-    /// # };
-    /// # use polygateway_actors::{BreakerConfig, Classify, EventSink, FailureClass, Limits, SourceReason, Transport};
-    /// # /// A transport error carrying its class.
-    /// # #[derive(Debug)]
-    /// # struct Failed(FailureClass);
-    /// # impl std::fmt::Display for Failed {
-    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { write!(f, "{}", self.0.as_str()) }
-    /// # }
-    /// # impl std::error::Error for Failed {}
-    /// # impl Classify for Failed {
-    /// #     fn class(&self) -> FailureClass { self.0 }
-    /// #     fn is_rate_limited(&self) -> bool { false }
-    /// #     fn retry_after(&self) -> Option<Duration> { None }
-    /// #     fn source_reason(&self) -> SourceReason {
-    /// #         match self.0 { FailureClass::SourceDead => SourceReason::SourceDead, _ => SourceReason::NetworkError }
-    /// #     }
-    /// # }
-    /// # /// Echoes its request (one event per word when streaming); "hang", "fail", "reject" and "dead"
-    /// # /// never answer, fail transiently, are rejected, or find the source dead.
-    /// # struct Echo;
-    /// # #[async_trait::async_trait]
-    /// # impl Transport for Echo {
-    /// #     type Request = String;
-    /// #     type Response = String;
-    /// #     type Event = String;
-    /// #     type Error = Failed;
-    /// #     async fn send(&self, request: &String, events: Option<&EventSink<String>>) -> Result<String, Failed> {
-    /// #         match request.as_str() {
-    /// #             "hang" => std::future::pending().await,
-    /// #             "fail" => Err(Failed(FailureClass::Transient)),
-    /// #             "reject" => Err(Failed(FailureClass::RequestRejected)),
-    /// #             "dead" => Err(Failed(FailureClass::SourceDead)),
-    /// #             text => {
-    /// #                 if let Some(sink) = events {
-    /// #                     for word in text.split(' ') { let _ = sink.emit(word.to_string()).await; }
-    /// #                 }
-    /// #                 Ok(text.to_string())
-    /// #             }
-    /// #         }
-    /// #     }
-    /// #     fn tokens_used(_: &String) -> Option<u64> { None }
-    /// # }
-    /// # fn memory_governance() -> GovernanceFactory {
-    /// #     let governance = Governance {
-    /// #         gate: Arc::new(MemoryGate::default()),
-    /// #         breakers: Arc::new(MemoryBreakers::default()),
-    /// #         inline: true,
-    /// #         timeout: Duration::from_secs(1),
-    /// #     };
-    /// #     Arc::new(move || { let g = governance.clone(); Box::pin(async move { Ok(g) }) })
-    /// # }
-    /// # fn echo(name: &str) -> SourceSpec<Echo> {
-    /// #     SourceSpec { name: name.into(), transport: Arc::new(Echo), breaker: BreakerConfig::default(), limits: Limits::default(), est_tokens: 10 }
-    /// # }
-    /// # fn aimd() -> PacerFactory {
-    /// #     Arc::new(|limits: &Limits| Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>)
-    /// # }
-    /// # async fn start(config: ScopeConfig, sources: Vec<SourceSpec<Echo>>) -> (Runtime, Scope<Echo>) {
-    /// #     let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-    /// #     let scope = runtime.add_scope(config, sources, Box::new(LeastInflight), aimd()).await.unwrap();
-    /// #     (runtime, scope)
-    /// # }
+    /// # use polygateway_actors::runtime::{Runtime, RuntimeOptions};
+    /// # use polygateway_actors::testkit::{memory_governance, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
