@@ -914,6 +914,14 @@ fn stall_window_must_cover_the_slowest_ttft() {
 }
 
 #[test]
+fn a_zero_stall_window_is_refused_as_zero_not_as_too_short() {
+    let msg = guard_err(&[("LLM__BACKPRESSURE__STALL_WINDOW_S", "0")]);
+    assert!(msg.contains("LLM__BACKPRESSURE__STALL_WINDOW_S=0"), "{msg}");
+    assert!(msg.contains("must be > 0"), "{msg}");
+    assert!(!msg.contains("TTFT"), "{msg}");
+}
+
+#[test]
 fn explicit_non_positive_est_tokens_with_tpm_is_refused() {
     for est in ["0", "-5"] {
         let msg = guard_err(&[

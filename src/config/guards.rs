@@ -153,6 +153,13 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
             "must be > 0",
         ));
     }
+    if bp.stall_window.is_zero() {
+        return Err(refuse(
+            key("BACKPRESSURE__STALL_WINDOW_S"),
+            "0",
+            "must be > 0",
+        ));
+    }
     if let Some(slowest) = scope.sources.iter().max_by_key(|s| s.ttft_timeout) {
         if bp.stall_window < slowest.ttft_timeout {
             return Err(refuse(
@@ -165,13 +172,6 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
                 ),
             ));
         }
-    }
-    if bp.stall_window.is_zero() {
-        return Err(refuse(
-            key("BACKPRESSURE__STALL_WINDOW_S"),
-            "0",
-            "must be > 0",
-        ));
     }
 
     match (&scope.kind, &scope.embedding) {

@@ -59,10 +59,11 @@ impl RedisGate {
     /// ```
     /// use std::time::Duration;
     /// use polygateway::redis::RedisGate;
-    /// // RPM and TPM limits are per minute: the window is one minute.
+    /// // RPM and TPM limits are per minute: the window is one minute, as in memory.
     /// assert_eq!(RedisGate::DEFAULT_WINDOW, Duration::from_secs(60));
+    /// assert_eq!(RedisGate::DEFAULT_WINDOW, polygateway::actors::policy::limiter::DEFAULT_WINDOW);
     /// ```
-    pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
+    pub const DEFAULT_WINDOW: Duration = polygateway_actors::policy::limiter::DEFAULT_WINDOW;
 
     /// A limiter with 60 s RPM/TPM windows.
     ///

@@ -46,6 +46,8 @@ use super::millis_since;
 pub struct MemoryGate {
     clock: Arc<dyn Clock>,
     origin: Instant,
+    /// Kept outside the lock so reading it never depends on the lock's health.
+    window: Duration,
     state: Mutex<LimiterState>,
 }
 
@@ -107,6 +109,7 @@ impl MemoryGate {
         Self {
             clock,
             origin,
+            window,
             state: Mutex::new(LimiterState::new(window)),
         }
     }
@@ -123,7 +126,7 @@ impl MemoryGate {
     /// assert_eq!(hint.min(gate.window()), Duration::from_secs(5));
     /// ```
     pub fn window(&self) -> Duration {
-        self.lock().map_or(DEFAULT_WINDOW, |s| s.window())
+        self.window
     }
 
     /// Current counters of `scope` (or one of its sources), for snapshots and invariants.

@@ -290,9 +290,8 @@ impl<T: Transport> Scope<T> {
             .send_admission(AdmissionMsg::Crash(reason.to_string()));
     }
 
-    /// `Err(reason)` when the scope's router is down (starting, or escalated after its sources
-    /// exceeded their restart intensity). A runtime shutdown does not mark it down: check
-    /// [`crate::runtime::Runtime::is_shut_down`] for that.
+    /// `Err(reason)` when the scope's router is down: starting, escalated after its sources
+    /// exceeded their restart intensity, or stopped by the runtime's shutdown.
     ///
     /// ```
     /// # use std::time::Duration;
@@ -314,6 +313,12 @@ impl<T: Transport> Scope<T> {
     /// tokio::time::sleep(Duration::from_millis(300)).await;
     /// let reason = scope.router_status().unwrap_err();
     /// assert!(reason.contains("exceeded its restart intensity"), "{reason}");
+    ///
+    /// // A healthy scope reads as down once its runtime has shut down.
+    /// let (other_runtime, healthy) = start(ScopeConfig::new("EMBED"), vec![echo("echo_2")]).await;
+    /// assert_eq!(healthy.router_status(), Ok(()));
+    /// other_runtime.shutdown(Duration::from_secs(1)).await;
+    /// assert_eq!(healthy.router_status(), Err("runtime shut down".to_string()));
     /// # runtime.shutdown(Duration::from_secs(1)).await;
     /// # }
     /// ```

@@ -186,6 +186,8 @@ impl Actor for RuntimeSupervisor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         for child in state.children.values() {
+            // Mark the slot first so nobody reads a stopped child as up (`Scope::router_status`).
+            (child.on_down)("runtime shut down".into());
             if let Some(cell) = &child.current {
                 cell.stop(Some("runtime shutdown".into()));
             }

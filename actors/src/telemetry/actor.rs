@@ -159,7 +159,8 @@ impl<R> std::fmt::Debug for TelemetryArgs<R> {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FlushReport {
-    /// Rows handed to the sink during this flush.
+    /// Rows handed to the sink during this flush. Rows a start-up drain or a `Tick` already
+    /// wrote are not counted again, so this is not "rows pushed before the flush".
     pub rows: u64,
     /// Rows still queued when the flush ended (rows pushed concurrently may land here).
     pub remaining: usize,
