@@ -106,7 +106,17 @@ async fn a_slow_consumer_pauses_the_upstream_instead_of_buffering() {
         content: "y".repeat(16 * 1024 * 1024),
     })
     .await;
-    let gw = gateway(&[("a", &mock)], &[]).await;
+    // The mock prepares 16 MB on the test's single thread before the first byte (seconds in a
+    // debug build on a busy machine): generous watchdogs, so this tests backpressure, not TTFT.
+    let gw = gateway(
+        &[("a", &mock)],
+        &[
+            ("LLM__A__1__TIMEOUT_S", "120"),
+            ("LLM__A__1__TTFT_TIMEOUT_S", "60"),
+            ("LLM__A__1__INTER_TOKEN_TIMEOUT_S", "30"),
+        ],
+    )
+    .await;
     let mut stream = gw
         .chat_stream(vec![Message::user("hi")], CallOptions::new())
         .unwrap();

@@ -8,7 +8,8 @@
 //! can see what was sent and that an aborted stream was let go.
 //!
 //! Built to be cheap under soaks (10k+ requests): no per-request logging, frames without delay
-//! are sent as one chunk. Not a general HTTP mock; nothing in the runtime uses it.
+//! are sent together in chunks of up to 64 KB. Not a general HTTP mock; nothing in the runtime
+//! uses it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -1215,8 +1216,14 @@ fn frame(v: &Value) -> Bytes {
     Bytes::from(s)
 }
 
-/// A streaming body: frames after their delays; consecutive frames without delay go out as one
-/// chunk. The in-flight guard lives with the body, so it drops when the client goes away.
+/// Largest body chunk the mock hands to the server at once: consecutive frames without delay are
+/// merged up to this size. Bounded so a large answer still flows chunk by chunk under TCP
+/// backpressure (one huge chunk would be taken whole, and the body would end at once).
+const MAX_BATCH_BYTES: usize = 64 * 1024;
+
+/// A streaming body: frames after their delays; consecutive frames without delay go out together
+/// in chunks of up to [`MAX_BATCH_BYTES`]. The in-flight guard lives with the body, so it drops
+/// when the client goes away or the last chunk has been taken.
 fn stream_response(
     guard: InFlight,
     cancel: CancellationToken,
@@ -1225,7 +1232,9 @@ fn stream_response(
     let mut batches: Vec<(Duration, Vec<u8>)> = Vec::new();
     for (delay, bytes) in frames {
         match batches.last_mut() {
-            Some((_, buf)) if delay.is_zero() => buf.extend_from_slice(&bytes),
+            Some((_, buf)) if delay.is_zero() && buf.len() < MAX_BATCH_BYTES => {
+                buf.extend_from_slice(&bytes)
+            }
             _ => batches.push((delay, bytes.to_vec())),
         }
     }
