@@ -342,10 +342,12 @@ pub struct InvalidResult {
 ///
 /// ```
 /// use polygateway::GatewayError;
-/// fn should_requeue(e: &GatewayError) -> Option<f64> {
+/// /// A job queue's rule: requeue scope-level unavailability after its hint, fail the rest.
+/// fn requeue_after(e: &GatewayError) -> Option<f64> {
 ///     e.unavailable().map(|u| u.retry_after_s)
 /// }
-/// # let _ = should_requeue;
+/// let bad_config = GatewayError::Config("LLM__QWEN__1__MODEL is required".into());
+/// assert_eq!(requeue_after(&bad_config), None);
 /// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
