@@ -8,8 +8,6 @@
 //! cargo run --example prometheus
 //! ```
 
-use std::collections::BTreeMap;
-
 use polygateway::config::Settings;
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{Gateway, Message};
@@ -21,14 +19,8 @@ async fn main() {
         .expect("install the Prometheus recorder");
     let healthy = MockUpstream::start(Behaviour::healthy()).await;
     let failing = MockUpstream::start(Behaviour::ServerError(503)).await;
-    let mut env: BTreeMap<String, String> = [
-        ("PGW_LIMITER_BACKEND", "memory"),
-        ("PGW_BREAKER_BACKEND", "memory"),
-        ("LLM__RETRY__BACKOFF_BASE_S", "0.01"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let mut env = polygateway::testkit::mock_env();
+    env.insert("LLM__RETRY__BACKOFF_BASE_S".into(), "0.01".into());
     for (name, mock) in [("HEALTHY", &healthy), ("FAILING", &failing)] {
         env.insert(format!("LLM__{name}__1__BASE_URL"), mock.base_url());
         env.insert(format!("LLM__{name}__1__API_KEY"), "sk-demo".into());

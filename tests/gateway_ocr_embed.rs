@@ -1,7 +1,5 @@
 //! Embeddings and OCR through the same governed call path as chat (SPEC §7.3, §7.4).
 
-use std::collections::BTreeMap;
-
 use polygateway::config::Settings;
 use polygateway::testkit::mock_llm::{mock_embedding, Behaviour, MockUpstream};
 use polygateway::testkit::mock_ocr::fixture::{SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE, SAMPLE_TEXT};
@@ -11,14 +9,7 @@ use polygateway::{CallOptions, Gateway, GatewayError, UsageSource};
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body";
 
 async fn gateway(pairs: Vec<(String, String)>, scope: &str) -> Gateway {
-    let mut map: BTreeMap<String, String> = [
-        ("PGW_LIMITER_BACKEND", "memory"),
-        ("PGW_BREAKER_BACKEND", "memory"),
-        ("PGW_TELEMETRY_BACKEND", "none"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let mut map = polygateway::testkit::mock_env();
     map.extend(pairs);
     Gateway::from_settings(Settings::from_map(&map).unwrap(), scope)
         .await

@@ -126,6 +126,24 @@ fn free_port() -> u16 {
         .expect("port")
 }
 
+/// A private redis-server on a free port, up and answering; `None` (after a loud skip line) when
+/// it cannot start outside CI. Under `CI=true` a missing redis-server fails the test.
+async fn private_redis(test: &str) -> Option<(u16, PrivateRedis)> {
+    let port = free_port();
+    let server = match PrivateRedis::start(port) {
+        Ok(s) => s,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("redis-server needed under CI=true: {e}")
+        }
+        Err(e) => {
+            eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); {test} did NOT run !!!!!\n");
+            return None;
+        }
+    };
+    assert!(server.ready().await, "private redis-server did not start");
+    Some((port, server))
+}
+
 async fn admit(gate: &RedisGate, i: usize) -> Result<Lease, String> {
     match gate.admit(&request(i)).await {
         Ok(GateDecision::Admitted(lease)) => Ok(lease),
@@ -136,18 +154,9 @@ async fn admit(gate: &RedisGate, i: usize) -> Result<Lease, String> {
 
 #[tokio::test]
 async fn killed_and_restarted_server_fails_closed_then_recovers() {
-    let port = free_port();
-    let mut server = match PrivateRedis::start(port) {
-        Ok(s) => s,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("redis-server needed under CI=true: {e}")
-        }
-        Err(e) => {
-            eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); chaos test did NOT run !!!!!\n");
-            return;
-        }
+    let Some((port, mut server)) = private_redis("chaos test").await else {
+        return;
     };
-    assert!(server.ready().await, "private redis-server did not start");
     let url = Secret::new(format!("redis://127.0.0.1:{port}"));
     let redis = RedisGovernance::connect_with(&url, "chaos", options())
         .await
@@ -214,18 +223,9 @@ async fn killed_and_restarted_server_fails_closed_then_recovers() {
 /// the same connection, behind the late script.
 #[tokio::test]
 async fn timed_out_admission_that_ran_late_is_given_back() {
-    let port = free_port();
-    let server = match PrivateRedis::start(port) {
-        Ok(s) => s,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("redis-server needed under CI=true: {e}")
-        }
-        Err(e) => {
-            eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); chaos test did NOT run !!!!!\n");
-            return;
-        }
+    let Some((port, server)) = private_redis("chaos test").await else {
+        return;
     };
-    assert!(server.ready().await, "private redis-server did not start");
     let url = format!("redis://127.0.0.1:{port}");
     let redis = RedisGovernance::connect_with(&Secret::new(url.clone()), "late", options())
         .await
@@ -274,18 +274,9 @@ async fn the_runtime_fails_closed_while_redis_is_down_and_recovers_by_itself() {
     use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
     use polygateway::{Gateway, GatewayError, Message, UnavailableReason};
 
-    let port = free_port();
-    let mut server = match PrivateRedis::start(port) {
-        Ok(s) => s,
-        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("redis-server needed under CI=true: {e}")
-        }
-        Err(e) => {
-            eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); runtime chaos test did NOT run !!!!!\n");
-            return;
-        }
+    let Some((port, mut server)) = private_redis("runtime chaos test").await else {
+        return;
     };
-    assert!(server.ready().await, "private redis-server did not come up");
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let env: std::collections::BTreeMap<String, String> = [
         ("PGW_LIMITER_BACKEND", "redis".to_string()),

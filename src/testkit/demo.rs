@@ -1,7 +1,6 @@
 //! Settings for the examples: the environment's when it configures the wanted scopes, otherwise
 //! the same scopes over built-in mock upstreams, so every example runs anywhere.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::mock_llm::{Behaviour, MockUpstream};
@@ -62,14 +61,7 @@ pub async fn settings_or_mock(
         }
     }
     println!("no sources configured for {scopes:?}: using the built-in mock upstreams");
-    let mut env: BTreeMap<String, String> = [
-        ("PGW_LIMITER_BACKEND", "memory"),
-        ("PGW_BREAKER_BACKEND", "memory"),
-        ("PGW_TELEMETRY_BACKEND", "none"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let mut env = super::mock_env();
     let mut mocks = DemoMocks::default();
     for (scope, kind) in scopes {
         let base = match kind {

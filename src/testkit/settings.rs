@@ -25,15 +25,7 @@ use crate::config::{scope_kind_for, ScopeKind, Settings};
 /// assert_eq!(settings.scopes["LLM"].retry.max_attempts, 1);
 /// ```
 pub fn mock_settings(scopes: &[(&str, &str)], extra: &[(&str, &str)]) -> Settings {
-    let mut env: BTreeMap<String, String> = [
-        ("PGW_LIMITER_BACKEND", "memory"),
-        ("PGW_BREAKER_BACKEND", "memory"),
-        ("PGW_TELEMETRY_BACKEND", "none"),
-        ("PGW_CACHE_BACKEND", "none"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
+    let mut env = mock_env();
     for (scope, base_url) in scopes {
         let provider = match scope_kind_for(scope) {
             ScopeKind::Ocr => "MONKEY",
@@ -50,4 +42,28 @@ pub fn mock_settings(scopes: &[(&str, &str)], extra: &[(&str, &str)]) -> Setting
         env.insert(key.to_string(), value.to_string());
     }
     Settings::from_map(&env).unwrap_or_else(|e| panic!("mock settings do not parse: {e}"))
+}
+
+/// The env-style keys every mock-backed run starts from: memory limiter and breaker, no
+/// telemetry, no cache. Add sources and scope keys, then `Settings::from_map`.
+///
+/// ```
+/// use polygateway::config::Settings;
+/// let mut env = polygateway::testkit::mock_env();
+/// env.insert("LLM__OPENAI__1__BASE_URL".into(), "http://127.0.0.1:9/v1".into());
+/// env.insert("LLM__OPENAI__1__MODEL".into(), "m".into());
+/// let settings = Settings::from_map(&env).unwrap();
+/// assert_eq!(settings.scopes["LLM"].sources.len(), 1);
+/// assert_eq!(env["PGW_TELEMETRY_BACKEND"], "none");
+/// ```
+pub fn mock_env() -> BTreeMap<String, String> {
+    [
+        ("PGW_LIMITER_BACKEND", "memory"),
+        ("PGW_BREAKER_BACKEND", "memory"),
+        ("PGW_TELEMETRY_BACKEND", "none"),
+        ("PGW_CACHE_BACKEND", "none"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }

@@ -1,21 +1,11 @@
 //! Shared helpers of the runtime integration tests: settings over mock upstreams.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
-
 use polygateway::config::Settings;
 
 /// Env-style settings: memory backends, no telemetry, fast retries, plus `extra` keys.
 pub fn settings(extra: &[(&str, String)]) -> Settings {
-    let mut map: BTreeMap<String, String> = BTreeMap::new();
-    for (k, v) in [
-        ("PGW_LIMITER_BACKEND", "memory"),
-        ("PGW_BREAKER_BACKEND", "memory"),
-        ("PGW_TELEMETRY_BACKEND", "none"),
-        ("PGW_CACHE_BACKEND", "none"),
-    ] {
-        map.insert(k.into(), v.into());
-    }
+    let mut map = polygateway::testkit::mock_env();
     for (k, v) in extra {
         map.insert((*k).to_string(), v.clone());
     }
