@@ -46,8 +46,6 @@ use super::millis_since;
 pub struct MemoryGate {
     clock: Arc<dyn Clock>,
     origin: Instant,
-    /// Kept outside the lock so reading it never depends on the lock's health.
-    window: Duration,
     state: Mutex<LimiterState>,
 }
 
@@ -109,7 +107,6 @@ impl MemoryGate {
         Self {
             clock,
             origin,
-            window,
             state: Mutex::new(LimiterState::new(window)),
         }
     }
@@ -126,7 +123,11 @@ impl MemoryGate {
     /// assert_eq!(hint.min(gate.window()), Duration::from_secs(5));
     /// ```
     pub fn window(&self) -> Duration {
-        self.window
+        // The window never changes after construction, so a poisoned lock still holds it truly.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .window()
     }
 
     /// Current counters of `scope` (or one of its sources), for snapshots and invariants.
