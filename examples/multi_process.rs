@@ -1,4 +1,4 @@
-//! Limits and breakers hold across OS processes sharing one Redis (SPEC §5.3, §5.4).
+//! Limits and breakers hold across OS processes sharing one Redis (docs/behaviour.md §5.3, §5.4).
 //!
 //! This process starts mock upstreams, then runs `--processes` copies of itself as workers, each
 //! with its own gateway on Redis backends (`REDIS_URL`, default redis://127.0.0.1:6379):

@@ -1,4 +1,4 @@
-//! The OCR fault-pool soak across OS processes (SPEC §11): this process starts the mock pool,
+//! The OCR fault-pool soak across OS processes (docs/behaviour.md §11): this process starts the mock pool,
 //! then runs `--processes` copies of itself as workers, each with its own gateway, all sharing one
 //! Redis (`REDIS_URL`, default redis://127.0.0.1:6379) for limits and breakers. It prints the
 //! success rate and the invariants; the last line is one JSON object.

@@ -1,4 +1,4 @@
--- Circuit breaker of one source (SPEC §5.4), the same state machine as the in-memory
+-- Circuit breaker of one source (docs/behaviour.md §5.4), the same state machine as the in-memory
 -- BreakerMachine (actors/src/policy/breaker.rs), stored in one hash so every process shares it.
 -- Time is the Redis server clock (TIME).
 --

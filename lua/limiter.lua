@@ -1,4 +1,4 @@
--- Six-gate limiter (SPEC §5.3): global/source x concurrency/RPM/TPM, one atomic call per operation.
+-- Six-gate limiter (docs/behaviour.md §5.3): global/source x concurrency/RPM/TPM, one atomic call per operation.
 --
 -- Every key of one call carries the same `{scope}` hash tag (cluster-safe). Time is the Redis
 -- server clock (TIME), so every process agrees on windows and lease expiry.

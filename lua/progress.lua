@@ -1,4 +1,4 @@
--- Scope progress clock for the stall guard (SPEC §5.2): global across processes because it is the
+-- Scope progress clock for the stall guard (docs/behaviour.md §5.2): global across processes because it is the
 -- Redis server clock.
 --
 -- KEYS[1] progress STRING = server ms of the last successful call in the scope

@@ -1,4 +1,4 @@
-//! Errors (SPEC §6): what reaches the caller, and what a transport attempt fails with.
+//! Errors (docs/behaviour.md §6): what reaches the caller, and what a transport attempt fails with.
 //!
 //! Callers see [`GatewayError`]. Transient and source-dead attempt failures ([`TransportError`])
 //! are absorbed by the retry loop and surface as [`GatewayError::Unavailable`] with
@@ -197,7 +197,7 @@ pub struct TransportError {
     pub retry_after: Option<Duration>,
     /// HTTP status, when there was one.
     pub status: Option<u16>,
-    /// Body summary (SPEC §6), empty when there was no body.
+    /// Body summary (docs/behaviour.md §6), empty when there was no body.
     pub body_text: String,
     /// What happened, free of secrets. Includes the body summary when there is one.
     pub message: String,
@@ -312,7 +312,7 @@ impl Classify for TransportError {
     }
 }
 
-/// Structured-output failure details (SPEC §9.2 step 5).
+/// Structured-output failure details (docs/behaviour.md §9.2 step 5).
 ///
 /// ```
 /// use polygateway::error::InvalidResult;
@@ -374,11 +374,11 @@ pub enum GatewayError {
     /// The caller named a scope or source that is not configured (assembly defect).
     #[error("SourceNotConfigured: {0}")]
     SourceNotConfigured(String),
-    /// Entry validation failed before anything was sent (SPEC §2.2).
+    /// Entry validation failed before anything was sent (docs/behaviour.md §2.2).
     #[error("InvalidInput: {0}")]
     InvalidInput(#[from] crate::validate::ValidationError),
     /// A stream failed after deltas were delivered to the consumer; it cannot be retried
-    /// transparently (SPEC-extension for `chat_stream`).
+    /// transparently (an extension beyond docs/behaviour.md §6, for `chat_stream`).
     #[error("StreamInterrupted: {message} (after {delivered} delivered deltas)")]
     StreamInterrupted {
         /// What failed.

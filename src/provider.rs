@@ -1,4 +1,4 @@
-//! Provider registry (SPEC §7.2): what differs between OpenAI-compatible providers, as explicit
+//! Provider registry (docs/behaviour.md §7.2): what differs between OpenAI-compatible providers, as explicit
 //! entries.
 //!
 //! A profile says how to switch thinking on/off in the request body, where the provider puts its

@@ -1,4 +1,4 @@
-//! The one shared body summariser (SPEC §6).
+//! The one shared body summariser (docs/behaviour.md §6).
 //!
 //! Every HTTP error translation keeps a bounded summary of the upstream body, in the message and
 //! in `body_text`. This module only shortens text for humans; classification (e.g. spotting

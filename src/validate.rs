@@ -1,4 +1,4 @@
-//! Entry validation (SPEC §2.2): the checks a call's caller-supplied attribution and overlay must
+//! Entry validation (docs/behaviour.md §2.2): the checks a call's caller-supplied attribution and overlay must
 //! pass before anything is sent, queued or counted.
 //!
 //! These are not attempt failures and not part of the four failure classes; they surface as

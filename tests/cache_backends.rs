@@ -1,4 +1,4 @@
-//! Response cache backends (SPEC §9.1) and single-flight coalescing.
+//! Response cache backends (docs/behaviour.md §9.1) and single-flight coalescing.
 //!
 //! Memory: TTL with paused time, LRU eviction by entries and by bytes, zero TTL refused.
 //! Redis: the real server on 127.0.0.1:6379 (keys made unique per test run; `CI=true` makes a

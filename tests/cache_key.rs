@@ -1,4 +1,4 @@
-//! The response-cache key (SPEC §9.1): golden keys, canonical JSON, what changes the key and
+//! The response-cache key (docs/behaviour.md §9.1): golden keys, canonical JSON, what changes the key and
 //! what must not.
 
 use polygateway::cache::{
@@ -50,7 +50,7 @@ fn key_is_sha256_of_the_documented_canonical_material() {
         salt: None,
         sampling: &Map::new(),
     });
-    // Written by hand from the SPEC: sorted keys, no whitespace, no salt, no sampling.
+    // Written by hand from docs/behaviour.md §9.1: sorted keys, no whitespace, no salt, no sampling.
     let expected = r#"{"messages":[{"content":"hi","role":"user"}],"model":[{"extra_body":{},"model":"gpt-4o-mini"}],"namespace":"ns"}"#;
     assert_eq!(material, expected);
     let k = key(&fp, &msgs, "ns", None, &Map::new());
@@ -295,7 +295,7 @@ fn images_enter_as_their_hash_and_key_material_does_not_grow_with_them() {
     assert_ne!(material(&with_detail), material(&without_detail));
 }
 
-/// `tenant_id` and `meta` are not fields of `CacheKeyInput` (SPEC §2.2): this test constructs
+/// `tenant_id` and `meta` are not fields of `CacheKeyInput` (docs/behaviour.md §2.2): this test constructs
 /// the input exhaustively (no `..`), so adding such a field fails to compile here and forces a
 /// decision. Two tenants in one namespace share entries; isolation is by namespace.
 #[test]

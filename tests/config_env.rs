@@ -1,4 +1,4 @@
-//! Configuration parsing (SPEC §3): every key family, defaults, shorthand precedence, every
+//! Configuration parsing (docs/behaviour.md §3): every key family, defaults, shorthand precedence, every
 //! assembly guard, error texts, secrecy, `.env` layering, and `.env.example` vs the parser.
 
 use std::collections::{BTreeMap, BTreeSet};

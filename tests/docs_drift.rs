@@ -61,3 +61,84 @@ fn the_env_example_mentions_every_key_family() {
         );
     }
 }
+
+/// Text files of the repository that may cite the behaviour reference (the target dir, `.git`
+/// and binary files excluded).
+fn repository_text_files() -> Vec<(std::path::PathBuf, String)> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !matches!(name.as_str(), "target" | ".git") {
+                    walk(&path, out);
+                }
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                out.push((path, text));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(std::path::Path::new(env!("CARGO_MANIFEST_DIR")), &mut files);
+    files
+}
+
+/// Comments and docs point at `docs/behaviour.md` and `docs/monkeyocr.md`, never at a file that
+/// only exists outside the repository (the behaviour contract used to live in an external
+/// `SPEC.md`; someone who clones the repository could not follow those pointers).
+#[test]
+fn no_reference_leaves_the_repository() {
+    // Spelled in pieces so this file does not match itself.
+    let forbidden = [
+        concat!("SP", "EC §"),
+        concat!("SP", "EC:"),
+        concat!("shared", "/"),
+        concat!("monkeyocr", "-protocol"),
+        concat!("/wo", "rk/"),
+    ];
+    let mut hits = Vec::new();
+    for (path, text) in repository_text_files() {
+        for (n, line) in text.lines().enumerate() {
+            if forbidden.iter().any(|f| line.contains(f)) {
+                hits.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(hits.is_empty(), "references outside the repository:\n{}", hits.join("\n"));
+}
+
+/// Every section of the behaviour reference cited anywhere names a section that exists there.
+#[test]
+fn every_cited_behaviour_section_exists() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let reference = std::fs::read_to_string(format!("{root}/docs/behaviour.md")).unwrap();
+    // Sections are headings (`## §5`, `### §5.3 …`) and the numbered rules of §10 (`- §10.3 …`).
+    let defined: BTreeSet<String> = reference
+        .lines()
+        .filter_map(|l| {
+            let rest = l.trim_start_matches('#').trim_start_matches("- ").trim_start();
+            let label = rest.strip_prefix('§')?;
+            let end = label.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+            Some(label[..end].trim_end_matches('.').to_string())
+        })
+        .collect();
+    assert!(defined.contains("5.3") && defined.contains("10.8"), "{defined:?}");
+    let citation = concat!("docs/behaviour.md", " §");
+    let mut dangling = Vec::new();
+    let mut cited = 0;
+    for (path, text) in repository_text_files() {
+        for (n, line) in text.lines().enumerate() {
+            for piece in line.split(citation).skip(1) {
+                // `§8.3–§8.5` cites the range's first section; the rest are checked by their own `§`.
+                let label: String = piece.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+                let label = label.trim_end_matches('.');
+                cited += 1;
+                if !defined.contains(label) {
+                    dangling.push(format!("{}:{}: §{label}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(cited > 50, "only {cited} citations found: is the citation form still {citation:?}?");
+    assert!(dangling.is_empty(), "cited sections missing from docs/behaviour.md:\n{}", dangling.join("\n"));
+}

@@ -1,4 +1,4 @@
-//! The cache and the structured-output ladder in the full call path (SPEC §4, §9).
+//! The cache and the structured-output ladder in the full call path (docs/behaviour.md §4, §9).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Embeddings and OCR through the same governed call path as chat (SPEC §7.3, §7.4).
+//! Embeddings and OCR through the same governed call path as chat (docs/behaviour.md §7.3, §7.4).
 
 use polygateway::config::Settings;
 use polygateway::testkit::mock_llm::{mock_embedding, Behaviour, MockUpstream};

@@ -1,7 +1,7 @@
 //! Executes every ```sql block of the production PostgreSQL template, in order, against a real
 //! PostgreSQL in a fresh database, then writes through `PostgresSink` as `polygateway_app` and
 //! checks that rows land in the partitioned table, that reads are tenant-scoped, and that rows
-//! are immutable (SPEC §8.7).
+//! are immutable (docs/behaviour.md §8.7).
 //!
 //! The template's roles are cluster-wide, so this is the only test that creates them; it drops
 //! its database and the roles at the end (and leftovers of an interrupted run at the start).

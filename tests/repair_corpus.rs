@@ -1,4 +1,4 @@
-//! Corpus of real-world-style broken model outputs for `repair_json` (SPEC §9.2 step 2).
+//! Corpus of real-world-style broken model outputs for `repair_json` (docs/behaviour.md §9.2 step 2).
 //! Each case names the defect, the raw answer and the expected value or failure.
 
 use polygateway::structured::{repair_json, RepairError};

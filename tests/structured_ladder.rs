@@ -1,4 +1,4 @@
-//! The structured-output ladder (SPEC §9.2) driven by a scripted `ask`: prevent, repair,
+//! The structured-output ladder (docs/behaviour.md §9.2) driven by a scripted `ask`: prevent, repair,
 //! validate, re-ask, exhaustion; json mode; normaliser; errors from `ask`; rehydration.
 
 use std::collections::VecDeque;

@@ -1,5 +1,5 @@
 //! The PostgreSQL telemetry sink against a real server on 127.0.0.1:5432: writes, schema
-//! discipline, and every failure class of SPEC §8.5 (refused port, missing privilege, table not
+//! discipline, and every failure class of docs/behaviour.md §8.5 (refused port, missing privilege, table not
 //! creatable, missing column, unparsable DSN, stalled server, row-level reject) plus retention.
 //!
 //! Each test works in its own schema (and roles) so tests run in parallel. Without PostgreSQL the

@@ -1,5 +1,5 @@
 //! The MonkeyOCR transport against the mock MonkeyOCR server (real sockets on 127.0.0.1): every
-//! fault mode maps to its SPEC §6 class, uploads are named after their magic bytes, download URLs
+//! fault mode maps to its docs/behaviour.md §6 class, uploads are named after their magic bytes, download URLs
 //! resolve and encode, bbox defence holds, health probes answer.
 #![cfg(feature = "testkit")]
 

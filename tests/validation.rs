@@ -1,4 +1,4 @@
-//! Entry validation (SPEC §2.2): every rule, table-driven, through the public functions and
+//! Entry validation (docs/behaviour.md §2.2): every rule, table-driven, through the public functions and
 //! through `CallOptions::validate`.
 
 use std::collections::BTreeMap;

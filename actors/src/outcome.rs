@@ -1,11 +1,11 @@
 //! What one attempt tells the governance about its source.
 //!
-//! The runtime never looks at status codes or bodies (SPEC §10.4): transports classify their own
+//! The runtime never looks at status codes or bodies (docs/behaviour.md §10.4): transports classify their own
 //! errors into these classes, and every policy (retry, breaker, health, pacer) reads only this.
 
 use std::time::Duration;
 
-/// The four failure classes of SPEC §6.
+/// The four failure classes of docs/behaviour.md §6.
 ///
 /// ```
 /// use polygateway_actors::FailureClass;
@@ -42,7 +42,7 @@ impl FailureClass {
     }
 }
 
-/// Why a source could not serve, as reported in `per_source_reasons` (SPEC §6).
+/// Why a source could not serve, as reported in `per_source_reasons` (docs/behaviour.md §6).
 ///
 /// ```
 /// use polygateway_actors::SourceReason;

@@ -1,10 +1,10 @@
-//! The response-cache key (SPEC §9.1).
+//! The response-cache key (docs/behaviour.md §9.1).
 //!
 //! `key = "pgw:cache:" + hex(sha256(canonical_json(material)))` where the material is an object
 //! with the model fingerprint, a digest of the messages, the namespace, the salt (only when
 //! present — an empty string *is* a salt) and the sampling overlay (only when non-empty).
 //!
-//! Deliberately *not* inputs (SPEC §2.2): `tenant_id`, `meta`, `session_id`, `parent_call_id`,
+//! Deliberately *not* inputs (docs/behaviour.md §2.2): `tenant_id`, `meta`, `session_id`, `parent_call_id`,
 //! `stream`. Two tenants asking the same question in the same namespace share an entry; tenants
 //! that must not share use different namespaces (`cache_namespace`).
 //!

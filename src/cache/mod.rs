@@ -1,11 +1,11 @@
-//! Response cache (SPEC §9.1): the cache key, the [`ResponseCache`] port with its memory and Redis
+//! Response cache (docs/behaviour.md §9.1): the cache key, the [`ResponseCache`] port with its memory and Redis
 //! backends, and single-flight coalescing of identical concurrent calls.
 //!
 //! This module decides *how* responses are keyed and stored. It does not decide *what* may be
 //! stored (only successful, ladder-approved results — the runtime's job), nor does it record
 //! telemetry for hits.
 //!
-//! Degrade direction (SPEC §10.6): a cache backend never fails a call. Every backend error or
+//! Degrade direction (docs/behaviour.md §10.6): a cache backend never fails a call. Every backend error or
 //! corrupt entry becomes a [`CacheLookup::Miss`] plus a `tracing::warn!` and a counter in
 //! [`CacheStats`].
 
@@ -146,7 +146,7 @@ pub trait ResponseCache: Send + Sync {
     fn stats(&self) -> CacheStats;
 }
 
-/// Checks a cache TTL: it must be greater than zero (SPEC §9.1).
+/// Checks a cache TTL: it must be greater than zero (docs/behaviour.md §9.1).
 ///
 /// ```
 /// use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Redis response cache: `SET key json PX ttl_ms` and `GET key`, each bounded by a per-operation
-//! timeout so a dead or hanging Redis can never stall a call (SPEC §9.1, §10.6: degrade silently).
+//! timeout so a dead or hanging Redis can never stall a call (docs/behaviour.md §9.1, §10.6: degrade silently).
 //!
 //! Values are the serde JSON of [`LlmResponse`]. Not for limiter or breaker state (those fail
 //! closed and live in the governance backends).
@@ -43,7 +43,7 @@ pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct RedisCache {
     client: fred::clients::Client,
     op_timeout: Duration,
-    /// `true` when this instance built the client (and so closes it, SPEC §10.3).
+    /// `true` when this instance built the client (and so closes it, docs/behaviour.md §10.3).
     owned: bool,
     counters: Counters,
 }

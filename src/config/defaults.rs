@@ -1,4 +1,4 @@
-//! Default values of the optional configuration keys (SPEC §3), written in one place so the
+//! Default values of the optional configuration keys (docs/behaviour.md §3), written in one place so the
 //! parser, the `Default` impls of the settings types and `.env.example` cannot drift.
 //!
 //! Behaviour-critical keys have no default here on purpose: the limiter and breaker backends,

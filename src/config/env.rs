@@ -1,4 +1,4 @@
-//! Parsing [`Settings`] from environment variables and a `.env` file (SPEC §3).
+//! Parsing [`Settings`] from environment variables and a `.env` file (docs/behaviour.md §3).
 //!
 //! Key families (full list: [`super::accepted_keys`], documented in `.env.example`):
 //!

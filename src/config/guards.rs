@@ -1,4 +1,4 @@
-//! Assembly guards (SPEC §3): cross-key rules checked on resolved [`Settings`] before anything is
+//! Assembly guards (docs/behaviour.md §3): cross-key rules checked on resolved [`Settings`] before anything is
 //! built. A refusal names the key, its value and the rule (with any other key involved).
 //!
 //! They run on every path that produces settings: [`Settings::from_map`] / `from_env` call

@@ -1,4 +1,4 @@
-//! The catalogue of configuration keys the parser accepts (SPEC §3).
+//! The catalogue of configuration keys the parser accepts (docs/behaviour.md §3).
 //!
 //! The parser in [`super::env`] matches keys against these lists and nothing else, so the docs
 //! (`.env.example`, README) can be checked against [`accepted_keys`]. This module holds names

@@ -1,4 +1,4 @@
-//! Configuration: resolved settings and their parsing from the environment (SPEC §3).
+//! Configuration: resolved settings and their parsing from the environment (docs/behaviour.md §3).
 //!
 //! [`Settings`] is what every component is built from. [`Settings::from_env`] (process env plus
 //! `.env`) and [`Settings::from_map`] parse the keys listed by [`accepted_keys`] and run the

@@ -280,7 +280,7 @@ pub struct SourceSettings {
 }
 
 impl SourceSettings {
-    /// `effective_est_tokens` (SPEC §5.3): explicit > 0 as is; else TPM > 0 → `max(1, tpm/60)`;
+    /// `effective_est_tokens` (docs/behaviour.md §5.3): explicit > 0 as is; else TPM > 0 → `max(1, tpm/60)`;
     /// else 0.
     ///
     /// ```

@@ -47,7 +47,7 @@ const MEMORY_CACHE_ENTRIES: usize = 10_000;
 const MEMORY_CACHE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Builds a [`Gateway`] from [`Settings`], with every port injectable. Whatever is injected is
-/// never closed by the gateway (SPEC §10.3); whatever it builds, it closes on shutdown.
+/// never closed by the gateway (docs/behaviour.md §10.3); whatever it builds, it closes on shutdown.
 ///
 /// ```no_run
 /// # async fn demo(settings: polygateway::config::Settings) -> Result<(), polygateway::GatewayError> {
@@ -841,7 +841,7 @@ fn scope_config(scope: &ScopeSettings, settings: &Settings) -> ScopeConfig {
     config
 }
 
-/// Breaker parameters of one source (SPEC §5.4 defaults resolved here).
+/// Breaker parameters of one source (docs/behaviour.md §5.4 defaults resolved here).
 pub(crate) fn breaker_config(scope: &ScopeSettings, source: &SourceSettings) -> BreakerConfig {
     let b = &scope.breaker;
     let slowest = scope

@@ -1,6 +1,6 @@
 //! The chat handle: `chat`, `chat_with`, `chat_structured`, `chat_stream`.
 //!
-//! Layer order (SPEC §4): telemetry → cache → structured ladder → governed retry loop. The cache
+//! Layer order (docs/behaviour.md §4): telemetry → cache → structured ladder → governed retry loop. The cache
 //! sits outside the loop: a hit takes no quota and ignores breakers but still records a row.
 //! Concurrent identical misses are coalesced: one leader calls upstream, followers wait for its
 //! `Ok` result; if the leader fails or is cancelled, a follower takes over (see

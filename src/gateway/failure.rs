@@ -38,7 +38,7 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
                 Some(e) => format!("{detail}; last error: {}", e.message),
                 None => detail,
             };
-            // SPEC §6: a backend outage always advises 5 s.
+            // docs/behaviour.md §6: a backend outage always advises 5 s.
             let retry_after_s = if kind == UnavailableKind::GovernanceBackend {
                 5.0
             } else {

@@ -144,7 +144,7 @@ pub enum ScopeEntry {
     Ocr(ocr::OcrScope),
 }
 
-/// What the runtime built itself and therefore closes (SPEC §10.3); injected parts are left alone.
+/// What the runtime built itself and therefore closes (docs/behaviour.md §10.3); injected parts are left alone.
 #[derive(Default)]
 pub(crate) struct Owned {
     pub redis: Vec<crate::redis::RedisGovernance>,
@@ -836,7 +836,7 @@ impl Gateway {
         }
     }
 
-    /// Telemetry health (SPEC §8.6): degraded/fatal, reason, dropped rows.
+    /// Telemetry health (docs/behaviour.md §8.6): degraded/fatal, reason, dropped rows.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -1,4 +1,4 @@
-//! Telemetry recording: the one place rows are built and emitted (SPEC §10.5).
+//! Telemetry recording: the one place rows are built and emitted (docs/behaviour.md §10.5).
 //!
 //! Every call kind records through [`Recorder`], the runtime's [`CallObserver`]: one row per
 //! attempt (including cancelled ones), one per terminal failure that never reached a source, and

@@ -1,5 +1,5 @@
 //! [`RedisBreakers`]: one circuit breaker per `(scope, source)` stored in Redis so every process
-//! shares it (SPEC §5.4). The transitions are `lua/breaker.lua`, which mirrors the in-memory
+//! shares it (docs/behaviour.md §5.4). The transitions are `lua/breaker.lua`, which mirrors the in-memory
 //! `BreakerMachine` rule for rule; this file builds arguments and decodes answers.
 //!
 //! Not for: the local cooldown memo or the wait policy (the runtime's admission layer).

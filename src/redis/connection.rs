@@ -2,7 +2,7 @@
 //! bounded commands, and the Lua scripts run by EVALSHA (reloaded on NOSCRIPT).
 //!
 //! Every failure — unreachable server, timeout, script error — becomes a [`BackendError`] whose
-//! message never contains the URL's password; callers fail closed (SPEC §10.6). Not for: the
+//! message never contains the URL's password; callers fail closed (docs/behaviour.md §10.6). Not for: the
 //! response cache (it degrades silently and has its own client).
 
 use std::fmt;

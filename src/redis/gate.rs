@@ -1,4 +1,4 @@
-//! [`RedisGate`]: the six-gate limiter (SPEC §5.3) stored in Redis, shared by every process that
+//! [`RedisGate`]: the six-gate limiter (docs/behaviour.md §5.3) stored in Redis, shared by every process that
 //! points at the same server and prefix. The gate logic is `lua/limiter.lua` (one atomic script
 //! per operation); this file only builds keys and arguments and decodes answers.
 //!

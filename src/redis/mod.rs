@@ -3,7 +3,7 @@
 //! prefix. All state changes are single atomic Lua scripts (`lua/`) timed by the server clock.
 //!
 //! Failures surface as [`polygateway_actors::BackendError`]; the runtime fails closed on them
-//! (SPEC §10.6). Not for: the response cache, which degrades silently instead.
+//! (docs/behaviour.md §10.6). Not for: the response cache, which degrades silently instead.
 
 mod breaker;
 mod connection;

@@ -1,8 +1,8 @@
-//! The structured-output ladder (SPEC §9.2): prevent → repair → validate → re-ask → give up.
+//! The structured-output ladder (docs/behaviour.md §9.2): prevent → repair → validate → re-ask → give up.
 //!
 //! [`run_ladder`] is pure orchestration over an `ask` function supplied by the runtime, so it can
 //! be tested with a scripted closure. Each `ask` is a full governed call made by the runtime;
-//! the `is_reask` flag tells it the call is a re-ask (SPEC: re-asks never count toward the
+//! the `is_reask` flag tells it the call is a re-ask (docs/behaviour.md §9.2: re-asks never count toward the
 //! breaker). Errors returned by `ask` (unavailable, rejected, …) end the ladder unchanged.
 //!
 //! Re-asks send the original messages plus the latest bad answer (as an assistant message) and
@@ -21,7 +21,7 @@ use super::validate::{clip, validate};
 use crate::error::{GatewayError, InvalidResult};
 use crate::types::{LlmResponse, Message};
 
-/// Errors listed in a correction message (SPEC §9.2).
+/// Errors listed in a correction message (docs/behaviour.md §9.2).
 const ERRORS_IN_CORRECTION: usize = 3;
 
 /// What the caller asked for.

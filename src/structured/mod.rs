@@ -1,4 +1,4 @@
-//! Structured output (SPEC §9.2): turning a chat answer into JSON or into the caller's type.
+//! Structured output (docs/behaviour.md §9.2): turning a chat answer into JSON or into the caller's type.
 //!
 //! The pieces are pure and separately testable: [`repair`] (almost-JSON → `Value`),
 //! [`validate`] (`Value` → `T`, errors with paths), [`schema`] (strict JSON Schema and

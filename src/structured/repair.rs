@@ -1,4 +1,4 @@
-//! Repair of almost-JSON model output (SPEC §9.2 step 2).
+//! Repair of almost-JSON model output (docs/behaviour.md §9.2 step 2).
 //!
 //! [`repair_json`] turns what models actually send into a [`serde_json::Value`]:
 //!

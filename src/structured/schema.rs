@@ -1,4 +1,4 @@
-//! JSON Schema for the "prevent" step (SPEC §9.2 step 1): `schemars` 1.x output transformed for
+//! JSON Schema for the "prevent" step (docs/behaviour.md §9.2 step 1): `schemars` 1.x output transformed for
 //! OpenAI strict structured outputs, and the `response_format` bodies that carry it.
 //!
 //! Strict-mode transform, applied to every subschema:

@@ -1,4 +1,4 @@
-//! Shape validation of a repaired value against the caller's type (SPEC §9.2 step 3).
+//! Shape validation of a repaired value against the caller's type (docs/behaviour.md §9.2 step 3).
 //!
 //! Shape only: "does it deserialize into `T`". Semantic rules (ranges, cross-field checks) stay
 //! with the caller. Errors name the JSON path where serde stopped (`$.items[2].price: invalid
@@ -7,7 +7,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// Longest error message handed on (SPEC §9.2: each ≤ 200 chars).
+/// Longest error message handed on (docs/behaviour.md §9.2: each ≤ 200 chars).
 ///
 /// ```
 /// use polygateway::structured::validate::{validate, MAX_ERROR_CHARS};

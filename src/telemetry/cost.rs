@@ -1,4 +1,4 @@
-//! Pricing and cost (SPEC §8.2).
+//! Pricing and cost (docs/behaviour.md §8.2).
 //!
 //! The pricing file is the original library's JSON, so price files carry over:
 //! `{"MiniMax-M3": {"input_per_1m": 2.1, "output_per_1m": 8.4, "cached_input_per_1m": 0.42}}`.

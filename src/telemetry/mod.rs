@@ -1,4 +1,4 @@
-//! Telemetry (SPEC §8): the row written for every attempt, cache hit and terminal failure; what it
+//! Telemetry (docs/behaviour.md §8): the row written for every attempt, cache hit and terminal failure; what it
 //! stores (digested messages, sampling, `ClassName: message` errors); its cost; the `llm_calls`
 //! schema; the SQLite and PostgreSQL sinks with their degrade logic; the retention tool.
 //!

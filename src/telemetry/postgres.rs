@@ -1,4 +1,4 @@
-//! The PostgreSQL telemetry sink (SPEC §8.3–§8.5).
+//! The PostgreSQL telemetry sink (docs/behaviour.md §8.3–§8.5).
 //!
 //! A lazy `deadpool-postgres` pool (no connection until the first write, at most `pool_max`);
 //! every write — acquire, probe, prepare, execute — runs under one hard budget

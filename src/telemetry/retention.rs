@@ -1,4 +1,4 @@
-//! The retention tool behind the CLI subcommand (SPEC §8.7): count — or, with `apply`, delete in
+//! The retention tool behind the CLI subcommand (docs/behaviour.md §8.7): count — or, with `apply`, delete in
 //! bounded batches — the rows of a plain telemetry table older than N days.
 //!
 //! This is an operator's tool, never called by the runtime (the library itself issues no

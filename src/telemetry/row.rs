@@ -1,4 +1,4 @@
-//! One telemetry row: a record of one attempt, one cache hit or one terminal failure (SPEC §8.1).
+//! One telemetry row: a record of one attempt, one cache hit or one terminal failure (docs/behaviour.md §8.1).
 //!
 //! The fields follow the column order of the `llm_calls` table; `created_at` is absent because the
 //! database fills it (`DEFAULT now()` / `CURRENT_TIMESTAMP`). Building a row (digesting messages,

@@ -1,4 +1,4 @@
-//! The `llm_calls` schema: column names, order and types for both backends (SPEC §8.1, §8.4), and
+//! The `llm_calls` schema: column names, order and types for both backends (docs/behaviour.md §8.1, §8.4), and
 //! every SQL text derived from them — the DDL the sinks execute, the INSERT they prepare, and the
 //! script [`telemetry_schema_sql`] prints for migrations. One set of constants, so the printed
 //! script and the executed DDL cannot drift.

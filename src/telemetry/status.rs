@@ -1,4 +1,4 @@
-//! Sink health bookkeeping shared by the SQLite and PostgreSQL sinks (SPEC §8.5, §8.6): the
+//! Sink health bookkeeping shared by the SQLite and PostgreSQL sinks (docs/behaviour.md §8.5, §8.6): the
 //! degraded/fatal state machine with its cooldown, dropped-row counting, and the log discipline —
 //! one line on entering degraded state, one on recovering, a reminder every 100 dropped rows or
 //! 300 s while degraded, and throttled warnings for row-level rejects.
@@ -178,7 +178,7 @@ impl SinkHealth {
     }
 
     /// Rows dropped because the pool had no free connection: counted, warned at most every 10 s,
-    /// never degrading (SPEC §8.6: consumers watch `dropped_rows` as well as `degraded`).
+    /// never degrading (docs/behaviour.md §8.6: consumers watch `dropped_rows` as well as `degraded`).
     pub(crate) fn saturated(&self, rows: u64, now: Instant) {
         let total = self.dropped.fetch_add(rows, Ordering::Relaxed) + rows;
         let mut st = self.lock();

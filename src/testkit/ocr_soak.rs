@@ -1,4 +1,4 @@
-//! The OCR fault-pool soak (SPEC §11): workers — each its own gateway, usually its own OS
+//! The OCR fault-pool soak (docs/behaviour.md §11): workers — each its own gateway, usually its own OS
 //! process — share one Redis for limits and breakers and run OCR calls against a pool of mock
 //! MonkeyOCR sources, some of them faulty. Used by `examples/ocr_soak.rs` (several processes) and
 //! by a bounded test (two gateways in one process).

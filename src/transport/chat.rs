@@ -1,4 +1,4 @@
-//! The OpenAI-compatible chat transport (SPEC §7.1): `POST {base_url}/chat/completions`, streamed
+//! The OpenAI-compatible chat transport (docs/behaviour.md §7.1): `POST {base_url}/chat/completions`, streamed
 //! (SSE, under the watchdog) or not, turned into one [`LlmResponse`] or a classified
 //! [`TransportError`].
 //!

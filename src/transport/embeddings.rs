@@ -1,4 +1,4 @@
-//! The OpenAI-compatible embeddings transport (SPEC §7.3): one batch, `POST {base}/embeddings`
+//! The OpenAI-compatible embeddings transport (docs/behaviour.md §7.3): one batch, `POST {base}/embeddings`
 //! with `{model, input}`, vectors returned in input order.
 //!
 //! Batching, merging batches, `EXPECTED_DIM` and `NORMALIZE` are applied by the runtime (with

@@ -1,7 +1,7 @@
 //! HTTP plumbing shared by every transport: building a source's client and translating HTTP
-//! statuses and `reqwest` failures into classified [`TransportError`]s (SPEC §6).
+//! statuses and `reqwest` failures into classified [`TransportError`]s (docs/behaviour.md §6).
 //!
-//! This is the only place that looks at status codes (SPEC §10.4). It does not read bodies or
+//! This is the only place that looks at status codes (docs/behaviour.md §10.4). It does not read bodies or
 //! streams (the transports do) and holds no retry or breaker logic (the runtime does).
 
 use std::time::Duration;
@@ -58,7 +58,7 @@ pub fn build_client(settings: &SourceSettings) -> reqwest::Client {
 }
 
 /// The `Retry-After` hint in its seconds form (`"3"`, `"1.5"`). HTTP-dates, negative and
-/// non-finite values are ignored (SPEC §5.1).
+/// non-finite values are ignored (docs/behaviour.md §5.1).
 ///
 /// ```
 /// use polygateway::transport::http::parse_retry_after;
@@ -93,7 +93,7 @@ fn says_insufficient_quota(body: &str) -> bool {
     }
 }
 
-/// Translate a non-2xx HTTP answer into a classified error (SPEC §6 table).
+/// Translate a non-2xx HTTP answer into a classified error (docs/behaviour.md §6 table).
 ///
 /// | status | class | reason |
 /// |---|---|---|

@@ -1,4 +1,4 @@
-//! Transports: how one attempt reaches one upstream over HTTP (SPEC §7).
+//! Transports: how one attempt reaches one upstream over HTTP (docs/behaviour.md §7).
 //!
 //! Each transport implements [`polygateway_actors::Transport`] and classifies its own failures
 //! into [`crate::TransportError`]. Retry, switching and breaking are the runtime's business, not

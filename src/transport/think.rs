@@ -1,5 +1,5 @@
 //! Moving `<think>…</think>` blocks out of streamed `content` into thinking, for providers whose
-//! reasoning arrives inline (SPEC §7.1, [`crate::provider::ReasoningForm::ThinkTags`]).
+//! reasoning arrives inline (docs/behaviour.md §7.1, [`crate::provider::ReasoningForm::ThinkTags`]).
 //!
 //! Incremental: tags may be split across deltas at any byte. Whitespace right after a closing tag
 //! (the customary `\n\n`) is dropped so the answer does not start with blank lines. The

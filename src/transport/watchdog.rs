@@ -1,4 +1,4 @@
-//! Streaming watchdog (SPEC §7.1): time-to-first-token, inter-token and total deadlines around
+//! Streaming watchdog (docs/behaviour.md §7.1): time-to-first-token, inter-token and total deadlines around
 //! every read of a streaming body.
 //!
 //! [`StallClock`] is the sans-I/O part: it takes `now` and answers the deadline in force and

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::response::UsageSource;
 
-/// Vectors for a list of texts, in input order, merged across batches (SPEC §2.1).
+/// Vectors for a list of texts, in input order, merged across batches (docs/behaviour.md §2.1).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

@@ -1,4 +1,4 @@
-//! Per-call options (SPEC §2): attribution (`session_id`, `parent_call_id`, `tenant_id`, `meta`),
+//! Per-call options (docs/behaviour.md §2): attribution (`session_id`, `parent_call_id`, `tenant_id`, `meta`),
 //! cache controls, structured-output mode, streaming and the sampling overlay.
 //!
 //! This module only holds and checks the caller's choices; what the runtime does with them
@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::validate::{self, ValidationError};
 
-/// One `meta` value: a string, integer, float or bool (SPEC §2.2). Serialises as the plain JSON
+/// One `meta` value: a string, integer, float or bool (docs/behaviour.md §2.2). Serialises as the plain JSON
 /// value (untagged).
 ///
 /// ```
@@ -138,7 +138,7 @@ impl From<String> for MetaValue {
     }
 }
 
-/// Structured-output mode of a call (SPEC §9.2). The typed mode (`T: JsonSchema`) is a separate
+/// Structured-output mode of a call (docs/behaviour.md §9.2). The typed mode (`T: JsonSchema`) is a separate
 /// method on the chat handle, not a variant here.
 ///
 /// ```
@@ -160,7 +160,7 @@ pub enum Structured {
 
 /// Options of one call, built fluently. Every field is public to read; construct with
 /// [`CallOptions::new`] (or `default()`) and the builder methods. [`CallOptions::validate`] runs
-/// the SPEC §2.2 entry checks; the runtime runs it before anything is sent.
+/// the docs/behaviour.md §2.2 entry checks; the runtime runs it before anything is sent.
 ///
 /// Defaults: no session/parent/salt/namespace override, `structured = None`, `stream = true`,
 /// empty overlay, tenant unset (recorded as `""`, the unattributed sentinel), empty meta,
@@ -428,7 +428,7 @@ impl CallOptions {
         self.tenant_id.as_deref().unwrap_or("")
     }
 
-    /// Run every SPEC §2.2 entry check: `tenant_id` (when set), `meta`, and the overlay's
+    /// Run every docs/behaviour.md §2.2 entry check: `tenant_id` (when set), `meta`, and the overlay's
     /// protected keys.
     ///
     /// ```

@@ -83,7 +83,7 @@ impl Usage {
     }
 }
 
-/// One chat answer (SPEC §2.1). Immutable once built; serde round-trips (the cache stores it).
+/// One chat answer (docs/behaviour.md §2.1). Immutable once built; serde round-trips (the cache stores it).
 ///
 /// ```
 /// use polygateway::LlmResponse;
@@ -199,7 +199,7 @@ impl LlmResponse {
     }
 
     /// Whether this answer may be stored in the response cache: it has content and came from a
-    /// complete response (SPEC §9.1: empty completions and truncated streams are never stored).
+    /// complete response (docs/behaviour.md §9.1: empty completions and truncated streams are never stored).
     ///
     /// ```
     /// use polygateway::LlmResponse;

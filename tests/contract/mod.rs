@@ -1,4 +1,4 @@
-//! The governance backend contract (SPEC §5.3, §5.4): one async function per behaviour, generic
+//! The governance backend contract (docs/behaviour.md §5.3, §5.4): one async function per behaviour, generic
 //! over the port trait objects, so every backend (memory, Redis+Lua) runs the same cases.
 //!
 //! Usage: `mod contract;` in a test file, build a backend, call a case with a `prefix` that is

@@ -114,7 +114,7 @@ impl MemoryBreakers {
         Arc::from(format!("{:016x}-{n:x}", self.nonce))
     }
 
-    /// Fail closed on a poisoned lock (SPEC §10.6).
+    /// Fail closed on a poisoned lock (docs/behaviour.md §10.6).
     fn lock(&self) -> Result<MutexGuard<'_, Machines>, BackendError> {
         self.machines
             .lock()

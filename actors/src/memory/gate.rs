@@ -162,7 +162,7 @@ impl MemoryGate {
     }
 
     /// A poisoned lock means a panic mid-update: the counters are no longer trustworthy, so
-    /// fail closed (SPEC §10.6) instead of guessing.
+    /// fail closed (docs/behaviour.md §10.6) instead of guessing.
     fn lock(&self) -> Result<MutexGuard<'_, LimiterState>, BackendError> {
         self.state
             .lock()

@@ -4,7 +4,7 @@
 //! They wrap the sans-I/O machines of [`crate::policy`] behind a `std::sync::Mutex` (never held
 //! across an `.await`) and read time from an injected [`Clock`], converted to milliseconds since
 //! the backend's construction. State is per backend value: share it between scopes or runtimes
-//! only by sharing the value (SPEC §2). Also here: [`ManualClock`], a hand-driven clock for
+//! only by sharing the value (docs/behaviour.md §2). Also here: [`ManualClock`], a hand-driven clock for
 //! deterministic tests of anything that takes an `Arc<dyn Clock>`.
 //!
 //! Not for: multi-process deployments (use the Redis backends of the `polygateway` crate).

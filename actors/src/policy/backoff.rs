@@ -1,4 +1,4 @@
-//! Retry delay (SPEC §5.1): `min(base·2^attempt, max) · uniform(0.5, 1.5)`, and at least the
+//! Retry delay (docs/behaviour.md §5.1): `min(base·2^attempt, max) · uniform(0.5, 1.5)`, and at least the
 //! upstream's Retry-After hint.
 //!
 //! The jitter draw is an argument (`u` in `[0, 1)`) so the formula is exact in tests; callers

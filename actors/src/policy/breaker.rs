@@ -1,4 +1,4 @@
-//! The circuit-breaker state machine of SPEC §5.4, sans I/O.
+//! The circuit-breaker state machine of docs/behaviour.md §5.4, sans I/O.
 //!
 //! [`BreakerMachine`] is one source's breaker. It never reads a clock: every method takes
 //! `now_ms`, milliseconds since an origin chosen by the backend (the memory backend uses its
@@ -48,7 +48,7 @@ struct Probe {
     expires_ms: u64,
 }
 
-/// One source's breaker (SPEC §5.4). See the module docs for the transitions.
+/// One source's breaker (docs/behaviour.md §5.4). See the module docs for the transitions.
 ///
 /// ```
 /// use polygateway_actors::policy::breaker::BreakerMachine;

@@ -1,4 +1,4 @@
-//! Per-source health score (SPEC §5.5): an exponentially weighted moving average of success.
+//! Per-source health score (docs/behaviour.md §5.5): an exponentially weighted moving average of success.
 //!
 //! Fed by every attempt's [`AttemptVerdict`]: `Success` pulls it toward 1; `Failure`,
 //! `RateLimited` and `Dead` toward 0; `AliveButUnusable` (ResultInvalid, real non-2xx) is

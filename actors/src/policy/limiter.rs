@@ -1,4 +1,4 @@
-//! The six-gate limiter state machine (SPEC §5.3), sans I/O: what [`crate::memory::MemoryGate`]
+//! The six-gate limiter state machine (docs/behaviour.md §5.3), sans I/O: what [`crate::memory::MemoryGate`]
 //! runs under its lock, and the reference the Redis script mirrors.
 //!
 //! Time is `now_ms`, milliseconds since an origin chosen by the backend. Rate windows are fixed:
@@ -226,7 +226,7 @@ fn is_full(gate: Gate, c: &Counters, limits: &Limits, est: u64) -> bool {
     }
 }
 
-/// The order of SPEC §5.3: the first full gate in this order is reported.
+/// The order of docs/behaviour.md §5.3: the first full gate in this order is reported.
 const GATE_ORDER: [Gate; 6] = [
     Gate::GlobalConcurrency,
     Gate::SourceConcurrency,

@@ -1,4 +1,4 @@
-//! Adaptive per-source concurrency (SPEC §5.5): the [`Pacer`] trait and the default
+//! Adaptive per-source concurrency (docs/behaviour.md §5.5): the [`Pacer`] trait and the default
 //! [`AimdPacer`].
 //!
 //! A pacer caps how many attempts one source has in flight, independently of the configured

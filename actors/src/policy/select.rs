@@ -1,4 +1,4 @@
-//! Source selection (SPEC §5.5): the [`Selector`] trait and the three built-in selectors
+//! Source selection (docs/behaviour.md §5.5): the [`Selector`] trait and the three built-in selectors
 //! [`HealthAware`] (default), [`RoundRobin`] and [`LeastInflight`].
 //!
 //! A selector sees one [`Candidate`] per configured source — health score, in-flight count and

@@ -1,4 +1,4 @@
-//! The stall guard of one call (SPEC §5.2).
+//! The stall guard of one call (docs/behaviour.md §5.2).
 //!
 //! A call is `stalled` only when BOTH hold:
 //! - (A) the call itself has spent ≥ `window` in non-productive waiting (429 backoff, quota-wait

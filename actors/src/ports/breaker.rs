@@ -1,4 +1,4 @@
-//! The circuit-breaker port (SPEC §5.4). The state machine itself is
+//! The circuit-breaker port (docs/behaviour.md §5.4). The state machine itself is
 //! [`crate::policy::breaker::BreakerMachine`]; backends store it (in memory, or in Redis through a
 //! script implementing the same transitions) so every process sees one breaker per source.
 

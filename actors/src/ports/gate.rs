@@ -1,4 +1,4 @@
-//! The six-gate limiter port (SPEC §5.3): global/source × concurrency/RPM/TPM.
+//! The six-gate limiter port (docs/behaviour.md §5.3): global/source × concurrency/RPM/TPM.
 //!
 //! Contract shared by every backend (memory, Redis):
 //! - `admit` checks all six gates atomically; all pass or nothing is counted.

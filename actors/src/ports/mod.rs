@@ -6,7 +6,7 @@ pub mod gate;
 pub mod transport;
 
 /// A governance backend (limiter or breaker store) could not answer. Callers fail closed
-/// (SPEC §10.6): this never lets a call through ungoverned.
+/// (docs/behaviour.md §10.6): this never lets a call through ungoverned.
 ///
 /// ```
 /// use polygateway_actors::BackendError;

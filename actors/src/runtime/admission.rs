@@ -4,10 +4,11 @@
 //! in-memory backends the answer is computed inside the handler (no I/O, microseconds). With
 //! network backends (Redis) each request runs in its own task so independent calls never queue
 //! behind one round trip. Every backend call is bounded by a timeout; an error or timeout is
-//! answered as `AdmitAnswer::BackendDown` — fail closed, never a pass (SPEC §10.6).
+//! answered as `AdmitAnswer::BackendDown` — fail closed, never a pass (docs/behaviour.md §10.6).
 //!
-//! The actor holds no per-call state, so a restart loses nothing: the supervisor rebuilds the
-//! backends through the [`GovernanceFactory`] (reconnecting and reloading scripts) with backoff.
+//! The actor holds no per-call state, so a restart loses nothing: the supervisor asks the
+//! [`GovernanceFactory`] for the backends again, with backoff (the gateway's factory returns
+//! clones of the same clients; a custom one may reconnect).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -321,7 +322,7 @@ async fn deliver(gov: &Governance, answer: AdmitAnswer, reply: oneshot::Sender<A
 }
 
 /// Settle a permit. Failures only log: the call's result (or its cancellation) already happened
-/// and must not be hidden by bookkeeping (SPEC §5.3 degrade direction).
+/// and must not be hidden by bookkeeping (docs/behaviour.md §10.6 degrade direction).
 async fn finish(
     gov: &Governance,
     permit: &Permit,

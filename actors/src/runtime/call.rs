@@ -33,7 +33,7 @@ use super::router::{RouterMsg, Selection};
 use super::scope::ScopeInner;
 use super::shared::SourceTicket;
 
-/// Why a scope could not serve (SPEC §6 scope-level reasons).
+/// Why a scope could not serve (docs/behaviour.md §6 scope-level reasons).
 ///
 /// ```
 /// use std::time::Duration;
@@ -217,7 +217,7 @@ pub struct Governed<R> {
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CallOptions {
-    /// A structured-output re-ask: its verdict never counts toward the breaker (SPEC §9.2).
+    /// A structured-output re-ask: its verdict never counts toward the breaker (docs/behaviour.md §9.2).
     pub breaker_exempt: bool,
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Callers push rows and return at once; the telemetry actor drains. The queue is shared through an
 //! `Arc` and kept outside the actor's state, so a restarted actor finds every row that was accepted
-//! before the crash (SPEC §1.1). Overflow is counted, never waited on (SPEC §8.3).
+//! before the crash (docs/behaviour.md §1.1). Overflow is counted, never waited on (docs/behaviour.md §8.3).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

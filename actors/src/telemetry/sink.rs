@@ -1,4 +1,4 @@
-//! The telemetry sink port and its status snapshot (SPEC §8.6).
+//! The telemetry sink port and its status snapshot (docs/behaviour.md §8.6).
 //!
 //! A sink owns its degrade logic: it never returns an error to the actor, it counts what it could
 //! not write and reports through [`TelemetryStatus`]. The no-op [`NullSink`] serves
@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 
-/// Read-only telemetry health snapshot (SPEC §8.6).
+/// Read-only telemetry health snapshot (docs/behaviour.md §8.6).
 ///
 /// Pool saturation drops rows without setting `degraded`: watch both `degraded` and
 /// `dropped_rows`.

@@ -1,7 +1,7 @@
 //! A mock MonkeyOCR server (axum, `127.0.0.1`, random port) with fault injection, for tests,
 //! examples and soaks of the OCR path.
 //!
-//! It speaks the wire format of `shared/monkeyocr-protocol.md`: `GET /health`,
+//! It speaks the wire format of `docs/monkeyocr.md`: `GET /health`,
 //! `POST /ocr/text`, `POST /parse` → relative (or absolute) `download_url`, `GET /static/{name}`
 //! serving a real ZIP built in memory. Uploads are validated like the real server: a missing
 //! `file` part is FastAPI's 422, and the filename's extension decides the type (a PNG sent as

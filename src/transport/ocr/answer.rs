@@ -4,7 +4,7 @@
 //! A body that is not a JSON object is Transient (a proxy page, a truncated answer: the service
 //! did not really answer). `success != true` is the service telling us it failed; MonkeyOCR
 //! reports *every* `/ocr/*` failure that way, so it is ResultInvalid with `answered = true` —
-//! the breaker records a success, because the service is demonstrably up (SPEC §7.4).
+//! the breaker records a success, because the service is demonstrably up (docs/behaviour.md §7.4).
 
 use polygateway_actors::SourceReason;
 use serde_json::{Map, Value};

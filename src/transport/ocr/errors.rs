@@ -1,4 +1,4 @@
-//! OCR-specific shaping of the shared HTTP classification (SPEC §6, §7.4).
+//! OCR-specific shaping of the shared HTTP classification (docs/behaviour.md §6, §7.4).
 //!
 //! The shared [`classify_status`]/[`classify_reqwest`] are reused as is, with the OCR
 //! differences applied on top: MonkeyOCR has no billing, so a 429 is a plain Transient (never

@@ -1,7 +1,7 @@
 //! The health probe: `GET {base}/health` → `{"status": "healthy", "model_loaded": bool}`.
 //!
 //! A probe is not an attempt: it is not governed, classified or recorded; it answers one
-//! question (is this source up?) for `check_health()` (SPEC §7.4).
+//! question (is this source up?) for `check_health()` (docs/behaviour.md §7.4).
 
 use std::time::Duration;
 

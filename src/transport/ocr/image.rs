@@ -1,4 +1,4 @@
-//! Local image check before an OCR upload (SPEC §7.4): only PNG and JPEG are sent.
+//! Local image check before an OCR upload (docs/behaviour.md §7.4): only PNG and JPEG are sent.
 //!
 //! MonkeyOCR decides the file type from the uploaded filename's extension, so the transport
 //! detects the real type from magic bytes and names the part accordingly. This module only

@@ -1,5 +1,5 @@
 //! Reading MonkeyOCR's `/parse` result: the ZIP, its `*_middle.json`, and the layout elements in
-//! it (`shared/monkeyocr-protocol.md`).
+//! it (`docs/monkeyocr.md`).
 //!
 //! Pure functions over bytes, no I/O: the transport downloads the ZIP and hands it here. Every
 //! defect of the answer (unreadable ZIP, no middle JSON, malformed page, degenerate bbox) is a
@@ -183,7 +183,7 @@ fn page_size(page: &Value, page_index: usize, name: &str) -> Result<(f64, f64), 
     }
 }
 
-/// One `para_blocks` entry → element, with the bbox defence of SPEC §7.4.
+/// One `para_blocks` entry → element, with the bbox defence of docs/behaviour.md §7.4.
 fn element(
     block: &Value,
     page_index: usize,

@@ -1,4 +1,4 @@
-//! MonkeyOCR transport (SPEC §7.4; wire format in `shared/monkeyocr-protocol.md`).
+//! MonkeyOCR transport (docs/behaviour.md §7.4; wire format in `docs/monkeyocr.md`).
 //!
 //! One [`OcrTransport`] per OCR source. An attempt is one [`OcrRequest`] — the image bytes and
 //! which endpoint ([`OcrMode::Text`] → `/ocr/text`, [`OcrMode::Layout`] → `/parse` + ZIP) — and
@@ -37,7 +37,7 @@ pub use download_url::resolve_download_url;
 pub use image::{detect_image_kind, ImageKind};
 pub use middle::{parse_middle_json, parse_middle_zip, MiddleLayout};
 
-/// Deadline of one health probe (SPEC §7.4: "a short timeout").
+/// Deadline of one health probe (docs/behaviour.md §7.4: "a short timeout").
 ///
 /// ```
 /// use std::time::Duration;
