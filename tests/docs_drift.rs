@@ -69,10 +69,12 @@ fn repository_text_files() -> Vec<(std::path::PathBuf, String)> {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            // `.git` is a directory in a clone and a file in a worktree.
+            if matches!(name.as_str(), "target" | ".git") {
+                continue;
+            }
             if path.is_dir() {
-                if !matches!(name.as_str(), "target" | ".git") {
-                    walk(&path, out);
-                }
+                walk(&path, out);
             } else if let Ok(text) = std::fs::read_to_string(&path) {
                 out.push((path, text));
             }
@@ -104,7 +106,11 @@ fn no_reference_leaves_the_repository() {
             }
         }
     }
-    assert!(hits.is_empty(), "references outside the repository:\n{}", hits.join("\n"));
+    assert!(
+        hits.is_empty(),
+        "references outside the repository:\n{}",
+        hits.join("\n")
+    );
 }
 
 /// Every section of the behaviour reference cited anywhere names a section that exists there.
@@ -116,13 +122,19 @@ fn every_cited_behaviour_section_exists() {
     let defined: BTreeSet<String> = reference
         .lines()
         .filter_map(|l| {
-            let rest = l.trim_start_matches('#').trim_start_matches("- ").trim_start();
+            let rest = l
+                .trim_start_matches('#')
+                .trim_start_matches("- ")
+                .trim_start();
             let label = rest.strip_prefix('§')?;
             let end = label.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
             Some(label[..end].trim_end_matches('.').to_string())
         })
         .collect();
-    assert!(defined.contains("5.3") && defined.contains("10.8"), "{defined:?}");
+    assert!(
+        defined.contains("5.3") && defined.contains("10.8"),
+        "{defined:?}"
+    );
     let citation = concat!("docs/behaviour.md", " §");
     let mut dangling = Vec::new();
     let mut cited = 0;
@@ -130,7 +142,10 @@ fn every_cited_behaviour_section_exists() {
         for (n, line) in text.lines().enumerate() {
             for piece in line.split(citation).skip(1) {
                 // `§8.3–§8.5` cites the range's first section; the rest are checked by their own `§`.
-                let label: String = piece.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+                let label: String = piece
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
                 let label = label.trim_end_matches('.');
                 cited += 1;
                 if !defined.contains(label) {
@@ -139,6 +154,13 @@ fn every_cited_behaviour_section_exists() {
             }
         }
     }
-    assert!(cited > 50, "only {cited} citations found: is the citation form still {citation:?}?");
-    assert!(dangling.is_empty(), "cited sections missing from docs/behaviour.md:\n{}", dangling.join("\n"));
+    assert!(
+        cited > 50,
+        "only {cited} citations found: is the citation form still {citation:?}?"
+    );
+    assert!(
+        dangling.is_empty(),
+        "cited sections missing from docs/behaviour.md:\n{}",
+        dangling.join("\n")
+    );
 }

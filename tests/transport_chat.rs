@@ -601,40 +601,59 @@ async fn non_stream_is_bounded_by_the_total_deadline_only() {
 
 // ---------------------------------------------------------------- TRUST_ENV
 
+/// Proxy variables the child process starts without (only `HTTP_PROXY` is then set).
+const PROXY_VARS: [&str; 6] = [
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+];
+
 #[tokio::test]
 async fn trust_env_false_bypasses_the_proxy_env() {
     // The "proxy" is a second mock: a proxied request reaches it in absolute form and is
-    // routed by path, so its counter shows whether the proxy was used.
+    // routed by path, so its counter shows whether the proxy was used. Proxy variables are
+    // process-wide (and setting them is unsafe in a threaded process), so the two calls run in a
+    // child process of this test binary that starts with `HTTP_PROXY` set; no other test sees it.
     let target = MockUpstream::start(Behaviour::healthy()).await;
     let proxy = MockUpstream::start(Behaviour::healthy()).await;
-    let saved: Vec<(&str, Option<String>)> = [
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-        "NO_PROXY",
-        "no_proxy",
-    ]
-    .into_iter()
-    .map(|k| (k, std::env::var(k).ok()))
-    .collect();
-    for (k, _) in &saved {
-        std::env::remove_var(k);
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
+    child.args([
+        "proxy_env_child",
+        "--exact",
+        "--ignored",
+        "--test-threads=1",
+    ]);
+    for k in PROXY_VARS {
+        child.env_remove(k);
     }
-    std::env::set_var("HTTP_PROXY", format!("http://{}", proxy.addr()));
-
-    let direct = transport_with(&target, |s| s.trust_env = false);
-    let proxied = transport_with(&target, |s| s.trust_env = true);
-    for (k, v) in saved {
-        match v {
-            Some(v) => std::env::set_var(k, v),
-            None => std::env::remove_var(k),
-        }
-    }
-    call(&direct, true).await.unwrap();
-    assert_eq!((target.counts().chat, proxy.counts().chat), (1, 0));
-    call(&proxied, true).await.unwrap();
+    child
+        .env("HTTP_PROXY", format!("http://{}", proxy.addr()))
+        .env("PGW_TEST_TARGET_URL", target.base_url());
+    let out = child.output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "child failed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // One direct call reached the target, one proxied call went through the proxy. A child that
+    // ran no test would leave both at zero.
     assert_eq!((target.counts().chat, proxy.counts().chat), (1, 1));
+}
+
+#[tokio::test]
+#[ignore = "run by trust_env_false_bypasses_the_proxy_env in a child process with HTTP_PROXY set"]
+async fn proxy_env_child() {
+    let base = std::env::var("PGW_TEST_TARGET_URL").expect("started by its parent test");
+    let with = |trust_env: bool| {
+        let mut s = source_settings(&base);
+        s.trust_env = trust_env;
+        ChatTransport::new(s, profile("openai"))
+    };
+    call(&with(false), true).await.unwrap();
+    call(&with(true), true).await.unwrap();
 }
 
 // ---------------------------------------------------------------- the mock's own contract
