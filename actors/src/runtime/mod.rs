@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod call;
+mod machine;
 mod ids;
 pub mod metrics;
 pub mod observer;

@@ -1,0 +1,560 @@
+//! The decisions of one governed call, without I/O: the call loop as a state machine.
+//!
+//! `call.rs` is the driver: it performs each [`Action`] (ask the router, ask admission, run the
+//! transport, sleep) and feeds what happened back as an [`Event`], with `now` from the scope's
+//! `Clock`. Everything that decides — budget, switching, backoff and jitter, the circuit-open and
+//! quota paths, the stall guard, the `retry_after` hint — lives here, so it runs in unit tests and
+//! in the simulator (`testkit::sim`) without a runtime. Randomness comes from the injected RNG.
+//!
+//! ```text
+//!            ┌──────────────── Woke (backoff / slot / wait) ◄──────────────┐
+//!            ▼                                                            │
+//!   start ─► Selecting ─Picked─► Admitting ─Granted─► Sending ─Ok─► Finish(Success)
+//!            │  ▲                  │ refused (breaker, source gate)  │ failed
+//!            │  └──────────────────┘ (excluded for the round)        ├─ 429 ──► AskProgress? ─► Waiting
+//!            │ none eligible                                         ├─ transient ─► BackingOff
+//!            ├─ paced ─────────► AwaitingSlot                        ├─ dead ─► Selecting (cooled)
+//!            ├─ quota hint ────► AskProgress? ─► Waiting             └─ budget spent / rejected /
+//!            └─ circuits open ─► Finish(CircuitOpen) or Waiting            invalid / stream broken ─► Finish
+//! ```
+//!
+//! Cancellation is the driver dropping its future: the machine holds no resources (the driver's
+//! guards do), so there is no "cancelled" event to handle.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+use crate::outcome::{FailureClass, SourceReason};
+use crate::policy::backoff::Backoff;
+use crate::policy::stall::StallClock;
+use crate::ports::breaker::BreakerState;
+use crate::ports::gate::Gate;
+
+use super::call::ScopeReason;
+use super::scope::ScopeConfig;
+
+/// What the driver does next.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Action {
+    /// Ask the router for a source: `exclude` refused this round, `avoid` just failed.
+    Select {
+        exclude: Vec<usize>,
+        avoid: Option<usize>,
+    },
+    /// Ask admission (breaker, then the six gates) for the source just picked.
+    Admit { source: usize },
+    /// Run attempt number `attempt` (1-based, 429 pushbacks included) on the admitted source.
+    Send { source: usize, attempt: u32 },
+    /// Transient backoff: attempt time, not charged to the stall clock. Then [`Event::Woke`].
+    Backoff(Duration),
+    /// Wait for a freed pacer slot, at most this long. Then [`Event::Woke`].
+    AwaitSlot(Duration),
+    /// Ask how long ago the scope last progressed. Then [`Event::Progress`].
+    AskProgress,
+    /// Non-productive wait, charged to the stall clock. Then [`Event::Woke`].
+    Wait(Duration),
+    /// The call ends.
+    Finish(Ending),
+}
+
+/// How the call ends; the driver attaches the response or the last error.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Ending {
+    /// The last attempt answered.
+    Success,
+    /// The scope cannot serve now.
+    Unavailable {
+        reason: ScopeReason,
+        retry_after: Duration,
+        detail: String,
+    },
+    /// The last error rejected the request (no retry).
+    Rejected,
+    /// The last error said the answer was unusable (no retry).
+    Invalid,
+    /// The last attempt failed after deltas reached the consumer.
+    StreamBroken { delivered: u64 },
+}
+
+/// What happened since the last action.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Event {
+    /// The router's answer to [`Action::Select`].
+    Selected(Selected),
+    /// Admission's answer to [`Action::Admit`].
+    Admission(Admission),
+    /// The transport's answer to [`Action::Send`].
+    Attempted(Outcome),
+    /// A backoff, slot wait or stall wait ended.
+    Woke,
+    /// The answer to [`Action::AskProgress`] (`None`: never progressed, or unknown).
+    Progress(Option<Duration>),
+}
+
+/// The router's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Selected {
+    /// This source, with its pacer slot held by the driver.
+    Picked(usize),
+    /// The scope has no sources at all.
+    NoSources,
+    /// Nothing eligible: `earliest_cooling` among cooling sources, `paced` if a full pacer
+    /// was the only obstacle somewhere.
+    NoneEligible {
+        earliest_cooling: Option<Instant>,
+        paced: bool,
+    },
+}
+
+/// Admission's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Admission {
+    /// Permit granted (the driver holds it).
+    Granted,
+    /// The governance backend could not answer: fail closed.
+    BackendDown(String),
+    /// The breaker refused.
+    BreakerRefused {
+        state: BreakerState,
+        retry_after: Duration,
+    },
+    /// A gate refused.
+    GateRefused { gate: Gate, retry_after: Duration },
+}
+
+/// The transport's answer, reduced to what the decisions read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Outcome {
+    Ok,
+    Failed(Failure),
+}
+
+/// A failed attempt as the decisions see it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Failure {
+    pub(crate) class: FailureClass,
+    pub(crate) rate_limited: bool,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) reason: SourceReason,
+    /// Stream deltas already delivered to the consumer (0 for non-streaming calls).
+    pub(crate) delivered: u64,
+}
+
+/// One decision: the next action, and a cooldown to publish into the source's memo first (so
+/// the very next selection, of this call or another, skips it).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Step {
+    pub(crate) cool: Option<(usize, Instant)>,
+    pub(crate) action: Action,
+}
+
+impl Step {
+    fn plain(action: Action) -> Self {
+        Step { cool: None, action }
+    }
+}
+
+/// What a source tells the machine at the start of a call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SourceFacts {
+    /// Its breaker's base cooldown: a dead key is not tried again before it ends.
+    pub(crate) cooldown: Duration,
+    /// Its local cooldown memo, if it is cooling now.
+    pub(crate) cooling_until: Option<Instant>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    Selecting,
+    Admitting(usize),
+    Sending(usize),
+    BackingOff,
+    AwaitingSlot(Instant),
+    AskingProgress(Duration),
+    Waiting(Duration),
+    Done,
+}
+
+/// The decisions of one call. See the module docs.
+#[derive(Debug)]
+pub(crate) struct CallMachine {
+    scope: std::sync::Arc<str>,
+    max_attempts: u32,
+    backoff: Backoff,
+    quota_full_fails_fast: bool,
+    circuit_open_waits: bool,
+    poll_interval: Duration,
+    stall: StallClock,
+    rng: SmallRng,
+    state: State,
+    budget_used: u32,
+    attempt_no: u32,
+    excluded: Vec<usize>,
+    avoid: Option<usize>,
+    quota_hint: Option<Duration>,
+    round_cooling: Option<Instant>,
+    cooldowns: Vec<Duration>,
+    /// Earliest moment each source could serve, as far as this call has seen (`None`: now).
+    ready_at: Vec<Option<Instant>>,
+    per_source: BTreeMap<usize, SourceReason>,
+    min_retry_after: Option<Duration>,
+}
+
+impl CallMachine {
+    pub(crate) fn new(
+        config: &ScopeConfig,
+        sources: impl IntoIterator<Item = SourceFacts>,
+        rng: SmallRng,
+        now: Instant,
+    ) -> Self {
+        let (cooldowns, ready_at) = sources
+            .into_iter()
+            .map(|s| (s.cooldown, s.cooling_until))
+            .unzip();
+        Self {
+            scope: std::sync::Arc::clone(&config.name),
+            max_attempts: config.max_attempts,
+            backoff: Backoff::new(config.backoff_base, config.backoff_max),
+            quota_full_fails_fast: config.quota_full_fails_fast,
+            circuit_open_waits: config.circuit_open_waits,
+            poll_interval: config.poll_interval,
+            stall: StallClock::new(config.stall_window, now),
+            rng,
+            state: State::Selecting,
+            budget_used: 0,
+            attempt_no: 0,
+            excluded: Vec::new(),
+            avoid: None,
+            quota_hint: None,
+            round_cooling: None,
+            cooldowns,
+            ready_at,
+            per_source: BTreeMap::new(),
+            min_retry_after: None,
+        }
+    }
+
+    /// The first action of the call.
+    pub(crate) fn start(&mut self) -> Step {
+        Step::plain(self.select())
+    }
+
+    /// Attempts made so far (429 pushbacks included).
+    pub(crate) fn attempts(&self) -> u32 {
+        self.attempt_no
+    }
+
+    /// Budget spent so far (429 pushbacks excluded).
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn budget_used(&self) -> u32 {
+        self.budget_used
+    }
+
+    /// Non-productive waiting charged to the stall clock so far.
+    #[cfg(any(test, feature = "testkit"))]
+    pub(crate) fn waited(&self) -> Duration {
+        self.stall.waited()
+    }
+
+    /// Why each source could not serve, by source index.
+    pub(crate) fn per_source(&self) -> &BTreeMap<usize, SourceReason> {
+        &self.per_source
+    }
+
+    /// Feed what happened; get the next step. An event that does not answer the last action
+    /// is a driver bug and panics.
+    pub(crate) fn step(&mut self, event: Event, now: Instant) -> Step {
+        match (self.state, event) {
+            (State::Selecting, Event::Selected(selected)) => self.on_selected(selected, now),
+            (State::Admitting(source), Event::Admission(answer)) => {
+                self.on_admission(source, answer, now)
+            }
+            (State::Sending(source), Event::Attempted(outcome)) => {
+                self.on_attempted(source, outcome, now)
+            }
+            (State::BackingOff, Event::Woke) => Step::plain(self.select()),
+            (State::AwaitingSlot(began), Event::Woke) => {
+                self.stall.record_wait(now.saturating_duration_since(began));
+                self.new_round();
+                Step::plain(self.select())
+            }
+            (State::AskingProgress(wait), Event::Progress(age)) => {
+                let action = self.wait_or_stall(wait, age, now);
+                Step::plain(action)
+            }
+            (State::Waiting(wait), Event::Woke) => {
+                self.stall.record_wait(wait);
+                self.new_round();
+                Step::plain(self.select())
+            }
+            (state, event) => panic!("call machine: {event:?} does not answer state {state:?}"),
+        }
+    }
+
+    fn select(&mut self) -> Action {
+        self.state = State::Selecting;
+        Action::Select {
+            exclude: self.excluded.clone(),
+            avoid: self.avoid,
+        }
+    }
+
+    fn finish(&mut self, ending: Ending) -> Action {
+        self.state = State::Done;
+        Action::Finish(ending)
+    }
+
+    /// Scope-level failure. The hint is never below the earliest moment a source could serve
+    /// as far as this call knows (issue #18: a dead only source with `MAX_ATTEMPTS=1` used to
+    /// answer "retry after 0 s" while its breaker stayed open for the cooldown).
+    fn unavailable(
+        &mut self,
+        reason: ScopeReason,
+        hint: Duration,
+        detail: String,
+        now: Instant,
+    ) -> Action {
+        let retry_after = hint.max(self.earliest_ready(now));
+        self.finish(Ending::Unavailable {
+            reason,
+            retry_after,
+            detail,
+        })
+    }
+
+    fn earliest_ready(&self, now: Instant) -> Duration {
+        self.ready_at
+            .iter()
+            .map(|r| r.map_or(Duration::ZERO, |t| t.saturating_duration_since(now)))
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
+    fn not_before(&mut self, source: usize, until: Instant) {
+        if let Some(slot) = self.ready_at.get_mut(source) {
+            *slot = Some(slot.map_or(until, |t| t.max(until)));
+        }
+    }
+
+    fn note(&mut self, source: usize, reason: SourceReason, retry_after: Option<Duration>) {
+        // An open breaker is the consequence of a dead source, not a new reason.
+        let keep_dead = reason == SourceReason::CircuitOpen
+            && self.per_source.get(&source) == Some(&SourceReason::SourceDead);
+        if !keep_dead {
+            self.per_source.insert(source, reason);
+        }
+        if let Some(r) = retry_after {
+            self.min_retry_after = Some(self.min_retry_after.map_or(r, |m| m.min(r)));
+        }
+    }
+
+    fn new_round(&mut self) {
+        self.excluded.clear();
+        self.quota_hint = None;
+        self.round_cooling = None;
+    }
+
+    fn draw_backoff(&mut self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        let u: f64 = self.rng.random();
+        self.backoff.delay(attempt.saturating_sub(1), u, retry_after)
+    }
+
+    fn on_selected(&mut self, selected: Selected, now: Instant) -> Step {
+        let action = match selected {
+            Selected::Picked(source) => {
+                self.state = State::Admitting(source);
+                Action::Admit { source }
+            }
+            Selected::NoSources => self.finish(Ending::Unavailable {
+                reason: ScopeReason::NoSources,
+                retry_after: Duration::ZERO,
+                detail: format!("scope {} has no sources", self.scope),
+            }),
+            Selected::NoneEligible {
+                earliest_cooling,
+                paced,
+            } => {
+                if let Some(hint) = self.quota_hint {
+                    if self.quota_full_fails_fast {
+                        self.unavailable(
+                            ScopeReason::QuotaExhausted,
+                            hint,
+                            "every eligible source's quota is full".into(),
+                            now,
+                        )
+                    } else {
+                        self.begin_wait(hint.min(self.poll_interval))
+                    }
+                } else if paced {
+                    // Backpressure from the pacers: wait for a slot to come back.
+                    self.state = State::AwaitingSlot(now);
+                    Action::AwaitSlot(self.poll_interval)
+                } else {
+                    // The memo may lag the refusals of this round (it is updated by cast).
+                    let earliest = match (earliest_cooling, self.round_cooling) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    let wait =
+                        earliest.map_or(Duration::ZERO, |t| t.saturating_duration_since(now));
+                    if !self.circuit_open_waits {
+                        self.unavailable(
+                            ScopeReason::CircuitOpen,
+                            wait,
+                            "every source's circuit is open".into(),
+                            now,
+                        )
+                    } else {
+                        // Never shortened: sleep to the earliest cooldown end, plus jitter.
+                        let jitter = Duration::from_millis(self.rng.random_range(0..=50));
+                        self.begin_wait(wait + jitter)
+                    }
+                }
+            }
+        };
+        Step::plain(action)
+    }
+
+    fn on_admission(&mut self, source: usize, answer: Admission, now: Instant) -> Step {
+        let mut cool = None;
+        let action = match answer {
+            Admission::Granted => {
+                self.attempt_no += 1;
+                self.budget_used += 1;
+                self.state = State::Sending(source);
+                Action::Send {
+                    source,
+                    attempt: self.attempt_no,
+                }
+            }
+            Admission::BackendDown(detail) => self.finish(Ending::Unavailable {
+                reason: ScopeReason::GovernanceBackendDown,
+                retry_after: Duration::from_secs(5),
+                detail,
+            }),
+            Admission::BreakerRefused { state, retry_after } => {
+                self.note(source, SourceReason::CircuitOpen, Some(retry_after));
+                if state == BreakerState::Open {
+                    let until = now + retry_after;
+                    self.round_cooling = Some(self.round_cooling.map_or(until, |r| r.min(until)));
+                    self.not_before(source, until);
+                    cool = Some((source, until));
+                }
+                self.excluded.push(source);
+                self.select()
+            }
+            Admission::GateRefused { gate, retry_after } => {
+                if gate.is_global() {
+                    for s in 0..self.ready_at.len() {
+                        self.not_before(s, now + retry_after);
+                    }
+                    if self.quota_full_fails_fast {
+                        self.unavailable(
+                            ScopeReason::QuotaExhausted,
+                            retry_after,
+                            format!("scope quota full ({gate:?})"),
+                            now,
+                        )
+                    } else {
+                        self.begin_wait(retry_after.min(self.poll_interval))
+                    }
+                } else {
+                    self.not_before(source, now + retry_after);
+                    self.excluded.push(source);
+                    self.quota_hint =
+                        Some(self.quota_hint.map_or(retry_after, |q| q.min(retry_after)));
+                    self.select()
+                }
+            }
+        };
+        Step { cool, action }
+    }
+
+    fn on_attempted(&mut self, source: usize, outcome: Outcome, now: Instant) -> Step {
+        let failure = match outcome {
+            Outcome::Ok => return Step::plain(self.finish(Ending::Success)),
+            Outcome::Failed(failure) => failure,
+        };
+        if failure.delivered > 0 {
+            let ending = Ending::StreamBroken {
+                delivered: failure.delivered,
+            };
+            return Step::plain(self.finish(ending));
+        }
+        match failure.class {
+            FailureClass::RequestRejected => return Step::plain(self.finish(Ending::Rejected)),
+            FailureClass::ResultInvalid => return Step::plain(self.finish(Ending::Invalid)),
+            FailureClass::Transient | FailureClass::SourceDead => {}
+        }
+        self.note(source, failure.reason, failure.retry_after);
+        self.avoid = Some(source);
+        if let Some(hint) = failure.retry_after {
+            self.not_before(source, now + hint);
+        }
+        let dead = failure.class == FailureClass::SourceDead;
+        let mut cool = None;
+        if dead {
+            let until = now + self.cooldowns.get(source).copied().unwrap_or_default();
+            self.not_before(source, until);
+            cool = Some((source, until));
+        }
+        let action = if failure.rate_limited {
+            // Pushback: no budget spent; the wait counts as stalling.
+            self.budget_used -= 1;
+            let wait = self.draw_backoff(self.attempt_no, failure.retry_after);
+            self.begin_wait(wait)
+        } else if self.budget_used >= self.max_attempts {
+            let hint = self.min_retry_after.unwrap_or(Duration::ZERO);
+            let detail = format!("{} attempt(s) failed", self.budget_used);
+            self.unavailable(ScopeReason::RetryExhausted, hint, detail, now)
+        } else if dead {
+            self.select()
+        } else {
+            // Transient backoff is attempt time, not stall time.
+            self.state = State::BackingOff;
+            Action::Backoff(self.draw_backoff(self.budget_used, failure.retry_after))
+        };
+        Step { cool, action }
+    }
+
+    /// A non-productive wait. Condition (A) of the stall guard is local and cheap; the backend
+    /// is asked for (B) only once it holds.
+    fn begin_wait(&mut self, wait: Duration) -> Action {
+        if self.stall.waited() >= self.stall.window() {
+            self.state = State::AskingProgress(wait);
+            Action::AskProgress
+        } else {
+            // Not stalled: (A) does not hold (the scope's age is irrelevant).
+            self.state = State::Waiting(self.clamp_wait(wait));
+            Action::Wait(self.clamp_wait(wait))
+        }
+    }
+
+    fn wait_or_stall(&mut self, wait: Duration, progress_age: Option<Duration>, now: Instant) -> Action {
+        if self.stall.is_stalled(progress_age) {
+            let hint = self.min_retry_after.unwrap_or(Duration::ZERO);
+            let detail = format!(
+                "waited {:?} without progress in the scope",
+                self.stall.waited()
+            );
+            return self.unavailable(ScopeReason::Stalled, hint, detail, now);
+        }
+        let wait = self.clamp_wait(wait);
+        self.state = State::Waiting(wait);
+        Action::Wait(wait)
+    }
+
+    /// Once the stall budget is spent but the scope is progressing, keep waiting at the natural
+    /// pace: clamping to a zero budget would spin.
+    fn clamp_wait(&self, wait: Duration) -> Duration {
+        let budget = self.stall.remaining_budget();
+        if budget.is_zero() {
+            wait
+        } else {
+            wait.min(budget)
+        }
+    }
+}
