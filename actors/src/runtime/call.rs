@@ -20,15 +20,16 @@ use rand::SeedableRng;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
-use crate::ports::breaker::{BreakerState, BreakerVerdict};
+use crate::outcome::{AttemptVerdict, Classify, SourceReason};
+use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
 
 use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, BreakerAction, Permit};
 use super::ids::new_id;
 use super::machine::{
-    Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected, SourceFacts,
+    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
+    SourceFacts,
 };
 use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
 use super::router::{RouterMsg, Selection};
@@ -504,37 +505,15 @@ impl<T: Transport> ScopeInner<T> {
         let est = guard.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
         let result = source.transport.send(request, events).await;
         let elapsed = guard.started.elapsed();
-        let (verdict, action, tokens) = match &result {
-            Ok(response) => (
-                AttemptVerdict::Success,
-                BreakerAction::Record(BreakerVerdict::Success),
-                T::tokens_used(response).unwrap_or(est),
-            ),
-            Err(error) => {
-                let verdict = AttemptVerdict::of_error(error);
-                let action = match (verdict, error.class()) {
-                    (AttemptVerdict::Failure, FailureClass::Transient) => {
-                        BreakerAction::Record(BreakerVerdict::Failure)
-                    }
-                    (AttemptVerdict::Dead, _) => BreakerAction::ForceOpen,
-                    (AttemptVerdict::AliveButUnusable, _) => {
-                        BreakerAction::Record(BreakerVerdict::Success)
-                    }
-                    _ => BreakerAction::NoVerdict,
-                };
-                // Transient failures may have consumed tokens upstream: settle at the estimate.
-                // 4xx and dead sources were refused: refund fully.
-                let tokens = match error.class() {
-                    FailureClass::Transient if !error.is_rate_limited() => est,
-                    _ => 0,
-                };
-                (verdict, action, tokens)
-            }
+        let verdict = match &result {
+            Ok(_) => AttemptVerdict::Success,
+            Err(error) => AttemptVerdict::of_error(error),
         };
-        let action = match action {
-            BreakerAction::Record(_) if options.breaker_exempt => BreakerAction::NoVerdict,
-            other => other,
+        let answer = match &result {
+            Ok(response) => Ok(T::tokens_used(response)),
+            Err(error) => Err((verdict, error.class())),
         };
+        let (action, tokens) = settlement(answer, est, options.breaker_exempt);
         guard.settle(action, tokens, verdict == AttemptVerdict::Success);
         source.report(verdict);
         source.metrics.attempt(Some(verdict));

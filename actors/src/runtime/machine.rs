@@ -27,12 +27,13 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::Rng;
 
-use crate::outcome::{FailureClass, SourceReason};
+use crate::outcome::{AttemptVerdict, FailureClass, SourceReason};
 use crate::policy::backoff::Backoff;
 use crate::policy::stall::StallClock;
-use crate::ports::breaker::BreakerState;
+use crate::ports::breaker::{BreakerState, BreakerVerdict};
 use crate::ports::gate::Gate;
 
+use super::admission::BreakerAction;
 use super::call::ScopeReason;
 use super::scope::ScopeConfig;
 
@@ -154,6 +155,43 @@ pub(crate) struct Step {
 impl Step {
     fn plain(action: Action) -> Self {
         Step { cool: None, action }
+    }
+}
+
+/// How a finished attempt settles with the governance: the breaker action and the tokens the
+/// TPM gates are settled at. `answer` is the tokens an answer reported (`Ok`), or the failed
+/// attempt's verdict and class.
+pub(crate) fn settlement(
+    answer: Result<Option<u64>, (AttemptVerdict, FailureClass)>,
+    est_tokens: u64,
+    breaker_exempt: bool,
+) -> (BreakerAction, u64) {
+    let (action, tokens) = match answer {
+        Ok(used) => (
+            BreakerAction::Record(BreakerVerdict::Success),
+            used.unwrap_or(est_tokens),
+        ),
+        Err((verdict, class)) => {
+            let action = match (verdict, class) {
+                (AttemptVerdict::Failure, FailureClass::Transient) => {
+                    BreakerAction::Record(BreakerVerdict::Failure)
+                }
+                (AttemptVerdict::Dead, _) => BreakerAction::ForceOpen,
+                (AttemptVerdict::AliveButUnusable, _) => {
+                    BreakerAction::Record(BreakerVerdict::Success)
+                }
+                _ => BreakerAction::NoVerdict,
+            };
+            // Transient failures may have consumed tokens upstream: settle at the estimate.
+            // 429s, 4xx and dead sources were refused: refund fully.
+            let spent = class == FailureClass::Transient && verdict != AttemptVerdict::RateLimited;
+            (action, if spent { est_tokens } else { 0 })
+        }
+    };
+    // A structured-output re-ask never feeds the breaker (SPEC §9.2).
+    match action {
+        BreakerAction::Record(_) if breaker_exempt => (BreakerAction::NoVerdict, tokens),
+        other => (other, tokens),
     }
 }
 
@@ -437,12 +475,19 @@ impl CallMachine {
             }),
             Admission::BreakerRefused { state, retry_after } => {
                 self.note(source, SourceReason::CircuitOpen, Some(retry_after));
-                if state == BreakerState::Open {
+                let until = if state == BreakerState::Open {
                     let until = now + retry_after;
-                    self.round_cooling = Some(self.round_cooling.map_or(until, |r| r.min(until)));
                     self.not_before(source, until);
-                    cool = Some((source, until));
-                }
+                    until
+                } else {
+                    // A probe is in flight and nobody knows when it ends: skip the source
+                    // for a poll interval. Not cooling it let calls waiting on full pacers
+                    // wake each other forever at the same instant, each refused pick freeing a
+                    // slot (simulator seed 12).
+                    now + self.poll_interval
+                };
+                self.round_cooling = Some(self.round_cooling.map_or(until, |r| r.min(until)));
+                cool = Some((source, until));
                 self.excluded.push(source);
                 self.select()
             }

@@ -4,7 +4,7 @@
 
 pub mod admission;
 pub mod call;
-mod machine;
+pub(crate) mod machine;
 mod ids;
 pub mod metrics;
 pub mod observer;
