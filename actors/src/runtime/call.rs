@@ -316,8 +316,12 @@ impl<T: Transport> ScopeInner<T> {
             cooldown: s.breaker.cooldown,
             cooling_until: s.cooling_until(now),
         });
-        let mut machine =
-            CallMachine::new(&self.config, facts, SmallRng::from_rng(&mut rand::rng()), now);
+        let mut machine = CallMachine::new(
+            &self.config,
+            facts,
+            SmallRng::from_rng(&mut rand::rng()),
+            now,
+        );
         // The pacer slot of the source just picked, then the permit admission granted for it.
         let mut picked: Option<SourceTicket<T>> = None;
         let mut permit: Option<Permit> = None;
@@ -378,9 +382,7 @@ impl<T: Transport> ScopeInner<T> {
                         AdmitAnswer::GateRefused { gate, retry_after } => {
                             Admission::GateRefused { gate, retry_after }
                         }
-                        AdmitAnswer::BackendDown(detail) => {
-                            Admission::BackendDown(detail)
-                        }
+                        AdmitAnswer::BackendDown(detail) => Admission::BackendDown(detail),
                     })
                 }
                 Action::Send { attempt, .. } => {

@@ -397,7 +397,8 @@ impl CallMachine {
 
     fn draw_backoff(&mut self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         let u: f64 = self.rng.random();
-        self.backoff.delay(attempt.saturating_sub(1), u, retry_after)
+        self.backoff
+            .delay(attempt.saturating_sub(1), u, retry_after)
     }
 
     fn on_selected(&mut self, selected: Selected, now: Instant) -> Step {
@@ -578,7 +579,12 @@ impl CallMachine {
         }
     }
 
-    fn wait_or_stall(&mut self, wait: Duration, progress_age: Option<Duration>, now: Instant) -> Action {
+    fn wait_or_stall(
+        &mut self,
+        wait: Duration,
+        progress_age: Option<Duration>,
+        now: Instant,
+    ) -> Action {
         if self.stall.is_stalled(progress_age) {
             let hint = self.min_retry_after.unwrap_or(Duration::ZERO);
             let detail = format!(
@@ -601,5 +607,344 @@ impl CallMachine {
         } else {
             wait.min(budget)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    const COOLDOWN: Duration = Duration::from_secs(30);
+
+    fn config(max_attempts: u32) -> ScopeConfig {
+        let mut c = ScopeConfig::new("LLM");
+        c.max_attempts = max_attempts;
+        c.backoff_base = Duration::from_millis(100);
+        c.backoff_max = Duration::from_secs(1);
+        c.stall_window = Duration::from_secs(10);
+        c.poll_interval = Duration::from_millis(500);
+        c
+    }
+
+    fn machine(config: &ScopeConfig, sources: usize, t0: Instant) -> CallMachine {
+        let facts = (0..sources).map(|_| SourceFacts {
+            cooldown: COOLDOWN,
+            cooling_until: None,
+        });
+        CallMachine::new(config, facts, SmallRng::seed_from_u64(7), t0)
+    }
+
+    fn failed(class: FailureClass, rate_limited: bool, retry_after: Option<Duration>) -> Event {
+        let reason = match class {
+            FailureClass::SourceDead => SourceReason::SourceDead,
+            _ if rate_limited => SourceReason::RateLimited,
+            _ => SourceReason::NetworkError,
+        };
+        Event::Attempted(Outcome::Failed(Failure {
+            class,
+            rate_limited,
+            retry_after,
+            reason,
+            delivered: 0,
+        }))
+    }
+
+    /// Pick source 0, get it admitted: the machine asks to send.
+    fn admitted(m: &mut CallMachine, now: Instant) -> Action {
+        assert!(matches!(
+            m.step(Event::Selected(Selected::Picked(0)), now).action,
+            Action::Admit { source: 0 }
+        ));
+        m.step(Event::Admission(Admission::Granted), now).action
+    }
+
+    #[test]
+    fn a_dead_only_source_with_one_attempt_hints_its_cooldown() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(1), 1, t0);
+        m.start();
+        assert_eq!(
+            admitted(&mut m, t0),
+            Action::Send {
+                source: 0,
+                attempt: 1
+            }
+        );
+        let step = m.step(failed(FailureClass::SourceDead, false, None), t0);
+        assert_eq!(
+            step.cool,
+            Some((0, t0 + COOLDOWN)),
+            "the memo is cooled at once"
+        );
+        let Action::Finish(Ending::Unavailable {
+            reason,
+            retry_after,
+            ..
+        }) = step.action
+        else {
+            panic!("{:?}", step.action);
+        };
+        assert_eq!(reason, ScopeReason::RetryExhausted);
+        assert_eq!(retry_after, COOLDOWN, "not 0 s while the breaker is open");
+        assert_eq!(m.per_source()[&0], SourceReason::SourceDead);
+    }
+
+    #[test]
+    fn a_dead_source_is_switched_at_once_and_the_other_is_still_a_way_out() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(1), 2, t0);
+        m.start();
+        admitted(&mut m, t0);
+        let step = m.step(failed(FailureClass::SourceDead, false, None), t0);
+        // Budget spent, but source 1 could serve now: the hint stays 0.
+        let Action::Finish(Ending::Unavailable { retry_after, .. }) = step.action else {
+            panic!("{:?}", step.action);
+        };
+        assert_eq!(retry_after, Duration::ZERO);
+        let mut m = machine(&config(3), 2, t0);
+        m.start();
+        admitted(&mut m, t0);
+        let step = m.step(failed(FailureClass::SourceDead, false, None), t0);
+        assert_eq!(
+            step.action,
+            Action::Select {
+                exclude: vec![],
+                avoid: Some(0)
+            },
+            "no backoff"
+        );
+    }
+
+    #[test]
+    fn a_429_spends_no_budget_and_waits_at_least_retry_after() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(1), 1, t0);
+        m.start();
+        admitted(&mut m, t0);
+        let hint = Duration::from_secs(2);
+        let step = m.step(failed(FailureClass::Transient, true, Some(hint)), t0);
+        assert_eq!(
+            step.action,
+            Action::Wait(hint),
+            "stall-charged wait of the hint"
+        );
+        assert_eq!(m.budget_used(), 0);
+        let t1 = t0 + hint;
+        assert!(matches!(
+            m.step(Event::Woke, t1).action,
+            Action::Select { .. }
+        ));
+        assert_eq!(m.waited(), hint);
+        // The next attempt is number 2 but still within a budget of 1.
+        m.step(Event::Selected(Selected::Picked(0)), t1);
+        let send = m.step(Event::Admission(Admission::Granted), t1).action;
+        assert_eq!(
+            send,
+            Action::Send {
+                source: 0,
+                attempt: 2
+            }
+        );
+    }
+
+    #[test]
+    fn transient_failures_back_off_with_seeded_jitter_then_exhaust() {
+        let t0 = Instant::now();
+        let run = || {
+            let mut m = machine(&config(2), 1, t0);
+            m.start();
+            admitted(&mut m, t0);
+            let backoff = m
+                .step(failed(FailureClass::Transient, false, None), t0)
+                .action;
+            let Action::Backoff(d) = backoff else {
+                panic!("{backoff:?}")
+            };
+            assert!(
+                (Duration::from_millis(50)..=Duration::from_millis(150)).contains(&d),
+                "{d:?}"
+            );
+            assert_eq!(
+                m.waited(),
+                Duration::ZERO,
+                "backoff is attempt time, not stalling"
+            );
+            m.step(Event::Woke, t0 + d);
+            admitted(&mut m, t0 + d);
+            let end = m
+                .step(failed(FailureClass::Transient, false, None), t0 + d)
+                .action;
+            assert!(matches!(
+                end,
+                Action::Finish(Ending::Unavailable {
+                    reason: ScopeReason::RetryExhausted,
+                    ..
+                })
+            ));
+            d
+        };
+        assert_eq!(run(), run(), "the same seed draws the same jitter");
+    }
+
+    #[test]
+    fn refusals_exclude_for_the_round_and_open_circuits_fail_fast() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 2, t0);
+        m.start();
+        m.step(Event::Selected(Selected::Picked(0)), t0);
+        let refused = Admission::BreakerRefused {
+            state: BreakerState::Open,
+            retry_after: Duration::from_secs(9),
+        };
+        let step = m.step(Event::Admission(refused), t0);
+        assert_eq!(step.cool, Some((0, t0 + Duration::from_secs(9))));
+        assert_eq!(
+            step.action,
+            Action::Select {
+                exclude: vec![0],
+                avoid: None
+            }
+        );
+        m.step(Event::Selected(Selected::Picked(1)), t0);
+        let refused = Admission::BreakerRefused {
+            state: BreakerState::Open,
+            retry_after: Duration::from_secs(4),
+        };
+        m.step(Event::Admission(refused), t0);
+        // The memo lags (cast): the machine remembers the round's refusals itself.
+        let none = Selected::NoneEligible {
+            earliest_cooling: None,
+            paced: false,
+        };
+        let end = m.step(Event::Selected(none), t0).action;
+        assert_eq!(
+            end,
+            Action::Finish(Ending::Unavailable {
+                reason: ScopeReason::CircuitOpen,
+                retry_after: Duration::from_secs(4),
+                detail: "every source's circuit is open".into(),
+            })
+        );
+    }
+
+    #[test]
+    fn a_busy_probe_cools_the_source_for_a_poll_interval() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 1, t0);
+        m.start();
+        m.step(Event::Selected(Selected::Picked(0)), t0);
+        let busy = Admission::BreakerRefused {
+            state: BreakerState::HalfOpen,
+            retry_after: Duration::ZERO,
+        };
+        let step = m.step(Event::Admission(busy), t0);
+        assert_eq!(step.cool, Some((0, t0 + Duration::from_millis(500))));
+    }
+
+    #[test]
+    fn waiting_past_the_window_asks_for_progress_and_stalls_only_without_it() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 1, t0);
+        m.start();
+        let mut now = t0;
+        let quota = Admission::GateRefused {
+            gate: Gate::GlobalRpm,
+            retry_after: Duration::from_secs(60),
+        };
+        // Waits are clamped to the poll interval and then to the remaining stall budget.
+        while m.waited() < Duration::from_secs(10) {
+            m.step(Event::Selected(Selected::Picked(0)), now);
+            let Action::Wait(d) = m.step(Event::Admission(quota.clone()), now).action else {
+                panic!("expected a wait");
+            };
+            now += d;
+            m.step(Event::Woke, now);
+        }
+        m.step(Event::Selected(Selected::Picked(0)), now);
+        assert_eq!(
+            m.step(Event::Admission(quota.clone()), now).action,
+            Action::AskProgress
+        );
+        // Fresh progress elsewhere: keep waiting at the natural pace.
+        let fresh = m
+            .step(Event::Progress(Some(Duration::from_secs(1))), now)
+            .action;
+        assert_eq!(fresh, Action::Wait(Duration::from_millis(500)));
+        now += Duration::from_millis(500);
+        m.step(Event::Woke, now);
+        m.step(Event::Selected(Selected::Picked(0)), now);
+        m.step(Event::Admission(quota), now);
+        let Action::Finish(Ending::Unavailable {
+            reason,
+            retry_after,
+            ..
+        }) = m.step(Event::Progress(None), now).action
+        else {
+            panic!("expected stalled");
+        };
+        assert_eq!(reason, ScopeReason::Stalled);
+        // The scope gate said 60 s, so no source can serve before then.
+        assert!(retry_after >= Duration::from_secs(49), "{retry_after:?}");
+    }
+
+    #[test]
+    fn rejected_invalid_and_broken_streams_end_the_call() {
+        let t0 = Instant::now();
+        for (event, ending) in [
+            (
+                failed(FailureClass::RequestRejected, false, None),
+                Ending::Rejected,
+            ),
+            (
+                failed(FailureClass::ResultInvalid, false, None),
+                Ending::Invalid,
+            ),
+        ] {
+            let mut m = machine(&config(3), 1, t0);
+            m.start();
+            admitted(&mut m, t0);
+            assert_eq!(m.step(event, t0).action, Action::Finish(ending));
+        }
+        let mut m = machine(&config(3), 1, t0);
+        m.start();
+        admitted(&mut m, t0);
+        let broken = Event::Attempted(Outcome::Failed(Failure {
+            class: FailureClass::Transient,
+            rate_limited: false,
+            retry_after: None,
+            reason: SourceReason::NetworkError,
+            delivered: 3,
+        }));
+        assert_eq!(
+            m.step(broken, t0).action,
+            Action::Finish(Ending::StreamBroken { delivered: 3 })
+        );
+    }
+
+    #[test]
+    fn settlement_maps_verdicts_to_breaker_actions_and_tokens() {
+        use AttemptVerdict as V;
+        assert_eq!(
+            settlement(Ok(Some(42)), 100, false),
+            (BreakerAction::Record(BreakerVerdict::Success), 42)
+        );
+        assert_eq!(
+            settlement(Ok(None), 100, true),
+            (BreakerAction::NoVerdict, 100),
+            "re-ask exempt"
+        );
+        assert_eq!(
+            settlement(Err((V::Failure, FailureClass::Transient)), 100, false),
+            (BreakerAction::Record(BreakerVerdict::Failure), 100)
+        );
+        assert_eq!(
+            settlement(Err((V::RateLimited, FailureClass::Transient)), 100, false),
+            (BreakerAction::NoVerdict, 0)
+        );
+        assert_eq!(
+            settlement(Err((V::Dead, FailureClass::SourceDead)), 100, true),
+            (BreakerAction::ForceOpen, 0)
+        );
     }
 }

@@ -4,8 +4,8 @@
 
 pub mod admission;
 pub mod call;
-pub(crate) mod machine;
 mod ids;
+pub(crate) mod machine;
 pub mod metrics;
 pub mod observer;
 pub mod restart;

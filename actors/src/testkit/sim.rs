@@ -216,9 +216,21 @@ impl World {
         config.poll_interval = Duration::from_millis(rng.random_range(100..=1_000));
         config.lease_ttl = Duration::from_secs(60);
         config.global = Limits {
-            max_concurrency: if rng.random_bool(0.3) { rng.random_range(1..=6) } else { 0 },
-            rpm: if rng.random_bool(0.2) { rng.random_range(20..=300) } else { 0 },
-            tpm: if rng.random_bool(0.1) { rng.random_range(500..=5_000) } else { 0 },
+            max_concurrency: if rng.random_bool(0.3) {
+                rng.random_range(1..=6)
+            } else {
+                0
+            },
+            rpm: if rng.random_bool(0.2) {
+                rng.random_range(20..=300)
+            } else {
+                0
+            },
+            tpm: if rng.random_bool(0.1) {
+                rng.random_range(500..=5_000)
+            } else {
+                0
+            },
         };
         let horizon: Ms = u64::from(calls) * rng.random_range(20..=400);
         let sources = (0..n)
@@ -240,8 +252,16 @@ impl World {
                         ..BreakerConfig::default()
                     },
                     limits: Limits {
-                        max_concurrency: if rng.random_bool(0.4) { rng.random_range(1..=4) } else { 0 },
-                        rpm: if rng.random_bool(0.2) { rng.random_range(10..=200) } else { 0 },
+                        max_concurrency: if rng.random_bool(0.4) {
+                            rng.random_range(1..=4)
+                        } else {
+                            0
+                        },
+                        rpm: if rng.random_bool(0.2) {
+                            rng.random_range(10..=200)
+                        } else {
+                            0
+                        },
                         tpm: 0,
                     },
                     pacer_limit: rng.random_range(1..=8),
@@ -324,7 +344,10 @@ impl World {
     }
 
     fn machine(&mut self, call: usize) -> &mut CallMachine {
-        self.calls[call].machine.as_mut().expect("the call has arrived")
+        self.calls[call]
+            .machine
+            .as_mut()
+            .expect("the call has arrived")
     }
 
     fn at(&self, t: Ms) -> Instant {
@@ -403,7 +426,10 @@ impl World {
         let Event::Attempted(_) = event else {
             return event;
         };
-        let (source, kind) = self.calls[call].attempt.take().expect("an attempt in flight");
+        let (source, kind) = self.calls[call]
+            .attempt
+            .take()
+            .expect("an attempt in flight");
         let est = self.calls[call]
             .permit
             .as_ref()
@@ -465,7 +491,9 @@ impl World {
                 *memo = (*memo).max(until);
             }
             let event = match step.action {
-                Action::Select { exclude, avoid } => Event::Selected(self.select(call, &exclude, avoid)),
+                Action::Select { exclude, avoid } => {
+                    Event::Selected(self.select(call, &exclude, avoid))
+                }
                 Action::Admit { source } => Event::Admission(self.admit(call, source)),
                 Action::Send { source, .. } => {
                     let (after, kind) = self.plan_attempt(call, source);
@@ -541,7 +569,12 @@ impl World {
         if self.keep_trace {
             let cool = step
                 .cool
-                .map(|(s, t)| format!(" cool s{s} until {} ms", ms(t.saturating_duration_since(self.base))))
+                .map(|(s, t)| {
+                    format!(
+                        " cool s{s} until {} ms",
+                        ms(t.saturating_duration_since(self.base))
+                    )
+                })
                 .unwrap_or_default();
             let line = format!("{} ms: {:?}{cool}", self.now, step.action);
             self.calls[call].trace.push(line);
@@ -582,7 +615,9 @@ impl World {
                 }
             })
             .collect();
-        let other = candidates.iter().any(|c| c.eligible && Some(c.index) != avoid);
+        let other = candidates
+            .iter()
+            .any(|c| c.eligible && Some(c.index) != avoid);
         if let (true, Some(a)) = (other, avoid) {
             candidates[a].eligible = false;
         }
@@ -592,7 +627,10 @@ impl World {
                 self.calls[call].ticket = Some(index);
                 let s = &self.sources[index];
                 if s.in_flight > s.pacer_limit {
-                    let what = format!("{} in flight above its pacer limit {}", s.name, s.pacer_limit);
+                    let what = format!(
+                        "{} in flight above its pacer limit {}",
+                        s.name, s.pacer_limit
+                    );
                     self.violation(call, what);
                 }
                 Selected::Picked(index)
@@ -625,7 +663,10 @@ impl World {
         self.ids += 1;
         let id = self.ids;
         let s = &mut self.sources[source];
-        let (epoch, probe) = match s.breaker.acquire(now, &s.breaker_config, || format!("p{id}").into()) {
+        let (epoch, probe) = match s
+            .breaker
+            .acquire(now, &s.breaker_config, || format!("p{id}").into())
+        {
             BreakerAdmit::Pass { epoch } => (epoch, None),
             BreakerAdmit::Probe { epoch, probe_id } => (epoch, Some(probe_id)),
             BreakerAdmit::Refused { state, retry_after } => {
@@ -711,9 +752,14 @@ impl World {
             rng.random_bool(f.retry_after)
                 .then(|| Duration::from_millis(rng.random_range(100..=10_000)))
         };
-        if f.dead.is_some_and(|(from, until)| (from..until).contains(&now)) {
+        if f.dead
+            .is_some_and(|(from, until)| (from..until).contains(&now))
+        {
             let reason = SourceReason::SourceDead;
-            return (latency.min(50), fail(FailureClass::SourceDead, reason, false, None, 0));
+            return (
+                latency.min(50),
+                fail(FailureClass::SourceDead, reason, false, None, 0),
+            );
         }
         let roll: f64 = rng.random();
         let mut edge = 0.0;
@@ -723,24 +769,91 @@ impl World {
         };
         if next(f.black_hole) {
             // The watchdog ends it.
-            (timeout, fail(FailureClass::Transient, SourceReason::Timeout, false, None, 0))
+            (
+                timeout,
+                fail(
+                    FailureClass::Transient,
+                    SourceReason::Timeout,
+                    false,
+                    None,
+                    0,
+                ),
+            )
         } else if next(f.rate_limited) {
             let h = hint(rng);
-            (latency.min(100), fail(FailureClass::Transient, SourceReason::RateLimited, true, h, 0))
+            (
+                latency.min(100),
+                fail(
+                    FailureClass::Transient,
+                    SourceReason::RateLimited,
+                    true,
+                    h,
+                    0,
+                ),
+            )
         } else if next(f.transient) {
             let h = hint(rng);
-            (latency, fail(FailureClass::Transient, SourceReason::NetworkError, false, h, 0))
+            (
+                latency,
+                fail(
+                    FailureClass::Transient,
+                    SourceReason::NetworkError,
+                    false,
+                    h,
+                    0,
+                ),
+            )
         } else if next(f.truncate) {
-            let delivered = if streaming { rng.random_range(1..=20) } else { 0 };
-            (latency, fail(FailureClass::Transient, SourceReason::NetworkError, false, None, delivered))
+            let delivered = if streaming {
+                rng.random_range(1..=20)
+            } else {
+                0
+            };
+            (
+                latency,
+                fail(
+                    FailureClass::Transient,
+                    SourceReason::NetworkError,
+                    false,
+                    None,
+                    delivered,
+                ),
+            )
         } else if next(f.rejected) {
-            (latency, fail(FailureClass::RequestRejected, SourceReason::NetworkError, false, None, 0))
+            (
+                latency,
+                fail(
+                    FailureClass::RequestRejected,
+                    SourceReason::NetworkError,
+                    false,
+                    None,
+                    0,
+                ),
+            )
         } else if next(f.invalid) {
-            (latency, fail(FailureClass::ResultInvalid, SourceReason::NetworkError, false, None, 0))
+            (
+                latency,
+                fail(
+                    FailureClass::ResultInvalid,
+                    SourceReason::NetworkError,
+                    false,
+                    None,
+                    0,
+                ),
+            )
         } else if next(f.slow_first_token) {
             let slow = latency * 10;
             if slow > timeout {
-                (timeout, fail(FailureClass::Transient, SourceReason::Timeout, false, None, 0))
+                (
+                    timeout,
+                    fail(
+                        FailureClass::Transient,
+                        SourceReason::Timeout,
+                        false,
+                        None,
+                        0,
+                    ),
+                )
             } else {
                 (slow, Kind::Ok)
             }
@@ -769,7 +882,8 @@ impl World {
         let probe = permit.probe.as_deref();
         match action {
             BreakerAction::Record(verdict) => {
-                s.breaker.record(now, &s.breaker_config, permit.epoch, probe, verdict);
+                s.breaker
+                    .record(now, &s.breaker_config, permit.epoch, probe, verdict);
             }
             BreakerAction::ForceOpen => {
                 s.breaker.force_open(now, &s.breaker_config);
@@ -842,13 +956,20 @@ impl World {
             }
         }
         let attempts = c.machine.as_ref().map_or(0, CallMachine::attempts);
-        let expected_rows = attempts + u32::from(c.sends == 0 && matches!(ending, Ending::Unavailable { .. }));
+        let expected_rows =
+            attempts + u32::from(c.sends == 0 && matches!(ending, Ending::Unavailable { .. }));
         if c.rows != expected_rows || c.sends != attempts {
-            let what = format!("{} telemetry rows and {} sends for {attempts} attempts", c.rows, c.sends);
+            let what = format!(
+                "{} telemetry rows and {} sends for {attempts} attempts",
+                c.rows, c.sends
+            );
             self.violation(call, what);
         }
         if self.calls[call].ticket.is_some() || self.calls[call].permit.is_some() {
-            self.violation(call, "finished while holding a pacer slot or a permit".into());
+            self.violation(
+                call,
+                "finished while holding a pacer slot or a permit".into(),
+            );
         }
         if let Ending::Unavailable {
             reason,
@@ -862,7 +983,10 @@ impl World {
                 .map(|r| r.saturating_sub(now))
                 .min()
                 .unwrap_or(0);
-            let checked = !matches!(reason, ScopeReason::NoSources | ScopeReason::GovernanceBackendDown);
+            let checked = !matches!(
+                reason,
+                ScopeReason::NoSources | ScopeReason::GovernanceBackendDown
+            );
             if checked && ms(retry_after) < floor {
                 let what = format!(
                     "{} with retry_after {} ms, but no source can serve for {floor} ms",
@@ -913,10 +1037,16 @@ impl World {
         let held = self.limiter.usage(SCOPE, Some(&s.name), now).leases;
         let all = self.limiter.usage(SCOPE, None, now).leases;
         if cap > 0 && held > u64::from(cap) {
-            self.violation(call, format!("{held} leases on s{source} above its cap {cap}"));
+            self.violation(
+                call,
+                format!("{held} leases on s{source} above its cap {cap}"),
+            );
         }
         if global_cap > 0 && all > u64::from(global_cap) {
-            self.violation(call, format!("{all} leases in the scope above its cap {global_cap}"));
+            self.violation(
+                call,
+                format!("{all} leases in the scope above its cap {global_cap}"),
+            );
         }
     }
 
@@ -924,7 +1054,10 @@ impl World {
         let s = &mut self.sources[source];
         let epoch = s.breaker.epoch();
         if epoch < s.epoch {
-            let what = format!("breaker epoch of s{source} went back from {} to {epoch}", s.epoch);
+            let what = format!(
+                "breaker epoch of s{source} went back from {} to {epoch}",
+                s.epoch
+            );
             self.violation(call, what);
         } else {
             s.epoch = epoch;
@@ -952,7 +1085,11 @@ impl World {
         if leases != 0 {
             self.violation(last, format!("{leases} leases outlive their TTL"));
         }
-        let probe_ttl = self.sources.iter().map(|s| ms(s.breaker_config.probe_ttl)).max();
+        let probe_ttl = self
+            .sources
+            .iter()
+            .map(|s| ms(s.breaker_config.probe_ttl))
+            .max();
         let after_probes = self.now + probe_ttl.unwrap_or(0) + 1;
         for i in 0..self.sources.len() {
             if self.sources[i].breaker.snapshot(after_probes).probe_held {
