@@ -47,12 +47,14 @@ fn a_seed_replays_exactly() {
     );
 }
 
-/// Regression seeds: each once broke an invariant (see ARCHITECTURE.md, "Simulation").
+/// Regression seeds (seed, calls): each once broke an invariant (ARCHITECTURE.md, "Simulation").
+/// - 12 × 60: a half-open source whose probe was in flight was not cooled; two calls waiting
+///   on full pacers woke each other at the same instant forever (each refused pick freed a slot).
+const FOUND_BUGS: &[(u64, u32)] = &[(12, 60)];
+
 #[test]
 fn seeds_that_found_bugs_stay_fixed() {
-    // 12: a half-open source whose probe was in flight was not cooled; two calls waiting on
-    // full pacers woke each other at the same instant forever (each refused pick freed a slot).
-    for (seed, calls) in [(12, 60)] {
+    for &(seed, calls) in FOUND_BUGS {
         let report = run_seed(seed, calls, false);
         assert!(report.violations.is_empty(), "{}", explain(&report));
     }
