@@ -6,9 +6,9 @@
 //! with no verdict. Actors are messaged, never awaited on I/O.
 //!
 //! Per attempt: select (router) → breaker + six gates (admission) → transport → report
-//! (source actor, admission, observer). Dispatch on refusals is by reason, never by the number of
-//! sources: breaker refusals feed the local cooldown memo and the circuit-open path; gate
-//! refusals feed the quota path.
+//! (source actor, admission, observer). This file is the driver: it performs those I/O steps and
+//! the sleeps; every decision (retry, switch, backoff, wait, stall, the `retry_after` hint) is
+//! made by the sans-I/O `CallMachine` in `machine.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
