@@ -426,3 +426,28 @@ async fn shutdown_ends_calls_in_flight_and_still_records_them() {
         .unwrap();
     assert_eq!(error, "cancelled");
 }
+
+/// Issue #18: the hint never promises service before the dead source's cooldown ends, whether
+/// the budget runs out on the dead attempt (1) or the next round finds every circuit open (3).
+#[tokio::test]
+async fn a_dead_only_source_hints_its_cooldown_whatever_the_budget() {
+    for budget in ["1", "3"] {
+        let mock = MockUpstream::start(Behaviour::Unauthorized).await;
+        let gw = gateway(
+            &[("only", &mock)],
+            &[
+                ("LLM__BREAKER__COOLDOWN_S", "30"),
+                ("LLM__RETRY__MAX_ATTEMPTS", budget),
+            ],
+        )
+        .await;
+        let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+        let unavailable = err.unavailable().expect("scope-level unavailable");
+        assert!(
+            unavailable.retry_after_s > 29.0 && unavailable.retry_after_s <= 30.0,
+            "MAX_ATTEMPTS={budget}: {unavailable:?}"
+        );
+        assert_eq!(mock.counts().chat, 1, "MAX_ATTEMPTS={budget}");
+        gw.shutdown().await;
+    }
+}

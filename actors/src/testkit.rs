@@ -3,6 +3,8 @@
 //!
 //! Not for production use; nothing in the runtime depends on it.
 
+pub mod sim;
+
 use std::sync::Arc;
 use std::time::Duration;
 

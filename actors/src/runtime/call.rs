@@ -6,28 +6,31 @@
 //! with no verdict. Actors are messaged, never awaited on I/O.
 //!
 //! Per attempt: select (router) → breaker + six gates (admission) → transport → report
-//! (source actor, admission, observer). Dispatch on refusals is by reason, never by the number of
-//! sources: breaker refusals feed the local cooldown memo and the circuit-open path; gate
-//! refusals feed the quota path.
+//! (source actor, admission, observer). This file is the driver: it performs those I/O steps and
+//! the sleeps; every decision (retry, switch, backoff, wait, stall, the `retry_after` hint) is
+//! made by the sans-I/O `CallMachine` in `machine.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::Rng;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
-use crate::policy::backoff::Backoff;
-use crate::policy::stall::StallClock;
-use crate::ports::breaker::{BreakerState, BreakerVerdict};
+use crate::outcome::{AttemptVerdict, Classify, SourceReason};
+use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
 
 use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, BreakerAction, Permit};
 use super::ids::new_id;
+use super::machine::{
+    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
+    SourceFacts,
+};
 use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
 use super::router::{RouterMsg, Selection};
 use super::scope::ScopeInner;
@@ -221,41 +224,6 @@ pub struct CallOptions {
     pub breaker_exempt: bool,
 }
 
-struct Failures<E> {
-    per_source: BTreeMap<Arc<str>, SourceReason>,
-    last_error: Option<E>,
-    min_retry_after: Option<Duration>,
-}
-
-impl<E> Failures<E> {
-    fn note(&mut self, source: &Arc<str>, reason: SourceReason, retry_after: Option<Duration>) {
-        // An open breaker is the consequence of a dead source, not a new reason.
-        let keep_dead = reason == SourceReason::CircuitOpen
-            && self.per_source.get(source) == Some(&SourceReason::SourceDead);
-        if !keep_dead {
-            self.per_source.insert(Arc::clone(source), reason);
-        }
-        if let Some(r) = retry_after {
-            self.min_retry_after = Some(self.min_retry_after.map_or(r, |m| m.min(r)));
-        }
-    }
-
-    fn unavailable(
-        self,
-        reason: ScopeReason,
-        retry_after: Duration,
-        detail: String,
-    ) -> CallFailure<E> {
-        CallFailure::Unavailable {
-            reason,
-            retry_after,
-            per_source: self.per_source,
-            last_error: self.last_error,
-            detail,
-        }
-    }
-}
-
 /// An admitted attempt in flight. Dropped without [`AttemptGuard::finish`] it is a cancelled
 /// attempt: the permit is settled at its estimate with no breaker verdict, the observer records
 /// `cancelled`, and the pacer slot is freed.
@@ -305,17 +273,6 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
     }
 }
 
-/// What the loop does after a refusal or failure.
-enum Next {
-    /// Try again now.
-    Again,
-    /// Every eligible source's pacer is full: wait until a slot is freed (bounded by the poll
-    /// interval). Counts as non-productive waiting.
-    Paced,
-    /// Non-productive wait (counts toward the stall window), then try again.
-    Wait(Duration),
-}
-
 impl<T: Transport> ScopeInner<T> {
     /// Run one governed call. See the module docs.
     pub(crate) async fn run(
@@ -344,6 +301,8 @@ impl<T: Transport> ScopeInner<T> {
         result
     }
 
+    /// The driver: performs the machine's actions (router, admission, transport, timers) and
+    /// feeds back what happened. Every decision is in `machine.rs`.
     async fn run_loop(
         &self,
         request: &T::Request,
@@ -352,272 +311,188 @@ impl<T: Transport> ScopeInner<T> {
         options: CallOptions,
         attempted: &mut bool,
     ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
-        let config = &self.config;
-        let mut failures = Failures {
-            per_source: BTreeMap::new(),
-            last_error: None,
-            min_retry_after: None,
-        };
-        let mut budget_used = 0u32;
-        let mut attempt_no = 0u32;
-        let mut excluded: Vec<usize> = Vec::new();
-        let mut quota_hint: Option<Duration> = None;
-        let mut round_cooling: Option<std::time::Instant> = None;
-        let mut avoid: Option<usize> = None;
-        let mut stall = StallClock::new(config.stall_window, self.clock.now());
-
+        let now = self.clock.now();
+        let facts = self.sources.iter().map(|s| SourceFacts {
+            cooldown: s.breaker.cooldown,
+            cooling_until: s.cooling_until(now),
+        });
+        let mut machine = CallMachine::new(
+            &self.config,
+            facts,
+            SmallRng::from_rng(&mut rand::rng()),
+            now,
+        );
+        // The pacer slot of the source just picked, then the permit admission granted for it.
+        let mut picked: Option<SourceTicket<T>> = None;
+        let mut permit: Option<Permit> = None;
+        let mut answered: Option<(T::Response, String, Arc<str>)> = None;
+        let mut last_error: Option<T::Error> = None;
+        let mut step = machine.start();
         loop {
-            let selection = self.select(excluded.clone(), avoid).await?;
-            let next = match selection {
-                Selection::NoneEligible {
-                    no_sources: true, ..
-                } => {
-                    return Err(failures.unavailable(
-                        ScopeReason::NoSources,
-                        Duration::ZERO,
-                        format!("scope {} has no sources", config.name),
-                    ))
-                }
-                Selection::NoneEligible {
-                    earliest_cooling,
-                    paced,
-                    ..
-                } => {
-                    if let Some(hint) = quota_hint {
-                        if config.quota_full_fails_fast {
-                            return Err(failures.unavailable(
-                                ScopeReason::QuotaExhausted,
-                                hint,
-                                "every eligible source's quota is full".into(),
-                            ));
+            if let Some((index, until)) = step.cool {
+                self.sources[index].cool_until(until);
+            }
+            let event = match step.action {
+                Action::Select { exclude, avoid } => {
+                    Event::Selected(match self.select(exclude, avoid).await? {
+                        Selection::Picked(ticket) => {
+                            let index = ticket.source().index;
+                            picked = Some(ticket);
+                            Selected::Picked(index)
                         }
-                        Next::Wait(hint.min(config.poll_interval))
-                    } else if paced {
-                        // Backpressure from the pacers: wait for a slot to come back.
-                        Next::Paced
-                    } else {
-                        let now = self.clock.now();
-                        // The memo may lag the refusals of this round (it is updated by cast).
-                        let earliest = match (earliest_cooling, round_cooling) {
-                            (Some(a), Some(b)) => Some(a.min(b)),
-                            (a, b) => a.or(b),
-                        };
-                        let wait =
-                            earliest.map_or(Duration::ZERO, |t| t.saturating_duration_since(now));
-                        if !config.circuit_open_waits {
-                            return Err(failures.unavailable(
-                                ScopeReason::CircuitOpen,
-                                wait,
-                                "every source's circuit is open".into(),
-                            ));
-                        }
-                        // Never shortened: sleep to the earliest cooldown end, plus jitter.
-                        let jitter = Duration::from_millis(rand::rng().random_range(0..=50));
-                        Next::Wait(wait + jitter)
-                    }
+                        Selection::NoneEligible {
+                            no_sources: true, ..
+                        } => Selected::NoSources,
+                        Selection::NoneEligible {
+                            earliest_cooling,
+                            paced,
+                            ..
+                        } => Selected::NoneEligible {
+                            earliest_cooling,
+                            paced,
+                        },
+                    })
                 }
-                Selection::Picked(ticket) => {
-                    let index = ticket.source().index;
+                Action::Admit { .. } => {
+                    // A refused pick drops its ticket here: the pacer slot goes back at once.
+                    let ticket = picked.take().expect("admit follows a pick");
                     let asked = Instant::now();
                     let answer = self.admit(&ticket).await;
                     self.metrics.admission_waited(asked.elapsed().as_secs_f64());
-                    match &answer {
-                        AdmitAnswer::Admitted(p) => {
-                            ticket.source().breaker_seen(if p.probe_id.is_some() {
+                    let source = ticket.source();
+                    Event::Admission(match answer {
+                        AdmitAnswer::Admitted(granted) => {
+                            source.breaker_seen(if granted.probe_id.is_some() {
                                 BreakerState::HalfOpen
                             } else {
                                 BreakerState::Closed
-                            })
-                        }
-                        AdmitAnswer::BreakerRefused { state, .. } => {
-                            ticket.source().breaker_seen(*state)
-                        }
-                        _ => {}
-                    }
-                    match answer {
-                        AdmitAnswer::BackendDown(detail) => {
-                            return Err(failures.unavailable(
-                                ScopeReason::GovernanceBackendDown,
-                                Duration::from_secs(5),
-                                detail,
-                            ))
+                            });
+                            permit = Some(granted);
+                            picked = Some(ticket);
+                            Admission::Granted
                         }
                         AdmitAnswer::BreakerRefused { state, retry_after } => {
-                            let source = ticket.source();
+                            source.breaker_seen(state);
                             source
                                 .counters
                                 .breaker_refusals
                                 .fetch_add(1, Ordering::Relaxed);
-                            failures.note(
-                                &source.name,
-                                SourceReason::CircuitOpen,
-                                Some(retry_after),
-                            );
-                            if state == BreakerState::Open {
-                                let until = self.clock.now() + retry_after;
-                                round_cooling = Some(round_cooling.map_or(until, |r| r.min(until)));
-                                ticket.source().cool_until(until);
-                            }
-                            excluded.push(index);
-                            Next::Again
+                            Admission::BreakerRefused { state, retry_after }
                         }
                         AdmitAnswer::GateRefused { gate, retry_after } => {
-                            if gate.is_global() {
-                                if config.quota_full_fails_fast {
-                                    return Err(failures.unavailable(
-                                        ScopeReason::QuotaExhausted,
-                                        retry_after,
-                                        format!("scope quota full ({gate:?})"),
-                                    ));
-                                }
-                                Next::Wait(retry_after.min(config.poll_interval))
-                            } else {
-                                excluded.push(index);
-                                quota_hint =
-                                    Some(quota_hint.map_or(retry_after, |q| q.min(retry_after)));
-                                Next::Again
-                            }
+                            Admission::GateRefused { gate, retry_after }
                         }
-                        AdmitAnswer::Admitted(permit) => {
-                            attempt_no += 1;
-                            budget_used += 1;
-                            if attempt_no > 1 {
-                                self.metrics.retry();
-                            }
-                            *attempted = true;
-                            let mut guard = AttemptGuard {
-                                scope: self,
-                                observer,
-                                ticket,
-                                permit: Some(permit),
-                                attempt_id: new_id(),
-                                attempt: attempt_no,
-                                started: Instant::now(),
-                            };
-                            let span = tracing::info_span!(
-                                "pgw.attempt",
-                                source = %guard.ticket.source().name,
-                                attempt = attempt_no,
-                                probe = guard.permit.as_ref().is_some_and(|p| p.probe_id.is_some()),
-                                verdict = tracing::field::Empty,
-                                class = tracing::field::Empty,
-                                elapsed_ms = tracing::field::Empty,
-                            );
-                            match self
-                                .attempt(&mut guard, request, events, options)
-                                .instrument(span)
-                                .await
-                            {
-                                Ok(response) => {
-                                    let source = Arc::clone(&guard.ticket.source().name);
-                                    return Ok(Governed {
-                                        response,
-                                        attempt_id: std::mem::take(&mut guard.attempt_id),
-                                        source,
-                                        attempts: attempt_no,
-                                    });
-                                }
-                                Err(error) => {
-                                    let source = Arc::clone(guard.ticket.source());
-                                    drop(guard);
-                                    let delivered = events.map_or(0, EventSink::delivered);
-                                    if delivered > 0 {
-                                        return Err(CallFailure::StreamBroken { error, delivered });
-                                    }
-                                    match error.class() {
-                                        FailureClass::RequestRejected => {
-                                            return Err(CallFailure::Rejected(error))
-                                        }
-                                        FailureClass::ResultInvalid => {
-                                            return Err(CallFailure::Invalid(error))
-                                        }
-                                        _ => {}
-                                    }
-                                    failures.note(
-                                        &source.name,
-                                        error.source_reason(),
-                                        error.retry_after(),
-                                    );
-                                    avoid = Some(index);
-                                    let rate_limited = error.is_rate_limited();
-                                    let dead = error.class() == FailureClass::SourceDead;
-                                    let hint = error.retry_after();
-                                    failures.last_error = Some(error);
-                                    if dead {
-                                        source
-                                            .cool_until(self.clock.now() + source.breaker.cooldown);
-                                    }
-                                    if rate_limited {
-                                        // Pushback: no budget spent; the wait counts as stalling.
-                                        budget_used -= 1;
-                                        Next::Wait(self.backoff(attempt_no, hint))
-                                    } else if budget_used >= config.max_attempts {
-                                        let retry_after =
-                                            failures.min_retry_after.unwrap_or(Duration::ZERO);
-                                        return Err(failures.unavailable(
-                                            ScopeReason::RetryExhausted,
-                                            retry_after,
-                                            format!("{} attempt(s) failed", budget_used),
-                                        ));
-                                    } else if dead {
-                                        Next::Again
-                                    } else {
-                                        // Transient backoff is attempt time, not stall time.
-                                        tokio::time::sleep(self.backoff(budget_used, hint)).await;
-                                        Next::Again
-                                    }
-                                }
-                            }
-                        }
+                        AdmitAnswer::BackendDown(detail) => Admission::BackendDown(detail),
+                    })
+                }
+                Action::Send { attempt, .. } => {
+                    if attempt > 1 {
+                        self.metrics.retry();
                     }
-                }
-            };
-            let wait = match next {
-                Next::Again => continue,
-                Next::Paced => {
-                    let began = self.clock.now();
-                    let _ = tokio::time::timeout(config.poll_interval, self.slot_freed.notified())
+                    *attempted = true;
+                    let mut guard = AttemptGuard {
+                        scope: self,
+                        observer,
+                        ticket: picked.take().expect("send follows a pick"),
+                        permit: permit.take(),
+                        attempt_id: new_id(),
+                        attempt,
+                        started: Instant::now(),
+                    };
+                    let span = tracing::info_span!(
+                        "pgw.attempt",
+                        source = %guard.ticket.source().name,
+                        attempt,
+                        probe = guard.permit.as_ref().is_some_and(|p| p.probe_id.is_some()),
+                        verdict = tracing::field::Empty,
+                        class = tracing::field::Empty,
+                        elapsed_ms = tracing::field::Empty,
+                    );
+                    let result = self
+                        .attempt(&mut guard, request, events, options)
+                        .instrument(span)
                         .await;
-                    stall.record_wait(self.clock.now().saturating_duration_since(began));
-                    excluded.clear();
-                    quota_hint = None;
-                    round_cooling = None;
-                    continue;
+                    let source = Arc::clone(&guard.ticket.source().name);
+                    let attempt_id = std::mem::take(&mut guard.attempt_id);
+                    drop(guard);
+                    Event::Attempted(match result {
+                        Ok(response) => {
+                            answered = Some((response, attempt_id, source));
+                            Outcome::Ok
+                        }
+                        Err(error) => {
+                            let failure = Failure {
+                                class: error.class(),
+                                rate_limited: error.is_rate_limited(),
+                                retry_after: error.retry_after(),
+                                reason: error.source_reason(),
+                                delivered: events.map_or(0, EventSink::delivered),
+                            };
+                            last_error = Some(error);
+                            Outcome::Failed(failure)
+                        }
+                    })
                 }
-                Next::Wait(wait) => wait,
+                Action::Backoff(wait) | Action::Wait(wait) => {
+                    tokio::time::sleep(wait).await;
+                    Event::Woke
+                }
+                Action::AwaitSlot(at_most) => {
+                    let _ = tokio::time::timeout(at_most, self.slot_freed.notified()).await;
+                    Event::Woke
+                }
+                Action::AskProgress => Event::Progress(self.progress_age().await),
+                Action::Finish(ending) => {
+                    return self.finish(ending, &machine, answered, last_error)
+                }
             };
-            {
-                // Condition (A) is local and cheap; ask the backend for (B) only once it holds.
-                let progress_age = if stall.waited() >= config.stall_window {
-                    self.progress_age().await
-                } else {
-                    Some(Duration::ZERO)
-                };
-                if stall.is_stalled(progress_age) {
-                    let retry_after = failures.min_retry_after.unwrap_or(Duration::ZERO);
-                    return Err(failures.unavailable(
-                        ScopeReason::Stalled,
-                        retry_after,
-                        format!("waited {:?} without progress in the scope", stall.waited()),
-                    ));
-                }
-                // Once the budget is spent but the scope is progressing, keep waiting at the
-                // natural pace: clamping to a zero budget would spin.
-                let budget = stall.remaining_budget();
-                let wait = if budget.is_zero() {
-                    wait
-                } else {
-                    wait.min(budget)
-                };
-                tokio::time::sleep(wait).await;
-                stall.record_wait(wait);
-                excluded.clear();
-                quota_hint = None;
-                round_cooling = None;
-            }
+            step = machine.step(event, self.clock.now());
         }
     }
 
+    /// Attach the response or the last error to the machine's ending.
+    fn finish(
+        &self,
+        ending: Ending,
+        machine: &CallMachine,
+        answered: Option<(T::Response, String, Arc<str>)>,
+        last_error: Option<T::Error>,
+    ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
+        let error = |e: Option<T::Error>| e.expect("a failed ending follows a failed attempt");
+        match ending {
+            Ending::Success => {
+                let (response, attempt_id, source) =
+                    answered.expect("success follows an answered attempt");
+                Ok(Governed {
+                    response,
+                    attempt_id,
+                    source,
+                    attempts: machine.attempts(),
+                })
+            }
+            Ending::Rejected => Err(CallFailure::Rejected(error(last_error))),
+            Ending::Invalid => Err(CallFailure::Invalid(error(last_error))),
+            Ending::StreamBroken { delivered } => Err(CallFailure::StreamBroken {
+                error: error(last_error),
+                delivered,
+            }),
+            Ending::Unavailable {
+                reason,
+                retry_after,
+                detail,
+            } => Err(CallFailure::Unavailable {
+                reason,
+                retry_after,
+                per_source: machine
+                    .per_source()
+                    .iter()
+                    .map(|(&index, &reason)| (Arc::clone(&self.sources[index].name), reason))
+                    .collect(),
+                last_error,
+                detail,
+            }),
+        }
+    }
     /// One attempt through the transport, reported to source, admission and observer.
     async fn attempt(
         &self,
@@ -632,37 +507,15 @@ impl<T: Transport> ScopeInner<T> {
         let est = guard.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
         let result = source.transport.send(request, events).await;
         let elapsed = guard.started.elapsed();
-        let (verdict, action, tokens) = match &result {
-            Ok(response) => (
-                AttemptVerdict::Success,
-                BreakerAction::Record(BreakerVerdict::Success),
-                T::tokens_used(response).unwrap_or(est),
-            ),
-            Err(error) => {
-                let verdict = AttemptVerdict::of_error(error);
-                let action = match (verdict, error.class()) {
-                    (AttemptVerdict::Failure, FailureClass::Transient) => {
-                        BreakerAction::Record(BreakerVerdict::Failure)
-                    }
-                    (AttemptVerdict::Dead, _) => BreakerAction::ForceOpen,
-                    (AttemptVerdict::AliveButUnusable, _) => {
-                        BreakerAction::Record(BreakerVerdict::Success)
-                    }
-                    _ => BreakerAction::NoVerdict,
-                };
-                // Transient failures may have consumed tokens upstream: settle at the estimate.
-                // 4xx and dead sources were refused: refund fully.
-                let tokens = match error.class() {
-                    FailureClass::Transient if !error.is_rate_limited() => est,
-                    _ => 0,
-                };
-                (verdict, action, tokens)
-            }
+        let verdict = match &result {
+            Ok(_) => AttemptVerdict::Success,
+            Err(error) => AttemptVerdict::of_error(error),
         };
-        let action = match action {
-            BreakerAction::Record(_) if options.breaker_exempt => BreakerAction::NoVerdict,
-            other => other,
+        let answer = match &result {
+            Ok(response) => Ok(T::tokens_used(response)),
+            Err(error) => Err((verdict, error.class())),
         };
+        let (action, tokens) = settlement(answer, est, options.breaker_exempt);
         guard.settle(action, tokens, verdict == AttemptVerdict::Success);
         source.report(verdict);
         source.metrics.attempt(Some(verdict));
@@ -686,15 +539,6 @@ impl<T: Transport> ScopeInner<T> {
             span.record("class", error.class().as_str());
         }
         result
-    }
-
-    fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        let u: f64 = rand::rng().random();
-        Backoff::new(self.config.backoff_base, self.config.backoff_max).delay(
-            attempt.saturating_sub(1),
-            u,
-            retry_after,
-        )
     }
 
     async fn select(

@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod call;
 mod ids;
+pub(crate) mod machine;
 pub mod metrics;
 pub mod observer;
 pub mod restart;
