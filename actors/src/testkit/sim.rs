@@ -143,7 +143,7 @@ struct SimCall {
     machine: Option<CallMachine>,
     seed: u64,
     streaming: bool,
-    gen: u64,
+    generation: u64,
     pending: Option<Event>,
     /// Pacer slot held (source index).
     ticket: Option<usize>,
@@ -320,7 +320,7 @@ impl World {
                 machine: None,
                 seed: seed.wrapping_mul(31).wrapping_add(c as u64),
                 streaming,
-                gen: 0,
+                generation: 0,
                 pending: None,
                 ticket: None,
                 permit: None,
@@ -361,10 +361,10 @@ impl World {
 
     fn deliver_later(&mut self, call: usize, after: Ms, event: Event) {
         let c = &mut self.calls[call];
-        c.gen += 1;
+        c.generation += 1;
         c.pending = Some(event);
-        let gen = c.gen;
-        self.push(self.now + after, call, Wake::Deliver(gen));
+        let generation = c.generation;
+        self.push(self.now + after, call, Wake::Deliver(generation));
     }
 
     fn violation(&mut self, call: usize, what: String) {
@@ -403,7 +403,7 @@ impl World {
                     let step = self.calls[call].machine.insert(machine).start();
                     self.drive(call, step);
                 }
-                Wake::Deliver(gen) if gen == self.calls[call].gen => {
+                Wake::Deliver(generation) if generation == self.calls[call].generation => {
                     let event = self.calls[call].pending.take().expect("a pending event");
                     let event = self.before_delivery(call, event);
                     self.step(call, event);
@@ -939,7 +939,7 @@ impl World {
         self.release_ticket(call);
         let c = &mut self.calls[call];
         c.done = true;
-        c.gen += 1;
+        c.generation += 1;
         c.awaiting_slot = false;
         if c.permit.is_some() {
             self.violation(call, "a permit outlived its call".into());
