@@ -188,7 +188,7 @@ pub(crate) fn settlement(
             (action, if spent { est_tokens } else { 0 })
         }
     };
-    // A structured-output re-ask never feeds the breaker (SPEC §9.2).
+    // A structured-output re-ask never feeds the breaker (docs/behaviour.md §9.2).
     match action {
         BreakerAction::Record(_) if breaker_exempt => (BreakerAction::NoVerdict, tokens),
         other => (other, tokens),
