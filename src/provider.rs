@@ -3,9 +3,9 @@
 //!
 //! A profile says how to switch thinking on/off in the request body, where the provider puts its
 //! reasoning (a `reasoning_content` field, `<think>` tags inside `content`, or either) and whether
-//! it accepts a native JSON-schema or JSON-object `response_format`. Profiles are looked up by the source's
-//! configured provider name — never guessed from the model string. The registry is a plain value
-//! (no global): build one with [`ProviderRegistry::with_defaults`], add your own with
+//! it accepts a native JSON-schema or JSON-object `response_format`. Profiles are looked up by the
+//! source's configured provider name — never guessed from the model string. The registry is a
+//! plain value (no global): build one with [`ProviderRegistry::with_defaults`], add your own with
 //! [`ProviderRegistry::register`].
 //!
 //! Not here: HTTP, status classification (see [`crate::transport::http`]) and SSE parsing.
