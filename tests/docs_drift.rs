@@ -95,7 +95,10 @@ fn readme_rust_blocks_need_only_the_dependencies_the_readme_names() {
         .filter_map(|l| Some(l.split_once('=')?.0.trim().replace('-', "_")))
         .chain(["std".to_string(), "core".to_string()])
         .collect();
-    assert!(named.contains("polygateway"), "no [dependencies] block: {named:?}");
+    assert!(
+        named.contains("polygateway"),
+        "no [dependencies] block: {named:?}"
+    );
     for block in fenced_blocks(&readme, "rust") {
         let bytes = block.as_bytes();
         for (at, _) in block.match_indices("::") {

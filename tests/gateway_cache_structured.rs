@@ -286,10 +286,16 @@ async fn a_mixed_scope_sends_each_source_the_strongest_mode_it_supports() {
     assert_eq!(body["messages"].as_array().unwrap().len(), 1);
     // deepseek: json_object, and the schema in a system message in front.
     let body = first_ask(&deepseek);
-    assert_eq!(body["response_format"], serde_json::json!({"type": "json_object"}));
+    assert_eq!(
+        body["response_format"],
+        serde_json::json!({"type": "json_object"})
+    );
     assert_eq!(body["messages"][0]["role"], "system");
     let system = body["messages"][0]["content"].as_str().unwrap();
-    assert!(system.contains("JSON Schema") && system.contains("\"score\""), "{system}");
+    assert!(
+        system.contains("JSON Schema") && system.contains("\"score\""),
+        "{system}"
+    );
     assert_eq!(body["messages"][1]["content"], "grade 2+2=4");
     // An unknown provider: no response_format, the schema in the prompt.
     let body = first_ask(&proxy);
@@ -401,7 +407,10 @@ async fn answers_sum_to_the_telemetry_rows_of_their_calls() {
     // Per call: every row carries the call's id, and its rows sum to the answer.
     let mut ids = std::collections::HashSet::new();
     for answer in &answers {
-        let id = answer.parent_call_id.clone().expect("a gateway answer has a call id");
+        let id = answer
+            .parent_call_id
+            .clone()
+            .expect("a gateway answer has a call id");
         assert!(ids.insert(id.clone()), "one id per call");
         let (n, cost): (i64, Option<f64>) = conn
             .query_row(
@@ -410,7 +419,14 @@ async fn answers_sum_to_the_telemetry_rows_of_their_calls() {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .unwrap();
-        assert_eq!(n, if answer.cache_hit { 1 } else { 1 + 2 * i64::from(answer.asks > 1) });
+        assert_eq!(
+            n,
+            if answer.cache_hit {
+                1
+            } else {
+                1 + 2 * i64::from(answer.asks > 1)
+            }
+        );
         assert!((cost.unwrap() - answer.cost.unwrap()).abs() < 1e-9);
     }
     let orphans: i64 = conn

@@ -237,10 +237,7 @@ impl ScopeHandle<Chat> {
             .cached(&prepared, || async {
                 let outcome = run_ladder::<T, _, _>(
                     |conversation, schema, is_reask| {
-                        let ask = Asked {
-                            schema,
-                            key: None,
-                        };
+                        let ask = Asked { schema, key: None };
                         let prepared = self.prepare(conversation, &options, &ask);
                         async move { self.governed(&prepared?, is_reask).await }
                     },

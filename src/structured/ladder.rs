@@ -40,7 +40,7 @@ const ERRORS_IN_CORRECTION: usize = 3;
 ///     LadderMode::Typed => plan.max_retries + 1,
 /// };
 /// assert_eq!(asks_allowed(&LadderPlan::json()), 1);
-/// assert_eq!(asks_allowed(&LadderPlan::typed(true, 2)), 3);
+/// assert_eq!(asks_allowed(&LadderPlan::typed(2)), 3);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LadderMode {

@@ -123,7 +123,9 @@ impl SchemaRequest {
         messages: &'a [Message],
     ) -> (Cow<'a, [Message]>, Option<Value>) {
         match mode {
-            StructuredMode::JsonSchema => (Cow::Borrowed(messages), Some(self.json_schema_format())),
+            StructuredMode::JsonSchema => {
+                (Cow::Borrowed(messages), Some(self.json_schema_format()))
+            }
             StructuredMode::JsonObject => (
                 Cow::Owned(self.prompted(messages)),
                 Some(super::schema::json_object_format()),

@@ -197,10 +197,12 @@ impl SqliteSink {
     /// let path = dir.path().join("telemetry.db");
     /// let sink = SqliteSink::open(&path, SqliteOptions::new(None));
     /// assert_eq!(sink.path(), path);
-    /// assert!(!sink.path().exists()); // opened lazily, on the first write
+    /// assert!(sink.path().exists()); // opened (and the table created) at once
     /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
-    /// assert!(sink.path().exists());
     /// sink.shutdown().await;
+    /// let db = rusqlite::Connection::open(&path).unwrap();
+    /// let rows: i64 = db.query_row("SELECT COUNT(*) FROM llm_calls", [], |r| r.get(0)).unwrap();
+    /// assert_eq!(rows, 1);
     /// # }
     /// ```
     pub fn path(&self) -> &Path {

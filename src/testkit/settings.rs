@@ -64,7 +64,9 @@ pub fn mock_sources_settings(sources: &[(&str, &str, &str)], extra: &[(&str, &st
     let mut numbers: BTreeMap<(String, String), u32> = BTreeMap::new();
     for &(scope, provider, base_url) in sources {
         let provider = provider.to_ascii_uppercase();
-        let n = numbers.entry((scope.to_string(), provider.clone())).or_insert(0);
+        let n = numbers
+            .entry((scope.to_string(), provider.clone()))
+            .or_insert(0);
         *n += 1;
         let source = format!("{scope}__{provider}__{n}");
         env.insert(format!("{source}__BASE_URL"), base_url.to_string());

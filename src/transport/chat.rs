@@ -340,7 +340,8 @@ impl ChatTransport {
         let mut messages = std::borrow::Cow::Borrowed(request.messages.as_slice());
         if let Some(schema) = &request.schema {
             // Decided here, per attempt: this transport is the source the attempt goes to.
-            let (asked, format) = schema.for_mode(self.profile.structured_mode(), &request.messages);
+            let (asked, format) =
+                schema.for_mode(self.profile.structured_mode(), &request.messages);
             messages = asked;
             if let Some(format) = format {
                 params.insert("response_format".into(), format);

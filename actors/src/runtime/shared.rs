@@ -407,7 +407,11 @@ mod tests {
         let call = |text: &str| {
             let text = text.to_string();
             let scope = scope.clone();
-            async move { scope.call(&text, &NoObserver, None, CallOptions::default()).await }
+            async move {
+                scope
+                    .call(&text, &NoObserver, None, CallOptions::default())
+                    .await
+            }
         };
         let counters = &scope.sources()[0].counters;
         for n in 1..=5u64 {
