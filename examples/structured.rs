@@ -1,5 +1,5 @@
-//! Typed structured output: the ladder (native JSON schema where supported, repair, validation
-//! into your type, bounded re-ask with feedback).
+//! Typed structured output: the ladder (the schema in each source's strongest mode, repair,
+//! validation into your type, bounded re-ask with feedback).
 //!
 //! ```text
 //! cargo run --example structured

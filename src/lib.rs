@@ -68,6 +68,10 @@ pub mod validate;
 
 pub use error::{GatewayError, TransportError, Unavailable, UnavailableKind, UnavailableReason};
 pub use polygateway_actors as actors;
+/// The `schemars` version the typed structured-output API is built on (`chat_structured::<T>`
+/// needs `T: schemars::JsonSchema`): derive through this path and no version can mismatch —
+/// `#[derive(polygateway::schemars::JsonSchema)]` with `#[schemars(crate = "polygateway::schemars")]`.
+pub use schemars;
 pub use types::*;
 
 /// The README's Rust blocks, compiled as doc tests so the README cannot drift from the API.

@@ -3,9 +3,9 @@
 //!
 //! A profile says how to switch thinking on/off in the request body, where the provider puts its
 //! reasoning (a `reasoning_content` field, `<think>` tags inside `content`, or either) and whether
-//! it accepts a native JSON-schema `response_format`. Profiles are looked up by the source's
-//! configured provider name — never guessed from the model string. The registry is a plain value
-//! (no global): build one with [`ProviderRegistry::with_defaults`], add your own with
+//! it accepts a native JSON-schema or JSON-object `response_format`. Profiles are looked up by the
+//! source's configured provider name — never guessed from the model string. The registry is a
+//! plain value (no global): build one with [`ProviderRegistry::with_defaults`], add your own with
 //! [`ProviderRegistry::register`].
 //!
 //! Not here: HTTP, status classification (see [`crate::transport::http`]) and SSE parsing.
@@ -13,6 +13,8 @@
 use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
+
+use crate::structured::StructuredMode;
 
 /// How a provider's request body switches thinking (reasoning) on or off.
 ///
@@ -134,6 +136,9 @@ pub struct ProviderProfile {
     pub reasoning: ReasoningForm,
     /// `true` when `response_format: {"type": "json_schema", …}` is supported natively.
     pub native_json_schema: bool,
+    /// `true` when `response_format: {"type": "json_object"}` is supported (set by
+    /// [`ProviderProfile::new`] to `native_json_schema`; see [`ProviderProfile::with_json_object`]).
+    pub json_object: bool,
 }
 
 impl ProviderProfile {
@@ -155,6 +160,44 @@ impl ProviderProfile {
             thinking,
             reasoning,
             native_json_schema,
+            json_object: native_json_schema,
+        }
+    }
+
+    /// Whether `response_format: {"type": "json_object"}` is accepted (providers with JSON mode
+    /// but no strict schema, such as DeepSeek).
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderProfile, ReasoningForm, ThinkingForm};
+    /// use polygateway::structured::StructuredMode;
+    /// let vllm = ProviderProfile::new("vllm", ThinkingForm::None, ReasoningForm::Both, false);
+    /// assert_eq!(vllm.structured_mode(), StructuredMode::Prompt);
+    /// let vllm = vllm.with_json_object(true);
+    /// assert_eq!(vllm.structured_mode(), StructuredMode::JsonObject);
+    /// ```
+    pub fn with_json_object(mut self, supported: bool) -> Self {
+        self.json_object = supported;
+        self
+    }
+
+    /// The strongest way this provider can be held to a typed call's schema: strict
+    /// `json_schema`, else `json_object` plus the schema in the prompt, else the prompt alone.
+    /// Decided per attempt, by the transport of the source the attempt goes to.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderRegistry;
+    /// use polygateway::structured::StructuredMode;
+    /// let registry = ProviderRegistry::with_defaults();
+    /// assert_eq!(registry.get("qwen").structured_mode(), StructuredMode::JsonSchema);
+    /// assert_eq!(registry.get("moonshot").structured_mode(), StructuredMode::JsonObject);
+    /// ```
+    pub fn structured_mode(&self) -> StructuredMode {
+        if self.native_json_schema {
+            StructuredMode::JsonSchema
+        } else if self.json_object {
+            StructuredMode::JsonObject
+        } else {
+            StructuredMode::Prompt
         }
     }
 
@@ -238,12 +281,12 @@ impl ProviderRegistry {
         let mut reg = Self::empty();
         for profile in [
             ProviderProfile::new("openai", T::None, Field, true),
-            ProviderProfile::new("deepseek", T::DeepSeek, Field, false),
+            ProviderProfile::new("deepseek", T::DeepSeek, Field, false).with_json_object(true),
             ProviderProfile::new("qwen", T::Qwen, Field, true),
             // MiniMax M-series reason inside `<think>` tags in `content`.
             ProviderProfile::new("minimax", T::None, ThinkTags, true),
-            ProviderProfile::new("glm", T::DeepSeek, Field, false),
-            ProviderProfile::new("moonshot", T::None, Field, false),
+            ProviderProfile::new("glm", T::DeepSeek, Field, false).with_json_object(true),
+            ProviderProfile::new("moonshot", T::None, Field, false).with_json_object(true),
         ] {
             reg.register(profile);
         }

@@ -154,6 +154,7 @@ fn unique_key() -> String {
         namespace: &ns,
         salt: None,
         sampling: &Map::new(),
+        structured: None,
     })
 }
 

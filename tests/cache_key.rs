@@ -32,6 +32,7 @@ fn key(
         namespace: ns,
         salt,
         sampling,
+        structured: None,
     })
 }
 
@@ -49,6 +50,7 @@ fn key_is_sha256_of_the_documented_canonical_material() {
         namespace: "ns",
         salt: None,
         sampling: &Map::new(),
+        structured: None,
     });
     // Written by hand from docs/behaviour.md §9.1: sorted keys, no whitespace, no salt, no sampling.
     let expected = r#"{"messages":[{"content":"hi","role":"user"}],"model":[{"extra_body":{},"model":"gpt-4o-mini"}],"namespace":"ns"}"#;
@@ -238,6 +240,7 @@ fn none_salt_and_empty_salt_differ_and_empty_sampling_is_absent() {
         namespace: "n",
         salt,
         sampling: &no_sampling,
+        structured: None,
     };
     let none = cache_key_material(&input(None));
     let empty = cache_key_material(&input(Some("")));
@@ -261,6 +264,7 @@ fn images_enter_as_their_hash_and_key_material_does_not_grow_with_them() {
             namespace: "n",
             salt: None,
             sampling: &Map::new(),
+            structured: None,
         })
     };
     let (ms, mb) = (material(&m_small), material(&m_big));
@@ -309,12 +313,14 @@ fn tenant_and_meta_are_not_key_inputs() {
         namespace: _,
         salt: _,
         sampling: _,
+        structured: _,
     } = CacheKeyInput {
         model_fingerprint: &fp,
         messages: &msgs,
         namespace: "shared",
         salt: None,
         sampling: &sampling,
+        structured: None,
     };
     let tenant_a = key(&fp, &msgs, "shared", None, &sampling);
     let tenant_b = key(&fp, &msgs, "shared", None, &sampling);

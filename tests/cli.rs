@@ -116,6 +116,35 @@ async fn chat_health_and_sources_against_the_mock() {
     assert!(run.stdout.contains("DOWN"), "{}", run.stdout);
 }
 
+/// Issue #21: `chat` with an unreachable PostgreSQL said nothing about telemetry.
+#[tokio::test]
+async fn chat_warns_in_one_line_when_telemetry_is_degraded() {
+    let mock = MockUpstream::start(Behaviour::healthy_with("answer")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = env_for(&mock.base_url());
+    env.push(("PGW_TELEMETRY_BACKEND", "postgres".into()));
+    env.push((
+        "PGW_TELEMETRY_PG_DSN",
+        "postgres://app:pg-secret-pw@127.0.0.1:9/telemetry".into(),
+    ));
+    env.push(("PGW_TELEMETRY_PG_WRITE_TIMEOUT_S", "1".into()));
+    let run = cli(dir.path(), &env, &["chat", "hi"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.starts_with("answer"), "{}", run.stdout);
+    let warnings: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("polygateway: warning: telemetry degraded"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", run.stderr);
+    assert!(!run.stderr.contains("pg-secret-pw"), "{}", run.stderr);
+
+    // Healthy telemetry: no warning.
+    let run = cli(dir.path(), &env_for(&mock.base_url()), &["chat", "hi"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("warning: telemetry"), "{}", run.stderr);
+}
+
 #[tokio::test]
 async fn schema_sql_and_retention() {
     let dir = tempfile::tempdir().unwrap();

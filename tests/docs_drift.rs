@@ -1,5 +1,7 @@
 //! The README cannot drift from the code: its configuration reference lists exactly the keys the
-//! parser accepts, and its metrics table exactly the metrics the library emits.
+//! parser accepts, its metrics table exactly the metrics the library emits, its features table
+//! and examples index exactly what Cargo.toml declares, and its Rust blocks need only the
+//! dependencies it names.
 
 use std::collections::BTreeSet;
 
@@ -163,4 +165,93 @@ fn every_cited_behaviour_section_exists() {
         "cited sections missing from docs/behaviour.md:\n{}",
         dangling.join("\n")
     );
+}
+
+/// The fenced blocks of `lang` in `markdown` (the info string starts with `lang`).
+fn fenced_blocks(markdown: &str, lang: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in markdown.lines() {
+        match (&mut current, line.strip_prefix("```")) {
+            (None, Some(info)) if info.starts_with(lang) => current = Some(String::new()),
+            (Some(_), Some(_)) => blocks.extend(current.take()),
+            (Some(block), None) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+            (None, _) => {}
+        }
+    }
+    blocks
+}
+
+/// The README's structured example derived `schemars::JsonSchema` while the README named no
+/// `schemars` dependency (issue #21): every crate a README Rust block names (hidden lines
+/// included) is one the README's `[dependencies]` block lists, or `std`.
+#[test]
+fn readme_rust_blocks_need_only_the_dependencies_the_readme_names() {
+    let readme = readme();
+    let named: BTreeSet<String> = fenced_blocks(&readme, "toml")
+        .iter()
+        .filter(|b| b.contains("[dependencies]"))
+        .flat_map(|b| b.lines().map(str::to_string).collect::<Vec<_>>())
+        .filter_map(|l| Some(l.split_once('=')?.0.trim().replace('-', "_")))
+        .chain(["std".to_string(), "core".to_string()])
+        .collect();
+    assert!(
+        named.contains("polygateway"),
+        "no [dependencies] block: {named:?}"
+    );
+    for block in fenced_blocks(&readme, "rust") {
+        let bytes = block.as_bytes();
+        for (at, _) in block.match_indices("::") {
+            let start = block[..at]
+                .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(0, |i| i + 1);
+            let root = &block[start..at];
+            let is_path_root = start < 2 || &bytes[start - 2..start] != b"::";
+            let is_crate = root.starts_with(|c: char| c.is_ascii_lowercase());
+            if is_path_root && is_crate && !["crate", "self", "super"].contains(&root) {
+                assert!(
+                    named.contains(root),
+                    "README Rust block uses `{root}::` but the README's [dependencies] block \
+                     names only {named:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The README's "Cargo features" table lists exactly the crate's features.
+#[test]
+fn the_features_table_lists_exactly_the_cargo_features() {
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let features: BTreeSet<String> = manifest
+        .split_once("[features]")
+        .unwrap()
+        .1
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter_map(|l| Some(l.split_once('=')?.0.trim().to_string()))
+        .filter(|name| !name.starts_with('#') && name != "default")
+        .collect();
+    assert_eq!(table_keys(&readme(), "## Cargo features"), features);
+}
+
+/// The README's examples index lists exactly the declared examples.
+#[test]
+fn the_examples_index_lists_every_example() {
+    let manifest =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    let examples: BTreeSet<String> = manifest
+        .split("[[example]]")
+        .skip(1)
+        .filter_map(|section| {
+            let line = section.lines().find(|l| l.starts_with("name"))?;
+            Some(line.split('"').nth(1)?.to_string())
+        })
+        .collect();
+    assert_eq!(table_keys(&readme(), "## Examples"), examples);
 }

@@ -246,3 +246,195 @@ async fn a_salvaged_truncated_stream_is_returned_but_never_cached() {
     assert_eq!(mock.counts().chat, 2);
     gw.shutdown().await;
 }
+
+/// Issue #21: native schema was all-or-nothing per scope (one `deepseek` source turned it off
+/// for the `openai` source too) and the first ask then carried no schema at all. Each attempt now
+/// uses the strongest mode its own source's provider supports.
+#[tokio::test]
+async fn a_mixed_scope_sends_each_source_the_strongest_mode_it_supports() {
+    let answer = r#"{"score": 4, "reason": "correct"}"#;
+    let openai = MockUpstream::start(Behaviour::healthy_with(answer)).await;
+    let deepseek = MockUpstream::start(Behaviour::healthy_with(answer)).await;
+    let proxy = MockUpstream::start(Behaviour::healthy_with(answer)).await;
+    let settings = polygateway::testkit::mock_sources_settings(
+        &[
+            ("LLM", "openai", &openai.base_url()),
+            ("LLM", "deepseek", &deepseek.base_url()),
+            ("LLM", "someproxy", &proxy.base_url()),
+        ],
+        &[("LLM__SELECTOR", "round_robin")],
+    );
+    let gw = polygateway::Gateway::from_settings(settings, "LLM")
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let (_, grade): (_, Grade) = gw
+            .chat_structured(vec![Message::user("grade 2+2=4")], CallOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(grade.score, 4);
+    }
+    let first_ask = |mock: &MockUpstream| {
+        let requests = mock.requests();
+        assert_eq!(requests.len(), 1, "round robin: one ask per source");
+        requests[0].body.clone()
+    };
+    // openai: strict json_schema, the conversation untouched.
+    let body = first_ask(&openai);
+    assert_eq!(body["response_format"]["type"], "json_schema");
+    assert_eq!(body["response_format"]["json_schema"]["name"], "Grade");
+    assert_eq!(body["messages"].as_array().unwrap().len(), 1);
+    // deepseek: json_object, and the schema in a system message in front.
+    let body = first_ask(&deepseek);
+    assert_eq!(
+        body["response_format"],
+        serde_json::json!({"type": "json_object"})
+    );
+    assert_eq!(body["messages"][0]["role"], "system");
+    let system = body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        system.contains("JSON Schema") && system.contains("\"score\""),
+        "{system}"
+    );
+    assert_eq!(body["messages"][1]["content"], "grade 2+2=4");
+    // An unknown provider: no response_format, the schema in the prompt.
+    let body = first_ask(&proxy);
+    assert!(body.get("response_format").is_none(), "{body}");
+    assert!(body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .contains("\"reason\""));
+    gw.shutdown().await;
+}
+
+/// What was asked is part of the cache key: a plain answer cached for the same messages is not
+/// served to a typed call (it has no `structured_data`, and was never validated as `Grade`).
+#[tokio::test]
+async fn plain_and_typed_calls_do_not_share_cache_entries() {
+    let mock = MockUpstream::start(Behaviour::ScriptedContent(vec![
+        "a plain answer".into(),
+        r#"{"score": 5, "reason": "fine"}"#.into(),
+    ]))
+    .await;
+    let gw = common::gateway(&[("openai", &mock)], &cached(&[])).await;
+    let question = || vec![Message::user("grade this")];
+    let plain = gw.chat(question()).await.unwrap();
+    assert_eq!(plain.content, "a plain answer");
+    let (typed, grade): (_, Grade) = gw
+        .chat_structured(question(), CallOptions::new())
+        .await
+        .unwrap();
+    assert!(!typed.cache_hit);
+    assert_eq!(grade.score, 5);
+    assert_eq!(mock.counts().chat, 2);
+    // Each one is a hit of its own entry afterwards.
+    assert!(gw.chat(question()).await.unwrap().cache_hit);
+    let (again, _): (_, Grade) = gw
+        .chat_structured(question(), CallOptions::new())
+        .await
+        .unwrap();
+    assert!(again.cache_hit);
+    assert_eq!(mock.counts().chat, 2);
+    gw.shutdown().await;
+}
+
+/// Issue #21: after re-asks the answers summed to less than `llm_calls` (the rejected answers
+/// were billed too), and re-ask rows carried `parent_call_id = NULL`. Now an answer reports the
+/// whole call and every row of it — failed attempts, re-asks, cache hits — carries its id.
+#[tokio::test]
+async fn answers_sum_to_the_telemetry_rows_of_their_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("t.sqlite");
+    let db_s = db.display().to_string();
+    let prices = dir.path().join("prices.json");
+    std::fs::write(
+        &prices,
+        r#"{"model-openai": {"input_per_1m": 1000.0, "output_per_1m": 3000.0}}"#,
+    )
+    .unwrap();
+    let prices_s = prices.display().to_string();
+    let valid = r#"{"score": 3, "reason": "ok"}"#;
+    let mock = MockUpstream::start(Behaviour::Scripted(vec![
+        // call 1: a 503 (retried), an invalid answer (re-asked), a valid one
+        Behaviour::ServerError(503),
+        Behaviour::healthy_with("not json at all"),
+        Behaviour::healthy_with(valid),
+        // call 2: an invalid answer, then the re-ask meets a 503 and its retry answers
+        Behaviour::healthy_with(r#"{"score": "high"}"#),
+        Behaviour::ServerError(503),
+        Behaviour::healthy_with(valid),
+    ]))
+    .await;
+    let mut keys = cached(&[("PGW_TELEMETRY_BACKEND", "sqlite")]);
+    keys.push(("PGW_TELEMETRY_SQLITE_PATH", &db_s));
+    keys.push(("PGW_PRICING_PATH", &prices_s));
+    let gw = common::gateway(&[("openai", &mock)], &keys).await;
+    let mut answers = Vec::new();
+    for question in ["one", "two", "three", "one"] {
+        let (answer, _): (_, Grade) = gw
+            .chat_structured(vec![Message::user(question)], CallOptions::new())
+            .await
+            .unwrap();
+        answers.push(answer);
+    }
+    gw.shutdown().await;
+    assert_eq!(
+        answers.iter().map(|a| a.asks).collect::<Vec<_>>(),
+        [2, 2, 1, 0],
+        "the last call is a cache hit"
+    );
+    assert!(answers[3].cache_hit);
+    // The last ask alone is kept apart from the whole call.
+    assert!(answers[0].last_ask_usage.total() < answers[0].usage().total());
+    assert!(answers[0].last_ask_cost.unwrap() < answers[0].cost.unwrap());
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (rows, cost, tokens): (i64, f64, i64) = conn
+        .query_row(
+            "SELECT COUNT(*), SUM(cost), SUM(prompt_tokens + completion_tokens) FROM llm_calls",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(rows, 3 + 3 + 1 + 1);
+    let answer_cost: f64 = answers.iter().map(|a| a.cost.unwrap()).sum();
+    let answer_tokens: u64 = answers
+        .iter()
+        .map(|a| a.prompt_tokens + a.completion_tokens)
+        .sum();
+    assert!((answer_cost - cost).abs() < 1e-9, "{answer_cost} vs {cost}");
+    assert_eq!(answer_tokens as i64, tokens);
+    // Per call: every row carries the call's id, and its rows sum to the answer.
+    let mut ids = std::collections::HashSet::new();
+    for answer in &answers {
+        let id = answer
+            .parent_call_id
+            .clone()
+            .expect("a gateway answer has a call id");
+        assert!(ids.insert(id.clone()), "one id per call");
+        let (n, cost): (i64, Option<f64>) = conn
+            .query_row(
+                "SELECT COUNT(*), SUM(cost) FROM llm_calls WHERE parent_call_id = ?1",
+                [&id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            n,
+            if answer.cache_hit {
+                1
+            } else {
+                1 + 2 * i64::from(answer.asks > 1)
+            }
+        );
+        assert!((cost.unwrap() - answer.cost.unwrap()).abs() < 1e-9);
+    }
+    let orphans: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM llm_calls WHERE parent_call_id IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(orphans, 0);
+}

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use polygateway::structured::{rehydrate, run_ladder, LadderPlan};
+use polygateway::structured::{rehydrate, run_ladder, LadderPlan, SchemaRequest, StructuredMode};
 use polygateway::{Content, GatewayError, LlmResponse, Message, Role};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -21,8 +21,16 @@ struct City {
 #[derive(Debug, Clone)]
 struct Call {
     messages: Vec<Message>,
-    response_format: Option<Value>,
+    schema: Option<Arc<SchemaRequest>>,
     is_reask: bool,
+}
+
+impl Call {
+    /// The `response_format` this ask sends to a source whose provider has strict mode.
+    fn strict_format(&self) -> Value {
+        let schema = self.schema.as_ref().expect("the ask carries the schema");
+        schema.for_mode(StructuredMode::JsonSchema, &[]).1.unwrap()
+    }
 }
 
 type Script = Arc<Mutex<VecDeque<Result<LlmResponse, GatewayError>>>>;
@@ -39,10 +47,10 @@ fn script(answers: Vec<Result<&str, GatewayError>>) -> (Script, Log) {
 macro_rules! asker {
     ($script:expr, $log:expr) => {{
         let (script, log) = ($script.clone(), $log.clone());
-        move |messages: Vec<Message>, response_format: Option<Value>, is_reask: bool| {
+        move |messages: Vec<Message>, schema: Option<Arc<SchemaRequest>>, is_reask: bool| {
             log.lock().unwrap().push(Call {
                 messages,
-                response_format,
+                schema,
                 is_reask,
             });
             let next = script.lock().unwrap().pop_front();
@@ -66,11 +74,11 @@ fn text(m: &Message) -> String {
 }
 
 #[tokio::test]
-async fn prevent_sends_native_schema_and_accepts_first_answer() {
+async fn prevent_sends_the_schema_and_accepts_first_answer() {
     let (s, log) = script(vec![Ok(
         r#"{"name":"Paris","population":2100000,"nickname":null}"#,
     )]);
-    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 2))
+    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(2))
         .await
         .unwrap();
     assert_eq!(out.asks, 1);
@@ -82,10 +90,7 @@ async fn prevent_sends_native_schema_and_accepts_first_answer() {
     let calls = log.lock().unwrap();
     assert_eq!(calls.len(), 1);
     assert!(!calls[0].is_reask);
-    let rf = calls[0]
-        .response_format
-        .as_ref()
-        .expect("native schema sent");
+    let rf = calls[0].strict_format();
     assert_eq!(rf["type"], "json_schema");
     assert_eq!(rf["json_schema"]["name"], "City");
     assert_eq!(rf["json_schema"]["strict"], true);
@@ -112,7 +117,7 @@ async fn repair_fixes_fenced_sloppy_json_without_reask() {
     let (s, log) = script(vec![Ok(
         "<think>ok</think>Here you go:\n```json\n{'name': 'Lyon', population: 520000,}\n```",
     )]);
-    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(false, 2))
+    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(2))
         .await
         .unwrap();
     assert_eq!(out.asks, 1);
@@ -124,7 +129,6 @@ async fn repair_fixes_fenced_sloppy_json_without_reask() {
             nickname: None
         }
     );
-    assert_eq!(log.lock().unwrap()[0].response_format, None);
 }
 
 #[tokio::test]
@@ -134,15 +138,15 @@ async fn validation_failure_reasks_with_the_error_and_succeeds() {
         Ok(bad),
         Ok(r#"{"name":"Paris","population":2100000}"#),
     ]);
-    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 2))
+    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(2))
         .await
         .unwrap();
     assert_eq!(out.asks, 2);
     assert_eq!(out.value.population, 2_100_000);
     let calls = log.lock().unwrap();
     assert!(calls[1].is_reask);
-    // Native schema on the re-ask too.
-    assert!(calls[1].response_format.is_some());
+    // The schema on the re-ask too.
+    assert_eq!(calls[1].strict_format(), calls[0].strict_format());
     let msgs = &calls[1].messages;
     assert_eq!(msgs.len(), 4);
     assert_eq!(&msgs[..2], &question()[..]);
@@ -154,26 +158,8 @@ async fn validation_failure_reasks_with_the_error_and_succeeds() {
         correction.contains("$.population: invalid type: string \"lots\""),
         "{correction}"
     );
-    // Native schema in use: the schema is not repeated in the text.
+    // The schema travels with the ask (in its source's mode), not in the correction text.
     assert!(!correction.contains("JSON Schema"), "{correction}");
-}
-
-#[tokio::test]
-async fn without_native_schema_the_correction_carries_the_schema() {
-    let (s, log) = script(vec![
-        Ok("no idea"),
-        Ok(r#"{"name":"Nice","population":340000}"#),
-    ]);
-    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(false, 1))
-        .await
-        .unwrap();
-    assert_eq!(out.asks, 2);
-    let calls = log.lock().unwrap();
-    assert_eq!(calls[1].response_format, None);
-    let correction = text(&calls[1].messages[3]);
-    assert!(correction.contains("no JSON value found"), "{correction}");
-    assert!(correction.contains("JSON Schema"), "{correction}");
-    assert!(correction.contains("\"population\""), "{correction}");
 }
 
 #[tokio::test]
@@ -183,7 +169,7 @@ async fn reasks_use_only_the_latest_bad_answer() {
         Ok("bad two"),
         Ok(r#"{"name":"A","population":1}"#),
     ]);
-    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 2))
+    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(2))
         .await
         .unwrap();
     assert_eq!(out.asks, 3);
@@ -200,7 +186,7 @@ async fn exhaustion_returns_result_invalid_with_details() {
         Ok(r#"{"name": 2}"#),
         Ok(r#"{"name": "X"}"#),
     ]);
-    let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 2))
+    let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(2))
         .await
         .unwrap_err();
     assert_eq!(log.lock().unwrap().len(), 3, "1 ask + 2 re-asks");
@@ -221,7 +207,7 @@ async fn exhaustion_returns_result_invalid_with_details() {
 #[tokio::test]
 async fn exhaustion_after_unrepairable_text_carries_repair_error() {
     let (s, log) = script(vec![Ok("I cannot answer that.")]);
-    let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 0))
+    let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(0))
         .await
         .unwrap_err();
     assert_eq!(
@@ -249,7 +235,8 @@ async fn json_mode_repairs_once_and_never_reasks() {
         .unwrap();
     assert_eq!(out.value, json!({"a": [1, 2]}));
     assert_eq!(out.response.structured_data, Some(json!({"a": [1, 2]})));
-    assert_eq!(log.lock().unwrap()[0].response_format, None);
+    // Json mode asks for no schema.
+    assert!(log.lock().unwrap()[0].schema.is_none());
 
     let (s, log) = script(vec![Ok("not json at all")]);
     let mut plan = LadderPlan::json();
@@ -279,7 +266,7 @@ async fn normalizer_runs_before_validation() {
         }
         v
     });
-    let plan = LadderPlan::typed(true, 0).with_normalizer(normalizer);
+    let plan = LadderPlan::typed(0).with_normalizer(normalizer);
     let out = run_ladder::<City, _, _>(asker!(s, log), question(), plan)
         .await
         .unwrap();
@@ -297,7 +284,7 @@ async fn ask_errors_end_the_ladder_unchanged() {
         body_text: String::new(),
     };
     let (s, log) = script(vec![Ok("nope"), Err(rejected)]);
-    let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 3))
+    let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(3))
         .await
         .unwrap_err();
     assert!(
@@ -311,7 +298,7 @@ async fn correction_errors_are_clipped_to_200_chars() {
     let long = "x".repeat(1000);
     let first = format!(r#"{{"name": "A", "population": "{long}"}}"#);
     let (s, log) = script(vec![Ok(&first), Ok(r#"{"name":"A","population":1}"#)]);
-    run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 1))
+    run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(1))
         .await
         .unwrap();
     let calls = log.lock().unwrap();
@@ -329,7 +316,7 @@ async fn correction_errors_are_clipped_to_200_chars() {
 #[tokio::test]
 async fn rehydrate_rebuilds_the_value_from_structured_data() {
     let (s, log) = script(vec![Ok(r#"{"name":"Paris","population":2100000}"#)]);
-    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(true, 0))
+    let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(0))
         .await
         .unwrap();
     // Round trip through the cache's serialized form.

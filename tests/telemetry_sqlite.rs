@@ -227,6 +227,52 @@ async fn an_unwritable_path_degrades_then_recovers_once_fixed() {
     assert_eq!(count(&path), 1);
 }
 
+/// Issue #21: a path in a directory that does not exist was reported healthy until the first
+/// flush (`degraded=false dropped=0` after 200 calls). The file is opened when the sink is.
+#[tokio::test]
+async fn a_bad_path_is_degraded_before_the_first_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("not-created").join("t.db");
+    let sink = SqliteSink::open(&path, options(SchemaMode::Auto));
+    let status = sink.status();
+    assert!(status.degraded && !status.fatal, "{status:?}");
+    assert_eq!(status.dropped_rows, 0);
+    assert!(status.reason.unwrap().contains("not-created"));
+    sink.shutdown().await;
+    // A good path is opened (file and table created) before any row arrives.
+    let good = dir.path().join("good.db");
+    let sink = SqliteSink::open(&good, options(SchemaMode::Auto));
+    assert!(!sink.status().degraded);
+    assert_eq!(count(&good), 0);
+    sink.shutdown().await;
+}
+
+/// The same through `Gateway::from_settings`: `telemetry_status()` is degraded right after the
+/// build, and calls still succeed.
+#[tokio::test]
+async fn a_gateway_with_a_bad_sqlite_path_reports_it_right_after_build() {
+    use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nowhere").join("t.db");
+    let path = path.to_string_lossy();
+    let settings = mock_settings(
+        &[("LLM", &mock.base_url())],
+        &[
+            ("PGW_TELEMETRY_BACKEND", "sqlite"),
+            ("PGW_TELEMETRY_SQLITE_PATH", &path),
+        ],
+    );
+    let gw = polygateway::Gateway::from_settings(settings, "LLM")
+        .await
+        .unwrap();
+    let status = gw.telemetry_status();
+    assert!(status.degraded, "{status:?}");
+    assert!(status.reason.unwrap().contains("nowhere"));
+    gw.chat(vec![Message::user("hi")]).await.unwrap();
+    gw.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_corrupt_file_degrades_without_failing_anyone() {
     let dir = tempfile::tempdir().unwrap();

@@ -702,6 +702,7 @@ async fn mix_is_seeded_and_roughly_at_its_rate() {
         let mock = MockUpstream::start(Behaviour::Mix {
             failure_rate: 0.3,
             failure: Box::new(Behaviour::ServerError(503)),
+            healthy: Box::new(Behaviour::healthy()),
             seed,
         })
         .await;

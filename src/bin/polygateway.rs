@@ -232,6 +232,20 @@ fn describe(e: GatewayError) -> String {
     }
 }
 
+/// One line on stderr when the command's telemetry did not (fully) land, so an operator does not
+/// learn of an unwritable SQLite path or an unreachable PostgreSQL only from an empty table.
+fn warn_if_telemetry_degraded(gw: &Gateway) {
+    let status = gw.telemetry_status();
+    if status.degraded || status.fatal {
+        eprintln!(
+            "polygateway: warning: telemetry {}: {} ({} row(s) dropped)",
+            if status.fatal { "disabled" } else { "degraded" },
+            status.reason.as_deref().unwrap_or("no reason recorded"),
+            status.dropped_rows
+        );
+    }
+}
+
 async fn run(cli: Cli) -> Result<ExitCode, String> {
     match &cli.command {
         Command::Config {
@@ -288,6 +302,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 Err(e) => Err(e),
             };
             gw.shutdown().await;
+            warn_if_telemetry_degraded(&gw);
             let r = result.map_err(describe)?;
             println!("{}", r.content);
             println!(
@@ -317,6 +332,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             }
             let snapshot = gw.sources(scope).await.map_err(|e| e.to_string());
             gw.shutdown().await;
+            warn_if_telemetry_degraded(&gw);
             println!(
                 "{:<18} {:<10} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>8}",
                 "source",

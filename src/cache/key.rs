@@ -2,7 +2,8 @@
 //!
 //! `key = "pgw:cache:" + hex(sha256(canonical_json(material)))` where the material is an object
 //! with the model fingerprint, a digest of the messages, the namespace, the salt (only when
-//! present — an empty string *is* a salt) and the sampling overlay (only when non-empty).
+//! present — an empty string *is* a salt), the sampling overlay (only when non-empty) and, for
+//! structured calls, what was asked (json, or the schema and the scope's structured modes).
 //!
 //! Deliberately *not* inputs (docs/behaviour.md §2.2): `tenant_id`, `meta`, `session_id`, `parent_call_id`,
 //! `stream`. Two tenants asking the same question in the same namespace share an entry; tenants
@@ -29,6 +30,7 @@ use crate::types::{Content, ContentPart, ImageUrl, Message};
 ///     namespace: "prod",
 ///     salt: None,
 ///     sampling: &serde_json::Map::new(),
+///     structured: None,
 /// });
 /// // The prefix, then 64 hex digits of sha256: easy to find (and flush) in a shared Redis.
 /// assert!(key.starts_with(CACHE_KEY_PREFIX));
@@ -49,6 +51,7 @@ pub const CACHE_KEY_PREFIX: &str = "pgw:cache:";
 ///     namespace: "prod",
 ///     salt: None,
 ///     sampling: &sampling,
+///     structured: None,
 /// };
 /// // An empty salt is still a salt: it selects a different entry than no salt at all.
 /// let salted = CacheKeyInput { salt: Some(""), ..unsalted };
@@ -66,6 +69,10 @@ pub struct CacheKeyInput<'a> {
     pub salt: Option<&'a str>,
     /// The sampling overlay of the call (temperature, seed, …) merged as sent.
     pub sampling: &'a Map<String, Value>,
+    /// What a structured call asks for (json, or a typed call's schema and the modes its
+    /// scope's sources send it in); `None` for a plain call. A plain answer, a json answer and
+    /// answers of two different types never share an entry.
+    pub structured: Option<&'a Value>,
 }
 
 /// The model fingerprint: every source's `(model, extra_body)`, sorted and deduplicated, so the
@@ -125,6 +132,7 @@ pub fn fingerprint_sources(sources: &[SourceSettings]) -> Value {
 ///     namespace: "prod",
 ///     salt: None,
 ///     sampling: &serde_json::Map::new(),
+///     structured: None,
 /// });
 /// // No salt and no sampling overlay: neither appears in the material.
 /// assert_eq!(
@@ -149,6 +157,9 @@ pub fn cache_key_material(input: &CacheKeyInput<'_>) -> String {
     if !input.sampling.is_empty() {
         obj.insert("sampling".into(), Value::Object(input.sampling.clone()));
     }
+    if let Some(structured) = input.structured {
+        obj.insert("structured".into(), structured.clone());
+    }
     canonical_json(&Value::Object(obj))
 }
 
@@ -166,6 +177,7 @@ pub fn cache_key_material(input: &CacheKeyInput<'_>) -> String {
 ///         namespace,
 ///         salt: None,
 ///         sampling: &sampling,
+///         structured: None,
 ///     })
 /// };
 /// // Deterministic, and tenants in different namespaces never share an entry.

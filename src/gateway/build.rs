@@ -645,7 +645,7 @@ impl GatewayBuilder {
             Some(sink) => sink,
             None => {
                 owned.telemetry_sink = true;
-                sink_from_settings(&settings.telemetry)
+                sink_from_settings(&settings.telemetry).await
             }
         };
         let queue = Arc::new(TelemetryQueue::new(TELEMETRY_QUEUE_CAPACITY));
@@ -732,10 +732,15 @@ impl GatewayBuilder {
                     let specs = source_specs(scope, |s| {
                         ChatTransport::new(s.clone(), self.registry.get(&s.provider).clone())
                     });
-                    let native_schema = scope
+                    // Decided per attempt by each source's transport; the set is part of the
+                    // cache key of typed calls.
+                    let mut structured_modes: Vec<_> = scope
                         .sources
                         .iter()
-                        .all(|s| self.registry.get(&s.provider).native_json_schema);
+                        .map(|s| self.registry.get(&s.provider).structured_mode())
+                        .collect();
+                    structured_modes.sort_unstable();
+                    structured_modes.dedup();
                     let mut extra_body = Map::new();
                     for s in &scope.sources {
                         extra_body.extend(s.extra_body.clone());
@@ -745,7 +750,7 @@ impl GatewayBuilder {
                         identities,
                         fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
                         extra_body,
-                        native_schema,
+                        structured_modes,
                         metrics: crate::metrics::ChatMetrics::new(name),
                     })
                 }

@@ -6,9 +6,11 @@
 //! `Ok` result; if the leader fails or is cancelled, a follower takes over (see
 //! `cache::coalesce`).
 
+use std::sync::Arc;
+
 use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
 use super::failure::to_gateway_error;
@@ -17,7 +19,9 @@ use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
 use crate::cache::key::{cache_key, CacheKeyInput};
 use crate::cache::CacheLookup;
 use crate::error::GatewayError;
-use crate::structured::{rehydrate, run_ladder, LadderPlan};
+use crate::structured::{
+    rehydrate, run_ladder, LadderMode, LadderPlan, SchemaRequest, StructuredMode,
+};
 use crate::telemetry::digest::{messages_json, sampling_json};
 use crate::telemetry::row::meta_json;
 use crate::transport::chat::{ChatTransport, ChatWireRequest};
@@ -68,8 +72,9 @@ pub struct ChatScope {
     pub(crate) fingerprint: Value,
     /// Every source's `extra_body` merged in source order (for the `sampling` column).
     pub(crate) extra_body: Map<String, Value>,
-    /// All sources support native JSON schema (`response_format`).
-    pub(crate) native_schema: bool,
+    /// The structured modes of the scope's sources' providers, sorted and deduplicated (cache
+    /// key of typed calls: which modes could have been used is part of what was asked).
+    pub(crate) structured_modes: Vec<StructuredMode>,
     pub(crate) metrics: crate::metrics::ChatMetrics,
 }
 
@@ -78,6 +83,24 @@ pub(crate) struct Prepared {
     pub wire: ChatWireRequest,
     pub context: RowContext,
     pub cache_key: Option<String>,
+    /// The call's id in telemetry (`parent_call_id` of every row of the call).
+    pub call_group: Option<String>,
+}
+
+/// What a structured call asks for besides the conversation: the schema each attempt sends,
+/// and the cache-key material that tells calls apart (plain, json, typed with a schema).
+#[derive(Default)]
+pub(crate) struct Asked {
+    pub schema: Option<Arc<SchemaRequest>>,
+    pub key: Option<Value>,
+}
+
+/// Every row of one call carries one id as `parent_call_id`: the caller's, or a fresh one.
+pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
+    if options.parent_call_id.is_none() {
+        options.parent_call_id = Some(polygateway_actors::runtime::new_id());
+    }
+    options
 }
 
 /// Chat calls of a [`ChatHandle`].
@@ -145,13 +168,14 @@ impl ScopeHandle<Chat> {
         messages: Vec<Message>,
         options: CallOptions,
     ) -> Result<LlmResponse, GatewayError> {
+        let options = with_call_group(options);
         match options.structured {
             Structured::Json => self
                 .laddered::<Value>(messages, options, LadderPlan::json())
                 .await
                 .map(|(response, _)| response),
             _ => {
-                let prepared = self.prepare(messages, &options, None)?;
+                let prepared = self.prepare(messages, &options, &Asked::default())?;
                 self.cached(&prepared, || self.governed(&prepared, false))
                     .await
             }
@@ -181,8 +205,9 @@ impl ScopeHandle<Chat> {
     where
         T: DeserializeOwned + schemars::JsonSchema + Send,
     {
-        let plan = LadderPlan::typed(self.scope().native_schema, self.core.structured_max_retries);
-        self.laddered::<T>(messages, options, plan).await
+        let plan = LadderPlan::typed(self.core.structured_max_retries);
+        self.laddered::<T>(messages, with_call_group(options), plan)
+            .await
     }
 
     async fn laddered<T>(
@@ -194,14 +219,26 @@ impl ScopeHandle<Chat> {
     where
         T: DeserializeOwned + schemars::JsonSchema + Send,
     {
-        // The cache key is that of the caller's conversation; what is stored is the answer that
-        // passed the ladder, so a hit rebuilds `T` without network.
-        let prepared = self.prepare(messages.clone(), &options, None)?;
+        // The cache key is that of the caller's conversation and of what was asked (json, or the
+        // schema and the modes the scope's sources send it in); what is stored is the answer
+        // that passed the ladder, so a hit rebuilds `T` without network.
+        let asked = Asked {
+            schema: None,
+            key: Some(match plan.mode {
+                LadderMode::Json => json!({"mode": "json"}),
+                LadderMode::Typed => json!({
+                    "schema": SchemaRequest::of::<T>().schema,
+                    "modes": self.scope().structured_modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+                }),
+            }),
+        };
+        let prepared = self.prepare(messages.clone(), &options, &asked)?;
         let response = self
             .cached(&prepared, || async {
                 let outcome = run_ladder::<T, _, _>(
-                    |conversation, response_format, is_reask| {
-                        let prepared = self.prepare(conversation, &options, response_format);
+                    |conversation, schema, is_reask| {
+                        let ask = Asked { schema, key: None };
+                        let prepared = self.prepare(conversation, &options, &ask);
                         async move { self.governed(&prepared?, is_reask).await }
                     },
                     messages,
@@ -215,17 +252,20 @@ impl ScopeHandle<Chat> {
         Ok((response, value))
     }
 
+    /// The wire request, telemetry context and cache key of one ask. Ladder asks pass no key
+    /// material: their key is never used (the ladder is cached as a whole).
     pub(crate) fn prepare(
         &self,
         messages: Vec<Message>,
         options: &CallOptions,
-        response_format: Option<Value>,
+        asked: &Asked,
     ) -> Result<Prepared, GatewayError> {
         options.validate()?;
         let scope = self.scope();
         let core = &self.core;
         let cache_key = match (&core.cache, options.bypass_cache) {
             (Some(cache), false) => Some(cache_key(&CacheKeyInput {
+                structured: asked.key.as_ref(),
                 model_fingerprint: &scope.fingerprint,
                 messages: &messages,
                 namespace: options
@@ -247,12 +287,13 @@ impl ScopeHandle<Chat> {
         });
         let mut wire = ChatWireRequest::new(messages);
         wire.overlay = options.overlay.clone();
-        wire.response_format = response_format;
+        wire.schema = asked.schema.clone();
         wire.stream = options.stream;
         Ok(Prepared {
             wire,
             context,
             cache_key,
+            call_group: options.parent_call_id.clone(),
         })
     }
 
@@ -308,8 +349,12 @@ impl ScopeHandle<Chat> {
     fn as_hit(&self, prepared: &Prepared, mut response: LlmResponse) -> LlmResponse {
         response.cache_hit = true;
         response.call_id = polygateway_actors::runtime::new_id();
+        response.parent_call_id = prepared.call_group.clone();
         response.latency_ms = 0.0;
+        // Nothing was asked: no cost (the row says the same); the tokens stay the stored ones.
         response.cost = Some(0.0);
+        response.asks = 0;
+        response.last_ask_cost = Some(0.0);
         self.core
             .telemetry
             .record_cache_hit(&prepared.context, &response);
@@ -373,7 +418,9 @@ impl ScopeHandle<Chat> {
             .map_err(|f| to_gateway_error(&self.name, f))?;
         let mut response = governed.response;
         response.call_id = governed.attempt_id;
+        response.parent_call_id = prepared.call_group.clone();
         response.cost = self.core.telemetry.cost(&response.model, &response.usage());
+        response.as_single_ask();
         if let Some(ttft) = response.ttft_ms {
             scope.metrics.ttft.record(ttft / 1e3);
         }

@@ -206,7 +206,8 @@ impl ScopeHandle<Chat> {
         delta_tx: mpsc::Sender<ChatDelta>,
     ) -> Result<LlmResponse, GatewayError> {
         options.stream = true;
-        let prepared = self.prepare(messages, &options, None)?;
+        let options = super::chat::with_call_group(options);
+        let prepared = self.prepare(messages, &options, &super::chat::Asked::default())?;
         if let Some(hit) = self.lookup(&prepared).await {
             let _ = delta_tx.send(ChatDelta::Content(hit.content.clone())).await;
             return Ok(hit);

@@ -5,20 +5,26 @@
 //! the `is_reask` flag tells it the call is a re-ask (docs/behaviour.md §9.2: re-asks never count toward the
 //! breaker). Errors returned by `ask` (unavailable, rejected, …) end the ladder unchanged.
 //!
+//! Every ask of a typed call, the first included, carries the schema ([`SchemaRequest`]); the
+//! runtime's transport sends it in the strongest mode the provider of the source the attempt
+//! goes to supports ([`super::StructuredMode`]), so a mixed scope never loses the schema.
+//!
 //! Re-asks send the original messages plus the latest bad answer (as an assistant message) and
 //! one correction message — not the whole history of bad answers — so the prompt stays bounded.
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::mode::SchemaRequest;
 use super::repair::{repair_json, Normalizer};
-use super::schema::{response_format_for, schema_name, strict_schema};
 use super::validate::{clip, validate};
 use crate::error::{GatewayError, InvalidResult};
+use crate::types::response::EarlierAsks;
 use crate::types::{LlmResponse, Message};
 
 /// Errors listed in a correction message (docs/behaviour.md §9.2).
@@ -34,7 +40,7 @@ const ERRORS_IN_CORRECTION: usize = 3;
 ///     LadderMode::Typed => plan.max_retries + 1,
 /// };
 /// assert_eq!(asks_allowed(&LadderPlan::json()), 1);
-/// assert_eq!(asks_allowed(&LadderPlan::typed(true, 2)), 3);
+/// assert_eq!(asks_allowed(&LadderPlan::typed(2)), 3);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LadderMode {
@@ -49,7 +55,6 @@ pub enum LadderMode {
 /// ```
 /// use polygateway::structured::{LadderMode, LadderPlan};
 /// let plan = LadderPlan {
-///     native_schema: false,
 ///     max_retries: 1,
 ///     normalizer: None,
 ///     mode: LadderMode::Typed,
@@ -57,14 +62,11 @@ pub enum LadderMode {
 /// // Debug shows whether a normaliser is set, not the closure itself.
 /// assert_eq!(
 ///     format!("{plan:?}"),
-///     "LadderPlan { native_schema: false, max_retries: 1, normalizer: false, mode: Typed }"
+///     "LadderPlan { max_retries: 1, normalizer: false, mode: Typed }"
 /// );
 /// ```
 #[derive(Clone)]
 pub struct LadderPlan {
-    /// The provider supports native `response_format: json_schema` (typed mode uses it on
-    /// every ask).
-    pub native_schema: bool,
     /// Re-asks allowed after the first answer (`PGW_STRUCTURED_MAX_RETRIES`; 0 = never).
     pub max_retries: u32,
     /// Applied to the repaired value before validation.
@@ -78,16 +80,14 @@ impl LadderPlan {
     ///
     /// ```
     /// use polygateway::structured::{LadderMode, LadderPlan};
-    /// // Provider supports `json_schema`; allow two re-asks after the first answer.
-    /// let plan = LadderPlan::typed(true, 2);
+    /// // Allow two re-asks after the first answer.
+    /// let plan = LadderPlan::typed(2);
     /// assert_eq!(plan.mode, LadderMode::Typed);
-    /// assert!(plan.native_schema);
     /// assert_eq!(plan.max_retries, 2);
     /// assert!(plan.normalizer.is_none());
     /// ```
-    pub fn typed(native_schema: bool, max_retries: u32) -> Self {
+    pub fn typed(max_retries: u32) -> Self {
         Self {
-            native_schema,
             max_retries,
             normalizer: None,
             mode: LadderMode::Typed,
@@ -100,12 +100,10 @@ impl LadderPlan {
     /// use polygateway::structured::{LadderMode, LadderPlan};
     /// let plan = LadderPlan::json();
     /// assert_eq!(plan.mode, LadderMode::Json);
-    /// assert!(!plan.native_schema);
     /// assert_eq!(plan.max_retries, 0);
     /// ```
     pub fn json() -> Self {
         Self {
-            native_schema: false,
             max_retries: 0,
             normalizer: None,
             mode: LadderMode::Json,
@@ -119,7 +117,7 @@ impl LadderPlan {
     /// use polygateway::structured::LadderPlan;
     /// use serde_json::{json, Value};
     /// // Models often quote numbers: turn `"qty": "3"` into `"qty": 3` before validation.
-    /// let plan = LadderPlan::typed(false, 1).with_normalizer(Arc::new(|mut v: Value| {
+    /// let plan = LadderPlan::typed(1).with_normalizer(Arc::new(|mut v: Value| {
     ///     let parsed = v["qty"].as_str().and_then(|s| s.parse::<u64>().ok());
     ///     if let Some(n) = parsed {
     ///         v["qty"] = json!(n);
@@ -138,7 +136,6 @@ impl LadderPlan {
 impl fmt::Debug for LadderPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LadderPlan")
-            .field("native_schema", &self.native_schema)
             .field("max_retries", &self.max_retries)
             .field("normalizer", &self.normalizer.is_some())
             .field("mode", &self.mode)
@@ -146,7 +143,8 @@ impl fmt::Debug for LadderPlan {
     }
 }
 
-/// A successful ladder run.
+/// A successful ladder run. The response's token counts and `cost` cover every ask (rejected
+/// answers were billed too); its `last_ask_*` fields hold the accepted ask alone.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -155,7 +153,7 @@ impl fmt::Debug for LadderPlan {
 /// use polygateway::{LlmResponse, Message};
 /// use serde_json::{json, Value};
 /// let outcome = run_ladder::<Value, _, _>(
-///     |_messages, _format, _is_reask| async {
+///     |_messages, _schema, _is_reask| async {
 ///         Ok(LlmResponse::new("Sure: {\"ok\": true,}"))
 ///     },
 ///     vec![Message::user("Answer in JSON")],
@@ -199,7 +197,8 @@ impl Rejection {
 /// or the budget is spent (→ [`GatewayError::ResultInvalid`] with the raw text, the repair error
 /// and the validation errors of the last answer).
 ///
-/// `ask(messages, response_format, is_reask)` makes one governed call.
+/// `ask(messages, schema, is_reask)` makes one governed call; in typed mode `schema` is set on
+/// every ask (the first included) and the ask must tell the model (see [`SchemaRequest::for_mode`]).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -219,16 +218,16 @@ impl Rejection {
 ///     "{'name': 'Oslo', 'population': 'many'}",
 /// ];
 /// let outcome = run_ladder::<City, _, _>(
-///     |messages: Vec<Message>, format, is_reask| {
-///         // native_schema: every ask carries the strict `response_format`.
-///         assert!(format.is_some());
+///     |messages: Vec<Message>, schema, is_reask| {
+///         // Every ask carries the schema, the first one included.
+///         assert_eq!(schema.unwrap().name, "City");
 ///         // A re-ask sends the question, the bad answer and one correction message.
 ///         assert_eq!(messages.len(), if is_reask { 3 } else { 1 });
 ///         let answer = answers.pop().unwrap();
 ///         async move { Ok(LlmResponse::new(answer)) }
 ///     },
 ///     vec![Message::user("Largest city of Norway, as JSON")],
-///     LadderPlan::typed(true, 2),
+///     LadderPlan::typed(2),
 /// )
 /// .await
 /// .unwrap();
@@ -244,12 +243,11 @@ pub async fn run_ladder<T, F, Fut>(
 ) -> Result<LadderOutcome<T>, GatewayError>
 where
     T: DeserializeOwned + JsonSchema,
-    F: FnMut(Vec<Message>, Option<Value>, bool) -> Fut,
+    F: FnMut(Vec<Message>, Option<Arc<SchemaRequest>>, bool) -> Fut,
     Fut: Future<Output = Result<LlmResponse, GatewayError>>,
 {
     let typed = plan.mode == LadderMode::Typed;
-    let response_format =
-        (typed && plan.native_schema).then(|| response_format_for::<T>(&schema_name::<T>()));
+    let schema = typed.then(|| Arc::new(SchemaRequest::of::<T>()));
     let max_asks = if typed {
         plan.max_retries.saturating_add(1)
     } else {
@@ -257,13 +255,16 @@ where
     };
     let mut conversation = messages.clone();
     let mut asks = 0u32;
+    // Rejected answers were billed too: the accepted one reports the whole call.
+    let mut earlier = EarlierAsks::default();
     loop {
         let is_reask = asks > 0;
-        let mut response = ask(conversation, response_format.clone(), is_reask).await?;
+        let mut response = ask(conversation, schema.clone(), is_reask).await?;
         asks += 1;
         match accept::<T>(&response.content, plan.normalizer.as_ref()) {
             Ok((json, value)) => {
                 response.structured_data = Some(json);
+                earlier.charge_to(&mut response);
                 return Ok(LadderOutcome {
                     response,
                     value,
@@ -274,13 +275,10 @@ where
                 return Err(exhausted(response.content, rejection, asks));
             }
             Err(rejection) => {
-                let schema_hint = (!plan.native_schema).then(strict_schema::<T>);
+                earlier.add(&response);
                 conversation = messages.clone();
                 conversation.push(Message::assistant(response.content));
-                conversation.push(Message::user(correction(
-                    &rejection.errors(),
-                    schema_hint.as_ref(),
-                )));
+                conversation.push(Message::user(correction(&rejection.errors())));
             }
         }
     }
@@ -349,19 +347,14 @@ fn accept<T: DeserializeOwned>(
     }
 }
 
-/// The user message of a re-ask.
-fn correction(errors: &[String], schema: Option<&Value>) -> String {
+/// The user message of a re-ask (the schema travels with the ask itself).
+fn correction(errors: &[String]) -> String {
     let mut text = String::from(
         "Your previous answer could not be used: it is not valid JSON of the required shape.\nErrors:\n",
     );
     for e in errors.iter().take(ERRORS_IN_CORRECTION) {
         text.push_str("- ");
         text.push_str(&clip(e));
-        text.push('\n');
-    }
-    if let Some(schema) = schema {
-        text.push_str("The answer must be JSON matching this JSON Schema:\n");
-        text.push_str(&schema.to_string());
         text.push('\n');
     }
     text.push_str("Reply with only the corrected JSON value: no prose, no code fences.");

@@ -2,16 +2,19 @@
 //!
 //! The pieces are pure and separately testable: [`repair`] (almost-JSON → `Value`),
 //! [`validate`] (`Value` → `T`, errors with paths), [`schema`] (strict JSON Schema and
-//! `response_format` bodies) and [`ladder`] (the prevent → repair → validate → re-ask driver,
+//! `response_format` bodies), [`mode`] (how one attempt carries the schema to its source's
+//! provider) and [`ladder`] (the prevent → repair → validate → re-ask driver,
 //! generic over how a question is asked). Governance of each ask (admission, breaker exemption of
 //! re-asks, telemetry) belongs to the runtime that supplies the ask function.
 
 pub mod ladder;
+pub mod mode;
 pub mod repair;
 pub mod schema;
 pub mod validate;
 
 pub use ladder::{rehydrate, run_ladder, LadderMode, LadderOutcome, LadderPlan};
+pub use mode::{SchemaRequest, StructuredMode};
 pub use repair::{repair_json, Normalizer, RepairError};
 pub use schema::{json_object_format, response_format_for, schema_name, strict_schema};
 pub use validate::validate;

@@ -66,14 +66,11 @@ pub fn strict_schema<T: JsonSchema>() -> Value {
 /// assert_eq!(format["json_schema"]["schema"]["required"], serde_json::json!(["city"]));
 /// ```
 pub fn response_format_for<T: JsonSchema>(name: &str) -> Value {
-    json!({
-        "type": "json_schema",
-        "json_schema": {
-            "name": sanitize_name(name),
-            "strict": true,
-            "schema": strict_schema::<T>(),
-        }
-    })
+    super::SchemaRequest {
+        name: sanitize_name(name),
+        schema: strict_schema::<T>(),
+    }
+    .json_schema_format()
 }
 
 /// `{"type":"json_object"}` (JSON mode without a schema; OpenAI requires the word "JSON" in the

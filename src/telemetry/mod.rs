@@ -37,7 +37,10 @@ pub use status::{TelemetryStatus, DEFAULT_COOLDOWN};
 use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 
 /// The sink configured by `settings`: [`NullSink`] for `none`, [`SqliteSink`] or
-/// [`PostgresSink`] otherwise. Never fails and never connects: problems surface in the status.
+/// [`PostgresSink`] otherwise. Never fails, but checks at once: the SQLite file is opened and the
+/// PostgreSQL server probed ([`PostgresSink::probe`], bounded by the write budget), so a bad
+/// path or an unreachable database shows in the status — degraded, with one WARN line — from
+/// the start rather than after the first flush.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -51,7 +54,7 @@ use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 ///     schema_mode: None,
 ///     text_cap: None,
 /// };
-/// let sink = sink_from_settings(&settings);
+/// let sink = sink_from_settings(&settings).await;
 /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
 /// assert!(!sink.status().degraded);
 /// sink.shutdown().await;
@@ -65,10 +68,23 @@ use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 ///     },
 ///     ..settings
 /// };
-/// assert!(sink_from_settings(&settings).status().fatal);
+/// assert!(sink_from_settings(&settings).await.status().fatal);
+///
+/// // A server that does not answer: degraded before any row is written.
+/// let settings = TelemetrySettings {
+///     backend: TelemetryBackendSettings::Postgres {
+///         dsn: Secret::new("host=127.0.0.1 port=9 user=app dbname=x"),
+///         pool_max: 4,
+///         write_timeout: std::time::Duration::from_secs(1),
+///     },
+///     ..settings
+/// };
+/// assert!(sink_from_settings(&settings).await.status().degraded);
 /// # }
 /// ```
-pub fn sink_from_settings(settings: &TelemetrySettings) -> Arc<dyn TelemetrySink<TelemetryRow>> {
+pub async fn sink_from_settings(
+    settings: &TelemetrySettings,
+) -> Arc<dyn TelemetrySink<TelemetryRow>> {
     match &settings.backend {
         TelemetryBackendSettings::None => Arc::new(NullSink),
         TelemetryBackendSettings::Sqlite { path } => Arc::new(SqliteSink::open(
@@ -83,7 +99,9 @@ pub fn sink_from_settings(settings: &TelemetrySettings) -> Arc<dyn TelemetrySink
             let mut options = PostgresOptions::new(settings.schema_mode);
             options.pool_max = *pool_max;
             options.write_timeout = *write_timeout;
-            Arc::new(PostgresSink::new(dsn, options))
+            let sink = PostgresSink::new(dsn, options);
+            sink.probe().await;
+            Arc::new(sink)
         }
     }
 }

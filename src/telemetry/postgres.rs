@@ -202,6 +202,57 @@ impl PostgresSink {
             .map_err(|e| format!("cannot build the PostgreSQL pool: {e}"))
     }
 
+    /// Connect and probe the table now, within the write budget, instead of on the first write:
+    /// an unreachable server (or a missing privilege, or a table that cannot be created) makes
+    /// the sink degraded from the start, with one WARN line; it recovers on a later successful
+    /// write as usual. Never fails; a fatal (unparsable) DSN is left as it is. Leaves one idle
+    /// connection in the pool when it succeeds. [`sink_from_settings`](super::sink_from_settings)
+    /// calls it, so a gateway built from settings reports an unreachable database at once.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use polygateway::config::Secret;
+    /// use polygateway::telemetry::{PostgresOptions, PostgresSink, TelemetrySink};
+    /// // Nothing listens on port 9.
+    /// let dsn = Secret::new("host=127.0.0.1 port=9 user=app dbname=telemetry");
+    /// let options = PostgresOptions { write_timeout: Duration::from_secs(1), ..PostgresOptions::new(None) };
+    /// let sink = PostgresSink::new(&dsn, options);
+    /// assert!(!sink.status().degraded); // nothing tried yet: the pool is lazy
+    /// sink.probe().await;
+    /// let status = sink.status();
+    /// assert!(status.degraded && !status.fatal, "{status:?}");
+    /// assert_eq!(status.dropped_rows, 0);
+    /// # }
+    /// ```
+    pub async fn probe(&self) {
+        let Some(pool) = &self.pool else {
+            return;
+        };
+        let now = Instant::now();
+        let budget = self.options.write_timeout;
+        let probe = async {
+            let client = pool.get().await.map_err(|e| self.classify_pool(e))?;
+            let cols = self.ensure_schema(&client).await?;
+            *self.columns.lock().await = Some(cols);
+            Ok::<(), Failure>(())
+        };
+        match tokio::time::timeout(budget, probe).await {
+            Ok(Ok(())) => {}
+            Ok(Err(Failure::Environmental(reason))) => self.health.degrade(reason, now),
+            // A busy pool or a row-level answer says nothing about reachability.
+            Ok(Err(Failure::Saturated | Failure::RowLevel(_))) => {}
+            Err(_) => self.health.degrade(
+                format!(
+                    "connecting and probing exceeded the {:.1} s budget",
+                    budget.as_secs_f64()
+                ),
+                now,
+            ),
+        }
+    }
+
     /// Connections currently open (idle or in use); 0 before the first write.
     ///
     /// ```no_run

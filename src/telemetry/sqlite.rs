@@ -1,14 +1,16 @@
 //! The SQLite telemetry sink.
 //!
 //! `rusqlite::Connection` is `Send` but not `Sync`, so one dedicated writer thread owns it and is
-//! fed batches over a channel. The thread opens the file lazily (WAL, `synchronous=NORMAL`,
-//! `busy_timeout`), probes with `PRAGMA table_info`, creates the table when absent, and in `auto`
+//! fed batches over a channel. [`SqliteSink::open`] opens the file at once, before the thread
+//! starts (WAL, `synchronous=NORMAL`, `busy_timeout`), so a bad path shows in the status from the
+//! first moment; it probes with `PRAGMA table_info`, creates the table when absent, and in `auto`
 //! mode adds missing columns one by one (plain `ALTER TABLE … ADD COLUMN`); in `manual` mode it
 //! trims the INSERT to the existing columns and warns once with runnable SQL. Rows go out as
 //! multi-row `INSERT OR IGNORE` with explicit columns, chunked under SQLite's variable limit.
 //!
 //! Failures never reach a caller: an unwritable path, a corrupt file or a lock timeout degrade the
-//! sink for the cooldown; a row the database rejects is dropped on its own.
+//! sink for the cooldown (one WARN line; the writer retries after it); a row the database rejects
+//! is dropped on its own.
 
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
@@ -86,7 +88,8 @@ enum Cmd {
 
 /// Writes telemetry rows into a SQLite file from a dedicated thread.
 ///
-/// The sink creates the file and the `llm_calls` table on its first write:
+/// The sink creates the file and the `llm_calls` table when it is opened; a file that cannot be
+/// opened leaves it degraded from the start (and a WARN line logged), never failing a call:
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -130,13 +133,14 @@ impl SqliteSink {
     /// # async fn main() {
     /// use polygateway::telemetry::{SqliteOptions, SqliteSink, TelemetryRow, TelemetrySink};
     /// let dir = tempfile::tempdir().unwrap();
-    /// // The directory does not exist: opening still succeeds, the first write degrades the sink.
+    /// // The directory does not exist: opening still succeeds (telemetry never stops a call), but
+    /// // the sink is degraded from the first moment, naming the path.
     /// let sink = SqliteSink::open(dir.path().join("missing/telemetry.db"), SqliteOptions::new(None));
-    /// assert!(!sink.status().degraded);
-    /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
     /// let status = sink.status();
     /// assert!(status.degraded && !status.fatal);
-    /// assert_eq!(status.dropped_rows, 1);
+    /// assert!(status.reason.unwrap().contains("missing/telemetry.db"));
+    /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
+    /// assert_eq!(sink.status().dropped_rows, 1);
     /// sink.shutdown().await;
     /// # }
     /// ```
@@ -160,6 +164,11 @@ impl SqliteSink {
             cols: Vec::new(),
             manual_warned: false,
         };
+        // Opened here rather than on the first batch: a bad path must be visible in the status
+        // (and the log) right after start, not after the first flush. Milliseconds, once.
+        if let Err(reason) = writer.connect() {
+            writer.health.degrade(reason, Instant::now());
+        }
         let spawned = std::thread::Builder::new()
             .name("pgw-telemetry-sqlite".into())
             .spawn(move || writer.run(rx));
@@ -188,10 +197,12 @@ impl SqliteSink {
     /// let path = dir.path().join("telemetry.db");
     /// let sink = SqliteSink::open(&path, SqliteOptions::new(None));
     /// assert_eq!(sink.path(), path);
-    /// assert!(!sink.path().exists()); // opened lazily, on the first write
+    /// assert!(sink.path().exists()); // opened (and the table created) at once
     /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
-    /// assert!(sink.path().exists());
     /// sink.shutdown().await;
+    /// let db = rusqlite::Connection::open(&path).unwrap();
+    /// let rows: i64 = db.query_row("SELECT COUNT(*) FROM llm_calls", [], |r| r.get(0)).unwrap();
+    /// assert_eq!(rows, 1);
     /// # }
     /// ```
     pub fn path(&self) -> &Path {

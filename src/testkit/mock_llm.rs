@@ -222,12 +222,38 @@ pub enum Behaviour {
     InBandError,
     /// Embeddings: one vector fewer than inputs. Chat: healthy.
     EmbeddingCountMismatch,
-    /// Each request fails with `failure` with probability `failure_rate` (seeded), else healthy.
+    /// Each request fails with `failure` with probability `failure_rate` (seeded), else does
+    /// `healthy` — e.g. a JSON answer for a structured-output job under faults:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// let mock = MockUpstream::start(Behaviour::Mix {
+    ///     failure_rate: 0.3,
+    ///     failure: Box::new(Behaviour::ServerError(503)),
+    ///     healthy: Box::new(Behaviour::healthy_with(r#"{"ok": true}"#)),
+    ///     seed: 7,
+    /// })
+    /// .await;
+    /// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[("LLM__RETRY__MAX_ATTEMPTS", "20")]);
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+    /// for _ in 0..4 {
+    ///     let answer = gw.chat(vec![polygateway::Message::user("status?")]).await.unwrap();
+    ///     assert_eq!(answer.content, r#"{"ok": true}"#);
+    /// }
+    /// assert!(mock.counts().of("server_error") > 0);
+    /// # gw.shutdown().await;
+    /// # }
+    /// ```
     Mix {
         /// Probability in `[0, 1]`.
         failure_rate: f64,
         /// What a failing request does.
         failure: Box<Behaviour>,
+        /// What a succeeding request does (usually [`Behaviour::healthy`] or
+        /// [`Behaviour::healthy_with`]).
+        healthy: Box<Behaviour>,
         /// RNG seed (the draw sequence restarts on [`MockUpstream::set_behaviour`]).
         seed: u64,
     },
@@ -883,12 +909,13 @@ fn resolve(b: &Behaviour, seq: u64, rng: &mut StdRng) -> Behaviour {
         Behaviour::Mix {
             failure_rate,
             failure,
+            healthy,
             ..
         } => {
             if rng.random_bool(failure_rate.clamp(0.0, 1.0)) {
                 resolve(failure, seq, rng)
             } else {
-                Behaviour::healthy()
+                resolve(healthy, seq, rng)
             }
         }
         other => other.clone(),

@@ -11,7 +11,7 @@ mod settings;
 pub mod soak;
 
 pub use mock_llm::{mock_embedding, Behaviour, MockCounts, MockUpstream, RecordedRequest};
-pub use settings::{mock_env, mock_settings};
+pub use settings::{mock_env, mock_settings, mock_sources_settings};
 
 use std::time::Duration;
 

@@ -25,13 +25,50 @@ use crate::config::{scope_kind_for, ScopeKind, Settings};
 /// assert_eq!(settings.scopes["LLM"].retry.max_attempts, 1);
 /// ```
 pub fn mock_settings(scopes: &[(&str, &str)], extra: &[(&str, &str)]) -> Settings {
+    let sources: Vec<(&str, &str, &str)> = scopes
+        .iter()
+        .map(|&(scope, base_url)| {
+            let provider = match scope_kind_for(scope) {
+                ScopeKind::Ocr => "MONKEY",
+                ScopeKind::Chat | ScopeKind::Embeddings => "OPENAI",
+            };
+            (scope, provider, base_url)
+        })
+        .collect();
+    mock_sources_settings(&sources, extra)
+}
+
+/// Like [`mock_settings`], with any number of sources per scope and a provider of your choice:
+/// one `(scope, provider, base_url)` triple per source. Sources of one provider in one scope are
+/// numbered in order (`deepseek_1`, `deepseek_2`, …); the provider decides the wire details
+/// (thinking switch, structured-output mode), so a mixed scope behaves as in production.
+///
+/// # Panics
+/// If the resulting settings do not parse: this is a test helper.
+///
+/// ```
+/// use polygateway::testkit::mock_sources_settings;
+/// let settings = mock_sources_settings(
+///     &[
+///         ("LLM", "openai", "http://127.0.0.1:9/v1"),
+///         ("LLM", "deepseek", "http://127.0.0.1:10/v1"),
+///         ("LLM", "deepseek", "http://127.0.0.1:11/v1"),
+///     ],
+///     &[("LLM__SELECTOR", "round_robin")],
+/// );
+/// let names: Vec<&str> = settings.scopes["LLM"].sources.iter().map(|s| s.name.as_str()).collect();
+/// assert_eq!(names, ["deepseek_1", "deepseek_2", "openai_1"]);
+/// ```
+pub fn mock_sources_settings(sources: &[(&str, &str, &str)], extra: &[(&str, &str)]) -> Settings {
     let mut env = mock_env();
-    for (scope, base_url) in scopes {
-        let provider = match scope_kind_for(scope) {
-            ScopeKind::Ocr => "MONKEY",
-            ScopeKind::Chat | ScopeKind::Embeddings => "OPENAI",
-        };
-        let source = format!("{scope}__{provider}__1");
+    let mut numbers: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for &(scope, provider, base_url) in sources {
+        let provider = provider.to_ascii_uppercase();
+        let n = numbers
+            .entry((scope.to_string(), provider.clone()))
+            .or_insert(0);
+        *n += 1;
+        let source = format!("{scope}__{provider}__{n}");
         env.insert(format!("{source}__BASE_URL"), base_url.to_string());
         env.insert(format!("{source}__API_KEY"), "sk-test".into());
         env.insert(format!("{source}__MODEL"), "test-model".into());

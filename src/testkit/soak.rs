@@ -91,6 +91,7 @@ fn fault_mix(seed: u64) -> Vec<MixSource> {
             Behaviour::Mix {
                 failure_rate: 0.9,
                 failure: Box::new(Behaviour::ServerError(503)),
+                healthy: Box::new(Behaviour::healthy()),
                 seed,
             },
             false,

@@ -23,6 +23,7 @@ use super::wire::{decode_chunk, decode_completion, ChunkFrame, WireUsage};
 use crate::config::{MissingDone, SourceSettings};
 use crate::error::TransportError;
 use crate::provider::ProviderProfile;
+use crate::structured::SchemaRequest;
 use crate::types::{LlmResponse, Message, UsageSource};
 
 /// Body keys the transport owns; never taken from `extra_body` or an overlay.
@@ -78,6 +79,7 @@ pub enum ChatDelta {
 ///     messages: Arc::clone(&messages),
 ///     overlay: serde_json::Map::from_iter([("temperature".to_string(), 0.2.into())]),
 ///     response_format: Some(polygateway::structured::json_object_format()),
+///     schema: None,
 ///     stream: false,
 /// };
 /// // Every attempt works on a clone; the conversation itself is not copied.
@@ -90,8 +92,13 @@ pub struct ChatWireRequest {
     pub messages: Arc<Vec<Message>>,
     /// The call's sampling overlay (validated by the caller side: no protected keys).
     pub overlay: Map<String, Value>,
-    /// Structured-output injection (`response_format`), highest priority.
+    /// An explicit `response_format`, sent as is to every source (above the overlay).
     pub response_format: Option<Value>,
+    /// A typed call's schema. Each attempt sends it in the strongest form the provider of its
+    /// source supports ([`ProviderProfile::structured_mode`]): strict `json_schema`, else
+    /// `json_object` plus the schema in the prompt, else the prompt alone. Its
+    /// `response_format` wins over every other layer.
+    pub schema: Option<Arc<SchemaRequest>>,
     /// Stream (SSE) or a single JSON answer.
     pub stream: bool,
 }
@@ -105,6 +112,7 @@ impl ChatWireRequest {
     /// assert!(request.stream);
     /// assert!(request.overlay.is_empty());
     /// assert_eq!(request.response_format, None);
+    /// assert!(request.schema.is_none());
     /// assert_eq!(request.messages.len(), 1);
     /// ```
     pub fn new(messages: impl Into<Arc<Vec<Message>>>) -> Self {
@@ -112,6 +120,7 @@ impl ChatWireRequest {
             messages: messages.into(),
             overlay: Map::new(),
             response_format: None,
+            schema: None,
             stream: true,
         }
     }
@@ -241,14 +250,13 @@ impl ChatTransport {
     ///
     /// ```
     /// use polygateway::provider::ProviderRegistry;
-    /// use polygateway::structured::LadderPlan;
+    /// use polygateway::structured::StructuredMode;
     /// use polygateway::transport::chat::ChatTransport;
     /// let registry = ProviderRegistry::with_defaults();
     /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
     /// let transport = ChatTransport::new(settings, registry.get("qwen").clone());
-    /// // The profile says whether strict `json_schema` can be sent natively.
-    /// let plan = LadderPlan::typed(transport.profile().native_json_schema, 2);
-    /// assert!(plan.native_schema);
+    /// // The profile says how a typed call's schema is sent to this source.
+    /// assert_eq!(transport.profile().structured_mode(), StructuredMode::JsonSchema);
     /// ```
     pub fn profile(&self) -> &ProviderProfile {
         &self.profile
@@ -319,12 +327,29 @@ impl ChatTransport {
     /// let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
     /// assert_eq!(body["stream"], false);
     /// assert!(body.get("stream_options").is_none());
+    /// // A typed call's schema, to a provider without `response_format`: it goes into the prompt.
+    /// let schema = serde_json::json!({"type": "object"});
+    /// request.schema = Some(std::sync::Arc::new(polygateway::structured::SchemaRequest { name: "a".into(), schema }));
+    /// let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+    /// assert_eq!(body["messages"][0]["role"], "system");
+    /// assert_eq!(body["messages"][1]["content"], "hi");
+    /// assert!(body.get("response_format").is_none());
     /// ```
     pub fn body(&self, request: &ChatWireRequest) -> Result<Vec<u8>, TransportError> {
-        let params = self.body_params(request);
+        let mut params = self.body_params(request);
+        let mut messages = std::borrow::Cow::Borrowed(request.messages.as_slice());
+        if let Some(schema) = &request.schema {
+            // Decided here, per attempt: this transport is the source the attempt goes to.
+            let (asked, format) =
+                schema.for_mode(self.profile.structured_mode(), &request.messages);
+            messages = asked;
+            if let Some(format) = format {
+                params.insert("response_format".into(), format);
+            }
+        }
         let body = WireBody {
             model: &self.settings.model,
-            messages: &request.messages,
+            messages: &messages,
             stream: request.stream,
             stream_options: request.stream.then_some(StreamOptions {
                 include_usage: true,

@@ -109,9 +109,10 @@ pub struct LlmResponse {
     pub provider: String,
     /// Source name, `{provider}_{n}`.
     pub source_name: String,
-    /// Prompt tokens (0 when unavailable).
+    /// Prompt tokens of the whole call: every billed ask, structured-output re-asks included
+    /// (0 when unavailable). The final ask alone: [`LlmResponse::last_ask_usage`].
     pub prompt_tokens: u64,
-    /// Completion tokens (0 when unavailable).
+    /// Completion tokens of the whole call (0 when unavailable).
     pub completion_tokens: u64,
     /// Wall time of the attempt that produced it (0 on a cache hit).
     pub latency_ms: f64,
@@ -123,22 +124,42 @@ pub struct LlmResponse {
     pub cache_hit: bool,
     /// UUID of the attempt (or of the cache-hit record).
     pub call_id: String,
-    /// Where the token counts came from.
+    /// Where the token counts came from (over several asks: the least certain of them).
     pub usage_source: UsageSource,
     /// Parsed structured output, when requested.
     pub structured_data: Option<serde_json::Value>,
-    /// Provider prompt-cache hits.
+    /// Provider prompt-cache hits over the whole call.
     pub cached_prompt_tokens: Option<u64>,
     /// The `model` field the API reported.
     pub model_reported: Option<String>,
-    /// Reasoning tokens, when reported.
+    /// Reasoning tokens over the whole call, when reported.
     pub reasoning_tokens: Option<u64>,
-    /// Cost in the pricing table's currency, when a pricing table is configured.
+    /// Cost of the whole call in the pricing table's currency: every billed ask, re-asks
+    /// included, so summing answers matches summing telemetry rows (`SUM(cost) GROUP BY
+    /// parent_call_id`). `None` without a pricing table or when any ask's cost is unknown
+    /// (unknown is not free); `Some(0.0)` for a cache hit. The final ask alone:
+    /// [`LlmResponse::last_ask_cost`].
     pub cost: Option<f64>,
     /// The answer was salvaged from a stream that ended without `[DONE]`
     /// (`MISSING_DONE=salvage`). Such an answer is returned but never cached.
     #[serde(default)]
     pub truncated: bool,
+    /// Governed asks behind this answer: 1, more after structured-output re-asks, 0 for a
+    /// cache hit. The token counts and `cost` cover all of them.
+    #[serde(default)]
+    pub asks: u32,
+    /// Token usage of the final ask alone (the one that produced this answer).
+    #[serde(default)]
+    pub last_ask_usage: Usage,
+    /// Cost of the final ask alone.
+    #[serde(default)]
+    pub last_ask_cost: Option<f64>,
+    /// The call's id in telemetry: every row of this call — each attempt, each re-ask, a cache
+    /// hit — carries it as `parent_call_id`. It is the caller's
+    /// [`CallOptions::parent_call_id`](crate::CallOptions::parent_call_id) when given (the
+    /// caller names the group), otherwise a fresh id per call. `None` outside a gateway.
+    #[serde(default)]
+    pub parent_call_id: Option<String>,
 }
 
 impl LlmResponse {
@@ -195,7 +216,18 @@ impl LlmResponse {
             reasoning_tokens: None,
             cost: None,
             truncated: false,
+            asks: 0,
+            last_ask_usage: Usage::default(),
+            last_ask_cost: None,
+            parent_call_id: None,
         }
+    }
+
+    /// Mark this response as one ask: the whole-call figures are this ask's.
+    pub(crate) fn as_single_ask(&mut self) {
+        self.asks = 1;
+        self.last_ask_usage = self.usage();
+        self.last_ask_cost = self.cost;
     }
 
     /// Whether this answer may be stored in the response cache: it has content and came from a
@@ -211,5 +243,123 @@ impl LlmResponse {
     /// ```
     pub fn is_cacheable(&self) -> bool {
         !self.content.trim().is_empty() && !self.truncated
+    }
+}
+
+/// What the asks before the final one spent (structured-output re-asks), added to the final
+/// answer so it reports the whole call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct EarlierAsks {
+    usage: Option<Usage>,
+    cost: Option<f64>,
+    cost_unknown: bool,
+    asks: u32,
+}
+
+impl EarlierAsks {
+    /// Count one earlier answer (all it spent, its own earlier asks included).
+    pub(crate) fn add(&mut self, answer: &LlmResponse) {
+        let usage = answer.usage();
+        self.usage = Some(match self.usage {
+            Some(sum) => add_usage(sum, usage),
+            None => usage,
+        });
+        match answer.cost {
+            Some(c) => self.cost = Some(self.cost.unwrap_or(0.0) + c),
+            None => self.cost_unknown = true,
+        }
+        self.asks += answer.asks.max(1);
+    }
+
+    /// Add what the earlier asks spent to `last` (its `last_ask_*` figures stay its own).
+    pub(crate) fn charge_to(&self, last: &mut LlmResponse) {
+        let Some(earlier) = self.usage else {
+            return;
+        };
+        let total = add_usage(last.usage(), earlier);
+        last.prompt_tokens = total.prompt_tokens;
+        last.completion_tokens = total.completion_tokens;
+        last.cached_prompt_tokens = total.cached_prompt_tokens;
+        last.reasoning_tokens = total.reasoning_tokens;
+        last.usage_source = total.source;
+        // Unknown is not free: one unpriced ask makes the total unknown.
+        last.cost = match (last.cost, self.cost_unknown) {
+            (Some(c), false) => Some(c + self.cost.unwrap_or(0.0)),
+            _ => None,
+        };
+        last.asks = last.asks.max(1) + self.asks;
+    }
+}
+
+/// The sum of two usages; the source is the less certain of the two.
+fn add_usage(a: Usage, b: Usage) -> Usage {
+    let add = |x: Option<u64>, y: Option<u64>| match (x, y) {
+        (None, None) => None,
+        (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
+    };
+    let certainty = |s: UsageSource| match s {
+        UsageSource::Measured => 2,
+        UsageSource::Estimated => 1,
+        UsageSource::Unavailable => 0,
+    };
+    Usage {
+        prompt_tokens: a.prompt_tokens + b.prompt_tokens,
+        completion_tokens: a.completion_tokens + b.completion_tokens,
+        cached_prompt_tokens: add(a.cached_prompt_tokens, b.cached_prompt_tokens),
+        reasoning_tokens: add(a.reasoning_tokens, b.reasoning_tokens),
+        source: if certainty(a.source) <= certainty(b.source) {
+            a.source
+        } else {
+            b.source
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(prompt: u64, cost: Option<f64>, source: UsageSource) -> LlmResponse {
+        let mut r = LlmResponse::new("{}");
+        (r.prompt_tokens, r.completion_tokens, r.cost) = (prompt, 10, cost);
+        r.usage_source = source;
+        r.reasoning_tokens = Some(1);
+        r.as_single_ask();
+        r
+    }
+
+    #[test]
+    fn earlier_asks_are_added_and_the_last_ask_kept() {
+        let mut earlier = EarlierAsks::default();
+        earlier.add(&ask(100, Some(0.002), UsageSource::Measured));
+        earlier.add(&ask(120, Some(0.001), UsageSource::Estimated));
+        let mut last = ask(140, Some(0.003), UsageSource::Measured);
+        earlier.charge_to(&mut last);
+        assert_eq!(last.asks, 3);
+        assert_eq!((last.prompt_tokens, last.completion_tokens), (360, 30));
+        assert_eq!(last.reasoning_tokens, Some(3));
+        assert_eq!(last.cached_prompt_tokens, None);
+        assert_eq!(last.usage_source, UsageSource::Estimated);
+        assert!((last.cost.unwrap() - 0.006).abs() < 1e-12);
+        assert_eq!(last.last_ask_usage.prompt_tokens, 140);
+        assert_eq!(last.last_ask_cost, Some(0.003));
+    }
+
+    #[test]
+    fn an_unpriced_earlier_ask_makes_the_cost_unknown() {
+        let mut earlier = EarlierAsks::default();
+        earlier.add(&ask(100, None, UsageSource::Measured));
+        let mut last = ask(140, Some(0.003), UsageSource::Measured);
+        earlier.charge_to(&mut last);
+        assert_eq!(last.cost, None);
+        assert_eq!(last.last_ask_cost, Some(0.003));
+    }
+
+    #[test]
+    fn no_earlier_ask_changes_nothing() {
+        let mut last = ask(140, Some(0.003), UsageSource::Measured);
+        let before = last.clone();
+        EarlierAsks::default().charge_to(&mut last);
+        assert_eq!(last, before);
     }
 }

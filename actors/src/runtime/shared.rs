@@ -66,6 +66,20 @@ pub struct SourceCounters {
     pub opens: AtomicU64,
 }
 
+impl SourceCounters {
+    /// One more attempt that ended with `verdict`.
+    fn count(&self, verdict: AttemptVerdict) {
+        let counter = match verdict {
+            AttemptVerdict::Success => &self.successes,
+            AttemptVerdict::RateLimited => &self.rate_limited,
+            AttemptVerdict::Failure => &self.failures,
+            AttemptVerdict::Dead => &self.dead,
+            AttemptVerdict::AliveButUnusable => &self.unusable,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// What the router and handles can read about one source without messaging its actor.
 ///
 /// ```
@@ -270,9 +284,12 @@ impl<T> SourceShared<T> {
         }
     }
 
-    /// Tell the source actor how an attempt ended. Lost while the actor restarts: its policies
-    /// start afresh anyway.
+    /// Count how an attempt ended and tell the source actor. The counter is bumped here, in the
+    /// call's task, so a snapshot read after the call returned already includes its attempt (the
+    /// actor handles the cast later). The cast is lost while the actor restarts: its policies
+    /// start afresh anyway; the counters are not lost.
     pub(crate) fn report(&self, verdict: AttemptVerdict) {
+        self.counters.count(verdict);
         if let Ok(actor) = self.actor.get() {
             let _ = actor.cast(SourceMsg::Report(verdict));
         }
@@ -376,6 +393,36 @@ mod tests {
         drop(a);
         assert_eq!(s.in_flight(), 1);
         assert!(s.try_enter().is_some());
+    }
+
+    /// The counters include an attempt as soon as its call returned: the issue saw
+    /// `attempts=100 ok=99` right after every call had returned, because the source actor bumped
+    /// them when it got round to the report.
+    #[cfg(feature = "testkit")]
+    #[tokio::test(flavor = "current_thread")]
+    async fn counters_include_an_attempt_when_its_call_returns() {
+        use crate::runtime::{CallOptions, NoObserver, ScopeConfig};
+        use crate::testkit::{echo, start};
+        let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+        let call = |text: &str| {
+            let text = text.to_string();
+            let scope = scope.clone();
+            async move {
+                scope
+                    .call(&text, &NoObserver, None, CallOptions::default())
+                    .await
+            }
+        };
+        let counters = &scope.sources()[0].counters;
+        for n in 1..=5u64 {
+            call("one").await.unwrap();
+            // Read without yielding: nothing else ran since the call's future resolved.
+            assert_eq!(counters.attempts.load(Ordering::Relaxed), n);
+            assert_eq!(counters.successes.load(Ordering::Relaxed), n);
+        }
+        call("reject").await.unwrap_err();
+        assert_eq!(counters.unusable.load(Ordering::Relaxed), 1);
+        runtime.shutdown(Duration::from_secs(1)).await;
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! The breaker state lives behind the breaker port (memory or Redis) so every process shares it;
 //! the admission actor consults it.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -115,15 +114,7 @@ impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SourceMsg::Report(verdict) => {
-                let counters = &state.shared.counters;
-                let counter = match verdict {
-                    AttemptVerdict::Success => &counters.successes,
-                    AttemptVerdict::RateLimited => &counters.rate_limited,
-                    AttemptVerdict::Failure => &counters.failures,
-                    AttemptVerdict::Dead => &counters.dead,
-                    AttemptVerdict::AliveButUnusable => &counters.unusable,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
+                // The verdict counters were bumped by the call task (`SourceShared::report`).
                 state.pacer.observe(verdict);
                 state.health.observe(verdict);
                 state.shared.publish_pacer_limit(state.pacer.limit());
