@@ -45,6 +45,7 @@ cluster-enabled yes
 cluster-config-file nodes.conf
 cluster-node-timeout 1000
 appendonly no
+repl-diskless-sync-delay 0
 save ""
 CONF
     redis-server "$STATE/$p/redis.conf"
