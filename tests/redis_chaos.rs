@@ -487,6 +487,18 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
         cluster_settled(&nodes, slot, Duration::from_secs(20)).await,
         "the cluster is not healthy before the test"
     );
+    // A second scope whose slot another primary owns: what a failover does to other shards.
+    let owner = slot_owner(&nodes, slot).expect("a primary owns the slot");
+    let (other, other_slot) = (1..100)
+        .map(|i| format!("OTHER{i}"))
+        .find_map(|name| {
+            let s: u16 = redis_cli(&seed, &["cluster", "keyslot", &format!("{{{name}}}")])
+                .trim()
+                .parse()
+                .ok()?;
+            (slot_owner(&nodes, s).as_ref() != Some(&owner)).then_some((name, s))
+        })
+        .expect("a scope on another shard");
 
     const LEASE_TTL_S: u64 = 5;
     let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -497,13 +509,18 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
         ("PGW_LEASE_TTL_S", LEASE_TTL_S.to_string()),
         ("REDIS_URL", url.clone()),
         ("LLM__GLOBAL__MAX_CONCURRENCY", "8".to_string()),
-        ("LLM__OPENAI__1__BASE_URL", mock.base_url()),
-        ("LLM__OPENAI__1__API_KEY", "sk-failover".to_string()),
-        ("LLM__OPENAI__1__MODEL", "m".to_string()),
-        ("LLM__OPENAI__1__TIMEOUT_S", "3".to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
+    .chain(["LLM", other.as_str()].into_iter().flat_map(|scope| {
+        [
+            ("OPENAI__1__BASE_URL", mock.base_url()),
+            ("OPENAI__1__API_KEY", "sk-failover".to_string()),
+            ("OPENAI__1__MODEL", "m".to_string()),
+            ("OPENAI__1__TIMEOUT_S", "3".to_string()),
+        ]
+        .map(|(k, v)| (format!("{scope}__{k}"), v))
+    }))
     .collect();
     let prefix = format!("pgwfailover-{}", uuid::Uuid::new_v4().simple());
     let gw = Arc::new(
@@ -519,14 +536,21 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
     let started = Instant::now();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let log = Arc::new(std::sync::Mutex::new(Vec::<(Duration, Outcome)>::new()));
-    let callers: Vec<_> = (0..4)
-        .map(|_| {
-            let (gw, stop, log) = (Arc::clone(&gw), Arc::clone(&stop), Arc::clone(&log));
+    let other_log = Arc::new(std::sync::Mutex::new(Vec::<(Duration, Outcome)>::new()));
+    let callers: Vec<_> = (0..6)
+        .map(|i| {
+            // Four callers on the killed shard's scope, two on the other shard's.
+            let (scope, log) = match i {
+                0..4 => ("LLM", Arc::clone(&log)),
+                _ => (other.as_str(), Arc::clone(&other_log)),
+            };
+            let handle = gw.chat_scope(scope).unwrap();
+            let stop = Arc::clone(&stop);
             tokio::spawn(async move {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     let answer = tokio::time::timeout(
                         Duration::from_secs(10),
-                        gw.chat(vec![Message::user("x")]),
+                        handle.chat(vec![Message::user("x")]),
                     )
                     .await
                     .expect("no call hangs past its bound");
@@ -551,7 +575,6 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Kill the primary that owns the scope's slot.
-    let owner = slot_owner(&nodes, slot).expect("a primary owns the slot");
     let survivors: Vec<String> = nodes.iter().filter(|n| **n != owner).cloned().collect();
     let killed = KilledNode::kill(&owner);
     let killed_at = started.elapsed();
@@ -606,11 +629,15 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
     // (or released on it and not replicated) expire by the server clock.
     let idle_deadline = Instant::now() + Duration::from_secs(LEASE_TTL_S + 3);
     loop {
-        let leases = gw
-            .leases_held("LLM")
-            .await
-            .expect("leases readable after the failover");
-        let sources = gw.sources("LLM").await.unwrap();
+        let mut leases = 0;
+        let mut sources = Vec::new();
+        for scope in ["LLM", other.as_str()] {
+            leases += gw
+                .leases_held(scope)
+                .await
+                .expect("leases readable after the failover");
+            sources.extend(gw.sources(scope).await.unwrap());
+        }
         if leases == 0 && sources.iter().all(|s| s.in_flight == 0 && !s.probe_held) {
             break;
         }
@@ -635,6 +662,18 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
             Outcome::Lost(e) => Some(e),
             _ => None,
         })
+        .collect();
+    let other_log = std::mem::take(&mut *other_log.lock().unwrap());
+    let other_refused = other_log
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Refused))
+        .count();
+    let lost: Vec<&String> = lost
+        .into_iter()
+        .chain(other_log.iter().filter_map(|(_, o)| match o {
+            Outcome::Lost(e) => Some(e),
+            _ => None,
+        }))
         .collect();
     let refusal_s = match (refused.first(), refused.last()) {
         (Some(_), Some(_)) => resumed_at.saturating_sub(killed_at).as_secs_f64(),
@@ -661,6 +700,7 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
             "promotion_s": (promoted_at - killed_at).as_secs_f64(),
             "refusal_s": refusal_s,
             "calls_ok": ok, "calls_refused": refused.len(), "calls_lost": lost.len(),
+            "other_shard": {"slot": other_slot, "calls": other_log.len(), "refused": other_refused},
             "idle_after_stop_s": (idle_at - promoted_at).as_secs_f64(),
             "restore_s": restore_started.elapsed().as_secs_f64(),
         }})
