@@ -388,6 +388,27 @@ fn slot_owner(nodes: &[String], slot: u16) -> Option<String> {
     })
 }
 
+/// The `host:port` of the replica of primary `primary`.
+fn replica_of(nodes: &[String], primary: &str) -> String {
+    let view = redis_cli(&nodes[0], &["cluster", "nodes"]);
+    let fields = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let lines: Vec<Vec<String>> = view.lines().map(fields).collect();
+    let id = lines
+        .iter()
+        .find(|f| f[1].starts_with(&format!("{primary}@")))
+        .map(|f| f[0].clone())
+        .expect("the primary is listed");
+    lines
+        .iter()
+        .find(|f| f[2].contains("slave") && f[3] == id)
+        .map(|f| f[1].split('@').next().unwrap_or(&f[1]).to_string())
+        .expect("the primary has a replica")
+}
+
 /// Every node answers `cluster_state:ok` and a primary serves `slot` (bounded wait).
 async fn cluster_settled(nodes: &[String], slot: u16, within: Duration) -> bool {
     let deadline = Instant::now() + within;
@@ -574,8 +595,8 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
         .collect();
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    // Kill the primary that owns the scope's slot.
-    let survivors: Vec<String> = nodes.iter().filter(|n| **n != owner).cloned().collect();
+    // Kill the primary that owns the scope's slot; its replica is the one to be promoted.
+    let replica = replica_of(&nodes, &owner);
     let killed = KilledNode::kill(&owner);
     let killed_at = started.elapsed();
     // Requests admitted just before the kill reach the mock within a few ms; after that, nothing
@@ -583,22 +604,23 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sent_after_kill = mock.counts().chat;
     let promote_deadline = Instant::now() + Duration::from_secs(30);
-    let new_owner = loop {
+    loop {
         let sent = mock.counts().chat;
-        // Read the count before the topology: a request counted here was sent while unowned.
-        if let Some(o) = slot_owner(&survivors, slot) {
+        // Read the count before asking the replica: it takes writes for the slot from the moment
+        // it calls itself master, so a request counted here was sent while no primary owned it.
+        if redis_cli(&replica, &["role"]).starts_with("master") {
             assert_eq!(
                 sent, sent_after_kill,
                 "the upstream saw a request while no primary owned the slot (ungoverned)"
             );
-            break o;
+            break;
         }
         assert!(
             Instant::now() < promote_deadline,
             "no replica promoted within 30 s"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    }
     let promoted_at = started.elapsed();
 
     // Calls succeed again by themselves: wait for 2 s of traffic after the first success.
@@ -696,7 +718,7 @@ async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
     println!(
         "{}",
         serde_json::json!({"cluster_failover": {
-            "killed": owner, "promoted": new_owner,
+            "killed": owner, "promoted": replica,
             "promotion_s": (promoted_at - killed_at).as_secs_f64(),
             "refusal_s": refusal_s,
             "calls_ok": ok, "calls_refused": refused.len(), "calls_lost": lost.len(),
