@@ -4,6 +4,7 @@
 # under a temporary folder.
 #
 #   .ci/redis-cluster.sh start   # start the nodes, create the cluster, wait for cluster_state:ok
+#                                # and every replica in sync
 #   .ci/redis-cluster.sh stop    # shut every node down and remove the folder
 #   .ci/redis-cluster.sh url     # print the REDIS_URL of the cluster
 #
@@ -59,6 +60,10 @@ CONF
     local ok=1
     for p in $(ports); do
       redis-cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+      # A replica counts once it has synced: only then can it be promoted.
+      if redis-cli -p "$p" info replication 2>/dev/null | grep -q 'role:slave'; then
+        redis-cli -p "$p" info replication | grep -q 'master_link_status:up' || ok=0
+      fi
     done
     if [ $ok = 1 ]; then echo "redis cluster up: $(url)"; return 0; fi
     sleep 0.1

@@ -409,13 +409,17 @@ fn replica_of(nodes: &[String], primary: &str) -> String {
         .expect("the primary has a replica")
 }
 
-/// Every node answers `cluster_state:ok` and a primary serves `slot` (bounded wait).
+/// Every node answers `cluster_state:ok`, every replica is in sync (only then can it be
+/// promoted) and a primary serves `slot` (bounded wait).
 async fn cluster_settled(nodes: &[String], slot: u16, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
-        let ok = nodes
-            .iter()
-            .all(|n| redis_cli(n, &["cluster", "info"]).contains("cluster_state:ok"));
+        let ok = nodes.iter().all(|n| {
+            let replication = redis_cli(n, &["info", "replication"]);
+            redis_cli(n, &["cluster", "info"]).contains("cluster_state:ok")
+                && (!replication.contains("role:slave")
+                    || replication.contains("master_link_status:up"))
+        });
         if ok && slot_owner(nodes, slot).is_some() {
             return true;
         }
