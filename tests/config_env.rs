@@ -702,6 +702,61 @@ fn required_keys_have_no_default() {
 }
 
 #[test]
+fn redis_url_accepts_one_server_a_cluster_and_a_sentinel() {
+    let redis = |url: &str| {
+        with(
+            base(),
+            &[
+                ("PGW_LIMITER_BACKEND", "redis"),
+                ("PGW_BREAKER_BACKEND", "redis"),
+                ("REDIS_URL", url),
+            ],
+        )
+    };
+    let pw = REDIS_PASSWORD;
+    for url in [
+        format!("redis://:{pw}@127.0.0.1:6379/0"),
+        format!("redis-cluster://:{pw}@127.0.0.1:7000?node=127.0.0.1:7001&node=127.0.0.1:7002"),
+        "valkey-cluster://10.0.0.1:7000".to_string(),
+        format!(
+            "redis-sentinel://:{pw}@127.0.0.1:26379/0?sentinelServiceName=pgw&node=127.0.0.1:26380"
+        ),
+    ] {
+        let s = parse(&redis(&url));
+        assert_eq!(s.redis_url.unwrap().expose(), url);
+    }
+    // Each refusal names REDIS_URL and what was wrong, and never echoes the URL (parse_err checks).
+    for (url, reason) in [
+        (
+            format!("redis-sentinel://:{pw}@127.0.0.1:26379/0"),
+            "sentinel",
+        ),
+        (
+            format!("redis-cluster://:{pw}@127.0.0.1:7000?node=nohost"),
+            "cluster node",
+        ),
+        (format!("rediss://:{pw}@127.0.0.1:6380"), "TLS"),
+        (
+            format!("http://:{pw}@127.0.0.1:6379"),
+            "unknown scheme http",
+        ),
+        (format!(":{pw}@127.0.0.1"), "not a URL"),
+    ] {
+        let e = parse_err(&redis(&url));
+        let text = e.to_string();
+        assert!(
+            matches!(e, ConfigError::InvalidValue { ref key, .. } if key == "REDIS_URL"),
+            "{text}"
+        );
+        assert!(text.contains(reason), "{url}: {text}");
+        assert!(
+            text.contains("redis-cluster://"),
+            "the allowed forms are listed: {text}"
+        );
+    }
+}
+
+#[test]
 fn backends_are_optional_without_scopes() {
     let s = parse(&BTreeMap::new());
     assert!(s.scopes.is_empty());

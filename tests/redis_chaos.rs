@@ -6,6 +6,11 @@
 //! The restart test never touches the shared Redis on 6379: it runs a PRIVATE `redis-server` on a
 //! free port as a child process. Without a `redis-server` binary: under `CI=true` the test fails,
 //! otherwise it prints a loud SKIP.
+//!
+//! The failover proof runs the same runtime check against a Redis Cluster
+//! (`PGW_TEST_REDIS_CLUSTER_URL`, started by `.ci/redis-cluster.sh`): it kills the primary that owns
+//! the scope's slot, and restarts it (it rejoins as a replica) so the cluster stays usable. Without
+//! that variable: under `CI=true` the test fails, otherwise it prints a loud SKIP.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -351,4 +356,392 @@ async fn the_runtime_fails_closed_while_redis_is_down_and_recovers_by_itself() {
     assert_eq!(leases, 0, "no lease leaked after recovery");
     gw.shutdown().await;
     server.kill();
+}
+
+/// `redis-cli -h host -p port args…`, its output (admin commands of the failover proof; the
+/// runtime itself only ever talks through fred).
+fn redis_cli(node: &str, args: &[&str]) -> String {
+    let (host, port) = node.split_once(':').expect("host:port");
+    let out = Command::new("redis-cli")
+        .args(["-h", host, "-p", port])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `host:port` of the connected primary serving `slot`, from any reachable node's view.
+fn slot_owner(nodes: &[String], slot: u16) -> Option<String> {
+    nodes.iter().find_map(|node| {
+        redis_cli(node, &["cluster", "nodes"]).lines().find_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let serving = f.len() > 8
+                && f[2].contains("master")
+                && !f[2].contains("fail")
+                && f[7] == "connected"
+                && f[8..].iter().any(|range| {
+                    let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+                    matches!((lo.parse::<u16>(), hi.parse::<u16>()), (Ok(lo), Ok(hi)) if lo <= slot && slot <= hi)
+                });
+            serving.then(|| f[1].split('@').next().unwrap_or(f[1]).to_string())
+        })
+    })
+}
+
+/// The `host:port` of the replica of primary `primary`.
+fn replica_of(nodes: &[String], primary: &str) -> String {
+    let view = redis_cli(&nodes[0], &["cluster", "nodes"]);
+    let fields = |line: &str| {
+        line.split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let lines: Vec<Vec<String>> = view.lines().map(fields).collect();
+    let id = lines
+        .iter()
+        .find(|f| f[1].starts_with(&format!("{primary}@")))
+        .map(|f| f[0].clone())
+        .expect("the primary is listed");
+    lines
+        .iter()
+        .find(|f| f[2].contains("slave") && f[3] == id)
+        .map(|f| f[1].split('@').next().unwrap_or(&f[1]).to_string())
+        .expect("the primary has a replica")
+}
+
+/// Every node answers `cluster_state:ok`, every replica is in sync (only then can it be
+/// promoted) and a primary serves `slot` (bounded wait).
+async fn cluster_settled(nodes: &[String], slot: u16, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        let ok = nodes.iter().all(|n| {
+            let replication = redis_cli(n, &["info", "replication"]);
+            redis_cli(n, &["cluster", "info"]).contains("cluster_state:ok")
+                && (!replication.contains("role:slave")
+                    || replication.contains("master_link_status:up"))
+        });
+        if ok && slot_owner(nodes, slot).is_some() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+/// A killed cluster node, restarted from its own config file when dropped (also on a failed
+/// assertion), so the cluster is whole again for later tests: it rejoins as a replica.
+struct KilledNode {
+    config_file: String,
+}
+
+impl KilledNode {
+    fn kill(node: &str) -> Self {
+        let info = redis_cli(node, &["info", "server"]);
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_else(|| panic!("INFO server of {node} has no {name}"))
+        };
+        let (pid, config_file) = (field("process_id:"), field("config_file:"));
+        assert!(
+            !config_file.is_empty(),
+            "{node} was not started from a config file"
+        );
+        let killed = Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .expect("kill");
+        assert!(killed.success(), "kill -9 {pid}");
+        Self { config_file }
+    }
+}
+
+impl Drop for KilledNode {
+    fn drop(&mut self) {
+        let _ = Command::new("redis-server").arg(&self.config_file).status();
+    }
+}
+
+/// One call's outcome in the failover proof.
+#[derive(Debug)]
+enum Outcome {
+    Ok,
+    /// Refused closed: `GovernanceBackendDown` with a `retry_after_s` (the caller retries later).
+    Refused,
+    /// Anything else: the call is lost to its caller.
+    Lost(String),
+}
+
+/// The failover proof. Traffic runs through the runtime on a Redis Cluster; the primary owning
+/// the scope's slot is killed. While no primary owns the slot, calls are refused closed and the
+/// upstream sees nothing; after a replica is promoted they succeed again by themselves; no lease,
+/// probe or in-flight count outlives the lease TTL; no call is lost. Prints one JSON line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
+    use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+    use polygateway::{Gateway, Message, UnavailableReason};
+
+    let url = match std::env::var("PGW_TEST_REDIS_CLUSTER_URL") {
+        Ok(url) => url,
+        Err(_) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("PGW_TEST_REDIS_CLUSTER_URL is required under CI=true (.ci/redis-cluster.sh)")
+        }
+        Err(_) => {
+            eprintln!("\n!!!!! SKIP: PGW_TEST_REDIS_CLUSTER_URL unset (start .ci/redis-cluster.sh); the cluster failover proof did NOT run !!!!!\n");
+            return;
+        }
+    };
+    let parsed = url::Url::parse(&url).expect("cluster url");
+    let seed = format!(
+        "{}:{}",
+        parsed.host_str().expect("host"),
+        parsed.port().unwrap_or(6379)
+    );
+    let nodes: Vec<String> = redis_cli(&seed, &["cluster", "nodes"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|addr| addr.split('@').next().unwrap_or(addr).to_string())
+        .collect();
+    assert_eq!(nodes.len(), 6, "three primaries and three replicas");
+    let slot: u16 = redis_cli(&seed, &["cluster", "keyslot", "{LLM}"])
+        .trim()
+        .parse()
+        .expect("CLUSTER KEYSLOT");
+    assert!(
+        cluster_settled(&nodes, slot, Duration::from_secs(20)).await,
+        "the cluster is not healthy before the test"
+    );
+    // A second scope whose slot another primary owns: what a failover does to other shards.
+    let owner = slot_owner(&nodes, slot).expect("a primary owns the slot");
+    let (other, other_slot) = (1..100)
+        .map(|i| format!("OTHER{i}"))
+        .find_map(|name| {
+            let s: u16 = redis_cli(&seed, &["cluster", "keyslot", &format!("{{{name}}}")])
+                .trim()
+                .parse()
+                .ok()?;
+            (slot_owner(&nodes, s).as_ref() != Some(&owner)).then_some((name, s))
+        })
+        .expect("a scope on another shard");
+
+    const LEASE_TTL_S: u64 = 5;
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let env: std::collections::BTreeMap<String, String> = [
+        ("PGW_LIMITER_BACKEND", "redis".to_string()),
+        ("PGW_BREAKER_BACKEND", "redis".to_string()),
+        ("PGW_TELEMETRY_BACKEND", "none".to_string()),
+        ("PGW_LEASE_TTL_S", LEASE_TTL_S.to_string()),
+        ("REDIS_URL", url.clone()),
+        ("LLM__GLOBAL__MAX_CONCURRENCY", "8".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .chain(["LLM", other.as_str()].into_iter().flat_map(|scope| {
+        [
+            ("OPENAI__1__BASE_URL", mock.base_url()),
+            ("OPENAI__1__API_KEY", "sk-failover".to_string()),
+            ("OPENAI__1__MODEL", "m".to_string()),
+            ("OPENAI__1__TIMEOUT_S", "3".to_string()),
+        ]
+        .map(|(k, v)| (format!("{scope}__{k}"), v))
+    }))
+    .collect();
+    let prefix = format!("pgwfailover-{}", uuid::Uuid::new_v4().simple());
+    let gw = Arc::new(
+        Gateway::builder(polygateway::config::Settings::from_map(&env).unwrap())
+            .default_scope("LLM")
+            .redis_key_prefix(&prefix)
+            .build()
+            .await
+            .expect("the gateway connects to the cluster"),
+    );
+
+    // Traffic: four callers, each call bounded (a hang is a failure), until told to stop.
+    let started = Instant::now();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let log = Arc::new(std::sync::Mutex::new(Vec::<(Duration, Outcome)>::new()));
+    let other_log = Arc::new(std::sync::Mutex::new(Vec::<(Duration, Outcome)>::new()));
+    let callers: Vec<_> = (0..6)
+        .map(|i| {
+            // Four callers on the killed shard's scope, two on the other shard's.
+            let (scope, log) = match i {
+                0..4 => ("LLM", Arc::clone(&log)),
+                _ => (other.as_str(), Arc::clone(&other_log)),
+            };
+            let handle = gw.chat_scope(scope).unwrap();
+            let stop = Arc::clone(&stop);
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let answer = tokio::time::timeout(
+                        Duration::from_secs(10),
+                        handle.chat(vec![Message::user("x")]),
+                    )
+                    .await
+                    .expect("no call hangs past its bound");
+                    let outcome = match answer {
+                        Ok(_) => Outcome::Ok,
+                        Err(e) => match e.unavailable() {
+                            Some(u)
+                                if u.reason == UnavailableReason::GovernanceBackendDown
+                                    && u.retry_after_s > 0.0 =>
+                            {
+                                Outcome::Refused
+                            }
+                            _ => Outcome::Lost(e.to_string()),
+                        },
+                    };
+                    log.lock().unwrap().push((started.elapsed(), outcome));
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Kill the primary that owns the scope's slot; its replica is the one to be promoted.
+    let replica = replica_of(&nodes, &owner);
+    let killed = KilledNode::kill(&owner);
+    let killed_at = started.elapsed();
+    // Requests admitted just before the kill reach the mock within a few ms; after that, nothing
+    // may reach it until a replica owns the slot again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent_after_kill = mock.counts().chat;
+    let promote_deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let sent = mock.counts().chat;
+        // Read the count before asking the replica: it takes writes for the slot from the moment
+        // it calls itself master, so a request counted here was sent while no primary owned it.
+        if redis_cli(&replica, &["role"]).starts_with("master") {
+            assert_eq!(
+                sent, sent_after_kill,
+                "the upstream saw a request while no primary owned the slot (ungoverned)"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < promote_deadline,
+            "no replica promoted within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let promoted_at = started.elapsed();
+
+    // Calls succeed again by themselves: wait for 2 s of traffic after the first success.
+    let resume_deadline = Instant::now() + Duration::from_secs(30);
+    let resumed_at = loop {
+        let first_ok = log
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(t, o)| *t > promoted_at && matches!(o, Outcome::Ok))
+            .map(|(t, _)| *t);
+        if let Some(t) = first_ok {
+            break t;
+        }
+        assert!(
+            Instant::now() < resume_deadline,
+            "calls did not resume within 30 s of the promotion"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for caller in callers {
+        caller.await.unwrap();
+    }
+
+    // Nothing leaked beyond the lease TTL: leases written on the old primary and never released
+    // (or released on it and not replicated) expire by the server clock.
+    let idle_deadline = Instant::now() + Duration::from_secs(LEASE_TTL_S + 3);
+    loop {
+        let mut leases = 0;
+        let mut sources = Vec::new();
+        for scope in ["LLM", other.as_str()] {
+            leases += gw
+                .leases_held(scope)
+                .await
+                .expect("leases readable after the failover");
+            sources.extend(gw.sources(scope).await.unwrap());
+        }
+        if leases == 0 && sources.iter().all(|s| s.in_flight == 0 && !s.probe_held) {
+            break;
+        }
+        assert!(
+            Instant::now() < idle_deadline,
+            "state leaked beyond the lease TTL: leases {leases}, sources {sources:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let idle_at = started.elapsed();
+
+    let log = std::mem::take(&mut *log.lock().unwrap());
+    let ok = log.iter().filter(|(_, o)| matches!(o, Outcome::Ok)).count();
+    let refused: Vec<Duration> = log
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Refused))
+        .map(|(t, _)| *t)
+        .collect();
+    let lost: Vec<&String> = log
+        .iter()
+        .filter_map(|(_, o)| match o {
+            Outcome::Lost(e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    let other_log = std::mem::take(&mut *other_log.lock().unwrap());
+    let other_refused = other_log
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Refused))
+        .count();
+    let lost: Vec<&String> = lost
+        .into_iter()
+        .chain(other_log.iter().filter_map(|(_, o)| match o {
+            Outcome::Lost(e) => Some(e),
+            _ => None,
+        }))
+        .collect();
+    let refusal_s = match (refused.first(), refused.last()) {
+        (Some(_), Some(_)) => resumed_at.saturating_sub(killed_at).as_secs_f64(),
+        _ => 0.0,
+    };
+    gw.shutdown().await;
+
+    // Restore: the killed node restarts and rejoins as a replica of the promoted one.
+    drop(killed);
+    let restore_started = Instant::now();
+    let rejoined = async {
+        while !redis_cli(&owner, &["role"]).starts_with("slave") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let rejoined = tokio::time::timeout(Duration::from_secs(20), rejoined)
+        .await
+        .is_ok();
+    let settled = cluster_settled(&nodes, slot, Duration::from_secs(20)).await;
+    println!(
+        "{}",
+        serde_json::json!({"cluster_failover": {
+            "killed": owner, "promoted": replica,
+            "promotion_s": (promoted_at - killed_at).as_secs_f64(),
+            "refusal_s": refusal_s,
+            "calls_ok": ok, "calls_refused": refused.len(), "calls_lost": lost.len(),
+            "other_shard": {"slot": other_slot, "calls": other_log.len(), "refused": other_refused},
+            "idle_after_stop_s": (idle_at - promoted_at).as_secs_f64(),
+            "restore_s": restore_started.elapsed().as_secs_f64(),
+        }})
+    );
+    assert!(
+        lost.is_empty(),
+        "calls lost (neither served nor refused with retry_after_s): {lost:?}"
+    );
+    assert!(
+        !refused.is_empty(),
+        "the kill was seen: some calls were refused closed"
+    );
+    assert!(ok > 0);
+    assert!(
+        rejoined && settled,
+        "the killed node did not rejoin the cluster as a replica"
+    );
 }

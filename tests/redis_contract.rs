@@ -1,4 +1,6 @@
-//! The Redis governance backends against a real Redis (127.0.0.1:6379, or `PGW_TEST_REDIS_URL`).
+//! The Redis governance backends against a real Redis (127.0.0.1:6379, or `PGW_TEST_REDIS_URL`,
+//! which may be a cluster URL: `.ci/run` runs this binary a second time against a local Redis
+//! Cluster, where a script touching two slots would fail with CROSSSLOT).
 //!
 //! Part one runs every case of the shared contract suite (`tests/contract`, also run against the
 //! memory backends) on `RedisGate`/`RedisBreakers`. Part two covers Redis-specific behaviour the
@@ -60,13 +62,35 @@ async fn raw_client() -> fred::prelude::Client {
     client
 }
 
-async fn purge(prefix: &str) {
+/// One connected client per primary (a cluster), or the one server: `KEYS` sees one node only.
+async fn raw_nodes() -> Vec<fred::prelude::Client> {
     let raw = raw_client().await;
-    let _: i64 = raw
-        .eval(PURGE, Vec::<String>::new(), format!("{prefix}:*"))
-        .await
-        .expect("purge");
+    let Ok(nodes) = raw.split_cluster() else {
+        return vec![raw];
+    };
     raw.quit().await.ok();
+    for node in &nodes {
+        node.init().await.expect("raw connect to a cluster node");
+    }
+    nodes
+}
+
+/// Run a `KEYS`-style script with `ARGV[1] = {prefix}:*` on every node and collect the answers.
+async fn on_every_node<R: fred::prelude::FromValue>(script: &str, prefix: &str) -> Vec<R> {
+    let mut answers = Vec::new();
+    for node in raw_nodes().await {
+        answers.push(
+            node.eval(script, Vec::<String>::new(), format!("{prefix}:*"))
+                .await
+                .expect("script on a node"),
+        );
+        node.quit().await.ok();
+    }
+    answers
+}
+
+async fn purge(prefix: &str) {
+    let _: Vec<i64> = on_every_node(PURGE, prefix).await;
 }
 
 struct Fixture {
@@ -82,17 +106,9 @@ impl Fixture {
     }
 
     async fn keys(&self) -> Vec<String> {
-        let raw = self.raw().await;
-        let keys: Vec<String> = raw
-            .eval(
-                "return redis.call('KEYS', ARGV[1])",
-                Vec::<String>::new(),
-                format!("{}:*", self.prefix),
-            )
-            .await
-            .expect("KEYS");
-        raw.quit().await.ok();
-        keys
+        let per_node: Vec<Vec<String>> =
+            on_every_node("return redis.call('KEYS', ARGV[1])", &self.prefix).await;
+        per_node.concat()
     }
 
     /// Delete this test's keys and close the pool.

@@ -37,6 +37,35 @@ use crate::validate::shorten;
 /// Placeholder shown instead of a secret value.
 const HIDDEN: &str = "(value hidden: it may hold a secret)";
 
+/// The `REDIS_URL` forms the Redis client accepts (README "Scaling out").
+const REDIS_URL_FORMS: &str = "one server redis://[:password@]host:6379[/db], \
+    a cluster redis-cluster://[:password@]host:7000[?node=host:7001&node=...], \
+    or a sentinel-managed primary \
+    redis-sentinel://[:password@]host:26379[/db]?sentinelServiceName=NAME[&node=host:26380...] \
+    (valkey, valkey-cluster and valkey-sentinel are the same)";
+
+/// Parse `REDIS_URL` as the client will, so a bad URL fails at configuration, not at first use.
+/// The reason never echoes the URL (it may hold a password). TLS (`rediss`) is not built in: it
+/// would connect in plain text, so it is refused.
+fn check_redis_url(value: &str) -> Result<(), String> {
+    let url = url::Url::parse(value).map_err(|e| format!("not a URL ({e})"))?;
+    let scheme = url.scheme();
+    let base = scheme
+        .strip_suffix("-cluster")
+        .or_else(|| scheme.strip_suffix("-sentinel"))
+        .unwrap_or(scheme);
+    match base {
+        "redis" | "valkey" => {}
+        "rediss" | "valkeys" => {
+            return Err(format!("scheme {scheme}: TLS to Redis is not built in"))
+        }
+        _ => return Err(format!("unknown scheme {scheme}")),
+    }
+    fred::prelude::Config::from_url(value)
+        .map(drop)
+        .map_err(|e| e.details().to_string())
+}
+
 impl Settings {
     /// Parse the process environment plus `./.env` (current directory only; a missing file is
     /// fine). A variable set in the environment wins over the same key in `.env`. The process
@@ -862,11 +891,11 @@ fn build_settings(
 
     let redis_url = match get("REDIS_URL") {
         Some(entry) => {
-            if url::Url::parse(entry.value).is_err() {
+            if let Err(reason) = check_redis_url(entry.value) {
                 return Err(ConfigError::InvalidValue {
                     key: entry.key.to_string(),
                     value: HIDDEN.to_string(),
-                    expected: "a URL such as redis://host:6379/0".to_string(),
+                    expected: format!("{REDIS_URL_FORMS}; {reason}"),
                 });
             }
             Some(Secret::new(entry.value))

@@ -1,6 +1,10 @@
 //! The Redis connection shared by the governance backends: a fred pool with a reconnect policy,
 //! bounded commands, and the Lua scripts run by EVALSHA (reloaded on NOSCRIPT).
 //!
+//! The URL may name one server, a Redis Cluster or a sentinel-managed primary (the client's
+//! `redis://`, `redis-cluster://` and `redis-sentinel://` forms): every script's keys share the
+//! scope's hash tag, so on a cluster each call runs on the one shard that owns that slot.
+//!
 //! Every failure — unreachable server, timeout, script error — becomes a [`BackendError`] whose
 //! message never contains the URL's password; callers fail closed (docs/behaviour.md §10.6). Not for: the
 //! response cache (it degrades silently and has its own client).
