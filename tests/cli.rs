@@ -117,6 +117,25 @@ async fn chat_health_and_sources_against_the_mock() {
 }
 
 #[tokio::test]
+async fn a_failed_chat_prints_each_structured_field_once() {
+    let mock = MockUpstream::start(Behaviour::Unauthorized).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = env_for(&mock.base_url());
+    env.push(("LLM__RETRY__MAX_ATTEMPTS", "1".into()));
+    let run = cli(dir.path(), &env, &["chat", "hi"]).await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    for once in ["retry after", "last error", "attempt(s) failed", "401"] {
+        assert_eq!(
+            run.stderr.matches(once).count(),
+            1,
+            "{once:?} in {}",
+            run.stderr
+        );
+    }
+    assert!(!run.stderr.contains("sk-cli-secret-value"));
+}
+
+#[tokio::test]
 async fn schema_sql_and_retention() {
     let dir = tempfile::tempdir().unwrap();
     let run = cli(dir.path(), &[], &["schema-sql", "postgres"]).await;

@@ -14,7 +14,7 @@ use polygateway::config::{
     redact_dsn, CacheSettings, ScopeKind, Secret, Settings, TelemetryBackendSettings,
 };
 use polygateway::telemetry::{retention, telemetry_schema_sql, RetentionTarget, SchemaBackend};
-use polygateway::{Gateway, GatewayError, Message};
+use polygateway::{Gateway, Message};
 
 #[derive(Parser)]
 #[command(
@@ -225,13 +225,6 @@ async fn probe_source(
     }
 }
 
-fn describe(e: GatewayError) -> String {
-    match e.unavailable() {
-        Some(u) => format!("{e} (retry after {:.1} s)", u.retry_after_s),
-        None => e.to_string(),
-    }
-}
-
 async fn run(cli: Cli) -> Result<ExitCode, String> {
     match &cli.command {
         Command::Config {
@@ -288,7 +281,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 Err(e) => Err(e),
             };
             gw.shutdown().await;
-            let r = result.map_err(describe)?;
+            let r = result.map_err(|e| e.to_string())?;
             println!("{}", r.content);
             println!(
                 "\nsource {}  tokens {}+{} ({})  latency {:.0} ms  cost {}",
@@ -312,7 +305,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             };
             for i in 0..*probe {
                 if let Err(e) = handle.chat(vec![Message::user(format!("probe {i}"))]).await {
-                    println!("probe {i}: {}", describe(e));
+                    println!("probe {i}: {e}");
                 }
             }
             let snapshot = gw.sources(scope).await.map_err(|e| e.to_string());

@@ -363,13 +363,20 @@ impl ChatTransport {
         let mut events = Vec::new();
         let mut deltas = Vec::new();
         let mut done = false;
+        let mut ending = StreamEnd::Clean;
         while !done {
             let eof = match wd.guard(stream.next()).await? {
                 None => {
                     parser.finish(&mut events);
                     true
                 }
-                Some(Err(e)) => return Err(classify_reqwest(&e)),
+                // The connection dropped mid-body (no final chunk), the way proxies and load
+                // balancers end streams. What arrived is judged like any stream without
+                // `[DONE]`; an unterminated last line is a torn frame and is dropped.
+                Some(Err(_)) => {
+                    ending = StreamEnd::ConnectionClosed;
+                    true
+                }
                 Some(Ok(bytes)) => {
                     parser.feed(&bytes, &mut events);
                     false
@@ -395,7 +402,7 @@ impl ChatTransport {
         acc.finish(&mut deltas);
         emit_all(&wd, sink, &mut deltas).await?;
         let clock = wd.clock();
-        let usage_source = self.stream_verdict(&acc, done)?;
+        let usage_source = self.stream_verdict(&acc, done, ending)?;
         let mut resp = self.response(acc, usage_source);
         resp.truncated = !done;
         resp.latency_ms = ms_since(clock.start());
@@ -405,20 +412,37 @@ impl ChatTransport {
     }
 
     /// End-of-stream rules: early EOF, empty completion, missing `[DONE]` (retry or salvage).
-    fn stream_verdict(&self, acc: &Assembly, done: bool) -> Result<UsageSource, TransportError> {
+    /// An abrupt close is named as such, so telemetry tells a cut-off stream from a clean EOF.
+    fn stream_verdict(
+        &self,
+        acc: &Assembly,
+        done: bool,
+        ending: StreamEnd,
+    ) -> Result<UsageSource, TransportError> {
         let empty = acc.content.trim().is_empty();
         let transient = |m: String| Err(TransportError::transient(SourceReason::NetworkError, m));
+        let chars = acc.content.chars().count();
         match (done, empty) {
             (true, true) => {
                 transient("empty completion: the stream finished without content".into())
             }
             (true, false) => Ok(measured_or_unavailable(acc.usage)),
-            (false, true) => transient("early_eof: the stream ended before any content".into()),
+            (false, true) => transient(match ending {
+                StreamEnd::Clean => "early_eof: the stream ended before any content".into(),
+                StreamEnd::ConnectionClosed => {
+                    "early_eof: connection closed before any content".into()
+                }
+            }),
             (false, false) => match self.settings.missing_done {
-                MissingDone::Retry => transient(format!(
-                    "truncated stream: ended without [DONE] after {} chars of content",
-                    acc.content.chars().count()
-                )),
+                MissingDone::Retry => transient(match ending {
+                    StreamEnd::Clean => format!(
+                        "truncated stream: ended without [DONE] after {chars} chars of content"
+                    ),
+                    StreamEnd::ConnectionClosed => format!(
+                        "truncated stream: connection closed after {chars} chars of content, \
+                         without [DONE]"
+                    ),
+                }),
                 MissingDone::Salvage => Ok(if acc.usage.is_some() {
                     UsageSource::Estimated
                 } else {
@@ -473,6 +497,15 @@ impl ChatTransport {
         }
         r
     }
+}
+
+/// How a stream without `[DONE]` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamEnd {
+    /// The body ended properly (final chunk received).
+    Clean,
+    /// The connection dropped mid-body.
+    ConnectionClosed,
 }
 
 fn measured_or_unavailable(usage: Option<WireUsage>) -> UsageSource {
