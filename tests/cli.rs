@@ -96,6 +96,11 @@ async fn chat_health_and_sources_against_the_mock() {
         run.stdout
     );
     assert!(run.stdout.contains("source openai_1"));
+    assert_eq!(mock.last_request().unwrap().body["stream"], true);
+    let run = cli(dir.path(), &env, &["chat", "--no-stream", "hi there"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.starts_with("hello from the mock"));
+    assert_eq!(mock.last_request().unwrap().body["stream"], false);
 
     let run = cli(dir.path(), &env, &["health"]).await;
     assert_eq!(run.code, 0, "{}", run.stdout);

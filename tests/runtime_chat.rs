@@ -66,3 +66,34 @@ async fn an_error_message_says_each_thing_once() {
         assert_eq!(text.matches(once).count(), 1, "{once:?} in {text}");
     }
 }
+
+#[tokio::test]
+async fn a_stream_false_source_serves_chat_and_chat_stream_without_streaming() {
+    use futures::StreamExt;
+    let mock = MockUpstream::start(Behaviour::healthy_with("whole answer")).await;
+    let gw = common::gateway(&[("openai", &mock)], &[("LLM__OPENAI__1__STREAM", "false")]).await;
+    let resp = gw.chat(vec![Message::user("hi")]).await.unwrap();
+    assert_eq!(resp.content, "whole answer");
+    assert_eq!(resp.ttft_ms, None, "no stream, no time to first token");
+    assert_eq!(mock.last_request().unwrap().body["stream"], false);
+
+    let events: Vec<_> = gw
+        .chat_stream(vec![Message::user("again")], polygateway::CallOptions::new())
+        .unwrap()
+        .collect()
+        .await;
+    let mut content = String::new();
+    let mut done = false;
+    for event in events {
+        match event.unwrap() {
+            polygateway::ChatEvent::Content(c) => content.push_str(&c),
+            polygateway::ChatEvent::Done(r) => done = r.content == "whole answer",
+            _ => {}
+        }
+    }
+    assert_eq!(content, "whole answer");
+    assert!(done);
+    assert_eq!(mock.last_request().unwrap().body["stream"], false);
+    assert_eq!(mock.counts().chat, 2);
+    gw.shutdown().await;
+}

@@ -690,6 +690,61 @@ async fn non_stream_is_bounded_by_the_total_deadline_only() {
     assert!(e.message.contains("total"), "{}", e.message);
 }
 
+// ---------------------------------------------------------------- STREAM=false sources
+
+#[tokio::test]
+async fn a_non_streaming_source_never_streams_and_reads_usage_and_reasoning_from_the_body() {
+    let mock = MockUpstream::start(Behaviour::UsageDetails).await;
+    let t = transport_with(&mock, |s| s.stream = false);
+    // The call asks for a stream; the source refuses it.
+    let (sink, mut rx) = EventSink::channel(64);
+    let r = t.send(&request(true), Some(&sink)).await.unwrap();
+    drop(sink);
+    let sent = mock.last_request().unwrap().body;
+    assert_eq!(sent["stream"], false);
+    assert!(sent.get("stream_options").is_none());
+    assert_eq!(r.content, MOCK_CONTENT);
+    assert_eq!(r.usage_source, UsageSource::Measured);
+    assert_eq!(r.cached_prompt_tokens, Some(MOCK_CACHED_TOKENS));
+    assert_eq!(r.reasoning_tokens, Some(MOCK_REASONING_TOKENS));
+    assert_eq!(r.ttft_ms, None);
+    let mut streamed = String::new();
+    while let Some(d) = rx.recv().await {
+        if let ChatDelta::Content(c) = d {
+            streamed.push_str(&c);
+        }
+    }
+    assert_eq!(streamed, MOCK_CONTENT, "the consumer still gets the answer");
+
+    // Reasoning from the JSON body, as from SSE deltas.
+    mock.set_behaviour(Behaviour::Reasoning);
+    let r = call(&t, true).await.unwrap();
+    assert_eq!(r.thinking, MOCK_THINKING);
+    assert_eq!(r.content, MOCK_CONTENT);
+    assert_eq!(mock.last_request().unwrap().body["stream"], false);
+}
+
+#[tokio::test]
+async fn a_non_streaming_source_is_bounded_by_the_total_deadline() {
+    let mock = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(1500),
+        inter_token: Duration::ZERO,
+        chunks: 1,
+        content: "late".into(),
+    })
+    .await;
+    let t = transport_with(&mock, |s| {
+        s.stream = false;
+        deadlines(s, 50, 50, 400);
+    });
+    let started = Instant::now();
+    let e = call(&t, true).await.unwrap_err();
+    assert_eq!(e.class(), FailureClass::Transient);
+    assert_eq!(e.source_reason(), SourceReason::Timeout);
+    assert_eq!(e.message, "watchdog: total deadline of 0.400s exceeded");
+    assert!(started.elapsed() < Duration::from_millis(1400));
+}
+
 // ---------------------------------------------------------------- TRUST_ENV
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use polygateway::config::{
     redact_dsn, CacheSettings, ScopeKind, Secret, Settings, TelemetryBackendSettings,
 };
 use polygateway::telemetry::{retention, telemetry_schema_sql, RetentionTarget, SchemaBackend};
-use polygateway::{Gateway, Message};
+use polygateway::{CallOptions, Gateway, Message};
 
 #[derive(Parser)]
 #[command(
@@ -55,6 +55,10 @@ enum Command {
         /// Chat scope to use.
         #[arg(long, default_value = "LLM")]
         scope: String,
+        /// Ask for one JSON answer instead of a stream (a source with `STREAM=false` never
+        /// streams either way).
+        #[arg(long)]
+        no_stream: bool,
     },
     /// Show each source's breaker, health, pacer and counters after a small probe of governed
     /// calls.
@@ -274,10 +278,19 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 ExitCode::from(1)
             })
         }
-        Command::Chat { prompt, scope } => {
+        Command::Chat {
+            prompt,
+            scope,
+            no_stream,
+        } => {
             let gw = gateway(&cli, scope).await?;
+            let options = CallOptions::new().stream(!no_stream);
             let result = match gw.chat_scope(scope) {
-                Ok(handle) => handle.chat(vec![Message::user(prompt.clone())]).await,
+                Ok(handle) => {
+                    handle
+                        .chat_with(vec![Message::user(prompt.clone())], options)
+                        .await
+                }
                 Err(e) => Err(e),
             };
             gw.shutdown().await;

@@ -322,17 +322,24 @@ impl ChatTransport {
     /// ```
     pub fn body(&self, request: &ChatWireRequest) -> Result<Vec<u8>, TransportError> {
         let params = self.body_params(request);
+        let stream = self.streams(request);
         let body = WireBody {
             model: &self.settings.model,
             messages: &request.messages,
-            stream: request.stream,
-            stream_options: request.stream.then_some(StreamOptions {
+            stream,
+            stream_options: stream.then_some(StreamOptions {
                 include_usage: true,
             }),
             params: &params,
         };
         serde_json::to_vec(&body)
             .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))
+    }
+
+    /// Whether an attempt streams: the call can refuse streaming, and so can the source
+    /// (`STREAM=false`, for servers that do not stream or stream badly).
+    fn streams(&self, request: &ChatWireRequest) -> bool {
+        request.stream && self.settings.stream
     }
 
     fn post(&self, body: Vec<u8>, stream: bool) -> Result<reqwest::RequestBuilder, TransportError> {
@@ -622,7 +629,7 @@ impl Transport for ChatTransport {
         request: &ChatWireRequest,
         events: Option<&EventSink<ChatDelta>>,
     ) -> Result<LlmResponse, TransportError> {
-        if request.stream {
+        if self.streams(request) {
             self.send_streaming(request, events).await
         } else {
             self.send_plain(request, events).await
