@@ -264,7 +264,10 @@ async fn an_abruptly_closed_stream_is_salvaged_but_never_cached() {
     .await;
     let salvaged = gw.chat(vec![Message::user("q")]).await.unwrap();
     assert!(salvaged.truncated);
-    assert_eq!(salvaged.content, polygateway::testkit::mock_llm::MOCK_CONTENT);
+    assert_eq!(
+        salvaged.content,
+        polygateway::testkit::mock_llm::MOCK_CONTENT
+    );
     assert_eq!(salvaged.usage_source, polygateway::UsageSource::Estimated);
     let next = gw.chat(vec![Message::user("q")]).await.unwrap();
     assert!(!next.cache_hit, "the salvaged answer was not stored");

@@ -78,7 +78,10 @@ async fn a_stream_false_source_serves_chat_and_chat_stream_without_streaming() {
     assert_eq!(mock.last_request().unwrap().body["stream"], false);
 
     let events: Vec<_> = gw
-        .chat_stream(vec![Message::user("again")], polygateway::CallOptions::new())
+        .chat_stream(
+            vec![Message::user("again")],
+            polygateway::CallOptions::new(),
+        )
         .unwrap()
         .collect()
         .await;

@@ -324,7 +324,9 @@ async fn abrupt_close_after_content_retry_says_truncated_with_the_char_count() {
     let chars = MOCK_CONTENT.chars().count();
     assert_eq!(
         e.message,
-        format!("truncated stream: connection closed after {chars} chars of content, without [DONE]")
+        format!(
+            "truncated stream: connection closed after {chars} chars of content, without [DONE]"
+        )
     );
 }
 
@@ -366,6 +368,26 @@ async fn abrupt_close_of_a_non_streaming_body_is_a_transient_body_error() {
     let e = fail(abrupt(true, true), false).await;
     assert_eq!(e.class(), FailureClass::Transient);
     assert!(e.message.starts_with("body error"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn a_frame_past_the_sse_cap_is_transient_not_buffered() {
+    // One 9 MiB content delta: a single SSE line past the 8 MiB cap.
+    let e = fail(
+        Behaviour::Healthy {
+            ttft: Duration::ZERO,
+            inter_token: Duration::ZERO,
+            chunks: 1,
+            content: "z".repeat(9 * 1024 * 1024),
+        },
+        true,
+    )
+    .await;
+    assert_eq!(e.class(), FailureClass::Transient);
+    assert_eq!(
+        e.message,
+        "malformed stream: SSE line or event larger than the 8388608-byte cap"
+    );
 }
 
 #[tokio::test]

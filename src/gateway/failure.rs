@@ -93,7 +93,10 @@ pub(crate) fn describe(scope: &str, failure: &CallFailure<TransportError>) -> St
             ..
         } => (
             classify(*reason).0.class_name(),
-            format!("scope {scope}: {}", detail_text(detail, last_error.as_ref())),
+            format!(
+                "scope {scope}: {}",
+                detail_text(detail, last_error.as_ref())
+            ),
         ),
         CallFailure::Rejected(e) => ("RequestRejected", e.message.clone()),
         CallFailure::Invalid(e) => ("ResultInvalid", e.message.clone()),

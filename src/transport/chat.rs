@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::http::{build_client, classify_reqwest, classify_response, JsonEndpoint};
-use super::sse::{SseEvent, SseParser};
+use super::sse::{FrameTooLarge, SseEvent, SseParser};
 use super::think::ThinkSplitter;
 use super::watchdog::{now, StallLimits, Watchdog};
 use super::wire::{decode_chunk, decode_completion, ChunkFrame, WireUsage};
@@ -374,7 +374,7 @@ impl ChatTransport {
         while !done {
             let eof = match wd.guard(stream.next()).await? {
                 None => {
-                    parser.finish(&mut events);
+                    parser.finish(&mut events).map_err(frame_too_large)?;
                     true
                 }
                 // The connection dropped mid-body (no final chunk), the way proxies and load
@@ -385,7 +385,7 @@ impl ChatTransport {
                     true
                 }
                 Some(Ok(bytes)) => {
-                    parser.feed(&bytes, &mut events);
+                    parser.feed(&bytes, &mut events).map_err(frame_too_large)?;
                     false
                 }
             };
@@ -504,6 +504,12 @@ impl ChatTransport {
         }
         r
     }
+}
+
+/// An upstream that sends a line or event past the SSE cap is broken (or hostile): Transient,
+/// the next attempt may go elsewhere.
+fn frame_too_large(e: FrameTooLarge) -> TransportError {
+    TransportError::transient(SourceReason::NetworkError, format!("malformed stream: {e}"))
 }
 
 /// How a stream without `[DONE]` ended.
