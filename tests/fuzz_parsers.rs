@@ -74,7 +74,7 @@ fn frame(bytes: &[u8], cuts: &[usize]) -> (Vec<SseEvent>, bool) {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(384))]
 
     /// Any bytes, any chunking: no panic, and exactly the events of feeding it whole (also
     /// one byte at a time, which splits every CRLF and every UTF-8 character).
@@ -241,7 +241,7 @@ fn ladder(answers: &[String]) -> (Result<Value, GatewayError>, usize) {
 }
 
 proptest! {
-    #![proptest_config(config(192))]
+    #![proptest_config(config(384))]
 
     /// Any answer text: a value or a repair error, never a panic.
     #[test]
@@ -342,7 +342,7 @@ fn zip_of(entries: &[(&str, &[u8])]) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(config(96))]
+    #![proptest_config(config(192))]
 
     /// A generated document reads the same from the bare JSON and from its ZIP; a damaged
     /// archive (truncated, one byte flipped) is a `ResultInvalid` or still readable, never a
