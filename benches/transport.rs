@@ -58,9 +58,9 @@ fn sse_parse(c: &mut Criterion) {
             let mut events = Vec::with_capacity(256);
             // Network-like segments that cut frames anywhere.
             for seg in bytes.chunks(1400) {
-                p.feed(seg, &mut events);
+                p.feed(seg, &mut events).unwrap();
             }
-            p.finish(&mut events);
+            p.finish(&mut events).unwrap();
             let mut n = 0usize;
             for e in &events {
                 if let SseEvent::Data(d) = e {

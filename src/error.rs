@@ -138,7 +138,7 @@ pub struct Unavailable {
     pub retry_after_s: f64,
     /// Why each source could not serve.
     pub per_source_reasons: BTreeMap<String, SourceReason>,
-    /// Human detail (last error summary), free of secrets.
+    /// Human detail (what ended the call, then `last error: …`), free of secrets.
     pub detail: String,
 }
 
@@ -160,7 +160,7 @@ impl fmt::Display for Unavailable {
             write!(f, "; sources: {}", reasons.join(", "))?;
         }
         if !self.detail.is_empty() {
-            write!(f, "; last error: {}", self.detail)?;
+            write!(f, "; {}", self.detail)?;
         }
         Ok(())
     }

@@ -96,6 +96,11 @@ async fn chat_health_and_sources_against_the_mock() {
         run.stdout
     );
     assert!(run.stdout.contains("source openai_1"));
+    assert_eq!(mock.last_request().unwrap().body["stream"], true);
+    let run = cli(dir.path(), &env, &["chat", "--no-stream", "hi there"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.starts_with("hello from the mock"));
+    assert_eq!(mock.last_request().unwrap().body["stream"], false);
 
     let run = cli(dir.path(), &env, &["health"]).await;
     assert_eq!(run.code, 0, "{}", run.stdout);
@@ -143,6 +148,25 @@ async fn chat_warns_in_one_line_when_telemetry_is_degraded() {
     let run = cli(dir.path(), &env_for(&mock.base_url()), &["chat", "hi"]).await;
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(!run.stderr.contains("warning: telemetry"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn a_failed_chat_prints_each_structured_field_once() {
+    let mock = MockUpstream::start(Behaviour::Unauthorized).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut env = env_for(&mock.base_url());
+    env.push(("LLM__RETRY__MAX_ATTEMPTS", "1".into()));
+    let run = cli(dir.path(), &env, &["chat", "hi"]).await;
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    for once in ["retry after", "last error", "attempt(s) failed", "401"] {
+        assert_eq!(
+            run.stderr.matches(once).count(),
+            1,
+            "{once:?} in {}",
+            run.stderr
+        );
+    }
+    assert!(!run.stderr.contains("sk-cli-secret-value"));
 }
 
 #[tokio::test]

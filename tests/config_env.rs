@@ -116,6 +116,7 @@ fn minimal_config_gets_every_documented_default() {
     assert_eq!(src.enable_thinking, None);
     assert_eq!(src.missing_done, MissingDone::Retry);
     assert!(src.trust_env);
+    assert!(src.stream);
     assert!(src.extra_body.is_empty());
 
     assert_eq!(s.limiter_backend, GovernanceBackendKind::Memory);
@@ -145,6 +146,7 @@ fn every_source_field_is_parsed() {
             ("LLM__QWEN__1__ENABLE_THINKING", "false"),
             ("LLM__QWEN__1__MISSING_DONE", "salvage"),
             ("LLM__QWEN__1__TRUST_ENV", "false"),
+            ("LLM__QWEN__1__STREAM", "off"),
             (
                 "LLM__QWEN__1__EXTRA_BODY",
                 r#"{"temperature": 0.2, "top_k": 5}"#,
@@ -164,6 +166,7 @@ fn every_source_field_is_parsed() {
     assert_eq!(src.enable_thinking, Some(false));
     assert_eq!(src.missing_done, MissingDone::Salvage);
     assert!(!src.trust_env);
+    assert!(!src.stream);
     assert_eq!(src.extra_body["temperature"], serde_json::json!(0.2));
     assert_eq!(src.extra_body["top_k"], serde_json::json!(5));
 
@@ -571,6 +574,7 @@ fn unknown_enum_values_name_the_key_and_the_allowed_values() {
         ("LLM__QWEN__1__MISSING_DONE", "ignore", "retry | salvage"),
         ("LLM__QWEN__1__ENABLE_THINKING", "maybe", "true, false"),
         ("LLM__QWEN__1__TRUST_ENV", "perhaps", "true, false"),
+        ("LLM__QWEN__1__STREAM", "sometimes", "true, false"),
         ("PGW_LIMITER_BACKEND", "etcd", "memory | redis"),
         ("PGW_BREAKER_BACKEND", "disk", "memory | redis"),
         ("PGW_CACHE_BACKEND", "disk", "none | memory | redis"),

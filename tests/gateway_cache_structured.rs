@@ -438,3 +438,32 @@ async fn answers_sum_to_the_telemetry_rows_of_their_calls() {
         .unwrap();
     assert_eq!(orphans, 0);
 }
+
+#[tokio::test]
+async fn an_abruptly_closed_stream_is_salvaged_but_never_cached() {
+    let mock = MockUpstream::start(Behaviour::Scripted(vec![
+        Behaviour::AbruptClose {
+            content: true,
+            with_usage: true,
+        },
+        Behaviour::healthy_with("complete"),
+    ]))
+    .await;
+    let gw = common::gateway(
+        &[("openai", &mock)],
+        &cached(&[("LLM__OPENAI__1__MISSING_DONE", "salvage")]),
+    )
+    .await;
+    let salvaged = gw.chat(vec![Message::user("q")]).await.unwrap();
+    assert!(salvaged.truncated);
+    assert_eq!(
+        salvaged.content,
+        polygateway::testkit::mock_llm::MOCK_CONTENT
+    );
+    assert_eq!(salvaged.usage_source, polygateway::UsageSource::Estimated);
+    let next = gw.chat(vec![Message::user("q")]).await.unwrap();
+    assert!(!next.cache_hit, "the salvaged answer was not stored");
+    assert_eq!(next.content, "complete");
+    assert_eq!(mock.counts().chat, 2);
+    gw.shutdown().await;
+}

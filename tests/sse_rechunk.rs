@@ -44,11 +44,11 @@ fn run(bytes: &[u8], cuts: &[usize]) -> Assembled {
     let mut events = Vec::new();
     let mut start = 0;
     for &cut in cuts {
-        parser.feed(&bytes[start..cut], &mut events);
+        parser.feed(&bytes[start..cut], &mut events).unwrap();
         start = cut;
     }
-    parser.feed(&bytes[start..], &mut events);
-    parser.finish(&mut events);
+    parser.feed(&bytes[start..], &mut events).unwrap();
+    parser.finish(&mut events).unwrap();
 
     let mut splitter = ThinkSplitter::new();
     let mut deltas = Vec::new();

@@ -277,6 +277,119 @@ async fn early_eof_is_transient_even_when_salvaging() {
     assert_eq!(e.class(), FailureClass::Transient);
 }
 
+// ---------------------------------------------------------------- abrupt closes (no final chunk)
+
+fn abrupt(content: bool, with_usage: bool) -> Behaviour {
+    Behaviour::AbruptClose {
+        content,
+        with_usage,
+    }
+}
+
+#[tokio::test]
+async fn the_mock_drops_the_socket_without_the_final_chunk() {
+    // Read the raw body: the content arrives, then a body error instead of a clean end.
+    let mock = MockUpstream::start(abrupt(true, true)).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let body = json!({"model": "m", "messages": [], "stream": true,
+        "stream_options": {"include_usage": true}});
+    let resp = client
+        .post(format!("{}/chat/completions", mock.base_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut stream = resp.bytes_stream();
+    let mut received = Vec::new();
+    let error = loop {
+        match futures::StreamExt::next(&mut stream).await {
+            Some(Ok(bytes)) => received.extend_from_slice(&bytes),
+            Some(Err(e)) => break e,
+            None => panic!("a clean end of body: the close was not abrupt"),
+        }
+    };
+    let text = String::from_utf8(received).unwrap();
+    assert!(text.contains("\"usage\""), "{text}");
+    assert!(!text.contains("[DONE]"), "{text}");
+    assert!(error.is_body() || error.is_decode(), "{error:?}");
+    assert_eq!(mock.counts().of("abrupt_close"), 1);
+}
+
+#[tokio::test]
+async fn abrupt_close_after_content_retry_says_truncated_with_the_char_count() {
+    let e = fail(abrupt(true, true), true).await;
+    assert_eq!(e.class(), FailureClass::Transient);
+    assert_eq!(e.source_reason(), SourceReason::NetworkError);
+    let chars = MOCK_CONTENT.chars().count();
+    assert_eq!(
+        e.message,
+        format!(
+            "truncated stream: connection closed after {chars} chars of content, without [DONE]"
+        )
+    );
+}
+
+#[tokio::test]
+async fn abrupt_close_after_content_is_salvaged() {
+    let mock = MockUpstream::start(abrupt(true, true)).await;
+    let t = transport_with(&mock, |s| s.missing_done = MissingDone::Salvage);
+    let r = call(&t, true).await.unwrap();
+    assert_eq!(r.content, MOCK_CONTENT);
+    assert!(r.truncated);
+    assert_eq!(r.usage_source, UsageSource::Estimated);
+    assert_eq!(r.prompt_tokens, MOCK_PROMPT_TOKENS);
+    assert_eq!(r.completion_tokens, 4);
+
+    mock.set_behaviour(abrupt(true, false));
+    let r = call(&t, true).await.unwrap();
+    assert_eq!(r.content, MOCK_CONTENT);
+    assert!(r.truncated);
+    assert_eq!(r.usage_source, UsageSource::Unavailable);
+    assert_eq!(ChatTransport::tokens_used(&r), None);
+}
+
+#[tokio::test]
+async fn abrupt_close_before_content_is_an_early_eof_under_both_policies() {
+    let mock = MockUpstream::start(abrupt(false, false)).await;
+    for policy in [MissingDone::Retry, MissingDone::Salvage] {
+        let t = transport_with(&mock, |s| s.missing_done = policy);
+        let e = call(&t, true).await.unwrap_err();
+        assert_eq!(e.class(), FailureClass::Transient);
+        assert_eq!(
+            e.message, "early_eof: connection closed before any content",
+            "{policy:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn abrupt_close_of_a_non_streaming_body_is_a_transient_body_error() {
+    let e = fail(abrupt(true, true), false).await;
+    assert_eq!(e.class(), FailureClass::Transient);
+    assert!(e.message.starts_with("body error"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn a_frame_past_the_sse_cap_is_transient_not_buffered() {
+    // One 9 MiB content delta: a single SSE line past the 8 MiB cap.
+    let e = fail(
+        Behaviour::Healthy {
+            ttft: Duration::ZERO,
+            inter_token: Duration::ZERO,
+            chunks: 1,
+            content: "z".repeat(9 * 1024 * 1024),
+        },
+        true,
+    )
+    .await;
+    assert_eq!(e.class(), FailureClass::Transient);
+    assert_eq!(
+        e.message,
+        "malformed stream: SSE line or event larger than the 8388608-byte cap"
+    );
+}
+
 #[tokio::test]
 async fn malformed_frame_is_transient_with_the_frame_summarised() {
     let e = fail(Behaviour::MalformedFrame, true).await;
@@ -597,6 +710,61 @@ async fn non_stream_is_bounded_by_the_total_deadline_only() {
     let t = transport_with(&mock, |s| deadlines(s, 100, 50, 200));
     let e = call(&t, false).await.unwrap_err();
     assert!(e.message.contains("total"), "{}", e.message);
+}
+
+// ---------------------------------------------------------------- STREAM=false sources
+
+#[tokio::test]
+async fn a_non_streaming_source_never_streams_and_reads_usage_and_reasoning_from_the_body() {
+    let mock = MockUpstream::start(Behaviour::UsageDetails).await;
+    let t = transport_with(&mock, |s| s.stream = false);
+    // The call asks for a stream; the source refuses it.
+    let (sink, mut rx) = EventSink::channel(64);
+    let r = t.send(&request(true), Some(&sink)).await.unwrap();
+    drop(sink);
+    let sent = mock.last_request().unwrap().body;
+    assert_eq!(sent["stream"], false);
+    assert!(sent.get("stream_options").is_none());
+    assert_eq!(r.content, MOCK_CONTENT);
+    assert_eq!(r.usage_source, UsageSource::Measured);
+    assert_eq!(r.cached_prompt_tokens, Some(MOCK_CACHED_TOKENS));
+    assert_eq!(r.reasoning_tokens, Some(MOCK_REASONING_TOKENS));
+    assert_eq!(r.ttft_ms, None);
+    let mut streamed = String::new();
+    while let Some(d) = rx.recv().await {
+        if let ChatDelta::Content(c) = d {
+            streamed.push_str(&c);
+        }
+    }
+    assert_eq!(streamed, MOCK_CONTENT, "the consumer still gets the answer");
+
+    // Reasoning from the JSON body, as from SSE deltas.
+    mock.set_behaviour(Behaviour::Reasoning);
+    let r = call(&t, true).await.unwrap();
+    assert_eq!(r.thinking, MOCK_THINKING);
+    assert_eq!(r.content, MOCK_CONTENT);
+    assert_eq!(mock.last_request().unwrap().body["stream"], false);
+}
+
+#[tokio::test]
+async fn a_non_streaming_source_is_bounded_by_the_total_deadline() {
+    let mock = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(1500),
+        inter_token: Duration::ZERO,
+        chunks: 1,
+        content: "late".into(),
+    })
+    .await;
+    let t = transport_with(&mock, |s| {
+        s.stream = false;
+        deadlines(s, 50, 50, 400);
+    });
+    let started = Instant::now();
+    let e = call(&t, true).await.unwrap_err();
+    assert_eq!(e.class(), FailureClass::Transient);
+    assert_eq!(e.source_reason(), SourceReason::Timeout);
+    assert_eq!(e.message, "watchdog: total deadline of 0.400s exceeded");
+    assert!(started.elapsed() < Duration::from_millis(1400));
 }
 
 // ---------------------------------------------------------------- TRUST_ENV

@@ -35,6 +35,7 @@ fn settings(base_url: &str, timeout: Duration) -> SourceSettings {
         missing_done: MissingDone::Retry,
         // Loopback only: never route the tests through a proxy from the environment.
         trust_env: false,
+        stream: true,
         extra_body: Default::default(),
     }
 }

@@ -14,7 +14,7 @@ use polygateway::config::{
     redact_dsn, CacheSettings, ScopeKind, Secret, Settings, TelemetryBackendSettings,
 };
 use polygateway::telemetry::{retention, telemetry_schema_sql, RetentionTarget, SchemaBackend};
-use polygateway::{Gateway, GatewayError, Message};
+use polygateway::{CallOptions, Gateway, Message};
 
 #[derive(Parser)]
 #[command(
@@ -55,6 +55,10 @@ enum Command {
         /// Chat scope to use.
         #[arg(long, default_value = "LLM")]
         scope: String,
+        /// Ask for one JSON answer instead of a stream (a source with `STREAM=false` never
+        /// streams either way).
+        #[arg(long)]
+        no_stream: bool,
     },
     /// Show each source's breaker, health, pacer and counters after a small probe of governed
     /// calls.
@@ -225,13 +229,6 @@ async fn probe_source(
     }
 }
 
-fn describe(e: GatewayError) -> String {
-    match e.unavailable() {
-        Some(u) => format!("{e} (retry after {:.1} s)", u.retry_after_s),
-        None => e.to_string(),
-    }
-}
-
 /// One line on stderr when the command's telemetry did not (fully) land, so an operator does not
 /// learn of an unwritable SQLite path or an unreachable PostgreSQL only from an empty table.
 fn warn_if_telemetry_degraded(gw: &Gateway) {
@@ -295,15 +292,24 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 ExitCode::from(1)
             })
         }
-        Command::Chat { prompt, scope } => {
+        Command::Chat {
+            prompt,
+            scope,
+            no_stream,
+        } => {
             let gw = gateway(&cli, scope).await?;
+            let options = CallOptions::new().stream(!no_stream);
             let result = match gw.chat_scope(scope) {
-                Ok(handle) => handle.chat(vec![Message::user(prompt.clone())]).await,
+                Ok(handle) => {
+                    handle
+                        .chat_with(vec![Message::user(prompt.clone())], options)
+                        .await
+                }
                 Err(e) => Err(e),
             };
             gw.shutdown().await;
             warn_if_telemetry_degraded(&gw);
-            let r = result.map_err(describe)?;
+            let r = result.map_err(|e| e.to_string())?;
             println!("{}", r.content);
             println!(
                 "\nsource {}  tokens {}+{} ({})  latency {:.0} ms  cost {}",
@@ -327,7 +333,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             };
             for i in 0..*probe {
                 if let Err(e) = handle.chat(vec![Message::user(format!("probe {i}"))]).await {
-                    println!("probe {i}: {}", describe(e));
+                    println!("probe {i}: {e}");
                 }
             }
             let snapshot = gw.sources(scope).await.map_err(|e| e.to_string());

@@ -845,6 +845,7 @@ fn build_source(
             .map(parse_bool)
             .transpose()?
             .unwrap_or(true),
+        stream: get("STREAM").map(parse_bool).transpose()?.unwrap_or(true),
         extra_body,
     })
 }

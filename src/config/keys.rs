@@ -19,7 +19,7 @@
 /// let ConfigError::UnknownKey { allowed, .. } = err else { panic!("{err}") };
 /// assert_eq!(allowed, SOURCE_FIELDS.join(", "));
 /// ```
-pub const SOURCE_FIELDS: [&str; 14] = [
+pub const SOURCE_FIELDS: [&str; 15] = [
     "BASE_URL",
     "API_KEY",
     "MODEL",
@@ -33,6 +33,7 @@ pub const SOURCE_FIELDS: [&str; 14] = [
     "ENABLE_THINKING",
     "MISSING_DONE",
     "TRUST_ENV",
+    "STREAM",
     "EXTRA_BODY",
 ];
 

@@ -275,6 +275,10 @@ pub struct SourceSettings {
     pub missing_done: MissingDone,
     /// Honour proxy env vars (default true).
     pub trust_env: bool,
+    /// `STREAM` (default true): `false` makes every chat attempt on this source non-streaming
+    /// (one JSON answer under the total deadline), for servers and proxies that do not stream or
+    /// stream badly. A call that asks for no streaming is never streamed either way.
+    pub stream: bool,
     /// Extra JSON merged into each request body (lowest priority).
     pub extra_body: Map<String, Value>,
 }
@@ -318,6 +322,7 @@ impl fmt::Debug for SourceSettings {
             .field("enable_thinking", &self.enable_thinking)
             .field("missing_done", &self.missing_done)
             .field("trust_env", &self.trust_env)
+            .field("stream", &self.stream)
             .field("extra_body", &self.extra_body)
             .finish()
     }

@@ -22,6 +22,17 @@ fn classify(reason: ScopeReason) -> (UnavailableKind, UnavailableReason) {
     }
 }
 
+/// The human detail of an unavailable call, each part once: what the runtime said (e.g.
+/// `3 attempt(s) failed`), then the last attempt's error (what telemetry needs to tell a
+/// cut-off stream from a refused connection).
+fn detail_text(detail: &str, last_error: Option<&TransportError>) -> String {
+    match last_error {
+        None => detail.to_string(),
+        Some(e) if detail.is_empty() => format!("last error: {}", e.message),
+        Some(e) => format!("{detail}; last error: {}", e.message),
+    }
+}
+
 /// Map a governed call's failure for the caller of scope `scope`.
 pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>) -> GatewayError {
     match failure {
@@ -33,11 +44,7 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
             detail,
         } => {
             let (kind, reason) = classify(reason);
-            let detail = match last_error {
-                Some(e) if detail.is_empty() => e.message,
-                Some(e) => format!("{detail}; last error: {}", e.message),
-                None => detail,
-            };
+            let detail = detail_text(&detail, last_error.as_ref());
             // docs/behaviour.md §6: a backend outage always advises 5 s.
             let retry_after_s = if kind == UnavailableKind::GovernanceBackend {
                 5.0
@@ -79,9 +86,17 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
 /// `Class: message` of a failure, for a terminal telemetry row.
 pub(crate) fn describe(scope: &str, failure: &CallFailure<TransportError>) -> String {
     let (class, message) = match failure {
-        CallFailure::Unavailable { reason, detail, .. } => (
+        CallFailure::Unavailable {
+            reason,
+            detail,
+            last_error,
+            ..
+        } => (
             classify(*reason).0.class_name(),
-            format!("scope {scope}: {detail}"),
+            format!(
+                "scope {scope}: {}",
+                detail_text(detail, last_error.as_ref())
+            ),
         ),
         CallFailure::Rejected(e) => ("RequestRejected", e.message.clone()),
         CallFailure::Invalid(e) => ("ResultInvalid", e.message.clone()),

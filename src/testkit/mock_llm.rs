@@ -12,7 +12,6 @@
 //! uses it.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -196,6 +195,16 @@ pub enum Behaviour {
     },
     /// A role-only chunk, then EOF: no content, no `[DONE]`. Non-streaming: an empty body.
     EarlyEof,
+    /// The way proxies and load balancers end streams: the role chunk, then (with `content`) the
+    /// content deltas and (with `with_usage`) the usage chunk, then the socket is dropped without
+    /// the chunked encoding's final chunk — the client sees a body error, not a clean EOF.
+    /// Non-streaming: half of the JSON body, then the same abrupt close.
+    AbruptClose {
+        /// Send the content deltas before closing (`false`: only the role chunk).
+        content: bool,
+        /// Send the usage chunk before closing (when the request asked for usage).
+        with_usage: bool,
+    },
     /// One valid delta, a frame of broken JSON, `[DONE]`. Non-streaming: a broken body.
     MalformedFrame,
     /// A complete stream (finish, usage, `[DONE]`) without any content.
@@ -318,6 +327,7 @@ impl Behaviour {
             Behaviour::ServerError(_) => "server_error",
             Behaviour::TruncatedStream { .. } => "truncated_stream",
             Behaviour::EarlyEof => "early_eof",
+            Behaviour::AbruptClose { .. } => "abrupt_close",
             Behaviour::MalformedFrame => "malformed_frame",
             Behaviour::EmptyCompletion => "empty_completion",
             Behaviour::Reasoning | Behaviour::ReasoningPaced { .. } => "reasoning",
@@ -1006,14 +1016,17 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, bytes: Byte
     }
     let model = format!("{}-mock", body["model"].as_str().unwrap_or("unknown"));
     let script = Script::of(&behaviour);
+    let abrupt = matches!(script.ending, Ending::Abrupt { .. });
     if body["stream"].as_bool().unwrap_or(false) {
         let include_usage = body["stream_options"]["include_usage"]
             .as_bool()
             .unwrap_or(false);
-        stream_response(
+        body_response(
             guard,
             shared.cancel.clone(),
             script.frames(&model, include_usage),
+            BodyKind::EventStream,
+            abrupt,
         )
     } else {
         if !script.ttft.is_zero() {
@@ -1022,9 +1035,23 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, bytes: Byte
                 _ = shared.cancel.cancelled() => return shutting_down(),
             }
         }
-        let resp = script.completion(&model);
+        let text = Bytes::from(script.completion(&model));
+        if abrupt {
+            return body_response(
+                guard,
+                shared.cancel.clone(),
+                vec![(Duration::ZERO, text)],
+                BodyKind::Json,
+                true,
+            );
+        }
         drop(guard);
-        resp
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            text,
+        )
+            .into_response()
     }
 }
 
@@ -1046,6 +1073,9 @@ enum Ending {
     Truncated { with_usage: bool },
     /// Role chunk only, then EOF.
     EarlyEof,
+    /// Like `Truncated` (only the role chunk without `content`), then the socket is dropped
+    /// mid-body.
+    Abrupt { content: bool, with_usage: bool },
     /// A broken frame after the first delta, then `[DONE]`.
     Malformed,
     /// An error frame after the first delta, then EOF.
@@ -1089,6 +1119,15 @@ impl Script {
                 }
             }
             Behaviour::EarlyEof => s.ending = Ending::EarlyEof,
+            Behaviour::AbruptClose {
+                content,
+                with_usage,
+            } => {
+                s.ending = Ending::Abrupt {
+                    content: *content,
+                    with_usage: *with_usage,
+                }
+            }
             Behaviour::MalformedFrame => s.ending = Ending::Malformed,
             Behaviour::EmptyCompletion => s.content.clear(),
             Behaviour::Reasoning => s.reasoning = split_even(MOCK_THINKING, 3),
@@ -1147,7 +1186,10 @@ impl Script {
             Duration::ZERO,
             chunk(json!({"role": "assistant", "content": ""}), Value::Null),
         )];
-        if self.ending == Ending::EarlyEof {
+        if matches!(
+            self.ending,
+            Ending::EarlyEof | Ending::Abrupt { content: false, .. }
+        ) {
             return out;
         }
         let mut first = true;
@@ -1185,7 +1227,7 @@ impl Script {
             }
         }
         match self.ending {
-            Ending::Truncated { with_usage } => {
+            Ending::Truncated { with_usage } | Ending::Abrupt { with_usage, .. } => {
                 if let (true, true, Some(u)) = (with_usage, include_usage, &self.usage) {
                     out.push((Duration::ZERO, usage_frame(u)));
                 }
@@ -1202,8 +1244,9 @@ impl Script {
     }
 
     /// The non-streaming answer.
-    fn completion(&self, model: &str) -> Response {
-        let body = match self.ending {
+    /// The non-streaming body.
+    fn completion(&self, model: &str) -> String {
+        match self.ending {
             Ending::EarlyEof => String::new(),
             Ending::InBandError => json!({"error": {"message": "The server is overloaded", "type": "server_error", "code": "overloaded"}}).to_string(),
             _ => {
@@ -1220,18 +1263,14 @@ impl Script {
                 }
                 let text = v.to_string();
                 match self.ending {
-                    Ending::Truncated { .. } => text[..text.len() / 2].to_string(),
+                    Ending::Truncated { .. } | Ending::Abrupt { .. } => {
+                        text[..text.len() / 2].to_string()
+                    }
                     Ending::Malformed => text.replacen('{', "{{", 2),
                     _ => text,
                 }
             }
-        };
-        (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response()
+        }
     }
 }
 
@@ -1248,13 +1287,27 @@ fn frame(v: &Value) -> Bytes {
 /// backpressure (one huge chunk would be taken whole, and the body would end at once).
 const MAX_BATCH_BYTES: usize = 64 * 1024;
 
-/// A streaming body: frames after their delays; consecutive frames without delay go out together
+/// What a streamed body carries.
+#[derive(Clone, Copy)]
+enum BodyKind {
+    EventStream,
+    Json,
+}
+
+/// Pause before an abrupt close, so the chunks already handed to the server reach the socket
+/// first (the server drops its unflushed buffer with the connection).
+const ABRUPT_CLOSE_PAUSE: Duration = Duration::from_millis(30);
+
+/// A chunked body: frames after their delays; consecutive frames without delay go out together
 /// in chunks of up to [`MAX_BATCH_BYTES`]. The in-flight guard lives with the body, so it drops
-/// when the client goes away or the last chunk has been taken.
-fn stream_response(
+/// when the client goes away or the last chunk has been taken. With `abrupt`, the body then
+/// fails: the server drops the connection without the chunked encoding's final chunk.
+fn body_response(
     guard: InFlight,
     cancel: CancellationToken,
     frames: Vec<(Duration, Bytes)>,
+    kind: BodyKind,
+    abrupt: bool,
 ) -> Response {
     let mut batches: Vec<(Duration, Vec<u8>)> = Vec::new();
     for (delay, bytes) in frames {
@@ -1266,22 +1319,36 @@ fn stream_response(
         }
     }
     let stream = futures::stream::unfold(
-        (batches.into_iter(), guard, cancel),
-        |(mut it, guard, cancel)| async move {
-            let (delay, bytes) = it.next()?;
+        (batches.into_iter(), guard, cancel, abrupt),
+        |(mut it, guard, cancel, abrupt)| async move {
+            let Some((delay, bytes)) = it.next() else {
+                if !abrupt {
+                    return None;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(ABRUPT_CLOSE_PAUSE) => {},
+                    _ = cancel.cancelled() => return None,
+                }
+                let cut = io::Error::new(io::ErrorKind::ConnectionAborted, "mock: abrupt close");
+                return Some((Err(cut), (it, guard, cancel, false)));
+            };
             if !delay.is_zero() {
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {},
                     _ = cancel.cancelled() => return None,
                 }
             }
-            Some((Ok::<_, Infallible>(Bytes::from(bytes)), (it, guard, cancel)))
+            Some((Ok(Bytes::from(bytes)), (it, guard, cancel, abrupt)))
         },
     );
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
+    let builder = Response::builder().status(StatusCode::OK);
+    let builder = match kind {
+        BodyKind::EventStream => builder
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache"),
+        BodyKind::Json => builder.header(header::CONTENT_TYPE, "application/json"),
+    };
+    builder
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }

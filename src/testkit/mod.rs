@@ -45,6 +45,7 @@ pub fn source_settings(base_url: &str) -> SourceSettings {
         enable_thinking: None,
         missing_done: MissingDone::Retry,
         trust_env: false,
+        stream: true,
         extra_body: Map::new(),
     }
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::http::{build_client, classify_reqwest, classify_response, JsonEndpoint};
-use super::sse::{SseEvent, SseParser};
+use super::sse::{FrameTooLarge, SseEvent, SseParser};
 use super::think::ThinkSplitter;
 use super::watchdog::{now, StallLimits, Watchdog};
 use super::wire::{decode_chunk, decode_completion, ChunkFrame, WireUsage};
@@ -347,17 +347,24 @@ impl ChatTransport {
                 params.insert("response_format".into(), format);
             }
         }
+        let stream = self.streams(request);
         let body = WireBody {
             model: &self.settings.model,
             messages: &messages,
-            stream: request.stream,
-            stream_options: request.stream.then_some(StreamOptions {
+            stream,
+            stream_options: stream.then_some(StreamOptions {
                 include_usage: true,
             }),
             params: &params,
         };
         serde_json::to_vec(&body)
             .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))
+    }
+
+    /// Whether an attempt streams: the call can refuse streaming, and so can the source
+    /// (`STREAM=false`, for servers that do not stream or stream badly).
+    fn streams(&self, request: &ChatWireRequest) -> bool {
+        request.stream && self.settings.stream
     }
 
     fn post(&self, body: Vec<u8>, stream: bool) -> Result<reqwest::RequestBuilder, TransportError> {
@@ -388,15 +395,22 @@ impl ChatTransport {
         let mut events = Vec::new();
         let mut deltas = Vec::new();
         let mut done = false;
+        let mut ending = StreamEnd::Clean;
         while !done {
             let eof = match wd.guard(stream.next()).await? {
                 None => {
-                    parser.finish(&mut events);
+                    parser.finish(&mut events).map_err(frame_too_large)?;
                     true
                 }
-                Some(Err(e)) => return Err(classify_reqwest(&e)),
+                // The connection dropped mid-body (no final chunk), the way proxies and load
+                // balancers end streams. What arrived is judged like any stream without
+                // `[DONE]`; an unterminated last line is a torn frame and is dropped.
+                Some(Err(_)) => {
+                    ending = StreamEnd::ConnectionClosed;
+                    true
+                }
                 Some(Ok(bytes)) => {
-                    parser.feed(&bytes, &mut events);
+                    parser.feed(&bytes, &mut events).map_err(frame_too_large)?;
                     false
                 }
             };
@@ -420,7 +434,7 @@ impl ChatTransport {
         acc.finish(&mut deltas);
         emit_all(&wd, sink, &mut deltas).await?;
         let clock = wd.clock();
-        let usage_source = self.stream_verdict(&acc, done)?;
+        let usage_source = self.stream_verdict(&acc, done, ending)?;
         let mut resp = self.response(acc, usage_source);
         resp.truncated = !done;
         resp.latency_ms = ms_since(clock.start());
@@ -430,20 +444,37 @@ impl ChatTransport {
     }
 
     /// End-of-stream rules: early EOF, empty completion, missing `[DONE]` (retry or salvage).
-    fn stream_verdict(&self, acc: &Assembly, done: bool) -> Result<UsageSource, TransportError> {
+    /// An abrupt close is named as such, so telemetry tells a cut-off stream from a clean EOF.
+    fn stream_verdict(
+        &self,
+        acc: &Assembly,
+        done: bool,
+        ending: StreamEnd,
+    ) -> Result<UsageSource, TransportError> {
         let empty = acc.content.trim().is_empty();
         let transient = |m: String| Err(TransportError::transient(SourceReason::NetworkError, m));
+        let chars = acc.content.chars().count();
         match (done, empty) {
             (true, true) => {
                 transient("empty completion: the stream finished without content".into())
             }
             (true, false) => Ok(measured_or_unavailable(acc.usage)),
-            (false, true) => transient("early_eof: the stream ended before any content".into()),
+            (false, true) => transient(match ending {
+                StreamEnd::Clean => "early_eof: the stream ended before any content".into(),
+                StreamEnd::ConnectionClosed => {
+                    "early_eof: connection closed before any content".into()
+                }
+            }),
             (false, false) => match self.settings.missing_done {
-                MissingDone::Retry => transient(format!(
-                    "truncated stream: ended without [DONE] after {} chars of content",
-                    acc.content.chars().count()
-                )),
+                MissingDone::Retry => transient(match ending {
+                    StreamEnd::Clean => format!(
+                        "truncated stream: ended without [DONE] after {chars} chars of content"
+                    ),
+                    StreamEnd::ConnectionClosed => format!(
+                        "truncated stream: connection closed after {chars} chars of content, \
+                         without [DONE]"
+                    ),
+                }),
                 MissingDone::Salvage => Ok(if acc.usage.is_some() {
                     UsageSource::Estimated
                 } else {
@@ -498,6 +529,21 @@ impl ChatTransport {
         }
         r
     }
+}
+
+/// An upstream that sends a line or event past the SSE cap is broken (or hostile): Transient,
+/// the next attempt may go elsewhere.
+fn frame_too_large(e: FrameTooLarge) -> TransportError {
+    TransportError::transient(SourceReason::NetworkError, format!("malformed stream: {e}"))
+}
+
+/// How a stream without `[DONE]` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StreamEnd {
+    /// The body ended properly (final chunk received).
+    Clean,
+    /// The connection dropped mid-body.
+    ConnectionClosed,
 }
 
 fn measured_or_unavailable(usage: Option<WireUsage>) -> UsageSource {
@@ -614,7 +660,7 @@ impl Transport for ChatTransport {
         request: &ChatWireRequest,
         events: Option<&EventSink<ChatDelta>>,
     ) -> Result<LlmResponse, TransportError> {
-        if request.stream {
+        if self.streams(request) {
             self.send_streaming(request, events).await
         } else {
             self.send_plain(request, events).await

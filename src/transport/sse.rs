@@ -5,6 +5,57 @@
 //! multi-line `data` joined with `\n`, the `[DONE]` sentinel, and a last event not followed by a
 //! blank line (delivered at EOF, unlike the strict spec). The JSON inside a frame is decoded by
 //! [`crate::transport::wire::decode_chunk`]; this module knows nothing of OpenAI.
+//!
+//! Memory is bounded: a single line, or the joined `data` of one event, longer than
+//! [`MAX_FRAME_BYTES`] (8 MiB) is refused with [`FrameTooLarge`] instead of buffering an upstream
+//! that never sends a line end. Real chat frames are a few hundred bytes.
+
+/// The largest SSE line, and the largest joined `data` of one event, the parser buffers (8 MiB).
+///
+/// ```
+/// use polygateway::transport::sse::{SseParser, MAX_FRAME_BYTES};
+/// let mut parser = SseParser::new();
+/// let mut out = Vec::new();
+/// // A line that never ends stops being buffered at the cap.
+/// let endless = vec![b'x'; MAX_FRAME_BYTES + 1];
+/// let err = parser.feed(&endless, &mut out).unwrap_err();
+/// assert_eq!(err.limit, MAX_FRAME_BYTES);
+/// ```
+pub const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
+
+/// A line or event longer than [`MAX_FRAME_BYTES`]: the stream is unusable (the chat transport
+/// turns it into a Transient error). The parser must not be fed again after it.
+///
+/// ```
+/// use polygateway::transport::sse::{SseParser, MAX_FRAME_BYTES};
+/// let mut parser = SseParser::new();
+/// let mut out = Vec::new();
+/// // Many short `data` lines that never end the event add up too.
+/// let line = format!("data: {}\n", "y".repeat(1024 * 1024));
+/// let result = (0..9).try_for_each(|_| parser.feed(line.as_bytes(), &mut out));
+/// assert_eq!(
+///     result.unwrap_err().to_string(),
+///     "SSE line or event larger than the 8388608-byte cap"
+/// );
+/// assert!(out.is_empty());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameTooLarge {
+    /// The cap that was exceeded, in bytes.
+    pub limit: usize,
+}
+
+impl std::fmt::Display for FrameTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "SSE line or event larger than the {}-byte cap",
+            self.limit
+        )
+    }
+}
+
+impl std::error::Error for FrameTooLarge {}
 
 /// One dispatched SSE event.
 ///
@@ -12,7 +63,7 @@
 /// use polygateway::transport::sse::{SseEvent, SseParser};
 /// let mut parser = SseParser::new();
 /// let mut events = Vec::new();
-/// parser.feed(b"data: {\"n\":1}\n\ndata: [DONE]\n\n", &mut events);
+/// parser.feed(b"data: {\"n\":1}\n\ndata: [DONE]\n\n", &mut events).unwrap();
 /// let mut frames = Vec::new();
 /// for event in events {
 ///     match event {
@@ -36,8 +87,8 @@ pub enum SseEvent {
 /// use polygateway::transport::sse::{SseEvent, SseParser};
 /// let mut p = SseParser::new();
 /// let mut out = Vec::new();
-/// p.feed(b"data: {\"a\"", &mut out);
-/// p.feed(b":1}\r\n\r\n: keep-alive\n\ndata:[DONE]\n\n", &mut out);
+/// p.feed(b"data: {\"a\"", &mut out).unwrap();
+/// p.feed(b":1}\r\n\r\n: keep-alive\n\ndata:[DONE]\n\n", &mut out).unwrap();
 /// assert_eq!(out, vec![SseEvent::Data("{\"a\":1}".into()), SseEvent::Done]);
 /// ```
 #[derive(Debug, Default)]
@@ -59,7 +110,7 @@ impl SseParser {
     /// use polygateway::transport::sse::SseParser;
     /// let mut parser = SseParser::new();
     /// let mut out = Vec::new();
-    /// parser.finish(&mut out); // nothing fed, nothing pending
+    /// parser.finish(&mut out).unwrap(); // nothing fed, nothing pending
     /// assert!(out.is_empty());
     /// ```
     pub fn new() -> Self {
@@ -73,13 +124,15 @@ impl SseParser {
     /// let mut parser = SseParser::new();
     /// let mut out = Vec::new();
     /// // A chunk boundary inside "é" (0xC3 0xA9) and a two-line data field.
-    /// parser.feed(b"data: caf\xC3", &mut out);
+    /// parser.feed(b"data: caf\xC3", &mut out).unwrap();
     /// assert!(out.is_empty()); // no blank line yet: the event is not complete
-    /// parser.feed(b"\xA9\r\ndata: au lait\r\n\r\n", &mut out);
+    /// parser.feed(b"\xA9\r\ndata: au lait\r\n\r\n", &mut out).unwrap();
     /// assert_eq!(out, [SseEvent::Data("café\nau lait".into())]);
     /// ```
-    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) {
-        if self.pending_cr {
+    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), FrameTooLarge> {
+        // An empty chunk (HTTP/2 allows empty DATA frames) must not end a pending CR: the LF
+        // of that CRLF may still come in the next one.
+        if self.pending_cr && !chunk.is_empty() {
             self.pending_cr = false;
             if let Some((&b'\n', rest)) = chunk.split_first() {
                 chunk = rest;
@@ -88,11 +141,11 @@ impl SseParser {
         while let Some(pos) = chunk.iter().position(|&b| b == b'\n' || b == b'\r') {
             let (head, tail) = chunk.split_at(pos);
             if self.line.is_empty() {
-                self.process_line(head, out);
+                self.process_line(head, out)?;
             } else {
                 self.line.extend_from_slice(head);
                 let line = std::mem::take(&mut self.line);
-                self.process_line(&line, out);
+                self.process_line(&line, out)?;
                 // Keep the allocation for the next split line.
                 self.line = line;
                 self.line.clear();
@@ -110,7 +163,12 @@ impl SseParser {
                 chunk = &tail[1..];
             }
         }
+        // Refuse before buffering: an unterminated line past the cap can only get longer.
+        if self.line.len() + chunk.len() > MAX_FRAME_BYTES {
+            return Err(too_large());
+        }
         self.line.extend_from_slice(chunk);
+        Ok(())
     }
 
     /// End of input: an unterminated last line is processed and a pending event delivered.
@@ -120,27 +178,31 @@ impl SseParser {
     /// let mut parser = SseParser::new();
     /// let mut out = Vec::new();
     /// // The upstream closed the connection right after the last data line.
-    /// parser.feed(b"data: tail", &mut out);
+    /// parser.feed(b"data: tail", &mut out).unwrap();
     /// assert!(out.is_empty());
-    /// parser.finish(&mut out);
+    /// parser.finish(&mut out).unwrap();
     /// assert_eq!(out, [SseEvent::Data("tail".into())]);
     /// ```
-    pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+    pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), FrameTooLarge> {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
-            self.process_line(&line, out);
+            self.process_line(&line, out)?;
         }
         self.dispatch(out);
         self.pending_cr = false;
+        Ok(())
     }
 
-    fn process_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) {
+    fn process_line(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), FrameTooLarge> {
+        if line.len() > MAX_FRAME_BYTES {
+            return Err(too_large());
+        }
         if line.is_empty() {
             self.dispatch(out);
-            return;
+            return Ok(());
         }
         if line[0] == b':' {
-            return; // comment / keep-alive
+            return Ok(()); // comment / keep-alive
         }
         let (field, value) = match line.iter().position(|&b| b == b':') {
             Some(i) => {
@@ -153,8 +215,13 @@ impl SseParser {
             self.data.push_str(&String::from_utf8_lossy(value));
             self.data.push('\n');
             self.has_data = true;
+            // The joined event, without the `\n` after its last line.
+            if self.data.len() - 1 > MAX_FRAME_BYTES {
+                return Err(too_large());
+            }
         }
         // `event`, `id`, `retry` and unknown fields carry nothing an OpenAI stream needs.
+        Ok(())
     }
 
     fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
@@ -172,6 +239,12 @@ impl SseParser {
     }
 }
 
+fn too_large() -> FrameTooLarge {
+    FrameTooLarge {
+        limit: MAX_FRAME_BYTES,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,9 +253,9 @@ mod tests {
         let mut p = SseParser::new();
         let mut out = Vec::new();
         for c in chunks {
-            p.feed(c, &mut out);
+            p.feed(c, &mut out).unwrap();
         }
-        p.finish(&mut out);
+        p.finish(&mut out).unwrap();
         out
     }
 
@@ -207,6 +280,16 @@ mod tests {
         assert_eq!(
             parse_all(&[b"data: a\r", b"\n\r", b"\ndata: b\r\n\r\n"]),
             vec![data("a"), data("b")]
+        );
+    }
+
+    #[test]
+    fn an_empty_chunk_between_cr_and_lf_keeps_them_one_line_end() {
+        // Found by the fuzz target `sse_framing_is_chunking_invariant`: the empty chunk ended
+        // the pending CR, so the LF after it counted as a blank line and split the event.
+        assert_eq!(
+            parse_all(&[b"data: a\r", b"", b"\ndata: b\n\n"]),
+            vec![data("a\nb")]
         );
     }
 
@@ -253,5 +336,40 @@ mod tests {
     #[test]
     fn done_with_surrounding_whitespace() {
         assert_eq!(parse_all(&[b"data:[DONE] \n\n"]), vec![SseEvent::Done]);
+    }
+
+    #[test]
+    fn a_line_at_the_cap_passes_one_past_it_is_refused_however_fed() {
+        let at_cap = vec![b'x'; MAX_FRAME_BYTES];
+        assert_eq!(parse_all(&[&at_cap, b"\n"]), vec![]);
+        let mut past = at_cap.clone();
+        past.push(b'x');
+        for chunk in [past.len(), 4096, 1_000_003] {
+            let mut p = SseParser::new();
+            let mut out = Vec::new();
+            let refused = past.chunks(chunk).any(|c| p.feed(c, &mut out).is_err())
+                || p.feed(b"\n", &mut out).is_err();
+            assert!(refused, "chunk {chunk}");
+            // Nothing past the cap was ever buffered.
+            assert!(p.line.len() <= MAX_FRAME_BYTES, "chunk {chunk}");
+        }
+        // Unterminated at EOF: refused by `finish`'s line as well.
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        p.feed(&at_cap, &mut out).unwrap();
+        assert!(p.feed(b"x", &mut out).is_err());
+    }
+
+    #[test]
+    fn an_event_of_many_lines_past_the_cap_is_refused() {
+        let line = format!("data: {}\n", "y".repeat(1 << 20));
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        for _ in 0..7 {
+            p.feed(line.as_bytes(), &mut out).unwrap();
+        }
+        // 8 lines of 1 MiB plus the joining newlines: past 8 MiB.
+        assert_eq!(p.feed(line.as_bytes(), &mut out), Err(too_large()));
+        assert!(out.is_empty());
     }
 }
