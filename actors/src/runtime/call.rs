@@ -22,11 +22,12 @@ use tracing::Instrument;
 use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
 use crate::policy::backoff::Backoff;
 use crate::policy::stall::StallClock;
+use crate::ports::attempt::BreakerAction;
 use crate::ports::breaker::{BreakerState, BreakerVerdict};
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
 
-use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, BreakerAction, Permit};
+use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, Permit};
 use super::ids::new_id;
 use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
 use super::router::{RouterMsg, Selection};
@@ -287,8 +288,8 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
         if self.permit.is_none() {
             return;
         }
-        let probe = self.permit.as_ref().is_some_and(|p| p.probe_id.is_some());
-        let tokens = self.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
+        let probe = self.permit.as_ref().is_some_and(|p| p.attempt.probe_id.is_some());
+        let tokens = self.permit.as_ref().map_or(0, |p| p.attempt.lease.est_tokens);
         self.settle(BreakerAction::NoVerdict, tokens, false);
         let source = self.ticket.source();
         source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -423,7 +424,7 @@ impl<T: Transport> ScopeInner<T> {
                     self.metrics.admission_waited(asked.elapsed().as_secs_f64());
                     match &answer {
                         AdmitAnswer::Admitted(p) => {
-                            ticket.source().breaker_seen(if p.probe_id.is_some() {
+                            ticket.source().breaker_seen(if p.attempt.probe_id.is_some() {
                                 BreakerState::HalfOpen
                             } else {
                                 BreakerState::Closed
@@ -498,7 +499,7 @@ impl<T: Transport> ScopeInner<T> {
                                 "pgw.attempt",
                                 source = %guard.ticket.source().name,
                                 attempt = attempt_no,
-                                probe = guard.permit.as_ref().is_some_and(|p| p.probe_id.is_some()),
+                                probe = guard.permit.as_ref().is_some_and(|p| p.attempt.probe_id.is_some()),
                                 verdict = tracing::field::Empty,
                                 class = tracing::field::Empty,
                                 elapsed_ms = tracing::field::Empty,
@@ -628,8 +629,8 @@ impl<T: Transport> ScopeInner<T> {
     ) -> Result<T::Response, T::Error> {
         let source = Arc::clone(guard.ticket.source());
         source.counters.attempts.fetch_add(1, Ordering::Relaxed);
-        let probe = guard.permit.as_ref().is_some_and(|p| p.probe_id.is_some());
-        let est = guard.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
+        let probe = guard.permit.as_ref().is_some_and(|p| p.attempt.probe_id.is_some());
+        let est = guard.permit.as_ref().map_or(0, |p| p.attempt.lease.est_tokens);
         let result = source.transport.send(request, events).await;
         let elapsed = guard.started.elapsed();
         let (verdict, action, tokens) = match &result {
