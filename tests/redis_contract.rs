@@ -20,7 +20,7 @@ use polygateway::actors::{
     GateDecision, GateRequest, Lease, Limits,
 };
 use polygateway::config::Secret;
-use polygateway::redis::{RedisBreakers, RedisGate, RedisGovernance};
+use polygateway::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
 
 fn redis_url() -> String {
     std::env::var("PGW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -146,6 +146,34 @@ macro_rules! breaker_contract {
             fx.finish().await;
         }
     )*};
+}
+
+/// Run one attempt case of the contract suite on `RedisAttempts` and the same store's ports.
+macro_rules! attempt_contract {
+    ($($test:ident => $case:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let Some(fx) = connect().await else { return };
+            let gate = RedisGate::new(fx.redis.clone());
+            let breakers = RedisBreakers::new(fx.redis.clone());
+            let attempts = RedisAttempts::new(gate.clone());
+            let store = contract::AttemptStore {
+                attempts: &attempts,
+                gate: &gate,
+                breakers: &breakers,
+            };
+            contract::$case(&store, &fx.prefix, &contract::short_breaker_config()).await;
+            fx.finish().await;
+        }
+    )*};
+}
+
+attempt_contract! {
+    redis_attempt_success_settles_releases_and_marks_progress =>
+        attempt_contract_success_settles_releases_and_marks_progress,
+    redis_attempt_open_breaker_spends_no_quota_and_probe_decides =>
+        attempt_contract_open_breaker_spends_no_quota_and_probe_decides,
+    redis_attempt_failures_open_and_force_open => attempt_contract_failures_open_and_force_open,
 }
 
 gate_contract! {

@@ -288,8 +288,14 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
         if self.permit.is_none() {
             return;
         }
-        let probe = self.permit.as_ref().is_some_and(|p| p.attempt.probe_id.is_some());
-        let tokens = self.permit.as_ref().map_or(0, |p| p.attempt.lease.est_tokens);
+        let probe = self
+            .permit
+            .as_ref()
+            .is_some_and(|p| p.attempt.probe_id.is_some());
+        let tokens = self
+            .permit
+            .as_ref()
+            .map_or(0, |p| p.attempt.lease.est_tokens);
         self.settle(BreakerAction::NoVerdict, tokens, false);
         let source = self.ticket.source();
         source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -424,11 +430,13 @@ impl<T: Transport> ScopeInner<T> {
                     self.metrics.admission_waited(asked.elapsed().as_secs_f64());
                     match &answer {
                         AdmitAnswer::Admitted(p) => {
-                            ticket.source().breaker_seen(if p.attempt.probe_id.is_some() {
-                                BreakerState::HalfOpen
-                            } else {
-                                BreakerState::Closed
-                            })
+                            ticket
+                                .source()
+                                .breaker_seen(if p.attempt.probe_id.is_some() {
+                                    BreakerState::HalfOpen
+                                } else {
+                                    BreakerState::Closed
+                                })
                         }
                         AdmitAnswer::BreakerRefused { state, .. } => {
                             ticket.source().breaker_seen(*state)
@@ -629,8 +637,14 @@ impl<T: Transport> ScopeInner<T> {
     ) -> Result<T::Response, T::Error> {
         let source = Arc::clone(guard.ticket.source());
         source.counters.attempts.fetch_add(1, Ordering::Relaxed);
-        let probe = guard.permit.as_ref().is_some_and(|p| p.attempt.probe_id.is_some());
-        let est = guard.permit.as_ref().map_or(0, |p| p.attempt.lease.est_tokens);
+        let probe = guard
+            .permit
+            .as_ref()
+            .is_some_and(|p| p.attempt.probe_id.is_some());
+        let est = guard
+            .permit
+            .as_ref()
+            .map_or(0, |p| p.attempt.lease.est_tokens);
         let result = source.transport.send(request, events).await;
         let elapsed = guard.started.elapsed();
         let (verdict, action, tokens) = match &result {

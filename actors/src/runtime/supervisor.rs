@@ -345,7 +345,7 @@ impl Runtime {
     /// let governance = Governance {
     ///     gate: Arc::new(MemoryGate::default()),
     ///     breakers: Arc::new(MemoryBreakers::default()),
-///     attempts: None,
+    ///     attempts: None,
     ///     inline: true,
     ///     timeout: Duration::from_secs(1),
     /// };
