@@ -80,7 +80,10 @@ impl RedisServers {
         let nodes: String = first.custom(cluster, vec!["NODES"]).await.ok()?;
         let _ = first.quit().await;
         let mut primaries = Vec::new();
-        for line in nodes.lines().filter(|l| l.contains("master") && !l.contains("fail")) {
+        for line in nodes
+            .lines()
+            .filter(|l| l.contains("master") && !l.contains("fail"))
+        {
             // `<id> <ip:port@cport> <flags> ...`
             let addr = line.split_whitespace().nth(1)?.split('@').next()?;
             primaries.push(standalone(url, Some(addr)).await?);
@@ -100,8 +103,12 @@ impl RedisServers {
                 .filter(|(k, _)| {
                     matches!(
                         *k,
-                        "cmdstat_eval" | "cmdstat_evalsha" | "cmdstat_eval_ro"
-                            | "cmdstat_evalsha_ro" | "cmdstat_fcall" | "cmdstat_fcall_ro"
+                        "cmdstat_eval"
+                            | "cmdstat_evalsha"
+                            | "cmdstat_eval_ro"
+                            | "cmdstat_evalsha_ro"
+                            | "cmdstat_fcall"
+                            | "cmdstat_fcall_ro"
                     )
                 })
                 .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
@@ -123,7 +130,10 @@ impl RedisServers {
         let mut us = Vec::with_capacity(calls);
         for _ in 0..calls {
             let t = Instant::now();
-            let one: i64 = script.evalsha(node, Vec::<String>::new(), Vec::<String>::new()).await.unwrap();
+            let one: i64 = script
+                .evalsha(node, Vec::<String>::new(), Vec::<String>::new())
+                .await
+                .unwrap();
             us.push(t.elapsed().as_secs_f64() * 1e6);
             assert_eq!(one, 1);
         }
@@ -272,8 +282,7 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("pgw-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sqlite = dir.join("telemetry.sqlite").display().to_string();
-    let redis_url =
-        std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let servers = RedisServers::connect(&redis_url).await;
     let mut variants: Vec<(&str, Gateway)> = Vec::new();
     variants.push((
