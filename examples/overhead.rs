@@ -5,21 +5,34 @@
 //! - `memory`: in-memory governance on (selection, pacer, breaker, six gates, retry loop), no
 //!   cache, no telemetry — the baseline the goal is about;
 //! - `memory+sqlite`: the same with SQLite telemetry on (recording is off the call path);
-//! - `redis`: limiter and breaker in Redis (skipped when no Redis is reachable).
+//! - `redis`: limiter and breaker in Redis at `REDIS_URL` (default `redis://127.0.0.1:6379`;
+//!   skipped when unreachable). Its rows also carry what the server saw during the measured
+//!   calls, from `INFO` deltas summed over every primary (one server, or each primary of a
+//!   cluster): `redis_round_trips_per_attempt` (script calls — EVAL/EVALSHA/FCALL — per governed
+//!   call; every call here is one successful attempt; commands a script runs inside are not round
+//!   trips and are not counted), `redis_cpu_us_per_call` (server user+sys CPU) and the ceiling
+//!   that CPU implies for one server core, `redis_cpu_ceiling_calls_per_s`.
 //!
-//! `chat_stream()` is measured against `chat()` on the streaming rows.
+//! `chat_stream()` is measured against `chat()` on the streaming rows. The first JSON line is one
+//! loopback `EVALSHA` round trip (`evalsha_p50_us`, a script that returns 1), the yardstick of the
+//! Redis variant's added latency.
 //!
 //! ```text
-//! cargo run --release --example overhead -- [--calls N]
+//! cargo run --release --example overhead --features testkit -- [--calls N] [--concurrency 1,64,256]
+//! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example overhead --features testkit
 //! ```
 //!
-//! The last four lines of output are one JSON object per configuration. The mock runs in the same
-//! process on the same cores, so absolute figures include its cost; compare the columns.
+//! The last lines of output are one JSON object per configuration. The mock runs in the same
+//! process on the same cores, so absolute figures include its cost; compare the columns. Point
+//! `REDIS_URL` at a server nobody else uses: the counters are server-wide.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fred::prelude::{Builder, Client, ClientLike, Config};
+use fred::types::scripts::Script;
+use fred::types::{ClusterHash, CustomCommand, InfoKind};
 use futures::StreamExt;
 use polygateway::config::Settings;
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
@@ -37,6 +50,126 @@ impl Run {
     fn json(&self) -> Value {
         json!({"p50_us": self.p50_us, "p99_us": self.p99_us, "calls_per_s": self.calls_per_s})
     }
+}
+
+/// Counters of the Redis primaries behind `REDIS_URL`, read with `INFO` (server-side truth).
+struct RedisServers {
+    primaries: Vec<Client>,
+}
+
+/// What the primaries did between two [`RedisServers::sample`]s.
+#[derive(Clone, Copy, Default)]
+struct ServerSample {
+    /// EVAL/EVALSHA/FCALL calls (the network round trips of the governance scripts).
+    script_calls: f64,
+    /// used_cpu_user + used_cpu_sys, seconds.
+    cpu_s: f64,
+}
+
+impl RedisServers {
+    /// Connect to the server in `url`; for a cluster node, to every primary it lists.
+    async fn connect(url: &str) -> Option<Self> {
+        let first = standalone(url, None).await?;
+        let info: String = first.info(Some(InfoKind::Cluster)).await.ok()?;
+        if !info.contains("cluster_enabled:1") {
+            return Some(Self {
+                primaries: vec![first],
+            });
+        }
+        let cluster = CustomCommand::new_static("CLUSTER", ClusterHash::Random, false);
+        let nodes: String = first.custom(cluster, vec!["NODES"]).await.ok()?;
+        let _ = first.quit().await;
+        let mut primaries = Vec::new();
+        for line in nodes
+            .lines()
+            .filter(|l| l.contains("master") && !l.contains("fail"))
+        {
+            // `<id> <ip:port@cport> <flags> ...`
+            let addr = line.split_whitespace().nth(1)?.split('@').next()?;
+            primaries.push(standalone(url, Some(addr)).await?);
+        }
+        Some(Self { primaries })
+    }
+
+    async fn sample(&self) -> ServerSample {
+        // Let the finishes of calls that just returned (a cast, settled in the background) land
+        // on the right side of the sample.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut total = ServerSample::default();
+        for node in &self.primaries {
+            let stats: String = node.info(Some(InfoKind::CommandStats)).await.unwrap();
+            let cpu: String = node.info(Some(InfoKind::Cpu)).await.unwrap();
+            total.script_calls += info_fields(&stats)
+                .filter(|(k, _)| {
+                    matches!(
+                        *k,
+                        "cmdstat_eval"
+                            | "cmdstat_evalsha"
+                            | "cmdstat_eval_ro"
+                            | "cmdstat_evalsha_ro"
+                            | "cmdstat_fcall"
+                            | "cmdstat_fcall_ro"
+                    )
+                })
+                .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+                .filter_map(|n| n.parse::<f64>().ok())
+                .sum::<f64>();
+            total.cpu_s += info_fields(&cpu)
+                .filter(|(k, _)| matches!(*k, "used_cpu_sys" | "used_cpu_user"))
+                .filter_map(|(_, v)| v.parse::<f64>().ok())
+                .sum::<f64>();
+        }
+        total
+    }
+
+    /// p50 of one `EVALSHA` of a script returning 1, sequentially (the loopback round trip).
+    async fn evalsha_p50_us(&self, calls: usize) -> f64 {
+        let node = &self.primaries[0];
+        let script = Script::from_lua("return 1");
+        script.load(node).await.unwrap();
+        let mut us = Vec::with_capacity(calls);
+        for _ in 0..calls {
+            let t = Instant::now();
+            let one: i64 = script
+                .evalsha(node, Vec::<String>::new(), Vec::<String>::new())
+                .await
+                .unwrap();
+            us.push(t.elapsed().as_secs_f64() * 1e6);
+            assert_eq!(one, 1);
+        }
+        us.sort_by(|a, b| a.total_cmp(b));
+        us[us.len() / 2]
+    }
+
+    async fn close(&self) {
+        for node in &self.primaries {
+            let _ = node.quit().await;
+        }
+    }
+}
+
+/// One plain connection to `url`'s server, or to `addr` with `url`'s credentials.
+async fn standalone(url: &str, addr: Option<&str>) -> Option<Client> {
+    let mut parsed = url::Url::parse(url).ok()?;
+    let _ = parsed.set_scheme("redis");
+    if let Some(addr) = addr {
+        let (host, port) = addr.rsplit_once(':')?;
+        parsed.set_host(Some(host)).ok()?;
+        parsed.set_port(port.parse().ok()).ok()?;
+    }
+    let client = Builder::from_config(Config::from_url(parsed.as_str()).ok()?)
+        .build()
+        .ok()?;
+    tokio::time::timeout(Duration::from_secs(2), client.init())
+        .await
+        .ok()?
+        .ok()?;
+    Some(client)
+}
+
+/// `key:value` lines of an INFO section.
+fn info_fields(info: &str) -> impl Iterator<Item = (&str, &str)> {
+    info.lines().filter_map(|l| l.trim().split_once(':'))
 }
 
 async fn measure<F, Fut>(calls: usize, concurrency: usize, one: F) -> Run
@@ -110,12 +243,16 @@ async fn variant(env: &BTreeMap<String, String>, extra: &[(&str, String)]) -> Op
 #[tokio::main]
 async fn main() {
     let mut calls = 4000usize;
+    let mut levels = vec![1usize, 64, 256];
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        match (flag.as_str(), args.next().and_then(|n| n.parse().ok())) {
-            ("--calls", Some(n)) if n >= 100 => calls = n,
+        let value = args.next().unwrap_or_default();
+        let list: Option<Vec<usize>> = value.split(',').map(|n| n.parse().ok()).collect();
+        match (flag.as_str(), value.parse::<usize>().ok(), list) {
+            ("--calls", Some(n), _) if n >= 100 => calls = n,
+            ("--concurrency", _, Some(list)) if list.iter().all(|&c| c >= 1) => levels = list,
             _ => {
-                eprintln!("usage: overhead [--calls N≥100]");
+                eprintln!("usage: overhead [--calls N≥100] [--concurrency C,C,… (each ≥1)]");
                 std::process::exit(2);
             }
         }
@@ -145,7 +282,8 @@ async fn main() {
     let dir = std::env::temp_dir().join(format!("pgw-overhead-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sqlite = dir.join("telemetry.sqlite").display().to_string();
-    let redis_reachable = std::net::TcpStream::connect("127.0.0.1:6379").is_ok();
+    let redis_url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let servers = RedisServers::connect(&redis_url).await;
     let mut variants: Vec<(&str, Gateway)> = Vec::new();
     variants.push((
         "memory",
@@ -162,20 +300,22 @@ async fn main() {
     let redis = [
         ("PGW_LIMITER_BACKEND", "redis".to_string()),
         ("PGW_BREAKER_BACKEND", "redis".to_string()),
-        (
-            "REDIS_URL",
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
-        ),
+        ("REDIS_URL", redis_url.clone()),
     ];
-    match (redis_reachable, variant(&env, &redis).await) {
-        (true, Some(gw)) => variants.push(("redis", gw)),
-        _ => println!("(no Redis reachable: the redis variant is skipped)"),
+    match (&servers, variant(&env, &redis).await) {
+        (Some(_), Some(gw)) => variants.push(("redis", gw)),
+        _ => println!("(no Redis reachable at REDIS_URL: the redis variant is skipped)"),
+    }
+    let mut lines = Vec::new();
+    if let Some(servers) = &servers {
+        let p50 = servers.evalsha_p50_us(calls / 2).await;
+        println!("one loopback EVALSHA round trip p50 {p50:>8.1} µs");
+        lines.push(json!({"evalsha_p50_us": p50, "redis_primaries": servers.primaries.len()}));
     }
 
     let client = reqwest::Client::new();
     let url = Arc::new(format!("{}/chat/completions", mock.base_url()));
-    let mut lines = Vec::new();
-    for concurrency in [1usize, 256] {
+    for &concurrency in &levels {
         for stream in [false, true] {
             let body = Arc::new(
                 serde_json::to_vec(&json!({
@@ -207,15 +347,37 @@ async fn main() {
                 d.p50_us, d.p99_us, d.calls_per_s
             );
             let mut runs = serde_json::Map::new();
-            let mut baseline = None;
+            let mut baseline: Option<Run> = None;
             for (name, gw) in &variants {
                 warm(gw, calls / 4, concurrency, stream).await;
+                let server = match (*name, &servers) {
+                    ("redis", Some(s)) => Some((s, s.sample().await)),
+                    _ => None,
+                };
                 let r = measure(calls, concurrency, || governed(gw, stream)).await;
                 println!(
                     "concurrency {concurrency:>3} stream {stream:<5} {name:<14} p50 {:>8.1} µs p99 {:>8.1} µs {:>7.0}/s | added p50 {:>8.1} µs p99 {:>8.1} µs",
                     r.p50_us, r.p99_us, r.calls_per_s, r.p50_us - d.p50_us, r.p99_us - d.p99_us
                 );
-                runs.insert((*name).to_string(), r.json());
+                let mut row = r.json();
+                if let Some((servers, before)) = server {
+                    let after = servers.sample().await;
+                    let n = calls as f64;
+                    let trips = (after.script_calls - before.script_calls) / n;
+                    let cpu_us = (after.cpu_s - before.cpu_s) * 1e6 / n;
+                    println!(
+                        "concurrency {concurrency:>3} stream {stream:<5} redis server   {trips:.2} round trips per attempt, {cpu_us:.1} µs CPU per call (one core: {:.0}/s)",
+                        1e6 / cpu_us
+                    );
+                    row["redis_round_trips_per_attempt"] = json!(trips);
+                    row["redis_cpu_us_per_call"] = json!(cpu_us);
+                    row["redis_cpu_ceiling_calls_per_s"] = json!(1e6 / cpu_us);
+                    row["added_p50_us"] = json!(r.p50_us - d.p50_us);
+                    if let Some(memory) = &baseline {
+                        row["calls_per_s_vs_memory"] = json!(r.calls_per_s / memory.calls_per_s);
+                    }
+                }
+                runs.insert((*name).to_string(), row);
                 baseline.get_or_insert(r);
             }
             let r = baseline.expect("the memory variant always runs");
@@ -249,6 +411,9 @@ async fn main() {
         gw.shutdown().await;
     }
     mock.shutdown().await;
+    if let Some(servers) = &servers {
+        servers.close().await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
     for line in lines {
         println!("{line}");

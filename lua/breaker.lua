@@ -2,7 +2,7 @@
 -- BreakerMachine (actors/src/policy/breaker.rs), stored in one hash so every process shares it.
 -- Time is the Redis server clock (TIME).
 --
--- KEYS[1] breaker HASH:
+-- KEYS[1] breaker HASH (KEYS[2], `record` only and optional: the verdict id STRING, see below):
 --   st        'c' closed | 'o' open | 'h' half-open
 --   epoch     opening epoch (every opening increments it; verdicts of older epochs are refused)
 --   fails     consecutive failures (streak channel)
@@ -25,11 +25,14 @@
 -- state codes: 0 closed, 1 open, 2 half-open.
 --
 -- Re-sent calls (fred may re-send an EVALSHA after a dropped connection): `acquire` with the same
--- candidate probe id answers the probe again instead of refusing its own holder; a re-sent failed
--- probe verdict is fenced (the first re-opened at a new epoch); `release_probe` is idempotent; a
--- re-sent `force_open` only extends the deadline. A re-sent CLOSED verdict (or a successful
--- probe's, which finds the breaker CLOSED at the same epoch) counts as one extra window sample —
--- exactly what the memory machine does with a duplicate verdict.
+-- candidate probe id answers the probe again instead of refusing its own holder; `record` with a
+-- verdict id (KEYS[2], unique per verdict, kept 2 minutes) answers a re-sent verdict with the
+-- first answer and counts nothing; `release_probe` is idempotent; a re-sent `force_open` only
+-- extends the deadline.
+--
+-- lua/attempt.lua runs this whole script as a function (KEYS and ARGV become its parameters), so
+-- an admission and a finish drive the same state machine in one round trip; there the lease
+-- record, not KEYS[2], makes the verdict count once.
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -42,6 +45,8 @@ local fail_rate = tonumber(ARGV[7])
 local bucket_ms = tonumber(ARGV[8])
 
 local KEEP_MS = 7 * 24 * 3600 * 1000
+-- How long a verdict id is remembered: longer than any reconnect after which fred re-sends.
+local VERDICT_KEEP_MS = 120000
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -167,42 +172,16 @@ local function retry_after()
   return 0
 end
 
-if op == 'acquire' then
-  local candidate = ARGV[9]
-  advance()
-  local reply
-  if st == 'c' then
-    reply = {0, epoch}
-  elseif st == 'o' then
-    reply = {2, 1, retry_after()}
-  elseif probe_held() then
-    if s.probe == candidate then
-      reply = {1, epoch, candidate}
-    else
-      reply = {2, 2, 0}
-    end
-  else
-    set('probe', candidate)
-    set('pexp', now + probe_ttl)
-    reply = {1, epoch, candidate}
-  end
-  save()
-  return reply
-
-elseif op == 'record' then
-  local v_epoch = tonumber(ARGV[9])
-  local probe_id = ARGV[10]
-  local failed = ARGV[11] == 'f'
+-- Apply one verdict of epoch `v_epoch` (probe id '' = none): 1 applied, 0 fenced off.
+local function record(v_epoch, probe_id, failed)
   advance()
   -- Fencing: only verdicts of the current epoch apply; OPEN applies nothing.
   if v_epoch ~= epoch or st == 'o' then
-    save()
     return 0
   end
   if st == 'h' then
     -- Only the stored probe decides (an expired probe nobody replaced still does).
     if probe_id == '' or (s.probe or '') ~= probe_id then
-      save()
       return 0
     end
     if failed then
@@ -210,7 +189,6 @@ elseif op == 'record' then
     else
       close()
     end
-    save()
     return 1
   end
   -- CLOSED: every verdict of the current epoch is a sample, whatever its probe id.
@@ -236,8 +214,45 @@ elseif op == 'record' then
       set('streak', 0)
     end
   end
-  save()
   return 1
+end
+
+if op == 'acquire' then
+  local candidate = ARGV[9]
+  advance()
+  local reply
+  if st == 'c' then
+    reply = {0, epoch}
+  elseif st == 'o' then
+    reply = {2, 1, retry_after()}
+  elseif probe_held() then
+    if s.probe == candidate then
+      reply = {1, epoch, candidate}
+    else
+      reply = {2, 2, 0}
+    end
+  else
+    set('probe', candidate)
+    set('pexp', now + probe_ttl)
+    reply = {1, epoch, candidate}
+  end
+  save()
+  return reply
+
+elseif op == 'record' then
+  -- A verdict id (KEYS[2]) makes a re-sent verdict answer the first one instead of counting again.
+  if KEYS[2] then
+    local seen = redis.call('GET', KEYS[2])
+    if seen then
+      return tonumber(seen)
+    end
+  end
+  local applied = record(tonumber(ARGV[9]), ARGV[10], ARGV[11] == 'f')
+  save()
+  if KEYS[2] then
+    redis.call('SET', KEYS[2], applied, 'PX', VERDICT_KEEP_MS)
+  end
+  return applied
 
 elseif op == 'force_open' then
   advance()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-use polygateway_actors::TokioClock;
+use polygateway_actors::{ComposedAttempts, TokioClock};
 
 use contract::short_breaker_config;
 
@@ -98,4 +98,30 @@ async fn memory_breaker_failed_probes_grow_cooldown() {
 async fn memory_breaker_epoch_fencing() {
     let c = short_breaker_config();
     contract::breaker_contract_epoch_fencing(&MemoryBreakers::default(), "MEM", &c).await;
+}
+
+/// Run one attempt case on in-memory gate and breakers composed into the attempt port.
+macro_rules! memory_attempt_contract {
+    ($($test:ident => $case:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $test() {
+            let gate = Arc::new(MemoryGate::default());
+            let breakers = Arc::new(MemoryBreakers::default());
+            let attempts = ComposedAttempts::new(gate.clone(), breakers.clone());
+            let store = contract::AttemptStore {
+                attempts: &attempts,
+                gate: gate.as_ref(),
+                breakers: breakers.as_ref(),
+            };
+            contract::$case(&store, "MEM", &short_breaker_config()).await;
+        }
+    )*};
+}
+
+memory_attempt_contract! {
+    memory_attempt_success_settles_releases_and_marks_progress =>
+        attempt_contract_success_settles_releases_and_marks_progress,
+    memory_attempt_open_breaker_spends_no_quota_and_probe_decides =>
+        attempt_contract_open_breaker_spends_no_quota_and_probe_decides,
+    memory_attempt_failures_open_and_force_open => attempt_contract_failures_open_and_force_open,
 }

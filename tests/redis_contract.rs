@@ -18,11 +18,12 @@ use std::time::Duration;
 use fred::prelude::{Builder, ClientLike, Config, KeysInterface, LuaInterface};
 use polygateway::actors::policy::breaker::BreakerMachine;
 use polygateway::actors::{
-    BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend,
-    GateDecision, GateRequest, Lease, Limits,
+    AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, BreakerAdmit, BreakerBackend,
+    BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend, GateDecision, GateRequest,
+    Lease, Limits,
 };
 use polygateway::config::Secret;
-use polygateway::redis::{RedisBreakers, RedisGate, RedisGovernance};
+use polygateway::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
 
 fn redis_url() -> String {
     std::env::var("PGW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -162,6 +163,34 @@ macro_rules! breaker_contract {
             fx.finish().await;
         }
     )*};
+}
+
+/// Run one attempt case of the contract suite on `RedisAttempts` and the same store's ports.
+macro_rules! attempt_contract {
+    ($($test:ident => $case:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let Some(fx) = connect().await else { return };
+            let gate = RedisGate::new(fx.redis.clone());
+            let breakers = RedisBreakers::new(fx.redis.clone());
+            let attempts = RedisAttempts::new(gate.clone());
+            let store = contract::AttemptStore {
+                attempts: &attempts,
+                gate: &gate,
+                breakers: &breakers,
+            };
+            contract::$case(&store, &fx.prefix, &contract::short_breaker_config()).await;
+            fx.finish().await;
+        }
+    )*};
+}
+
+attempt_contract! {
+    redis_attempt_success_settles_releases_and_marks_progress =>
+        attempt_contract_success_settles_releases_and_marks_progress,
+    redis_attempt_open_breaker_spends_no_quota_and_probe_decides =>
+        attempt_contract_open_breaker_spends_no_quota_and_probe_decides,
+    redis_attempt_failures_open_and_force_open => attempt_contract_failures_open_and_force_open,
 }
 
 gate_contract! {
@@ -720,5 +749,118 @@ async fn admission_round_trip_latency() {
     );
     assert!(median < Duration::from_millis(20), "median {median:?}");
     assert_eq!(gate.leases_held("BENCH").await.unwrap(), 0);
+    fx.finish().await;
+}
+
+fn attempt_outcome(action: BreakerAction) -> AttemptOutcome {
+    AttemptOutcome {
+        action,
+        tokens: 0,
+        progress: false,
+    }
+}
+
+#[tokio::test]
+async fn a_resent_attempt_finish_counts_its_verdict_once() {
+    // fred re-sends the finish script after a reconnect: same lease id, same arguments.
+    let Some(fx) = connect().await else { return };
+    let gate = RedisGate::new(fx.redis.clone());
+    let breakers = RedisBreakers::new(fx.redis.clone());
+    let attempts = RedisAttempts::new(gate.clone());
+    let config = BreakerConfig {
+        fail_threshold: 2,
+        ..BreakerConfig::default()
+    };
+    let req = request("LLM", "a", Limits::default(), Limits::default(), 0);
+    let AttemptAdmit::Admitted(permit) = attempts.admit(&req, &config).await.unwrap() else {
+        panic!("a closed breaker and no limits admit");
+    };
+    let failure = attempt_outcome(BreakerAction::Record(BreakerVerdict::Failure));
+    attempts.finish(&permit, &config, failure).await.unwrap();
+    attempts.finish(&permit, &config, failure).await.unwrap();
+    let snap = breakers.snapshot("LLM", "a", &config).await.unwrap();
+    assert_eq!(
+        (snap.state, snap.consecutive_failures),
+        (BreakerState::Closed, 1),
+        "the re-sent failure counted again"
+    );
+    assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
+    // A re-sent admission of the finished attempt takes nothing either.
+    assert!(matches!(
+        attempts.admit(&req, &config).await.unwrap(),
+        AttemptAdmit::Admitted(_)
+    ));
+    assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn a_resent_attempt_admission_answers_the_first_with_its_probe() {
+    let Some(fx) = connect().await else { return };
+    let gate = RedisGate::new(fx.redis.clone());
+    let breakers = RedisBreakers::new(fx.redis.clone());
+    let attempts = RedisAttempts::new(gate.clone());
+    let config = contract::short_breaker_config();
+    breakers.force_open("LLM", "a", &config).await.unwrap();
+    tokio::time::sleep(config.cooldown + Duration::from_millis(120)).await;
+    let req = request("LLM", "a", limits(0, 1, 0), Limits::default(), 0);
+    let first = attempts.admit(&req, &config).await.unwrap();
+    let AttemptAdmit::Admitted(permit) = &first else {
+        panic!("the cooldown is over: expected the probe, got {first:?}");
+    };
+    assert!(permit.probe_id.is_some());
+    // Same lease id: the first answer again (probe included); RPM 1 and the lease counted once.
+    assert_eq!(attempts.admit(&req, &config).await.unwrap(), first);
+    assert_eq!(gate.leases_held("LLM").await.unwrap(), 1);
+    let success = attempt_outcome(BreakerAction::Record(BreakerVerdict::Success));
+    attempts.finish(permit, &config, success).await.unwrap();
+    let snap = breakers.snapshot("LLM", "a", &config).await.unwrap();
+    assert_eq!((snap.state, snap.probe_held), (BreakerState::Closed, false));
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn a_resent_closed_breaker_verdict_counts_once() {
+    // The standalone verdict carries a verdict id key; a re-sent EVALSHA repeats keys and
+    // arguments exactly, which this replays with the script's own text.
+    let Some(fx) = connect().await else { return };
+    let breakers = RedisBreakers::new(fx.redis.clone());
+    let config = BreakerConfig {
+        fail_threshold: 2,
+        ..BreakerConfig::default()
+    };
+    let tag = format!("{}:{{LLM}}:src:a", fx.prefix);
+    let keys = vec![format!("{tag}:breaker"), format!("{tag}:verdict:v-1")];
+    let args: Vec<String> = [
+        "record", "2", "30000", "300000", "120000", "10", "0.6", "30000", "0", "", "f",
+    ]
+    .map(String::from)
+    .to_vec();
+    let raw = fx.raw().await;
+    for _ in 0..2 {
+        let applied: i64 = raw
+            .eval(
+                include_str!("../lua/breaker.lua"),
+                keys.clone(),
+                args.clone(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(applied, 1, "the re-send answers the first verdict");
+    }
+    raw.quit().await.ok();
+    let snap = breakers.snapshot("LLM", "a", &config).await.unwrap();
+    assert_eq!(
+        (snap.state, snap.consecutive_failures),
+        (BreakerState::Closed, 1),
+        "a re-sent CLOSED verdict counted twice"
+    );
+    // The public port gives every verdict its own id: two verdicts count twice.
+    breakers
+        .record("LLM", "a", &config, 0, None, BreakerVerdict::Failure)
+        .await
+        .unwrap();
+    let snap = breakers.snapshot("LLM", "a", &config).await.unwrap();
+    assert_eq!(snap.state, BreakerState::Open, "the second failure opens");
     fx.finish().await;
 }

@@ -21,6 +21,9 @@ pub mod testkit;
 
 pub use clock::{Clock, TokioClock};
 pub use outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
+pub use ports::attempt::{
+    AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, ComposedAttempts,
+};
 pub use ports::breaker::{
     BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState, BreakerVerdict,
 };

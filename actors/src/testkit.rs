@@ -124,6 +124,7 @@ pub fn memory_governance() -> GovernanceFactory {
     let governance = Governance {
         gate: Arc::new(MemoryGate::default()),
         breakers: Arc::new(MemoryBreakers::default()),
+        attempts: None,
         inline: true,
         timeout: Duration::from_secs(1),
     };

@@ -15,7 +15,9 @@ use polygateway_actors::runtime::{
 use polygateway_actors::telemetry::{
     TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryQueue, TelemetrySink,
 };
-use polygateway_actors::{BreakerBackend, BreakerConfig, Clock, GateBackend, Limits, TokioClock};
+use polygateway_actors::{
+    AttemptBackend, BreakerBackend, BreakerConfig, Clock, GateBackend, Limits, TokioClock,
+};
 use serde_json::Map;
 
 use super::chat::ChatScope;
@@ -33,7 +35,7 @@ use crate::config::{
 };
 use crate::error::GatewayError;
 use crate::provider::ProviderRegistry;
-use crate::redis::{RedisBreakers, RedisGate, RedisGovernance};
+use crate::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
 use crate::telemetry::row::TelemetryRow;
 use crate::telemetry::{sink_from_settings, Pricing};
 use crate::transport::chat::ChatTransport;
@@ -604,6 +606,17 @@ impl GatewayBuilder {
             (true, None) => return Err(config_err("redis backends need REDIS_URL".into())),
             _ => None,
         };
+        // Both ports on the same Redis (neither injected): one script call per admission and one
+        // per finished attempt instead of one per step.
+        let attempts: Option<Arc<dyn AttemptBackend>> = match (&redis, &self.gate, &self.breakers) {
+            (Some(r), None, None)
+                if settings.limiter_backend == GovernanceBackendKind::Redis
+                    && settings.breaker_backend == GovernanceBackendKind::Redis =>
+            {
+                Some(Arc::new(RedisAttempts::new(RedisGate::new(r.clone()))))
+            }
+            _ => None,
+        };
         let gate: Arc<dyn GateBackend> = match (self.gate, settings.limiter_backend, &redis) {
             (Some(g), _, _) => g,
             (None, GovernanceBackendKind::Redis, Some(r)) => Arc::new(RedisGate::new(r.clone())),
@@ -621,6 +634,7 @@ impl GatewayBuilder {
             inline: redis.is_none(),
             gate,
             breakers,
+            attempts,
             timeout: Duration::from_secs(3),
         };
         let factory_gov = governance.clone();

@@ -75,8 +75,8 @@ fn millis(d: Duration) -> Value {
     Value::Integer(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// ARGV 1..=8 of `lua/breaker.lua`.
-fn config_args(op: &str, config: &BreakerConfig) -> Vec<Value> {
+/// ARGV 1..=8 of `lua/breaker.lua` (and of `lua/attempt.lua`, which passes them on).
+pub(super) fn config_args(op: &str, config: &BreakerConfig) -> Vec<Value> {
     vec![
         Value::from(op),
         Value::Integer(i64::from(config.effective_threshold())),
@@ -90,7 +90,7 @@ fn config_args(op: &str, config: &BreakerConfig) -> Vec<Value> {
     ]
 }
 
-fn state_of(code: i64) -> Result<BreakerState, BackendError> {
+pub(super) fn state_of(code: i64) -> Result<BreakerState, BackendError> {
     Ok(match code {
         0 => BreakerState::Closed,
         1 => BreakerState::Open,
@@ -184,12 +184,20 @@ impl BreakerBackend for RedisBreakers {
             BreakerVerdict::Success => "s",
             BreakerVerdict::Failure => "f",
         };
-        let extra = vec![
+        // The verdict id makes a script fred re-sends after a reconnect answer the first verdict
+        // instead of counting it again.
+        let verdict_id = uuid::Uuid::new_v4().simple().to_string();
+        let keys = vec![
+            self.redis.keys().breaker(scope, source),
+            self.redis.keys().verdict(scope, source, &verdict_id),
+        ];
+        let mut args = config_args("record", config);
+        args.extend([
             Value::Integer(i64::try_from(epoch).unwrap_or(i64::MAX)),
             Value::from(probe_id.unwrap_or("")),
             Value::from(verdict),
-        ];
-        let applied: i64 = self.call(scope, source, "record", config, extra).await?;
+        ]);
+        let applied: i64 = self.redis.eval(ScriptKind::Breaker, keys, args).await?;
         Ok(applied == 1)
     }
 

@@ -68,6 +68,8 @@ pub(crate) enum ScriptKind {
     Progress,
     /// `lua/breaker.lua`.
     Breaker,
+    /// `lua/attempt.lua` over the three above.
+    Attempt,
 }
 
 impl ScriptKind {
@@ -76,22 +78,45 @@ impl ScriptKind {
             ScriptKind::Limiter => "limiter",
             ScriptKind::Progress => "progress",
             ScriptKind::Breaker => "breaker",
+            ScriptKind::Attempt => "attempt",
         }
     }
+}
+
+const LIMITER_LUA: &str = include_str!("../../lua/limiter.lua");
+const PROGRESS_LUA: &str = include_str!("../../lua/progress.lua");
+const BREAKER_LUA: &str = include_str!("../../lua/breaker.lua");
+const ATTEMPT_LUA: &str = include_str!("../../lua/attempt.lua");
+
+/// `lua/attempt.lua` preceded by the three single-purpose scripts, each wrapped as a local
+/// function whose parameters shadow `KEYS` and `ARGV`: one state machine, callable in-script.
+fn attempt_lua() -> String {
+    let mut lua = String::new();
+    for (name, body) in [
+        ("breaker", BREAKER_LUA),
+        ("limiter", LIMITER_LUA),
+        ("progress", PROGRESS_LUA),
+    ] {
+        lua.push_str(&format!("local function {name}(KEYS, ARGV)\n{body}\nend\n"));
+    }
+    lua.push_str(ATTEMPT_LUA);
+    lua
 }
 
 struct Scripts {
     limiter: Script,
     progress: Script,
     breaker: Script,
+    attempt: Script,
 }
 
 impl Scripts {
     fn new() -> Self {
         Self {
-            limiter: Script::from_lua(include_str!("../../lua/limiter.lua")),
-            progress: Script::from_lua(include_str!("../../lua/progress.lua")),
-            breaker: Script::from_lua(include_str!("../../lua/breaker.lua")),
+            limiter: Script::from_lua(LIMITER_LUA),
+            progress: Script::from_lua(PROGRESS_LUA),
+            breaker: Script::from_lua(BREAKER_LUA),
+            attempt: Script::from_lua(attempt_lua()),
         }
     }
 
@@ -100,14 +125,16 @@ impl Scripts {
             ScriptKind::Limiter => &self.limiter,
             ScriptKind::Progress => &self.progress,
             ScriptKind::Breaker => &self.breaker,
+            ScriptKind::Attempt => &self.attempt,
         }
     }
 
-    fn all(&self) -> [(ScriptKind, &Script); 3] {
+    fn all(&self) -> [(ScriptKind, &Script); 4] {
         [
             (ScriptKind::Limiter, &self.limiter),
             (ScriptKind::Progress, &self.progress),
             (ScriptKind::Breaker, &self.breaker),
+            (ScriptKind::Attempt, &self.attempt),
         ]
     }
 }

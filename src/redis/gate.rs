@@ -14,7 +14,7 @@ use polygateway_actors::{BackendError, Gate, GateBackend, GateDecision, GateRequ
 use super::connection::{RedisGovernance, ScriptKind};
 
 /// How long a scope's progress mark is kept without a new one.
-const PROGRESS_KEY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(super) const PROGRESS_KEY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The Redis six-gate limiter.
 ///
@@ -120,17 +120,38 @@ impl RedisGate {
     fn window_ms(&self) -> i64 {
         millis(self.window).max(1)
     }
+
+    pub(super) fn redis(&self) -> &RedisGovernance {
+        &self.redis
+    }
+
+    /// The arguments of a limiter admission after the operation name: lease id, lease ttl ms,
+    /// window ms, estimate, the six limits (`lua/limiter.lua` ARGV 2..=11).
+    pub(super) fn admit_args(&self, request: &GateRequest) -> Vec<Value> {
+        vec![
+            Value::from(request.lease_id.as_ref()),
+            Value::Integer(millis(request.lease_ttl).max(1)),
+            Value::Integer(self.window_ms()),
+            count(request.est_tokens),
+            count(u64::from(request.global.max_concurrency)),
+            count(u64::from(request.global.rpm)),
+            count(request.global.tpm),
+            count(u64::from(request.per_source.max_concurrency)),
+            count(u64::from(request.per_source.rpm)),
+            count(request.per_source.tpm),
+        ]
+    }
 }
 
-fn millis(d: Duration) -> i64 {
+pub(super) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn count(n: u64) -> Value {
+pub(super) fn count(n: u64) -> Value {
     Value::Integer(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-fn gate_of(code: i64) -> Result<Gate, BackendError> {
+pub(super) fn gate_of(code: i64) -> Result<Gate, BackendError> {
     Ok(match code {
         1 => Gate::GlobalConcurrency,
         2 => Gate::SourceConcurrency,
@@ -146,7 +167,7 @@ fn gate_of(code: i64) -> Result<Gate, BackendError> {
     })
 }
 
-fn non_negative(v: i64) -> u64 {
+pub(super) fn non_negative(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
@@ -157,19 +178,8 @@ impl GateBackend for RedisGate {
             .redis
             .keys()
             .gate(&request.scope, &request.source, &request.lease_id);
-        let args = vec![
-            Value::from("admit"),
-            Value::from(request.lease_id.as_ref()),
-            Value::Integer(millis(request.lease_ttl).max(1)),
-            Value::Integer(self.window_ms()),
-            count(request.est_tokens),
-            count(u64::from(request.global.max_concurrency)),
-            count(u64::from(request.global.rpm)),
-            count(request.global.tpm),
-            count(u64::from(request.per_source.max_concurrency)),
-            count(u64::from(request.per_source.rpm)),
-            count(request.per_source.tpm),
-        ];
+        let mut args = vec![Value::from("admit")];
+        args.extend(self.admit_args(request));
         let client = self.redis.pinned();
         let reply: Vec<i64> = match self
             .redis

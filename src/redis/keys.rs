@@ -9,12 +9,23 @@
 //! | `P:{S}:src:R:lease` | ZSET lease id → expiry ms | source concurrency gate |
 //! | `P:{S}:win` | HASH `r:<w>`/`t:<w>` → requests/tokens of window `w` | global RPM/TPM |
 //! | `P:{S}:src:R:win` | HASH, same fields | source RPM/TPM |
-//! | `P:{S}:rec:<lease id>` | HASH `w`, `est`, `exp`, `settled`, `released` | re-send and settle idempotency; deleted once released and settled |
+//! | `P:{S}:rec:<lease id>` | HASH `w`, `est`, `exp`, `settled`, `released`; `ep`, `pr` (breaker epoch and probe of an attempt admission), `fin` (attempt finished) | re-send, settle and verdict idempotency; kept 2 minutes once finished (released and settled) |
 //! | `P:{S}:progress` | STRING server ms | stall guard (`mark_progress`) |
 //! | `P:{S}:src:R:breaker` | HASH | breaker state of one source |
+//! | `P:{S}:src:R:verdict:<id>` | STRING first answer | a standalone breaker verdict's id, kept 2 minutes: a re-sent verdict counts once |
+//!
+//! Script calls and their keys (every key of a call carries the same `{S}` tag):
+//!
+//! | script | keys | round trips |
+//! |---|---|---|
+//! | `attempt.lua` `admit` / `finish` | the five limiter keys, `breaker` of R, `progress` | one per admission, one per finished attempt — the runtime's hot path |
+//! | `limiter.lua` | `lease`, `src:R:lease`, `win`, `src:R:win`, `rec:<id>` | standalone gate port calls |
+//! | `breaker.lua` | `src:R:breaker` (+ `src:R:verdict:<id>` for `record`) | standalone breaker port calls |
+//! | `progress.lua` | `progress` | stall guard reads |
 //!
 //! The scope is the hash tag, so every key of one scope — global and per source — lands in one
-//! cluster slot and each script call touches a single slot. Not for: parsing keys back.
+//! cluster slot and each script call touches a single slot (a scope's gates live on one shard:
+//! spread heavy traffic across scopes). Not for: parsing keys back.
 
 /// Builds key names under one prefix.
 #[derive(Debug, Clone)]
@@ -73,6 +84,20 @@ impl Keys {
         format!("{}:breaker", self.source(scope, source))
     }
 
+    /// Verdict id of one standalone breaker verdict (remembered briefly against re-sends).
+    pub(crate) fn verdict(&self, scope: &str, source: &str, verdict_id: &str) -> String {
+        format!("{}:verdict:{}", self.source(scope, source), verdict_id)
+    }
+
+    /// The seven keys of an attempt call, in the order `lua/attempt.lua` expects: the five
+    /// limiter keys, the source's breaker, the scope's progress clock.
+    pub(crate) fn attempt(&self, scope: &str, source: &str, lease_id: &str) -> Vec<String> {
+        let mut keys = self.gate(scope, source, lease_id);
+        keys.push(self.breaker(scope, source));
+        keys.push(self.progress(scope));
+        keys
+    }
+
     /// The five keys of a limiter call, in the order `lua/limiter.lua` expects.
     pub(crate) fn gate(&self, scope: &str, source: &str, lease_id: &str) -> Vec<String> {
         vec![
@@ -100,9 +125,9 @@ mod tests {
     #[test]
     fn every_key_of_a_scope_shares_the_scope_tag() {
         let k = Keys::new("pgw");
-        let mut all = k.gate("LLM", "openai-a", "lease-1");
-        all.push(k.progress("LLM"));
+        let mut all = k.attempt("LLM", "openai-a", "lease-1");
         all.push(k.breaker("LLM", "openai-b"));
+        all.push(k.verdict("LLM", "openai-b", "v-1"));
         for key in &all {
             assert_eq!(hash_tag(key), Some("LLM"), "{key}");
             assert!(key.starts_with("pgw:{LLM}:"), "{key}");

@@ -1,4 +1,4 @@
-//! How one attempt tells the model the schema of a typed call (SPEC §9.2 step 1, "prevent").
+//! How one attempt tells the model the schema of a typed call (docs/behaviour.md §9.2 step 1, "prevent").
 //!
 //! A scope may mix providers: one accepts strict `json_schema`, another only `json_object`,
 //! a third nothing at all. The schema therefore travels with the wire request as a

@@ -25,8 +25,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use polygateway_actors::{
-    BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend,
-    GateDecision, GateRequest, Lease, Limits,
+    AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerAdmit,
+    BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend, GateDecision,
+    GateRequest, Lease, Limits,
 };
 
 /// Breaker parameters short enough for real-time cases (all waits stay well under 3 s).
@@ -934,4 +935,313 @@ pub async fn breaker_contract_epoch_fencing(
         backend.snapshot(scope, source, config).await.unwrap().state,
         BreakerState::Closed
     );
+}
+
+/// One governance store seen through the three ports an attempt case needs: the attempt port
+/// under test, and the gate and breaker ports of the same store to observe it.
+pub struct AttemptStore<'a> {
+    /// The backend under test.
+    pub attempts: &'a dyn AttemptBackend,
+    /// The same store's gates (leases held, progress, TPM).
+    pub gate: &'a dyn GateBackend,
+    /// The same store's breakers (snapshots, force-open).
+    pub breakers: &'a dyn BreakerBackend,
+}
+
+fn finished(action: BreakerAction, tokens: u64, progress: bool) -> AttemptOutcome {
+    AttemptOutcome {
+        action,
+        tokens,
+        progress,
+    }
+}
+
+async fn attempt_admit(
+    store: &AttemptStore<'_>,
+    req: &GateRequest,
+    config: &BreakerConfig,
+) -> AttemptAdmit {
+    store
+        .attempts
+        .admit(req, config)
+        .await
+        .expect("attempt admit: backend error")
+}
+
+async fn attempt_permit(
+    store: &AttemptStore<'_>,
+    req: &GateRequest,
+    config: &BreakerConfig,
+) -> AttemptPermit {
+    match attempt_admit(store, req, config).await {
+        AttemptAdmit::Admitted(permit) => permit,
+        other => panic!("expected admission of {}, got {other:?}", req.lease_id),
+    }
+}
+
+/// A success: admit takes a lease in every gate; finish settles TPM at the actual tokens,
+/// releases the lease, marks progress and leaves the breaker CLOSED with no failure streak.
+pub async fn attempt_contract_success_settles_releases_and_marks_progress(
+    store: &AttemptStore<'_>,
+    prefix: &str,
+    config: &BreakerConfig,
+) {
+    rerun_on_rollover(store.gate, prefix, "ATT_OK", |scope| async move {
+        let global = limits(0, 0, 1_000);
+        let per_source = limits(1, 0, 0);
+        let req = request(&scope, "a", global, per_source, 400, LONG_TTL);
+        let permit = attempt_permit(store, &req, config).await;
+        check!(
+            (
+                permit.epoch,
+                permit.probe_id.is_none(),
+                permit.lease.est_tokens
+            ) == (0, true, 400),
+            "closed breaker, no probe, estimate deducted: {permit:?}"
+        );
+        check!(
+            store.gate.leases_held(&scope).await.unwrap() == 1,
+            "one lease held"
+        );
+        let second = request(&scope, "a", global, per_source, 0, LONG_TTL);
+        match attempt_admit(store, &second, config).await {
+            AttemptAdmit::GateRefused {
+                gate: Gate::SourceConcurrency,
+                ..
+            } => {}
+            other => return Err(format!("source slot is taken, got {other:?}")),
+        }
+        check!(
+            store.gate.progress_age(&scope).await.unwrap().is_none(),
+            "no progress before the finish"
+        );
+        let success = BreakerAction::Record(BreakerVerdict::Success);
+        store
+            .attempts
+            .finish(&permit, config, finished(success, 100, true))
+            .await
+            .unwrap();
+        check!(
+            store.gate.leases_held(&scope).await.unwrap() == 0,
+            "lease released"
+        );
+        check!(
+            store.gate.progress_age(&scope).await.unwrap().is_some(),
+            "a success marks progress"
+        );
+        let snap = store.breakers.snapshot(&scope, "a", config).await.unwrap();
+        check!(
+            (snap.state, snap.consecutive_failures) == (BreakerState::Closed, 0),
+            "closed after a success: {snap:?}"
+        );
+        // Settled at 100 of the 400 estimated: 900 more fit the 1 000 TPM.
+        let rest = request(&scope, "a", global, per_source, 900, LONG_TTL);
+        match attempt_admit(store, &rest, config).await {
+            AttemptAdmit::Admitted(p) => store
+                .attempts
+                .finish(&p, config, finished(BreakerAction::NoVerdict, 900, false))
+                .await
+                .unwrap(),
+            other => return Err(format!("settlement refunded 300 tokens, got {other:?}")),
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// An OPEN breaker refuses before any gate counts; after the cooldown the probe goes to an
+/// attempt the gates admit (a probe taken for a gate refusal is given back at once), and the
+/// probe's success closes the breaker.
+pub async fn attempt_contract_open_breaker_spends_no_quota_and_probe_decides(
+    store: &AttemptStore<'_>,
+    prefix: &str,
+    config: &BreakerConfig,
+) {
+    assert_short(config);
+    let (scope, source) = scope_source(prefix, "ATT_PROBE");
+    let (scope, source) = (scope.as_str(), source.as_str());
+    let global = limits(1, 0, 0);
+    let none = Limits::default();
+    store
+        .breakers
+        .force_open(scope, source, config)
+        .await
+        .unwrap();
+    match attempt_admit(
+        store,
+        &request(scope, source, global, none, 0, LONG_TTL),
+        config,
+    )
+    .await
+    {
+        AttemptAdmit::BreakerRefused {
+            state: BreakerState::Open,
+            retry_after,
+        } => assert!(retry_after > Duration::ZERO && retry_after <= config.cooldown),
+        other => panic!("expected an OPEN refusal, got {other:?}"),
+    }
+    assert_eq!(store.gate.leases_held(scope).await.unwrap(), 0);
+    wait_out_cooldown(store.breakers, scope, source, config).await;
+
+    // Another source holds the scope's only global slot: the half-open source's attempt is
+    // refused by the gate and must not keep the probe.
+    let other = format!("{source}_other");
+    let blocker = attempt_permit(
+        store,
+        &request(scope, &other, global, none, 0, LONG_TTL),
+        config,
+    )
+    .await;
+    let req = request(scope, source, global, none, 0, LONG_TTL);
+    match attempt_admit(store, &req, config).await {
+        AttemptAdmit::GateRefused {
+            gate: Gate::GlobalConcurrency,
+            ..
+        } => {}
+        other => panic!("expected the global slot to refuse, got {other:?}"),
+    }
+    let snap = store
+        .breakers
+        .snapshot(scope, source, config)
+        .await
+        .unwrap();
+    assert_eq!(
+        (snap.state, snap.probe_held),
+        (BreakerState::HalfOpen, false)
+    );
+    store
+        .attempts
+        .finish(
+            &blocker,
+            config,
+            finished(BreakerAction::NoVerdict, 0, false),
+        )
+        .await
+        .unwrap();
+
+    let probe = attempt_permit(
+        store,
+        &request(scope, source, global, none, 0, LONG_TTL),
+        config,
+    )
+    .await;
+    assert_eq!(probe.epoch, 1);
+    assert!(
+        probe.probe_id.is_some(),
+        "half-open: this attempt is the probe"
+    );
+    match attempt_admit(
+        store,
+        &request(scope, source, none, none, 0, LONG_TTL),
+        config,
+    )
+    .await
+    {
+        AttemptAdmit::BreakerRefused {
+            state: BreakerState::HalfOpen,
+            retry_after,
+        } => assert_eq!(retry_after, Duration::ZERO),
+        other => panic!("the probe is taken, got {other:?}"),
+    }
+    let success = BreakerAction::Record(BreakerVerdict::Success);
+    store
+        .attempts
+        .finish(&probe, config, finished(success, 0, true))
+        .await
+        .unwrap();
+    let snap = store
+        .breakers
+        .snapshot(scope, source, config)
+        .await
+        .unwrap();
+    assert_eq!((snap.state, snap.probe_held), (BreakerState::Closed, false));
+    assert_eq!(store.gate.leases_held(scope).await.unwrap(), 0);
+}
+
+/// Failure verdicts of finished attempts open the breaker at the streak threshold; a verdict of
+/// the epoch before the opening is fenced off; a dead source's finish (force-open) re-opens a
+/// half-open breaker and gives its probe back.
+pub async fn attempt_contract_failures_open_and_force_open(
+    store: &AttemptStore<'_>,
+    prefix: &str,
+    config: &BreakerConfig,
+) {
+    assert_short(config);
+    let t = config.effective_threshold();
+    assert!(
+        t >= 2 && config.min_calls > t,
+        "the streak channel must decide"
+    );
+    let (scope, source) = scope_source(prefix, "ATT_FAIL");
+    let (scope, source) = (scope.as_str(), source.as_str());
+    let none = Limits::default();
+    let failure = BreakerAction::Record(BreakerVerdict::Failure);
+    let mut permits = Vec::new();
+    for _ in 0..=t {
+        permits.push(
+            attempt_permit(
+                store,
+                &request(scope, source, none, none, 0, LONG_TTL),
+                config,
+            )
+            .await,
+        );
+    }
+    let late = permits.pop().expect("t + 1 permits");
+    for permit in &permits {
+        store
+            .attempts
+            .finish(permit, config, finished(failure, 0, false))
+            .await
+            .unwrap();
+    }
+    let snap = store
+        .breakers
+        .snapshot(scope, source, config)
+        .await
+        .unwrap();
+    assert_eq!(
+        (snap.state, snap.epoch, snap.opens),
+        (BreakerState::Open, 1, 1)
+    );
+    // Admitted at epoch 0, finished after the opening: the verdict is fenced, the lease released.
+    store
+        .attempts
+        .finish(&late, config, finished(failure, 0, false))
+        .await
+        .unwrap();
+    let snap = store
+        .breakers
+        .snapshot(scope, source, config)
+        .await
+        .unwrap();
+    assert_eq!(
+        (snap.state, snap.epoch, snap.consecutive_failures),
+        (BreakerState::Open, 1, 0)
+    );
+    assert_eq!(store.gate.leases_held(scope).await.unwrap(), 0);
+
+    wait_out_cooldown(store.breakers, scope, source, config).await;
+    let probe = attempt_permit(
+        store,
+        &request(scope, source, none, none, 0, LONG_TTL),
+        config,
+    )
+    .await;
+    assert!(probe.probe_id.is_some());
+    store
+        .attempts
+        .finish(&probe, config, finished(BreakerAction::ForceOpen, 0, false))
+        .await
+        .unwrap();
+    let snap = store
+        .breakers
+        .snapshot(scope, source, config)
+        .await
+        .unwrap();
+    assert_eq!(
+        (snap.state, snap.epoch, snap.probe_held),
+        (BreakerState::Open, 2, false)
+    );
+    assert_eq!(store.gate.leases_held(scope).await.unwrap(), 0);
 }

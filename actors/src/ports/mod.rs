@@ -1,6 +1,7 @@
 //! The small traits the runtime is generic over. Concrete backends live elsewhere: the in-memory
 //! ones in [`crate::memory`], Redis and HTTP ones in the `polygateway` crate.
 
+pub mod attempt;
 pub mod breaker;
 pub mod gate;
 pub mod transport;

@@ -1,10 +1,13 @@
 //! The admission actor: the one door to the governance backends (limiter gates and breakers).
 //!
-//! Every attempt asks it for a `Permit`: the source's breaker first, then all six gates. With
-//! in-memory backends the answer is computed inside the handler (no I/O, microseconds). With
-//! network backends (Redis) each request runs in its own task so independent calls never queue
-//! behind one round trip. Every backend call is bounded by a timeout; an error or timeout is
-//! answered as `AdmitAnswer::BackendDown` — fail closed, never a pass (docs/behaviour.md §10.6).
+//! Every attempt asks it for a `Permit`: the source's breaker first, then all six gates — one
+//! [`AttemptBackend::admit`]; a finished attempt is one [`AttemptBackend::finish`] (verdict,
+//! settlement, release, progress). With Redis each is one script call, so a successful attempt
+//! costs two round trips. With in-memory backends the answer is computed inside the handler (no
+//! I/O, microseconds). With network backends (Redis) each request runs in its own task so
+//! independent calls never queue behind one round trip. Every backend call is bounded by a
+//! timeout; an error or timeout is answered as `AdmitAnswer::BackendDown` — fail closed, never a
+//! pass (docs/behaviour.md §10.6).
 //!
 //! The actor holds no per-call state, so a restart loses nothing: the supervisor asks the
 //! [`GovernanceFactory`] for the backends again, with backoff (the gateway's factory returns
@@ -18,10 +21,11 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
-use crate::ports::breaker::{
-    BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict,
+use crate::ports::attempt::{
+    AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, ComposedAttempts,
 };
-use crate::ports::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease};
+use crate::ports::breaker::{BreakerBackend, BreakerConfig, BreakerState};
+use crate::ports::gate::{Gate, GateBackend, GateRequest};
 use crate::ports::BackendError;
 
 /// The governance backends of a runtime.
@@ -35,6 +39,7 @@ use crate::ports::BackendError;
 /// let governance = Governance {
 ///     gate: Arc::new(MemoryGate::default()),
 ///     breakers: Arc::new(MemoryBreakers::default()),
+///     attempts: None, // composed from the two above
 ///     inline: true,
 ///     timeout: Duration::from_secs(3),
 /// };
@@ -48,6 +53,10 @@ pub struct Governance {
     pub gate: Arc<dyn GateBackend>,
     /// The breakers.
     pub breakers: Arc<dyn BreakerBackend>,
+    /// Admission and finish of one attempt, when the store answers each in one call (Redis with
+    /// both backends on one server). `None`: composed from `gate` and `breakers`
+    /// ([`ComposedAttempts`], one call per step).
+    pub attempts: Option<Arc<dyn AttemptBackend>>,
     /// `true` when both backends answer without I/O (memory): handled inline.
     pub inline: bool,
     /// Bound of every backend call.
@@ -87,12 +96,8 @@ pub(crate) struct AdmitRequest {
 /// A granted admission: breaker passed (or probe held) and a lease in every gate.
 #[derive(Debug, Clone)]
 pub(crate) struct Permit {
-    /// The limiter lease.
-    pub(crate) lease: Lease,
-    /// Breaker epoch at admission (for fencing).
-    pub(crate) epoch: u64,
-    /// The half-open probe this attempt holds, if any.
-    pub(crate) probe_id: Option<Arc<str>>,
+    /// Lease, epoch and probe.
+    pub(crate) attempt: AttemptPermit,
     /// The source's breaker parameters.
     pub(crate) breaker: BreakerConfig,
 }
@@ -118,17 +123,6 @@ pub(crate) enum AdmitAnswer {
     },
     /// A backend failed or timed out: fail closed.
     BackendDown(String),
-}
-
-/// How a finished attempt settles with the backends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BreakerAction {
-    /// Record a verdict (releases a held probe too).
-    Record(BreakerVerdict),
-    /// Open the breaker now (source dead); a held probe is released.
-    ForceOpen,
-    /// No verdict (cancelled, 429, local rejection): release a held probe.
-    NoVerdict,
 }
 
 /// Messages of the admission actor.
@@ -168,6 +162,8 @@ pub(crate) struct AdmissionActor;
 #[derive(Debug)]
 pub(crate) struct AdmissionState {
     governance: Governance,
+    /// `governance.attempts`, or the composition of its gate and breakers.
+    attempts: Arc<dyn AttemptBackend>,
     /// Backend work running in tasks (network backends), so shutdown can let it finish.
     tasks: tokio_util::task::TaskTracker,
 }
@@ -183,8 +179,19 @@ impl Actor for AdmissionActor {
         factory: GovernanceFactory,
     ) -> Result<Self::State, ActorProcessingErr> {
         let governance = factory().await.map_err(|e| format!("{e}"))?;
+        let attempts = match &governance.attempts {
+            Some(attempts) => Arc::clone(attempts),
+            None => Arc::new(
+                ComposedAttempts::new(
+                    Arc::clone(&governance.gate),
+                    Arc::clone(&governance.breakers),
+                )
+                .with_step_timeout(governance.timeout),
+            ),
+        };
         Ok(AdmissionState {
             governance,
+            attempts,
             tasks: tokio_util::task::TaskTracker::new(),
         })
     }
@@ -196,16 +203,17 @@ impl Actor for AdmissionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let gov = &state.governance;
+        let attempts = &state.attempts;
         match message {
             AdmissionMsg::Admit(request, reply) => {
                 if gov.inline {
-                    let answer = admit(gov, &request).await;
-                    deliver(gov, answer, reply).await;
+                    let answer = admit(attempts, &request).await;
+                    deliver(attempts, answer, reply).await;
                 } else {
-                    let gov = gov.clone();
+                    let attempts = Arc::clone(attempts);
                     state.tasks.spawn(async move {
-                        let answer = admit(&gov, &request).await;
-                        deliver(&gov, answer, reply).await;
+                        let answer = admit(&attempts, &request).await;
+                        deliver(&attempts, answer, reply).await;
                     });
                 }
             }
@@ -215,13 +223,18 @@ impl Actor for AdmissionActor {
                 action,
                 tokens,
             } => {
+                let outcome = AttemptOutcome {
+                    action,
+                    tokens,
+                    progress,
+                };
                 if gov.inline {
-                    finish(gov, &permit, action, tokens, progress).await;
+                    finish(attempts, &permit, outcome).await;
                 } else {
-                    let gov = gov.clone();
-                    state.tasks.spawn(async move {
-                        finish(&gov, &permit, action, tokens, progress).await
-                    });
+                    let attempts = Arc::clone(attempts);
+                    state
+                        .tasks
+                        .spawn(async move { finish(&attempts, &permit, outcome).await });
                 }
             }
             AdmissionMsg::ProgressAge(scope, reply) => {
@@ -263,131 +276,49 @@ async fn bounded<R>(
     }
 }
 
-/// Breaker first (cheap refusal, no quota spent on an open source), then the six gates. A probe
-/// taken for an attempt the gates refuse is handed back without a verdict.
-async fn admit(gov: &Governance, request: &AdmitRequest) -> AdmitAnswer {
-    let g = &request.gate;
-    let breaker = match bounded(
-        gov.timeout,
-        gov.breakers.acquire(&g.scope, &g.source, &request.breaker),
-    )
-    .await
-    {
-        Ok(b) => b,
-        Err(e) => return AdmitAnswer::BackendDown(e.message),
-    };
-    let (epoch, probe_id) = match breaker {
-        BreakerAdmit::Pass { epoch } => (epoch, None),
-        BreakerAdmit::Probe { epoch, probe_id } => (epoch, Some(probe_id)),
-        BreakerAdmit::Refused { state, retry_after } => {
-            return AdmitAnswer::BreakerRefused { state, retry_after }
-        }
-    };
-    let give_back_probe = || async {
-        if let Some(probe) = &probe_id {
-            if let Err(e) = bounded(
-                gov.timeout,
-                gov.breakers.release_probe(&g.scope, &g.source, probe),
-            )
-            .await
-            {
-                tracing::warn!(source = %g.source, error = %e, "release_probe failed");
-            }
-        }
-    };
-    match bounded(gov.timeout, gov.gate.admit(g)).await {
-        Ok(GateDecision::Admitted(lease)) => AdmitAnswer::Admitted(Permit {
-            lease,
-            epoch,
-            probe_id,
+/// Breaker first (cheap refusal, no quota spent on an open source), then the six gates, in one
+/// backend call (which bounds its own I/O: cutting it short from outside would skip the
+/// compensation of a grant the caller never learnt of); an error is answered `BackendDown`.
+async fn admit(attempts: &Arc<dyn AttemptBackend>, request: &AdmitRequest) -> AdmitAnswer {
+    match attempts.admit(&request.gate, &request.breaker).await {
+        Ok(AttemptAdmit::Admitted(attempt)) => AdmitAnswer::Admitted(Permit {
+            attempt,
             breaker: request.breaker.clone(),
         }),
-        Ok(GateDecision::Refused { gate, retry_after }) => {
-            give_back_probe().await;
+        Ok(AttemptAdmit::BreakerRefused { state, retry_after }) => {
+            AdmitAnswer::BreakerRefused { state, retry_after }
+        }
+        Ok(AttemptAdmit::GateRefused { gate, retry_after }) => {
             AdmitAnswer::GateRefused { gate, retry_after }
         }
-        Err(e) => {
-            give_back_probe().await;
-            AdmitAnswer::BackendDown(e.message)
-        }
+        Err(e) => AdmitAnswer::BackendDown(e.message),
     }
 }
 
 /// Hand the answer to the waiting call; if it went away meanwhile, undo the grant.
-async fn deliver(gov: &Governance, answer: AdmitAnswer, reply: oneshot::Sender<AdmitAnswer>) {
+async fn deliver(
+    attempts: &Arc<dyn AttemptBackend>,
+    answer: AdmitAnswer,
+    reply: oneshot::Sender<AdmitAnswer>,
+) {
     if let Err(AdmitAnswer::Admitted(permit)) = reply.send(answer) {
-        let tokens = permit.lease.est_tokens;
-        finish(gov, &permit, BreakerAction::NoVerdict, tokens, false).await;
+        let outcome = AttemptOutcome {
+            action: BreakerAction::NoVerdict,
+            tokens: permit.attempt.lease.est_tokens,
+            progress: false,
+        };
+        finish(attempts, &permit, outcome).await;
     }
 }
 
-/// Settle a permit. Failures only log: the call's result (or its cancellation) already happened
-/// and must not be hidden by bookkeeping (docs/behaviour.md §10.6 degrade direction).
-async fn finish(
-    gov: &Governance,
-    permit: &Permit,
-    action: BreakerAction,
-    tokens: u64,
-    progress: bool,
-) {
-    let lease = &permit.lease;
-    if progress {
-        if let Err(e) = bounded(gov.timeout, gov.gate.mark_progress(&lease.scope)).await {
-            tracing::warn!(scope = %lease.scope, error = %e, "mark_progress failed");
-        }
-    }
-    let breaker_result = match action {
-        BreakerAction::Record(verdict) => bounded(
-            gov.timeout,
-            gov.breakers.record(
-                &lease.scope,
-                &lease.source,
-                &permit.breaker,
-                permit.epoch,
-                permit.probe_id.as_deref(),
-                verdict,
-            ),
-        )
-        .await
-        .map(|_applied| ()),
-        BreakerAction::ForceOpen => {
-            let opened = bounded(
-                gov.timeout,
-                gov.breakers
-                    .force_open(&lease.scope, &lease.source, &permit.breaker),
-            )
-            .await;
-            match (&permit.probe_id, opened) {
-                (Some(probe), Ok(())) => {
-                    bounded(
-                        gov.timeout,
-                        gov.breakers
-                            .release_probe(&lease.scope, &lease.source, probe),
-                    )
-                    .await
-                }
-                (_, result) => result,
-            }
-        }
-        BreakerAction::NoVerdict => match &permit.probe_id {
-            Some(probe) => {
-                bounded(
-                    gov.timeout,
-                    gov.breakers
-                        .release_probe(&lease.scope, &lease.source, probe),
-                )
-                .await
-            }
-            None => Ok(()),
-        },
-    };
-    if let Err(e) = breaker_result {
-        tracing::warn!(source = %lease.source, error = %e, "breaker bookkeeping failed");
-    }
-    if let Err(e) = bounded(gov.timeout, gov.gate.settle(lease, tokens)).await {
-        tracing::warn!(source = %lease.source, error = %e, "settle failed");
-    }
-    if let Err(e) = bounded(gov.timeout, gov.gate.release(lease)).await {
-        tracing::warn!(source = %lease.source, error = %e, "lease release failed (the lease TTL reclaims it)");
+/// Settle a permit. A failure only logs: the call's result (or its cancellation) already happened
+/// and must not be hidden by bookkeeping (docs/behaviour.md §5.3 degrade direction); the lease and probe TTLs
+/// reclaim what a failed finish could not give back.
+async fn finish(attempts: &Arc<dyn AttemptBackend>, permit: &Permit, outcome: AttemptOutcome) {
+    let finished = attempts.finish(&permit.attempt, &permit.breaker, outcome);
+    if let Err(e) = finished.await {
+        let lease = &permit.attempt.lease;
+        tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
+            "finishing an attempt failed (the lease TTL reclaims its slot)");
     }
 }

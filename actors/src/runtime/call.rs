@@ -25,7 +25,7 @@ use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
 
-use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, BreakerAction, Permit};
+use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, Permit};
 use super::ids::new_id;
 use super::machine::{
     settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
@@ -255,8 +255,14 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
         if self.permit.is_none() {
             return;
         }
-        let probe = self.permit.as_ref().is_some_and(|p| p.probe_id.is_some());
-        let tokens = self.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
+        let probe = self
+            .permit
+            .as_ref()
+            .is_some_and(|p| p.attempt.probe_id.is_some());
+        let tokens = self
+            .permit
+            .as_ref()
+            .map_or(0, |p| p.attempt.lease.est_tokens);
         self.settle(BreakerAction::NoVerdict, tokens, false);
         let source = self.ticket.source();
         source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -362,7 +368,7 @@ impl<T: Transport> ScopeInner<T> {
                     let source = ticket.source();
                     Event::Admission(match answer {
                         AdmitAnswer::Admitted(granted) => {
-                            source.breaker_seen(if granted.probe_id.is_some() {
+                            source.breaker_seen(if granted.attempt.probe_id.is_some() {
                                 BreakerState::HalfOpen
                             } else {
                                 BreakerState::Closed
@@ -403,7 +409,7 @@ impl<T: Transport> ScopeInner<T> {
                         "pgw.attempt",
                         source = %guard.ticket.source().name,
                         attempt,
-                        probe = guard.permit.as_ref().is_some_and(|p| p.probe_id.is_some()),
+                        probe = guard.permit.as_ref().is_some_and(|p| p.attempt.probe_id.is_some()),
                         verdict = tracing::field::Empty,
                         class = tracing::field::Empty,
                         elapsed_ms = tracing::field::Empty,
@@ -503,8 +509,14 @@ impl<T: Transport> ScopeInner<T> {
     ) -> Result<T::Response, T::Error> {
         let source = Arc::clone(guard.ticket.source());
         source.counters.attempts.fetch_add(1, Ordering::Relaxed);
-        let probe = guard.permit.as_ref().is_some_and(|p| p.probe_id.is_some());
-        let est = guard.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
+        let probe = guard
+            .permit
+            .as_ref()
+            .is_some_and(|p| p.attempt.probe_id.is_some());
+        let est = guard
+            .permit
+            .as_ref()
+            .map_or(0, |p| p.attempt.lease.est_tokens);
         let result = source.transport.send(request, events).await;
         let elapsed = guard.started.elapsed();
         let verdict = match &result {

@@ -33,7 +33,7 @@ use crate::policy::stall::StallClock;
 use crate::ports::breaker::{BreakerState, BreakerVerdict};
 use crate::ports::gate::Gate;
 
-use super::admission::BreakerAction;
+use crate::ports::attempt::BreakerAction;
 use super::call::ScopeReason;
 use super::scope::ScopeConfig;
 

@@ -345,6 +345,7 @@ impl Runtime {
     /// let governance = Governance {
     ///     gate: Arc::new(MemoryGate::default()),
     ///     breakers: Arc::new(MemoryBreakers::default()),
+    ///     attempts: None,
     ///     inline: true,
     ///     timeout: Duration::from_secs(1),
     /// };

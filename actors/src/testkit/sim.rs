@@ -27,7 +27,7 @@ use crate::policy::limiter::LimiterState;
 use crate::policy::select::{Candidate, LeastInflight, Selector};
 use crate::ports::breaker::{BreakerAdmit, BreakerConfig, BreakerState};
 use crate::ports::gate::{GateDecision, GateRequest, Lease, Limits};
-use crate::runtime::admission::BreakerAction;
+use crate::ports::attempt::BreakerAction;
 use crate::runtime::machine::{
     settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
     SourceFacts, Step,

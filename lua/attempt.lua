@@ -1,0 +1,113 @@
+-- One attempt's governance in two round trips (docs/behaviour.md §5.3, §5.4): `admit` = breaker check + six
+-- gates + lease, `finish` = breaker verdict (or force-open / probe release) + TPM settlement +
+-- lease release + progress mark. Each is one atomic call.
+--
+-- The Rust side prepends lua/breaker.lua, lua/limiter.lua and lua/progress.lua, each wrapped as
+-- `local function breaker(KEYS, ARGV) ... end` (`limiter`, `progress`), so this script drives the
+-- very same code the single-purpose calls run — no second copy of a state machine.
+--
+-- KEYS (both operations, same order; all share the `{scope}` hash tag, so one cluster slot):
+--   1..5 the limiter keys (global leases, source leases, global window, source window, lease
+--        record — see lua/limiter.lua)
+--   6    the source's breaker HASH (see lua/breaker.lua)
+--   7    the scope's progress STRING (see lua/progress.lua)
+--
+-- ARGV[1] = operation, ARGV[2..8] = breaker parameters (effective threshold, cooldown ms, max
+-- cooldown ms, probe ttl ms, min calls, fail rate, bucket ms), then:
+--   admit   9 lease id (also the probe id), 10 lease ttl ms, 11 window ms, 12 est tokens,
+--           13..18 limits (global conc, rpm, tpm, source conc, rpm, tpm; 0 = unlimited)
+--           -> {1, window, est, epoch, probe id ('' = none)} admitted
+--            | {0, gate, retry_after_ms} a gate refused (limiter.lua gate codes)
+--            | {2, state, retry_after_ms} the breaker refused (breaker.lua state codes)
+--   finish  9 lease id, 10 epoch, 11 probe id ('' = none), 12 action: 's' success | 'f' failure
+--           | 'o' force open | 'n' no verdict, 13 tokens to settle, 14 progress ttl ms
+--           ('0' = no progress mark)
+--           -> 1 applied | 0 already finished (a re-sent finish changes nothing)
+--
+-- Idempotency under re-sent scripts (fred may re-send an EVALSHA after a reconnect):
+-- - a re-sent `admit` finds its lease record and answers the first admission (with the epoch and
+--   probe stored there) without counting anything again;
+-- - `finish` marks the lease record `fin` (kept 2 minutes even when the record had expired): the
+--   lease id is the verdict id, so a re-sent verdict cannot count twice.
+
+local op = ARGV[1]
+local lease_key = KEYS[5]
+local breaker_keys = {KEYS[6]}
+local limiter_keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+
+-- As lua/limiter.lua: how long a finished lease record is kept against re-sent calls.
+local TOMBSTONE_MS = 120000
+
+-- ARGV of a breaker.lua call: `name`, the shared parameters, then `extra`.
+local function breaker_args(name, extra)
+  local args = {name}
+  for i = 2, 8 do
+    args[i] = ARGV[i]
+  end
+  for _, v in ipairs(extra) do
+    args[#args + 1] = v
+  end
+  return args
+end
+
+if op == 'admit' then
+  local lease_id = ARGV[9]
+  local prior = redis.call('HMGET', lease_key, 'w', 'est', 'exp', 'released', 'ep', 'pr')
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  -- Re-sent (or overtaken by its release): answer the first admission, count nothing.
+  if prior[4] == '1' or (prior[1] and tonumber(prior[3]) > now) then
+    return {1, tonumber(prior[1] or 0), tonumber(prior[2] or 0), tonumber(prior[5] or 0),
+            prior[6] or ''}
+  end
+
+  -- Breaker first: an open source spends no quota.
+  local b = breaker(breaker_keys, breaker_args('acquire', {lease_id}))
+  if b[1] == 2 then
+    return {2, b[2], b[3]}
+  end
+  local epoch = b[2]
+  local probe = ''
+  if b[1] == 1 then
+    probe = b[3]
+  end
+
+  local g = limiter(limiter_keys, {'admit', lease_id, ARGV[10], ARGV[11], ARGV[12], ARGV[13],
+                                   ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18]})
+  if g[1] == 0 then
+    -- A gate refused: hand the probe we just took back (nothing else was counted).
+    if probe ~= '' then
+      breaker(breaker_keys, breaker_args('release_probe', {probe}))
+    end
+    return g
+  end
+  redis.call('HSET', lease_key, 'ep', epoch, 'pr', probe)
+  return {1, g[2], g[3], epoch, probe}
+
+elseif op == 'finish' then
+  local lease_id = ARGV[9]
+  if redis.call('HGET', lease_key, 'fin') == '1' then
+    return 0
+  end
+  local epoch, probe, action = ARGV[10], ARGV[11], ARGV[12]
+  if action == 's' or action == 'f' then
+    breaker(breaker_keys, breaker_args('record', {epoch, probe, action}))
+  elseif action == 'o' then
+    breaker(breaker_keys, breaker_args('force_open', {}))
+    if probe ~= '' then
+      breaker(breaker_keys, breaker_args('release_probe', {probe}))
+    end
+  elseif probe ~= '' then
+    breaker(breaker_keys, breaker_args('release_probe', {probe}))
+  end
+  limiter(limiter_keys, {'settle', ARGV[13]})
+  limiter(limiter_keys, {'release', lease_id})
+  if ARGV[14] ~= '0' then
+    progress({KEYS[7]}, {'mark', ARGV[14]})
+  end
+  redis.call('HSET', lease_key, 'fin', 1)
+  redis.call('PEXPIRE', lease_key, TOMBSTONE_MS)
+  return 1
+end
+
+return redis.error_reply('attempt.lua: unknown operation ' .. tostring(op))
