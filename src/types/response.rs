@@ -139,6 +139,9 @@ pub struct LlmResponse {
     /// (`MISSING_DONE=salvage`). Such an answer is returned but never cached.
     #[serde(default)]
     pub truncated: bool,
+    /// The upstream's rate-limit headers, for the pacer (never cached or serialised).
+    #[serde(skip)]
+    pub(crate) rate_limit: Option<polygateway_actors::policy::pacer::RateLimitHint>,
 }
 
 impl LlmResponse {
@@ -195,6 +198,7 @@ impl LlmResponse {
             reasoning_tokens: None,
             cost: None,
             truncated: false,
+            rate_limit: None,
         }
     }
 

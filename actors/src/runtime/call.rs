@@ -21,6 +21,7 @@ use tracing::Instrument;
 
 use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
 use crate::policy::backoff::Backoff;
+use crate::policy::pacer::PacerObservation;
 use crate::policy::stall::StallClock;
 use crate::ports::breaker::{BreakerState, BreakerVerdict};
 use crate::ports::gate::GateRequest;
@@ -253,6 +254,29 @@ impl<E> Failures<E> {
             last_error: self.last_error,
             detail,
         }
+    }
+}
+
+/// What the source's pacer learns from one attempt: latency, `Retry-After` and rate-limit
+/// headers, read here so the source actor gets plain values (cheap to send per attempt).
+fn pacer_observation<T: Transport>(
+    result: &Result<T::Response, T::Error>,
+    verdict: AttemptVerdict,
+    sent: Instant,
+    now: Instant,
+    in_flight: u32,
+) -> PacerObservation {
+    let (retry_after, rate_limit) = match result {
+        Ok(response) => (None, T::rate_limit_hint(response)),
+        Err(error) => (error.retry_after(), error.rate_limit_hint()),
+    };
+    PacerObservation {
+        verdict,
+        now,
+        latency: now.saturating_duration_since(sent),
+        in_flight,
+        retry_after,
+        rate_limit,
     }
 }
 
@@ -630,6 +654,7 @@ impl<T: Transport> ScopeInner<T> {
         source.counters.attempts.fetch_add(1, Ordering::Relaxed);
         let probe = guard.permit.as_ref().is_some_and(|p| p.probe_id.is_some());
         let est = guard.permit.as_ref().map_or(0, |p| p.lease.est_tokens);
+        let sent = self.clock.now();
         let result = source.transport.send(request, events).await;
         let elapsed = guard.started.elapsed();
         let (verdict, action, tokens) = match &result {
@@ -664,7 +689,13 @@ impl<T: Transport> ScopeInner<T> {
             other => other,
         };
         guard.settle(action, tokens, verdict == AttemptVerdict::Success);
-        source.report(verdict);
+        source.report(pacer_observation::<T>(
+            &result,
+            verdict,
+            sent,
+            self.clock.now(),
+            source.in_flight(),
+        ));
         source.metrics.attempt(Some(verdict));
         let report_result = match &result {
             Ok(response) => AttemptResult::Ok(response),
