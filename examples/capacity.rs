@@ -54,6 +54,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 s.pacer_signal.as_str()
             );
         }
+        if let Some(e) = &report.first_error {
+            eprintln!("first failure: {e}");
+        }
         println!("{}", report.json());
     }
     Ok(())

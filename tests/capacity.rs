@@ -15,7 +15,12 @@ fn show(report: &CapacityReport) -> String {
         .iter()
         .map(|s| format!("{}={}({})", s.name, s.pacer_limit, s.pacer_signal.as_str()))
         .collect();
-    format!("{} {}", report.json(), limits.join(" "))
+    format!(
+        "{} {} first failure: {:?}",
+        report.json(),
+        limits.join(" "),
+        report.first_error
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

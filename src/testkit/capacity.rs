@@ -98,7 +98,7 @@ impl Scenario {
 /// use polygateway::testkit::capacity::CapacityReport;
 /// let r = CapacityReport { scenario: "queueing", ideal_calls_per_s: 640.0, measured_ideal: false,
 ///     steady_calls_per_s: 600.0, seconds_to_90pct: Some(1.5), rate_limited_share: 0.0,
-///     upstream_p50_ms: 260.0, caller_p99_ms: 2000.0, calls: 6000, errors: 0, sources: vec![] };
+///     upstream_p50_ms: 260.0, caller_p99_ms: 2000.0, calls: 6000, errors: 0, first_error: None, sources: vec![] };
 /// assert_eq!(r.goodput_ratio(), 600.0 / 640.0);
 /// assert_eq!(r.json()["ideal_calls_per_s"], 640.0);
 /// ```
@@ -124,6 +124,8 @@ pub struct CapacityReport {
     pub calls: u64,
     /// Failed calls.
     pub errors: u64,
+    /// The first failure, if any.
+    pub first_error: Option<String>,
     /// The sources at the end of the run (pacer mode, limit, last signal).
     pub sources: Vec<SourceSnapshot>,
 }
@@ -135,7 +137,7 @@ impl CapacityReport {
     /// # use polygateway::testkit::capacity::CapacityReport;
     /// # let r = CapacityReport { scenario: "x", ideal_calls_per_s: 100.0, measured_ideal: true,
     /// #     steady_calls_per_s: 95.0, seconds_to_90pct: None, rate_limited_share: 0.0,
-    /// #     upstream_p50_ms: 0.0, caller_p99_ms: 0.0, calls: 0, errors: 0, sources: vec![] };
+    /// #     upstream_p50_ms: 0.0, caller_p99_ms: 0.0, calls: 0, errors: 0, first_error: None, sources: vec![] };
     /// assert_eq!(r.goodput_ratio(), 0.95);
     /// ```
     pub fn goodput_ratio(&self) -> f64 {
@@ -152,7 +154,7 @@ impl CapacityReport {
     /// # use polygateway::testkit::capacity::CapacityReport;
     /// # let r = CapacityReport { scenario: "unlimited", ideal_calls_per_s: 4000.0, measured_ideal: true,
     /// #     steady_calls_per_s: 3800.0, seconds_to_90pct: Some(1.2), rate_limited_share: 0.0,
-    /// #     upstream_p50_ms: 201.0, caller_p99_ms: 260.0, calls: 30000, errors: 0, sources: vec![] };
+    /// #     upstream_p50_ms: 201.0, caller_p99_ms: 260.0, calls: 30000, errors: 0, first_error: None, sources: vec![] };
     /// let line = r.json();
     /// assert_eq!(line["direct_calls_per_s"], 4000.0);
     /// assert!(line.get("ideal_calls_per_s").is_none());
@@ -186,13 +188,14 @@ struct Calls {
     done_at: Vec<f64>,
     took: Vec<f64>,
     errors: u64,
+    first_error: Option<String>,
 }
 
 /// `callers` tasks calling `one` back to back until `duration` has passed.
 async fn drive<F, Fut>(callers: usize, duration: Duration, one: F) -> Calls
 where
     F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = bool> + Send,
+    Fut: std::future::Future<Output = Result<(), String>> + Send,
 {
     let one = Arc::new(one);
     let calls = Arc::new(Mutex::new(Calls::default()));
@@ -205,17 +208,24 @@ where
                 let mut mine = Calls::default();
                 while Instant::now() < deadline {
                     let t = Instant::now();
-                    if one().await {
-                        mine.done_at.push(start.elapsed().as_secs_f64());
-                        mine.took.push(t.elapsed().as_secs_f64());
-                    } else {
-                        mine.errors += 1;
+                    match one().await {
+                        Ok(()) => {
+                            mine.done_at.push(start.elapsed().as_secs_f64());
+                            mine.took.push(t.elapsed().as_secs_f64());
+                        }
+                        Err(e) => {
+                            mine.errors += 1;
+                            mine.first_error.get_or_insert(e);
+                        }
                     }
                 }
                 let mut all = calls.lock().unwrap_or_else(|e| e.into_inner());
                 all.done_at.extend(mine.done_at);
                 all.took.extend(mine.took);
                 all.errors += mine.errors;
+                if all.first_error.is_none() {
+                    all.first_error = mine.first_error;
+                }
             })
         })
         .collect();
@@ -270,14 +280,16 @@ async fn direct_rate(mock: &CapacityMock, callers: usize, duration: Duration) ->
         .build()
         .expect("a plain reqwest client");
     let url = format!("{}/chat/completions", mock.base_url());
-    let body = json!({"model": "test-model", "messages": [{"role": "user", "content": "hi"}]})
+    // The same streamed request the gateway sends.
+    let body = json!({"model": "test-model", "messages": [{"role": "user", "content": "hi"}], "stream": true})
         .to_string();
     let calls = drive(callers, duration, move || {
         let request = client.post(&url).body(body.clone()).send();
         async move {
             match request.await {
-                Ok(r) if r.status().is_success() => r.bytes().await.is_ok(),
-                _ => false,
+                Ok(r) if r.status().is_success() => r.bytes().await.map(drop).map_err(|e| e.to_string()),
+                Ok(r) => Err(format!("HTTP {}", r.status())),
+                Err(e) => Err(e.to_string()),
             }
         }
     })
@@ -339,12 +351,17 @@ pub async fn run_scenario(
     env.insert("LLM__PACER".into(), pacer.to_string());
     env.insert("LLM__RETRY__BACKOFF_BASE_S".into(), "0.05".into());
     env.insert("LLM__RETRY__BACKOFF_MAX_S".into(), "1".into());
-    let settings = Settings::from_map(&env)?;
+    let settings = Settings::from_map(&env).map_err(|e| GatewayError::Config(e.to_string()))?;
     let gateway = Arc::new(Gateway::from_settings(settings, "LLM").await?);
     let gw = Arc::clone(&gateway);
     let calls = drive(callers, duration, move || {
         let gw = Arc::clone(&gw);
-        async move { gw.chat(vec![Message::user("hi")]).await.is_ok() }
+        async move {
+            gw.chat(vec![Message::user("hi")])
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
     })
     .await;
     let sources = gateway.sources("LLM").await?;
@@ -380,6 +397,7 @@ pub async fn run_scenario(
         caller_p99_ms: percentile(&mut took, 0.99),
         calls: calls.done_at.len() as u64,
         errors: calls.errors,
+        first_error: calls.first_error,
         sources,
     })
 }

@@ -2,7 +2,8 @@
 //! bounded test): one that never refuses, one that rate-limits per second (429 with
 //! `Retry-After`, optionally OpenAI's `x-ratelimit-*-requests` headers), and a self-hosted-style
 //! server that serves a fixed number at once and queues the rest. Each answers
-//! `POST /v1/chat/completions` with a fixed non-streaming completion and records what it saw.
+//! `POST /v1/chat/completions` with a fixed completion (SSE when the body asks for
+//! `"stream":true`, JSON otherwise) and records what it saw.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +19,11 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+const STREAMED: &str = concat!(
+    "data: {\"id\":\"chatcmpl-capacity\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"test-model\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"chatcmpl-capacity\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"test-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":1,\"total_tokens\":6}}\n\n",
+    "data: [DONE]\n\n",
+);
 const ANSWER: &str = r#"{"id":"chatcmpl-capacity","object":"chat.completion","created":0,"model":"test-model","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}"#;
 
 /// How a capacity mock treats load.
@@ -258,8 +264,9 @@ fn take_token(shared: &Shared, per_s: f64, now: Instant) -> (bool, f64, Duration
     (admitted, bucket.tokens, reset)
 }
 
-async fn answer(State(shared): State<Arc<Shared>>, _body: axum::body::Bytes) -> Response {
+async fn answer(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
     let arrived = Instant::now();
+    let streamed = body.windows(13).any(|w| w == b"\"stream\":true");
     let mut headers = Vec::new();
     match shared.regime {
         Regime::Unlimited { service } => tokio::time::sleep(service).await,
@@ -295,8 +302,13 @@ async fn answer(State(shared): State<Arc<Shared>>, _body: axum::body::Bytes) -> 
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(arrived.elapsed());
-    headers.push(("content-type", "application/json".to_string()));
-    with_headers((StatusCode::OK, ANSWER), &headers)
+    if streamed {
+        headers.push(("content-type", "text/event-stream".to_string()));
+        with_headers((StatusCode::OK, STREAMED), &headers)
+    } else {
+        headers.push(("content-type", "application/json".to_string()));
+        with_headers((StatusCode::OK, ANSWER), &headers)
+    }
 }
 
 fn with_headers(base: (StatusCode, &'static str), headers: &[(&'static str, String)]) -> Response {
