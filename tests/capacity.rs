@@ -30,13 +30,13 @@ async fn unlimited_upstream_grows_past_the_old_hidden_ceiling() {
     let why = show(&report);
     assert_eq!(report.errors, 0, "{why}");
     // 160 callers per source: the old pacer stopped at 64 each.
-    assert!(
-        report.sources.iter().all(|s| s.pacer_limit > 64),
-        "{why}"
-    );
+    assert!(report.sources.iter().all(|s| s.pacer_limit > 64), "{why}");
     assert!(report.goodput_ratio() >= 0.6, "{why}");
     assert!(
-        report.sources.iter().all(|s| s.pacer_signal == PacerSignal::None),
+        report
+            .sources
+            .iter()
+            .all(|s| s.pacer_signal == PacerSignal::None),
         "a busy host was mistaken for a queue: {why}"
     );
 }

@@ -531,7 +531,10 @@ fn parse_positive(entry: Entry<'_>) -> Result<usize, ConfigError> {
 fn parse_pacer_bound(entry: Entry<'_>) -> Result<u32, ConfigError> {
     match entry.value.parse::<u32>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(invalid(entry, "a positive whole number of concurrent attempts")),
+        _ => Err(invalid(
+            entry,
+            "a positive whole number of concurrent attempts",
+        )),
     }
 }
 

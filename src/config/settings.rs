@@ -169,7 +169,7 @@ pub enum PacerMode {
 /// ```
 /// use polygateway::config::{PacerMode, PacerSettings};
 /// let default = PacerSettings::default();
-/// // No start or ceiling override: each pacer uses its own (adaptive: start 8, no ceiling).
+/// // No start or ceiling override: each pacer uses its own (adaptive: start 16, no ceiling).
 /// assert_eq!((default.mode, default.start, default.ceiling), (PacerMode::Adaptive, None, None));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

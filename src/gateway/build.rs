@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
 use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
-use polygateway_actors::policy::pacer::{
-    AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START,
-};
+use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
 use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
 use polygateway_actors::runtime::{
     ActorSlot, Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions, Scope,
@@ -32,8 +30,7 @@ use crate::cache::redis::RedisCache;
 use crate::cache::ResponseCache;
 use crate::config::{
     CacheSettings, GovernanceBackendKind, PacerMode, PacerSettings, ScopeKind, ScopeSettings,
-    SelectorKind, Settings,
-    SourceSettings,
+    SelectorKind, Settings, SourceSettings,
 };
 use crate::error::GatewayError;
 use crate::provider::ProviderRegistry;

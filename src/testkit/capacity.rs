@@ -170,10 +170,19 @@ impl CapacityReport {
         let mut line = serde_json::Map::new();
         line.insert("scenario".into(), json!(self.scenario));
         line.insert(ideal_key.into(), json!(round(self.ideal_calls_per_s)));
-        line.insert("steady_calls_per_s".into(), json!(round(self.steady_calls_per_s)));
+        line.insert(
+            "steady_calls_per_s".into(),
+            json!(round(self.steady_calls_per_s)),
+        );
         line.insert("goodput_ratio".into(), json!(round(self.goodput_ratio())));
-        line.insert("seconds_to_90pct".into(), json!(self.seconds_to_90pct.map(round)));
-        line.insert("rate_limited_share".into(), json!(round(self.rate_limited_share)));
+        line.insert(
+            "seconds_to_90pct".into(),
+            json!(self.seconds_to_90pct.map(round)),
+        );
+        line.insert(
+            "rate_limited_share".into(),
+            json!(round(self.rate_limited_share)),
+        );
         line.insert("upstream_p50_ms".into(), json!(round(self.upstream_p50_ms)));
         line.insert("caller_p99_ms".into(), json!(round(self.caller_p99_ms)));
         line.insert("calls".into(), json!(self.calls));
@@ -287,7 +296,9 @@ async fn direct_rate(mock: &CapacityMock, callers: usize, duration: Duration) ->
         let request = client.post(&url).body(body.clone()).send();
         async move {
             match request.await {
-                Ok(r) if r.status().is_success() => r.bytes().await.map(drop).map_err(|e| e.to_string()),
+                Ok(r) if r.status().is_success() => {
+                    r.bytes().await.map(drop).map_err(|e| e.to_string())
+                }
                 Ok(r) => Err(format!("HTTP {}", r.status())),
                 Err(e) => Err(e.to_string()),
             }
@@ -328,10 +339,9 @@ pub async fn run_scenario(
             let mut total = 0.0;
             // The bare client spreads its callers over the same mocks.
             let per_mock = callers / mocks.len().max(1);
-            let rates = futures::future::join_all(
-                mocks.iter().map(|m| direct_rate(m, per_mock, duration)),
-            )
-            .await;
+            let rates =
+                futures::future::join_all(mocks.iter().map(|m| direct_rate(m, per_mock, duration)))
+                    .await;
             for r in rates {
                 total += r;
             }

@@ -280,7 +280,10 @@ async fn answer(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> R
                 headers = vec![
                     ("x-ratelimit-limit-requests", per_s.to_string()),
                     ("x-ratelimit-remaining-requests", (left as u64).to_string()),
-                    ("x-ratelimit-reset-requests", format!("{}ms", reset.as_millis())),
+                    (
+                        "x-ratelimit-reset-requests",
+                        format!("{}ms", reset.as_millis()),
+                    ),
                 ];
             }
             if !admitted {

@@ -93,7 +93,12 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// assert_eq!((hint.limit, hint.remaining, hint.reset), (None, Some(59), Some(Duration::from_secs(1))));
 /// ```
 pub fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimitHint> {
-    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     let (limit, remaining, reset) = (
         text("x-ratelimit-limit-requests"),
         text("x-ratelimit-remaining-requests"),

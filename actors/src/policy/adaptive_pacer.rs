@@ -3,8 +3,10 @@
 //! its baseline, in the spirit of Vegas / Gradient2).
 //!
 //! Why each part:
-//! - **Slow start** (+1 per success, so the limit doubles every round trip) keeps the cold-start
-//!   protection of a small start without the cost: 8 → 512 takes six round trips, not hours.
+//! - **Slow start** (+2 per success, so the limit triples every round trip) keeps the cold-start
+//!   protection of a small start without the cost: 16 → 500 takes about three round trips, not
+//!   hours. Tripling rather than TCP's doubling because a round trip here is a whole LLM call
+//!   (seconds): the overshoot it risks is undone by the first signal's cut within a few rounds.
 //! - **No hidden ceiling**: the only ceiling is the configured one; growth is bounded instead by
 //!   use — the limit grows only while at least half of it is in flight.
 //! - **Rounds**: latency and success rate are judged per round (one recent latency long), not
@@ -35,9 +37,11 @@ use super::pacer::{Pacer, PacerObservation, PacerSignal, RateLimitHint};
 /// ```
 /// use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
 /// use polygateway_actors::policy::pacer::Pacer;
-/// assert_eq!(AdaptivePacer::new(ADAPTIVE_START, 0).limit(), 8);
+/// assert_eq!(AdaptivePacer::new(ADAPTIVE_START, 0).limit(), 16);
 /// ```
-pub const ADAPTIVE_START: u32 = 8;
+pub const ADAPTIVE_START: u32 = 16;
+/// Limit added per success during slow start (the limit triples per round trip).
+const SLOW_START_GAIN: f64 = 2.0;
 
 /// Round latency / baseline above which slow start ends.
 const SLOW_START_EXIT: f64 = 2.0;
@@ -66,7 +70,7 @@ const QUOTA_LOW_SHARE: f64 = 0.1;
 ///
 /// let mut p = AdaptivePacer::new(8, 0);
 /// let t0 = Instant::now();
-/// // Eight successes at 200 ms with the limit in use: slow start adds one per success.
+/// // Eight successes at 200 ms with the limit in use: slow start adds two per success.
 /// for i in 0..8 {
 ///     p.observe(&PacerObservation {
 ///         latency: Duration::from_millis(200),
@@ -74,10 +78,10 @@ const QUOTA_LOW_SHARE: f64 = 0.1;
 ///         ..PacerObservation::new(AttemptVerdict::Success, t0 + Duration::from_millis(200 + i))
 ///     });
 /// }
-/// assert_eq!(p.limit(), 16);
+/// assert_eq!(p.limit(), 24);
 /// // A 429: the limit is cut, but by at most half.
 /// p.observe(&PacerObservation::new(AttemptVerdict::RateLimited, t0 + Duration::from_millis(400)));
-/// assert!((8..16).contains(&p.limit()));
+/// assert!((12..24).contains(&p.limit()));
 /// assert_eq!(p.last_signal(), PacerSignal::RateLimited);
 /// ```
 #[derive(Debug, Clone)]
@@ -232,7 +236,10 @@ impl AdaptivePacer {
             // and no growth for a round.
             let target = self.rate_target();
             self.cut(PacerSignal::QuotaLow, target, 1.0, now);
-            self.no_increase_until = Some(self.round_from(now).max(self.no_increase_until.unwrap_or(now)));
+            self.no_increase_until = Some(
+                self.round_from(now)
+                    .max(self.no_increase_until.unwrap_or(now)),
+            );
         }
     }
 
@@ -245,7 +252,7 @@ impl AdaptivePacer {
             return;
         }
         let step = if self.slow_start {
-            1.0
+            SLOW_START_GAIN
         } else {
             1.0 / self.limit
         };
@@ -383,7 +390,11 @@ mod tests {
                 self.pacer.observe(&PacerObservation {
                     verdict,
                     now: self.now,
-                    latency: if verdict == AttemptVerdict::Success { latency } else { MS },
+                    latency: if verdict == AttemptVerdict::Success {
+                        latency
+                    } else {
+                        MS
+                    },
                     in_flight: limit,
                     retry_after: (verdict == AttemptVerdict::RateLimited)
                         .then_some(Duration::from_secs(1)),
@@ -405,13 +416,13 @@ mod tests {
     }
 
     #[test]
-    fn slow_start_doubles_per_round_and_has_no_hidden_ceiling() {
+    fn slow_start_triples_per_round_and_has_no_hidden_ceiling() {
         let mut sim = Sim::new(8, 0);
         let mut seen = Vec::new();
-        for _ in 0..8 {
+        for _ in 0..7 {
             seen.push(sim.round(&|l| (200 * MS, l, 0, None)));
         }
-        assert_eq!(seen, [16, 32, 64, 128, 256, 512, 1024, 2048]);
+        assert_eq!(seen, [24, 72, 216, 648, 1944, 5832, 17496]);
         assert!(sim.pacer.in_slow_start());
         assert_eq!(sim.pacer.last_signal(), PacerSignal::None);
     }
