@@ -195,6 +195,8 @@ pub struct TransportError {
     pub rate_limited: bool,
     /// Retry-After hint (seconds form).
     pub retry_after: Option<Duration>,
+    /// Rate-limit headers of a 429 (read by the pacer).
+    pub rate_limit: Option<polygateway_actors::policy::pacer::RateLimitHint>,
     /// HTTP status, when there was one.
     pub status: Option<u16>,
     /// Body summary (docs/behaviour.md §6), empty when there was no body.
@@ -222,6 +224,7 @@ impl TransportError {
             reason,
             rate_limited: false,
             retry_after: None,
+            rate_limit: None,
             status: None,
             body_text: String::new(),
             message: message.into(),
@@ -299,6 +302,9 @@ impl Classify for TransportError {
     }
     fn retry_after(&self) -> Option<Duration> {
         self.retry_after
+    }
+    fn rate_limit_hint(&self) -> Option<polygateway_actors::policy::pacer::RateLimitHint> {
+        self.rate_limit
     }
     fn proves_alive(&self) -> bool {
         self.answered

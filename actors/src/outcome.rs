@@ -139,6 +139,27 @@ pub trait Classify {
     fn is_rate_limited(&self) -> bool;
     /// The upstream's `Retry-After` hint (seconds form only).
     fn retry_after(&self) -> Option<Duration>;
+    /// Rate-limit headers the upstream sent with this refusal (none by default), an input of
+    /// the pacer.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// use polygateway_actors::policy::pacer::RateLimitHint;
+    /// use polygateway_actors::{Classify, FailureClass, SourceReason};
+    /// struct Refused(RateLimitHint);
+    /// impl Classify for Refused {
+    ///     fn class(&self) -> FailureClass { FailureClass::Transient }
+    ///     fn is_rate_limited(&self) -> bool { true }
+    ///     fn retry_after(&self) -> Option<Duration> { Some(Duration::from_secs(1)) }
+    ///     fn source_reason(&self) -> SourceReason { SourceReason::RateLimited }
+    ///     fn rate_limit_hint(&self) -> Option<RateLimitHint> { Some(self.0) }
+    /// }
+    /// let hint = RateLimitHint { remaining: Some(0), ..RateLimitHint::default() };
+    /// assert_eq!(Refused(hint).rate_limit_hint().unwrap().remaining, Some(0));
+    /// ```
+    fn rate_limit_hint(&self) -> Option<crate::policy::pacer::RateLimitHint> {
+        None
+    }
     /// `true` when the upstream answered with a real non-2xx response that proves it is alive
     /// (e.g. 400): the breaker records a success.
     fn proves_alive(&self) -> bool {
@@ -156,11 +177,11 @@ pub trait Classify {
 /// ```
 /// use polygateway_actors::AttemptVerdict;
 /// use polygateway_actors::policy::health::HealthEwma;
-/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
 /// let (mut health, mut pacer) = (HealthEwma::default(), AimdPacer::new(0));
 /// for v in [AttemptVerdict::AliveButUnusable, AttemptVerdict::RateLimited] {
 ///     health.observe(v);
-///     pacer.observe(v);
+///     pacer.observe(&PacerObservation::verdict_only(v));
 /// }
 /// // The unusable answer left health alone; the 429 lowered it and halved the pacer.
 /// assert!((health.value() - 0.9).abs() < 1e-12);
@@ -173,7 +194,7 @@ pub enum AttemptVerdict {
     /// The service answered but the result was unusable, or it rejected the request: the breaker
     /// counts a success, health stays neutral.
     AliveButUnusable,
-    /// 429 pushback: health bad, pacer halves, breaker untouched.
+    /// 429 pushback: health bad, pacer cuts its limit, breaker untouched.
     RateLimited,
     /// Transient failure: health bad, breaker failure.
     Failure,

@@ -151,15 +151,16 @@ pub fn echo(name: &str) -> SourceSpec<Echo> {
     }
 }
 
-/// The production pacer for every source: [`AimdPacer`] sized by the source's concurrency limit
+/// The original library's pacer for every source: [`AimdPacer`] sized by the source's concurrency limit
 /// (it starts at 8 and may grow to the larger of 64 and that limit).
 ///
 /// ```
+/// use polygateway_actors::policy::pacer::PacerObservation;
 /// use polygateway_actors::{AttemptVerdict, Limits};
 /// let make = polygateway_actors::testkit::aimd();
 /// let mut pacer = make(&Limits { max_concurrency: 100, ..Limits::default() });
 /// assert_eq!(pacer.limit(), 8);
-/// pacer.observe(AttemptVerdict::RateLimited);
+/// pacer.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
 /// assert_eq!(pacer.limit(), 4);
 /// ```
 pub fn aimd() -> PacerFactory {

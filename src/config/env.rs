@@ -557,6 +557,16 @@ fn parse_positive(entry: Entry<'_>) -> Result<usize, ConfigError> {
     }
 }
 
+fn parse_pacer_bound(entry: Entry<'_>) -> Result<u32, ConfigError> {
+    match entry.value.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(invalid(
+            entry,
+            "a positive whole number of concurrent attempts",
+        )),
+    }
+}
+
 fn parse_f64(entry: Entry<'_>) -> Result<f64, ConfigError> {
     match entry.value.parse::<f64>() {
         Ok(x) if x.is_finite() => Ok(x),
@@ -715,6 +725,23 @@ fn build_scope(
             })
             .transpose()?
             .unwrap_or_default(),
+        pacer: PacerSettings {
+            mode: get("PACER")
+                .map(|e| {
+                    parse_enum(
+                        e,
+                        &[
+                            ("adaptive", PacerMode::Adaptive),
+                            ("aimd", PacerMode::Aimd),
+                            ("off", PacerMode::Off),
+                        ],
+                    )
+                })
+                .transpose()?
+                .unwrap_or_default(),
+            start: get("PACER__START").map(parse_pacer_bound).transpose()?,
+            ceiling: get("PACER__CEILING").map(parse_pacer_bound).transpose()?,
+        },
         retry,
         breaker,
         backpressure,

@@ -57,11 +57,14 @@ pub const SOURCE_FIELDS: [&str; 15] = [
 /// .unwrap();
 /// assert_eq!(settings.scope("LLM").unwrap().retry.max_attempts, 5);
 /// ```
-pub const SCOPE_KEYS: [&str; 21] = [
+pub const SCOPE_KEYS: [&str; 24] = [
     "GLOBAL__MAX_CONCURRENCY",
     "GLOBAL__RPM",
     "GLOBAL__TPM",
     "SELECTOR",
+    "PACER",
+    "PACER__START",
+    "PACER__CEILING",
     "RETRY__MAX_ATTEMPTS",
     "RETRY__BACKOFF_BASE_S",
     "RETRY__BACKOFF_MAX_S",
@@ -118,7 +121,7 @@ pub const EMBEDDING_SCOPE_KEYS: [&str; 3] = ["BATCH_SIZE", "NORMALIZE", "EXPECTE
 /// let err = Settings::from_map(&env(&[("LLM__RETRY__1__MODEL", "m")])).unwrap_err();
 /// assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
 /// ```
-pub const SCOPE_KEY_GROUPS: [&str; 4] = ["GLOBAL", "RETRY", "BREAKER", "BACKPRESSURE"];
+pub const SCOPE_KEY_GROUPS: [&str; 5] = ["GLOBAL", "RETRY", "BREAKER", "BACKPRESSURE", "PACER"];
 
 /// Flat shorthands: defaults for every scope (scope and source keys win).
 ///

@@ -126,6 +126,62 @@ pub enum SelectorKind {
     LeastInflight,
 }
 
+/// Which pacer a scope's sources run (`{SCOPE}__PACER`).
+///
+/// ```
+/// use polygateway::config::{PacerMode, Settings};
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// let default = Settings::from_map(&env(&[])).unwrap();
+/// assert_eq!(default.scope("LLM").unwrap().pacer.mode, PacerMode::Adaptive);
+/// // The original library's AIMD pacer, start and ceiling overridden.
+/// let old = Settings::from_map(&env(&[
+///     ("LLM__PACER", "aimd"),
+///     ("LLM__PACER__START", "4"),
+///     ("LLM__PACER__CEILING", "32"),
+/// ]))
+/// .unwrap();
+/// let pacer = old.scope("LLM").unwrap().pacer;
+/// assert_eq!((pacer.mode, pacer.start, pacer.ceiling), (PacerMode::Aimd, Some(4), Some(32)));
+/// assert!(Settings::from_map(&env(&[("LLM__PACER", "fast")])).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PacerMode {
+    /// Slow start, then pushback- and latency-driven (default).
+    #[default]
+    Adaptive,
+    /// The original library's AIMD: start 8, ×0.5 on 429, +1/limit, ceiling max(64, MAX_CONCURRENCY).
+    Aimd,
+    /// No pacing: only `MAX_CONCURRENCY` caps a source.
+    Off,
+}
+
+/// A scope's pacer: `{SCOPE}__PACER`, `{SCOPE}__PACER__START`, `{SCOPE}__PACER__CEILING`.
+///
+/// ```
+/// use polygateway::config::{PacerMode, PacerSettings};
+/// let default = PacerSettings::default();
+/// // No start or ceiling override: each pacer uses its own (adaptive: start 16, no ceiling).
+/// assert_eq!((default.mode, default.start, default.ceiling), (PacerMode::Adaptive, None, None));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PacerSettings {
+    /// Which pacer.
+    pub mode: PacerMode,
+    /// Starting limit override.
+    pub start: Option<u32>,
+    /// Ceiling override (a source's `MAX_CONCURRENCY`, when set, still caps it).
+    pub ceiling: Option<u32>,
+}
+
 /// Behaviour when a quota gate is full.
 ///
 /// ```
@@ -521,6 +577,8 @@ pub struct ScopeSettings {
     pub global_tpm: u64,
     /// Selection policy.
     pub selector: SelectorKind,
+    /// The sources' pacer.
+    pub pacer: PacerSettings,
     /// Retry budget.
     pub retry: RetrySettings,
     /// Breaker knobs.

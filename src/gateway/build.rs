@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
+use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
 use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
 use polygateway_actors::runtime::{
     ActorSlot, Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions, Scope,
@@ -30,8 +31,8 @@ use crate::cache::memory::MemoryCache;
 use crate::cache::redis::RedisCache;
 use crate::cache::ResponseCache;
 use crate::config::{
-    CacheSettings, GovernanceBackendKind, ScopeKind, ScopeSettings, SelectorKind, Settings,
-    SourceSettings,
+    CacheSettings, GovernanceBackendKind, PacerMode, PacerSettings, ScopeKind, ScopeSettings,
+    SelectorKind, Settings, SourceSettings,
 };
 use crate::error::GatewayError;
 use crate::provider::ProviderRegistry;
@@ -435,7 +436,7 @@ impl GatewayBuilder {
         self
     }
 
-    /// Replace the AIMD pacer (a library constant) for every source.
+    /// Replace the pacer `{SCOPE}__PACER` selects, for every source of every scope.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -447,8 +448,8 @@ impl GatewayBuilder {
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
     /// # );
     /// use std::sync::Arc;
-    /// use polygateway::actors::policy::pacer::Pacer;
-    /// use polygateway::actors::{AttemptVerdict, Limits};
+    /// use polygateway::actors::policy::pacer::{Pacer, PacerObservation};
+    /// use polygateway::actors::Limits;
     ///
     /// /// A fixed concurrency cap that ignores pushback.
     /// #[derive(Debug)]
@@ -458,7 +459,7 @@ impl GatewayBuilder {
     ///     fn limit(&self) -> u32 {
     ///         self.0
     ///     }
-    ///     fn observe(&mut self, _verdict: AttemptVerdict) {}
+    ///     fn observe(&mut self, _attempt: &PacerObservation) {}
     /// }
     ///
     /// let gw = polygateway::Gateway::builder(settings)
@@ -728,11 +729,6 @@ impl GatewayBuilder {
         };
 
         // Scopes.
-        let pacer: PacerFactory = self.pacer.unwrap_or_else(|| {
-            Arc::new(|limits: &Limits| {
-                Box::new(AimdPacer::new(limits.max_concurrency)) as Box<dyn Pacer>
-            })
-        });
         let mut scopes = BTreeMap::new();
         for (name, scope) in &settings.scopes {
             let selector: Box<dyn Selector> = match &self.selector {
@@ -740,6 +736,10 @@ impl GatewayBuilder {
                 None => default_selector(scope.selector),
             };
             let config = scope_config(scope, &settings);
+            let pacer = match &self.pacer {
+                Some(make) => Arc::clone(make),
+                None => pacer_factory(scope.pacer),
+            };
             let identities = identities(scope);
             let entry = match scope.kind {
                 ScopeKind::Chat => {
@@ -760,7 +760,7 @@ impl GatewayBuilder {
                         extra_body.extend(s.extra_body.clone());
                     }
                     ScopeEntry::Chat(ChatScope {
-                        scope: add_scope(&runtime, config, specs, selector, &pacer).await?,
+                        scope: add_scope(&runtime, config, specs, selector, pacer).await?,
                         identities,
                         fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
                         extra_body,
@@ -776,7 +776,7 @@ impl GatewayBuilder {
                         ))
                     })?;
                     ScopeEntry::Embeddings(EmbedScope {
-                        scope: add_scope(&runtime, config, specs, selector, &pacer).await?,
+                        scope: add_scope(&runtime, config, specs, selector, pacer).await?,
                         identities,
                         settings: embedding,
                     })
@@ -784,7 +784,7 @@ impl GatewayBuilder {
                 ScopeKind::Ocr => {
                     let specs = source_specs(scope, |s| OcrTransport::new(s.clone()));
                     ScopeEntry::Ocr(OcrScope {
-                        scope: add_scope(&runtime, config, specs, selector, &pacer).await?,
+                        scope: add_scope(&runtime, config, specs, selector, pacer).await?,
                         identities,
                     })
                 }
@@ -809,6 +809,32 @@ impl GatewayBuilder {
     }
 }
 
+/// The pacer `{SCOPE}__PACER*` asks for. A source's `MAX_CONCURRENCY` stays a hard cap (the
+/// limiter's concurrency gate enforces it whatever the pacer says).
+fn pacer_factory(settings: PacerSettings) -> PacerFactory {
+    Arc::new(move |limits: &Limits| -> Box<dyn Pacer> {
+        let max = limits.max_concurrency;
+        match settings.mode {
+            PacerMode::Adaptive => {
+                let ceiling = match (settings.ceiling, max) {
+                    (Some(c), 0) => c,
+                    (Some(c), m) => c.min(m),
+                    (None, m) => m,
+                };
+                Box::new(AdaptivePacer::new(
+                    settings.start.unwrap_or(ADAPTIVE_START),
+                    ceiling,
+                ))
+            }
+            PacerMode::Aimd => Box::new(AimdPacer::with_bounds(
+                settings.start.map_or(AIMD_START, f64::from),
+                settings.ceiling.unwrap_or(AIMD_MIN_CEILING.max(max)),
+            )),
+            PacerMode::Off => Box::new(Unpaced::new(max)),
+        }
+    })
+}
+
 fn default_selector(kind: SelectorKind) -> Box<dyn Selector> {
     match kind {
         SelectorKind::HealthAware => Box::new(HealthAware::default()),
@@ -822,10 +848,10 @@ async fn add_scope<T: polygateway_actors::Transport>(
     config: ScopeConfig,
     specs: Vec<SourceSpec<T>>,
     selector: Box<dyn Selector>,
-    pacer: &PacerFactory,
+    pacer: PacerFactory,
 ) -> Result<Scope<T>, GatewayError> {
     runtime
-        .add_scope(config, specs, selector, Arc::clone(pacer))
+        .add_scope(config, specs, selector, pacer)
         .await
         .map_err(GatewayError::Shutdown)
 }

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use polygateway_actors::policy::pacer::PacerSignal;
 use polygateway_actors::runtime::{Scope, SourceShared};
 use polygateway_actors::{BreakerConfig, BreakerState};
 
@@ -38,6 +39,8 @@ use super::Core;
 /// }
 /// assert_eq!((snap.attempts, snap.failures, snap.successes), (2, 1, 1));
 /// assert_eq!(snap.in_flight, 0);
+/// // The default pacer, still in slow start: a 503 is no pacing signal.
+/// assert_eq!((snap.pacer_mode, snap.pacer_signal.as_str()), ("adaptive", "none"));
 /// assert!(snap.health > 0.0 && snap.health <= 1.0);
 /// gw.shutdown().await;
 /// # Ok(()) }
@@ -61,8 +64,12 @@ pub struct SourceSnapshot {
     pub health: f64,
     /// Calls currently holding a pacer slot.
     pub in_flight: u32,
-    /// The AIMD pacer's current limit.
+    /// The pacer's current limit.
     pub pacer_limit: u32,
+    /// The pacer's mode (`adaptive`, `aimd`, `off`, `custom`).
+    pub pacer_mode: &'static str,
+    /// The last signal the pacer reacted to (`none`, `rate_limited`, `quota_low`, `queueing`).
+    pub pacer_signal: PacerSignal,
     /// Attempts sent.
     pub attempts: u64,
     /// Successful attempts.
@@ -152,6 +159,8 @@ fn view<T>(source: &SourceShared<T>, now: std::time::Instant) -> SourceSnapshot 
         health: source.health(),
         in_flight: source.in_flight(),
         pacer_limit: source.pacer_limit(),
+        pacer_mode: source.pacer_mode(),
+        pacer_signal: source.pacer_signal(),
         attempts: c.attempts.load(Ordering::Relaxed),
         successes: c.successes.load(Ordering::Relaxed),
         failures: c.failures.load(Ordering::Relaxed),

@@ -3,7 +3,9 @@
 //!
 //! Not for production use; nothing in the runtime depends on it.
 
+pub mod capacity;
 pub mod demo;
+pub mod mock_capacity;
 pub mod mock_llm;
 pub mod mock_ocr;
 pub mod ocr_soak;

@@ -10,12 +10,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use polygateway_actors::policy::pacer::RateLimitHint;
 use polygateway_actors::{EventSink, SourceReason, Transport};
 use reqwest::header::ACCEPT;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::http::{build_client, classify_reqwest, classify_response, JsonEndpoint};
+use super::http::{
+    build_client, classify_reqwest, classify_response, parse_rate_limit, JsonEndpoint,
+};
 use super::sse::{FrameTooLarge, SseEvent, SseParser};
 use super::think::ThinkSplitter;
 use super::watchdog::{now, StallLimits, Watchdog};
@@ -389,6 +392,7 @@ impl ChatTransport {
         if !resp.status().is_success() {
             return Err(classify_response(resp, wd.clock().total_deadline()).await);
         }
+        let rate_limit = parse_rate_limit(resp.headers());
         let mut stream = resp.bytes_stream();
         let mut parser = SseParser::new();
         let mut acc = Assembly::new(&self.profile);
@@ -437,6 +441,7 @@ impl ChatTransport {
         let usage_source = self.stream_verdict(&acc, done, ending)?;
         let mut resp = self.response(acc, usage_source);
         resp.truncated = !done;
+        resp.rate_limit = rate_limit;
         resp.latency_ms = ms_since(clock.start());
         resp.ttft_ms = clock.ttft_ms();
         resp.max_inter_token_ms = clock.max_inter_token_ms();
@@ -491,7 +496,7 @@ impl ChatTransport {
     ) -> Result<LlmResponse, TransportError> {
         // A non-streaming answer arrives whole: only the total deadline applies.
         let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
-        let bytes = wd
+        let (bytes, rate_limit) = wd
             .whole_body(self.post(self.body(request)?, false)?)
             .await?;
         let frame = decode_completion(&String::from_utf8_lossy(&bytes))?;
@@ -508,6 +513,7 @@ impl ChatTransport {
         emit_all(&wd, sink, &mut deltas).await?;
         let usage_source = measured_or_unavailable(acc.usage);
         let mut resp = self.response(acc, usage_source);
+        resp.rate_limit = rate_limit;
         resp.latency_ms = ms_since(wd.clock().start());
         Ok(resp)
     }
@@ -670,5 +676,9 @@ impl Transport for ChatTransport {
     fn tokens_used(response: &LlmResponse) -> Option<u64> {
         (response.usage_source != UsageSource::Unavailable)
             .then(|| response.prompt_tokens + response.completion_tokens)
+    }
+
+    fn rate_limit_hint(response: &LlmResponse) -> Option<RateLimitHint> {
+        response.rate_limit
     }
 }

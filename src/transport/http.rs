@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use polygateway_actors::policy::pacer::RateLimitHint;
 use polygateway_actors::{FailureClass, SourceReason};
 use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 
@@ -73,6 +74,86 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     let raw = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     let secs: f64 = raw.parse().ok()?;
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
+}
+
+/// OpenAI-style request rate-limit headers (`x-ratelimit-limit-requests`,
+/// `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests`), `None` when none is
+/// present. Unparsable parts are left out; the reset takes OpenAI's duration forms
+/// ([`parse_reset_duration`]). Read on every answer, so it only looks up three headers.
+///
+/// ```
+/// use std::time::Duration;
+/// use reqwest::header::{HeaderMap, HeaderValue};
+/// use polygateway::transport::http::parse_rate_limit;
+/// let mut h = HeaderMap::new();
+/// assert_eq!(parse_rate_limit(&h), None);
+/// h.insert("x-ratelimit-remaining-requests", HeaderValue::from_static("59"));
+/// h.insert("x-ratelimit-reset-requests", HeaderValue::from_static("1s"));
+/// let hint = parse_rate_limit(&h).unwrap();
+/// assert_eq!((hint.limit, hint.remaining, hint.reset), (None, Some(59), Some(Duration::from_secs(1))));
+/// ```
+pub fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimitHint> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let (limit, remaining, reset) = (
+        text("x-ratelimit-limit-requests"),
+        text("x-ratelimit-remaining-requests"),
+        text("x-ratelimit-reset-requests"),
+    );
+    if limit.is_none() && remaining.is_none() && reset.is_none() {
+        return None;
+    }
+    Some(RateLimitHint {
+        limit: limit.and_then(|v| v.parse().ok()),
+        remaining: remaining.and_then(|v| v.parse().ok()),
+        reset: reset.and_then(parse_reset_duration),
+    })
+}
+
+/// A rate-limit reset in OpenAI's forms: Go-style durations (`20ms`, `1s`, `6m0s`, `1h2m3.5s`)
+/// or plain seconds (`1.5`). Negative, empty or unknown units give `None`.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::transport::http::parse_reset_duration;
+/// assert_eq!(parse_reset_duration("20ms"), Some(Duration::from_millis(20)));
+/// assert_eq!(parse_reset_duration("6m0s"), Some(Duration::from_secs(360)));
+/// assert_eq!(parse_reset_duration("0.5"), Some(Duration::from_millis(500)));
+/// assert_eq!(parse_reset_duration("soon"), None);
+/// ```
+pub fn parse_reset_duration(raw: &str) -> Option<Duration> {
+    let raw = raw.trim();
+    if let Ok(secs) = raw.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let mut total = 0.0;
+    let mut rest = raw;
+    while !rest.is_empty() {
+        let split = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&i| i > 0)?;
+        let value: f64 = rest[..split].parse().ok()?;
+        rest = &rest[split..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += value * scale;
+        rest = &rest[unit_len..];
+    }
+    (!raw.is_empty() && total.is_finite()).then(|| Duration::from_secs_f64(total))
 }
 
 /// `true` when the body says `insufficient_quota` anywhere: in any JSON string value or key
@@ -178,6 +259,7 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> Transpor
     if reason == SourceReason::RateLimited {
         err.rate_limited = true;
         err.retry_after = parse_retry_after(headers);
+        err.rate_limit = parse_rate_limit(headers);
     }
     err
 }

@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use polygateway_actors::policy::pacer::RateLimitHint;
 use polygateway_actors::SourceReason;
 
 use crate::config::SourceSettings;
@@ -487,6 +488,7 @@ impl Watchdog {
 
     /// Send `request` and read its whole 2xx body under the total deadline; a non-2xx answer is
     /// classified with its body summary. The non-streaming exchange of every JSON transport.
+    /// Also returns the answer's rate-limit headers (for the pacer).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -504,7 +506,7 @@ impl Watchdog {
     /// });
     /// let url = format!("{}/chat/completions", mock.base_url());
     /// let wd = Watchdog::start(StallLimits::from_settings(&settings));
-    /// let bytes = wd.whole_body(client.post(&url).json(&body)).await.unwrap();
+    /// let (bytes, _rate_limit) = wd.whole_body(client.post(&url).json(&body)).await.unwrap();
     /// let frame = polygateway::transport::wire::decode_completion(std::str::from_utf8(&bytes).unwrap()).unwrap();
     /// assert_eq!(frame.content.as_deref(), Some("pong"));
     /// // A non-2xx answer comes back classified.
@@ -517,7 +519,7 @@ impl Watchdog {
     pub async fn whole_body(
         &self,
         request: reqwest::RequestBuilder,
-    ) -> Result<bytes::Bytes, TransportError> {
+    ) -> Result<(bytes::Bytes, Option<RateLimitHint>), TransportError> {
         let resp = self
             .guard_total(request.send())
             .await?
@@ -525,9 +527,12 @@ impl Watchdog {
         if !resp.status().is_success() {
             return Err(super::http::classify_response(resp, self.clock.total_deadline()).await);
         }
-        self.guard_total(resp.bytes())
+        let rate_limit = super::http::parse_rate_limit(resp.headers());
+        let bytes = self
+            .guard_total(resp.bytes())
             .await?
-            .map_err(|e| super::http::classify_reqwest(&e))
+            .map_err(|e| super::http::classify_reqwest(&e))?;
+        Ok((bytes, rate_limit))
     }
 
     async fn until<F: Future>(

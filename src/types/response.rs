@@ -160,6 +160,9 @@ pub struct LlmResponse {
     /// caller names the group), otherwise a fresh id per call. `None` outside a gateway.
     #[serde(default)]
     pub parent_call_id: Option<String>,
+    /// The upstream's rate-limit headers, for the pacer (never cached or serialised).
+    #[serde(skip)]
+    pub(crate) rate_limit: Option<polygateway_actors::policy::pacer::RateLimitHint>,
 }
 
 impl LlmResponse {
@@ -220,6 +223,7 @@ impl LlmResponse {
             last_ask_usage: Usage::default(),
             last_ask_cost: None,
             parent_call_id: None,
+            rate_limit: None,
         }
     }
 

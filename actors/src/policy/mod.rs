@@ -5,6 +5,7 @@
 //! [`breaker::BreakerMachine`] and [`limiter::LimiterState`] behind the ports. Not for: storage,
 //! waiting, or anything that talks to the network.
 
+pub mod adaptive_pacer;
 pub mod backoff;
 pub mod breaker;
 pub mod health;

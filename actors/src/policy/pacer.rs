@@ -1,11 +1,14 @@
-//! Adaptive per-source concurrency (docs/behaviour.md §5.5): the [`Pacer`] trait and the default
-//! [`AimdPacer`].
+//! Adaptive per-source concurrency (docs/behaviour.md §5.5): the [`Pacer`] trait, what it observes
+//! ([`PacerObservation`]), and the two simple pacers — the original library's [`AimdPacer`] and
+//! [`Unpaced`] (`PACER=off`). The default is [`AdaptivePacer`](super::adaptive_pacer::AdaptivePacer).
 //!
 //! A pacer caps how many attempts one source has in flight, independently of the configured
-//! limiter gates: it reacts to 429 pushback that the static limits did not prevent. It is a
-//! library constant (no env key); users replace it by injecting their own [`Pacer`].
+//! limiter gates: it finds the capacity the static limits do not describe (429 pushback, a
+//! server that queues). Users pick one with `{SCOPE}__PACER` or inject their own [`Pacer`].
 //!
 //! Not for: RPM/TPM accounting (the limiter), failure accounting (the breaker).
+
+use std::time::{Duration, Instant};
 
 use crate::outcome::AttemptVerdict;
 
@@ -21,11 +24,11 @@ pub const AIMD_START: f64 = 8.0;
 /// Lowest limit of [`AimdPacer`].
 ///
 /// ```
-/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, AIMD_FLOOR};
+/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation, AIMD_FLOOR};
 /// use polygateway_actors::AttemptVerdict;
 /// let mut p = AimdPacer::new(0);
 /// for _ in 0..10 {
-///     p.observe(AttemptVerdict::RateLimited);
+///     p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
 /// }
 /// // However hard the pushback, one attempt at a time still goes.
 /// assert_eq!(p.exact_limit(), AIMD_FLOOR);
@@ -42,13 +45,184 @@ pub const AIMD_FLOOR: f64 = 1.0;
 /// ```
 pub const AIMD_MIN_CEILING: u32 = 64;
 
-/// A per-source in-flight cap that adapts to outcomes. One instance per source, owned by the
-/// source actor, which publishes [`Pacer::limit`] after every verdict. The in-flight count it
-/// caps is not kept here: it is the number of live pacer tickets
-/// (`runtime::SourceTicket`), released on drop, so a cancelled call can never leak a slot.
+/// Rate-limit headers an upstream sent with an answer (OpenAI's `x-ratelimit-*-requests`).
+/// Each part is optional: providers send some, all or none of them.
 ///
 /// ```
-/// use polygateway_actors::policy::pacer::Pacer;
+/// use std::time::Duration;
+/// use polygateway_actors::policy::pacer::RateLimitHint;
+/// // `x-ratelimit-limit-requests: 1000`, `…-remaining-requests: 400`, `…-reset-requests: 600ms`:
+/// let hint = RateLimitHint {
+///     limit: Some(1000),
+///     remaining: Some(400),
+///     reset: Some(Duration::from_millis(600)),
+/// };
+/// // 600 spent requests come back in 600 ms: the upstream refills 1,000 requests per second.
+/// assert_eq!(hint.refill_per_s(), Some(1000.0));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RateLimitHint {
+    /// `x-ratelimit-limit-requests`: the bucket's size.
+    pub limit: Option<u64>,
+    /// `x-ratelimit-remaining-requests`: requests left before 429.
+    pub remaining: Option<u64>,
+    /// `x-ratelimit-reset-requests`: time until the bucket is full again.
+    pub reset: Option<Duration>,
+}
+
+impl RateLimitHint {
+    /// The refill rate the headers imply: the spent part of the bucket (`limit − remaining`)
+    /// comes back within `reset`. `None` unless all three are present and something is spent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::pacer::RateLimitHint;
+    /// let full = RateLimitHint { limit: Some(60), remaining: Some(60), reset: Some(Duration::ZERO) };
+    /// assert_eq!(full.refill_per_s(), None); // nothing spent: no rate to learn
+    /// ```
+    pub fn refill_per_s(&self) -> Option<f64> {
+        let (limit, remaining, reset) = (self.limit?, self.remaining?, self.reset?);
+        (limit > remaining && !reset.is_zero())
+            .then(|| (limit - remaining) as f64 / reset.as_secs_f64())
+    }
+}
+
+/// Everything a pacer learns from one finished attempt. Time comes in as a value (`now`): no
+/// pacer reads the OS clock.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use polygateway_actors::policy::pacer::PacerObservation;
+/// use polygateway_actors::AttemptVerdict;
+/// let seen = PacerObservation {
+///     latency: Duration::from_millis(180),
+///     in_flight: 12,
+///     ..PacerObservation::new(AttemptVerdict::Success, Instant::now())
+/// };
+/// assert_eq!(seen.retry_after, None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PacerObservation {
+    /// How the attempt ended.
+    pub verdict: AttemptVerdict,
+    /// When it ended.
+    pub now: Instant,
+    /// How long the upstream took (send to answer).
+    pub latency: Duration,
+    /// Attempts of this source in flight when it ended (itself included).
+    pub in_flight: u32,
+    /// The upstream's `Retry-After`, when it sent one.
+    pub retry_after: Option<Duration>,
+    /// Rate-limit headers, when it sent them.
+    pub rate_limit: Option<RateLimitHint>,
+}
+
+impl PacerObservation {
+    /// An observation of `verdict` at `now` with nothing else known (zero latency, one in
+    /// flight, no headers).
+    ///
+    /// ```
+    /// use std::time::Instant;
+    /// use polygateway_actors::policy::pacer::PacerObservation;
+    /// use polygateway_actors::AttemptVerdict;
+    /// let o = PacerObservation::new(AttemptVerdict::RateLimited, Instant::now());
+    /// assert_eq!((o.in_flight, o.rate_limit), (1, None));
+    /// ```
+    pub fn new(verdict: AttemptVerdict, now: Instant) -> Self {
+        Self {
+            verdict,
+            now,
+            latency: Duration::ZERO,
+            in_flight: 1,
+            retry_after: None,
+            rate_limit: None,
+        }
+    }
+
+    /// An observation for pacers that read only the verdict (the time is arbitrary).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
+    /// use polygateway_actors::AttemptVerdict;
+    /// let mut p = AimdPacer::new(0);
+    /// p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+    /// assert_eq!(p.limit(), 4);
+    /// ```
+    pub fn verdict_only(verdict: AttemptVerdict) -> Self {
+        Self::new(verdict, Instant::now())
+    }
+}
+
+/// The last thing a pacer reacted to, for status pages (`sources()` snapshot).
+///
+/// ```
+/// use polygateway_actors::policy::pacer::PacerSignal;
+/// assert_eq!(PacerSignal::RateLimited.as_str(), "rate_limited");
+/// assert_eq!(PacerSignal::from_code(PacerSignal::Queueing.code()), PacerSignal::Queueing);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PacerSignal {
+    /// Nothing yet: growing from the start.
+    #[default]
+    None,
+    /// A 429 pushback.
+    RateLimited,
+    /// Rate-limit headers said the quota is nearly spent (before any 429).
+    QuotaLow,
+    /// Latency rose above the baseline: the upstream queues.
+    Queueing,
+}
+
+impl PacerSignal {
+    /// The wire name.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::PacerSignal;
+    /// assert_eq!(PacerSignal::default().as_str(), "none");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PacerSignal::None => "none",
+            PacerSignal::RateLimited => "rate_limited",
+            PacerSignal::QuotaLow => "quota_low",
+            PacerSignal::Queueing => "queueing",
+        }
+    }
+
+    /// A compact code (for an atomic).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::PacerSignal;
+    /// assert_eq!(PacerSignal::None.code(), 0);
+    /// ```
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The signal of a [`PacerSignal::code`] (unknown codes read as `None`).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::PacerSignal;
+    /// assert_eq!(PacerSignal::from_code(2), PacerSignal::QuotaLow);
+    /// assert_eq!(PacerSignal::from_code(200), PacerSignal::None);
+    /// ```
+    pub fn from_code(code: u8) -> Self {
+        match code {
+            1 => PacerSignal::RateLimited,
+            2 => PacerSignal::QuotaLow,
+            3 => PacerSignal::Queueing,
+            _ => PacerSignal::None,
+        }
+    }
+}
+
+/// A per-source in-flight cap that adapts to outcomes. One instance per source, owned by the
+/// source actor, which publishes [`Pacer::limit`] after every observation. The in-flight count
+/// it caps is not kept here: it is the number of live pacer tickets (`runtime::SourceTicket`),
+/// released on drop, so a cancelled call can never leak a slot.
+///
+/// ```
+/// use polygateway_actors::policy::pacer::{Pacer, PacerObservation};
 /// use polygateway_actors::AttemptVerdict;
 ///
 /// // A user pacer: a fixed cap that drops to 1 after any pushback.
@@ -59,42 +233,52 @@ pub const AIMD_MIN_CEILING: u32 = 64;
 ///     fn limit(&self) -> u32 {
 ///         self.cap
 ///     }
-///     fn observe(&mut self, verdict: AttemptVerdict) {
-///         if verdict == AttemptVerdict::RateLimited {
+///     fn observe(&mut self, attempt: &PacerObservation) {
+///         if attempt.verdict == AttemptVerdict::RateLimited {
 ///             self.cap = 1;
 ///         }
 ///     }
 /// }
 ///
 /// let mut pacer: Box<dyn Pacer> = Box::new(Cautious { cap: 4 });
-/// pacer.observe(AttemptVerdict::Success);
+/// pacer.observe(&PacerObservation::verdict_only(AttemptVerdict::Success));
 /// assert_eq!(pacer.limit(), 4);
-/// pacer.observe(AttemptVerdict::RateLimited);
+/// pacer.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
 /// assert_eq!(pacer.limit(), 1);
+/// assert_eq!(pacer.mode(), "custom");
 /// ```
 pub trait Pacer: Send + std::fmt::Debug {
     /// The current cap (whole attempts, ≥ 1).
     fn limit(&self) -> u32;
     /// Adapt to a finished attempt.
-    fn observe(&mut self, verdict: AttemptVerdict);
+    fn observe(&mut self, attempt: &PacerObservation);
+    /// The pacer's name on status pages (`adaptive`, `aimd`, `off`; `custom` by default).
+    fn mode(&self) -> &'static str {
+        "custom"
+    }
+    /// The last signal the pacer reacted to.
+    fn last_signal(&self) -> PacerSignal {
+        PacerSignal::None
+    }
 }
 
-/// Additive-increase / multiplicative-decrease: start 8, ×0.5 on 429 (floor 1), `+1/limit` per
-/// success (about +1 per limit's worth of successes), ceiling `max(64, max_concurrency)`.
-/// Other verdicts leave the limit unchanged: only 429 is pushback.
+/// The original library's pacer (`PACER=aimd`), constants unchanged: start 8, ×0.5 on 429
+/// (floor 1), `+1/limit` per success (about +1 per limit's worth of successes), ceiling
+/// `max(64, max_concurrency)`. Other verdicts leave the limit unchanged: only 429 is pushback.
 ///
 /// ```
-/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
 /// use polygateway_actors::AttemptVerdict;
 /// let mut p = AimdPacer::new(0);
 /// assert_eq!(p.limit(), 8);
-/// p.observe(AttemptVerdict::RateLimited);
+/// p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
 /// assert_eq!(p.limit(), 4);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct AimdPacer {
     limit: f64,
     ceiling: f64,
+    signal: PacerSignal,
 }
 
 impl AimdPacer {
@@ -107,20 +291,33 @@ impl AimdPacer {
     /// assert_eq!((p.limit(), p.ceiling()), (8, 100));
     /// ```
     pub fn new(max_concurrency: u32) -> Self {
-        let ceiling = f64::from(AIMD_MIN_CEILING.max(max_concurrency));
+        Self::with_bounds(AIMD_START, AIMD_MIN_CEILING.max(max_concurrency))
+    }
+
+    /// An AIMD pacer with an explicit start and ceiling (`PACER__START` / `PACER__CEILING`).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// let p = AimdPacer::with_bounds(32.0, 16);
+    /// // The start never exceeds the ceiling.
+    /// assert_eq!((p.limit(), p.ceiling()), (16, 16));
+    /// ```
+    pub fn with_bounds(start: f64, ceiling: u32) -> Self {
+        let ceiling = f64::from(ceiling.max(1));
         Self {
-            limit: AIMD_START.min(ceiling),
+            limit: start.clamp(AIMD_FLOOR, ceiling),
             ceiling,
+            signal: PacerSignal::None,
         }
     }
 
     /// The fractional limit (the integer cap is its floor).
     ///
     /// ```
-    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
     /// use polygateway_actors::AttemptVerdict;
     /// let mut p = AimdPacer::new(0);
-    /// p.observe(AttemptVerdict::Success);
+    /// p.observe(&PacerObservation::verdict_only(AttemptVerdict::Success));
     /// // +1/8: the fraction accumulates while the integer cap stays put.
     /// assert_eq!(p.exact_limit(), 8.125);
     /// assert_eq!(p.limit(), 8);
@@ -132,11 +329,11 @@ impl AimdPacer {
     /// The ceiling.
     ///
     /// ```
-    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
+    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
     /// use polygateway_actors::AttemptVerdict;
     /// let mut p = AimdPacer::new(0);
     /// for _ in 0..10_000 {
-    ///     p.observe(AttemptVerdict::Success);
+    ///     p.observe(&PacerObservation::verdict_only(AttemptVerdict::Success));
     /// }
     /// assert_eq!(p.limit(), p.ceiling());
     /// assert_eq!(p.ceiling(), 64);
@@ -151,16 +348,71 @@ impl Pacer for AimdPacer {
         self.limit as u32
     }
 
-    fn observe(&mut self, verdict: AttemptVerdict) {
-        match verdict {
+    fn observe(&mut self, attempt: &PacerObservation) {
+        match attempt.verdict {
             AttemptVerdict::Success => {
                 self.limit = (self.limit + 1.0 / self.limit).min(self.ceiling);
             }
             AttemptVerdict::RateLimited => {
                 self.limit = (self.limit * 0.5).max(AIMD_FLOOR);
+                self.signal = PacerSignal::RateLimited;
             }
             AttemptVerdict::AliveButUnusable | AttemptVerdict::Failure | AttemptVerdict::Dead => {}
         }
+    }
+
+    fn mode(&self) -> &'static str {
+        "aimd"
+    }
+
+    fn last_signal(&self) -> PacerSignal {
+        self.signal
+    }
+}
+
+/// No pacing (`PACER=off`): the cap is the source's `MAX_CONCURRENCY`, or unbounded when unset.
+/// Pushback is then handled only by the retry path (backoff, `Retry-After`, source switching).
+///
+/// ```
+/// use polygateway_actors::policy::pacer::{Pacer, PacerObservation, Unpaced};
+/// use polygateway_actors::AttemptVerdict;
+/// let mut p = Unpaced::new(0);
+/// p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+/// assert_eq!(p.limit(), u32::MAX);
+/// assert_eq!(Unpaced::new(50).limit(), 50);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unpaced {
+    cap: u32,
+}
+
+impl Unpaced {
+    /// No pacing under `max_concurrency` (0 = unlimited).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::{Pacer, Unpaced};
+    /// assert_eq!(Unpaced::new(8).mode(), "off");
+    /// ```
+    pub fn new(max_concurrency: u32) -> Self {
+        Self {
+            cap: if max_concurrency == 0 {
+                u32::MAX
+            } else {
+                max_concurrency
+            },
+        }
+    }
+}
+
+impl Pacer for Unpaced {
+    fn limit(&self) -> u32 {
+        self.cap
+    }
+
+    fn observe(&mut self, _attempt: &PacerObservation) {}
+
+    fn mode(&self) -> &'static str {
+        "off"
     }
 }
 
@@ -168,17 +420,22 @@ impl Pacer for AimdPacer {
 mod tests {
     use super::*;
 
+    fn saw(p: &mut impl Pacer, verdict: AttemptVerdict) {
+        p.observe(&PacerObservation::verdict_only(verdict));
+    }
+
     #[test]
     fn starts_at_eight_and_halves_to_floor() {
         let mut p = AimdPacer::new(0);
         assert_eq!(p.limit(), 8);
         let mut seen = Vec::new();
         for _ in 0..5 {
-            p.observe(AttemptVerdict::RateLimited);
+            saw(&mut p, AttemptVerdict::RateLimited);
             seen.push(p.limit());
         }
         assert_eq!(seen, vec![4, 2, 1, 1, 1]);
         assert_eq!(p.exact_limit(), 1.0);
+        assert_eq!(p.last_signal(), PacerSignal::RateLimited);
     }
 
     #[test]
@@ -186,7 +443,7 @@ mod tests {
         let mut p = AimdPacer::new(0);
         // 8 successes at limit 8 add ≈ 8 × 1/8.5 ≈ 0.95 (the limit grows along the way).
         for _ in 0..8 {
-            p.observe(AttemptVerdict::Success);
+            saw(&mut p, AttemptVerdict::Success);
         }
         assert_eq!(p.limit(), 8);
         assert!(
@@ -195,7 +452,7 @@ mod tests {
             p.exact_limit()
         );
         for _ in 0..2 {
-            p.observe(AttemptVerdict::Success);
+            saw(&mut p, AttemptVerdict::Success);
         }
         assert_eq!(p.limit(), 9);
     }
@@ -206,7 +463,7 @@ mod tests {
         assert_eq!(AimdPacer::new(200).ceiling(), 200);
         let mut p = AimdPacer::new(0);
         for _ in 0..100_000 {
-            p.observe(AttemptVerdict::Success);
+            saw(&mut p, AttemptVerdict::Success);
         }
         assert_eq!(p.limit(), 64);
     }
@@ -219,15 +476,31 @@ mod tests {
             AttemptVerdict::Dead,
             AttemptVerdict::AliveButUnusable,
         ] {
-            p.observe(v);
+            saw(&mut p, v);
         }
         assert_eq!(p.exact_limit(), 8.0);
+        assert_eq!(p.last_signal(), PacerSignal::None);
     }
 
     #[test]
     fn usable_as_trait_object() {
         let mut p: Box<dyn Pacer> = Box::new(AimdPacer::new(0));
-        p.observe(AttemptVerdict::RateLimited);
-        assert_eq!(p.limit(), 4);
+        p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+        assert_eq!((p.limit(), p.mode()), (4, "aimd"));
+    }
+
+    #[test]
+    fn header_rate_needs_all_three_parts() {
+        let h = RateLimitHint {
+            limit: Some(100),
+            remaining: Some(50),
+            reset: None,
+        };
+        assert_eq!(h.refill_per_s(), None);
+        let h = RateLimitHint {
+            reset: Some(Duration::from_secs(5)),
+            ..h
+        };
+        assert_eq!(h.refill_per_s(), Some(10.0));
     }
 }

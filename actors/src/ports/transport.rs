@@ -87,6 +87,20 @@ pub trait Transport: Send + Sync + 'static {
     /// Tokens actually used, for TPM settlement; `None` when the upstream did not report usage
     /// (the attempt then settles at its estimate).
     fn tokens_used(response: &Self::Response) -> Option<u64>;
+
+    /// Rate-limit headers that came with a successful answer (none by default): the pacer's
+    /// early signal that a quota is nearly spent.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::pacer::RateLimitHint;
+    /// use polygateway_actors::testkit::Echo;
+    /// use polygateway_actors::Transport;
+    /// // The echo transport sends no headers.
+    /// assert_eq!(Echo::rate_limit_hint(&"hi".to_string()), None::<RateLimitHint>);
+    /// ```
+    fn rate_limit_hint(_response: &Self::Response) -> Option<crate::policy::pacer::RateLimitHint> {
+        None
+    }
 }
 
 /// The consumer went away (dropped its stream).

@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use crate::outcome::{AttemptVerdict, Classify, SourceReason};
+use crate::policy::pacer::PacerObservation;
 use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
@@ -222,6 +223,29 @@ pub struct Governed<R> {
 pub struct CallOptions {
     /// A structured-output re-ask: its verdict never counts toward the breaker (docs/behaviour.md §9.2).
     pub breaker_exempt: bool,
+}
+
+/// What the source's pacer learns from one attempt: latency, `Retry-After` and rate-limit
+/// headers, read here so the source actor gets plain values (cheap to send per attempt).
+fn pacer_observation<T: Transport>(
+    result: &Result<T::Response, T::Error>,
+    verdict: AttemptVerdict,
+    sent: Instant,
+    now: Instant,
+    in_flight: u32,
+) -> PacerObservation {
+    let (retry_after, rate_limit) = match result {
+        Ok(response) => (None, T::rate_limit_hint(response)),
+        Err(error) => (error.retry_after(), error.rate_limit_hint()),
+    };
+    PacerObservation {
+        verdict,
+        now,
+        latency: now.saturating_duration_since(sent),
+        in_flight,
+        retry_after,
+        rate_limit,
+    }
 }
 
 /// An admitted attempt in flight. Dropped without [`AttemptGuard::finish`] it is a cancelled
@@ -517,6 +541,7 @@ impl<T: Transport> ScopeInner<T> {
             .permit
             .as_ref()
             .map_or(0, |p| p.attempt.lease.est_tokens);
+        let sent = self.clock.now();
         let result = source.transport.send(request, events).await;
         let elapsed = guard.started.elapsed();
         let verdict = match &result {
@@ -529,7 +554,13 @@ impl<T: Transport> ScopeInner<T> {
         };
         let (action, tokens) = settlement(answer, est, options.breaker_exempt);
         guard.settle(action, tokens, verdict == AttemptVerdict::Success);
-        source.report(verdict);
+        source.report(pacer_observation::<T>(
+            &result,
+            verdict,
+            sent,
+            self.clock.now(),
+            source.in_flight(),
+        ));
         source.metrics.attempt(Some(verdict));
         let report_result = match &result {
             Ok(response) => AttemptResult::Ok(response),

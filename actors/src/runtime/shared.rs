@@ -1,6 +1,7 @@
 //! Per-source values the router reads without a round trip.
 //!
-//! The source actor is the only writer of its policy outputs (health score, pacer limit); the
+//! The source actor is the only writer of its policy outputs (health score, pacer limit, mode and
+//! last signal); the
 //! router reads them to select. The cooldown memo is written with a fetch-max by the call that
 //! learns of a refusal, so the next selection sees it at once. In-flight is the one counter written by call tasks: a
 //! `SourceTicket` increments it when selection picks the source and decrements it on drop, so a
@@ -12,7 +13,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use crate::outcome::AttemptVerdict;
+use crate::policy::pacer::{Pacer, PacerObservation, PacerSignal};
 use crate::ports::breaker::BreakerState;
 
 use super::metrics::SourceMetrics;
@@ -117,6 +118,8 @@ pub struct SourceShared<T> {
     pub est_tokens: u64,
     in_flight: AtomicU32,
     pacer_limit: AtomicU32,
+    pacer_mode: std::sync::OnceLock<&'static str>,
+    pacer_signal: AtomicU8,
     health_bits: AtomicU64,
     cooling_until_ms: AtomicU64,
     origin: Instant,
@@ -159,6 +162,8 @@ impl<T> SourceShared<T> {
             est_tokens,
             in_flight: AtomicU32::new(0),
             pacer_limit: AtomicU32::new(initial_pacer_limit),
+            pacer_mode: std::sync::OnceLock::new(),
+            pacer_signal: AtomicU8::new(PacerSignal::None.code()),
             health_bits: AtomicU64::new(1.0f64.to_bits()),
             cooling_until_ms: AtomicU64::new(0),
             origin,
@@ -205,13 +210,54 @@ impl<T> SourceShared<T> {
     /// # async fn main() {
     /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
     /// use polygateway_actors::policy::pacer::AIMD_START;
-    /// // A fresh source starts at the AIMD pacer's starting limit; 429s halve it.
+    /// // A fresh source starts at its pacer's starting limit (the testkit runs the AIMD pacer).
     /// assert_eq!(scope.sources()[0].pacer_limit(), AIMD_START as u32);
     /// # runtime.shutdown(Duration::from_secs(1)).await;
     /// # }
     /// ```
     pub fn pacer_limit(&self) -> u32 {
         self.pacer_limit.load(Ordering::Acquire)
+    }
+
+    /// The pacer's mode (`adaptive`, `aimd`, `off`, `custom`; `starting` before its actor ran).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::runtime::ScopeConfig;
+    /// # use polygateway_actors::testkit::{echo, start};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// use polygateway_actors::policy::pacer::PacerSignal;
+    /// let source = &scope.sources()[0];
+    /// assert_eq!(source.pacer_mode(), "aimd");
+    /// // Nothing has pushed back yet.
+    /// assert_eq!(source.pacer_signal(), PacerSignal::None);
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
+    pub fn pacer_mode(&self) -> &'static str {
+        self.pacer_mode.get().copied().unwrap_or("starting")
+    }
+
+    /// The last signal the pacer reacted to (429, low quota headers, queueing).
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::testkit::{echo, start};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// use polygateway_actors::policy::pacer::PacerSignal;
+    /// scope.call(&"hi".to_string(), &NoObserver, None, CallOptions::default()).await.unwrap();
+    /// // A success is no signal: the pacer still reports none (429s would say `rate_limited`).
+    /// assert_eq!(scope.sources()[0].pacer_signal(), PacerSignal::None);
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
+    pub fn pacer_signal(&self) -> PacerSignal {
+        PacerSignal::from_code(self.pacer_signal.load(Ordering::Acquire))
     }
 
     /// The health score in `[0, 1]`.
@@ -288,10 +334,10 @@ impl<T> SourceShared<T> {
     /// call's task, so a snapshot read after the call returned already includes its attempt (the
     /// actor handles the cast later). The cast is lost while the actor restarts: its policies
     /// start afresh anyway; the counters are not lost.
-    pub(crate) fn report(&self, verdict: AttemptVerdict) {
-        self.counters.count(verdict);
+    pub(crate) fn report(&self, attempt: PacerObservation) {
+        self.counters.count(attempt.verdict);
         if let Ok(actor) = self.actor.get() {
-            let _ = actor.cast(SourceMsg::Report(verdict));
+            let _ = actor.cast(SourceMsg::Report(attempt));
         }
     }
 
@@ -306,9 +352,13 @@ impl<T> SourceShared<T> {
         &self.actor
     }
 
-    pub(crate) fn publish_pacer_limit(&self, limit: u32) {
-        self.pacer_limit.store(limit.max(1), Ordering::Release);
-        self.metrics.pacer_limit.set(f64::from(limit.max(1)));
+    pub(crate) fn publish_pacer(&self, pacer: &dyn Pacer) {
+        let limit = pacer.limit().max(1);
+        self.pacer_limit.store(limit, Ordering::Release);
+        self.pacer_signal
+            .store(pacer.last_signal().code(), Ordering::Release);
+        let _ = self.pacer_mode.set(pacer.mode());
+        self.metrics.pacer_limit.set(f64::from(limit));
     }
 
     /// An admission saw the breaker in `state` (metrics only).

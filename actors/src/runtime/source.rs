@@ -1,8 +1,8 @@
 //! The source actor: one per upstream source, the sole owner of its adaptive policies.
 //!
-//! It owns the AIMD pacer and the health EWMA; after every verdict it publishes the derived values
-//! (pacer limit, health score) into the source's [`SourceShared`] so the router selects without a
-//! round trip. Call tasks report each
+//! It owns the pacer and the health EWMA; after every attempt it publishes the derived values
+//! (pacer limit and last signal, health score) into the source's [`SourceShared`] so the router
+//! selects without a round trip. Call tasks report each
 //! finished attempt with a cast; nothing here awaits I/O, so a source actor never serialises calls.
 //! The breaker state lives behind the breaker port (memory or Redis) so every process shares it;
 //! the admission actor consults it.
@@ -13,23 +13,23 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use crate::outcome::AttemptVerdict;
 use crate::policy::health::HealthEwma;
-use crate::policy::pacer::Pacer;
+use crate::policy::pacer::{Pacer, PacerObservation};
 
 use super::shared::SourceShared;
 
-/// Builds a fresh pacer for a source (injectable: the AIMD constants are the library's default).
+/// Builds a fresh pacer for a source (injectable; the gateway's default follows `{SCOPE}__PACER`).
 ///
 /// ```
 /// use std::sync::Arc;
-/// use polygateway_actors::policy::pacer::Pacer;
+/// use polygateway_actors::policy::pacer::{Pacer, PacerObservation};
 /// use polygateway_actors::runtime::PacerFactory;
-/// use polygateway_actors::{AttemptVerdict, Limits};
+/// use polygateway_actors::Limits;
 /// /// A pacer that never adapts: the configured concurrency, or 1.
 /// #[derive(Debug)]
 /// struct Fixed(u32);
 /// impl Pacer for Fixed {
 ///     fn limit(&self) -> u32 { self.0 }
-///     fn observe(&mut self, _verdict: AttemptVerdict) {}
+///     fn observe(&mut self, _attempt: &PacerObservation) {}
 /// }
 /// let fixed: PacerFactory =
 ///     Arc::new(|limits: &Limits| Box::new(Fixed(limits.max_concurrency.max(1))) as Box<dyn Pacer>);
@@ -41,8 +41,8 @@ pub type PacerFactory = Arc<dyn Fn(&crate::ports::gate::Limits) -> Box<dyn Pacer
 /// Messages of a source actor.
 #[derive(Debug)]
 pub(crate) enum SourceMsg {
-    /// One attempt finished with this verdict.
-    Report(AttemptVerdict),
+    /// One attempt finished.
+    Report(PacerObservation),
     /// Chaos hook: make the actor fail, to exercise supervision.
     Crash(String),
 }
@@ -97,7 +97,7 @@ impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
     ) -> Result<Self::State, ActorProcessingErr> {
         let pacer = (args.pacer)(&args.shared.limits);
         let health = HealthEwma::default();
-        args.shared.publish_pacer_limit(pacer.limit());
+        args.shared.publish_pacer(pacer.as_ref());
         args.shared.publish_health(health.value());
         Ok(SourceState {
             shared: args.shared,
@@ -113,11 +113,12 @@ impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            SourceMsg::Report(verdict) => {
+            SourceMsg::Report(attempt) => {
+                let verdict = attempt.verdict;
                 // The verdict counters were bumped by the call task (`SourceShared::report`).
-                state.pacer.observe(verdict);
+                state.pacer.observe(&attempt);
                 state.health.observe(verdict);
-                state.shared.publish_pacer_limit(state.pacer.limit());
+                state.shared.publish_pacer(state.pacer.as_ref());
                 state.shared.publish_health(state.health.value());
             }
             SourceMsg::Crash(reason) => return Err(reason.into()),

@@ -1,0 +1,583 @@
+//! The default pacer (`PACER=adaptive`): TCP-style slow start, then additive increase with a
+//! Little's-law decrease on pushback (429 or rate-limit headers) and on queueing (latency above
+//! its baseline, in the spirit of Vegas / Gradient2).
+//!
+//! Why each part:
+//! - **Slow start** (+2 per success, so the limit triples every round trip) keeps the cold-start
+//!   protection of a small start without the cost: 16 → 500 takes about three round trips, not
+//!   hours. Tripling rather than TCP's doubling because a round trip here is a whole LLM call
+//!   (seconds): the overshoot it risks is undone by the first signal's cut within a few rounds.
+//! - **No hidden ceiling**: the only ceiling is the configured one; growth is bounded instead by
+//!   use — the limit grows only while at least half of it is in flight.
+//! - **Rounds**: latency and success rate are judged per round (one recent latency long), not
+//!   per sample, so one slow answer or a CPU hiccup on a busy host is not mistaken for a queue.
+//!   Slow start ends only when a round is twice the baseline (a real queue doubles latency when
+//!   the limit doubles; a busy loopback host adds far less); afterwards 1.5× counts as queueing.
+//! - **Little's law on a signal**: the new limit is `rate × latency` — the success rate measured
+//!   in the last round (or, better, the refill rate the rate-limit headers state) times the
+//!   latency. For a queueing server the baseline latency is used, which lands on exactly the
+//!   number it serves at once; for a rate limit the current latency, which lands on the rate it
+//!   admits. The cut is clamped to `[×0.5, ×0.95]` (never more than AIMD's halving, always a real
+//!   cut) and happens at most once per round, so a burst of 429s from one overshoot is one cut.
+//! - **`Retry-After`** freezes growth until it passes; it does not stop the source. Each refused
+//!   call already waits at least `Retry-After` before its own retry (the backoff honours it);
+//!   stopping all traffic for the hint's full second on every burst would halve the goodput of
+//!   a source that limits per second while it still admits most requests.
+//!
+//! Not for: token quotas (the TPM gate), failures (the breaker).
+
+use std::time::{Duration, Instant};
+
+use crate::outcome::AttemptVerdict;
+
+use super::pacer::{Pacer, PacerObservation, PacerSignal, RateLimitHint};
+
+/// Default starting limit of [`AdaptivePacer`].
+///
+/// ```
+/// use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
+/// use polygateway_actors::policy::pacer::Pacer;
+/// assert_eq!(AdaptivePacer::new(ADAPTIVE_START, 0).limit(), 16);
+/// ```
+pub const ADAPTIVE_START: u32 = 16;
+/// Limit added per success during slow start (the limit triples per round trip).
+const SLOW_START_GAIN: f64 = 2.0;
+
+/// Round latency / baseline above which slow start ends.
+const SLOW_START_EXIT: f64 = 2.0;
+/// Round latency / baseline above which, after slow start, the upstream is taken to queue.
+const QUEUE_TOLERANCE: f64 = 1.5;
+/// Bounds of one cut, as fractions of the current limit.
+const DEEPEST_CUT: f64 = 0.5;
+const SHALLOWEST_CUT: f64 = 0.95;
+/// The latency baseline is the lowest round mean over the last one to two of these windows, so
+/// it follows an upstream that really got slower.
+const BASELINE_WINDOW: Duration = Duration::from_secs(30);
+/// Queueing delay below this is a busy host's scheduler, not an upstream's queue: it never
+/// counts (fast upstreams answer in milliseconds, where scheduling jitter alone triples latency).
+const JITTER_ALLOWANCE: Duration = Duration::from_millis(20);
+/// Round length bounds.
+const MIN_ROUND: Duration = Duration::from_millis(10);
+const MAX_ROUND: Duration = Duration::from_secs(30);
+/// Headers saying less than this share of the bucket remains are a signal (before any 429).
+const QUOTA_LOW_SHARE: f64 = 0.1;
+
+/// Slow start, then AIMD with a Little's-law decrease on 429, on nearly spent rate-limit
+/// headers and on queueing latency. See the module docs for the reasoning.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
+/// use polygateway_actors::policy::pacer::{Pacer, PacerObservation, PacerSignal};
+/// use polygateway_actors::AttemptVerdict;
+///
+/// let mut p = AdaptivePacer::new(8, 0);
+/// let t0 = Instant::now();
+/// // Eight successes at 200 ms with the limit in use: slow start adds two per success.
+/// for i in 0..8 {
+///     p.observe(&PacerObservation {
+///         latency: Duration::from_millis(200),
+///         in_flight: p.limit(),
+///         ..PacerObservation::new(AttemptVerdict::Success, t0 + Duration::from_millis(200 + i))
+///     });
+/// }
+/// assert_eq!(p.limit(), 24);
+/// // A 429: the limit is cut, but by at most half.
+/// p.observe(&PacerObservation::new(AttemptVerdict::RateLimited, t0 + Duration::from_millis(400)));
+/// assert!((12..24).contains(&p.limit()));
+/// assert_eq!(p.last_signal(), PacerSignal::RateLimited);
+/// ```
+#[derive(Debug, Clone)]
+pub struct AdaptivePacer {
+    limit: f64,
+    ceiling: f64,
+    slow_start: bool,
+    round: Option<Round>,
+    /// Mean latency of the last complete round with successes.
+    recent: Option<Duration>,
+    /// Successes per second in the last complete round.
+    success_rate: f64,
+    baseline: WindowedMin,
+    /// Refill rate the rate-limit headers last stated.
+    header_rate: Option<f64>,
+    no_increase_until: Option<Instant>,
+    no_cut_until: Option<Instant>,
+    signal: PacerSignal,
+}
+
+impl AdaptivePacer {
+    /// A pacer starting at `start` (≥ 1) under `ceiling` (0 = none: the pacer finds the limit;
+    /// the source's `MAX_CONCURRENCY`, when set, is a hard cap).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
+    /// use polygateway_actors::policy::pacer::Pacer;
+    /// assert_eq!(AdaptivePacer::new(8, 0).ceiling(), None);
+    /// assert_eq!(AdaptivePacer::new(32, 16).limit(), 16);
+    /// ```
+    pub fn new(start: u32, ceiling: u32) -> Self {
+        let ceiling = if ceiling == 0 {
+            f64::from(u32::MAX)
+        } else {
+            f64::from(ceiling)
+        };
+        Self {
+            limit: f64::from(start.max(1)).min(ceiling),
+            ceiling,
+            slow_start: true,
+            round: None,
+            recent: None,
+            success_rate: 0.0,
+            baseline: WindowedMin::default(),
+            header_rate: None,
+            no_increase_until: None,
+            no_cut_until: None,
+            signal: PacerSignal::None,
+        }
+    }
+
+    /// The ceiling, `None` when there is none.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
+    /// assert_eq!(AdaptivePacer::new(8, 500).ceiling(), Some(500));
+    /// ```
+    pub fn ceiling(&self) -> Option<u32> {
+        (self.ceiling < f64::from(u32::MAX)).then_some(self.ceiling as u32)
+    }
+
+    /// `true` until the first pushback or sign of queueing.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
+    /// assert!(AdaptivePacer::new(8, 0).in_slow_start());
+    /// ```
+    pub fn in_slow_start(&self) -> bool {
+        self.slow_start
+    }
+
+    /// The lowest round latency seen lately (the queueing baseline).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
+    /// assert_eq!(AdaptivePacer::new(8, 0).baseline(), None);
+    /// ```
+    pub fn baseline(&self) -> Option<Duration> {
+        self.baseline.value()
+    }
+
+    fn close_round_if_due(&mut self, now: Instant, latency_hint: Duration) {
+        let length = self
+            .recent
+            .unwrap_or(latency_hint)
+            .clamp(MIN_ROUND, MAX_ROUND);
+        let round = self.round.get_or_insert_with(|| Round::starting(now));
+        let elapsed = now.saturating_duration_since(round.start);
+        if elapsed < length {
+            return;
+        }
+        let done = std::mem::replace(round, Round::starting(now));
+        self.success_rate = f64::from(done.successes) / elapsed.as_secs_f64();
+        let Some(mean) = done.mean() else { return };
+        self.recent = Some(mean);
+        self.baseline.observe(mean, now);
+        let Some(baseline) = self.baseline.value() else {
+            return;
+        };
+        let threshold = if self.slow_start {
+            SLOW_START_EXIT
+        } else {
+            QUEUE_TOLERANCE
+        };
+        if mean > baseline.mul_f64(threshold) + JITTER_ALLOWANCE {
+            // What the server does at once, at its unqueued speed.
+            let target = self.success_rate * baseline.as_secs_f64();
+            self.cut(PacerSignal::Queueing, target, SHALLOWEST_CUT, now);
+        }
+    }
+
+    /// Little's law for a rate limit: the admitted rate times the current latency.
+    fn rate_target(&self) -> f64 {
+        let rate = self.header_rate.unwrap_or(self.success_rate);
+        rate * self.recent.map_or(0.0, |d| d.as_secs_f64())
+    }
+
+    /// One round from `now`.
+    fn round_from(&self, now: Instant) -> Instant {
+        now + self.recent.unwrap_or(MIN_ROUND).clamp(MIN_ROUND, MAX_ROUND)
+    }
+
+    /// Cut towards `target`, keeping at most `keep` of the limit.
+    fn cut(&mut self, signal: PacerSignal, target: f64, keep: f64, now: Instant) {
+        self.signal = signal;
+        self.slow_start = false;
+        if self.no_cut_until.is_some_and(|t| now < t) {
+            return;
+        }
+        let target = if target.is_finite() { target } else { 0.0 };
+        self.limit = target
+            .clamp(self.limit * DEEPEST_CUT, self.limit * keep)
+            .max(1.0);
+        // Answers to attempts sent before this cut still arrive for one round: one cut per round.
+        self.no_cut_until = Some(self.round_from(now));
+    }
+
+    fn read_headers(&mut self, hint: &RateLimitHint, now: Instant) {
+        if let Some(rate) = hint.refill_per_s() {
+            self.header_rate = Some(rate);
+        }
+        let Some(remaining) = hint.remaining else {
+            return;
+        };
+        let low = match hint.limit {
+            Some(limit) => (remaining as f64) < limit as f64 * QUOTA_LOW_SHARE,
+            None => remaining == 0,
+        };
+        if low {
+            // Nearly spent but not refused yet: down to what the refill sustains, never up,
+            // and no growth for a round.
+            let target = self.rate_target();
+            self.cut(PacerSignal::QuotaLow, target, 1.0, now);
+            self.no_increase_until = Some(
+                self.round_from(now)
+                    .max(self.no_increase_until.unwrap_or(now)),
+            );
+        }
+    }
+
+    fn grow(&mut self, attempt: &PacerObservation) {
+        if self.no_increase_until.is_some_and(|t| attempt.now < t) {
+            return;
+        }
+        // Only a limit in use is evidence: an idle source must not drift towards infinity.
+        if f64::from(attempt.in_flight) * 2.0 < self.limit {
+            return;
+        }
+        let step = if self.slow_start {
+            SLOW_START_GAIN
+        } else {
+            1.0 / self.limit
+        };
+        self.limit = (self.limit + step).min(self.ceiling);
+    }
+}
+
+impl Pacer for AdaptivePacer {
+    fn limit(&self) -> u32 {
+        self.limit as u32
+    }
+
+    fn observe(&mut self, attempt: &PacerObservation) {
+        let now = attempt.now;
+        self.close_round_if_due(now, attempt.latency);
+        if let Some(hint) = &attempt.rate_limit {
+            self.read_headers(hint, now);
+        }
+        match attempt.verdict {
+            AttemptVerdict::Success => {
+                if let Some(round) = &mut self.round {
+                    round.successes += 1;
+                    round.latency_sum += attempt.latency;
+                }
+                self.grow(attempt);
+            }
+            AttemptVerdict::RateLimited => {
+                if let Some(wait) = attempt.retry_after {
+                    let until = now + wait;
+                    self.no_increase_until =
+                        Some(self.no_increase_until.map_or(until, |t| t.max(until)));
+                }
+                let target = self.rate_target();
+                self.cut(PacerSignal::RateLimited, target, SHALLOWEST_CUT, now);
+            }
+            AttemptVerdict::AliveButUnusable | AttemptVerdict::Failure | AttemptVerdict::Dead => {}
+        }
+    }
+
+    fn mode(&self) -> &'static str {
+        "adaptive"
+    }
+
+    fn last_signal(&self) -> PacerSignal {
+        self.signal
+    }
+}
+
+/// Successes and their latencies within one round.
+#[derive(Debug, Clone)]
+struct Round {
+    start: Instant,
+    successes: u32,
+    latency_sum: Duration,
+}
+
+impl Round {
+    fn starting(start: Instant) -> Self {
+        Self {
+            start,
+            successes: 0,
+            latency_sum: Duration::ZERO,
+        }
+    }
+
+    fn mean(&self) -> Option<Duration> {
+        (self.successes > 0).then(|| self.latency_sum / self.successes)
+    }
+}
+
+/// The minimum over the current and the previous [`BASELINE_WINDOW`].
+#[derive(Debug, Clone, Default)]
+struct WindowedMin {
+    window_start: Option<Instant>,
+    current: Option<Duration>,
+    previous: Option<Duration>,
+}
+
+impl WindowedMin {
+    fn observe(&mut self, sample: Duration, now: Instant) {
+        let start = *self.window_start.get_or_insert(now);
+        if now.saturating_duration_since(start) >= BASELINE_WINDOW {
+            self.previous = self.current.take();
+            self.window_start = Some(now);
+        }
+        self.current = Some(self.current.map_or(sample, |c| c.min(sample)));
+    }
+
+    fn value(&self) -> Option<Duration> {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// A modelled upstream: for a limit, the round's latency, successes, refusals and headers.
+    type Upstream = dyn Fn(u32) -> (Duration, u32, u32, Option<RateLimitHint>);
+
+    /// Drives a pacer against a modelled upstream in virtual time: each round, `limit` attempts
+    /// finish, spread evenly over one latency.
+    struct Sim {
+        pacer: AdaptivePacer,
+        now: Instant,
+    }
+
+    impl Sim {
+        fn new(start: u32, ceiling: u32) -> Self {
+            Self {
+                pacer: AdaptivePacer::new(start, ceiling),
+                now: Instant::now(),
+            }
+        }
+
+        /// One round: `answer(limit)` gives the latency, the verdicts and optional headers.
+        fn round(&mut self, answer: &Upstream) -> u32 {
+            let limit = self.pacer.limit();
+            let (latency, ok, refused, hint) = answer(limit);
+            let n = ok + refused;
+            let step = latency / n.max(1);
+            for i in 0..n {
+                self.now += step;
+                // Refusals spread evenly through the round.
+                let verdict = if (i * refused) / n != ((i + 1) * refused) / n {
+                    AttemptVerdict::RateLimited
+                } else {
+                    AttemptVerdict::Success
+                };
+                self.pacer.observe(&PacerObservation {
+                    verdict,
+                    now: self.now,
+                    latency: if verdict == AttemptVerdict::Success {
+                        latency
+                    } else {
+                        MS
+                    },
+                    in_flight: limit,
+                    retry_after: (verdict == AttemptVerdict::RateLimited)
+                        .then_some(Duration::from_secs(1)),
+                    rate_limit: hint,
+                });
+            }
+            self.pacer.limit()
+        }
+    }
+
+    /// A server that serves `slots` at once in `service` and queues the rest.
+    fn queueing(slots: u32, service: Duration) -> Box<Upstream> {
+        Box::new(move |limit| {
+            // Steady FIFO with `slots` servers: throughput slots/service, so latency grows with
+            // the number waiting (Little's law).
+            let latency = service.mul_f64((f64::from(limit) / f64::from(slots)).max(1.0));
+            (latency, limit, 0, None)
+        })
+    }
+
+    #[test]
+    fn slow_start_triples_per_round_and_has_no_hidden_ceiling() {
+        let mut sim = Sim::new(8, 0);
+        let mut seen = Vec::new();
+        for _ in 0..7 {
+            seen.push(sim.round(&|l| (200 * MS, l, 0, None)));
+        }
+        assert_eq!(seen, [24, 72, 216, 648, 1944, 5832, 17496]);
+        assert!(sim.pacer.in_slow_start());
+        assert_eq!(sim.pacer.last_signal(), PacerSignal::None);
+    }
+
+    #[test]
+    fn a_configured_ceiling_is_a_hard_cap() {
+        let mut sim = Sim::new(8, 100);
+        for _ in 0..10 {
+            sim.round(&|l| (200 * MS, l, 0, None));
+        }
+        assert_eq!(sim.pacer.limit(), 100);
+    }
+
+    #[test]
+    fn an_idle_source_does_not_grow() {
+        let mut p = AdaptivePacer::new(8, 0);
+        let t0 = Instant::now();
+        for i in 0..100 {
+            p.observe(&PacerObservation {
+                latency: 200 * MS,
+                in_flight: 2,
+                ..PacerObservation::new(AttemptVerdict::Success, t0 + i * 10 * MS)
+            });
+        }
+        assert_eq!(p.limit(), 8);
+    }
+
+    #[test]
+    fn moderate_latency_rise_in_slow_start_is_not_a_queue() {
+        // A busy host: latency creeps up 25 % as the limit grows; slow start goes on.
+        let mut sim = Sim::new(8, 0);
+        for _ in 0..7 {
+            sim.round(&|l| (200 * MS + (l / 20).min(50) * MS, l, 0, None));
+        }
+        assert!(sim.pacer.in_slow_start());
+        assert!(sim.pacer.limit() >= 1000, "{}", sim.pacer.limit());
+    }
+
+    #[test]
+    fn a_queueing_server_is_held_near_what_it_serves_at_once() {
+        let mut sim = Sim::new(8, 0);
+        let mut limits = Vec::new();
+        for _ in 0..200 {
+            limits.push(sim.round(&queueing(64, 200 * MS)));
+        }
+        assert_eq!(sim.pacer.last_signal(), PacerSignal::Queueing);
+        assert!(!sim.pacer.in_slow_start());
+        let late = &limits[100..];
+        let (lo, hi) = (late.iter().min().unwrap(), late.iter().max().unwrap());
+        // It never starves the server (≥ 64 keeps all slots busy) and keeps its queue short.
+        assert!(*lo >= 60 && *hi <= 110, "{lo}..{hi}: {late:?}");
+    }
+
+    #[test]
+    fn millisecond_jitter_on_a_fast_upstream_is_not_a_queue() {
+        // A 5 ms upstream whose answers take 15 ms on a busy host: 3x, but only 10 ms added.
+        let mut sim = Sim::new(8, 0);
+        sim.round(&|l| (5 * MS, l, 0, None));
+        for _ in 0..20 {
+            sim.round(&|l| (15 * MS, l.min(64), 0, None));
+        }
+        assert_eq!(sim.pacer.last_signal(), PacerSignal::None);
+        assert!(sim.pacer.in_slow_start());
+    }
+
+    #[test]
+    fn a_429_cuts_by_at_most_half_once_per_round() {
+        let mut p = AdaptivePacer::new(64, 0);
+        let t0 = Instant::now();
+        for i in 0..10 {
+            p.observe(&PacerObservation {
+                retry_after: Some(Duration::from_secs(1)),
+                ..PacerObservation::new(AttemptVerdict::RateLimited, t0 + i * MS)
+            });
+        }
+        assert_eq!(p.limit(), 32);
+        assert_eq!(p.last_signal(), PacerSignal::RateLimited);
+    }
+
+    #[test]
+    fn retry_after_freezes_growth_until_it_passes() {
+        let mut p = AdaptivePacer::new(10, 0);
+        let t0 = Instant::now();
+        p.observe(&PacerObservation {
+            retry_after: Some(Duration::from_secs(1)),
+            ..PacerObservation::new(AttemptVerdict::RateLimited, t0)
+        });
+        let cut = p.limit();
+        let ok = |at: Duration| PacerObservation {
+            latency: 200 * MS,
+            in_flight: 100,
+            ..PacerObservation::new(AttemptVerdict::Success, t0 + at)
+        };
+        for i in 1..50 {
+            p.observe(&ok(i * 10 * MS));
+        }
+        assert_eq!(p.limit(), cut);
+        for i in 0..50 {
+            p.observe(&ok(Duration::from_secs(1) + i * 20 * MS));
+        }
+        assert!(p.limit() > cut);
+    }
+
+    /// Each round, a token bucket of `rate`/s admits `rate × latency` attempts and refuses the
+    /// rest (with `Retry-After: 1`); `headers` adds OpenAI-style rate-limit headers.
+    fn rate_limited(rate: u32, headers: bool) -> Box<Upstream> {
+        Box::new(move |limit| {
+            let latency = 200 * MS;
+            let admitted = rate / 5;
+            let ok = limit.min(admitted);
+            let refused = limit - ok;
+            let remaining = u64::from(admitted.saturating_sub(limit)) * 5;
+            let hint = headers.then(|| RateLimitHint {
+                limit: Some(u64::from(rate)),
+                remaining: Some(remaining),
+                reset: Some(Duration::from_secs_f64(
+                    (u64::from(rate) - remaining) as f64 / f64::from(rate),
+                )),
+            });
+            (latency, ok, refused, hint)
+        })
+    }
+
+    fn steady_state(sim: &mut Sim, answer: &Upstream) -> (f64, f64) {
+        let (mut ok, mut refused, mut offered) = (0u64, 0u64, 0u64);
+        for i in 0..300 {
+            let limit = sim.pacer.limit();
+            let (_, a, r, _) = answer(limit);
+            sim.round(answer);
+            if i >= 100 {
+                ok += u64::from(a);
+                refused += u64::from(r);
+                offered += 1;
+            }
+        }
+        let goodput = ok as f64 / (offered as f64 * 200.0);
+        (goodput, refused as f64 / (ok + refused) as f64)
+    }
+
+    #[test]
+    fn a_rate_limit_is_found_without_headers() {
+        let mut sim = Sim::new(8, 0);
+        let (goodput, refused) = steady_state(&mut sim, &rate_limited(1000, false));
+        assert!(goodput >= 0.9, "goodput {goodput}");
+        assert!(refused <= 0.05, "refused share {refused}");
+    }
+
+    #[test]
+    fn rate_limit_headers_are_an_early_signal() {
+        let mut sim = Sim::new(8, 0);
+        let (goodput, refused) = steady_state(&mut sim, &rate_limited(1000, true));
+        assert!(goodput >= 0.9, "goodput {goodput}");
+        assert!(refused <= 0.02, "refused share {refused}");
+        assert_eq!(sim.pacer.header_rate, Some(1000.0));
+    }
+}

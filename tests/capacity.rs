@@ -1,0 +1,83 @@
+//! Bounded versions of `examples/capacity.rs`: the three regimes in real time, scaled down
+//! (fewer callers, shorter runs, debug build, a busy CI host) with thresholds loose enough not
+//! to flake, tight enough that the old AIMD pacer or a wrong signal fails them.
+
+use std::time::Duration;
+
+use polygateway::actors::policy::pacer::PacerSignal;
+use polygateway::testkit::capacity::{run_scenario, CapacityReport, Scenario};
+use polygateway::testkit::mock_capacity::Regime;
+
+const RUN: Duration = Duration::from_secs(4);
+
+fn show(report: &CapacityReport) -> String {
+    let limits: Vec<String> = report
+        .sources
+        .iter()
+        .map(|s| format!("{}={}({})", s.name, s.pacer_limit, s.pacer_signal.as_str()))
+        .collect();
+    format!(
+        "{} {} first failure: {:?}",
+        report.json(),
+        limits.join(" "),
+        report.first_error
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlimited_upstream_grows_past_the_old_hidden_ceiling() {
+    let scenario = Scenario::unlimited(Duration::from_millis(200));
+    let report = run_scenario(&scenario, 320, RUN, "adaptive").await.unwrap();
+    let why = show(&report);
+    assert_eq!(report.errors, 0, "{why}");
+    // 160 callers per source: the old pacer stopped at 64 each.
+    assert!(report.sources.iter().all(|s| s.pacer_limit > 64), "{why}");
+    assert!(report.goodput_ratio() >= 0.6, "{why}");
+    assert!(
+        report
+            .sources
+            .iter()
+            .all(|s| s.pacer_signal == PacerSignal::None),
+        "a busy host was mistaken for a queue: {why}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limited_upstream_is_found_with_and_without_headers() {
+    // Most refusals are slow start's overshoot, a large part of so short a run; an unpaced
+    // client here is refused on most attempts.
+    for (headers, max_refused) in [(true, 0.15), (false, 0.3)] {
+        let scenario = Scenario::rate_limited(200, Duration::from_millis(100), headers);
+        let report = run_scenario(&scenario, 256, RUN, "adaptive").await.unwrap();
+        let why = format!("headers {headers}: {}", show(&report));
+        assert_eq!(report.errors, 0, "{why}");
+        assert!(report.goodput_ratio() >= 0.7, "{why}");
+        assert!(report.rate_limited_share <= max_refused, "{why}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queueing_upstream_keeps_its_queue_short() {
+    // 16 slots per source (the example's 64, scaled to what a debug build sustains).
+    let scenario = Scenario {
+        regime: Regime::Queueing {
+            slots: 16,
+            service: Duration::from_millis(100),
+        },
+        ideal_calls_per_s: Some(320.0),
+        ..Scenario::queueing(Duration::from_millis(100))
+    };
+    let report = run_scenario(&scenario, 256, RUN, "adaptive").await.unwrap();
+    let why = show(&report);
+    assert_eq!(report.errors, 0, "{why}");
+    assert!(report.goodput_ratio() >= 0.7, "{why}");
+    // 100 ms of service; unpaced, 128 callers per source would wait 800 ms in its queue.
+    assert!(report.upstream_p50_ms <= 250.0, "{why}");
+    assert!(
+        report
+            .sources
+            .iter()
+            .any(|s| s.pacer_signal == PacerSignal::Queueing),
+        "{why}"
+    );
+}
