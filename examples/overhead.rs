@@ -10,7 +10,7 @@
 //! `chat_stream()` is measured against `chat()` on the streaming rows.
 //!
 //! ```text
-//! cargo run --release --example overhead -- [--calls N]
+//! cargo run --release --features testkit,redis --example overhead -- [--calls N]
 //! ```
 //!
 //! The last four lines of output are one JSON object per configuration. The mock runs in the same

@@ -25,6 +25,7 @@ use super::record::SourceIdentity;
 use super::{CacheLayer, Core, Gateway, Owned, ScopeEntry, Telemetry};
 use crate::cache::coalesce::Coalescer;
 use crate::cache::memory::MemoryCache;
+#[cfg(feature = "redis")]
 use crate::cache::redis::RedisCache;
 use crate::cache::ResponseCache;
 use crate::config::{
@@ -33,6 +34,7 @@ use crate::config::{
 };
 use crate::error::GatewayError;
 use crate::provider::ProviderRegistry;
+#[cfg(feature = "redis")]
 use crate::redis::{RedisBreakers, RedisGate, RedisGovernance};
 use crate::telemetry::row::TelemetryRow;
 use crate::telemetry::{sink_from_settings, Pricing};
@@ -76,6 +78,7 @@ pub struct GatewayBuilder {
     pacer: Option<PacerFactory>,
     telemetry_config: TelemetryConfig,
     runtime_options: Option<RuntimeOptions>,
+    #[cfg(feature = "redis")]
     redis_key_prefix: String,
 }
 
@@ -117,6 +120,7 @@ impl GatewayBuilder {
             pacer: None,
             telemetry_config: TelemetryConfig::default(),
             runtime_options: None,
+            #[cfg(feature = "redis")]
             redis_key_prefix: "pgw".into(),
         }
     }
@@ -486,6 +490,7 @@ impl GatewayBuilder {
     /// gw.shutdown().await; // also closes the Redis connections it opened
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "redis")]
     pub fn redis_key_prefix(mut self, prefix: &str) -> Self {
         self.redis_key_prefix = prefix.to_string();
         self
@@ -587,12 +592,21 @@ impl GatewayBuilder {
                     .join(", ")
             )));
         }
+        // Settings built by hand never went through the parser's guards: a backend whose cargo
+        // feature is off is refused here too, before anything starts.
+        crate::config::features::check(&settings).map_err(|e| config_err(e.to_string()))?;
         let clock = self.clock;
         let mut owned = Owned::default();
 
         // Governance backends: injected, or built from the settings.
         let needs_redis = settings.limiter_backend == GovernanceBackendKind::Redis
             || settings.breaker_backend == GovernanceBackendKind::Redis;
+        #[cfg(not(feature = "redis"))]
+        let redis: Option<std::convert::Infallible> = {
+            let _ = needs_redis; // refused above when true
+            None
+        };
+        #[cfg(feature = "redis")]
         let redis = match (needs_redis, &settings.redis_url) {
             (true, Some(url)) if self.gate.is_none() || self.breakers.is_none() => {
                 let redis = RedisGovernance::connect(url, &self.redis_key_prefix)
@@ -606,12 +620,14 @@ impl GatewayBuilder {
         };
         let gate: Arc<dyn GateBackend> = match (self.gate, settings.limiter_backend, &redis) {
             (Some(g), _, _) => g,
+            #[cfg(feature = "redis")]
             (None, GovernanceBackendKind::Redis, Some(r)) => Arc::new(RedisGate::new(r.clone())),
             _ => Arc::new(MemoryGate::new(Arc::clone(&clock))),
         };
         let breakers: Arc<dyn BreakerBackend> =
             match (self.breakers, settings.breaker_backend, &redis) {
                 (Some(b), _, _) => b,
+                #[cfg(feature = "redis")]
                 (None, GovernanceBackendKind::Redis, Some(r)) => {
                     Arc::new(RedisBreakers::new(r.clone()))
                 }
@@ -645,7 +661,7 @@ impl GatewayBuilder {
             Some(sink) => sink,
             None => {
                 owned.telemetry_sink = true;
-                sink_from_settings(&settings.telemetry)
+                sink_from_settings(&settings.telemetry).map_err(|e| config_err(e.to_string()))?
             }
         };
         let queue = Arc::new(TelemetryQueue::new(TELEMETRY_QUEUE_CAPACITY));
@@ -695,6 +711,13 @@ impl GatewayBuilder {
                 ttl: *ttl,
                 coalescer: Coalescer::new(),
             }),
+            #[cfg(not(feature = "redis"))]
+            (CacheSettings::Redis { .. }, None) => {
+                let refused =
+                    crate::config::features::disabled("PGW_CACHE_BACKEND", "redis", "redis");
+                return Err(config_err(refused.to_string()));
+            }
+            #[cfg(feature = "redis")]
             (CacheSettings::Redis { namespace, ttl }, None) => {
                 let url = settings
                     .redis_url

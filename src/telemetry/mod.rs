@@ -7,12 +7,18 @@
 //! never fails a call: sinks swallow and count their failures and report through
 //! [`TelemetryStatus`].
 
+// The sink plumbing shared by the database sinks (SQL parameters, INSERT statements, sink
+// health) has no user when neither database feature is compiled in.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+
 pub mod cost;
 pub mod digest;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod retention;
 pub mod row;
 pub mod schema;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod status;
 
@@ -24,6 +30,7 @@ pub use polygateway_actors::telemetry::{
     NullSink, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryQueue,
     TelemetrySink,
 };
+#[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresSink};
 pub use retention::{retention, RetentionError, RetentionReport, RetentionTarget};
 pub use row::{meta_json, TelemetryRow};
@@ -31,13 +38,17 @@ pub use schema::{
     add_column_sql, create_table_sql, telemetry_schema_sql, Column, SchemaBackend, COLUMNS,
     DEFAULT_TABLE,
 };
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteSink};
 pub use status::{TelemetryStatus, DEFAULT_COOLDOWN};
 
-use crate::config::{TelemetryBackendSettings, TelemetrySettings};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::config::TelemetryBackendSettings;
+use crate::config::{ConfigError, TelemetrySettings};
 
 /// The sink configured by `settings`: [`NullSink`] for `none`, [`SqliteSink`] or
-/// [`PostgresSink`] otherwise. Never fails and never connects: problems surface in the status.
+/// `PostgresSink` otherwise. Never connects: database problems surface in the status. The one
+/// error is a backend whose cargo feature (`sqlite`, `postgres`) this build lacks.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -51,7 +62,7 @@ use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 ///     schema_mode: None,
 ///     text_cap: None,
 /// };
-/// let sink = sink_from_settings(&settings);
+/// let sink = sink_from_settings(&settings).unwrap();
 /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
 /// assert!(!sink.status().degraded);
 /// sink.shutdown().await;
@@ -65,16 +76,20 @@ use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 ///     },
 ///     ..settings
 /// };
-/// assert!(sink_from_settings(&settings).status().fatal);
+/// assert!(sink_from_settings(&settings).unwrap().status().fatal);
 /// # }
 /// ```
-pub fn sink_from_settings(settings: &TelemetrySettings) -> Arc<dyn TelemetrySink<TelemetryRow>> {
-    match &settings.backend {
-        TelemetryBackendSettings::None => Arc::new(NullSink),
+pub fn sink_from_settings(
+    settings: &TelemetrySettings,
+) -> Result<Arc<dyn TelemetrySink<TelemetryRow>>, ConfigError> {
+    crate::config::features::telemetry(&settings.backend)?;
+    Ok(match &settings.backend {
+        #[cfg(feature = "sqlite")]
         TelemetryBackendSettings::Sqlite { path } => Arc::new(SqliteSink::open(
             path.clone(),
             SqliteOptions::new(settings.schema_mode),
         )),
+        #[cfg(feature = "postgres")]
         TelemetryBackendSettings::Postgres {
             dsn,
             pool_max,
@@ -85,5 +100,7 @@ pub fn sink_from_settings(settings: &TelemetrySettings) -> Arc<dyn TelemetrySink
             options.write_timeout = *write_timeout;
             Arc::new(PostgresSink::new(dsn, options))
         }
-    }
+        // `None`, and the backends refused above.
+        _ => Arc::new(NullSink),
+    })
 }
