@@ -3,7 +3,7 @@
 //! `retry_after_s`, the way a job queue would reschedule them.
 //!
 //! ```text
-//! cargo run --release --example batch -- [--items N] [--concurrency C]
+//! cargo run --release --features testkit --example batch -- [--items N] [--concurrency C]
 //! ```
 
 use std::time::Instant;

@@ -11,7 +11,7 @@
 //! The last line is one JSON object.
 //!
 //! ```text
-//! cargo run --release --example multi_process -- --processes 4
+//! cargo run --release --features testkit,redis --example multi_process -- --processes 4
 //! ```
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! OCR through the governed path: text transcription, layout parsing, per-source health.
 //!
 //! ```text
-//! cargo run --example ocr -- [path/to/page.png]
+//! cargo run --features testkit --example ocr -- [path/to/page.png]
 //! ```
 //!
 //! With `OCR__…` sources configured it calls them; otherwise the built-in MonkeyOCR mock.

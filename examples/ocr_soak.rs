@@ -4,7 +4,7 @@
 //! success rate and the invariants; the last line is one JSON object.
 //!
 //! ```text
-//! cargo run --release --example ocr_soak -- --calls 1500 --processes 3
+//! cargo run --release --features testkit,redis --example ocr_soak -- --calls 1500 --processes 3
 //! ```
 
 use std::process::Stdio;

@@ -18,8 +18,8 @@
 //! Redis variant's added latency.
 //!
 //! ```text
-//! cargo run --release --example overhead --features testkit -- [--calls N] [--concurrency 1,64,256]
-//! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example overhead --features testkit
+//! cargo run --release --example overhead --features testkit,redis -- [--calls N] [--concurrency 1,64,256]
+//! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example overhead --features testkit,redis
 //! ```
 //!
 //! The last lines of output are one JSON object per configuration. The mock runs in the same

@@ -5,7 +5,7 @@
 //! service, serve `handle.render()` on `/metrics` instead (see `examples/service.rs` for axum).
 //!
 //! ```text
-//! cargo run --example prometheus
+//! cargo run --features testkit --example prometheus
 //! ```
 
 use polygateway::config::Settings;

@@ -1,7 +1,7 @@
 //! The three lines: build from the environment, call, shut down.
 //!
 //! ```text
-//! cargo run --example quickstart
+//! cargo run --features testkit --example quickstart
 //! ```
 //!
 //! With `LLM__…` sources in the environment or `.env` it calls them; otherwise it starts the

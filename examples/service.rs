@@ -2,8 +2,8 @@
 //! by the runtime, graceful shutdown.
 //!
 //! ```text
-//! cargo run --example service                 # serve on 127.0.0.1:8080 until Ctrl-C
-//! cargo run --example service -- --self-test  # serve on a random port, exercise it, exit
+//! cargo run --features testkit --example service                 # serve on 127.0.0.1:8080 until Ctrl-C
+//! cargo run --features testkit --example service -- --self-test  # serve on a random port, exercise it, exit
 //! ```
 //!
 //! With no `LLM__…` sources in the environment it serves against the built-in mock upstream, so it

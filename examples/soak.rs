@@ -6,7 +6,7 @@
 //! 127.0.0.1 only; the run is bounded and stops by itself.
 //!
 //! ```text
-//! cargo run --release --example soak -- --calls 8000 --concurrency 64 --seed 7
+//! cargo run --release --features testkit --example soak -- --calls 8000 --concurrency 64 --seed 7
 //! ```
 
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! validation into your type, bounded re-ask with feedback).
 //!
 //! ```text
-//! cargo run --example structured
+//! cargo run --features testkit --example structured
 //! ```
 //!
 //! Against the built-in mock the first answer is broken on purpose (prose, single quotes, a

@@ -56,6 +56,7 @@ pub use gateway::{
     Kind, Ocr, OcrHandle, ScopeHandle, SourceSnapshot,
 };
 pub mod provider;
+#[cfg(feature = "redis")]
 pub mod redis;
 pub mod structured;
 mod summary;

@@ -19,11 +19,13 @@ use crate::types::LlmResponse;
 pub mod coalesce;
 pub mod key;
 pub mod memory;
+#[cfg(feature = "redis")]
 pub mod redis;
 
 pub use coalesce::{Coalescer, Role};
 pub use key::{cache_key, cache_key_material, canonical_json, model_fingerprint, CacheKeyInput};
 pub use memory::MemoryCache;
+#[cfg(feature = "redis")]
 pub use redis::RedisCache;
 
 /// Result of a cache lookup. Backend failures are folded into `Miss`.

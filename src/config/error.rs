@@ -103,6 +103,20 @@ pub enum ConfigError {
         /// The configured names, comma separated (or `none`).
         available: String,
     },
+    /// The configuration names a backend whose cargo feature this build of polygateway does not
+    /// enable (e.g. `PGW_LIMITER_BACKEND=redis` without the `redis` feature).
+    #[error(
+        "{key}={value} needs polygateway's `{feature}` cargo feature, which this build does not \
+         enable: add `features = [\"{feature}\"]` to the polygateway dependency"
+    )]
+    FeatureDisabled {
+        /// The key naming the backend.
+        key: String,
+        /// Its value.
+        value: String,
+        /// The cargo feature that provides the backend.
+        feature: &'static str,
+    },
     /// The `.env` file could not be read or parsed. Line contents are never shown (they may hold
     /// a secret).
     #[error("cannot read {path}: {reason}")]

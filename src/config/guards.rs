@@ -71,6 +71,7 @@ pub fn check(settings: &Settings) -> Result<(), ConfigError> {
     for scope in settings.scopes.values() {
         check_scope(scope, settings.lease_ttl)?;
     }
+    super::features::check(settings)?;
     check_backends(settings)
 }
 

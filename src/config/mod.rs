@@ -8,6 +8,7 @@
 pub mod defaults;
 pub mod env;
 pub mod error;
+pub(crate) mod features;
 pub mod guards;
 pub mod keys;
 pub mod settings;

@@ -28,6 +28,7 @@ use super::record::SourceIdentity;
 use super::{CacheLayer, Core, Gateway, Owned, ScopeEntry, Telemetry};
 use crate::cache::coalesce::Coalescer;
 use crate::cache::memory::MemoryCache;
+#[cfg(feature = "redis")]
 use crate::cache::redis::RedisCache;
 use crate::cache::ResponseCache;
 use crate::config::{
@@ -36,6 +37,7 @@ use crate::config::{
 };
 use crate::error::GatewayError;
 use crate::provider::ProviderRegistry;
+#[cfg(feature = "redis")]
 use crate::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
 use crate::telemetry::row::TelemetryRow;
 use crate::telemetry::{sink_from_settings, Pricing};
@@ -79,6 +81,7 @@ pub struct GatewayBuilder {
     pacer: Option<PacerFactory>,
     telemetry_config: TelemetryConfig,
     runtime_options: Option<RuntimeOptions>,
+    #[cfg(feature = "redis")]
     redis_key_prefix: String,
 }
 
@@ -120,6 +123,7 @@ impl GatewayBuilder {
             pacer: None,
             telemetry_config: TelemetryConfig::default(),
             runtime_options: None,
+            #[cfg(feature = "redis")]
             redis_key_prefix: "pgw".into(),
         }
     }
@@ -489,6 +493,7 @@ impl GatewayBuilder {
     /// gw.shutdown().await; // also closes the Redis connections it opened
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "redis")]
     pub fn redis_key_prefix(mut self, prefix: &str) -> Self {
         self.redis_key_prefix = prefix.to_string();
         self
@@ -590,12 +595,21 @@ impl GatewayBuilder {
                     .join(", ")
             )));
         }
+        // Settings built by hand never went through the parser's guards: a backend whose cargo
+        // feature is off is refused here too, before anything starts.
+        crate::config::features::check(&settings).map_err(|e| config_err(e.to_string()))?;
         let clock = self.clock;
         let mut owned = Owned::default();
 
         // Governance backends: injected, or built from the settings.
         let needs_redis = settings.limiter_backend == GovernanceBackendKind::Redis
             || settings.breaker_backend == GovernanceBackendKind::Redis;
+        #[cfg(not(feature = "redis"))]
+        let redis: Option<std::convert::Infallible> = {
+            let _ = needs_redis; // refused above when true
+            None
+        };
+        #[cfg(feature = "redis")]
         let redis = match (needs_redis, &settings.redis_url) {
             (true, Some(url)) if self.gate.is_none() || self.breakers.is_none() => {
                 let redis = RedisGovernance::connect(url, &self.redis_key_prefix)
@@ -610,6 +624,7 @@ impl GatewayBuilder {
         // Both ports on the same Redis (neither injected): one script call per admission and one
         // per finished attempt instead of one per step.
         let attempts: Option<Arc<dyn AttemptBackend>> = match (&redis, &self.gate, &self.breakers) {
+            #[cfg(feature = "redis")]
             (Some(r), None, None)
                 if settings.limiter_backend == GovernanceBackendKind::Redis
                     && settings.breaker_backend == GovernanceBackendKind::Redis =>
@@ -620,12 +635,14 @@ impl GatewayBuilder {
         };
         let gate: Arc<dyn GateBackend> = match (self.gate, settings.limiter_backend, &redis) {
             (Some(g), _, _) => g,
+            #[cfg(feature = "redis")]
             (None, GovernanceBackendKind::Redis, Some(r)) => Arc::new(RedisGate::new(r.clone())),
             _ => Arc::new(MemoryGate::new(Arc::clone(&clock))),
         };
         let breakers: Arc<dyn BreakerBackend> =
             match (self.breakers, settings.breaker_backend, &redis) {
                 (Some(b), _, _) => b,
+                #[cfg(feature = "redis")]
                 (None, GovernanceBackendKind::Redis, Some(r)) => {
                     Arc::new(RedisBreakers::new(r.clone()))
                 }
@@ -660,7 +677,9 @@ impl GatewayBuilder {
             Some(sink) => sink,
             None => {
                 owned.telemetry_sink = true;
-                sink_from_settings(&settings.telemetry).await
+                sink_from_settings(&settings.telemetry)
+                    .await
+                    .map_err(|e| config_err(e.to_string()))?
             }
         };
         let queue = Arc::new(TelemetryQueue::new(TELEMETRY_QUEUE_CAPACITY));
@@ -710,6 +729,13 @@ impl GatewayBuilder {
                 ttl: *ttl,
                 coalescer: Coalescer::new(),
             }),
+            #[cfg(not(feature = "redis"))]
+            (CacheSettings::Redis { .. }, None) => {
+                let refused =
+                    crate::config::features::disabled("PGW_CACHE_BACKEND", "redis", "redis");
+                return Err(config_err(refused.to_string()));
+            }
+            #[cfg(feature = "redis")]
             (CacheSettings::Redis { namespace, ttl }, None) => {
                 let url = settings
                     .redis_url

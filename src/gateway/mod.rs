@@ -147,6 +147,7 @@ pub enum ScopeEntry {
 /// What the runtime built itself and therefore closes (docs/behaviour.md §10.3); injected parts are left alone.
 #[derive(Default)]
 pub(crate) struct Owned {
+    #[cfg(feature = "redis")]
     pub redis: Vec<crate::redis::RedisGovernance>,
     pub telemetry_sink: bool,
 }
@@ -944,6 +945,7 @@ impl Gateway {
                 tokio::time::timeout(Duration::from_secs(2), core.telemetry_args.sink.shutdown())
                     .await;
         }
+        #[cfg(feature = "redis")]
         for redis in &core.owned.redis {
             redis.close().await;
         }

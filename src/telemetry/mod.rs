@@ -7,12 +7,18 @@
 //! never fails a call: sinks swallow and count their failures and report through
 //! [`TelemetryStatus`].
 
+// The sink plumbing shared by the database sinks (SQL parameters, INSERT statements, sink
+// health) has no user when neither database feature is compiled in.
+#![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+
 pub mod cost;
 pub mod digest;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod retention;
 pub mod row;
 pub mod schema;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod status;
 
@@ -24,6 +30,7 @@ pub use polygateway_actors::telemetry::{
     NullSink, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryQueue,
     TelemetrySink,
 };
+#[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresSink};
 pub use retention::{retention, RetentionError, RetentionReport, RetentionTarget};
 pub use row::{meta_json, TelemetryRow};
@@ -31,16 +38,20 @@ pub use schema::{
     add_column_sql, create_table_sql, telemetry_schema_sql, Column, SchemaBackend, COLUMNS,
     DEFAULT_TABLE,
 };
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteSink};
 pub use status::{TelemetryStatus, DEFAULT_COOLDOWN};
 
-use crate::config::{TelemetryBackendSettings, TelemetrySettings};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::config::TelemetryBackendSettings;
+use crate::config::{ConfigError, TelemetrySettings};
 
 /// The sink configured by `settings`: [`NullSink`] for `none`, [`SqliteSink`] or
-/// [`PostgresSink`] otherwise. Never fails, but checks at once: the SQLite file is opened and the
-/// PostgreSQL server probed ([`PostgresSink::probe`], bounded by the write budget), so a bad
-/// path or an unreachable database shows in the status — degraded, with one WARN line — from
-/// the start rather than after the first flush.
+/// `PostgresSink` otherwise. It checks at once: the SQLite file is opened and the PostgreSQL
+/// server probed (`PostgresSink::probe`, bounded by the write budget), so a bad path or an
+/// unreachable database shows in the status — degraded, with one WARN line — from the start
+/// rather than after the first flush. The one error is a backend whose cargo feature (`sqlite`,
+/// `postgres`) this build lacks.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -54,7 +65,7 @@ use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 ///     schema_mode: None,
 ///     text_cap: None,
 /// };
-/// let sink = sink_from_settings(&settings).await;
+/// let sink = sink_from_settings(&settings).await.unwrap();
 /// sink.write_batch(vec![TelemetryRow::new("call-1")]).await;
 /// assert!(!sink.status().degraded);
 /// sink.shutdown().await;
@@ -68,7 +79,7 @@ use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 ///     },
 ///     ..settings
 /// };
-/// assert!(sink_from_settings(&settings).await.status().fatal);
+/// assert!(sink_from_settings(&settings).await.unwrap().status().fatal);
 ///
 /// // A server that does not answer: degraded before any row is written.
 /// let settings = TelemetrySettings {
@@ -79,18 +90,20 @@ use crate::config::{TelemetryBackendSettings, TelemetrySettings};
 ///     },
 ///     ..settings
 /// };
-/// assert!(sink_from_settings(&settings).await.status().degraded);
+/// assert!(sink_from_settings(&settings).await.unwrap().status().degraded);
 /// # }
 /// ```
 pub async fn sink_from_settings(
     settings: &TelemetrySettings,
-) -> Arc<dyn TelemetrySink<TelemetryRow>> {
-    match &settings.backend {
-        TelemetryBackendSettings::None => Arc::new(NullSink),
+) -> Result<Arc<dyn TelemetrySink<TelemetryRow>>, ConfigError> {
+    crate::config::features::telemetry(&settings.backend)?;
+    Ok(match &settings.backend {
+        #[cfg(feature = "sqlite")]
         TelemetryBackendSettings::Sqlite { path } => Arc::new(SqliteSink::open(
             path.clone(),
             SqliteOptions::new(settings.schema_mode),
         )),
+        #[cfg(feature = "postgres")]
         TelemetryBackendSettings::Postgres {
             dsn,
             pool_max,
@@ -103,5 +116,7 @@ pub async fn sink_from_settings(
             sink.probe().await;
             Arc::new(sink)
         }
-    }
+        // `None`, and the backends refused above.
+        _ => Arc::new(NullSink),
+    })
 }

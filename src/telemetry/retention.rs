@@ -7,8 +7,6 @@
 
 use std::path::PathBuf;
 
-use tokio_postgres::NoTls;
-
 use super::schema::{validate_table, InvalidTableName};
 use crate::config::Secret;
 
@@ -139,6 +137,11 @@ impl RetentionError {
 /// assert_eq!(left, 1);
 /// # Ok(()) }
 /// ```
+// Without either database feature every target is refused before the arguments are used.
+#[cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite")),
+    allow(unused_variables)
+)]
 pub async fn retention(
     target: &RetentionTarget,
     table: &str,
@@ -155,16 +158,31 @@ pub async fn retention(
     let days = i32::try_from(older_than_days)
         .map_err(|_| RetentionError::InvalidArgs("older_than_days is too large".into()))?;
     match target {
+        #[cfg(feature = "postgres")]
         RetentionTarget::Postgres(dsn) => postgres(dsn, table, days, apply, batch).await,
+        #[cfg(feature = "sqlite")]
         RetentionTarget::Sqlite(path) => {
             let (path, table) = (path.clone(), table.to_owned());
             tokio::task::spawn_blocking(move || sqlite(&path, &table, days, apply, batch))
                 .await
                 .map_err(|e| RetentionError::Database(e.to_string()))?
         }
+        #[cfg(not(feature = "postgres"))]
+        RetentionTarget::Postgres(_) => Err(feature_disabled("a PostgreSQL table", "postgres")),
+        #[cfg(not(feature = "sqlite"))]
+        RetentionTarget::Sqlite(_) => Err(feature_disabled("a SQLite table", "sqlite")),
     }
 }
 
+#[cfg(not(all(feature = "postgres", feature = "sqlite")))]
+fn feature_disabled(what: &str, feature: &str) -> RetentionError {
+    RetentionError::InvalidArgs(format!(
+        "retention on {what} needs polygateway's `{feature}` cargo feature, which this build \
+         does not enable"
+    ))
+}
+
+#[cfg(feature = "postgres")]
 async fn postgres(
     dsn: &Secret,
     table: &str,
@@ -186,7 +204,7 @@ async fn postgres(
         }
         RetentionError::Database(text)
     };
-    let (client, connection) = tokio_postgres::connect(dsn.expose(), NoTls)
+    let (client, connection) = tokio_postgres::connect(dsn.expose(), tokio_postgres::NoTls)
         .await
         .map_err(redact)?;
     let conn_task = tokio::spawn(connection);
@@ -247,6 +265,7 @@ async fn postgres(
     result
 }
 
+#[cfg(feature = "sqlite")]
 fn sqlite(
     path: &std::path::Path,
     table: &str,
@@ -312,10 +331,12 @@ fn sqlite(
 }
 
 /// Counting helper for rusqlite row iterators.
+#[cfg(feature = "sqlite")]
 trait CountOk {
     fn count_ok(self) -> rusqlite::Result<usize>;
 }
 
+#[cfg(feature = "sqlite")]
 impl<I: Iterator<Item = rusqlite::Result<()>>> CountOk for I {
     fn count_ok(self) -> rusqlite::Result<usize> {
         let mut n = 0;

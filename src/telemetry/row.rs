@@ -183,6 +183,7 @@ pub(crate) enum SqlValue<'a> {
     Bool(bool),
 }
 
+#[cfg(feature = "sqlite")]
 impl rusqlite::ToSql for SqlValue<'_> {
     fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
         match self {
@@ -194,6 +195,7 @@ impl rusqlite::ToSql for SqlValue<'_> {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl tokio_postgres::types::ToSql for SqlValue<'_> {
     fn to_sql(
         &self,

@@ -179,6 +179,7 @@ impl SinkHealth {
 
     /// Rows dropped because the pool had no free connection: counted, warned at most every 10 s,
     /// never degrading (docs/behaviour.md §8.6: consumers watch `dropped_rows` as well as `degraded`).
+    #[cfg(feature = "postgres")] // only a pool saturates
     pub(crate) fn saturated(&self, rows: u64, now: Instant) {
         let total = self.dropped.fetch_add(rows, Ordering::Relaxed) + rows;
         let mut st = self.lock();

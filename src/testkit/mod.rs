@@ -8,6 +8,7 @@ pub mod demo;
 pub mod mock_capacity;
 pub mod mock_llm;
 pub mod mock_ocr;
+#[cfg(feature = "redis")]
 pub mod ocr_soak;
 mod settings;
 pub mod soak;
