@@ -235,7 +235,7 @@ fn ladder(answers: &[String]) -> (Result<Value, GatewayError>, usize) {
             async move { Ok(LlmResponse::new(text)) }
         },
         vec![Message::user("give JSON")],
-        LadderPlan::typed(false, 2),
+        LadderPlan::typed(2),
     ));
     (outcome.map(|o| o.value), served)
 }

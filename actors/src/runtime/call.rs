@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use crate::outcome::{AttemptVerdict, Classify, SourceReason};
 use crate::policy::pacer::PacerObservation;
+use crate::ports::attempt::BreakerAction;
 use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
+use crate::outcome::AttemptVerdict;
 use crate::policy::pacer::{Pacer, PacerObservation, PacerSignal};
 use crate::ports::breaker::BreakerState;
 

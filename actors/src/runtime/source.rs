@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use crate::outcome::AttemptVerdict;
 use crate::policy::health::HealthEwma;
 use crate::policy::pacer::{Pacer, PacerObservation};
 
