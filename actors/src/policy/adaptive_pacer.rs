@@ -397,7 +397,8 @@ mod tests {
                     } else {
                         MS
                     },
-                    in_flight: limit,
+                    // Demand fills every slot the pacer opens, as in a batch job.
+                    in_flight: self.pacer.limit(),
                     retry_after: (verdict == AttemptVerdict::RateLimited)
                         .then_some(Duration::from_secs(1)),
                     rate_limit: hint,

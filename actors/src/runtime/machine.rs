@@ -33,9 +33,9 @@ use crate::policy::stall::StallClock;
 use crate::ports::breaker::{BreakerState, BreakerVerdict};
 use crate::ports::gate::Gate;
 
-use crate::ports::attempt::BreakerAction;
 use super::call::ScopeReason;
 use super::scope::ScopeConfig;
+use crate::ports::attempt::BreakerAction;
 
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq)]

@@ -25,9 +25,9 @@ use crate::outcome::{AttemptVerdict, FailureClass, SourceReason};
 use crate::policy::breaker::BreakerMachine;
 use crate::policy::limiter::LimiterState;
 use crate::policy::select::{Candidate, LeastInflight, Selector};
+use crate::ports::attempt::BreakerAction;
 use crate::ports::breaker::{BreakerAdmit, BreakerConfig, BreakerState};
 use crate::ports::gate::{GateDecision, GateRequest, Lease, Limits};
-use crate::ports::attempt::BreakerAction;
 use crate::runtime::machine::{
     settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
     SourceFacts, Step,
