@@ -17,46 +17,27 @@ use std::time::Instant;
 
 use polygateway::actors::testkit::sim::{run_seed, SeedReport};
 
-const USAGE: &str = "usage: simulate [--seeds N | --seed S] [--calls C]";
-
+/// Which seeds to run and how many calls each.
+#[derive(clap::Parser)]
 struct Args {
-    seeds: std::ops::Range<u64>,
+    /// Run seeds 0..N.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: u64,
+    /// Run this one seed only (replay), instead of `--seeds`.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Calls per seed.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     calls: u32,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        seeds: 0..1000,
-        calls: 200,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value; {USAGE}"));
-        let number = |v: String, flag: &str| {
-            v.parse::<u64>()
-                .map_err(|e| format!("{flag} takes a whole number ({e}); {USAGE}"))
-        };
-        match flag.as_str() {
-            "--seeds" => args.seeds = 0..number(value()?, "--seeds")?,
-            "--seed" => {
-                let seed = number(value()?, "--seed")?;
-                args.seeds = seed..seed.saturating_add(1);
-            }
-            "--calls" => {
-                args.calls = u32::try_from(number(value()?, "--calls")?)
-                    .map_err(|_| format!("--calls is at most {}; {USAGE}", u32::MAX))?;
-            }
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                std::process::exit(0);
-            }
-            other => return Err(format!("unknown flag {other}; {USAGE}")),
+impl Args {
+    fn seeds(&self) -> std::ops::Range<u64> {
+        match self.seed {
+            Some(seed) => seed..seed.saturating_add(1),
+            None => 0..self.seeds,
         }
     }
-    if args.seeds.is_empty() || args.calls == 0 {
-        return Err(format!("--seeds and --calls must be > 0; {USAGE}"));
-    }
-    Ok(args)
 }
 
 /// FNV-1a over the per-seed hashes, in seed order.
@@ -70,17 +51,11 @@ fn combine(reports: &[SeedReport]) -> u64 {
 }
 
 fn main() {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("simulate: {e}");
-            std::process::exit(2);
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
     let started = Instant::now();
     // Two workers (the machine has two cores); each seed is independent and deterministic,
     // and the results are put back in seed order.
-    let seeds: Vec<u64> = args.seeds.clone().collect();
+    let seeds: Vec<u64> = args.seeds().collect();
     let mut reports: Vec<SeedReport> = std::thread::scope(|s| {
         let workers: Vec<_> = seeds
             .chunks(seeds.len().div_ceil(2))
