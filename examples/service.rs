@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Json};
 use axum::routing::{get, post};
 use axum::Router;
 use futures::{Stream, StreamExt};
-use polygateway::actors::BreakerState;
+use polygateway::ports::BreakerState;
 use polygateway::config::ScopeKind;
 use polygateway::testkit::demo::settings_or_mock;
 use polygateway::testkit::mock_llm::MockUpstream;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
 use fred::types::{ClusterHash, CustomCommand};
-use polygateway::actors::{GateBackend, GateDecision, GateRequest, Lease, Limits};
+use polygateway::ports::{GateBackend, GateDecision, GateRequest, Lease, Limits};
 use polygateway::config::Secret;
 use polygateway::redis::{RedisGate, RedisGovernance, RedisOptions};
 

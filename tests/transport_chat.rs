@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use polygateway::actors::{Classify, EventSink, FailureClass, SourceReason, Transport};
+use polygateway::ports::{Classify, EventSink, FailureClass, SourceReason, Transport};
 use polygateway::config::{MissingDone, Secret, SourceSettings};
 use polygateway::provider::{ProviderProfile, ProviderRegistry};
 use polygateway::testkit::mock_llm::{

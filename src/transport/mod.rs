@@ -11,12 +11,14 @@
 
 pub mod chat;
 pub mod embeddings;
-pub mod http;
+pub(crate) mod http;
 pub mod ocr;
-pub mod sse;
-pub mod think;
-pub mod watchdog;
-pub mod wire;
+pub(crate) mod sse;
+#[cfg(test)]
+mod sse_rechunk;
+pub(crate) mod think;
+pub(crate) mod watchdog;
+pub(crate) mod wire;
 
 pub use chat::{ChatDelta, ChatTransport, ChatWireRequest};
 pub use embeddings::{EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest};
