@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use polygateway_actors::{Classify, FailureClass, SourceReason};
 
-pub use crate::summary::summarize_body;
+pub(crate) use crate::summary::summarize_body;
 
 /// Scope-level reason of an unavailable error.
 ///

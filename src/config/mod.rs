@@ -5,15 +5,15 @@
 //! assembly guards; hand-built settings are checked with [`Settings::validate`]. Nothing else in
 //! the runtime reads environment variables.
 
-pub mod defaults;
-pub mod env;
+pub(crate) mod defaults;
+mod env;
 pub mod error;
 pub(crate) mod features;
-pub mod guards;
+pub(crate) mod guards;
 pub mod keys;
 pub mod settings;
 
-pub use env::scope_kind_for;
+pub(crate) use env::scope_kind_for;
 pub use error::ConfigError;
 pub use keys::{
     accepted_keys, EMBEDDING_SCOPE_KEYS, GLOBAL_KEYS, SCOPE_KEYS, SHORTHAND_KEYS, SOURCE_FIELDS,
