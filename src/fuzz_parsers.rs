@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use crate::ports::FailureClass;
 use crate::config::{Settings, GLOBAL_KEYS, SCOPE_KEYS, SOURCE_FIELDS};
+use crate::ports::FailureClass;
 use crate::structured::{repair_json, run_ladder, LadderPlan};
 use crate::transport::ocr::middle::{parse_middle_json, parse_middle_zip};
 use crate::transport::sse::{SseEvent, SseParser};

@@ -16,14 +16,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, KeysInterface, LuaInterface};
-use polygateway_actors::policy::breaker::BreakerMachine;
+use polygateway::config::Secret;
 use polygateway::ports::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, BreakerAdmit, BreakerBackend,
     BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend, GateDecision, GateRequest,
     Lease, Limits,
 };
-use polygateway::config::Secret;
 use polygateway::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
+use polygateway_actors::policy::breaker::BreakerMachine;
 
 fn redis_url() -> String {
     std::env::var("PGW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())

@@ -357,11 +357,14 @@ mod examples {
     fn role_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        use super::{Coalescer, Role};
-        let flights: Coalescer<&str, u32> = Coalescer::new();
-        // Alone, a caller always leads: it runs its own future.
-        let (value, role) = flights.run_with_role("k", async { Ok::<_, ()>(7) }).await.unwrap();
-        assert_eq!((value, role), (7, Role::Leader));
+            use super::{Coalescer, Role};
+            let flights: Coalescer<&str, u32> = Coalescer::new();
+            // Alone, a caller always leads: it runs its own future.
+            let (value, role) = flights
+                .run_with_role("k", async { Ok::<_, ()>(7) })
+                .await
+                .unwrap();
+            assert_eq!((value, role), (7, Role::Leader));
         }
         main();
     }
@@ -370,22 +373,25 @@ mod examples {
     fn coalescer_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        use super::Coalescer;
-        let flights: Coalescer<String, String> = Coalescer::new();
-        let upstream_calls = AtomicU32::new(0);
-        let counter = &upstream_calls;
-        let call = move || async move {
-            counter.fetch_add(1, Ordering::SeqCst);
-            tokio::task::yield_now().await; // still running when the second caller arrives
-            Ok::<_, std::io::Error>("answer".to_string())
-        };
-        let (a, b) = tokio::join!(
-            flights.run("same question".to_string(), call()),
-            flights.run("same question".to_string(), call()),
-        );
-        assert_eq!((a.unwrap(), b.unwrap()), ("answer".to_string(), "answer".to_string()));
-        assert_eq!(upstream_calls.load(Ordering::SeqCst), 1);
+            use super::Coalescer;
+            use std::sync::atomic::{AtomicU32, Ordering};
+            let flights: Coalescer<String, String> = Coalescer::new();
+            let upstream_calls = AtomicU32::new(0);
+            let counter = &upstream_calls;
+            let call = move || async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await; // still running when the second caller arrives
+                Ok::<_, std::io::Error>("answer".to_string())
+            };
+            let (a, b) = tokio::join!(
+                flights.run("same question".to_string(), call()),
+                flights.run("same question".to_string(), call()),
+            );
+            assert_eq!(
+                (a.unwrap(), b.unwrap()),
+                ("answer".to_string(), "answer".to_string())
+            );
+            assert_eq!(upstream_calls.load(Ordering::SeqCst), 1);
         }
         main();
     }
@@ -400,15 +406,15 @@ mod examples {
     fn coalescer_in_flight_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        let flights = super::Coalescer::<&str, u32>::new();
-        let value = flights
-            .run("k", async {
-                assert_eq!(flights.in_flight(), 1); // this very flight
-                Ok::<_, ()>(1)
-            })
-            .await;
-        assert_eq!(value, Ok(1));
-        assert_eq!(flights.in_flight(), 0); // finished flights are forgotten
+            let flights = super::Coalescer::<&str, u32>::new();
+            let value = flights
+                .run("k", async {
+                    assert_eq!(flights.in_flight(), 1); // this very flight
+                    Ok::<_, ()>(1)
+                })
+                .await;
+            assert_eq!(value, Ok(1));
+            assert_eq!(flights.in_flight(), 0); // finished flights are forgotten
         }
         main();
     }
@@ -417,10 +423,13 @@ mod examples {
     fn coalescer_run_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        let flights = super::Coalescer::<&str, u32>::new();
-        // Errors are the caller's own, and nothing is remembered: the next call runs again.
-        assert_eq!(flights.run("k", async { Err::<u32, _>("timeout") }).await, Err("timeout"));
-        assert_eq!(flights.run("k", async { Ok::<_, &str>(5) }).await, Ok(5));
+            let flights = super::Coalescer::<&str, u32>::new();
+            // Errors are the caller's own, and nothing is remembered: the next call runs again.
+            assert_eq!(
+                flights.run("k", async { Err::<u32, _>("timeout") }).await,
+                Err("timeout")
+            );
+            assert_eq!(flights.run("k", async { Ok::<_, &str>(5) }).await, Ok(5));
         }
         main();
     }
@@ -429,19 +438,19 @@ mod examples {
     fn coalescer_run_with_role_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        use super::{Coalescer, Role};
-        let flights: Coalescer<&str, u32> = Coalescer::new();
-        let slow = async {
-            tokio::task::yield_now().await;
-            Ok::<_, ()>(42)
-        };
-        let (first, second) = tokio::join!(
-            flights.run_with_role("k", slow),
-            // This future would fail, but a follower's future is never run.
-            flights.run_with_role("k", async { Err(()) }),
-        );
-        assert_eq!(first, Ok((42, Role::Leader)));
-        assert_eq!(second, Ok((42, Role::Follower)));
+            use super::{Coalescer, Role};
+            let flights: Coalescer<&str, u32> = Coalescer::new();
+            let slow = async {
+                tokio::task::yield_now().await;
+                Ok::<_, ()>(42)
+            };
+            let (first, second) = tokio::join!(
+                flights.run_with_role("k", slow),
+                // This future would fail, but a follower's future is never run.
+                flights.run_with_role("k", async { Err(()) }),
+            );
+            assert_eq!(first, Ok((42, Role::Leader)));
+            assert_eq!(second, Ok((42, Role::Follower)));
         }
         main();
     }

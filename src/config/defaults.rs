@@ -82,9 +82,9 @@ mod examples {
 
     #[test]
     fn timeout_s_example() {
+        use crate::config::{defaults, Settings};
         use std::collections::BTreeMap;
         use std::time::Duration;
-        use crate::config::{defaults, Settings};
         let map: BTreeMap<String, String> = [
             ("PGW_LIMITER_BACKEND", "memory"),
             ("PGW_BREAKER_BACKEND", "memory"),
@@ -101,17 +101,20 @@ mod examples {
 
     #[test]
     fn ttft_timeout_s_example() {
-        use std::time::Duration;
         use crate::config::defaults::{ttft_for, TTFT_TIMEOUT_S};
+        use std::time::Duration;
         // A long total timeout hits the ceiling; a short one gets half of itself.
-        assert_eq!(ttft_for(Duration::from_secs(600)), Duration::from_secs_f64(TTFT_TIMEOUT_S));
+        assert_eq!(
+            ttft_for(Duration::from_secs(600)),
+            Duration::from_secs_f64(TTFT_TIMEOUT_S)
+        );
         assert_eq!(ttft_for(Duration::from_secs(20)), Duration::from_secs(10));
     }
 
     #[test]
     fn inter_token_timeout_s_example() {
-        use std::time::Duration;
         use crate::config::defaults::{inter_token_for, INTER_TOKEN_TIMEOUT_S, TTFT_TIMEOUT_S};
+        use std::time::Duration;
         // The ceiling is exactly half of the TTFT ceiling, so the defaults chain without a gap.
         assert_eq!(INTER_TOKEN_TIMEOUT_S, TTFT_TIMEOUT_S / 2.0);
         assert_eq!(
@@ -124,24 +127,30 @@ mod examples {
     fn max_attempts_example() {
         use crate::config::{defaults, RetrySettings};
         // One first attempt plus two retries.
-        assert_eq!(RetrySettings::default().max_attempts, defaults::MAX_ATTEMPTS);
+        assert_eq!(
+            RetrySettings::default().max_attempts,
+            defaults::MAX_ATTEMPTS
+        );
         assert_eq!(defaults::MAX_ATTEMPTS - 1, 2);
     }
 
     #[test]
     fn backoff_base_s_example() {
-        use std::time::Duration;
         use crate::config::{defaults, RetrySettings};
+        use std::time::Duration;
         let retry = RetrySettings::default();
-        assert_eq!(retry.backoff_base, Duration::from_secs_f64(defaults::BACKOFF_BASE_S));
+        assert_eq!(
+            retry.backoff_base,
+            Duration::from_secs_f64(defaults::BACKOFF_BASE_S)
+        );
         // The assembly guards require base <= cap; the defaults satisfy it.
         assert!(retry.backoff_base <= retry.backoff_max);
     }
 
     #[test]
     fn backoff_max_s_example() {
-        use std::time::Duration;
         use crate::config::{defaults, RetrySettings};
+        use std::time::Duration;
         assert_eq!(
             RetrySettings::default().backoff_max,
             Duration::from_secs_f64(defaults::BACKOFF_MAX_S)
@@ -153,16 +162,22 @@ mod examples {
     #[test]
     fn fail_threshold_example() {
         use crate::config::{defaults, BreakerSettings};
-        assert_eq!(BreakerSettings::default().fail_threshold, defaults::FAIL_THRESHOLD);
+        assert_eq!(
+            BreakerSettings::default().fail_threshold,
+            defaults::FAIL_THRESHOLD
+        );
         assert_eq!(defaults::FAIL_THRESHOLD, 5);
     }
 
     #[test]
     fn cooldown_s_example() {
-        use std::time::Duration;
         use crate::config::{defaults, BreakerSettings};
+        use std::time::Duration;
         let breaker = BreakerSettings::default();
-        assert_eq!(breaker.cooldown, Duration::from_secs_f64(defaults::COOLDOWN_S));
+        assert_eq!(
+            breaker.cooldown,
+            Duration::from_secs_f64(defaults::COOLDOWN_S)
+        );
         // The default cooldown is below the max-cooldown floor, so the floor applies.
         assert!(breaker.effective_max_cooldown() > breaker.cooldown);
     }
@@ -186,26 +201,32 @@ mod examples {
 
     #[test]
     fn window_s_example() {
-        use std::time::Duration;
         use crate::config::{defaults, BreakerSettings};
-        assert_eq!(BreakerSettings::default().window, Duration::from_secs_f64(defaults::WINDOW_S));
+        use std::time::Duration;
+        assert_eq!(
+            BreakerSettings::default().window,
+            Duration::from_secs_f64(defaults::WINDOW_S)
+        );
     }
 
     #[test]
     fn max_cooldown_floor_s_example() {
-        use std::time::Duration;
         use crate::config::{defaults, BreakerSettings};
+        use std::time::Duration;
         let floor = Duration::from_secs_f64(defaults::MAX_COOLDOWN_FLOOR_S);
         assert_eq!(BreakerSettings::default().effective_max_cooldown(), floor);
         // A cooldown above the floor raises the derived maximum with it.
-        let slow = BreakerSettings { cooldown: Duration::from_secs(600), ..Default::default() };
+        let slow = BreakerSettings {
+            cooldown: Duration::from_secs(600),
+            ..Default::default()
+        };
         assert_eq!(slow.effective_max_cooldown(), Duration::from_secs(600));
     }
 
     #[test]
     fn stall_window_s_example() {
-        use std::time::Duration;
         use crate::config::{defaults, BackpressureSettings};
+        use std::time::Duration;
         let stall = BackpressureSettings::default().stall_window;
         assert_eq!(stall, Duration::from_secs_f64(defaults::STALL_WINDOW_S));
         // It must be at least the slowest TTFT; the default covers the TTFT ceiling.
@@ -214,8 +235,8 @@ mod examples {
 
     #[test]
     fn poll_interval_s_example() {
-        use std::time::Duration;
         use crate::config::{defaults, BackpressureSettings};
+        use std::time::Duration;
         assert_eq!(
             BackpressureSettings::default().poll_interval,
             Duration::from_secs_f64(defaults::POLL_INTERVAL_S)
@@ -224,8 +245,8 @@ mod examples {
 
     #[test]
     fn pg_pool_max_example() {
-        use std::collections::BTreeMap;
         use crate::config::{defaults, Settings, TelemetryBackendSettings};
+        use std::collections::BTreeMap;
         let map: BTreeMap<String, String> = [
             ("PGW_TELEMETRY_BACKEND", "postgres"),
             ("PGW_TELEMETRY_PG_DSN", "postgres://app:pw@db/telemetry"),
@@ -242,9 +263,9 @@ mod examples {
 
     #[test]
     fn pg_write_timeout_s_example() {
+        use crate::config::{defaults, Settings, TelemetryBackendSettings};
         use std::collections::BTreeMap;
         use std::time::Duration;
-        use crate::config::{defaults, Settings, TelemetryBackendSettings};
         let map: BTreeMap<String, String> = [
             ("PGW_TELEMETRY_BACKEND", "postgres"),
             ("PGW_TELEMETRY_PG_DSN", "host=db user=app password=pw"),
@@ -253,36 +274,46 @@ mod examples {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         let settings = Settings::from_map(&map).unwrap();
-        let TelemetryBackendSettings::Postgres { write_timeout, .. } = settings.telemetry.backend else {
+        let TelemetryBackendSettings::Postgres { write_timeout, .. } = settings.telemetry.backend
+        else {
             panic!("postgres backend expected");
         };
-        assert_eq!(write_timeout, Duration::from_secs_f64(defaults::PG_WRITE_TIMEOUT_S));
+        assert_eq!(
+            write_timeout,
+            Duration::from_secs_f64(defaults::PG_WRITE_TIMEOUT_S)
+        );
     }
 
     #[test]
     fn structured_max_retries_example() {
-        use std::collections::BTreeMap;
         use crate::config::{defaults, Settings};
+        use std::collections::BTreeMap;
         // An empty configuration (no scopes) is valid and carries every global default.
         let settings = Settings::from_map(&BTreeMap::new()).unwrap();
-        assert_eq!(settings.structured_max_retries, defaults::STRUCTURED_MAX_RETRIES);
+        assert_eq!(
+            settings.structured_max_retries,
+            defaults::STRUCTURED_MAX_RETRIES
+        );
     }
 
     #[test]
     fn lease_ttl_s_example() {
+        use crate::config::{defaults, Settings};
         use std::collections::BTreeMap;
         use std::time::Duration;
-        use crate::config::{defaults, Settings};
         let settings = Settings::from_map(&BTreeMap::new()).unwrap();
-        assert_eq!(settings.lease_ttl, Duration::from_secs_f64(defaults::LEASE_TTL_S));
+        assert_eq!(
+            settings.lease_ttl,
+            Duration::from_secs_f64(defaults::LEASE_TTL_S)
+        );
         // A source timeout must not exceed the lease TTL; the default timeout is well inside it.
         assert!(defaults::TIMEOUT_S <= defaults::LEASE_TTL_S);
     }
 
     #[test]
     fn ttft_for_example() {
-        use std::time::Duration;
         use crate::config::defaults::ttft_for;
+        use std::time::Duration;
         assert_eq!(ttft_for(Duration::from_secs(60)), Duration::from_secs(30));
         assert_eq!(ttft_for(Duration::from_secs(8)), Duration::from_secs(4));
         assert_eq!(ttft_for(Duration::from_secs(300)), Duration::from_secs(30));
@@ -290,10 +321,16 @@ mod examples {
 
     #[test]
     fn inter_token_for_example() {
-        use std::time::Duration;
         use crate::config::defaults::{inter_token_for, ttft_for};
-        assert_eq!(inter_token_for(Duration::from_secs(30)), Duration::from_secs(15));
-        assert_eq!(inter_token_for(Duration::from_secs(4)), Duration::from_secs(2));
+        use std::time::Duration;
+        assert_eq!(
+            inter_token_for(Duration::from_secs(30)),
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            inter_token_for(Duration::from_secs(4)),
+            Duration::from_secs(2)
+        );
         // Chained from a total timeout of 10 s: TTFT 5 s, inter-token 2.5 s.
         let ttft = ttft_for(Duration::from_secs(10));
         assert_eq!(inter_token_for(ttft), Duration::from_millis(2500));

@@ -334,8 +334,8 @@ mod examples {
 
     #[test]
     fn check_example() {
-        use std::collections::BTreeMap;
         use crate::config::{guards, ConfigError, Settings};
+        use std::collections::BTreeMap;
         let map: BTreeMap<String, String> = [
             ("PGW_LIMITER_BACKEND", "memory"),
             ("PGW_BREAKER_BACKEND", "memory"),

@@ -5,17 +5,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use polygateway_actors::assembly::{ActorSlot, TelemetryActor, TelemetryArgs, TelemetryQueue};
 use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
 use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
 use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
 use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
 use polygateway_actors::runtime::{
-    ActorSlot, Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions, Scope,
-    ScopeConfig, SourceSpec,
+    Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions, Scope, ScopeConfig,
+    SourceSpec,
 };
-use polygateway_actors::telemetry::{
-    TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryQueue, TelemetrySink,
-};
+use polygateway_actors::telemetry::{TelemetryConfig, TelemetrySink};
 use polygateway_actors::{
     AttemptBackend, BreakerBackend, BreakerConfig, Clock, GateBackend, Limits, TokioClock,
 };

@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use polygateway_actors::runtime::{ActorSlot, Governance, Runtime};
-use polygateway_actors::telemetry::{TelemetryArgs, TelemetryMsg};
+use polygateway_actors::assembly::{ActorSlot, TelemetryArgs, TelemetryMsg};
+use polygateway_actors::runtime::{Governance, Runtime};
 
 pub use build::GatewayBuilder;
 pub use handle::{Chat, Embeddings, Kind, Ocr, ScopeHandle};

@@ -16,8 +16,8 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::mock_ocr::{MockOcr, OcrFault};
-use crate::ports::{BreakerBackend, GateBackend};
 use crate::config::{Secret, Settings};
+use crate::ports::{BreakerBackend, GateBackend};
 use crate::redis::{RedisBreakers, RedisGate, RedisGovernance};
 use crate::{CallOptions, Gateway, GatewayError};
 

@@ -649,15 +649,20 @@ mod examples {
         use crate::transport::chat::ChatTransport;
         let settings = crate::testkit::source_settings("https://api.example.com/v1/");
         let transport = ChatTransport::new(settings, ProviderProfile::generic());
-        assert_eq!(transport.url(), "https://api.example.com/v1/chat/completions");
+        assert_eq!(
+            transport.url(),
+            "https://api.example.com/v1/chat/completions"
+        );
     }
 
     #[cfg(feature = "testkit")]
     #[test]
     fn chat_transport_body_params_example() {
-        use crate::transport::chat::{ChatTransport, ChatWireRequest};
         use crate::provider::ProviderRegistry;
-        fn settings() -> crate::config::SourceSettings { crate::testkit::source_settings("http://127.0.0.1:1/v1") }
+        use crate::transport::chat::{ChatTransport, ChatWireRequest};
+        fn settings() -> crate::config::SourceSettings {
+            crate::testkit::source_settings("http://127.0.0.1:1/v1")
+        }
         let mut s = settings();
         s.extra_body.insert("temperature".into(), 0.1.into());
         s.enable_thinking = Some(false);
@@ -689,7 +694,10 @@ mod examples {
         assert!(body.get("stream_options").is_none());
         // A typed call's schema, to a provider without `response_format`: it goes into the prompt.
         let schema = serde_json::json!({"type": "object"});
-        request.schema = Some(std::sync::Arc::new(crate::structured::SchemaRequest { name: "a".into(), schema }));
+        request.schema = Some(std::sync::Arc::new(crate::structured::SchemaRequest {
+            name: "a".into(),
+            schema,
+        }));
         let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
         assert_eq!(body["messages"][0]["role"], "system");
         assert_eq!(body["messages"][1]["content"], "hi");

@@ -365,7 +365,6 @@ mod tests {
     }
 }
 
-
 /// The served-vector checks against the mock upstream (`testkit`): the dimension check and
 /// normalisation work on what a real batch returns.
 #[cfg(all(test, feature = "testkit"))]

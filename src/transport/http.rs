@@ -285,7 +285,10 @@ impl JsonEndpoint {
 
     /// A POST of a JSON `body` with the source's credentials. Fails (SourceDead) only when the
     /// key cannot be a header value.
-    pub(crate) fn post_json(&self, body: Vec<u8>) -> Result<reqwest::RequestBuilder, TransportError> {
+    pub(crate) fn post_json(
+        &self,
+        body: Vec<u8>,
+    ) -> Result<reqwest::RequestBuilder, TransportError> {
         let rb = self
             .client
             .post(&self.url)
@@ -449,13 +452,17 @@ mod examples {
     fn build_client_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        use crate::testkit::{Behaviour, MockUpstream};
-        use crate::transport::http::build_client;
-        let mock = MockUpstream::start(Behaviour::healthy()).await;
-        // testkit settings have TRUST_ENV=false: no proxy from the environment.
-        let client = build_client(&crate::testkit::source_settings(&mock.base_url()));
-        let resp = client.get(format!("{}/models", mock.base_url())).send().await.unwrap();
-        assert!(resp.status().is_success());
+            use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::http::build_client;
+            let mock = MockUpstream::start(Behaviour::healthy()).await;
+            // testkit settings have TRUST_ENV=false: no proxy from the environment.
+            let client = build_client(&crate::testkit::source_settings(&mock.base_url()));
+            let resp = client
+                .get(format!("{}/models", mock.base_url()))
+                .send()
+                .await
+                .unwrap();
+            assert!(resp.status().is_success());
         }
         main();
     }
@@ -466,44 +473,68 @@ mod examples {
         use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
         let mut h = HeaderMap::new();
         h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
-        assert_eq!(parse_retry_after(&h), Some(std::time::Duration::from_secs(7)));
-        h.insert(RETRY_AFTER, HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        assert_eq!(
+            parse_retry_after(&h),
+            Some(std::time::Duration::from_secs(7))
+        );
+        h.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
         assert_eq!(parse_retry_after(&h), None);
     }
 
     #[test]
     fn parse_rate_limit_example() {
-        use std::time::Duration;
-        use reqwest::header::{HeaderMap, HeaderValue};
         use crate::transport::http::parse_rate_limit;
+        use reqwest::header::{HeaderMap, HeaderValue};
+        use std::time::Duration;
         let mut h = HeaderMap::new();
         assert_eq!(parse_rate_limit(&h), None);
-        h.insert("x-ratelimit-remaining-requests", HeaderValue::from_static("59"));
+        h.insert(
+            "x-ratelimit-remaining-requests",
+            HeaderValue::from_static("59"),
+        );
         h.insert("x-ratelimit-reset-requests", HeaderValue::from_static("1s"));
         let hint = parse_rate_limit(&h).unwrap();
-        assert_eq!((hint.limit, hint.remaining, hint.reset), (None, Some(59), Some(Duration::from_secs(1))));
+        assert_eq!(
+            (hint.limit, hint.remaining, hint.reset),
+            (None, Some(59), Some(Duration::from_secs(1)))
+        );
     }
 
     #[test]
     fn parse_reset_duration_example() {
-        use std::time::Duration;
         use crate::transport::http::parse_reset_duration;
-        assert_eq!(parse_reset_duration("20ms"), Some(Duration::from_millis(20)));
+        use std::time::Duration;
+        assert_eq!(
+            parse_reset_duration("20ms"),
+            Some(Duration::from_millis(20))
+        );
         assert_eq!(parse_reset_duration("6m0s"), Some(Duration::from_secs(360)));
-        assert_eq!(parse_reset_duration("0.5"), Some(Duration::from_millis(500)));
+        assert_eq!(
+            parse_reset_duration("0.5"),
+            Some(Duration::from_millis(500))
+        );
         assert_eq!(parse_reset_duration("soon"), None);
     }
 
     #[test]
     fn classify_status_example() {
-        use std::time::Duration;
         use crate::ports::{FailureClass, SourceReason};
         use crate::transport::http::classify_status;
         use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+        use std::time::Duration;
 
         let e = classify_status(401, &HeaderMap::new(), r#"{"error": "invalid api key"}"#);
-        assert_eq!((e.class, e.status, e.answered), (FailureClass::SourceDead, Some(401), true));
-        assert_eq!(e.message, r#"HTTP 401 unauthorized: {"error": "invalid api key"}"#);
+        assert_eq!(
+            (e.class, e.status, e.answered),
+            (FailureClass::SourceDead, Some(401), true)
+        );
+        assert_eq!(
+            e.message,
+            r#"HTTP 401 unauthorized: {"error": "invalid api key"}"#
+        );
 
         let mut headers = HeaderMap::new();
         headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
@@ -513,7 +544,11 @@ mod examples {
         assert_eq!(e.retry_after, Some(Duration::from_secs(2)));
 
         // The same status with a quota error is a dead source, not pushback.
-        let e = classify_status(429, &headers, r#"{"error": {"code": "insufficient_quota"}}"#);
+        let e = classify_status(
+            429,
+            &headers,
+            r#"{"error": {"code": "insufficient_quota"}}"#,
+        );
         assert_eq!(e.class, FailureClass::SourceDead);
     }
 
@@ -521,17 +556,24 @@ mod examples {
     fn classify_reqwest_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        use crate::ports::{FailureClass, SourceReason};
-        use crate::transport::http::classify_reqwest;
-        // A port nobody listens on.
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let url = format!("http://127.0.0.1:{port}/v1/models?key=secret");
-        let err = client.get(&url).send().await.unwrap_err();
-        let e = classify_reqwest(&err);
-        assert_eq!((e.class, e.reason), (FailureClass::Transient, SourceReason::NetworkError));
-        assert!(e.message.starts_with("connect error"), "{}", e.message);
-        assert!(!e.message.contains("secret")); // the query string is never echoed
+            use crate::ports::{FailureClass, SourceReason};
+            use crate::transport::http::classify_reqwest;
+            // A port nobody listens on.
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let url = format!("http://127.0.0.1:{port}/v1/models?key=secret");
+            let err = client.get(&url).send().await.unwrap_err();
+            let e = classify_reqwest(&err);
+            assert_eq!(
+                (e.class, e.reason),
+                (FailureClass::Transient, SourceReason::NetworkError)
+            );
+            assert!(e.message.starts_with("connect error"), "{}", e.message);
+            assert!(!e.message.contains("secret")); // the query string is never echoed
         }
         main();
     }
@@ -572,23 +614,26 @@ mod examples {
     fn json_endpoint_post_json_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        use crate::ports::FailureClass;
-        use crate::config::Secret;
-        use crate::testkit::{Behaviour, MockUpstream};
-        use crate::transport::http::JsonEndpoint;
-        let mock = MockUpstream::start(Behaviour::healthy()).await;
-        let mut settings = crate::testkit::source_settings(&mock.base_url());
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let endpoint = JsonEndpoint::new(&settings, client.clone(), "embeddings");
-        let body = br#"{"model": "test-model", "input": ["hello"]}"#.to_vec();
-        let resp = endpoint.post_json(body).unwrap().send().await.unwrap();
-        assert!(resp.status().is_success());
-        let seen = mock.last_request().unwrap();
-        assert_eq!(seen.authorization.as_deref(), Some("Bearer sk-test"));
-        // A key that cannot be a header value: nothing is sent, the source is dead.
-        settings.api_key = Secret::new("sk-bad\nkey");
-        let broken = JsonEndpoint::new(&settings, client, "embeddings");
-        assert_eq!(broken.post_json(Vec::new()).unwrap_err().class, FailureClass::SourceDead);
+            use crate::config::Secret;
+            use crate::ports::FailureClass;
+            use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::http::JsonEndpoint;
+            let mock = MockUpstream::start(Behaviour::healthy()).await;
+            let mut settings = crate::testkit::source_settings(&mock.base_url());
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let endpoint = JsonEndpoint::new(&settings, client.clone(), "embeddings");
+            let body = br#"{"model": "test-model", "input": ["hello"]}"#.to_vec();
+            let resp = endpoint.post_json(body).unwrap().send().await.unwrap();
+            assert!(resp.status().is_success());
+            let seen = mock.last_request().unwrap();
+            assert_eq!(seen.authorization.as_deref(), Some("Bearer sk-test"));
+            // A key that cannot be a header value: nothing is sent, the source is dead.
+            settings.api_key = Secret::new("sk-bad\nkey");
+            let broken = JsonEndpoint::new(&settings, client, "embeddings");
+            assert_eq!(
+                broken.post_json(Vec::new()).unwrap_err().class,
+                FailureClass::SourceDead
+            );
         }
         main();
     }
@@ -605,21 +650,24 @@ mod examples {
     fn classify_response_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        use std::time::{Duration, Instant};
-        use crate::testkit::{Behaviour, MockUpstream};
-        use crate::transport::http::classify_response;
-        let mock = MockUpstream::start(Behaviour::RateLimited { retry_after_s: Some(3) }).await;
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let resp = client
-            .post(format!("{}/chat/completions", mock.base_url()))
-            .json(&serde_json::json!({"model": "m", "messages": []}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 429);
-        let err = classify_response(resp, Instant::now() + Duration::from_secs(5)).await;
-        assert!(err.rate_limited);
-        assert_eq!(err.retry_after, Some(Duration::from_secs(3)));
+            use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::http::classify_response;
+            use std::time::{Duration, Instant};
+            let mock = MockUpstream::start(Behaviour::RateLimited {
+                retry_after_s: Some(3),
+            })
+            .await;
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let resp = client
+                .post(format!("{}/chat/completions", mock.base_url()))
+                .json(&serde_json::json!({"model": "m", "messages": []}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 429);
+            let err = classify_response(resp, Instant::now() + Duration::from_secs(5)).await;
+            assert!(err.rate_limited);
+            assert_eq!(err.retry_after, Some(Duration::from_secs(3)));
         }
         main();
     }

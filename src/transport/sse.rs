@@ -62,7 +62,11 @@ impl SseParser {
     }
 
     /// Consume one chunk, appending every event it completes to `out`.
-    pub(crate) fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), FrameTooLarge> {
+    pub(crate) fn feed(
+        &mut self,
+        mut chunk: &[u8],
+        out: &mut Vec<SseEvent>,
+    ) -> Result<(), FrameTooLarge> {
         // An empty chunk (HTTP/2 allows empty DATA frames) must not end a pending CR: the LF
         // of that CRLF may still come in the next one.
         if self.pending_cr && !chunk.is_empty() {
@@ -331,7 +335,9 @@ mod examples {
         use crate::transport::sse::{SseEvent, SseParser};
         let mut parser = SseParser::new();
         let mut events = Vec::new();
-        parser.feed(b"data: {\"n\":1}\n\ndata: [DONE]\n\n", &mut events).unwrap();
+        parser
+            .feed(b"data: {\"n\":1}\n\ndata: [DONE]\n\n", &mut events)
+            .unwrap();
         let mut frames = Vec::new();
         for event in events {
             match event {
@@ -348,8 +354,12 @@ mod examples {
         let mut p = SseParser::new();
         let mut out = Vec::new();
         p.feed(b"data: {\"a\"", &mut out).unwrap();
-        p.feed(b":1}\r\n\r\n: keep-alive\n\ndata:[DONE]\n\n", &mut out).unwrap();
-        assert_eq!(out, vec![SseEvent::Data("{\"a\":1}".into()), SseEvent::Done]);
+        p.feed(b":1}\r\n\r\n: keep-alive\n\ndata:[DONE]\n\n", &mut out)
+            .unwrap();
+        assert_eq!(
+            out,
+            vec![SseEvent::Data("{\"a\":1}".into()), SseEvent::Done]
+        );
     }
 
     #[test]
@@ -369,7 +379,9 @@ mod examples {
         // A chunk boundary inside "é" (0xC3 0xA9) and a two-line data field.
         parser.feed(b"data: caf\xC3", &mut out).unwrap();
         assert!(out.is_empty()); // no blank line yet: the event is not complete
-        parser.feed(b"\xA9\r\ndata: au lait\r\n\r\n", &mut out).unwrap();
+        parser
+            .feed(b"\xA9\r\ndata: au lait\r\n\r\n", &mut out)
+            .unwrap();
         assert_eq!(out, [SseEvent::Data("café\nau lait".into())]);
     }
 

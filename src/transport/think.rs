@@ -160,7 +160,13 @@ mod examples {
         s.push("<thi", &mut out);
         s.push("nk>why</think>\n\nanswer", &mut out);
         s.finish(&mut out);
-        assert_eq!(out, vec![ChatDelta::Reasoning("why".into()), ChatDelta::Content("answer".into())]);
+        assert_eq!(
+            out,
+            vec![
+                ChatDelta::Reasoning("why".into()),
+                ChatDelta::Content("answer".into())
+            ]
+        );
     }
 
     #[test]

@@ -369,12 +369,19 @@ mod examples {
 
     #[test]
     fn stall_layer_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
         let t0 = Instant::now();
         let s = Duration::from_secs;
         // A TTFT limit longer than the whole attempt: the total deadline is the one that fires.
-        let c = StallClock::new(t0, StallLimits { ttft: s(90), inter_token: s(5), total: s(60) });
+        let c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(90),
+                inter_token: s(5),
+                total: s(60),
+            },
+        );
         assert_eq!(c.check(t0 + s(59)), Ok(()));
         assert_eq!(c.check(t0 + s(60)), Err(StallLayer::Total));
     }
@@ -389,8 +396,8 @@ mod examples {
 
     #[test]
     fn stall_limits_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
         let limits = StallLimits {
             ttft: Duration::from_secs(10),
             inter_token: Duration::from_secs(2),
@@ -405,8 +412,8 @@ mod examples {
     #[cfg(feature = "testkit")]
     #[test]
     fn stall_limits_from_settings_example() {
-        use std::time::Duration;
         use crate::transport::watchdog::StallLimits;
+        use std::time::Duration;
         // TIMEOUT_S=30, TTFT_TIMEOUT_S=10, INTER_TOKEN_TIMEOUT_S=5
         let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
         let limits = StallLimits::from_settings(&settings);
@@ -417,10 +424,14 @@ mod examples {
 
     #[test]
     fn stall_limits_of_example() {
-        use std::time::Duration;
         use crate::transport::watchdog::{StallLayer, StallLimits};
+        use std::time::Duration;
         let s = Duration::from_secs;
-        let limits = StallLimits { ttft: s(10), inter_token: s(2), total: s(60) };
+        let limits = StallLimits {
+            ttft: s(10),
+            inter_token: s(2),
+            total: s(60),
+        };
         assert_eq!(limits.of(StallLayer::Ttft), s(10));
         assert_eq!(limits.of(StallLayer::InterToken), s(2));
         assert_eq!(limits.of(StallLayer::Total), s(60));
@@ -428,11 +439,18 @@ mod examples {
 
     #[test]
     fn stall_clock_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
         assert_eq!(c.deadline(), (t0 + s(10), StallLayer::Ttft));
         c.on_token(t0 + s(3));
         assert_eq!(c.deadline(), (t0 + s(5), StallLayer::InterToken));
@@ -442,11 +460,18 @@ mod examples {
 
     #[test]
     fn stall_clock_new_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
         let s = Duration::from_secs;
         let t0 = Instant::now();
-        let clock = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
+        let clock = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
         assert_eq!(clock.start(), t0);
         assert!(!clock.has_token());
         assert_eq!(clock.ttft_ms(), None);
@@ -454,11 +479,18 @@ mod examples {
 
     #[test]
     fn stall_clock_start_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
         let s = Duration::from_secs;
         let t0 = Instant::now();
-        let mut clock = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
+        let mut clock = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
         assert_eq!(clock.start(), t0);
         // TTFT (and the attempt's latency) are measured from the start.
         clock.on_token(clock.start() + Duration::from_millis(1500));
@@ -467,11 +499,18 @@ mod examples {
 
     #[test]
     fn stall_clock_deadline_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
         let s = Duration::from_secs;
         let t0 = Instant::now();
-        let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(20) });
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(20),
+            },
+        );
         assert_eq!(c.deadline(), (t0 + s(10), StallLayer::Ttft));
         c.on_token(t0 + s(4));
         assert_eq!(c.deadline(), (t0 + s(6), StallLayer::InterToken));
@@ -484,11 +523,18 @@ mod examples {
 
     #[test]
     fn stall_clock_total_deadline_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
         let s = Duration::from_secs;
         let t0 = Instant::now();
-        let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
         c.on_token(t0 + s(1));
         // Tokens move the deadline in force, never the total one.
         assert_eq!(c.deadline().0, t0 + s(3));
@@ -497,11 +543,18 @@ mod examples {
 
     #[test]
     fn stall_clock_check_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
         let ms = Duration::from_millis;
         let t0 = Instant::now();
-        let c = StallClock::new(t0, StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(500) });
+        let c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(500),
+            },
+        );
         assert_eq!(c.check(t0 + ms(99)), Ok(()));
         // "At or past": the deadline instant itself has fired.
         assert_eq!(c.check(t0 + ms(100)), Err(StallLayer::Ttft));
@@ -509,11 +562,18 @@ mod examples {
 
     #[test]
     fn stall_clock_on_token_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
         let ms = Duration::from_millis;
         let t0 = Instant::now();
-        let mut c = StallClock::new(t0, StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(500) });
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(500),
+            },
+        );
         c.on_token(t0 + ms(40));
         assert!(c.has_token());
         // The next token is now due within the inter-token limit of the last one.
@@ -522,11 +582,18 @@ mod examples {
 
     #[test]
     fn stall_clock_ttft_ms_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
         let ms = Duration::from_millis;
         let t0 = Instant::now();
-        let mut c = StallClock::new(t0, StallLimits { ttft: ms(1000), inter_token: ms(300), total: ms(5000) });
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: ms(1000),
+                inter_token: ms(300),
+                total: ms(5000),
+            },
+        );
         assert_eq!(c.ttft_ms(), None);
         c.on_token(t0 + ms(250));
         c.on_token(t0 + ms(400)); // later tokens do not change it
@@ -535,11 +602,18 @@ mod examples {
 
     #[test]
     fn stall_clock_max_inter_token_ms_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
         let ms = Duration::from_millis;
         let t0 = Instant::now();
-        let mut c = StallClock::new(t0, StallLimits { ttft: ms(1000), inter_token: ms(500), total: ms(5000) });
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: ms(1000),
+                inter_token: ms(500),
+                total: ms(5000),
+            },
+        );
         c.on_token(t0 + ms(100));
         assert_eq!(c.max_inter_token_ms(), None); // one token: no gap yet
         c.on_token(t0 + ms(400));
@@ -549,11 +623,18 @@ mod examples {
 
     #[test]
     fn stall_clock_has_token_example() {
-        use std::time::{Duration, Instant};
         use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
         let s = Duration::from_secs;
         let t0 = Instant::now();
-        let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
         assert!(!c.has_token());
         c.on_token(t0 + s(1));
         assert!(c.has_token());
@@ -563,12 +644,12 @@ mod examples {
     fn now_example() {
         #[tokio::main(flavor = "current_thread", start_paused = true)]
         async fn main() {
-        use std::time::Duration;
-        use crate::transport::watchdog::now;
-        let before = now();
-        // A paused tokio clock moves only when told to, and `now` follows it.
-        tokio::time::advance(Duration::from_secs(5)).await;
-        assert_eq!(now() - before, Duration::from_secs(5));
+            use crate::transport::watchdog::now;
+            use std::time::Duration;
+            let before = now();
+            // A paused tokio clock moves only when told to, and `now` follows it.
+            tokio::time::advance(Duration::from_secs(5)).await;
+            assert_eq!(now() - before, Duration::from_secs(5));
         }
         main();
     }
@@ -577,23 +658,27 @@ mod examples {
     fn watchdog_example() {
         #[tokio::main(flavor = "current_thread", start_paused = true)]
         async fn main() {
-        use std::time::Duration;
-        use crate::transport::watchdog::{StallLimits, Watchdog};
-        let ms = Duration::from_millis;
-        let mut w = Watchdog::start(StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(120) });
-        // A stream that sends a token every 25 ms never stalls, but runs into the total deadline.
-        let mut tokens = 0;
-        let err = loop {
-            match w.guard(tokio::time::sleep(ms(25))).await {
-                Ok(()) => {
-                    w.on_token();
-                    tokens += 1;
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let mut w = Watchdog::start(StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(120),
+            });
+            // A stream that sends a token every 25 ms never stalls, but runs into the total deadline.
+            let mut tokens = 0;
+            let err = loop {
+                match w.guard(tokio::time::sleep(ms(25))).await {
+                    Ok(()) => {
+                        w.on_token();
+                        tokens += 1;
+                    }
+                    Err(e) => break e,
                 }
-                Err(e) => break e,
-            }
-        };
-        assert_eq!(tokens, 4);
-        assert_eq!(err.message, "watchdog: total deadline of 0.120s exceeded");
+            };
+            assert_eq!(tokens, 4);
+            assert_eq!(err.message, "watchdog: total deadline of 0.120s exceeded");
         }
         main();
     }
@@ -602,12 +687,16 @@ mod examples {
     fn watchdog_start_example() {
         #[tokio::main(flavor = "current_thread", start_paused = true)]
         async fn main() {
-        use std::time::Duration;
-        use crate::transport::watchdog::{now, StallLayer, StallLimits, Watchdog};
-        let s = Duration::from_secs;
-        let w = Watchdog::start(StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
-        assert_eq!(w.clock().start(), now());
-        assert_eq!(w.clock().deadline(), (now() + s(10), StallLayer::Ttft));
+            use crate::transport::watchdog::{now, StallLayer, StallLimits, Watchdog};
+            use std::time::Duration;
+            let s = Duration::from_secs;
+            let w = Watchdog::start(StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            });
+            assert_eq!(w.clock().start(), now());
+            assert_eq!(w.clock().deadline(), (now() + s(10), StallLayer::Ttft));
         }
         main();
     }
@@ -616,17 +705,21 @@ mod examples {
     fn watchdog_clock_example() {
         #[tokio::main(flavor = "current_thread", start_paused = true)]
         async fn main() {
-        use std::time::Duration;
-        use crate::transport::watchdog::{StallLimits, Watchdog};
-        let ms = Duration::from_millis;
-        let mut w = Watchdog::start(StallLimits { ttft: ms(1000), inter_token: ms(100), total: ms(5000) });
-        tokio::time::advance(ms(250)).await;
-        w.on_token();
-        tokio::time::advance(ms(40)).await;
-        w.on_token();
-        // The response's timing fields come from the clock.
-        assert_eq!(w.clock().ttft_ms(), Some(250.0));
-        assert_eq!(w.clock().max_inter_token_ms(), Some(40.0));
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let mut w = Watchdog::start(StallLimits {
+                ttft: ms(1000),
+                inter_token: ms(100),
+                total: ms(5000),
+            });
+            tokio::time::advance(ms(250)).await;
+            w.on_token();
+            tokio::time::advance(ms(40)).await;
+            w.on_token();
+            // The response's timing fields come from the clock.
+            assert_eq!(w.clock().ttft_ms(), Some(250.0));
+            assert_eq!(w.clock().max_inter_token_ms(), Some(40.0));
         }
         main();
     }
@@ -635,13 +728,20 @@ mod examples {
     fn watchdog_on_token_example() {
         #[tokio::main(flavor = "current_thread", start_paused = true)]
         async fn main() {
-        use std::time::Duration;
-        use crate::transport::watchdog::{now, StallLayer, StallLimits, Watchdog};
-        let ms = Duration::from_millis;
-        let mut w = Watchdog::start(StallLimits { ttft: ms(1000), inter_token: ms(100), total: ms(5000) });
-        tokio::time::advance(ms(300)).await;
-        w.on_token();
-        assert_eq!(w.clock().deadline(), (now() + ms(100), StallLayer::InterToken));
+            use crate::transport::watchdog::{now, StallLayer, StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let mut w = Watchdog::start(StallLimits {
+                ttft: ms(1000),
+                inter_token: ms(100),
+                total: ms(5000),
+            });
+            tokio::time::advance(ms(300)).await;
+            w.on_token();
+            assert_eq!(
+                w.clock().deadline(),
+                (now() + ms(100), StallLayer::InterToken)
+            );
         }
         main();
     }
@@ -650,17 +750,21 @@ mod examples {
     fn watchdog_guard_example() {
         #[tokio::main(flavor = "current_thread", start_paused = true)]
         async fn main() {
-        use std::time::Duration;
-        use crate::ports::SourceReason;
-        use crate::transport::watchdog::{StallLimits, Watchdog};
-        let ms = Duration::from_millis;
-        let w = Watchdog::start(StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(1000) });
-        // A read that completes in time passes its output through.
-        assert_eq!(w.guard(async { 42 }).await.unwrap(), 42);
-        // No first token within 100 ms: the TTFT layer fires.
-        let err = w.guard(tokio::time::sleep(ms(150))).await.unwrap_err();
-        assert_eq!(err.reason, SourceReason::Timeout);
-        assert_eq!(err.message, "watchdog: ttft deadline of 0.100s exceeded");
+            use crate::ports::SourceReason;
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let w = Watchdog::start(StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(1000),
+            });
+            // A read that completes in time passes its output through.
+            assert_eq!(w.guard(async { 42 }).await.unwrap(), 42);
+            // No first token within 100 ms: the TTFT layer fires.
+            let err = w.guard(tokio::time::sleep(ms(150))).await.unwrap_err();
+            assert_eq!(err.reason, SourceReason::Timeout);
+            assert_eq!(err.message, "watchdog: ttft deadline of 0.100s exceeded");
         }
         main();
     }
@@ -669,16 +773,20 @@ mod examples {
     fn watchdog_guard_total_example() {
         #[tokio::main(flavor = "current_thread", start_paused = true)]
         async fn main() {
-        use std::time::Duration;
-        use crate::transport::watchdog::{StallLimits, Watchdog};
-        let ms = Duration::from_millis;
-        let mut w = Watchdog::start(StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(1000) });
-        w.on_token();
-        // 200 ms without a token is fine under the total deadline alone…
-        assert!(w.guard_total(tokio::time::sleep(ms(200))).await.is_ok());
-        // …but not under the inter-token deadline in force.
-        let err = w.guard(tokio::time::sleep(ms(200))).await.unwrap_err();
-        assert!(err.message.contains("inter_token"));
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let mut w = Watchdog::start(StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(1000),
+            });
+            w.on_token();
+            // 200 ms without a token is fine under the total deadline alone…
+            assert!(w.guard_total(tokio::time::sleep(ms(200))).await.is_ok());
+            // …but not under the inter-token deadline in force.
+            let err = w.guard(tokio::time::sleep(ms(200))).await.unwrap_err();
+            assert!(err.message.contains("inter_token"));
         }
         main();
     }
@@ -688,47 +796,59 @@ mod examples {
     fn watchdog_whole_body_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-        use crate::ports::FailureClass;
-        use crate::testkit::{Behaviour, MockUpstream};
-        use crate::transport::watchdog::{StallLimits, Watchdog};
-        let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
-        let settings = crate::testkit::source_settings(&mock.base_url());
-        let client = reqwest::Client::builder().no_proxy().build().unwrap();
-        let body = serde_json::json!({
-            "model": "test-model",
-            "messages": [{"role": "user", "content": "ping"}],
-            "stream": false,
-        });
-        let url = format!("{}/chat/completions", mock.base_url());
-        let wd = Watchdog::start(StallLimits::from_settings(&settings));
-        let (bytes, _rate_limit) = wd.whole_body(client.post(&url).json(&body)).await.unwrap();
-        let frame = crate::transport::wire::decode_completion(std::str::from_utf8(&bytes).unwrap()).unwrap();
-        assert_eq!(frame.content.as_deref(), Some("pong"));
-        // A non-2xx answer comes back classified.
-        mock.set_behaviour(Behaviour::Unauthorized);
-        let err = wd.whole_body(client.post(&url).json(&body)).await.unwrap_err();
-        assert_eq!(err.status, Some(401));
-        assert_eq!(err.class, FailureClass::SourceDead);
+            use crate::ports::FailureClass;
+            use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
+            let settings = crate::testkit::source_settings(&mock.base_url());
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let body = serde_json::json!({
+                "model": "test-model",
+                "messages": [{"role": "user", "content": "ping"}],
+                "stream": false,
+            });
+            let url = format!("{}/chat/completions", mock.base_url());
+            let wd = Watchdog::start(StallLimits::from_settings(&settings));
+            let (bytes, _rate_limit) = wd.whole_body(client.post(&url).json(&body)).await.unwrap();
+            let frame =
+                crate::transport::wire::decode_completion(std::str::from_utf8(&bytes).unwrap())
+                    .unwrap();
+            assert_eq!(frame.content.as_deref(), Some("pong"));
+            // A non-2xx answer comes back classified.
+            mock.set_behaviour(Behaviour::Unauthorized);
+            let err = wd
+                .whole_body(client.post(&url).json(&body))
+                .await
+                .unwrap_err();
+            assert_eq!(err.status, Some(401));
+            assert_eq!(err.class, FailureClass::SourceDead);
         }
         main();
     }
 
     #[test]
     fn watchdog_stall_error_example() {
-        use std::time::Duration;
         use crate::transport::watchdog::{StallLayer, StallLimits, Watchdog};
+        use std::time::Duration;
         let s = Duration::from_secs;
-        let w = Watchdog::start(StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
+        let w = Watchdog::start(StallLimits {
+            ttft: s(10),
+            inter_token: s(2),
+            total: s(60),
+        });
         // The message names the layer and that layer's configured limit.
         let err = w.stall_error(StallLayer::InterToken);
-        assert_eq!(err.message, "watchdog: inter_token deadline of 2.000s exceeded");
+        assert_eq!(
+            err.message,
+            "watchdog: inter_token deadline of 2.000s exceeded"
+        );
     }
 
     #[test]
     fn stall_error_example() {
-        use std::time::Duration;
         use crate::ports::{FailureClass, SourceReason};
         use crate::transport::watchdog::{stall_error, StallLayer};
+        use std::time::Duration;
         let err = stall_error(StallLayer::Total, Duration::from_millis(1500));
         assert_eq!(err.class, FailureClass::Transient);
         assert_eq!(err.reason, SourceReason::Timeout);

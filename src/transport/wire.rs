@@ -294,13 +294,21 @@ mod examples {
     #[test]
     fn chunk_frame_example() {
         use crate::transport::wire::{decode_chunk, ChunkFrame};
-        let frame = decode_chunk(r#"{"choices":[{"delta":{"reasoning_content":"hmm"},"finish_reason":null}]}"#)
-            .unwrap();
+        let frame = decode_chunk(
+            r#"{"choices":[{"delta":{"reasoning_content":"hmm"},"finish_reason":null}]}"#,
+        )
+        .unwrap();
         assert_eq!(frame.reasoning.as_deref(), Some("hmm"));
         assert_eq!(frame.content, None);
         // The last chunk carries the finish reason and nothing else.
         let last = decode_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#).unwrap();
-        assert_eq!(last, ChunkFrame { finish_reason: Some("stop".into()), ..ChunkFrame::default() });
+        assert_eq!(
+            last,
+            ChunkFrame {
+                finish_reason: Some("stop".into()),
+                ..ChunkFrame::default()
+            }
+        );
     }
 
     #[test]

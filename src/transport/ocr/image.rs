@@ -112,8 +112,14 @@ mod examples {
     #[test]
     fn detect_image_kind_example() {
         use super::{detect_image_kind, ImageKind};
-        assert_eq!(detect_image_kind(b"\x89PNG\r\n\x1a\n...."), Some(ImageKind::Png));
-        assert_eq!(detect_image_kind(&[0xFF, 0xD8, 0xFF, 0xE0]), Some(ImageKind::Jpeg));
+        assert_eq!(
+            detect_image_kind(b"\x89PNG\r\n\x1a\n...."),
+            Some(ImageKind::Png)
+        );
+        assert_eq!(
+            detect_image_kind(&[0xFF, 0xD8, 0xFF, 0xE0]),
+            Some(ImageKind::Jpeg)
+        );
         assert_eq!(detect_image_kind(b"%PDF-1.7"), None);
     }
 }

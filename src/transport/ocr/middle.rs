@@ -634,8 +634,10 @@ mod examples {
     #[cfg(feature = "testkit")]
     #[test]
     fn middle_layout_example() {
-        use crate::testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE};
         use super::{parse_middle_json, MiddleLayout};
+        use crate::testkit::mock_ocr::fixture::{
+            sample_middle_json, SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE,
+        };
         let doc = sample_middle_json().to_string();
         let (elements, page_sizes): MiddleLayout = parse_middle_json(doc.as_bytes()).unwrap();
         assert_eq!(elements.len(), SAMPLE_ELEMENTS.len());

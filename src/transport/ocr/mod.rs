@@ -388,8 +388,8 @@ mod examples {
     #[cfg(feature = "testkit")]
     #[test]
     fn health_timeout_example() {
-        use std::time::Duration;
         use crate::transport::ocr::HEALTH_TIMEOUT;
+        use std::time::Duration;
         // Much shorter than an attempt: a probe asks "is it up?", not "can it finish a page?".
         assert_eq!(HEALTH_TIMEOUT, Duration::from_secs(3));
         assert!(HEALTH_TIMEOUT < crate::testkit::source_settings("http://127.0.0.1:9").timeout);
