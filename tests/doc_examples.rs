@@ -310,6 +310,19 @@ fn walk_crate(dir: &str, missing: &mut Vec<String>) -> Surface {
             (file.strip_prefix(root).unwrap().to_path_buf(), parsed)
         })
         .collect();
+    let (public, hidden) = surface(&parsed, missing);
+    Surface {
+        public: public.len(),
+        hidden: hidden.len(),
+    }
+}
+
+/// The public items of a crate's parsed files and, among them, the `#[doc(hidden)]` ones (items
+/// marked so, and the methods of types marked so); items without an example go to `missing`.
+fn surface(
+    parsed: &[(PathBuf, syn::File)],
+    missing: &mut Vec<String>,
+) -> (Vec<String>, Vec<String>) {
     let hidden_types: Vec<String> = parsed
         .iter()
         .flat_map(|(_, f)| &f.items)
@@ -320,7 +333,7 @@ fn walk_crate(dir: &str, missing: &mut Vec<String>) -> Surface {
         })
         .collect();
     let (mut public, mut hidden) = (Vec::new(), Vec::new());
-    for (relative, file) in &parsed {
+    for (relative, file) in parsed {
         Missing {
             file: relative,
             out: missing,
@@ -330,10 +343,56 @@ fn walk_crate(dir: &str, missing: &mut Vec<String>) -> Surface {
         }
         .items(&file.items, "");
     }
-    Surface {
-        public: public.len(),
-        hidden: hidden.len(),
-    }
+    (public, hidden)
+}
+
+#[test]
+fn hidden_items_and_the_methods_of_hidden_types_are_counted_apart() {
+    let source = r#"
+        /// ```
+        /// ```
+        #[doc(hidden)]
+        #[derive(Debug)]
+        pub struct Plumbing;
+        impl Plumbing {
+            /// ```
+            /// ```
+            pub fn run(&self) {}
+        }
+        /// ```
+        /// ```
+        pub struct Api;
+        impl Api {
+            /// ```
+            /// ```
+            #[doc(hidden)]
+            pub fn adopt(&self) {}
+            /// ```
+            /// ```
+            pub fn call(&self) {}
+            pub(crate) fn internal(&self) {}
+        }
+    "#;
+    let parsed = vec![(PathBuf::from("snippet"), syn::parse_file(source).unwrap())];
+    let (public, hidden) = surface(&parsed, &mut Vec::new());
+    assert_eq!(
+        public,
+        [
+            "struct Plumbing",
+            "method Plumbing::run",
+            "struct Api",
+            "method Api::adopt",
+            "method Api::call"
+        ]
+    );
+    assert_eq!(
+        hidden,
+        [
+            "struct Plumbing",
+            "method Plumbing::run",
+            "method Api::adopt"
+        ]
+    );
 }
 
 /// The public surface cannot grow by accident: a new public item means raising the ceiling here,

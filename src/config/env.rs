@@ -222,7 +222,15 @@ impl Settings {
 }
 
 /// The kind of a scope, from its name: `OCR`/`OCR_*` → OCR, `EMBED*` → embeddings, else chat.
-pub(crate) fn scope_kind_for(name: &str) -> ScopeKind {
+///
+/// ```
+/// use polygateway::config::{scope_kind_for, ScopeKind};
+/// assert_eq!(scope_kind_for("OCR_FAST"), ScopeKind::Ocr);
+/// assert_eq!(scope_kind_for("EMBEDDINGS"), ScopeKind::Embeddings);
+/// assert_eq!(scope_kind_for("OCRX"), ScopeKind::Chat);
+/// assert_eq!(scope_kind_for("VLM"), ScopeKind::Chat);
+/// ```
+pub fn scope_kind_for(name: &str) -> ScopeKind {
     if name == "OCR" || name.starts_with("OCR_") {
         ScopeKind::Ocr
     } else if name.starts_with("EMBED") {
@@ -1078,19 +1086,5 @@ mod tests {
         ] {
             assert!(classify(bad).is_err(), "{bad}");
         }
-    }
-}
-
-#[cfg(test)]
-mod examples {
-    //! Usage cases of crate-private items (they were doc examples while the items were public).
-
-    #[test]
-    fn scope_kind_for_example() {
-        use crate::config::{scope_kind_for, ScopeKind};
-        assert_eq!(scope_kind_for("OCR_FAST"), ScopeKind::Ocr);
-        assert_eq!(scope_kind_for("EMBEDDINGS"), ScopeKind::Embeddings);
-        assert_eq!(scope_kind_for("OCRX"), ScopeKind::Chat);
-        assert_eq!(scope_kind_for("VLM"), ScopeKind::Chat);
     }
 }

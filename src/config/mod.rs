@@ -13,7 +13,7 @@ pub(crate) mod guards;
 pub mod keys;
 pub mod settings;
 
-pub(crate) use env::scope_kind_for;
+pub use env::scope_kind_for;
 pub use error::ConfigError;
 pub use keys::{
     accepted_keys, EMBEDDING_SCOPE_KEYS, GLOBAL_KEYS, SCOPE_KEYS, SHORTHAND_KEYS, SOURCE_FIELDS,

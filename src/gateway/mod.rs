@@ -697,7 +697,7 @@ impl Gateway {
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
     /// # );
-    /// use polygateway::{actors::BreakerState, Message};
+    /// use polygateway::{ports::BreakerState, Message};
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// gw.chat(vec![Message::user("hi")]).await?;
     /// let sources = gw.sources("LLM").await?;

@@ -226,11 +226,10 @@ impl ChatTransport {
     /// use std::time::Duration;
     /// use polygateway::provider::ProviderProfile;
     /// use polygateway::transport::chat::ChatTransport;
-    /// use polygateway::transport::watchdog::StallLimits;
     /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
     /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
-    /// let limits = StallLimits::from_settings(transport.settings());
-    /// assert_eq!(limits.ttft, Duration::from_secs(10));
+    /// // The watchdog's first-token deadline comes from here.
+    /// assert_eq!(transport.settings().ttft_timeout, Duration::from_secs(10));
     /// ```
     pub fn settings(&self) -> &SourceSettings {
         &self.settings
@@ -253,8 +252,15 @@ impl ChatTransport {
     }
 
     /// The endpoint URL.
-    #[cfg(test)]
-    pub(crate) fn url(&self) -> &str {
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderProfile;
+    /// use polygateway::transport::chat::ChatTransport;
+    /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1/");
+    /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
+    /// assert_eq!(transport.url(), "https://api.example.com/v1/chat/completions");
+    /// ```
+    pub fn url(&self) -> &str {
         self.endpoint.url()
     }
 
@@ -640,19 +646,6 @@ mod examples {
         }
         // An overlay cannot replace what the transport owns.
         assert!(transport.body_params(&request).is_empty());
-    }
-
-    #[cfg(feature = "testkit")]
-    #[test]
-    fn chat_transport_url_example() {
-        use crate::provider::ProviderProfile;
-        use crate::transport::chat::ChatTransport;
-        let settings = crate::testkit::source_settings("https://api.example.com/v1/");
-        let transport = ChatTransport::new(settings, ProviderProfile::generic());
-        assert_eq!(
-            transport.url(),
-            "https://api.example.com/v1/chat/completions"
-        );
     }
 
     #[cfg(feature = "testkit")]

@@ -42,19 +42,19 @@ pub struct EmbeddingWireRequest {
 /// One batch's vectors, in input order.
 ///
 /// ```
-/// use polygateway::transport::embeddings::{check_dim, l2_normalize, EmbeddingBatch};
+/// use polygateway::transport::embeddings::EmbeddingBatch;
 /// use polygateway::UsageSource;
-/// let mut batch = EmbeddingBatch {
+/// let batch = EmbeddingBatch {
 ///     vectors: vec![vec![3.0, 4.0], vec![0.0, 2.0]],
 ///     prompt_tokens: 7,
 ///     usage_source: UsageSource::Measured,
 ///     model_reported: Some("text-embedding-3-small".into()),
 ///     latency_ms: 12.5,
 /// };
-/// // What the runtime does with a batch under EXPECTED_DIM=2 and NORMALIZE=true.
-/// check_dim(&batch.vectors, 2).unwrap();
-/// batch.vectors.iter_mut().for_each(|v| l2_normalize(v));
-/// assert_eq!(batch.vectors, vec![vec![0.6, 0.8], vec![0.0, 1.0]]);
+/// // One vector per input, in input order; the gateway then checks EXPECTED_DIM and applies
+/// // NORMALIZE to them.
+/// assert_eq!(batch.vectors.len(), 2);
+/// assert_eq!(batch.prompt_tokens, 7);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingBatch {
@@ -176,8 +176,14 @@ impl EmbeddingTransport {
     }
 
     /// The endpoint URL.
-    #[cfg(test)]
-    pub(crate) fn url(&self) -> &str {
+    ///
+    /// ```
+    /// use polygateway::transport::embeddings::EmbeddingTransport;
+    /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1/");
+    /// let transport = EmbeddingTransport::new(settings);
+    /// assert_eq!(transport.url(), "https://api.example.com/v1/embeddings");
+    /// ```
+    pub fn url(&self) -> &str {
         self.endpoint.url()
     }
 }
@@ -403,15 +409,6 @@ mod served {
 #[cfg(test)]
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
-
-    #[cfg(feature = "testkit")]
-    #[test]
-    fn embedding_transport_url_example() {
-        use crate::transport::embeddings::EmbeddingTransport;
-        let settings = crate::testkit::source_settings("https://api.example.com/v1/");
-        let transport = EmbeddingTransport::new(settings);
-        assert_eq!(transport.url(), "https://api.example.com/v1/embeddings");
-    }
 
     #[test]
     fn check_dim_example() {

@@ -4,10 +4,12 @@
 //! into [`crate::TransportError`]. Retry, switching and breaking are the runtime's business, not
 //! this module's.
 //!
-//! - [`http`]: client construction and status / network-error classification (shared);
-//! - [`sse`]: incremental SSE framing; [`wire`]: OpenAI JSON shapes; [`think`]: `<think>` tags;
-//! - [`watchdog`]: TTFT / inter-token / total deadlines;
-//! - [`chat`]: the chat transport; [`embeddings`]: the embeddings transport.
+//! Public: the three shipped transports, [`chat`], [`embeddings`] and [`ocr`], with their request
+//! and answer types, for users who run the `polygateway-actors` runtime over them or wrap them in
+//! a transport of their own. Crate-private, free to change: `http` (client construction, status
+//! and network-error classification), `sse` (incremental SSE framing), `wire` (OpenAI JSON
+//! shapes), `think` (`<think>` tags), `watchdog` (TTFT / inter-token / total deadlines) and the
+//! MonkeyOCR readers.
 
 pub mod chat;
 pub mod embeddings;
