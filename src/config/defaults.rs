@@ -188,7 +188,7 @@ mod examples {
         // The failure-rate rule needs at least this many calls in the window before it can trip,
         // which is more than the consecutive-failure threshold.
         assert_eq!(BreakerSettings::default().min_calls, defaults::MIN_CALLS);
-        assert!(defaults::MIN_CALLS > defaults::FAIL_THRESHOLD);
+        const { assert!(defaults::MIN_CALLS > defaults::FAIL_THRESHOLD) };
     }
 
     #[test]
@@ -196,7 +196,7 @@ mod examples {
         use crate::config::{defaults, BreakerSettings};
         assert_eq!(BreakerSettings::default().fail_rate, defaults::FAIL_RATE);
         // The guards accept a rate in (0, 1].
-        assert!(defaults::FAIL_RATE > 0.0 && defaults::FAIL_RATE <= 1.0);
+        const { assert!(defaults::FAIL_RATE > 0.0 && defaults::FAIL_RATE <= 1.0) };
     }
 
     #[test]
@@ -230,7 +230,7 @@ mod examples {
         let stall = BackpressureSettings::default().stall_window;
         assert_eq!(stall, Duration::from_secs_f64(defaults::STALL_WINDOW_S));
         // It must be at least the slowest TTFT; the default covers the TTFT ceiling.
-        assert!(defaults::STALL_WINDOW_S >= defaults::TTFT_TIMEOUT_S);
+        const { assert!(defaults::STALL_WINDOW_S >= defaults::TTFT_TIMEOUT_S) };
     }
 
     #[test]
@@ -307,7 +307,7 @@ mod examples {
             Duration::from_secs_f64(defaults::LEASE_TTL_S)
         );
         // A source timeout must not exceed the lease TTL; the default timeout is well inside it.
-        assert!(defaults::TIMEOUT_S <= defaults::LEASE_TTL_S);
+        const { assert!(defaults::TIMEOUT_S <= defaults::LEASE_TTL_S) };
     }
 
     #[test]
