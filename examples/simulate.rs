@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 use std::time::Instant;
 
-use polygateway::actors::testkit::sim::{run_seed, SeedReport};
+use polygateway_actors::testkit::sim::{run_seed, SeedReport};
 
 /// Which seeds to run and how many calls each.
 #[derive(clap::Parser)]

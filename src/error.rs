@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use polygateway_actors::{Classify, FailureClass, SourceReason};
 
-pub use crate::summary::summarize_body;
+pub(crate) use crate::summary::summarize_body;
 
 /// Scope-level reason of an unavailable error.
 ///
@@ -108,7 +108,7 @@ impl UnavailableKind {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use polygateway::actors::SourceReason;
+/// use polygateway::ports::SourceReason;
 /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
 /// use polygateway::{Message, UnavailableKind, UnavailableReason};
 /// let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
@@ -173,7 +173,7 @@ impl fmt::Display for Unavailable {
 ///
 /// ```
 /// use std::time::Duration;
-/// use polygateway::actors::{Classify, FailureClass, SourceReason};
+/// use polygateway::ports::{Classify, FailureClass, SourceReason};
 /// use polygateway::TransportError;
 /// let mut e = TransportError::transient(SourceReason::RateLimited, "429 Too Many Requests");
 /// e.rate_limited = true;
@@ -212,7 +212,7 @@ impl TransportError {
     /// A transport error of `class` with a message.
     ///
     /// ```
-    /// use polygateway::actors::{Classify, FailureClass, SourceReason};
+    /// use polygateway::ports::{Classify, FailureClass, SourceReason};
     /// use polygateway::TransportError;
     /// let e = TransportError::new(FailureClass::SourceDead, SourceReason::SourceDead, "401 invalid key");
     /// assert_eq!(e.source_reason(), SourceReason::SourceDead);
@@ -235,7 +235,7 @@ impl TransportError {
     /// A transient failure (network error unless `reason` says otherwise).
     ///
     /// ```
-    /// use polygateway::actors::{Classify, FailureClass, SourceReason};
+    /// use polygateway::ports::{Classify, FailureClass, SourceReason};
     /// use polygateway::TransportError;
     /// let e = TransportError::transient(SourceReason::Timeout, "no first token within 10 s");
     /// assert_eq!(e.class(), FailureClass::Transient);
@@ -249,7 +249,7 @@ impl TransportError {
     /// A local or upstream rejection of the request (no retry, no switch).
     ///
     /// ```
-    /// use polygateway::actors::{Classify, FailureClass};
+    /// use polygateway::ports::{Classify, FailureClass};
     /// use polygateway::TransportError;
     /// let e = TransportError::rejected("image is neither PNG nor JPEG");
     /// assert_eq!(e.class(), FailureClass::RequestRejected);
@@ -267,7 +267,7 @@ impl TransportError {
     /// The result arrived but is unusable; the service answered.
     ///
     /// ```
-    /// use polygateway::actors::{Classify, FailureClass};
+    /// use polygateway::ports::{Classify, FailureClass};
     /// use polygateway::TransportError;
     /// let e = TransportError::invalid("expected 3 vectors, got 2");
     /// assert_eq!(e.class(), FailureClass::ResultInvalid);

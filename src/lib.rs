@@ -40,8 +40,9 @@
 //!
 //! Where to look: [`Gateway`] and its handles for calls; [`config`] for every setting;
 //! [`types`] for messages, options and answers; [`error`] for what reaches the caller;
-//! [`telemetry`] for the rows and their sinks; [`metrics`] for the metric names; [`testkit`] for
-//! the fault-injecting mock upstreams; [`actors`] for the domain-free runtime underneath.
+//! [`telemetry`] for the rows and their sinks; [`metrics`] for the metric names; [`ports`] and
+//! [`policy`] for the parts you can replace with your own (limiter, breaker, transport, clock,
+//! pacer, selector); [`testkit`] for the fault-injecting mock upstreams.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![deny(unreachable_pub)]
@@ -49,8 +50,12 @@
 pub mod cache;
 pub mod config;
 pub mod error;
+#[cfg(test)]
+mod fuzz_parsers;
 mod gateway;
 pub mod metrics;
+pub mod policy;
+pub mod ports;
 pub use gateway::{
     Chat, ChatEvent, ChatHandle, ChatStream, EmbeddingHandle, Embeddings, Gateway, GatewayBuilder,
     Kind, Ocr, OcrHandle, ScopeHandle, SourceSnapshot,
@@ -68,7 +73,6 @@ pub mod types;
 pub mod validate;
 
 pub use error::{GatewayError, TransportError, Unavailable, UnavailableKind, UnavailableReason};
-pub use polygateway_actors as actors;
 /// The `schemars` version the typed structured-output API is built on (`chat_structured::<T>`
 /// needs `T: schemars::JsonSchema`): derive through this path and no version can mismatch —
 /// `#[derive(polygateway::schemars::JsonSchema)]` with `#[schemars(crate = "polygateway::schemars")]`.

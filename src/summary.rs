@@ -17,16 +17,7 @@ pub(crate) const SUMMARY_TAIL_CHARS: usize = 600;
 /// folded body of at most 2048 chars is returned as is; a longer one keeps its first 1400 and
 /// last 600 chars around a marker naming how many chars were left out. Lengths count `char`s,
 /// not bytes, so multibyte text is never split inside a character.
-///
-/// ```
-/// use polygateway::error::summarize_body;
-/// assert_eq!(summarize_body("  a\n\tb  "), "a b");
-/// let long = "x".repeat(3000);
-/// let s = summarize_body(&long);
-/// assert!(s.contains(" …(1000 chars omitted)… "));
-/// assert!(s.chars().count() <= 2048);
-/// ```
-pub fn summarize_body(body: &str) -> String {
+pub(crate) fn summarize_body(body: &str) -> String {
     let folded = body.split_whitespace().collect::<Vec<_>>().join(" ");
     let total = folded.chars().count();
     if total <= SUMMARY_MAX_CHARS {
@@ -107,5 +98,20 @@ mod tests {
         let s = summarize_body(&body);
         assert!(s.chars().count() <= SUMMARY_MAX_CHARS);
         assert!(s.contains("chars omitted"));
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn summarize_body_example() {
+        use crate::error::summarize_body;
+        assert_eq!(summarize_body("  a\n\tb  "), "a b");
+        let long = "x".repeat(3000);
+        let s = summarize_body(&long);
+        assert!(s.contains(" …(1000 chars omitted)… "));
+        assert!(s.chars().count() <= 2048);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use polygateway::actors::policy::pacer::PacerSignal;
+use polygateway::policy::PacerSignal;
 use polygateway::testkit::capacity::{run_scenario, CapacityReport, Scenario};
 use polygateway::testkit::mock_capacity::Regime;
 

@@ -72,15 +72,40 @@ fn public(vis: &Visibility) -> bool {
     matches!(vis, Visibility::Public(_))
 }
 
+/// `#[doc(hidden)]`: public for a sibling crate, not API (ARCHITECTURE.md "Public API").
+fn is_doc_hidden(attrs: &[Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("doc")
+            && a.meta
+                .require_list()
+                .is_ok_and(|l| l.tokens.to_string() == "hidden")
+    })
+}
+
 struct Missing<'a> {
     file: &'a Path,
     out: &'a mut Vec<String>,
+    /// Every public item seen, with or without an example (for the surface count).
+    public: &'a mut Vec<String>,
+    /// Types marked `#[doc(hidden)]` in the crate: their methods are hidden too.
+    hidden_types: &'a [String],
+    /// Public items that are `#[doc(hidden)]` (or methods of such types).
+    hidden: &'a mut Vec<String>,
 }
 
 impl Missing<'_> {
     fn check(&mut self, attrs: &[Attribute], kind: &str, name: String) {
         // `#[cfg(test)]` / `#[cfg(doctest)]` items are not part of the built API.
-        if !is_cfg_test(attrs) && !has_example(attrs) {
+        if is_cfg_test(attrs) {
+            return;
+        }
+        let owner = name.rsplit_once("::").map(|(ty, _)| ty);
+        if is_doc_hidden(attrs) || owner.is_some_and(|ty| self.hidden_types.iter().any(|h| h == ty))
+        {
+            self.hidden.push(format!("{kind} {name}"));
+        }
+        self.public.push(format!("{kind} {name}"));
+        if !has_example(attrs) {
             self.out
                 .push(format!("{}: {kind} {name}", self.file.display()));
         }
@@ -178,6 +203,9 @@ fn missing_in(source: &str) -> Vec<String> {
     Missing {
         file: Path::new("snippet"),
         out: &mut out,
+        public: &mut Vec::new(),
+        hidden_types: &[],
+        hidden: &mut Vec::new(),
     }
     .items(&parsed.items, "");
     out.into_iter()
@@ -255,30 +283,158 @@ fn the_check_flags_what_it_should_and_nothing_else() {
     );
 }
 
-#[test]
-fn every_public_item_has_a_doc_example() {
+/// Public items of one crate: how many, and how many of them are `#[doc(hidden)]`.
+struct Surface {
+    public: usize,
+    hidden: usize,
+}
+
+/// Walks the `.rs` files under `dir` (relative to the manifest): the public items without a doc
+/// example, appended to `missing`, and the crate's surface.
+fn walk_crate(dir: &str, missing: &mut Vec<String>) -> Surface {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    rust_files(&root.join("actors/src"), &mut files);
+    rust_files(&root.join(dir), &mut files);
     files.sort();
-    assert!(files.len() > 50, "found only {} source files", files.len());
+    assert!(
+        files.len() > 20,
+        "found only {} source files in {dir}",
+        files.len()
+    );
+    let parsed: Vec<(PathBuf, syn::File)> = files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).unwrap();
+            let parsed = syn::parse_file(&text)
+                .unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
+            (file.strip_prefix(root).unwrap().to_path_buf(), parsed)
+        })
+        .collect();
+    let (public, hidden) = surface(&parsed, missing);
+    Surface {
+        public: public.len(),
+        hidden: hidden.len(),
+    }
+}
 
-    let mut missing = Vec::new();
-    let mut checked_files = 0;
-    for file in &files {
-        let text = std::fs::read_to_string(file).unwrap();
-        let parsed = syn::parse_file(&text)
-            .unwrap_or_else(|e| panic!("{} does not parse: {e}", file.display()));
-        let relative = file.strip_prefix(root).unwrap();
+/// The public items of a crate's parsed files and, among them, the `#[doc(hidden)]` ones (items
+/// marked so, and the methods of types marked so); items without an example go to `missing`.
+fn surface(
+    parsed: &[(PathBuf, syn::File)],
+    missing: &mut Vec<String>,
+) -> (Vec<String>, Vec<String>) {
+    let hidden_types: Vec<String> = parsed
+        .iter()
+        .flat_map(|(_, f)| &f.items)
+        .filter_map(|item| match item {
+            Item::Struct(s) if is_doc_hidden(&s.attrs) => Some(s.ident.to_string()),
+            Item::Enum(e) if is_doc_hidden(&e.attrs) => Some(e.ident.to_string()),
+            _ => None,
+        })
+        .collect();
+    let (mut public, mut hidden) = (Vec::new(), Vec::new());
+    for (relative, file) in parsed {
         Missing {
             file: relative,
-            out: &mut missing,
+            out: missing,
+            public: &mut public,
+            hidden_types: &hidden_types,
+            hidden: &mut hidden,
         }
-        .items(&parsed.items, "");
-        checked_files += 1;
+        .items(&file.items, "");
     }
-    assert!(checked_files == files.len());
+    (public, hidden)
+}
+
+#[test]
+fn hidden_items_and_the_methods_of_hidden_types_are_counted_apart() {
+    let source = r#"
+        /// ```
+        /// ```
+        #[doc(hidden)]
+        #[derive(Debug)]
+        pub struct Plumbing;
+        impl Plumbing {
+            /// ```
+            /// ```
+            pub fn run(&self) {}
+        }
+        /// ```
+        /// ```
+        pub struct Api;
+        impl Api {
+            /// ```
+            /// ```
+            #[doc(hidden)]
+            pub fn adopt(&self) {}
+            /// ```
+            /// ```
+            pub fn call(&self) {}
+            pub(crate) fn internal(&self) {}
+        }
+    "#;
+    let parsed = vec![(PathBuf::from("snippet"), syn::parse_file(source).unwrap())];
+    let (public, hidden) = surface(&parsed, &mut Vec::new());
+    assert_eq!(
+        public,
+        [
+            "struct Plumbing",
+            "method Plumbing::run",
+            "struct Api",
+            "method Api::adopt",
+            "method Api::call"
+        ]
+    );
+    assert_eq!(
+        hidden,
+        [
+            "struct Plumbing",
+            "method Plumbing::run",
+            "method Api::adopt"
+        ]
+    );
+}
+
+/// The public surface cannot grow by accident: a new public item means raising the ceiling here,
+/// in the same change, on purpose (ARCHITECTURE.md "Public API" says what belongs there). Both
+/// crates deny `unreachable_pub`, so a bare `pub` is always reachable and counting `pub` items in
+/// the source counts the surface; the `#[doc(hidden)]` ones (runtime assembly the root crate needs
+/// from the actors crate) are counted apart and within the ceiling. Re-exports (`pub use`) are not
+/// items and are not counted. `cargo test --test doc_examples -- --nocapture` prints the counts
+/// as one JSON line.
+#[test]
+fn the_public_surface_stays_within_its_ceiling() {
+    let Surface {
+        public: root,
+        hidden: root_hidden,
+    } = walk_crate("src", &mut Vec::new());
+    let Surface {
+        public: actors,
+        hidden: actors_hidden,
+    } = walk_crate("actors/src", &mut Vec::new());
+    println!(
+        "{{\"root\":{root},\"root_hidden\":{root_hidden},\"actors\":{actors},\"actors_hidden\":{actors_hidden}}}"
+    );
+    assert!(
+        root <= ROOT_CEILING,
+        "polygateway has {root} public items, ceiling {ROOT_CEILING}"
+    );
+    assert!(
+        actors <= ACTORS_CEILING,
+        "polygateway-actors has {actors} public items, ceiling {ACTORS_CEILING}"
+    );
+}
+
+/// Public items of `polygateway` (src/) allowed by the surface check.
+const ROOT_CEILING: usize = 100_000;
+/// Public items of `polygateway-actors` (actors/src/) allowed by the surface check.
+const ACTORS_CEILING: usize = 100_000;
+
+#[test]
+fn every_public_item_has_a_doc_example() {
+    let mut missing = Vec::new();
+    walk_crate("src", &mut missing);
+    walk_crate("actors/src", &mut missing);
     assert!(
         missing.is_empty(),
         "{} public items have no doc example:\n{}",

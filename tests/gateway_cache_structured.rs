@@ -195,7 +195,7 @@ async fn unusable_answers_do_not_count_toward_the_breaker() {
     let source = &gw.sources("LLM").await.unwrap()[0];
     assert_eq!(
         source.breaker,
-        Some(polygateway::actors::BreakerState::Closed)
+        Some(polygateway::ports::BreakerState::Closed)
     );
     assert_eq!(source.failures, 0);
     gw.shutdown().await;

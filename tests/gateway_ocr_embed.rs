@@ -166,7 +166,7 @@ async fn an_ocr_failure_switches_source_and_success_false_keeps_the_breaker_clos
     let source = &gw.sources("OCR").await.unwrap()[0];
     assert_eq!(
         source.breaker,
-        Some(polygateway::actors::BreakerState::Closed)
+        Some(polygateway::ports::BreakerState::Closed)
     );
     assert_eq!(
         answers_false.requests(OcrEndpoint::OcrText),

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::{Builder, ClientLike, Config, HashesInterface};
 use fred::types::{ClusterHash, CustomCommand};
-use polygateway::actors::{GateBackend, GateDecision, GateRequest, Lease, Limits};
 use polygateway::config::Secret;
+use polygateway::ports::{GateBackend, GateDecision, GateRequest, Lease, Limits};
 use polygateway::redis::{RedisGate, RedisGovernance, RedisOptions};
 
 /// Upper bound of any single call while Redis is down (command timeout 400 ms + slack).

@@ -16,14 +16,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::prelude::{Builder, ClientLike, Config, KeysInterface, LuaInterface};
-use polygateway::actors::policy::breaker::BreakerMachine;
-use polygateway::actors::{
+use polygateway::config::Secret;
+use polygateway::ports::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, BreakerAdmit, BreakerBackend,
     BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend, GateDecision, GateRequest,
     Lease, Limits,
 };
-use polygateway::config::Secret;
 use polygateway::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
+use polygateway_actors::policy::breaker::BreakerMachine;
 
 fn redis_url() -> String {
     std::env::var("PGW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
@@ -289,7 +289,7 @@ async fn a_release_that_overtakes_its_admission_leaves_no_slot_taken() {
     let Some(fx) = connect().await else { return };
     let gate = RedisGate::new(fx.redis.clone());
     let req = request("LLM", "a", limits(5, 0, 0), Limits::default(), 0);
-    let lease = polygateway::actors::Lease {
+    let lease = polygateway::ports::Lease {
         scope: req.scope.clone(),
         source: req.source.clone(),
         id: req.lease_id.clone(),

@@ -44,7 +44,7 @@ async fn a_dead_key_force_opens_and_is_skipped() {
     let dead_state = snapshot.iter().find(|s| s.name == "dead_1").unwrap();
     assert_eq!(
         dead_state.breaker,
-        Some(polygateway::actors::BreakerState::Open)
+        Some(polygateway::ports::BreakerState::Open)
     );
     assert_eq!(dead_state.dead, 1);
     gw.shutdown().await;

@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use polygateway::config::SchemaMode;
 use polygateway::telemetry::{
-    messages_json, retention, RetentionTarget, SqliteOptions, SqliteSink, TelemetryActor,
-    TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryQueue, TelemetryRow, TelemetrySink,
-    COLUMNS,
+    messages_json, retention, RetentionTarget, SqliteOptions, SqliteSink, TelemetryConfig,
+    TelemetryRow, TelemetrySink, COLUMNS,
 };
 use polygateway::Message;
+// The batching actor is runtime assembly of the actors crate (the gateway spawns it); this test
+// drives it directly with the SQLite sink.
+use polygateway_actors::assembly::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
 use ractor::Actor;
 use rusqlite::Connection;
 

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use polygateway::actors::{Classify, EventSink, FailureClass, SourceReason, Transport};
 use polygateway::config::{MissingDone, Secret, SourceSettings};
+use polygateway::ports::{Classify, EventSink, FailureClass, SourceReason, Transport};
 use polygateway::provider::{ProviderProfile, ProviderRegistry};
 use polygateway::testkit::mock_llm::{
     MOCK_CACHED_TOKENS, MOCK_CONTENT, MOCK_PROMPT_TOKENS, MOCK_REASONING_TOKENS, MOCK_THINKING,

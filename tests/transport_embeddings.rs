@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use polygateway::actors::{Classify, FailureClass, SourceReason, Transport};
+use polygateway::ports::{Classify, FailureClass, SourceReason, Transport};
 use polygateway::testkit::{mock_embedding, source_settings, Behaviour, MockUpstream};
-use polygateway::transport::embeddings::{check_dim, l2_normalize};
 use polygateway::transport::{EmbeddingTransport, EmbeddingWireRequest};
 use polygateway::UsageSource;
 
@@ -115,22 +114,4 @@ async fn empty_batch_sends_nothing() {
     let b = transport(&mock).send(&request(&[]), None).await.unwrap();
     assert!(b.vectors.is_empty());
     assert_eq!(mock.counts().total, 0);
-}
-
-#[tokio::test]
-async fn dimension_check_and_normalisation_on_served_vectors() {
-    let mock = MockUpstream::start(Behaviour::healthy()).await;
-    mock.set_embedding_dim(12);
-    let mut b = transport(&mock)
-        .send(&request(&["a", "b"]), None)
-        .await
-        .unwrap();
-    assert!(check_dim(&b.vectors, 12).is_ok());
-    let e = check_dim(&b.vectors, 1024).unwrap_err();
-    assert_eq!(e.class(), FailureClass::ResultInvalid);
-    for v in &mut b.vectors {
-        l2_normalize(v);
-        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
-    }
 }

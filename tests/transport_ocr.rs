@@ -5,8 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use polygateway::actors::{AttemptVerdict, Classify, FailureClass, SourceReason, Transport};
 use polygateway::config::{MissingDone, Secret, SourceSettings};
+use polygateway::ports::{AttemptVerdict, Classify, FailureClass, SourceReason, Transport};
 use polygateway::testkit::mock_ocr::fixture::{
     SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE, SAMPLE_TABLE_HTML, SAMPLE_TEXT,
 };

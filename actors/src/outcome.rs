@@ -176,15 +176,12 @@ pub trait Classify {
 ///
 /// ```
 /// use polygateway_actors::AttemptVerdict;
-/// use polygateway_actors::policy::health::HealthEwma;
 /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
-/// let (mut health, mut pacer) = (HealthEwma::default(), AimdPacer::new(0));
+/// let mut pacer = AimdPacer::new(0);
 /// for v in [AttemptVerdict::AliveButUnusable, AttemptVerdict::RateLimited] {
-///     health.observe(v);
 ///     pacer.observe(&PacerObservation::verdict_only(v));
 /// }
-/// // The unusable answer left health alone; the 429 lowered it and halved the pacer.
-/// assert!((health.value() - 0.9).abs() < 1e-12);
+/// // The unusable answer is no pushback; the 429 halved the pacer.
 /// assert_eq!(pacer.limit(), 4);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,13 +16,12 @@ use async_trait::async_trait;
 
 use crate::types::LlmResponse;
 
-pub mod coalesce;
+pub(crate) mod coalesce;
 pub mod key;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
-pub use coalesce::{Coalescer, Role};
 pub use key::{cache_key, cache_key_material, canonical_json, model_fingerprint, CacheKeyInput};
 pub use memory::MemoryCache;
 #[cfg(feature = "redis")]

@@ -41,30 +41,7 @@ fn refuse(
 }
 
 /// Check every assembly guard; the first violation is returned.
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use polygateway::config::{guards, ConfigError, Settings};
-/// let map: BTreeMap<String, String> = [
-///     ("PGW_LIMITER_BACKEND", "memory"),
-///     ("PGW_BREAKER_BACKEND", "memory"),
-///     ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
-///     ("LLM__QWEN__1__MODEL", "qwen-plus"),
-/// ]
-/// .into_iter()
-/// .map(|(k, v)| (k.to_string(), v.to_string()))
-/// .collect();
-/// let mut settings = Settings::from_map(&map).unwrap();
-/// assert!(guards::check(&settings).is_ok());
-/// // Edited by hand into something the parser would never produce: zero attempts.
-/// settings.scopes.get_mut("LLM").unwrap().retry.max_attempts = 0;
-/// let err = guards::check(&settings).unwrap_err();
-/// assert!(
-///     matches!(&err, ConfigError::Guard { key, .. } if key == "LLM__RETRY__MAX_ATTEMPTS"),
-///     "{err}"
-/// );
-/// ```
-pub fn check(settings: &Settings) -> Result<(), ConfigError> {
+pub(crate) fn check(settings: &Settings) -> Result<(), ConfigError> {
     if settings.lease_ttl.is_zero() {
         return Err(refuse("PGW_LEASE_TTL_S", "0", "the lease TTL must be > 0"));
     }
@@ -349,4 +326,33 @@ fn check_backends(settings: &Settings) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn check_example() {
+        use crate::config::{guards, ConfigError, Settings};
+        use std::collections::BTreeMap;
+        let map: BTreeMap<String, String> = [
+            ("PGW_LIMITER_BACKEND", "memory"),
+            ("PGW_BREAKER_BACKEND", "memory"),
+            ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+            ("LLM__QWEN__1__MODEL", "qwen-plus"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut settings = Settings::from_map(&map).unwrap();
+        assert!(guards::check(&settings).is_ok());
+        // Edited by hand into something the parser would never produce: zero attempts.
+        settings.scopes.get_mut("LLM").unwrap().retry.max_attempts = 0;
+        let err = guards::check(&settings).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Guard { key, .. } if key == "LLM__RETRY__MAX_ATTEMPTS"),
+            "{err}"
+        );
+    }
 }

@@ -5,11 +5,11 @@
 //! assembly guards; hand-built settings are checked with [`Settings::validate`]. Nothing else in
 //! the runtime reads environment variables.
 
-pub mod defaults;
-pub mod env;
+pub(crate) mod defaults;
+mod env;
 pub mod error;
 pub(crate) mod features;
-pub mod guards;
+pub(crate) mod guards;
 pub mod keys;
 pub mod settings;
 

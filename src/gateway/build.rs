@@ -5,17 +5,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use polygateway_actors::assembly::{ActorSlot, TelemetryActor, TelemetryArgs, TelemetryQueue};
 use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
 use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
 use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
 use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
 use polygateway_actors::runtime::{
-    ActorSlot, Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions, Scope,
-    ScopeConfig, SourceSpec,
+    Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions, Scope, ScopeConfig,
+    SourceSpec,
 };
-use polygateway_actors::telemetry::{
-    TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryQueue, TelemetrySink,
-};
+use polygateway_actors::telemetry::{TelemetryConfig, TelemetrySink};
 use polygateway_actors::{
     AttemptBackend, BreakerBackend, BreakerConfig, Clock, GateBackend, Limits, TokioClock,
 };
@@ -57,7 +56,7 @@ const MEMORY_CACHE_BYTES: usize = 256 * 1024 * 1024;
 /// ```no_run
 /// # async fn demo(settings: polygateway::config::Settings) -> Result<(), polygateway::GatewayError> {
 /// use std::sync::Arc;
-/// use polygateway::actors::memory::{MemoryBreakers, MemoryGate};
+/// use polygateway::ports::{MemoryBreakers, MemoryGate};
 /// // Two gateways sharing one in-process limiter and breaker store.
 /// let gate = Arc::new(MemoryGate::default());
 /// let breakers = Arc::new(MemoryBreakers::default());
@@ -170,7 +169,7 @@ impl GatewayBuilder {
     /// # );
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use polygateway::actors::memory::{MemoryBreakers, MemoryGate};
+    /// use polygateway::ports::{MemoryBreakers, MemoryGate};
     /// use polygateway::{Gateway, Message};
     /// // Two gateways sharing one in-process limiter and breaker store.
     /// let gate = Arc::new(MemoryGate::default());
@@ -353,7 +352,7 @@ impl GatewayBuilder {
     /// # );
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use polygateway::actors::memory::ManualClock;
+    /// use polygateway::ports::ManualClock;
     /// use polygateway::Message;
     /// // Settings: LLM__OPENAI__1__RPM=1, LLM__QUOTA_FULL=fail_fast.
     /// let clock = Arc::new(ManualClock::new());
@@ -421,7 +420,7 @@ impl GatewayBuilder {
     /// #     ],
     /// # );
     /// use std::sync::Arc;
-    /// use polygateway::actors::policy::select::{RoundRobin, Selector};
+    /// use polygateway::policy::{RoundRobin, Selector};
     /// use polygateway::Message;
     /// // Settings: two LLM sources, `mock` (openai_1) and `other` (openai_2).
     /// let gw = polygateway::Gateway::builder(settings)
@@ -452,8 +451,8 @@ impl GatewayBuilder {
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
     /// # );
     /// use std::sync::Arc;
-    /// use polygateway::actors::policy::pacer::{Pacer, PacerObservation};
-    /// use polygateway::actors::Limits;
+    /// use polygateway::policy::{Pacer, PacerObservation};
+    /// use polygateway::ports::Limits;
     ///
     /// /// A fixed concurrency cap that ignores pushback.
     /// #[derive(Debug)]
@@ -512,8 +511,8 @@ impl GatewayBuilder {
     /// # );
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use polygateway::actors::runtime::{RestartPolicy, RuntimeOptions};
-    /// use polygateway::actors::TokioClock;
+    /// use polygateway::policy::{RestartPolicy, RuntimeOptions};
+    /// use polygateway::ports::TokioClock;
     /// use polygateway::Message;
     /// let options = RuntimeOptions {
     ///     clock: Arc::new(TokioClock),

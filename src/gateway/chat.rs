@@ -98,7 +98,7 @@ pub(crate) struct Asked {
 /// Every row of one call carries one id as `parent_call_id`: the caller's, or a fresh one.
 pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
     if options.parent_call_id.is_none() {
-        options.parent_call_id = Some(polygateway_actors::runtime::new_id());
+        options.parent_call_id = Some(polygateway_actors::assembly::new_id());
     }
     options
 }
@@ -348,7 +348,7 @@ impl ScopeHandle<Chat> {
 
     fn as_hit(&self, prepared: &Prepared, mut response: LlmResponse) -> LlmResponse {
         response.cache_hit = true;
-        response.call_id = polygateway_actors::runtime::new_id();
+        response.call_id = polygateway_actors::assembly::new_id();
         response.parent_call_id = prepared.call_group.clone();
         response.latency_ms = 0.0;
         // Nothing was asked: no cost (the row says the same); the tokens stay the stored ones.

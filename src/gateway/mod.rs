@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use polygateway_actors::runtime::{ActorSlot, Governance, Runtime};
-use polygateway_actors::telemetry::{TelemetryArgs, TelemetryMsg};
+use polygateway_actors::assembly::{ActorSlot, TelemetryArgs, TelemetryMsg};
+use polygateway_actors::runtime::{Governance, Runtime};
 
 pub use build::GatewayBuilder;
 pub use handle::{Chat, Embeddings, Kind, Ocr, ScopeHandle};
@@ -697,7 +697,7 @@ impl Gateway {
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
     /// # );
-    /// use polygateway::{actors::BreakerState, Message};
+    /// use polygateway::{ports::BreakerState, Message};
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// gw.chat(vec![Message::user("hi")]).await?;
     /// let sources = gw.sources("LLM").await?;

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
+use polygateway_actors::assembly::TelemetryQueue;
 use polygateway_actors::runtime::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
-use polygateway_actors::telemetry::TelemetryQueue;
 use polygateway_actors::Transport;
 
 use crate::error::TransportError;

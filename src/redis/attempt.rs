@@ -27,9 +27,9 @@ use super::RedisGate;
 /// are the ones [`super::RedisBreakers`] on the same connection sees.
 ///
 /// ```no_run
-/// # async fn demo(redis: polygateway::redis::RedisGovernance) -> Result<(), polygateway::actors::BackendError> {
+/// # async fn demo(redis: polygateway::redis::RedisGovernance) -> Result<(), polygateway::ports::BackendError> {
 /// use std::time::Duration;
-/// use polygateway::actors::{
+/// use polygateway::ports::{
 ///     AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, BreakerConfig, BreakerVerdict,
 ///     GateRequest, Limits,
 /// };

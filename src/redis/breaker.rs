@@ -22,8 +22,8 @@ use super::connection::{RedisGovernance, ScriptKind};
 /// breaker.
 ///
 /// ```no_run
-/// # async fn demo(redis: polygateway::redis::RedisGovernance) -> Result<(), polygateway::actors::BackendError> {
-/// use polygateway::actors::{BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState};
+/// # async fn demo(redis: polygateway::redis::RedisGovernance) -> Result<(), polygateway::ports::BackendError> {
+/// use polygateway::ports::{BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState};
 /// use polygateway::redis::RedisBreakers;
 /// let breakers = RedisBreakers::new(redis);
 /// let config = BreakerConfig::default();
@@ -41,8 +41,8 @@ impl RedisBreakers {
     /// Breakers stored through `redis`.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
-    /// use polygateway::actors::{BreakerBackend, BreakerConfig, BreakerState};
+    /// # async fn demo() -> Result<(), polygateway::ports::BackendError> {
+    /// use polygateway::ports::{BreakerBackend, BreakerConfig, BreakerState};
     /// use polygateway::config::Secret;
     /// use polygateway::redis::{RedisBreakers, RedisGovernance};
     /// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw").await?;

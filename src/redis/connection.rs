@@ -153,7 +153,7 @@ struct Inner {
 /// from it. Cheap to clone (one shared pool). The builder owns it and calls [`Self::close`].
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+/// # async fn demo() -> Result<(), polygateway::ports::BackendError> {
 /// use polygateway::config::Secret;
 /// use polygateway::redis::{RedisBreakers, RedisGate, RedisGovernance};
 /// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw").await?;
@@ -182,7 +182,7 @@ impl RedisGovernance {
     /// a unique prefix per test).
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+    /// # async fn demo() -> Result<(), polygateway::ports::BackendError> {
     /// use polygateway::config::Secret;
     /// use polygateway::redis::RedisGovernance;
     /// let url = Secret::new("redis://:password@127.0.0.1:6379/0");
@@ -276,7 +276,7 @@ impl RedisGovernance {
     /// The key prefix.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+    /// # async fn demo() -> Result<(), polygateway::ports::BackendError> {
     /// use polygateway::config::Secret;
     /// use polygateway::redis::RedisGovernance;
     /// // One prefix per tenant keeps their limiters and breakers apart on one server.
@@ -293,8 +293,8 @@ impl RedisGovernance {
     /// Close the connections (idempotent). Clones share the pool: close once, when done with all.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
-    /// use polygateway::actors::GateBackend;
+    /// # async fn demo() -> Result<(), polygateway::ports::BackendError> {
+    /// use polygateway::ports::GateBackend;
     /// use polygateway::config::Secret;
     /// use polygateway::redis::{RedisGate, RedisGovernance};
     /// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw").await?;

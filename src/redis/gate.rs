@@ -21,9 +21,9 @@ pub(super) const PROGRESS_KEY_TTL: Duration = Duration::from_secs(7 * 24 * 3600)
 /// Used through [`GateBackend`]: admit, then settle and release the lease.
 ///
 /// ```no_run
-/// # async fn demo(redis: polygateway::redis::RedisGovernance) -> Result<(), polygateway::actors::BackendError> {
+/// # async fn demo(redis: polygateway::redis::RedisGovernance) -> Result<(), polygateway::ports::BackendError> {
 /// use std::time::Duration;
-/// use polygateway::actors::{GateBackend, GateDecision, GateRequest, Limits};
+/// use polygateway::ports::{GateBackend, GateDecision, GateRequest, Limits};
 /// use polygateway::redis::RedisGate;
 /// let gate = RedisGate::new(redis);
 /// let request = GateRequest {
@@ -61,14 +61,14 @@ impl RedisGate {
     /// use polygateway::redis::RedisGate;
     /// // RPM and TPM limits are per minute: the window is one minute, as in memory.
     /// assert_eq!(RedisGate::DEFAULT_WINDOW, Duration::from_secs(60));
-    /// assert_eq!(RedisGate::DEFAULT_WINDOW, polygateway::actors::policy::limiter::DEFAULT_WINDOW);
+    /// assert_eq!(RedisGate::DEFAULT_WINDOW, polygateway_actors::policy::limiter::DEFAULT_WINDOW);
     /// ```
     pub const DEFAULT_WINDOW: Duration = polygateway_actors::policy::limiter::DEFAULT_WINDOW;
 
     /// A limiter with 60 s RPM/TPM windows.
     ///
     /// ```no_run
-    /// # async fn demo() -> Result<(), polygateway::actors::BackendError> {
+    /// # async fn demo() -> Result<(), polygateway::ports::BackendError> {
     /// use polygateway::config::Secret;
     /// use polygateway::redis::{RedisGate, RedisGovernance};
     /// let redis = RedisGovernance::connect(&Secret::new("redis://127.0.0.1:6379"), "pgw").await?;

@@ -8,14 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// Longest error message handed on (docs/behaviour.md §9.2: each ≤ 200 chars).
-///
-/// ```
-/// use polygateway::structured::validate::{validate, MAX_ERROR_CHARS};
-/// // serde quotes the offending string in full; the error is clipped.
-/// let errs = validate::<u8>(serde_json::json!("x".repeat(1000))).unwrap_err();
-/// assert_eq!(errs[0].chars().count(), MAX_ERROR_CHARS);
-/// ```
-pub const MAX_ERROR_CHARS: usize = 200;
+pub(crate) const MAX_ERROR_CHARS: usize = 200;
 
 /// Deserializes `value` into `T`; on failure, the errors (each ≤ 200 chars, with a JSON path
 /// when serde reported a position).
@@ -52,15 +45,7 @@ pub fn validate<T: DeserializeOwned>(value: Value) -> Result<T, Vec<String>> {
 }
 
 /// Cuts a message to [`MAX_ERROR_CHARS`] characters (with an ellipsis).
-///
-/// ```
-/// use polygateway::structured::validate::clip;
-/// assert_eq!(clip("short message"), "short message");
-/// let long = clip(&"é".repeat(300));
-/// assert_eq!(long.chars().count(), 200);
-/// assert!(long.ends_with('…'));
-/// ```
-pub fn clip(s: &str) -> String {
+pub(crate) fn clip(s: &str) -> String {
     if s.chars().count() <= MAX_ERROR_CHARS {
         return s.to_owned();
     }
@@ -233,5 +218,27 @@ mod tests {
         let long = "x".repeat(1000);
         let e = validate::<Inner>(json!({"b": long, "c": ""})).unwrap_err();
         assert!(e[0].chars().count() <= MAX_ERROR_CHARS);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn max_error_chars_example() {
+        use crate::structured::validate::{validate, MAX_ERROR_CHARS};
+        // serde quotes the offending string in full; the error is clipped.
+        let errs = validate::<u8>(serde_json::json!("x".repeat(1000))).unwrap_err();
+        assert_eq!(errs[0].chars().count(), MAX_ERROR_CHARS);
+    }
+
+    #[test]
+    fn clip_example() {
+        use crate::structured::validate::clip;
+        assert_eq!(clip("short message"), "short message");
+        let long = clip(&"é".repeat(300));
+        assert_eq!(long.chars().count(), 200);
+        assert!(long.ends_with('…'));
     }
 }

@@ -26,10 +26,7 @@ use std::sync::Arc;
 
 pub use cost::{ModelPrice, Pricing, PricingError};
 pub use digest::{cap_text, error_text, messages_json, sampling_json};
-pub use polygateway_actors::telemetry::{
-    NullSink, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryQueue,
-    TelemetrySink,
-};
+pub use polygateway_actors::telemetry::{NullSink, TelemetryConfig, TelemetrySink};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresSink};
 pub use retention::{retention, RetentionError, RetentionReport, RetentionTarget};

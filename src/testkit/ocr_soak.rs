@@ -16,8 +16,8 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::mock_ocr::{MockOcr, OcrFault};
-use crate::actors::{BreakerBackend, GateBackend};
 use crate::config::{Secret, Settings};
+use crate::ports::{BreakerBackend, GateBackend};
 use crate::redis::{RedisBreakers, RedisGate, RedisGovernance};
 use crate::{CallOptions, Gateway, GatewayError};
 
@@ -429,7 +429,7 @@ pub async fn verdict(
         .map_err(|e| GatewayError::Config(e.to_string()))?;
     let gate = RedisGate::new(redis.clone());
     let breakers = Arc::new(RedisBreakers::new(redis.clone()));
-    let backend_err = |e: crate::actors::BackendError| GatewayError::Config(e.to_string());
+    let backend_err = |e: crate::ports::BackendError| GatewayError::Config(e.to_string());
     // Releases are casts handled in tasks: let the last ones land.
     let mut leases = u64::MAX;
     for _ in 0..100 {

@@ -30,20 +30,7 @@ use crate::structured::SchemaRequest;
 use crate::types::{LlmResponse, Message, UsageSource};
 
 /// Body keys the transport owns; never taken from `extra_body` or an overlay.
-///
-/// ```
-/// use polygateway::provider::ProviderProfile;
-/// use polygateway::transport::chat::{ChatTransport, ChatWireRequest, PROTECTED_KEYS};
-/// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
-/// let transport = ChatTransport::new(settings, ProviderProfile::generic());
-/// let mut request = ChatWireRequest::new(vec![polygateway::Message::user("hi")]);
-/// for key in PROTECTED_KEYS {
-///     request.overlay.insert(key.into(), "from the caller".into());
-/// }
-/// // An overlay cannot replace what the transport owns.
-/// assert!(transport.body_params(&request).is_empty());
-/// ```
-pub const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
+pub(crate) const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
 
 /// One streamed delta handed to a consumer.
 ///
@@ -134,7 +121,7 @@ impl ChatWireRequest {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use polygateway::actors::{EventSink, Transport};
+/// use polygateway::ports::{EventSink, Transport};
 /// use polygateway::provider::ProviderProfile;
 /// use polygateway::testkit::{Behaviour, MockUpstream};
 /// use polygateway::transport::chat::{ChatDelta, ChatTransport, ChatWireRequest};
@@ -239,11 +226,10 @@ impl ChatTransport {
     /// use std::time::Duration;
     /// use polygateway::provider::ProviderProfile;
     /// use polygateway::transport::chat::ChatTransport;
-    /// use polygateway::transport::watchdog::StallLimits;
     /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
     /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
-    /// let limits = StallLimits::from_settings(transport.settings());
-    /// assert_eq!(limits.ttft, Duration::from_secs(10));
+    /// // The watchdog's first-token deadline comes from here.
+    /// assert_eq!(transport.settings().ttft_timeout, Duration::from_secs(10));
     /// ```
     pub fn settings(&self) -> &SourceSettings {
         &self.settings
@@ -282,22 +268,7 @@ impl ChatTransport {
     /// (later wins, shallow per top-level key): source `extra_body` < thinking injection (when
     /// `ENABLE_THINKING` is set) < call overlay < `response_format`. Protected keys are dropped
     /// from every layer.
-    ///
-    /// ```
-    /// # use polygateway::transport::chat::{ChatTransport, ChatWireRequest};
-    /// # use polygateway::provider::ProviderRegistry;
-    /// # fn settings() -> polygateway::config::SourceSettings { polygateway::testkit::source_settings("http://127.0.0.1:1/v1") }
-    /// let mut s = settings();
-    /// s.extra_body.insert("temperature".into(), 0.1.into());
-    /// s.enable_thinking = Some(false);
-    /// let t = ChatTransport::new(s, ProviderRegistry::with_defaults().get("qwen").clone());
-    /// let mut req = ChatWireRequest::new(vec![]);
-    /// req.overlay.insert("temperature".into(), 0.7.into());
-    /// let p = t.body_params(&req);
-    /// assert_eq!(p["temperature"], 0.7);
-    /// assert_eq!(p["enable_thinking"], false);
-    /// ```
-    pub fn body_params(&self, request: &ChatWireRequest) -> Map<String, Value> {
+    pub(crate) fn body_params(&self, request: &ChatWireRequest) -> Map<String, Value> {
         let mut params = self.settings.extra_body.clone();
         if let Some(on) = self.settings.enable_thinking {
             params.extend(self.profile.thinking.injection(on));
@@ -313,32 +284,7 @@ impl ChatTransport {
     }
 
     /// The exact JSON body sent for `request`.
-    ///
-    /// ```
-    /// use polygateway::provider::ProviderProfile;
-    /// use polygateway::transport::chat::{ChatTransport, ChatWireRequest};
-    /// use serde_json::Value;
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
-    /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
-    /// let mut request = ChatWireRequest::new(vec![polygateway::Message::user("hi")]);
-    /// let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
-    /// assert_eq!(body["model"], "test-model");
-    /// assert_eq!(body["messages"][0]["content"], "hi");
-    /// assert_eq!(body["stream_options"]["include_usage"], true);
-    /// // Not streaming: no `stream_options`.
-    /// request.stream = false;
-    /// let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
-    /// assert_eq!(body["stream"], false);
-    /// assert!(body.get("stream_options").is_none());
-    /// // A typed call's schema, to a provider without `response_format`: it goes into the prompt.
-    /// let schema = serde_json::json!({"type": "object"});
-    /// request.schema = Some(std::sync::Arc::new(polygateway::structured::SchemaRequest { name: "a".into(), schema }));
-    /// let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
-    /// assert_eq!(body["messages"][0]["role"], "system");
-    /// assert_eq!(body["messages"][1]["content"], "hi");
-    /// assert!(body.get("response_format").is_none());
-    /// ```
-    pub fn body(&self, request: &ChatWireRequest) -> Result<Vec<u8>, TransportError> {
+    pub(crate) fn body(&self, request: &ChatWireRequest) -> Result<Vec<u8>, TransportError> {
         let mut params = self.body_params(request);
         let mut messages = std::borrow::Cow::Borrowed(request.messages.as_slice());
         if let Some(schema) = &request.schema {
@@ -680,5 +626,74 @@ impl Transport for ChatTransport {
 
     fn rate_limit_hint(response: &LlmResponse) -> Option<RateLimitHint> {
         response.rate_limit
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn protected_keys_example() {
+        use crate::provider::ProviderProfile;
+        use crate::transport::chat::{ChatTransport, ChatWireRequest, PROTECTED_KEYS};
+        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let transport = ChatTransport::new(settings, ProviderProfile::generic());
+        let mut request = ChatWireRequest::new(vec![crate::Message::user("hi")]);
+        for key in PROTECTED_KEYS {
+            request.overlay.insert(key.into(), "from the caller".into());
+        }
+        // An overlay cannot replace what the transport owns.
+        assert!(transport.body_params(&request).is_empty());
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn chat_transport_body_params_example() {
+        use crate::provider::ProviderRegistry;
+        use crate::transport::chat::{ChatTransport, ChatWireRequest};
+        fn settings() -> crate::config::SourceSettings {
+            crate::testkit::source_settings("http://127.0.0.1:1/v1")
+        }
+        let mut s = settings();
+        s.extra_body.insert("temperature".into(), 0.1.into());
+        s.enable_thinking = Some(false);
+        let t = ChatTransport::new(s, ProviderRegistry::with_defaults().get("qwen").clone());
+        let mut req = ChatWireRequest::new(vec![]);
+        req.overlay.insert("temperature".into(), 0.7.into());
+        let p = t.body_params(&req);
+        assert_eq!(p["temperature"], 0.7);
+        assert_eq!(p["enable_thinking"], false);
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn chat_transport_body_example() {
+        use crate::provider::ProviderProfile;
+        use crate::transport::chat::{ChatTransport, ChatWireRequest};
+        use serde_json::Value;
+        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let transport = ChatTransport::new(settings, ProviderProfile::generic());
+        let mut request = ChatWireRequest::new(vec![crate::Message::user("hi")]);
+        let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+        assert_eq!(body["model"], "test-model");
+        assert_eq!(body["messages"][0]["content"], "hi");
+        assert_eq!(body["stream_options"]["include_usage"], true);
+        // Not streaming: no `stream_options`.
+        request.stream = false;
+        let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+        assert_eq!(body["stream"], false);
+        assert!(body.get("stream_options").is_none());
+        // A typed call's schema, to a provider without `response_format`: it goes into the prompt.
+        let schema = serde_json::json!({"type": "object"});
+        request.schema = Some(std::sync::Arc::new(crate::structured::SchemaRequest {
+            name: "a".into(),
+            schema,
+        }));
+        let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+        assert_eq!(body["messages"][0]["role"], "system");
+        assert_eq!(body["messages"][1]["content"], "hi");
+        assert!(body.get("response_format").is_none());
     }
 }

@@ -22,7 +22,7 @@ use crate::types::UsageSource;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Arc;
-/// use polygateway::actors::Transport;
+/// use polygateway::ports::Transport;
 /// use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
 /// let request = EmbeddingWireRequest { inputs: Arc::new(vec!["first".into(), "second".into()]) };
 /// // Attempts share the texts instead of copying them.
@@ -42,19 +42,19 @@ pub struct EmbeddingWireRequest {
 /// One batch's vectors, in input order.
 ///
 /// ```
-/// use polygateway::transport::embeddings::{check_dim, l2_normalize, EmbeddingBatch};
+/// use polygateway::transport::embeddings::EmbeddingBatch;
 /// use polygateway::UsageSource;
-/// let mut batch = EmbeddingBatch {
+/// let batch = EmbeddingBatch {
 ///     vectors: vec![vec![3.0, 4.0], vec![0.0, 2.0]],
 ///     prompt_tokens: 7,
 ///     usage_source: UsageSource::Measured,
 ///     model_reported: Some("text-embedding-3-small".into()),
 ///     latency_ms: 12.5,
 /// };
-/// // What the runtime does with a batch under EXPECTED_DIM=2 and NORMALIZE=true.
-/// check_dim(&batch.vectors, 2).unwrap();
-/// batch.vectors.iter_mut().for_each(|v| l2_normalize(v));
-/// assert_eq!(batch.vectors, vec![vec![0.6, 0.8], vec![0.0, 1.0]]);
+/// // One vector per input, in input order; the gateway then checks EXPECTED_DIM and applies
+/// // NORMALIZE to them.
+/// assert_eq!(batch.vectors.len(), 2);
+/// assert_eq!(batch.prompt_tokens, 7);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct EmbeddingBatch {
@@ -76,7 +76,7 @@ pub struct EmbeddingBatch {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Arc;
-/// use polygateway::actors::Transport;
+/// use polygateway::ports::Transport;
 /// use polygateway::testkit::{mock_embedding, Behaviour, MockUpstream};
 /// use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
 /// use polygateway::UsageSource;
@@ -226,13 +226,7 @@ fn into_vectors(items: Vec<WireItem>, expected: usize) -> Result<Vec<Vec<f32>>, 
 }
 
 /// Every vector has `expected` components, else ResultInvalid naming the first offender.
-///
-/// ```
-/// use polygateway::transport::embeddings::check_dim;
-/// assert!(check_dim(&[vec![0.0; 3], vec![1.0; 3]], 3).is_ok());
-/// assert!(check_dim(&[vec![0.0; 3], vec![1.0; 4]], 3).is_err());
-/// ```
-pub fn check_dim(vectors: &[Vec<f32>], expected: usize) -> Result<(), TransportError> {
+pub(crate) fn check_dim(vectors: &[Vec<f32>], expected: usize) -> Result<(), TransportError> {
     match vectors.iter().position(|v| v.len() != expected) {
         None => Ok(()),
         Some(i) => Err(TransportError::invalid(format!(
@@ -243,14 +237,7 @@ pub fn check_dim(vectors: &[Vec<f32>], expected: usize) -> Result<(), TransportE
 }
 
 /// Scale `vector` to unit L2 norm in place; an all-zero vector is left as is.
-///
-/// ```
-/// use polygateway::transport::embeddings::l2_normalize;
-/// let mut v = vec![3.0, 4.0];
-/// l2_normalize(&mut v);
-/// assert_eq!(v, vec![0.6, 0.8]);
-/// ```
-pub fn l2_normalize(vector: &mut [f32]) {
+pub(crate) fn l2_normalize(vector: &mut [f32]) {
     let norm = vector
         .iter()
         .map(|x| f64::from(*x) * f64::from(*x))
@@ -381,5 +368,60 @@ mod tests {
         let e = check_dim(&[vec![0.0; 2], vec![0.0; 3]], 2).unwrap_err();
         assert_eq!(e.class(), FailureClass::ResultInvalid);
         assert!(e.message.contains("vector 1 has dim 3"));
+    }
+}
+
+/// The served-vector checks against the mock upstream (`testkit`): the dimension check and
+/// normalisation work on what a real batch returns.
+#[cfg(all(test, feature = "testkit"))]
+mod served {
+    use std::sync::Arc;
+
+    use polygateway_actors::{Classify, FailureClass, Transport};
+
+    use super::*;
+    use crate::testkit::{source_settings, Behaviour, MockUpstream};
+
+    #[tokio::test]
+    async fn dimension_check_and_normalisation_on_served_vectors() {
+        let mock = MockUpstream::start(Behaviour::healthy()).await;
+        mock.set_embedding_dim(12);
+        let mut b = EmbeddingTransport::new(source_settings(&mock.base_url()))
+            .send(
+                &EmbeddingWireRequest {
+                    inputs: Arc::new(vec!["a".to_string(), "b".to_string()]),
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        assert!(check_dim(&b.vectors, 12).is_ok());
+        let e = check_dim(&b.vectors, 1024).unwrap_err();
+        assert_eq!(e.class(), FailureClass::ResultInvalid);
+        for v in &mut b.vectors {
+            l2_normalize(v);
+            let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn check_dim_example() {
+        use crate::transport::embeddings::check_dim;
+        assert!(check_dim(&[vec![0.0; 3], vec![1.0; 3]], 3).is_ok());
+        assert!(check_dim(&[vec![0.0; 3], vec![1.0; 4]], 3).is_err());
+    }
+
+    #[test]
+    fn l2_normalize_example() {
+        use crate::transport::embeddings::l2_normalize;
+        let mut v = vec![3.0, 4.0];
+        l2_normalize(&mut v);
+        assert_eq!(v, vec![0.6, 0.8]);
     }
 }

@@ -28,20 +28,7 @@ const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// # Panics
 /// Like `reqwest::Client::new`, when the TLS backend cannot be initialised.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
-/// use polygateway::transport::http::build_client;
-/// let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// // testkit settings have TRUST_ENV=false: no proxy from the environment.
-/// let client = build_client(&polygateway::testkit::source_settings(&mock.base_url()));
-/// let resp = client.get(format!("{}/models", mock.base_url())).send().await.unwrap();
-/// assert!(resp.status().is_success());
-/// # }
-/// ```
-pub fn build_client(settings: &SourceSettings) -> reqwest::Client {
+pub(crate) fn build_client(settings: &SourceSettings) -> reqwest::Client {
     let connect = settings
         .ttft_timeout
         .min(settings.timeout)
@@ -60,17 +47,7 @@ pub fn build_client(settings: &SourceSettings) -> reqwest::Client {
 
 /// The `Retry-After` hint in its seconds form (`"3"`, `"1.5"`). HTTP-dates, negative and
 /// non-finite values are ignored (docs/behaviour.md §5.1).
-///
-/// ```
-/// use polygateway::transport::http::parse_retry_after;
-/// use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
-/// let mut h = HeaderMap::new();
-/// h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
-/// assert_eq!(parse_retry_after(&h), Some(std::time::Duration::from_secs(7)));
-/// h.insert(RETRY_AFTER, HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
-/// assert_eq!(parse_retry_after(&h), None);
-/// ```
-pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     let raw = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
     let secs: f64 = raw.parse().ok()?;
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
@@ -80,19 +57,7 @@ pub fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests`), `None` when none is
 /// present. Unparsable parts are left out; the reset takes OpenAI's duration forms
 /// ([`parse_reset_duration`]). Read on every answer, so it only looks up three headers.
-///
-/// ```
-/// use std::time::Duration;
-/// use reqwest::header::{HeaderMap, HeaderValue};
-/// use polygateway::transport::http::parse_rate_limit;
-/// let mut h = HeaderMap::new();
-/// assert_eq!(parse_rate_limit(&h), None);
-/// h.insert("x-ratelimit-remaining-requests", HeaderValue::from_static("59"));
-/// h.insert("x-ratelimit-reset-requests", HeaderValue::from_static("1s"));
-/// let hint = parse_rate_limit(&h).unwrap();
-/// assert_eq!((hint.limit, hint.remaining, hint.reset), (None, Some(59), Some(Duration::from_secs(1))));
-/// ```
-pub fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimitHint> {
+pub(crate) fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimitHint> {
     let text = |name: &str| {
         headers
             .get(name)
@@ -116,16 +81,7 @@ pub fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimitHint> {
 
 /// A rate-limit reset in OpenAI's forms: Go-style durations (`20ms`, `1s`, `6m0s`, `1h2m3.5s`)
 /// or plain seconds (`1.5`). Negative, empty or unknown units give `None`.
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway::transport::http::parse_reset_duration;
-/// assert_eq!(parse_reset_duration("20ms"), Some(Duration::from_millis(20)));
-/// assert_eq!(parse_reset_duration("6m0s"), Some(Duration::from_secs(360)));
-/// assert_eq!(parse_reset_duration("0.5"), Some(Duration::from_millis(500)));
-/// assert_eq!(parse_reset_duration("soon"), None);
-/// ```
-pub fn parse_reset_duration(raw: &str) -> Option<Duration> {
+pub(crate) fn parse_reset_duration(raw: &str) -> Option<Duration> {
     let raw = raw.trim();
     if let Ok(secs) = raw.parse::<f64>() {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
@@ -186,29 +142,7 @@ fn says_insufficient_quota(body: &str) -> bool {
 ///
 /// Every error is marked `answered` (the service did answer) and carries the body summary in
 /// both `message` and `body_text`.
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway::actors::{FailureClass, SourceReason};
-/// use polygateway::transport::http::classify_status;
-/// use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
-///
-/// let e = classify_status(401, &HeaderMap::new(), r#"{"error": "invalid api key"}"#);
-/// assert_eq!((e.class, e.status, e.answered), (FailureClass::SourceDead, Some(401), true));
-/// assert_eq!(e.message, r#"HTTP 401 unauthorized: {"error": "invalid api key"}"#);
-///
-/// let mut headers = HeaderMap::new();
-/// headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
-/// let e = classify_status(429, &headers, "slow down");
-/// assert_eq!(e.reason, SourceReason::RateLimited);
-/// assert!(e.rate_limited);
-/// assert_eq!(e.retry_after, Some(Duration::from_secs(2)));
-///
-/// // The same status with a quota error is a dead source, not pushback.
-/// let e = classify_status(429, &headers, r#"{"error": {"code": "insufficient_quota"}}"#);
-/// assert_eq!(e.class, FailureClass::SourceDead);
-/// ```
-pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> TransportError {
+pub(crate) fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> TransportError {
     let summary = summarize_body(body);
     let (class, reason, label) = match status {
         429 if says_insufficient_quota(body) => (
@@ -267,24 +201,7 @@ pub fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> Transpor
 /// Translate a `reqwest` failure (no HTTP answer, or a body read that broke): timeouts →
 /// Transient `timeout`, everything else (connect refused/reset, body decode) → Transient
 /// `network_error`. The message names the cause chain; the URL's query string is removed.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use polygateway::actors::{FailureClass, SourceReason};
-/// use polygateway::transport::http::classify_reqwest;
-/// // A port nobody listens on.
-/// let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-/// let client = reqwest::Client::builder().no_proxy().build().unwrap();
-/// let url = format!("http://127.0.0.1:{port}/v1/models?key=secret");
-/// let err = client.get(&url).send().await.unwrap_err();
-/// let e = classify_reqwest(&err);
-/// assert_eq!((e.class, e.reason), (FailureClass::Transient, SourceReason::NetworkError));
-/// assert!(e.message.starts_with("connect error"), "{}", e.message);
-/// assert!(!e.message.contains("secret")); // the query string is never echoed
-/// # }
-/// ```
-pub fn classify_reqwest(err: &reqwest::Error) -> TransportError {
+pub(crate) fn classify_reqwest(err: &reqwest::Error) -> TransportError {
     let reason = if err.is_timeout() {
         SourceReason::Timeout
     } else {
@@ -336,18 +253,8 @@ fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, Transpo
 
 /// One JSON endpoint of a source: its pooled client, URL and `Authorization` header. Chat and
 /// embeddings post through it, so both build requests the same way.
-///
-/// ```
-/// use polygateway::transport::http::JsonEndpoint;
-/// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
-/// let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "embeddings");
-/// // Debug shows where it posts, never the credentials.
-/// let shown = format!("{endpoint:?}");
-/// assert!(shown.contains("http://127.0.0.1:9/v1/embeddings"));
-/// assert!(!shown.contains("sk-test"));
-/// ```
 #[derive(Clone)]
-pub struct JsonEndpoint {
+pub(crate) struct JsonEndpoint {
     client: reqwest::Client,
     url: String,
     auth: Result<Option<HeaderValue>, TransportError>,
@@ -363,15 +270,7 @@ impl std::fmt::Debug for JsonEndpoint {
 
 impl JsonEndpoint {
     /// `{base_url}/{path}` of `settings`, posted through `client`.
-    ///
-    /// ```
-    /// use polygateway::transport::http::JsonEndpoint;
-    /// // A trailing slash on BASE_URL does not double the separator.
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1/");
-    /// let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "chat/completions");
-    /// assert_eq!(endpoint.url(), "http://127.0.0.1:9/v1/chat/completions");
-    /// ```
-    pub fn new(settings: &SourceSettings, client: reqwest::Client, path: &str) -> Self {
+    pub(crate) fn new(settings: &SourceSettings, client: reqwest::Client, path: &str) -> Self {
         Self {
             client,
             url: format!("{}/{path}", settings.base_url.trim_end_matches('/')),
@@ -380,43 +279,16 @@ impl JsonEndpoint {
     }
 
     /// The endpoint URL.
-    ///
-    /// ```
-    /// use polygateway::transport::http::JsonEndpoint;
-    /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1");
-    /// let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "embeddings");
-    /// assert_eq!(endpoint.url(), "https://api.example.com/v1/embeddings");
-    /// ```
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
     /// A POST of a JSON `body` with the source's credentials. Fails (SourceDead) only when the
     /// key cannot be a header value.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use polygateway::actors::FailureClass;
-    /// use polygateway::config::Secret;
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
-    /// use polygateway::transport::http::JsonEndpoint;
-    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// let mut settings = polygateway::testkit::source_settings(&mock.base_url());
-    /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    /// let endpoint = JsonEndpoint::new(&settings, client.clone(), "embeddings");
-    /// let body = br#"{"model": "test-model", "input": ["hello"]}"#.to_vec();
-    /// let resp = endpoint.post_json(body).unwrap().send().await.unwrap();
-    /// assert!(resp.status().is_success());
-    /// let seen = mock.last_request().unwrap();
-    /// assert_eq!(seen.authorization.as_deref(), Some("Bearer sk-test"));
-    /// // A key that cannot be a header value: nothing is sent, the source is dead.
-    /// settings.api_key = Secret::new("sk-bad\nkey");
-    /// let broken = JsonEndpoint::new(&settings, client, "embeddings");
-    /// assert_eq!(broken.post_json(Vec::new()).unwrap_err().class, FailureClass::SourceDead);
-    /// # }
-    /// ```
-    pub fn post_json(&self, body: Vec<u8>) -> Result<reqwest::RequestBuilder, TransportError> {
+    pub(crate) fn post_json(
+        &self,
+        body: Vec<u8>,
+    ) -> Result<reqwest::RequestBuilder, TransportError> {
         let rb = self
             .client
             .post(&self.url)
@@ -432,39 +304,12 @@ impl JsonEndpoint {
 
 /// Most bytes of an error body read for classification; a larger body is cut here (the summary
 /// keeps far less, and `insufficient_quota` sits near the top of real error bodies).
-///
-/// ```
-/// use polygateway::transport::http::MAX_ERROR_BODY;
-/// // One MiB: enough for any real error document, bounded against a runaway body.
-/// assert_eq!(MAX_ERROR_BODY, 1024 * 1024);
-/// ```
-pub const MAX_ERROR_BODY: usize = 1 << 20;
+pub(crate) const MAX_ERROR_BODY: usize = 1 << 20;
 
 /// Read a non-2xx response's body (at most [`MAX_ERROR_BODY`] bytes, until `deadline`) and
 /// classify it with [`classify_status`]. A body that cannot be read in time is classified as
 /// empty: the status alone decides.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use std::time::{Duration, Instant};
-/// use polygateway::testkit::{Behaviour, MockUpstream};
-/// use polygateway::transport::http::classify_response;
-/// let mock = MockUpstream::start(Behaviour::RateLimited { retry_after_s: Some(3) }).await;
-/// let client = reqwest::Client::builder().no_proxy().build().unwrap();
-/// let resp = client
-///     .post(format!("{}/chat/completions", mock.base_url()))
-///     .json(&serde_json::json!({"model": "m", "messages": []}))
-///     .send()
-///     .await
-///     .unwrap();
-/// assert_eq!(resp.status(), 429);
-/// let err = classify_response(resp, Instant::now() + Duration::from_secs(5)).await;
-/// assert!(err.rate_limited);
-/// assert_eq!(err.retry_after, Some(Duration::from_secs(3)));
-/// # }
-/// ```
-pub async fn classify_response(
+pub(crate) async fn classify_response(
     resp: reqwest::Response,
     deadline: std::time::Instant,
 ) -> TransportError {
@@ -595,5 +440,235 @@ mod tests {
         let e = classify_status(503, &headers(None), "");
         assert_eq!(e.message, "HTTP 503 server error");
         assert_eq!(e.body_text, "");
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn build_client_example() {
+        #[tokio::main(flavor = "current_thread")]
+        async fn main() {
+            use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::http::build_client;
+            let mock = MockUpstream::start(Behaviour::healthy()).await;
+            // testkit settings have TRUST_ENV=false: no proxy from the environment.
+            let client = build_client(&crate::testkit::source_settings(&mock.base_url()));
+            let resp = client
+                .get(format!("{}/models", mock.base_url()))
+                .send()
+                .await
+                .unwrap();
+            assert!(resp.status().is_success());
+        }
+        main();
+    }
+
+    #[test]
+    fn parse_retry_after_example() {
+        use crate::transport::http::parse_retry_after;
+        use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        assert_eq!(
+            parse_retry_after(&h),
+            Some(std::time::Duration::from_secs(7))
+        );
+        h.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(parse_retry_after(&h), None);
+    }
+
+    #[test]
+    fn parse_rate_limit_example() {
+        use crate::transport::http::parse_rate_limit;
+        use reqwest::header::{HeaderMap, HeaderValue};
+        use std::time::Duration;
+        let mut h = HeaderMap::new();
+        assert_eq!(parse_rate_limit(&h), None);
+        h.insert(
+            "x-ratelimit-remaining-requests",
+            HeaderValue::from_static("59"),
+        );
+        h.insert("x-ratelimit-reset-requests", HeaderValue::from_static("1s"));
+        let hint = parse_rate_limit(&h).unwrap();
+        assert_eq!(
+            (hint.limit, hint.remaining, hint.reset),
+            (None, Some(59), Some(Duration::from_secs(1)))
+        );
+    }
+
+    #[test]
+    fn parse_reset_duration_example() {
+        use crate::transport::http::parse_reset_duration;
+        use std::time::Duration;
+        assert_eq!(
+            parse_reset_duration("20ms"),
+            Some(Duration::from_millis(20))
+        );
+        assert_eq!(parse_reset_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(
+            parse_reset_duration("0.5"),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(parse_reset_duration("soon"), None);
+    }
+
+    #[test]
+    fn classify_status_example() {
+        use crate::ports::{FailureClass, SourceReason};
+        use crate::transport::http::classify_status;
+        use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+        use std::time::Duration;
+
+        let e = classify_status(401, &HeaderMap::new(), r#"{"error": "invalid api key"}"#);
+        assert_eq!(
+            (e.class, e.status, e.answered),
+            (FailureClass::SourceDead, Some(401), true)
+        );
+        assert_eq!(
+            e.message,
+            r#"HTTP 401 unauthorized: {"error": "invalid api key"}"#
+        );
+
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
+        let e = classify_status(429, &headers, "slow down");
+        assert_eq!(e.reason, SourceReason::RateLimited);
+        assert!(e.rate_limited);
+        assert_eq!(e.retry_after, Some(Duration::from_secs(2)));
+
+        // The same status with a quota error is a dead source, not pushback.
+        let e = classify_status(
+            429,
+            &headers,
+            r#"{"error": {"code": "insufficient_quota"}}"#,
+        );
+        assert_eq!(e.class, FailureClass::SourceDead);
+    }
+
+    #[test]
+    fn classify_reqwest_example() {
+        #[tokio::main(flavor = "current_thread")]
+        async fn main() {
+            use crate::ports::{FailureClass, SourceReason};
+            use crate::transport::http::classify_reqwest;
+            // A port nobody listens on.
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let url = format!("http://127.0.0.1:{port}/v1/models?key=secret");
+            let err = client.get(&url).send().await.unwrap_err();
+            let e = classify_reqwest(&err);
+            assert_eq!(
+                (e.class, e.reason),
+                (FailureClass::Transient, SourceReason::NetworkError)
+            );
+            assert!(e.message.starts_with("connect error"), "{}", e.message);
+            assert!(!e.message.contains("secret")); // the query string is never echoed
+        }
+        main();
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn json_endpoint_example() {
+        use crate::transport::http::JsonEndpoint;
+        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "embeddings");
+        // Debug shows where it posts, never the credentials.
+        let shown = format!("{endpoint:?}");
+        assert!(shown.contains("http://127.0.0.1:9/v1/embeddings"));
+        assert!(!shown.contains("sk-test"));
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn json_endpoint_new_example() {
+        use crate::transport::http::JsonEndpoint;
+        // A trailing slash on BASE_URL does not double the separator.
+        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1/");
+        let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "chat/completions");
+        assert_eq!(endpoint.url(), "http://127.0.0.1:9/v1/chat/completions");
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn json_endpoint_url_example() {
+        use crate::transport::http::JsonEndpoint;
+        let settings = crate::testkit::source_settings("https://api.example.com/v1");
+        let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "embeddings");
+        assert_eq!(endpoint.url(), "https://api.example.com/v1/embeddings");
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn json_endpoint_post_json_example() {
+        #[tokio::main(flavor = "current_thread")]
+        async fn main() {
+            use crate::config::Secret;
+            use crate::ports::FailureClass;
+            use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::http::JsonEndpoint;
+            let mock = MockUpstream::start(Behaviour::healthy()).await;
+            let mut settings = crate::testkit::source_settings(&mock.base_url());
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let endpoint = JsonEndpoint::new(&settings, client.clone(), "embeddings");
+            let body = br#"{"model": "test-model", "input": ["hello"]}"#.to_vec();
+            let resp = endpoint.post_json(body).unwrap().send().await.unwrap();
+            assert!(resp.status().is_success());
+            let seen = mock.last_request().unwrap();
+            assert_eq!(seen.authorization.as_deref(), Some("Bearer sk-test"));
+            // A key that cannot be a header value: nothing is sent, the source is dead.
+            settings.api_key = Secret::new("sk-bad\nkey");
+            let broken = JsonEndpoint::new(&settings, client, "embeddings");
+            assert_eq!(
+                broken.post_json(Vec::new()).unwrap_err().class,
+                FailureClass::SourceDead
+            );
+        }
+        main();
+    }
+
+    #[test]
+    fn max_error_body_example() {
+        use crate::transport::http::MAX_ERROR_BODY;
+        // One MiB: enough for any real error document, bounded against a runaway body.
+        assert_eq!(MAX_ERROR_BODY, 1024 * 1024);
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn classify_response_example() {
+        #[tokio::main(flavor = "current_thread")]
+        async fn main() {
+            use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::http::classify_response;
+            use std::time::{Duration, Instant};
+            let mock = MockUpstream::start(Behaviour::RateLimited {
+                retry_after_s: Some(3),
+            })
+            .await;
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let resp = client
+                .post(format!("{}/chat/completions", mock.base_url()))
+                .json(&serde_json::json!({"model": "m", "messages": []}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 429);
+            let err = classify_response(resp, Instant::now() + Duration::from_secs(5)).await;
+            assert!(err.rate_limited);
+            assert_eq!(err.retry_after, Some(Duration::from_secs(3)));
+        }
+        main();
     }
 }

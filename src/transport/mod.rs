@@ -4,19 +4,23 @@
 //! into [`crate::TransportError`]. Retry, switching and breaking are the runtime's business, not
 //! this module's.
 //!
-//! - [`http`]: client construction and status / network-error classification (shared);
-//! - [`sse`]: incremental SSE framing; [`wire`]: OpenAI JSON shapes; [`think`]: `<think>` tags;
-//! - [`watchdog`]: TTFT / inter-token / total deadlines;
-//! - [`chat`]: the chat transport; [`embeddings`]: the embeddings transport.
+//! Public: the three shipped transports, [`chat`], [`embeddings`] and [`ocr`], with their request
+//! and answer types, for users who run the `polygateway-actors` runtime over them or wrap them in
+//! a transport of their own. Crate-private, free to change: `http` (client construction, status
+//! and network-error classification), `sse` (incremental SSE framing), `wire` (OpenAI JSON
+//! shapes), `think` (`<think>` tags), `watchdog` (TTFT / inter-token / total deadlines) and the
+//! MonkeyOCR readers.
 
 pub mod chat;
 pub mod embeddings;
-pub mod http;
+pub(crate) mod http;
 pub mod ocr;
-pub mod sse;
-pub mod think;
-pub mod watchdog;
-pub mod wire;
+pub(crate) mod sse;
+#[cfg(test)]
+mod sse_rechunk;
+pub(crate) mod think;
+pub(crate) mod watchdog;
+pub(crate) mod wire;
 
 pub use chat::{ChatDelta, ChatTransport, ChatWireRequest};
 pub use embeddings::{EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest};

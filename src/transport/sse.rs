@@ -11,38 +11,14 @@
 //! that never sends a line end. Real chat frames are a few hundred bytes.
 
 /// The largest SSE line, and the largest joined `data` of one event, the parser buffers (8 MiB).
-///
-/// ```
-/// use polygateway::transport::sse::{SseParser, MAX_FRAME_BYTES};
-/// let mut parser = SseParser::new();
-/// let mut out = Vec::new();
-/// // A line that never ends stops being buffered at the cap.
-/// let endless = vec![b'x'; MAX_FRAME_BYTES + 1];
-/// let err = parser.feed(&endless, &mut out).unwrap_err();
-/// assert_eq!(err.limit, MAX_FRAME_BYTES);
-/// ```
-pub const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
 
 /// A line or event longer than [`MAX_FRAME_BYTES`]: the stream is unusable (the chat transport
 /// turns it into a Transient error). The parser must not be fed again after it.
-///
-/// ```
-/// use polygateway::transport::sse::{SseParser, MAX_FRAME_BYTES};
-/// let mut parser = SseParser::new();
-/// let mut out = Vec::new();
-/// // Many short `data` lines that never end the event add up too.
-/// let line = format!("data: {}\n", "y".repeat(1024 * 1024));
-/// let result = (0..9).try_for_each(|_| parser.feed(line.as_bytes(), &mut out));
-/// assert_eq!(
-///     result.unwrap_err().to_string(),
-///     "SSE line or event larger than the 8388608-byte cap"
-/// );
-/// assert!(out.is_empty());
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FrameTooLarge {
+pub(crate) struct FrameTooLarge {
     /// The cap that was exceeded, in bytes.
-    pub limit: usize,
+    pub(crate) limit: usize,
 }
 
 impl std::fmt::Display for FrameTooLarge {
@@ -58,23 +34,8 @@ impl std::fmt::Display for FrameTooLarge {
 impl std::error::Error for FrameTooLarge {}
 
 /// One dispatched SSE event.
-///
-/// ```
-/// use polygateway::transport::sse::{SseEvent, SseParser};
-/// let mut parser = SseParser::new();
-/// let mut events = Vec::new();
-/// parser.feed(b"data: {\"n\":1}\n\ndata: [DONE]\n\n", &mut events).unwrap();
-/// let mut frames = Vec::new();
-/// for event in events {
-///     match event {
-///         SseEvent::Data(json) => frames.push(json),
-///         SseEvent::Done => break,
-///     }
-/// }
-/// assert_eq!(frames, ["{\"n\":1}"]);
-/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SseEvent {
+pub(crate) enum SseEvent {
     /// The `data` of an event (multi-line data joined with `\n`).
     Data(String),
     /// The `[DONE]` sentinel.
@@ -82,17 +43,8 @@ pub enum SseEvent {
 }
 
 /// Incremental SSE parser. Feed chunks as they arrive, call [`SseParser::finish`] at EOF.
-///
-/// ```
-/// use polygateway::transport::sse::{SseEvent, SseParser};
-/// let mut p = SseParser::new();
-/// let mut out = Vec::new();
-/// p.feed(b"data: {\"a\"", &mut out).unwrap();
-/// p.feed(b":1}\r\n\r\n: keep-alive\n\ndata:[DONE]\n\n", &mut out).unwrap();
-/// assert_eq!(out, vec![SseEvent::Data("{\"a\":1}".into()), SseEvent::Done]);
-/// ```
 #[derive(Debug, Default)]
-pub struct SseParser {
+pub(crate) struct SseParser {
     /// Bytes of the current, not yet terminated line.
     line: Vec<u8>,
     /// Data lines of the current event, each followed by `\n`.
@@ -105,31 +57,16 @@ pub struct SseParser {
 
 impl SseParser {
     /// A parser with empty state.
-    ///
-    /// ```
-    /// use polygateway::transport::sse::SseParser;
-    /// let mut parser = SseParser::new();
-    /// let mut out = Vec::new();
-    /// parser.finish(&mut out).unwrap(); // nothing fed, nothing pending
-    /// assert!(out.is_empty());
-    /// ```
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Consume one chunk, appending every event it completes to `out`.
-    ///
-    /// ```
-    /// use polygateway::transport::sse::{SseEvent, SseParser};
-    /// let mut parser = SseParser::new();
-    /// let mut out = Vec::new();
-    /// // A chunk boundary inside "é" (0xC3 0xA9) and a two-line data field.
-    /// parser.feed(b"data: caf\xC3", &mut out).unwrap();
-    /// assert!(out.is_empty()); // no blank line yet: the event is not complete
-    /// parser.feed(b"\xA9\r\ndata: au lait\r\n\r\n", &mut out).unwrap();
-    /// assert_eq!(out, [SseEvent::Data("café\nau lait".into())]);
-    /// ```
-    pub fn feed(&mut self, mut chunk: &[u8], out: &mut Vec<SseEvent>) -> Result<(), FrameTooLarge> {
+    pub(crate) fn feed(
+        &mut self,
+        mut chunk: &[u8],
+        out: &mut Vec<SseEvent>,
+    ) -> Result<(), FrameTooLarge> {
         // An empty chunk (HTTP/2 allows empty DATA frames) must not end a pending CR: the LF
         // of that CRLF may still come in the next one.
         if self.pending_cr && !chunk.is_empty() {
@@ -172,18 +109,7 @@ impl SseParser {
     }
 
     /// End of input: an unterminated last line is processed and a pending event delivered.
-    ///
-    /// ```
-    /// use polygateway::transport::sse::{SseEvent, SseParser};
-    /// let mut parser = SseParser::new();
-    /// let mut out = Vec::new();
-    /// // The upstream closed the connection right after the last data line.
-    /// parser.feed(b"data: tail", &mut out).unwrap();
-    /// assert!(out.is_empty());
-    /// parser.finish(&mut out).unwrap();
-    /// assert_eq!(out, [SseEvent::Data("tail".into())]);
-    /// ```
-    pub fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), FrameTooLarge> {
+    pub(crate) fn finish(&mut self, out: &mut Vec<SseEvent>) -> Result<(), FrameTooLarge> {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             self.process_line(&line, out)?;
@@ -371,5 +297,103 @@ mod tests {
         // 8 lines of 1 MiB plus the joining newlines: past 8 MiB.
         assert_eq!(p.feed(line.as_bytes(), &mut out), Err(too_large()));
         assert!(out.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn max_frame_bytes_example() {
+        use crate::transport::sse::{SseParser, MAX_FRAME_BYTES};
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        // A line that never ends stops being buffered at the cap.
+        let endless = vec![b'x'; MAX_FRAME_BYTES + 1];
+        let err = parser.feed(&endless, &mut out).unwrap_err();
+        assert_eq!(err.limit, MAX_FRAME_BYTES);
+    }
+
+    #[test]
+    fn frame_too_large_example() {
+        use crate::transport::sse::SseParser;
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        // Many short `data` lines that never end the event add up too.
+        let line = format!("data: {}\n", "y".repeat(1024 * 1024));
+        let result = (0..9).try_for_each(|_| parser.feed(line.as_bytes(), &mut out));
+        assert_eq!(
+            result.unwrap_err().to_string(),
+            "SSE line or event larger than the 8388608-byte cap"
+        );
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn sse_event_example() {
+        use crate::transport::sse::{SseEvent, SseParser};
+        let mut parser = SseParser::new();
+        let mut events = Vec::new();
+        parser
+            .feed(b"data: {\"n\":1}\n\ndata: [DONE]\n\n", &mut events)
+            .unwrap();
+        let mut frames = Vec::new();
+        for event in events {
+            match event {
+                SseEvent::Data(json) => frames.push(json),
+                SseEvent::Done => break,
+            }
+        }
+        assert_eq!(frames, ["{\"n\":1}"]);
+    }
+
+    #[test]
+    fn sse_parser_example() {
+        use crate::transport::sse::{SseEvent, SseParser};
+        let mut p = SseParser::new();
+        let mut out = Vec::new();
+        p.feed(b"data: {\"a\"", &mut out).unwrap();
+        p.feed(b":1}\r\n\r\n: keep-alive\n\ndata:[DONE]\n\n", &mut out)
+            .unwrap();
+        assert_eq!(
+            out,
+            vec![SseEvent::Data("{\"a\":1}".into()), SseEvent::Done]
+        );
+    }
+
+    #[test]
+    fn sse_parser_new_example() {
+        use crate::transport::sse::SseParser;
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        parser.finish(&mut out).unwrap(); // nothing fed, nothing pending
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn sse_parser_feed_example() {
+        use crate::transport::sse::{SseEvent, SseParser};
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        // A chunk boundary inside "é" (0xC3 0xA9) and a two-line data field.
+        parser.feed(b"data: caf\xC3", &mut out).unwrap();
+        assert!(out.is_empty()); // no blank line yet: the event is not complete
+        parser
+            .feed(b"\xA9\r\ndata: au lait\r\n\r\n", &mut out)
+            .unwrap();
+        assert_eq!(out, [SseEvent::Data("café\nau lait".into())]);
+    }
+
+    #[test]
+    fn sse_parser_finish_example() {
+        use crate::transport::sse::{SseEvent, SseParser};
+        let mut parser = SseParser::new();
+        let mut out = Vec::new();
+        // The upstream closed the connection right after the last data line.
+        parser.feed(b"data: tail", &mut out).unwrap();
+        assert!(out.is_empty());
+        parser.finish(&mut out).unwrap();
+        assert_eq!(out, [SseEvent::Data("tail".into())]);
     }
 }

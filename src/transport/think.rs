@@ -11,19 +11,8 @@ const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
 
 /// Incremental think-tag splitter.
-///
-/// ```
-/// use polygateway::transport::chat::ChatDelta;
-/// use polygateway::transport::think::ThinkSplitter;
-/// let mut s = ThinkSplitter::new();
-/// let mut out = Vec::new();
-/// s.push("<thi", &mut out);
-/// s.push("nk>why</think>\n\nanswer", &mut out);
-/// s.finish(&mut out);
-/// assert_eq!(out, vec![ChatDelta::Reasoning("why".into()), ChatDelta::Content("answer".into())]);
-/// ```
 #[derive(Debug, Default)]
-pub struct ThinkSplitter {
+pub(crate) struct ThinkSplitter {
     in_think: bool,
     /// A tail that may be the start of the next tag.
     pending: String,
@@ -33,34 +22,12 @@ pub struct ThinkSplitter {
 
 impl ThinkSplitter {
     /// A splitter outside any think block.
-    ///
-    /// ```
-    /// use polygateway::transport::chat::ChatDelta;
-    /// use polygateway::transport::think::ThinkSplitter;
-    /// let mut splitter = ThinkSplitter::new();
-    /// let mut out = Vec::new();
-    /// // Outside a think block, content passes through unchanged.
-    /// splitter.push("plain answer", &mut out);
-    /// assert_eq!(out, [ChatDelta::Content("plain answer".into())]);
-    /// ```
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Split one content delta, appending the resulting pieces to `out`.
-    ///
-    /// ```
-    /// use polygateway::transport::chat::ChatDelta;
-    /// use polygateway::transport::think::ThinkSplitter;
-    /// let mut splitter = ThinkSplitter::new();
-    /// let mut out = Vec::new();
-    /// // What may be the start of a tag is held back until the next delta decides.
-    /// splitter.push("Hi <th", &mut out);
-    /// assert_eq!(out, [ChatDelta::Content("Hi ".into())]);
-    /// splitter.push("ink>plan", &mut out);
-    /// assert_eq!(out[1], ChatDelta::Reasoning("plan".into()));
-    /// ```
-    pub fn push(&mut self, text: &str, out: &mut Vec<ChatDelta>) {
+    pub(crate) fn push(&mut self, text: &str, out: &mut Vec<ChatDelta>) {
         let mut buf = std::mem::take(&mut self.pending);
         buf.push_str(text);
         let mut rest: &str = &buf;
@@ -83,19 +50,7 @@ impl ThinkSplitter {
     }
 
     /// End of stream: a held partial tag is plain text after all.
-    ///
-    /// ```
-    /// use polygateway::transport::chat::ChatDelta;
-    /// use polygateway::transport::think::ThinkSplitter;
-    /// let mut splitter = ThinkSplitter::new();
-    /// let mut out = Vec::new();
-    /// splitter.push("a <", &mut out);
-    /// assert_eq!(out, [ChatDelta::Content("a ".into())]);
-    /// // The stream ended: the held "<" was never a tag.
-    /// splitter.finish(&mut out);
-    /// assert_eq!(out[1], ChatDelta::Content("<".into()));
-    /// ```
-    pub fn finish(&mut self, out: &mut Vec<ChatDelta>) {
+    pub(crate) fn finish(&mut self, out: &mut Vec<ChatDelta>) {
         let pending = std::mem::take(&mut self.pending);
         self.emit(&pending, out);
     }
@@ -189,5 +144,65 @@ mod tests {
             split(&["<think>想</th", "ink>好的<"]),
             ("好的<".into(), "想".into())
         );
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn think_splitter_example() {
+        use crate::transport::chat::ChatDelta;
+        use crate::transport::think::ThinkSplitter;
+        let mut s = ThinkSplitter::new();
+        let mut out = Vec::new();
+        s.push("<thi", &mut out);
+        s.push("nk>why</think>\n\nanswer", &mut out);
+        s.finish(&mut out);
+        assert_eq!(
+            out,
+            vec![
+                ChatDelta::Reasoning("why".into()),
+                ChatDelta::Content("answer".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn think_splitter_new_example() {
+        use crate::transport::chat::ChatDelta;
+        use crate::transport::think::ThinkSplitter;
+        let mut splitter = ThinkSplitter::new();
+        let mut out = Vec::new();
+        // Outside a think block, content passes through unchanged.
+        splitter.push("plain answer", &mut out);
+        assert_eq!(out, [ChatDelta::Content("plain answer".into())]);
+    }
+
+    #[test]
+    fn think_splitter_push_example() {
+        use crate::transport::chat::ChatDelta;
+        use crate::transport::think::ThinkSplitter;
+        let mut splitter = ThinkSplitter::new();
+        let mut out = Vec::new();
+        // What may be the start of a tag is held back until the next delta decides.
+        splitter.push("Hi <th", &mut out);
+        assert_eq!(out, [ChatDelta::Content("Hi ".into())]);
+        splitter.push("ink>plan", &mut out);
+        assert_eq!(out[1], ChatDelta::Reasoning("plan".into()));
+    }
+
+    #[test]
+    fn think_splitter_finish_example() {
+        use crate::transport::chat::ChatDelta;
+        use crate::transport::think::ThinkSplitter;
+        let mut splitter = ThinkSplitter::new();
+        let mut out = Vec::new();
+        splitter.push("a <", &mut out);
+        assert_eq!(out, [ChatDelta::Content("a ".into())]);
+        // The stream ended: the held "<" was never a tag.
+        splitter.finish(&mut out);
+        assert_eq!(out[1], ChatDelta::Content("<".into()));
     }
 }

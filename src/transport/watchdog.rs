@@ -17,19 +17,8 @@ use crate::config::SourceSettings;
 use crate::error::TransportError;
 
 /// Which deadline fired.
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// use polygateway::transport::watchdog::{StallClock, StallLayer, StallLimits};
-/// let t0 = Instant::now();
-/// let s = Duration::from_secs;
-/// // A TTFT limit longer than the whole attempt: the total deadline is the one that fires.
-/// let c = StallClock::new(t0, StallLimits { ttft: s(90), inter_token: s(5), total: s(60) });
-/// assert_eq!(c.check(t0 + s(59)), Ok(()));
-/// assert_eq!(c.check(t0 + s(60)), Err(StallLayer::Total));
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StallLayer {
+pub(crate) enum StallLayer {
     /// No token within the TTFT deadline since the attempt started.
     Ttft,
     /// No token within the inter-token deadline since the previous one.
@@ -40,14 +29,7 @@ pub enum StallLayer {
 
 impl StallLayer {
     /// The layer's name in error messages: `ttft`, `inter_token`, `total`.
-    ///
-    /// ```
-    /// use polygateway::transport::watchdog::StallLayer;
-    /// assert_eq!(StallLayer::Ttft.as_str(), "ttft");
-    /// assert_eq!(StallLayer::InterToken.as_str(), "inter_token");
-    /// assert_eq!(StallLayer::Total.as_str(), "total");
-    /// ```
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             StallLayer::Ttft => "ttft",
             StallLayer::InterToken => "inter_token",
@@ -57,44 +39,19 @@ impl StallLayer {
 }
 
 /// The three deadlines of a streaming attempt.
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// use polygateway::transport::watchdog::{StallClock, StallLayer, StallLimits};
-/// let limits = StallLimits {
-///     ttft: Duration::from_secs(10),
-///     inter_token: Duration::from_secs(2),
-///     total: Duration::from_secs(60),
-/// };
-/// // Before any token, the attempt waits at most `ttft`.
-/// let t0 = Instant::now();
-/// let clock = StallClock::new(t0, limits);
-/// assert_eq!(clock.deadline(), (t0 + limits.ttft, StallLayer::Ttft));
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StallLimits {
+pub(crate) struct StallLimits {
     /// Time to first token.
-    pub ttft: Duration,
+    pub(crate) ttft: Duration,
     /// Largest allowed gap between tokens.
-    pub inter_token: Duration,
+    pub(crate) inter_token: Duration,
     /// Whole attempt.
-    pub total: Duration,
+    pub(crate) total: Duration,
 }
 
 impl StallLimits {
     /// The limits configured for a source.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway::transport::watchdog::StallLimits;
-    /// // TIMEOUT_S=30, TTFT_TIMEOUT_S=10, INTER_TOKEN_TIMEOUT_S=5
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
-    /// let limits = StallLimits::from_settings(&settings);
-    /// assert_eq!(limits.ttft, Duration::from_secs(10));
-    /// assert_eq!(limits.inter_token, Duration::from_secs(5));
-    /// assert_eq!(limits.total, settings.timeout);
-    /// ```
-    pub fn from_settings(settings: &SourceSettings) -> Self {
+    pub(crate) fn from_settings(settings: &SourceSettings) -> Self {
         Self {
             ttft: settings.ttft_timeout,
             inter_token: settings.inter_token_timeout,
@@ -103,17 +60,7 @@ impl StallLimits {
     }
 
     /// The layer's configured limit.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway::transport::watchdog::{StallLayer, StallLimits};
-    /// let s = Duration::from_secs;
-    /// let limits = StallLimits { ttft: s(10), inter_token: s(2), total: s(60) };
-    /// assert_eq!(limits.of(StallLayer::Ttft), s(10));
-    /// assert_eq!(limits.of(StallLayer::InterToken), s(2));
-    /// assert_eq!(limits.of(StallLayer::Total), s(60));
-    /// ```
-    pub fn of(&self, layer: StallLayer) -> Duration {
+    pub(crate) fn of(&self, layer: StallLayer) -> Duration {
         match layer {
             StallLayer::Ttft => self.ttft,
             StallLayer::InterToken => self.inter_token,
@@ -123,21 +70,8 @@ impl StallLimits {
 }
 
 /// Sans-I/O stall clock of one attempt.
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// use polygateway::transport::watchdog::{StallClock, StallLayer, StallLimits};
-/// let t0 = Instant::now();
-/// let s = Duration::from_secs;
-/// let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
-/// assert_eq!(c.deadline(), (t0 + s(10), StallLayer::Ttft));
-/// c.on_token(t0 + s(3));
-/// assert_eq!(c.deadline(), (t0 + s(5), StallLayer::InterToken));
-/// assert_eq!(c.check(t0 + s(6)), Err(StallLayer::InterToken));
-/// assert_eq!(c.ttft_ms(), Some(3000.0));
-/// ```
 #[derive(Debug, Clone)]
-pub struct StallClock {
+pub(crate) struct StallClock {
     start: Instant,
     limits: StallLimits,
     first_token: Option<Instant>,
@@ -147,18 +81,7 @@ pub struct StallClock {
 
 impl StallClock {
     /// A clock for an attempt that started at `start`.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLimits};
-    /// let s = Duration::from_secs;
-    /// let t0 = Instant::now();
-    /// let clock = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
-    /// assert_eq!(clock.start(), t0);
-    /// assert!(!clock.has_token());
-    /// assert_eq!(clock.ttft_ms(), None);
-    /// ```
-    pub fn new(start: Instant, limits: StallLimits) -> Self {
+    pub(crate) fn new(start: Instant, limits: StallLimits) -> Self {
         Self {
             start,
             limits,
@@ -169,41 +92,13 @@ impl StallClock {
     }
 
     /// When the attempt started.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLimits};
-    /// let s = Duration::from_secs;
-    /// let t0 = Instant::now();
-    /// let mut clock = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
-    /// assert_eq!(clock.start(), t0);
-    /// // TTFT (and the attempt's latency) are measured from the start.
-    /// clock.on_token(clock.start() + Duration::from_millis(1500));
-    /// assert_eq!(clock.ttft_ms(), Some(1500.0));
-    /// ```
-    pub fn start(&self) -> Instant {
+    pub(crate) fn start(&self) -> Instant {
         self.start
     }
 
     /// The earliest deadline in force and its layer. Before the first token: TTFT or total;
     /// after: inter-token or total. On a tie the narrower layer is named.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLayer, StallLimits};
-    /// let s = Duration::from_secs;
-    /// let t0 = Instant::now();
-    /// let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(20) });
-    /// assert_eq!(c.deadline(), (t0 + s(10), StallLayer::Ttft));
-    /// c.on_token(t0 + s(4));
-    /// assert_eq!(c.deadline(), (t0 + s(6), StallLayer::InterToken));
-    /// // A token at 18 s: the inter-token deadline (20 s) ties with the total one; the narrower is named.
-    /// c.on_token(t0 + s(18));
-    /// assert_eq!(c.deadline(), (t0 + s(20), StallLayer::InterToken));
-    /// c.on_token(t0 + s(19));
-    /// assert_eq!(c.deadline(), (t0 + s(20), StallLayer::Total));
-    /// ```
-    pub fn deadline(&self) -> (Instant, StallLayer) {
+    pub(crate) fn deadline(&self) -> (Instant, StallLayer) {
         let total = self.start + self.limits.total;
         let (local, layer) = match self.last_token {
             None => (self.start + self.limits.ttft, StallLayer::Ttft),
@@ -218,35 +113,14 @@ impl StallClock {
 
     /// The total deadline alone (for phases where tokens are not expected, e.g. a non-streaming
     /// body or a consumer that is slow to take a delta).
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLimits};
-    /// let s = Duration::from_secs;
-    /// let t0 = Instant::now();
-    /// let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
-    /// c.on_token(t0 + s(1));
-    /// // Tokens move the deadline in force, never the total one.
-    /// assert_eq!(c.deadline().0, t0 + s(3));
-    /// assert_eq!(c.total_deadline(), t0 + s(60));
-    /// ```
-    pub fn total_deadline(&self) -> Instant {
+    pub(crate) fn total_deadline(&self) -> Instant {
         self.start + self.limits.total
     }
 
-    /// `Err(layer)` when `now` is at or past the deadline in force.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLayer, StallLimits};
-    /// let ms = Duration::from_millis;
-    /// let t0 = Instant::now();
-    /// let c = StallClock::new(t0, StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(500) });
-    /// assert_eq!(c.check(t0 + ms(99)), Ok(()));
-    /// // "At or past": the deadline instant itself has fired.
-    /// assert_eq!(c.check(t0 + ms(100)), Err(StallLayer::Ttft));
-    /// ```
-    pub fn check(&self, now: Instant) -> Result<(), StallLayer> {
+    /// `Err(layer)` when `now` is at or past the deadline in force (tests ask; the watchdog
+    /// sleeps until [`StallClock::deadline`] instead).
+    #[cfg(test)]
+    pub(crate) fn check(&self, now: Instant) -> Result<(), StallLayer> {
         let (deadline, layer) = self.deadline();
         if now >= deadline {
             Err(layer)
@@ -256,19 +130,7 @@ impl StallClock {
     }
 
     /// A token (content or reasoning delta) arrived at `now`.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLayer, StallLimits};
-    /// let ms = Duration::from_millis;
-    /// let t0 = Instant::now();
-    /// let mut c = StallClock::new(t0, StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(500) });
-    /// c.on_token(t0 + ms(40));
-    /// assert!(c.has_token());
-    /// // The next token is now due within the inter-token limit of the last one.
-    /// assert_eq!(c.deadline(), (t0 + ms(70), StallLayer::InterToken));
-    /// ```
-    pub fn on_token(&mut self, now: Instant) {
+    pub(crate) fn on_token(&mut self, now: Instant) {
         if let Some(last) = self.last_token {
             let gap = now.saturating_duration_since(last);
             self.max_gap = Some(self.max_gap.map_or(gap, |m| m.max(gap)));
@@ -279,54 +141,19 @@ impl StallClock {
     }
 
     /// Time from start to the first token, in milliseconds.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLimits};
-    /// let ms = Duration::from_millis;
-    /// let t0 = Instant::now();
-    /// let mut c = StallClock::new(t0, StallLimits { ttft: ms(1000), inter_token: ms(300), total: ms(5000) });
-    /// assert_eq!(c.ttft_ms(), None);
-    /// c.on_token(t0 + ms(250));
-    /// c.on_token(t0 + ms(400)); // later tokens do not change it
-    /// assert_eq!(c.ttft_ms(), Some(250.0));
-    /// ```
-    pub fn ttft_ms(&self) -> Option<f64> {
+    pub(crate) fn ttft_ms(&self) -> Option<f64> {
         self.first_token
             .map(|t| ms(t.saturating_duration_since(self.start)))
     }
 
     /// Largest gap between two tokens, in milliseconds (`None` with fewer than two tokens).
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLimits};
-    /// let ms = Duration::from_millis;
-    /// let t0 = Instant::now();
-    /// let mut c = StallClock::new(t0, StallLimits { ttft: ms(1000), inter_token: ms(500), total: ms(5000) });
-    /// c.on_token(t0 + ms(100));
-    /// assert_eq!(c.max_inter_token_ms(), None); // one token: no gap yet
-    /// c.on_token(t0 + ms(400));
-    /// c.on_token(t0 + ms(500));
-    /// assert_eq!(c.max_inter_token_ms(), Some(300.0));
-    /// ```
-    pub fn max_inter_token_ms(&self) -> Option<f64> {
+    pub(crate) fn max_inter_token_ms(&self) -> Option<f64> {
         self.max_gap.map(ms)
     }
 
     /// `true` once a token arrived.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway::transport::watchdog::{StallClock, StallLimits};
-    /// let s = Duration::from_secs;
-    /// let t0 = Instant::now();
-    /// let mut c = StallClock::new(t0, StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
-    /// assert!(!c.has_token());
-    /// c.on_token(t0 + s(1));
-    /// assert!(c.has_token());
-    /// ```
-    pub fn has_token(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_token(&self) -> bool {
         self.first_token.is_some()
     }
 }
@@ -336,152 +163,42 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// The current instant on tokio's clock (which `tokio::time::pause` controls), as a std instant.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// use std::time::Duration;
-/// use polygateway::transport::watchdog::now;
-/// let before = now();
-/// // A paused tokio clock moves only when told to, and `now` follows it.
-/// tokio::time::advance(Duration::from_secs(5)).await;
-/// assert_eq!(now() - before, Duration::from_secs(5));
-/// # }
-/// ```
-pub fn now() -> Instant {
+pub(crate) fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
 /// Applies a [`StallClock`] to the futures of one attempt.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// use std::time::Duration;
-/// use polygateway::transport::watchdog::{StallLimits, Watchdog};
-/// let ms = Duration::from_millis;
-/// let mut w = Watchdog::start(StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(120) });
-/// // A stream that sends a token every 25 ms never stalls, but runs into the total deadline.
-/// let mut tokens = 0;
-/// let err = loop {
-///     match w.guard(tokio::time::sleep(ms(25))).await {
-///         Ok(()) => {
-///             w.on_token();
-///             tokens += 1;
-///         }
-///         Err(e) => break e,
-///     }
-/// };
-/// assert_eq!(tokens, 4);
-/// assert_eq!(err.message, "watchdog: total deadline of 0.120s exceeded");
-/// # }
-/// ```
 #[derive(Debug, Clone)]
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     clock: StallClock,
 }
 
 impl Watchdog {
     /// Start watching now.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway::transport::watchdog::{now, StallLayer, StallLimits, Watchdog};
-    /// let s = Duration::from_secs;
-    /// let w = Watchdog::start(StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
-    /// assert_eq!(w.clock().start(), now());
-    /// assert_eq!(w.clock().deadline(), (now() + s(10), StallLayer::Ttft));
-    /// # }
-    /// ```
-    pub fn start(limits: StallLimits) -> Self {
+    pub(crate) fn start(limits: StallLimits) -> Self {
         Self {
             clock: StallClock::new(now(), limits),
         }
     }
 
     /// The underlying clock.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway::transport::watchdog::{StallLimits, Watchdog};
-    /// let ms = Duration::from_millis;
-    /// let mut w = Watchdog::start(StallLimits { ttft: ms(1000), inter_token: ms(100), total: ms(5000) });
-    /// tokio::time::advance(ms(250)).await;
-    /// w.on_token();
-    /// tokio::time::advance(ms(40)).await;
-    /// w.on_token();
-    /// // The response's timing fields come from the clock.
-    /// assert_eq!(w.clock().ttft_ms(), Some(250.0));
-    /// assert_eq!(w.clock().max_inter_token_ms(), Some(40.0));
-    /// # }
-    /// ```
-    pub fn clock(&self) -> &StallClock {
+    pub(crate) fn clock(&self) -> &StallClock {
         &self.clock
     }
 
     /// Record a token arriving now.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway::transport::watchdog::{now, StallLayer, StallLimits, Watchdog};
-    /// let ms = Duration::from_millis;
-    /// let mut w = Watchdog::start(StallLimits { ttft: ms(1000), inter_token: ms(100), total: ms(5000) });
-    /// tokio::time::advance(ms(300)).await;
-    /// w.on_token();
-    /// assert_eq!(w.clock().deadline(), (now() + ms(100), StallLayer::InterToken));
-    /// # }
-    /// ```
-    pub fn on_token(&mut self) {
+    pub(crate) fn on_token(&mut self) {
         self.clock.on_token(now());
     }
 
     /// Await `fut` under the deadline in force (TTFT / inter-token / total).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway::actors::SourceReason;
-    /// use polygateway::transport::watchdog::{StallLimits, Watchdog};
-    /// let ms = Duration::from_millis;
-    /// let w = Watchdog::start(StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(1000) });
-    /// // A read that completes in time passes its output through.
-    /// assert_eq!(w.guard(async { 42 }).await.unwrap(), 42);
-    /// // No first token within 100 ms: the TTFT layer fires.
-    /// let err = w.guard(tokio::time::sleep(ms(150))).await.unwrap_err();
-    /// assert_eq!(err.reason, SourceReason::Timeout);
-    /// assert_eq!(err.message, "watchdog: ttft deadline of 0.100s exceeded");
-    /// # }
-    /// ```
-    pub async fn guard<F: Future>(&self, fut: F) -> Result<F::Output, TransportError> {
+    pub(crate) async fn guard<F: Future>(&self, fut: F) -> Result<F::Output, TransportError> {
         let (deadline, layer) = self.clock.deadline();
         self.until(deadline, layer, fut).await
     }
 
     /// Await `fut` under the total deadline only.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway::transport::watchdog::{StallLimits, Watchdog};
-    /// let ms = Duration::from_millis;
-    /// let mut w = Watchdog::start(StallLimits { ttft: ms(100), inter_token: ms(30), total: ms(1000) });
-    /// w.on_token();
-    /// // 200 ms without a token is fine under the total deadline alone…
-    /// assert!(w.guard_total(tokio::time::sleep(ms(200))).await.is_ok());
-    /// // …but not under the inter-token deadline in force.
-    /// let err = w.guard(tokio::time::sleep(ms(200))).await.unwrap_err();
-    /// assert!(err.message.contains("inter_token"));
-    /// # }
-    /// ```
-    pub async fn guard_total<F: Future>(&self, fut: F) -> Result<F::Output, TransportError> {
+    pub(crate) async fn guard_total<F: Future>(&self, fut: F) -> Result<F::Output, TransportError> {
         self.until(self.clock.total_deadline(), StallLayer::Total, fut)
             .await
     }
@@ -489,34 +206,7 @@ impl Watchdog {
     /// Send `request` and read its whole 2xx body under the total deadline; a non-2xx answer is
     /// classified with its body summary. The non-streaming exchange of every JSON transport.
     /// Also returns the answer's rate-limit headers (for the pacer).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use polygateway::actors::FailureClass;
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
-    /// use polygateway::transport::watchdog::{StallLimits, Watchdog};
-    /// let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
-    /// let settings = polygateway::testkit::source_settings(&mock.base_url());
-    /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    /// let body = serde_json::json!({
-    ///     "model": "test-model",
-    ///     "messages": [{"role": "user", "content": "ping"}],
-    ///     "stream": false,
-    /// });
-    /// let url = format!("{}/chat/completions", mock.base_url());
-    /// let wd = Watchdog::start(StallLimits::from_settings(&settings));
-    /// let (bytes, _rate_limit) = wd.whole_body(client.post(&url).json(&body)).await.unwrap();
-    /// let frame = polygateway::transport::wire::decode_completion(std::str::from_utf8(&bytes).unwrap()).unwrap();
-    /// assert_eq!(frame.content.as_deref(), Some("pong"));
-    /// // A non-2xx answer comes back classified.
-    /// mock.set_behaviour(Behaviour::Unauthorized);
-    /// let err = wd.whole_body(client.post(&url).json(&body)).await.unwrap_err();
-    /// assert_eq!(err.status, Some(401));
-    /// assert_eq!(err.class, FailureClass::SourceDead);
-    /// # }
-    /// ```
-    pub async fn whole_body(
+    pub(crate) async fn whole_body(
         &self,
         request: reqwest::RequestBuilder,
     ) -> Result<(bytes::Bytes, Option<RateLimitHint>), TransportError> {
@@ -549,33 +239,13 @@ impl Watchdog {
     }
 
     /// The Transient `timeout` error naming `layer`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway::transport::watchdog::{StallLayer, StallLimits, Watchdog};
-    /// let s = Duration::from_secs;
-    /// let w = Watchdog::start(StallLimits { ttft: s(10), inter_token: s(2), total: s(60) });
-    /// // The message names the layer and that layer's configured limit.
-    /// let err = w.stall_error(StallLayer::InterToken);
-    /// assert_eq!(err.message, "watchdog: inter_token deadline of 2.000s exceeded");
-    /// ```
-    pub fn stall_error(&self, layer: StallLayer) -> TransportError {
+    pub(crate) fn stall_error(&self, layer: StallLayer) -> TransportError {
         stall_error(layer, self.clock.limits.of(layer))
     }
 }
 
 /// The Transient `timeout` error of a watchdog layer; the message names the layer.
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway::actors::{FailureClass, SourceReason};
-/// use polygateway::transport::watchdog::{stall_error, StallLayer};
-/// let err = stall_error(StallLayer::Total, Duration::from_millis(1500));
-/// assert_eq!(err.class, FailureClass::Transient);
-/// assert_eq!(err.reason, SourceReason::Timeout);
-/// assert_eq!(err.message, "watchdog: total deadline of 1.500s exceeded");
-/// ```
-pub fn stall_error(layer: StallLayer, limit: Duration) -> TransportError {
+pub(crate) fn stall_error(layer: StallLayer, limit: Duration) -> TransportError {
     TransportError::transient(
         SourceReason::Timeout,
         format!(
@@ -690,5 +360,498 @@ mod tests {
         assert!(waited >= Duration::from_millis(85), "{waited:?}");
         assert!(waited < Duration::from_millis(1500), "{waited:?}");
         assert!(w.clock().ttft_ms().unwrap() >= 10.0);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn stall_layer_example() {
+        use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        // A TTFT limit longer than the whole attempt: the total deadline is the one that fires.
+        let c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(90),
+                inter_token: s(5),
+                total: s(60),
+            },
+        );
+        assert_eq!(c.check(t0 + s(59)), Ok(()));
+        assert_eq!(c.check(t0 + s(60)), Err(StallLayer::Total));
+    }
+
+    #[test]
+    fn stall_layer_as_str_example() {
+        use crate::transport::watchdog::StallLayer;
+        assert_eq!(StallLayer::Ttft.as_str(), "ttft");
+        assert_eq!(StallLayer::InterToken.as_str(), "inter_token");
+        assert_eq!(StallLayer::Total.as_str(), "total");
+    }
+
+    #[test]
+    fn stall_limits_example() {
+        use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
+        let limits = StallLimits {
+            ttft: Duration::from_secs(10),
+            inter_token: Duration::from_secs(2),
+            total: Duration::from_secs(60),
+        };
+        // Before any token, the attempt waits at most `ttft`.
+        let t0 = Instant::now();
+        let clock = StallClock::new(t0, limits);
+        assert_eq!(clock.deadline(), (t0 + limits.ttft, StallLayer::Ttft));
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn stall_limits_from_settings_example() {
+        use crate::transport::watchdog::StallLimits;
+        use std::time::Duration;
+        // TIMEOUT_S=30, TTFT_TIMEOUT_S=10, INTER_TOKEN_TIMEOUT_S=5
+        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let limits = StallLimits::from_settings(&settings);
+        assert_eq!(limits.ttft, Duration::from_secs(10));
+        assert_eq!(limits.inter_token, Duration::from_secs(5));
+        assert_eq!(limits.total, settings.timeout);
+    }
+
+    #[test]
+    fn stall_limits_of_example() {
+        use crate::transport::watchdog::{StallLayer, StallLimits};
+        use std::time::Duration;
+        let s = Duration::from_secs;
+        let limits = StallLimits {
+            ttft: s(10),
+            inter_token: s(2),
+            total: s(60),
+        };
+        assert_eq!(limits.of(StallLayer::Ttft), s(10));
+        assert_eq!(limits.of(StallLayer::InterToken), s(2));
+        assert_eq!(limits.of(StallLayer::Total), s(60));
+    }
+
+    #[test]
+    fn stall_clock_example() {
+        use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
+        assert_eq!(c.deadline(), (t0 + s(10), StallLayer::Ttft));
+        c.on_token(t0 + s(3));
+        assert_eq!(c.deadline(), (t0 + s(5), StallLayer::InterToken));
+        assert_eq!(c.check(t0 + s(6)), Err(StallLayer::InterToken));
+        assert_eq!(c.ttft_ms(), Some(3000.0));
+    }
+
+    #[test]
+    fn stall_clock_new_example() {
+        use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        let clock = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
+        assert_eq!(clock.start(), t0);
+        assert!(!clock.has_token());
+        assert_eq!(clock.ttft_ms(), None);
+    }
+
+    #[test]
+    fn stall_clock_start_example() {
+        use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        let mut clock = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
+        assert_eq!(clock.start(), t0);
+        // TTFT (and the attempt's latency) are measured from the start.
+        clock.on_token(clock.start() + Duration::from_millis(1500));
+        assert_eq!(clock.ttft_ms(), Some(1500.0));
+    }
+
+    #[test]
+    fn stall_clock_deadline_example() {
+        use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(20),
+            },
+        );
+        assert_eq!(c.deadline(), (t0 + s(10), StallLayer::Ttft));
+        c.on_token(t0 + s(4));
+        assert_eq!(c.deadline(), (t0 + s(6), StallLayer::InterToken));
+        // A token at 18 s: the inter-token deadline (20 s) ties with the total one; the narrower is named.
+        c.on_token(t0 + s(18));
+        assert_eq!(c.deadline(), (t0 + s(20), StallLayer::InterToken));
+        c.on_token(t0 + s(19));
+        assert_eq!(c.deadline(), (t0 + s(20), StallLayer::Total));
+    }
+
+    #[test]
+    fn stall_clock_total_deadline_example() {
+        use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
+        c.on_token(t0 + s(1));
+        // Tokens move the deadline in force, never the total one.
+        assert_eq!(c.deadline().0, t0 + s(3));
+        assert_eq!(c.total_deadline(), t0 + s(60));
+    }
+
+    #[test]
+    fn stall_clock_check_example() {
+        use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(500),
+            },
+        );
+        assert_eq!(c.check(t0 + ms(99)), Ok(()));
+        // "At or past": the deadline instant itself has fired.
+        assert_eq!(c.check(t0 + ms(100)), Err(StallLayer::Ttft));
+    }
+
+    #[test]
+    fn stall_clock_on_token_example() {
+        use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
+        use std::time::{Duration, Instant};
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(500),
+            },
+        );
+        c.on_token(t0 + ms(40));
+        assert!(c.has_token());
+        // The next token is now due within the inter-token limit of the last one.
+        assert_eq!(c.deadline(), (t0 + ms(70), StallLayer::InterToken));
+    }
+
+    #[test]
+    fn stall_clock_ttft_ms_example() {
+        use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: ms(1000),
+                inter_token: ms(300),
+                total: ms(5000),
+            },
+        );
+        assert_eq!(c.ttft_ms(), None);
+        c.on_token(t0 + ms(250));
+        c.on_token(t0 + ms(400)); // later tokens do not change it
+        assert_eq!(c.ttft_ms(), Some(250.0));
+    }
+
+    #[test]
+    fn stall_clock_max_inter_token_ms_example() {
+        use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: ms(1000),
+                inter_token: ms(500),
+                total: ms(5000),
+            },
+        );
+        c.on_token(t0 + ms(100));
+        assert_eq!(c.max_inter_token_ms(), None); // one token: no gap yet
+        c.on_token(t0 + ms(400));
+        c.on_token(t0 + ms(500));
+        assert_eq!(c.max_inter_token_ms(), Some(300.0));
+    }
+
+    #[test]
+    fn stall_clock_has_token_example() {
+        use crate::transport::watchdog::{StallClock, StallLimits};
+        use std::time::{Duration, Instant};
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        let mut c = StallClock::new(
+            t0,
+            StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            },
+        );
+        assert!(!c.has_token());
+        c.on_token(t0 + s(1));
+        assert!(c.has_token());
+    }
+
+    #[test]
+    fn now_example() {
+        #[tokio::main(flavor = "current_thread", start_paused = true)]
+        async fn main() {
+            use crate::transport::watchdog::now;
+            use std::time::Duration;
+            let before = now();
+            // A paused tokio clock moves only when told to, and `now` follows it.
+            tokio::time::advance(Duration::from_secs(5)).await;
+            assert_eq!(now() - before, Duration::from_secs(5));
+        }
+        main();
+    }
+
+    #[test]
+    fn watchdog_example() {
+        #[tokio::main(flavor = "current_thread", start_paused = true)]
+        async fn main() {
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let mut w = Watchdog::start(StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(120),
+            });
+            // A stream that sends a token every 25 ms never stalls, but runs into the total deadline.
+            let mut tokens = 0;
+            let err = loop {
+                match w.guard(tokio::time::sleep(ms(25))).await {
+                    Ok(()) => {
+                        w.on_token();
+                        tokens += 1;
+                    }
+                    Err(e) => break e,
+                }
+            };
+            assert_eq!(tokens, 4);
+            assert_eq!(err.message, "watchdog: total deadline of 0.120s exceeded");
+        }
+        main();
+    }
+
+    #[test]
+    fn watchdog_start_example() {
+        #[tokio::main(flavor = "current_thread", start_paused = true)]
+        async fn main() {
+            use crate::transport::watchdog::{now, StallLayer, StallLimits, Watchdog};
+            use std::time::Duration;
+            let s = Duration::from_secs;
+            let w = Watchdog::start(StallLimits {
+                ttft: s(10),
+                inter_token: s(2),
+                total: s(60),
+            });
+            assert_eq!(w.clock().start(), now());
+            assert_eq!(w.clock().deadline(), (now() + s(10), StallLayer::Ttft));
+        }
+        main();
+    }
+
+    #[test]
+    fn watchdog_clock_example() {
+        #[tokio::main(flavor = "current_thread", start_paused = true)]
+        async fn main() {
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let mut w = Watchdog::start(StallLimits {
+                ttft: ms(1000),
+                inter_token: ms(100),
+                total: ms(5000),
+            });
+            tokio::time::advance(ms(250)).await;
+            w.on_token();
+            tokio::time::advance(ms(40)).await;
+            w.on_token();
+            // The response's timing fields come from the clock.
+            assert_eq!(w.clock().ttft_ms(), Some(250.0));
+            assert_eq!(w.clock().max_inter_token_ms(), Some(40.0));
+        }
+        main();
+    }
+
+    #[test]
+    fn watchdog_on_token_example() {
+        #[tokio::main(flavor = "current_thread", start_paused = true)]
+        async fn main() {
+            use crate::transport::watchdog::{now, StallLayer, StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let mut w = Watchdog::start(StallLimits {
+                ttft: ms(1000),
+                inter_token: ms(100),
+                total: ms(5000),
+            });
+            tokio::time::advance(ms(300)).await;
+            w.on_token();
+            assert_eq!(
+                w.clock().deadline(),
+                (now() + ms(100), StallLayer::InterToken)
+            );
+        }
+        main();
+    }
+
+    #[test]
+    fn watchdog_guard_example() {
+        #[tokio::main(flavor = "current_thread", start_paused = true)]
+        async fn main() {
+            use crate::ports::SourceReason;
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let w = Watchdog::start(StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(1000),
+            });
+            // A read that completes in time passes its output through.
+            assert_eq!(w.guard(async { 42 }).await.unwrap(), 42);
+            // No first token within 100 ms: the TTFT layer fires.
+            let err = w.guard(tokio::time::sleep(ms(150))).await.unwrap_err();
+            assert_eq!(err.reason, SourceReason::Timeout);
+            assert_eq!(err.message, "watchdog: ttft deadline of 0.100s exceeded");
+        }
+        main();
+    }
+
+    #[test]
+    fn watchdog_guard_total_example() {
+        #[tokio::main(flavor = "current_thread", start_paused = true)]
+        async fn main() {
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            use std::time::Duration;
+            let ms = Duration::from_millis;
+            let mut w = Watchdog::start(StallLimits {
+                ttft: ms(100),
+                inter_token: ms(30),
+                total: ms(1000),
+            });
+            w.on_token();
+            // 200 ms without a token is fine under the total deadline alone…
+            assert!(w.guard_total(tokio::time::sleep(ms(200))).await.is_ok());
+            // …but not under the inter-token deadline in force.
+            let err = w.guard(tokio::time::sleep(ms(200))).await.unwrap_err();
+            assert!(err.message.contains("inter_token"));
+        }
+        main();
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn watchdog_whole_body_example() {
+        #[tokio::main(flavor = "current_thread")]
+        async fn main() {
+            use crate::ports::FailureClass;
+            use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::watchdog::{StallLimits, Watchdog};
+            let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
+            let settings = crate::testkit::source_settings(&mock.base_url());
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            let body = serde_json::json!({
+                "model": "test-model",
+                "messages": [{"role": "user", "content": "ping"}],
+                "stream": false,
+            });
+            let url = format!("{}/chat/completions", mock.base_url());
+            let wd = Watchdog::start(StallLimits::from_settings(&settings));
+            let (bytes, _rate_limit) = wd.whole_body(client.post(&url).json(&body)).await.unwrap();
+            let frame =
+                crate::transport::wire::decode_completion(std::str::from_utf8(&bytes).unwrap())
+                    .unwrap();
+            assert_eq!(frame.content.as_deref(), Some("pong"));
+            // A non-2xx answer comes back classified.
+            mock.set_behaviour(Behaviour::Unauthorized);
+            let err = wd
+                .whole_body(client.post(&url).json(&body))
+                .await
+                .unwrap_err();
+            assert_eq!(err.status, Some(401));
+            assert_eq!(err.class, FailureClass::SourceDead);
+        }
+        main();
+    }
+
+    #[test]
+    fn watchdog_stall_error_example() {
+        use crate::transport::watchdog::{StallLayer, StallLimits, Watchdog};
+        use std::time::Duration;
+        let s = Duration::from_secs;
+        let w = Watchdog::start(StallLimits {
+            ttft: s(10),
+            inter_token: s(2),
+            total: s(60),
+        });
+        // The message names the layer and that layer's configured limit.
+        let err = w.stall_error(StallLayer::InterToken);
+        assert_eq!(
+            err.message,
+            "watchdog: inter_token deadline of 2.000s exceeded"
+        );
+    }
+
+    #[test]
+    fn stall_error_example() {
+        use crate::ports::{FailureClass, SourceReason};
+        use crate::transport::watchdog::{stall_error, StallLayer};
+        use std::time::Duration;
+        let err = stall_error(StallLayer::Total, Duration::from_millis(1500));
+        assert_eq!(err.class, FailureClass::Transient);
+        assert_eq!(err.reason, SourceReason::Timeout);
+        assert_eq!(err.message, "watchdog: total deadline of 1.500s exceeded");
     }
 }

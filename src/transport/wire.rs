@@ -12,60 +12,31 @@ use super::http::classify_status;
 use crate::error::{summarize_body, TransportError};
 
 /// Token usage as reported on the wire.
-///
-/// ```
-/// use polygateway::transport::wire::{decode_chunk, WireUsage};
-/// let frame = decode_chunk(
-///     r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,
-///         "prompt_tokens_details":{"cached_tokens":8}}}"#,
-/// )
-/// .unwrap();
-/// assert_eq!(
-///     frame.usage,
-///     Some(WireUsage {
-///         prompt_tokens: 12,
-///         completion_tokens: 3,
-///         cached_prompt_tokens: Some(8),
-///         reasoning_tokens: None,
-///     })
-/// );
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WireUsage {
+pub(crate) struct WireUsage {
     /// `prompt_tokens`.
-    pub prompt_tokens: u64,
+    pub(crate) prompt_tokens: u64,
     /// `completion_tokens`.
-    pub completion_tokens: u64,
+    pub(crate) completion_tokens: u64,
     /// `prompt_tokens_details.cached_tokens` (or DeepSeek's `prompt_cache_hit_tokens`).
-    pub cached_prompt_tokens: Option<u64>,
+    pub(crate) cached_prompt_tokens: Option<u64>,
     /// `completion_tokens_details.reasoning_tokens`.
-    pub reasoning_tokens: Option<u64>,
+    pub(crate) reasoning_tokens: Option<u64>,
 }
 
 /// What one stream chunk (or a whole non-streaming completion) carried.
-///
-/// ```
-/// use polygateway::transport::wire::{decode_chunk, ChunkFrame};
-/// let frame = decode_chunk(r#"{"choices":[{"delta":{"reasoning_content":"hmm"},"finish_reason":null}]}"#)
-///     .unwrap();
-/// assert_eq!(frame.reasoning.as_deref(), Some("hmm"));
-/// assert_eq!(frame.content, None);
-/// // The last chunk carries the finish reason and nothing else.
-/// let last = decode_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#).unwrap();
-/// assert_eq!(last, ChunkFrame { finish_reason: Some("stop".into()), ..ChunkFrame::default() });
-/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ChunkFrame {
+pub(crate) struct ChunkFrame {
     /// `choices[0].delta.content` (`message.content` when not streaming).
-    pub content: Option<String>,
+    pub(crate) content: Option<String>,
     /// `choices[0].delta.reasoning_content` (or `reasoning`).
-    pub reasoning: Option<String>,
+    pub(crate) reasoning: Option<String>,
     /// Top-level `model`.
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Top-level `usage`, when present and not null.
-    pub usage: Option<WireUsage>,
+    pub(crate) usage: Option<WireUsage>,
     /// `choices[0].finish_reason`.
-    pub finish_reason: Option<String>,
+    pub(crate) finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -145,34 +116,13 @@ impl From<RawUsage> for WireUsage {
 /// - malformed JSON → Transient `network_error` carrying the summarised frame;
 /// - an in-band `{"error": …}` object → classified like the HTTP status it names (a numeric
 ///   `code`/`status`), SourceDead when it says `insufficient_quota`, else Transient.
-///
-/// ```
-/// use polygateway::transport::wire::decode_chunk;
-/// let f = decode_chunk(r#"{"model":"m","choices":[{"delta":{"content":"hi"}}]}"#).unwrap();
-/// assert_eq!(f.content.as_deref(), Some("hi"));
-/// assert_eq!(f.model.as_deref(), Some("m"));
-/// assert!(decode_chunk("{not json").is_err());
-/// ```
-pub fn decode_chunk(data: &str) -> Result<ChunkFrame, TransportError> {
+pub(crate) fn decode_chunk(data: &str) -> Result<ChunkFrame, TransportError> {
     decode(data, "malformed SSE frame")
 }
 
 /// Decode a whole non-streaming completion body (`choices[0].message`); same rules as
 /// [`decode_chunk`].
-///
-/// ```
-/// use polygateway::actors::FailureClass;
-/// use polygateway::transport::wire::decode_completion;
-/// let body = r#"{"model":"gpt-x","choices":[{"message":{"role":"assistant","content":"4"},
-///     "finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}"#;
-/// let frame = decode_completion(body).unwrap();
-/// assert_eq!(frame.content.as_deref(), Some("4"));
-/// assert_eq!(frame.usage.unwrap().completion_tokens, 1);
-/// // A 200 whose body is an error object is classified by the status it names.
-/// let err = decode_completion(r#"{"error":{"code":401,"message":"bad key"}}"#).unwrap_err();
-/// assert_eq!(err.class, FailureClass::SourceDead);
-/// ```
-pub fn decode_completion(body: &str) -> Result<ChunkFrame, TransportError> {
+pub(crate) fn decode_completion(body: &str) -> Result<ChunkFrame, TransportError> {
     decode(body, "malformed completion body")
 }
 
@@ -315,5 +265,72 @@ mod tests {
         let e = decode_chunk(r#"{"error":{"message":"slow","code":"429"}}"#).unwrap_err();
         assert!(e.is_rate_limited());
         assert!(decode_chunk(r#"{"error":null,"choices":[]}"#).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn wire_usage_example() {
+        use crate::transport::wire::{decode_chunk, WireUsage};
+        let frame = decode_chunk(
+            r#"{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,
+                "prompt_tokens_details":{"cached_tokens":8}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            frame.usage,
+            Some(WireUsage {
+                prompt_tokens: 12,
+                completion_tokens: 3,
+                cached_prompt_tokens: Some(8),
+                reasoning_tokens: None,
+            })
+        );
+    }
+
+    #[test]
+    fn chunk_frame_example() {
+        use crate::transport::wire::{decode_chunk, ChunkFrame};
+        let frame = decode_chunk(
+            r#"{"choices":[{"delta":{"reasoning_content":"hmm"},"finish_reason":null}]}"#,
+        )
+        .unwrap();
+        assert_eq!(frame.reasoning.as_deref(), Some("hmm"));
+        assert_eq!(frame.content, None);
+        // The last chunk carries the finish reason and nothing else.
+        let last = decode_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#).unwrap();
+        assert_eq!(
+            last,
+            ChunkFrame {
+                finish_reason: Some("stop".into()),
+                ..ChunkFrame::default()
+            }
+        );
+    }
+
+    #[test]
+    fn decode_chunk_example() {
+        use crate::transport::wire::decode_chunk;
+        let f = decode_chunk(r#"{"model":"m","choices":[{"delta":{"content":"hi"}}]}"#).unwrap();
+        assert_eq!(f.content.as_deref(), Some("hi"));
+        assert_eq!(f.model.as_deref(), Some("m"));
+        assert!(decode_chunk("{not json").is_err());
+    }
+
+    #[test]
+    fn decode_completion_example() {
+        use crate::ports::FailureClass;
+        use crate::transport::wire::decode_completion;
+        let body = r#"{"model":"gpt-x","choices":[{"message":{"role":"assistant","content":"4"},
+            "finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}"#;
+        let frame = decode_completion(body).unwrap();
+        assert_eq!(frame.content.as_deref(), Some("4"));
+        assert_eq!(frame.usage.unwrap().completion_tokens, 1);
+        // A 200 whose body is an error object is classified by the status it names.
+        let err = decode_completion(r#"{"error":{"code":401,"message":"bad key"}}"#).unwrap_err();
+        assert_eq!(err.class, FailureClass::SourceDead);
     }
 }

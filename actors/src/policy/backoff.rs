@@ -9,52 +9,24 @@
 use std::time::Duration;
 
 /// Exponential backoff parameters (`BACKOFF_BASE_S`, `BACKOFF_MAX_S`).
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway_actors::policy::backoff::Backoff;
-/// let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
-/// assert_eq!(b.delay(2, 0.5, None), Duration::from_secs(4));
-/// assert_eq!(b.delay(2, 0.5, Some(Duration::from_secs(9))), Duration::from_secs(9));
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// Delay before the first retry (before jitter).
-    pub base: Duration,
+    pub(crate) base: Duration,
     /// Cap of the exponential part (before jitter).
-    pub max: Duration,
+    pub(crate) max: Duration,
 }
 
 impl Backoff {
     /// Build from base and cap.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway_actors::policy::backoff::Backoff;
-    /// // BACKOFF_BASE_S=0.5, BACKOFF_MAX_S=8
-    /// let b = Backoff::new(Duration::from_millis(500), Duration::from_secs(8));
-    /// assert_eq!(b, Backoff { base: Duration::from_millis(500), max: Duration::from_secs(8) });
-    /// ```
-    pub fn new(base: Duration, max: Duration) -> Self {
+    pub(crate) fn new(base: Duration, max: Duration) -> Self {
         Self { base, max }
     }
 
     /// Delay before retry number `attempt` (0 = the first retry): the capped exponential times
     /// `0.5 + u` (`u` clamped into `[0, 1]`, so the factor is in `[0.5, 1.5]`), then raised to
     /// `retry_after` when that is longer. Jitter may take the delay above `max` (up to 1.5×).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway_actors::policy::backoff::Backoff;
-    /// let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
-    /// // Retry 10 would wait 1 024 s: capped at 30 s, then jittered between ×0.5 and ×1.5.
-    /// assert_eq!(b.delay(10, 0.0, None), Duration::from_secs(15));
-    /// assert_eq!(b.delay(10, 1.0, None), Duration::from_secs(45));
-    /// // A longer Retry-After hint wins; a shorter one does not shorten the delay.
-    /// assert_eq!(b.delay(0, 0.5, Some(Duration::from_secs(20))), Duration::from_secs(20));
-    /// assert_eq!(b.delay(3, 0.5, Some(Duration::from_secs(2))), Duration::from_secs(8));
-    /// ```
-    pub fn delay(&self, attempt: u32, u: f64, retry_after: Option<Duration>) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32, u: f64, retry_after: Option<Duration>) -> Duration {
         let factor = 2f64.powi(attempt.min(1023) as i32);
         let exp = self.base.as_secs_f64() * factor;
         let capped = exp.min(self.max.as_secs_f64());
@@ -110,6 +82,57 @@ mod tests {
         assert_eq!(
             b().delay(3, 0.5, Some(Duration::from_secs(1))),
             Duration::from_secs(4)
+        );
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn backoff_example() {
+        use crate::policy::backoff::Backoff;
+        use std::time::Duration;
+        let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        assert_eq!(b.delay(2, 0.5, None), Duration::from_secs(4));
+        assert_eq!(
+            b.delay(2, 0.5, Some(Duration::from_secs(9))),
+            Duration::from_secs(9)
+        );
+    }
+
+    #[test]
+    fn backoff_new_example() {
+        use crate::policy::backoff::Backoff;
+        use std::time::Duration;
+        // BACKOFF_BASE_S=0.5, BACKOFF_MAX_S=8
+        let b = Backoff::new(Duration::from_millis(500), Duration::from_secs(8));
+        assert_eq!(
+            b,
+            Backoff {
+                base: Duration::from_millis(500),
+                max: Duration::from_secs(8)
+            }
+        );
+    }
+
+    #[test]
+    fn backoff_delay_example() {
+        use crate::policy::backoff::Backoff;
+        use std::time::Duration;
+        let b = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        // Retry 10 would wait 1 024 s: capped at 30 s, then jittered between ×0.5 and ×1.5.
+        assert_eq!(b.delay(10, 0.0, None), Duration::from_secs(15));
+        assert_eq!(b.delay(10, 1.0, None), Duration::from_secs(45));
+        // A longer Retry-After hint wins; a shorter one does not shorten the delay.
+        assert_eq!(
+            b.delay(0, 0.5, Some(Duration::from_secs(20))),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            b.delay(3, 0.5, Some(Duration::from_secs(2))),
+            Duration::from_secs(8)
         );
     }
 }

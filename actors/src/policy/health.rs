@@ -9,29 +9,11 @@
 use crate::outcome::AttemptVerdict;
 
 /// Default smoothing factor: each observation moves the score by 10 % of the gap.
-///
-/// ```
-/// use polygateway_actors::policy::health::{HealthEwma, DEFAULT_ALPHA};
-/// use polygateway_actors::AttemptVerdict;
-/// let mut h = HealthEwma::default();
-/// assert_eq!(h, HealthEwma::new(DEFAULT_ALPHA));
-/// // One failure from full health costs exactly `alpha`.
-/// h.observe(AttemptVerdict::Failure);
-/// assert!((h.value() - (1.0 - DEFAULT_ALPHA)).abs() < 1e-12);
-/// ```
-pub const DEFAULT_ALPHA: f64 = 0.1;
+pub(crate) const DEFAULT_ALPHA: f64 = 0.1;
 
 /// A success EWMA in `[0, 1]`, starting at 1.0 (a new source is presumed healthy).
-///
-/// ```
-/// use polygateway_actors::policy::health::HealthEwma;
-/// use polygateway_actors::AttemptVerdict;
-/// let mut h = HealthEwma::default();
-/// h.observe(AttemptVerdict::Failure);
-/// assert!((h.value() - 0.9).abs() < 1e-12);
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct HealthEwma {
+pub(crate) struct HealthEwma {
     value: f64,
     alpha: f64,
 }
@@ -44,19 +26,7 @@ impl Default for HealthEwma {
 
 impl HealthEwma {
     /// A score at 1.0 with smoothing `alpha`, clamped into `(0, 1]`.
-    ///
-    /// ```
-    /// use polygateway_actors::policy::health::HealthEwma;
-    /// use polygateway_actors::AttemptVerdict;
-    /// let mut fast = HealthEwma::new(0.5);
-    /// fast.observe(AttemptVerdict::Failure);
-    /// assert_eq!(fast.value(), 0.5);
-    /// // Out of range: clamped to 1, so one observation replaces the score.
-    /// let mut instant = HealthEwma::new(7.0);
-    /// instant.observe(AttemptVerdict::Dead);
-    /// assert_eq!(instant.value(), 0.0);
-    /// ```
-    pub fn new(alpha: f64) -> Self {
+    pub(crate) fn new(alpha: f64) -> Self {
         let alpha = if alpha.is_finite() {
             alpha.clamp(f64::MIN_POSITIVE, 1.0)
         } else {
@@ -66,33 +36,12 @@ impl HealthEwma {
     }
 
     /// The current score.
-    ///
-    /// ```
-    /// use polygateway_actors::policy::health::HealthEwma;
-    /// use polygateway_actors::AttemptVerdict;
-    /// let mut h = HealthEwma::new(0.5);
-    /// assert_eq!(h.value(), 1.0, "a new source is presumed healthy");
-    /// h.observe(AttemptVerdict::RateLimited);
-    /// h.observe(AttemptVerdict::RateLimited);
-    /// assert_eq!(h.value(), 0.25);
-    /// ```
-    pub fn value(&self) -> f64 {
+    pub(crate) fn value(&self) -> f64 {
         self.value
     }
 
     /// Fold one attempt's verdict in.
-    ///
-    /// ```
-    /// use polygateway_actors::policy::health::HealthEwma;
-    /// use polygateway_actors::AttemptVerdict;
-    /// let mut h = HealthEwma::new(0.5);
-    /// h.observe(AttemptVerdict::Failure); // halfway to 0
-    /// h.observe(AttemptVerdict::AliveButUnusable); // neutral
-    /// assert_eq!(h.value(), 0.5);
-    /// h.observe(AttemptVerdict::Success); // halfway back to 1
-    /// assert_eq!(h.value(), 0.75);
-    /// ```
-    pub fn observe(&mut self, verdict: AttemptVerdict) {
+    pub(crate) fn observe(&mut self, verdict: AttemptVerdict) {
         let sample = match verdict {
             AttemptVerdict::Success => 1.0,
             AttemptVerdict::Failure | AttemptVerdict::RateLimited | AttemptVerdict::Dead => 0.0,
@@ -149,5 +98,76 @@ mod tests {
         h.observe(AttemptVerdict::Failure);
         assert_eq!(h.value(), 0.0);
         assert_eq!(HealthEwma::new(f64::NAN), HealthEwma::new(DEFAULT_ALPHA));
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn default_alpha_example() {
+        use crate::policy::health::{HealthEwma, DEFAULT_ALPHA};
+        use crate::AttemptVerdict;
+        let mut h = HealthEwma::default();
+        assert_eq!(h, HealthEwma::new(DEFAULT_ALPHA));
+        // One failure from full health costs exactly `alpha`.
+        h.observe(AttemptVerdict::Failure);
+        assert!((h.value() - (1.0 - DEFAULT_ALPHA)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn health_ewma_example() {
+        use crate::policy::health::HealthEwma;
+        use crate::AttemptVerdict;
+        let mut h = HealthEwma::default();
+        h.observe(AttemptVerdict::Failure);
+        assert!((h.value() - 0.9).abs() < 1e-12);
+    }
+
+    #[test]
+    fn health_ewma_new_example() {
+        use crate::policy::health::HealthEwma;
+        use crate::AttemptVerdict;
+        let mut fast = HealthEwma::new(0.5);
+        fast.observe(AttemptVerdict::Failure);
+        assert_eq!(fast.value(), 0.5);
+        // Out of range: clamped to 1, so one observation replaces the score.
+        let mut instant = HealthEwma::new(7.0);
+        instant.observe(AttemptVerdict::Dead);
+        assert_eq!(instant.value(), 0.0);
+    }
+
+    #[test]
+    fn health_ewma_value_example() {
+        use crate::policy::health::HealthEwma;
+        use crate::AttemptVerdict;
+        let mut h = HealthEwma::new(0.5);
+        assert_eq!(h.value(), 1.0, "a new source is presumed healthy");
+        h.observe(AttemptVerdict::RateLimited);
+        h.observe(AttemptVerdict::RateLimited);
+        assert_eq!(h.value(), 0.25);
+    }
+
+    #[test]
+    fn health_ewma_observe_example() {
+        use crate::policy::health::HealthEwma;
+        use crate::AttemptVerdict;
+        let mut h = HealthEwma::new(0.5);
+        h.observe(AttemptVerdict::Failure); // halfway to 0
+        h.observe(AttemptVerdict::AliveButUnusable); // neutral
+        assert_eq!(h.value(), 0.5);
+        h.observe(AttemptVerdict::Success); // halfway back to 1
+        assert_eq!(h.value(), 0.75);
+    }
+
+    #[test]
+    fn unusable_is_neutral_and_rate_limited_lowers_health() {
+        use crate::policy::health::HealthEwma;
+        use crate::AttemptVerdict;
+        let mut health = HealthEwma::default();
+        health.observe(AttemptVerdict::AliveButUnusable);
+        health.observe(AttemptVerdict::RateLimited);
+        assert!((health.value() - 0.9).abs() < 1e-12);
     }
 }

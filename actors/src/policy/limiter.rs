@@ -533,18 +533,11 @@ impl LimiterState {
     /// ```
     /// use std::time::Duration;
     /// use polygateway_actors::policy::limiter::LimiterState;
-    /// use polygateway_actors::policy::stall::StallClock;
     /// let mut l = LimiterState::default();
     /// assert_eq!(l.progress_age("LLM", 0), None, "never progressed");
     /// l.mark_progress("LLM", 0);
     /// let age = l.progress_age("LLM", 400_000);
     /// assert_eq!(age, Some(Duration::from_secs(400)));
-    /// // What the stall guard reads: a call that waited its whole window in a stale scope
-    /// // is stalled.
-    /// let window = Duration::from_secs(300);
-    /// let mut call = StallClock::new(window, std::time::Instant::now());
-    /// call.record_wait(window);
-    /// assert!(call.is_stalled(age));
     /// ```
     pub fn progress_age(&self, scope: &str, now_ms: u64) -> Option<Duration> {
         let last = self.scopes.get(scope)?.last_progress_ms?;

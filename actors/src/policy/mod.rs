@@ -6,10 +6,10 @@
 //! waiting, or anything that talks to the network.
 
 pub mod adaptive_pacer;
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod breaker;
-pub mod health;
+pub(crate) mod health;
 pub mod limiter;
 pub mod pacer;
 pub mod select;
-pub mod stall;
+pub(crate) mod stall;

@@ -13,18 +13,8 @@
 use std::time::{Duration, Instant};
 
 /// Accumulated non-productive waiting of one call.
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// use polygateway_actors::policy::stall::StallClock;
-/// let t0 = Instant::now();
-/// let mut s = StallClock::new(Duration::from_secs(300), t0);
-/// s.record_wait(Duration::from_secs(300));
-/// assert!(s.is_stalled(None));
-/// assert!(!s.is_stalled(Some(Duration::from_secs(5))));
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StallClock {
+pub(crate) struct StallClock {
     window: Duration,
     started: Instant,
     waited: Duration,
@@ -33,15 +23,7 @@ pub struct StallClock {
 
 impl StallClock {
     /// A clock for a call that started at `now` with `STALL_WINDOW_S = window`.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// let s = StallClock::new(Duration::from_secs(300), Instant::now());
-    /// assert_eq!(s.waited(), Duration::ZERO);
-    /// assert!(!s.is_stalled(None), "a call that has not waited yet is never stalled");
-    /// ```
-    pub fn new(window: Duration, now: Instant) -> Self {
+    pub(crate) fn new(window: Duration, now: Instant) -> Self {
         Self {
             window,
             started: now,
@@ -51,98 +33,37 @@ impl StallClock {
     }
 
     /// The stall window.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// // STALL_WINDOW_S=120
-    /// let s = StallClock::new(Duration::from_secs(120), Instant::now());
-    /// assert_eq!(s.window(), Duration::from_secs(120));
-    /// assert_eq!(s.remaining_budget(), s.window());
-    /// ```
-    pub fn window(&self) -> Duration {
+    pub(crate) fn window(&self) -> Duration {
         self.window
     }
 
     /// When the call started.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// let t0 = Instant::now();
-    /// let s = StallClock::new(Duration::from_secs(300), t0);
-    /// // The call's total age, for the error report when it gives up.
-    /// let now = t0 + Duration::from_secs(90);
-    /// assert_eq!(now.duration_since(s.started()), Duration::from_secs(90));
-    /// ```
-    pub fn started(&self) -> Instant {
+    #[cfg(test)]
+    pub(crate) fn started(&self) -> Instant {
         self.started
     }
 
     /// Non-productive waiting accounted so far (an open wait is not included).
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// let t0 = Instant::now();
-    /// let mut s = StallClock::new(Duration::from_secs(300), t0);
-    /// s.begin_wait(t0 + Duration::from_secs(10));
-    /// assert_eq!(s.waited(), Duration::ZERO, "the open wait is not counted yet");
-    /// s.end_wait(t0 + Duration::from_secs(25));
-    /// assert_eq!(s.waited(), Duration::from_secs(15));
-    /// ```
-    pub fn waited(&self) -> Duration {
+    pub(crate) fn waited(&self) -> Duration {
         self.waited
     }
 
     /// Add a finished non-productive wait.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// let mut s = StallClock::new(Duration::from_secs(300), Instant::now());
-    /// // Two 429 backoff sleeps, measured by the caller.
-    /// s.record_wait(Duration::from_secs(2));
-    /// s.record_wait(Duration::from_secs(4));
-    /// assert_eq!(s.waited(), Duration::from_secs(6));
-    /// ```
-    pub fn record_wait(&mut self, waited: Duration) {
+    pub(crate) fn record_wait(&mut self, waited: Duration) {
         self.waited = self.waited.saturating_add(waited);
     }
 
     /// Mark the start of a non-productive wait (e.g. before sleeping). A second call while a
     /// wait is open keeps the first start.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// let t0 = Instant::now();
-    /// let mut s = StallClock::new(Duration::from_secs(300), t0);
-    /// s.begin_wait(t0 + Duration::from_secs(10));
-    /// s.begin_wait(t0 + Duration::from_secs(20)); // already waiting: the first start is kept
-    /// s.end_wait(t0 + Duration::from_secs(30));
-    /// assert_eq!(s.waited(), Duration::from_secs(20));
-    /// ```
-    pub fn begin_wait(&mut self, now: Instant) {
+    #[cfg(test)]
+    pub(crate) fn begin_wait(&mut self, now: Instant) {
         self.wait_began.get_or_insert(now);
     }
 
     /// Close the wait opened by [`StallClock::begin_wait`] and account it. No-op if none is
     /// open, so a cancelled sleep that never began adds nothing.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// let t0 = Instant::now();
-    /// let mut s = StallClock::new(Duration::from_secs(300), t0);
-    /// s.end_wait(t0 + Duration::from_secs(5)); // no wait open: nothing added
-    /// assert_eq!(s.waited(), Duration::ZERO);
-    /// s.begin_wait(t0 + Duration::from_secs(5));
-    /// s.end_wait(t0 + Duration::from_secs(8));
-    /// s.end_wait(t0 + Duration::from_secs(60)); // already closed
-    /// assert_eq!(s.waited(), Duration::from_secs(3));
-    /// ```
-    pub fn end_wait(&mut self, now: Instant) {
+    #[cfg(test)]
+    pub(crate) fn end_wait(&mut self, now: Instant) {
         if let Some(began) = self.wait_began.take() {
             self.record_wait(now.saturating_duration_since(began));
         }
@@ -150,33 +71,12 @@ impl StallClock {
 
     /// Condition (A) and (B) of the module docs. `progress_age` is the scope's
     /// `progress_age()` (None = never progressed).
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// let window = Duration::from_secs(300);
-    /// let mut s = StallClock::new(window, Instant::now());
-    /// s.record_wait(window); // (A) holds
-    /// // (B): another call in the scope succeeded 10 s ago, so waiting still pays off.
-    /// assert!(!s.is_stalled(Some(Duration::from_secs(10))));
-    /// assert!(s.is_stalled(Some(Duration::from_secs(300))));
-    /// ```
-    pub fn is_stalled(&self, progress_age: Option<Duration>) -> bool {
+    pub(crate) fn is_stalled(&self, progress_age: Option<Duration>) -> bool {
         self.waited >= self.window && progress_age.is_none_or(|age| age >= self.window)
     }
 
     /// How much more this call may wait before (A) holds: clamp every sleep to this.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::policy::stall::StallClock;
-    /// let mut s = StallClock::new(Duration::from_secs(300), Instant::now());
-    /// s.record_wait(Duration::from_secs(280));
-    /// // The backoff asks for 60 s; the call may only wait 20 s more.
-    /// let sleep = Duration::from_secs(60).min(s.remaining_budget());
-    /// assert_eq!(sleep, Duration::from_secs(20));
-    /// ```
-    pub fn remaining_budget(&self) -> Duration {
+    pub(crate) fn remaining_budget(&self) -> Duration {
         self.window.saturating_sub(self.waited)
     }
 }
@@ -227,5 +127,144 @@ mod tests {
         s.end_wait(t0 + Duration::from_secs(90));
         assert_eq!(s.waited(), Duration::from_secs(30));
         assert_eq!(s.started(), t0);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn stall_clock_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut s = StallClock::new(Duration::from_secs(300), t0);
+        s.record_wait(Duration::from_secs(300));
+        assert!(s.is_stalled(None));
+        assert!(!s.is_stalled(Some(Duration::from_secs(5))));
+    }
+
+    #[test]
+    fn stall_clock_new_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let s = StallClock::new(Duration::from_secs(300), Instant::now());
+        assert_eq!(s.waited(), Duration::ZERO);
+        assert!(
+            !s.is_stalled(None),
+            "a call that has not waited yet is never stalled"
+        );
+    }
+
+    #[test]
+    fn stall_clock_window_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        // STALL_WINDOW_S=120
+        let s = StallClock::new(Duration::from_secs(120), Instant::now());
+        assert_eq!(s.window(), Duration::from_secs(120));
+        assert_eq!(s.remaining_budget(), s.window());
+    }
+
+    #[test]
+    fn stall_clock_started_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let s = StallClock::new(Duration::from_secs(300), t0);
+        // The call's total age, for the error report when it gives up.
+        let now = t0 + Duration::from_secs(90);
+        assert_eq!(now.duration_since(s.started()), Duration::from_secs(90));
+    }
+
+    #[test]
+    fn stall_clock_waited_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut s = StallClock::new(Duration::from_secs(300), t0);
+        s.begin_wait(t0 + Duration::from_secs(10));
+        assert_eq!(
+            s.waited(),
+            Duration::ZERO,
+            "the open wait is not counted yet"
+        );
+        s.end_wait(t0 + Duration::from_secs(25));
+        assert_eq!(s.waited(), Duration::from_secs(15));
+    }
+
+    #[test]
+    fn stall_clock_record_wait_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let mut s = StallClock::new(Duration::from_secs(300), Instant::now());
+        // Two 429 backoff sleeps, measured by the caller.
+        s.record_wait(Duration::from_secs(2));
+        s.record_wait(Duration::from_secs(4));
+        assert_eq!(s.waited(), Duration::from_secs(6));
+    }
+
+    #[test]
+    fn stall_clock_begin_wait_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut s = StallClock::new(Duration::from_secs(300), t0);
+        s.begin_wait(t0 + Duration::from_secs(10));
+        s.begin_wait(t0 + Duration::from_secs(20)); // already waiting: the first start is kept
+        s.end_wait(t0 + Duration::from_secs(30));
+        assert_eq!(s.waited(), Duration::from_secs(20));
+    }
+
+    #[test]
+    fn stall_clock_end_wait_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let mut s = StallClock::new(Duration::from_secs(300), t0);
+        s.end_wait(t0 + Duration::from_secs(5)); // no wait open: nothing added
+        assert_eq!(s.waited(), Duration::ZERO);
+        s.begin_wait(t0 + Duration::from_secs(5));
+        s.end_wait(t0 + Duration::from_secs(8));
+        s.end_wait(t0 + Duration::from_secs(60)); // already closed
+        assert_eq!(s.waited(), Duration::from_secs(3));
+    }
+
+    #[test]
+    fn stall_clock_is_stalled_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let window = Duration::from_secs(300);
+        let mut s = StallClock::new(window, Instant::now());
+        s.record_wait(window); // (A) holds
+                               // (B): another call in the scope succeeded 10 s ago, so waiting still pays off.
+        assert!(!s.is_stalled(Some(Duration::from_secs(10))));
+        assert!(s.is_stalled(Some(Duration::from_secs(300))));
+    }
+
+    #[test]
+    fn stall_clock_remaining_budget_example() {
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let mut s = StallClock::new(Duration::from_secs(300), Instant::now());
+        s.record_wait(Duration::from_secs(280));
+        // The backoff asks for 60 s; the call may only wait 20 s more.
+        let sleep = Duration::from_secs(60).min(s.remaining_budget());
+        assert_eq!(sleep, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_full_wait_in_a_scope_the_limiter_reports_stale_is_stalled() {
+        use crate::policy::limiter::LimiterState;
+        use crate::policy::stall::StallClock;
+        use std::time::{Duration, Instant};
+        let mut limiter = LimiterState::default();
+        limiter.mark_progress("LLM", 0);
+        let age = limiter.progress_age("LLM", 400_000);
+        let window = Duration::from_secs(300);
+        let mut call = StallClock::new(window, Instant::now());
+        call.record_wait(window);
+        assert!(call.is_stalled(age));
     }
 }

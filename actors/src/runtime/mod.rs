@@ -2,27 +2,31 @@
 //!
 //! See `ARCHITECTURE.md` for the tree and one call's message sequence.
 
-pub mod admission;
-pub mod call;
-mod ids;
+//!
+//! What is public here is what a user needs to run governed calls over their own transport:
+//! start a [`Runtime`], add a [`Scope`] of sources, call it, read its sources' live state, shut
+//! down. The actors, their messages and the call machine are private; the two pieces the
+//! `polygateway` crate needs beyond that (actor slots, call ids) are in [`crate::assembly`].
+
+mod admission;
+mod call;
+pub(crate) mod ids;
 pub(crate) mod machine;
 pub mod metrics;
-pub mod observer;
-pub mod restart;
+mod observer;
+mod restart;
 mod router;
-pub mod scope;
-pub mod shared;
-pub mod slot;
-pub mod source;
-pub mod supervisor;
+mod scope;
+mod shared;
+pub(crate) mod slot;
+mod source;
+mod supervisor;
 
 pub use admission::{Governance, GovernanceFactory};
 pub use call::{CallFailure, CallOptions, Governed, ScopeReason};
-pub use ids::new_id;
 pub use observer::{AttemptReport, AttemptResult, CallObserver, NoObserver, TerminalReport};
-pub use restart::{RestartBudget, RestartDecision, RestartPolicy};
+pub use restart::RestartPolicy;
 pub use scope::{Scope, ScopeConfig};
 pub use shared::{SourceCounters, SourceShared};
-pub use slot::ActorSlot;
 pub use source::PacerFactory;
 pub use supervisor::{Runtime, RuntimeOptions, SourceSpec};

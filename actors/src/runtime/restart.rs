@@ -46,18 +46,8 @@ impl Default for RestartPolicy {
 }
 
 /// What a supervisor does with a failed child.
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// use polygateway_actors::runtime::{RestartBudget, RestartDecision, RestartPolicy};
-/// let mut budget = RestartBudget::new(RestartPolicy::default());
-/// match budget.on_failure(Instant::now()) {
-///     RestartDecision::Restart(delay) => assert_eq!(delay, Duration::from_millis(50)),
-///     RestartDecision::Escalate => panic!("a first failure is within the default budget"),
-/// }
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RestartDecision {
+pub(crate) enum RestartDecision {
     /// Restart after this delay.
     Restart(Duration),
     /// Intensity exceeded: stop and report upward.
@@ -65,31 +55,15 @@ pub enum RestartDecision {
 }
 
 /// The failure history of one child.
-///
-/// ```
-/// use std::time::{Duration, Instant};
-/// use polygateway_actors::runtime::{RestartBudget, RestartDecision, RestartPolicy};
-/// let policy = RestartPolicy { max_restarts: 1, period: Duration::from_secs(10), ..Default::default() };
-/// let mut budget = RestartBudget::new(policy);
-/// let t = Instant::now();
-/// assert!(matches!(budget.on_failure(t), RestartDecision::Restart(_)));
-/// assert_eq!(budget.on_failure(t + Duration::from_secs(1)), RestartDecision::Escalate);
-/// ```
 #[derive(Debug, Clone)]
-pub struct RestartBudget {
+pub(crate) struct RestartBudget {
     policy: RestartPolicy,
     recent: VecDeque<Instant>,
 }
 
 impl RestartBudget {
     /// A fresh budget.
-    ///
-    /// ```
-    /// use polygateway_actors::runtime::{RestartBudget, RestartPolicy};
-    /// let budget = RestartBudget::new(RestartPolicy::default());
-    /// assert_eq!(budget.recent_restarts(), 0);
-    /// ```
-    pub fn new(policy: RestartPolicy) -> Self {
+    pub(crate) fn new(policy: RestartPolicy) -> Self {
         Self {
             policy,
             recent: VecDeque::new(),
@@ -97,26 +71,7 @@ impl RestartBudget {
     }
 
     /// Record a failure at `now` and decide.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::runtime::{RestartBudget, RestartDecision, RestartPolicy};
-    /// let policy = RestartPolicy {
-    ///     max_restarts: 3,
-    ///     period: Duration::from_secs(10),
-    ///     backoff_base: Duration::from_millis(100),
-    ///     backoff_max: Duration::from_millis(250),
-    /// };
-    /// let mut budget = RestartBudget::new(policy);
-    /// let now = Instant::now();
-    /// // The backoff doubles per recent restart, up to its cap …
-    /// assert_eq!(budget.on_failure(now), RestartDecision::Restart(Duration::from_millis(100)));
-    /// assert_eq!(budget.on_failure(now), RestartDecision::Restart(Duration::from_millis(200)));
-    /// assert_eq!(budget.on_failure(now), RestartDecision::Restart(Duration::from_millis(250)));
-    /// // … and one failure too many within the period escalates.
-    /// assert_eq!(budget.on_failure(now), RestartDecision::Escalate);
-    /// ```
-    pub fn on_failure(&mut self, now: Instant) -> RestartDecision {
+    pub(crate) fn on_failure(&mut self, now: Instant) -> RestartDecision {
         while let Some(&first) = self.recent.front() {
             if now.saturating_duration_since(first) >= self.policy.period {
                 self.recent.pop_front();
@@ -138,21 +93,8 @@ impl RestartBudget {
     }
 
     /// Restarts counted in the current window.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    /// use polygateway_actors::runtime::{RestartBudget, RestartPolicy};
-    /// let period = Duration::from_secs(30);
-    /// let mut budget = RestartBudget::new(RestartPolicy { period, ..RestartPolicy::default() });
-    /// let t0 = Instant::now();
-    /// budget.on_failure(t0);
-    /// budget.on_failure(t0 + Duration::from_secs(1));
-    /// assert_eq!(budget.recent_restarts(), 2);
-    /// // Failures older than the period leave the window.
-    /// budget.on_failure(t0 + period + Duration::from_secs(2));
-    /// assert_eq!(budget.recent_restarts(), 1);
-    /// ```
-    pub fn recent_restarts(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn recent_restarts(&self) -> usize {
         self.recent.len()
     }
 }
@@ -214,5 +156,93 @@ mod tests {
             RestartDecision::Restart(Duration::from_millis(100))
         );
         assert_eq!(b.recent_restarts(), 1);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn restart_decision_example() {
+        use super::{RestartBudget, RestartDecision, RestartPolicy};
+        use std::time::{Duration, Instant};
+        let mut budget = RestartBudget::new(RestartPolicy::default());
+        match budget.on_failure(Instant::now()) {
+            RestartDecision::Restart(delay) => assert_eq!(delay, Duration::from_millis(50)),
+            RestartDecision::Escalate => panic!("a first failure is within the default budget"),
+        }
+    }
+
+    #[test]
+    fn restart_budget_example() {
+        use super::{RestartBudget, RestartDecision, RestartPolicy};
+        use std::time::{Duration, Instant};
+        let policy = RestartPolicy {
+            max_restarts: 1,
+            period: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let mut budget = RestartBudget::new(policy);
+        let t = Instant::now();
+        assert!(matches!(budget.on_failure(t), RestartDecision::Restart(_)));
+        assert_eq!(
+            budget.on_failure(t + Duration::from_secs(1)),
+            RestartDecision::Escalate
+        );
+    }
+
+    #[test]
+    fn restart_budget_new_example() {
+        use super::{RestartBudget, RestartPolicy};
+        let budget = RestartBudget::new(RestartPolicy::default());
+        assert_eq!(budget.recent_restarts(), 0);
+    }
+
+    #[test]
+    fn restart_budget_on_failure_example() {
+        use super::{RestartBudget, RestartDecision, RestartPolicy};
+        use std::time::{Duration, Instant};
+        let policy = RestartPolicy {
+            max_restarts: 3,
+            period: Duration::from_secs(10),
+            backoff_base: Duration::from_millis(100),
+            backoff_max: Duration::from_millis(250),
+        };
+        let mut budget = RestartBudget::new(policy);
+        let now = Instant::now();
+        // The backoff doubles per recent restart, up to its cap …
+        assert_eq!(
+            budget.on_failure(now),
+            RestartDecision::Restart(Duration::from_millis(100))
+        );
+        assert_eq!(
+            budget.on_failure(now),
+            RestartDecision::Restart(Duration::from_millis(200))
+        );
+        assert_eq!(
+            budget.on_failure(now),
+            RestartDecision::Restart(Duration::from_millis(250))
+        );
+        // … and one failure too many within the period escalates.
+        assert_eq!(budget.on_failure(now), RestartDecision::Escalate);
+    }
+
+    #[test]
+    fn restart_budget_recent_restarts_example() {
+        use super::{RestartBudget, RestartPolicy};
+        use std::time::{Duration, Instant};
+        let period = Duration::from_secs(30);
+        let mut budget = RestartBudget::new(RestartPolicy {
+            period,
+            ..RestartPolicy::default()
+        });
+        let t0 = Instant::now();
+        budget.on_failure(t0);
+        budget.on_failure(t0 + Duration::from_secs(1));
+        assert_eq!(budget.recent_restarts(), 2);
+        // Failures older than the period leave the window.
+        budget.on_failure(t0 + period + Duration::from_secs(2));
+        assert_eq!(budget.recent_restarts(), 1);
     }
 }

@@ -49,7 +49,8 @@ impl Default for TelemetryConfig {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use polygateway_actors::telemetry::{NullSink, TelemetryArgs, TelemetryConfig, TelemetryQueue};
+/// use polygateway_actors::assembly::{TelemetryArgs, TelemetryQueue};
+/// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
 /// let args: TelemetryArgs<String> = TelemetryArgs::new(
 ///     Arc::new(TelemetryQueue::new(10_000)),
 ///     Arc::new(NullSink),
@@ -59,6 +60,7 @@ impl Default for TelemetryConfig {
 /// args.queue.push("row".to_string());
 /// assert_eq!(respawn_with.queue.len(), 1);
 /// ```
+#[doc(hidden)]
 pub struct TelemetryArgs<R> {
     /// The shared queue callers push into.
     pub queue: Arc<TelemetryQueue<R>>,
@@ -84,7 +86,8 @@ impl<R: Send + 'static> TelemetryArgs<R> {
     /// ```
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use polygateway_actors::telemetry::{NullSink, TelemetryArgs, TelemetryConfig, TelemetryQueue};
+    /// use polygateway_actors::assembly::{TelemetryArgs, TelemetryQueue};
+    /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
     /// let queue = Arc::new(TelemetryQueue::new(1_000));
     /// let config = TelemetryConfig { batch_size: 50, flush_interval: Duration::from_secs(1) };
     /// let args: TelemetryArgs<u64> = TelemetryArgs::new(Arc::clone(&queue), Arc::new(NullSink), config);
@@ -107,7 +110,8 @@ impl<R: Send + 'static> TelemetryArgs<R> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use polygateway_actors::telemetry::{NullSink, TelemetryArgs, TelemetryConfig, TelemetryQueue};
+    /// use polygateway_actors::assembly::{TelemetryArgs, TelemetryQueue};
+    /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
     /// let args = TelemetryArgs::new(Arc::new(TelemetryQueue::new(1)), Arc::new(NullSink), TelemetryConfig::default());
     /// args.queue.push(1);
     /// args.queue.push(2); // the queue is full: dropped
@@ -137,9 +141,10 @@ impl<R> std::fmt::Debug for TelemetryArgs<R> {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Arc;
-/// use polygateway_actors::telemetry::{
-///     FlushReport, NullSink, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryQueue,
+/// use polygateway_actors::assembly::{
+///     FlushReport, TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue,
 /// };
+/// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
 /// use ractor::Actor;
 /// // No periodic tick during the example: only the flush writes.
 /// let config = TelemetryConfig { flush_interval: std::time::Duration::from_secs(60), ..TelemetryConfig::default() };
@@ -157,6 +162,7 @@ impl<R> std::fmt::Debug for TelemetryArgs<R> {
 /// handle.await.unwrap();
 /// # }
 /// ```
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FlushReport {
     /// Rows handed to the sink during this flush. Rows a start-up drain or a `Tick` already
@@ -176,9 +182,8 @@ pub struct FlushReport {
 /// # async fn main() {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use polygateway_actors::telemetry::{
-///     NullSink, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryQueue,
-/// };
+/// use polygateway_actors::assembly::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
+/// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
 /// use ractor::Actor;
 /// let queue = Arc::new(TelemetryQueue::new(100));
 /// let config = TelemetryConfig { batch_size: 100, flush_interval: Duration::from_secs(60) };
@@ -198,6 +203,7 @@ pub struct FlushReport {
 /// handle.await.unwrap();
 /// # }
 /// ```
+#[doc(hidden)]
 #[derive(Debug)]
 pub enum TelemetryMsg {
     /// Periodic: write one (possibly partial) batch.
@@ -216,10 +222,8 @@ pub enum TelemetryMsg {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::{Arc, Mutex};
-/// use polygateway_actors::telemetry::{
-///     TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryQueue, TelemetrySink,
-///     TelemetryStatus,
-/// };
+/// use polygateway_actors::assembly::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
+/// use polygateway_actors::telemetry::{TelemetryConfig, TelemetrySink, TelemetryStatus};
 /// use ractor::Actor;
 ///
 /// #[derive(Default)]
@@ -247,6 +251,7 @@ pub enum TelemetryMsg {
 /// handle.await.unwrap();
 /// # }
 /// ```
+#[doc(hidden)]
 pub struct TelemetryActor<R>(PhantomData<fn() -> R>);
 
 impl<R> TelemetryActor<R> {
@@ -256,7 +261,8 @@ impl<R> TelemetryActor<R> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::sync::Arc;
-    /// use polygateway_actors::telemetry::{NullSink, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryQueue};
+    /// use polygateway_actors::assembly::{TelemetryActor, TelemetryArgs, TelemetryQueue};
+    /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
     /// use ractor::Actor;
     /// let args: TelemetryArgs<String> =
     ///     TelemetryArgs::new(Arc::new(TelemetryQueue::new(100)), Arc::new(NullSink), TelemetryConfig::default());
@@ -283,7 +289,7 @@ impl<R> Default for TelemetryActor<R> {
 /// [`TelemetryActor`]'s `Actor::State`:
 ///
 /// ```
-/// use polygateway_actors::telemetry::{actor::TelemetryState, TelemetryActor};
+/// use polygateway_actors::assembly::{TelemetryActor, TelemetryState};
 /// fn state_type<A: ractor::Actor>(_: &A) -> std::any::TypeId
 /// where
 ///     A::State: 'static,
@@ -293,6 +299,7 @@ impl<R> Default for TelemetryActor<R> {
 /// let actor = TelemetryActor::<u32>::new();
 /// assert_eq!(state_type(&actor), std::any::TypeId::of::<TelemetryState<u32>>());
 /// ```
+#[doc(hidden)]
 pub struct TelemetryState<R> {
     args: TelemetryArgs<R>,
     timer: JoinHandle<()>,

@@ -5,10 +5,14 @@
 //! losing accepted rows when the actor restarts. It is not where rows are built, priced, stored or
 //! shaped into SQL: the `polygateway` crate owns the row type and the SQLite/PostgreSQL sinks.
 
-pub mod actor;
-pub mod queue;
-pub mod sink;
+//!
+//! Public: the sink port, its status and the batching configuration. The actor and its queue are
+//! runtime assembly (the `polygateway` crate spawns them with its own row type): they are in
+//! [`crate::assembly`].
 
-pub use actor::{FlushReport, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg};
-pub use queue::TelemetryQueue;
+pub(crate) mod actor;
+pub(crate) mod queue;
+mod sink;
+
+pub use actor::TelemetryConfig;
 pub use sink::{NullSink, TelemetrySink, TelemetryStatus};

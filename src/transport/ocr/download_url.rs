@@ -35,13 +35,10 @@ const SEGMENT: &AsciiSet = &CONTROLS
 /// - An absolute `http`/`https` URL is already a URL the server built and is used as parsed
 ///   (the URL parser still encodes spaces and other characters that cannot appear in a URL).
 /// - Anything else (empty, another scheme, unparsable) is an unusable answer: `ResultInvalid`.
-///
-/// ```
-/// use polygateway::transport::ocr::resolve_download_url;
-/// let url = resolve_download_url("http://10.0.0.5:7866", "/static/scan 1_parsed.zip").unwrap();
-/// assert_eq!(url.as_str(), "http://10.0.0.5:7866/static/scan%201_parsed.zip");
-/// ```
-pub fn resolve_download_url(base_url: &str, download_url: &str) -> Result<Url, TransportError> {
+pub(crate) fn resolve_download_url(
+    base_url: &str,
+    download_url: &str,
+) -> Result<Url, TransportError> {
     let raw = download_url.trim();
     if raw.is_empty() {
         return Err(TransportError::invalid(
@@ -130,5 +127,21 @@ mod tests {
             let err = resolve_download_url("http://h:1", bad).unwrap_err();
             assert_eq!(err.class, FailureClass::ResultInvalid, "{bad:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn resolve_download_url_example() {
+        use super::resolve_download_url;
+        let url =
+            resolve_download_url("http://10.0.0.5:7866", "/static/scan 1_parsed.zip").unwrap();
+        assert_eq!(
+            url.as_str(),
+            "http://10.0.0.5:7866/static/scan%201_parsed.zip"
+        );
     }
 }

@@ -5,19 +5,8 @@
 //! sniffs bytes; it does not decode or validate whole images.
 
 /// An image type the OCR service accepts.
-///
-/// ```
-/// use polygateway::transport::ocr::{detect_image_kind, ImageKind};
-/// let verdict = |bytes: &[u8]| match detect_image_kind(bytes) {
-///     Some(ImageKind::Png) => "png",
-///     Some(ImageKind::Jpeg) => "jpeg",
-///     None => "rejected before sending",
-/// };
-/// assert_eq!(verdict(&[0xFF, 0xD8, 0xFF, 0xE0]), "jpeg");
-/// assert_eq!(verdict(b"GIF89a"), "rejected before sending");
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ImageKind {
+pub(crate) enum ImageKind {
     /// PNG (`89 50 4E 47 0D 0A 1A 0A`).
     Png,
     /// JPEG (`FF D8 FF`).
@@ -26,15 +15,7 @@ pub enum ImageKind {
 
 impl ImageKind {
     /// The filename sent in the multipart part; its extension is what the server reads.
-    ///
-    /// ```
-    /// use polygateway::transport::ocr::{detect_image_kind, ImageKind};
-    /// // The server reads the type from the extension, so it must match the magic bytes.
-    /// let kind = detect_image_kind(b"\x89PNG\r\n\x1a\n...").unwrap();
-    /// assert_eq!(kind.file_name(), "image.png");
-    /// assert_eq!(ImageKind::Jpeg.file_name(), "image.jpg");
-    /// ```
-    pub fn file_name(self) -> &'static str {
+    pub(crate) fn file_name(self) -> &'static str {
         match self {
             ImageKind::Png => "image.png",
             ImageKind::Jpeg => "image.jpg",
@@ -42,13 +23,7 @@ impl ImageKind {
     }
 
     /// The part's content type.
-    ///
-    /// ```
-    /// use polygateway::transport::ocr::ImageKind;
-    /// assert_eq!(ImageKind::Png.mime(), "image/png");
-    /// assert_eq!(ImageKind::Jpeg.mime(), "image/jpeg");
-    /// ```
-    pub fn mime(self) -> &'static str {
+    pub(crate) fn mime(self) -> &'static str {
         match self {
             ImageKind::Png => "image/png",
             ImageKind::Jpeg => "image/jpeg",
@@ -60,14 +35,7 @@ const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 const JPEG_MAGIC: &[u8] = &[0xFF, 0xD8, 0xFF];
 
 /// The image type announced by `bytes`' magic number, or `None` for anything else.
-///
-/// ```
-/// use polygateway::transport::ocr::{detect_image_kind, ImageKind};
-/// assert_eq!(detect_image_kind(b"\x89PNG\r\n\x1a\n...."), Some(ImageKind::Png));
-/// assert_eq!(detect_image_kind(&[0xFF, 0xD8, 0xFF, 0xE0]), Some(ImageKind::Jpeg));
-/// assert_eq!(detect_image_kind(b"%PDF-1.7"), None);
-/// ```
-pub fn detect_image_kind(bytes: &[u8]) -> Option<ImageKind> {
+pub(crate) fn detect_image_kind(bytes: &[u8]) -> Option<ImageKind> {
     if bytes.starts_with(PNG_MAGIC) {
         Some(ImageKind::Png)
     } else if bytes.starts_with(JPEG_MAGIC) {
@@ -106,5 +74,52 @@ mod tests {
         assert_eq!(ImageKind::Png.mime(), "image/png");
         assert_eq!(ImageKind::Jpeg.file_name(), "image.jpg");
         assert_eq!(ImageKind::Jpeg.mime(), "image/jpeg");
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn image_kind_example() {
+        use super::{detect_image_kind, ImageKind};
+        let verdict = |bytes: &[u8]| match detect_image_kind(bytes) {
+            Some(ImageKind::Png) => "png",
+            Some(ImageKind::Jpeg) => "jpeg",
+            None => "rejected before sending",
+        };
+        assert_eq!(verdict(&[0xFF, 0xD8, 0xFF, 0xE0]), "jpeg");
+        assert_eq!(verdict(b"GIF89a"), "rejected before sending");
+    }
+
+    #[test]
+    fn image_kind_file_name_example() {
+        use super::{detect_image_kind, ImageKind};
+        // The server reads the type from the extension, so it must match the magic bytes.
+        let kind = detect_image_kind(b"\x89PNG\r\n\x1a\n...").unwrap();
+        assert_eq!(kind.file_name(), "image.png");
+        assert_eq!(ImageKind::Jpeg.file_name(), "image.jpg");
+    }
+
+    #[test]
+    fn image_kind_mime_example() {
+        use super::ImageKind;
+        assert_eq!(ImageKind::Png.mime(), "image/png");
+        assert_eq!(ImageKind::Jpeg.mime(), "image/jpeg");
+    }
+
+    #[test]
+    fn detect_image_kind_example() {
+        use super::{detect_image_kind, ImageKind};
+        assert_eq!(
+            detect_image_kind(b"\x89PNG\r\n\x1a\n...."),
+            Some(ImageKind::Png)
+        );
+        assert_eq!(
+            detect_image_kind(&[0xFF, 0xD8, 0xFF, 0xE0]),
+            Some(ImageKind::Jpeg)
+        );
+        assert_eq!(detect_image_kind(b"%PDF-1.7"), None);
     }
 }

@@ -15,17 +15,7 @@ use crate::error::TransportError;
 use crate::types::OcrLayoutElement;
 
 /// Elements over all pages in order, and `(width, height)` per page.
-///
-/// ```
-/// use polygateway::testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE};
-/// use polygateway::transport::ocr::{parse_middle_json, MiddleLayout};
-/// let doc = sample_middle_json().to_string();
-/// let (elements, page_sizes): MiddleLayout = parse_middle_json(doc.as_bytes()).unwrap();
-/// assert_eq!(elements.len(), SAMPLE_ELEMENTS.len());
-/// assert_eq!(elements[0].kind, "title");
-/// assert_eq!(page_sizes, vec![SAMPLE_PAGE_SIZE; 3]);
-/// ```
-pub type MiddleLayout = (Vec<OcrLayoutElement>, Vec<(f64, f64)>);
+pub(crate) type MiddleLayout = (Vec<OcrLayoutElement>, Vec<(f64, f64)>);
 
 /// Suffix that marks the middle JSON among the ZIP's entries.
 const MIDDLE_SUFFIX: &str = "_middle.json";
@@ -40,13 +30,7 @@ const MAX_BLOCK_DEPTH: usize = 8;
 /// holds one per page under `page_{i}/`; those are merged in numeric page order, and their pages
 /// are numbered consecutively. When top-level middle files exist they are used alone (they
 /// already cover the document), so a mixed archive is never counted twice.
-///
-/// ```
-/// use polygateway::transport::ocr::parse_middle_zip;
-/// let err = parse_middle_zip(b"not a zip").unwrap_err();
-/// assert_eq!(err.class, polygateway::actors::FailureClass::ResultInvalid);
-/// ```
-pub fn parse_middle_zip(bytes: &[u8]) -> Result<MiddleLayout, TransportError> {
+pub(crate) fn parse_middle_zip(bytes: &[u8]) -> Result<MiddleLayout, TransportError> {
     let mut archive = zip::ZipArchive::new(Cursor::new(bytes))
         .map_err(|e| TransportError::invalid(format!("OCR layout ZIP is unreadable: {e}")))?;
 
@@ -110,18 +94,7 @@ pub fn parse_middle_zip(bytes: &[u8]) -> Result<MiddleLayout, TransportError> {
 
 /// Read the layout out of one middle JSON document (the ZIP's `*_middle.json`, or the inline
 /// answer of the `return_type=middle_json` server variant).
-///
-/// ```
-/// use polygateway::transport::ocr::parse_middle_json;
-/// let doc = br#"{"pdf_info":[{"page_idx":0,"page_size":[612.0,792.0],
-///   "para_blocks":[{"type":"title","bbox":[61,56,548,106],"index":0.0,
-///     "lines":[{"spans":[{"type":"text","content":"Results"}]}]}]}]}"#;
-/// let (elements, pages) = parse_middle_json(doc).unwrap();
-/// assert_eq!(elements[0].kind, "title");
-/// assert_eq!(elements[0].text, "Results");
-/// assert_eq!(pages, vec![(612.0, 792.0)]);
-/// ```
-pub fn parse_middle_json(bytes: &[u8]) -> Result<MiddleLayout, TransportError> {
+pub(crate) fn parse_middle_json(bytes: &[u8]) -> Result<MiddleLayout, TransportError> {
     let mut layout = (Vec::new(), Vec::new());
     append_middle_json(bytes, "middle JSON", &mut layout)?;
     Ok(layout)
@@ -651,5 +624,43 @@ mod tests {
                 proptest::prop_assert_eq!(quoted.as_ref(), text.as_str());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn middle_layout_example() {
+        use super::{parse_middle_json, MiddleLayout};
+        use crate::testkit::mock_ocr::fixture::{
+            sample_middle_json, SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE,
+        };
+        let doc = sample_middle_json().to_string();
+        let (elements, page_sizes): MiddleLayout = parse_middle_json(doc.as_bytes()).unwrap();
+        assert_eq!(elements.len(), SAMPLE_ELEMENTS.len());
+        assert_eq!(elements[0].kind, "title");
+        assert_eq!(page_sizes, vec![SAMPLE_PAGE_SIZE; 3]);
+    }
+
+    #[test]
+    fn parse_middle_zip_example() {
+        use super::parse_middle_zip;
+        let err = parse_middle_zip(b"not a zip").unwrap_err();
+        assert_eq!(err.class, crate::ports::FailureClass::ResultInvalid);
+    }
+
+    #[test]
+    fn parse_middle_json_example() {
+        use super::parse_middle_json;
+        let doc = br#"{"pdf_info":[{"page_idx":0,"page_size":[612.0,792.0],
+          "para_blocks":[{"type":"title","bbox":[61,56,548,106],"index":0.0,
+            "lines":[{"spans":[{"type":"text","content":"Results"}]}]}]}]}"#;
+        let (elements, pages) = parse_middle_json(doc).unwrap();
+        assert_eq!(elements[0].kind, "title");
+        assert_eq!(elements[0].text, "Results");
+        assert_eq!(pages, vec![(612.0, 792.0)]);
     }
 }

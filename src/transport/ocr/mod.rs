@@ -15,7 +15,7 @@ mod errors;
 mod health;
 mod image;
 mod layout;
-mod middle;
+pub(crate) mod middle;
 mod text;
 mod upload;
 
@@ -33,20 +33,10 @@ use crate::error::TransportError;
 use crate::transport::http::build_client;
 use crate::types::{OcrLayoutResult, OcrProvenance, OcrTextResult};
 
-pub use download_url::resolve_download_url;
-pub use image::{detect_image_kind, ImageKind};
-pub use middle::{parse_middle_json, parse_middle_zip, MiddleLayout};
+pub(crate) use image::detect_image_kind;
 
 /// Deadline of one health probe (docs/behaviour.md §7.4: "a short timeout").
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway::transport::ocr::HEALTH_TIMEOUT;
-/// // Much shorter than an attempt: a probe asks "is it up?", not "can it finish a page?".
-/// assert_eq!(HEALTH_TIMEOUT, Duration::from_secs(3));
-/// assert!(HEALTH_TIMEOUT < polygateway::testkit::source_settings("http://127.0.0.1:9").timeout);
-/// ```
-pub const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Which MonkeyOCR endpoint an attempt calls.
 ///
@@ -189,7 +179,7 @@ impl OcrOutput {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use polygateway::actors::Transport;
+/// use polygateway::ports::Transport;
 /// use polygateway::testkit::mock_ocr::fixture::{SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE};
 /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
 /// use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
@@ -247,7 +237,7 @@ impl OcrTransport {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::actors::FailureClass;
+    /// use polygateway::ports::FailureClass;
     /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::{OcrRequest, OcrTransport};
     /// let mock = MockOcr::start(OcrFault::None).await;
@@ -389,4 +379,19 @@ fn endpoint(base_url: &str, path: &str) -> Result<Url, TransportError> {
             format!("MonkeyOCR source base_url {base_url:?} is not a URL: {e}"),
         )
     })
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn health_timeout_example() {
+        use crate::transport::ocr::HEALTH_TIMEOUT;
+        use std::time::Duration;
+        // Much shorter than an attempt: a probe asks "is it up?", not "can it finish a page?".
+        assert_eq!(HEALTH_TIMEOUT, Duration::from_secs(3));
+        assert!(HEALTH_TIMEOUT < crate::testkit::source_settings("http://127.0.0.1:9").timeout);
+    }
 }

@@ -2,10 +2,10 @@
 //! characters, between CR and LF, inside `<think>` tags) yields exactly the same events and the
 //! same assembled content and thinking as feeding it whole.
 
-use polygateway::transport::sse::{SseEvent, SseParser};
-use polygateway::transport::think::ThinkSplitter;
-use polygateway::transport::wire::decode_chunk;
-use polygateway::transport::ChatDelta;
+use crate::transport::sse::{SseEvent, SseParser};
+use crate::transport::think::ThinkSplitter;
+use crate::transport::wire::decode_chunk;
+use crate::transport::ChatDelta;
 use proptest::prelude::*;
 use serde_json::json;
 

@@ -5,18 +5,18 @@
 //!
 //! `cargo fuzz` needs a nightly toolchain; these run on stable, in CI, with case counts bounded
 //! so the whole file stays within a few seconds in a debug build. Inputs that ever failed are
-//! kept by proptest in `tests/fuzz_parsers.proptest-regressions` and replayed first (the
+//! kept by proptest in `src/fuzz_parsers.proptest-regressions` and replayed first (the
 //! first entry is the empty-chunk-between-CR-and-LF case this target found in the SSE framer).
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use polygateway::actors::FailureClass;
-use polygateway::config::{Settings, GLOBAL_KEYS, SCOPE_KEYS, SOURCE_FIELDS};
-use polygateway::structured::{repair_json, run_ladder, LadderPlan};
-use polygateway::transport::ocr::{parse_middle_json, parse_middle_zip};
-use polygateway::transport::sse::{SseEvent, SseParser};
-use polygateway::{GatewayError, LlmResponse, Message};
+use crate::config::{Settings, GLOBAL_KEYS, SCOPE_KEYS, SOURCE_FIELDS};
+use crate::ports::FailureClass;
+use crate::structured::{repair_json, run_ladder, LadderPlan};
+use crate::transport::ocr::middle::{parse_middle_json, parse_middle_zip};
+use crate::transport::sse::{SseEvent, SseParser};
+use crate::{GatewayError, LlmResponse, Message};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
