@@ -34,7 +34,7 @@
 -- Cost: an admission reads and writes only what its limits need. Dead holders' leases are
 -- reclaimed when a concurrency gate looks full and on the first admission of each window; a
 -- window hash is pruned and its expiry set on the first admission of its window; a lease ZSET's
--- expiry only ever grows (PEXPIREAT GT, Redis >= 7.0).
+-- expiry only ever grows (PEXPIREAT GT / NX, Redis >= 7.0).
 --
 -- Idempotency: fred may re-send an EVALSHA after a dropped connection. A re-sent `admit` finds its
 -- lease record and answers the original admission without counting again; `settle` flips the
@@ -76,12 +76,15 @@ local function prune_windows(key, window)
   end
 end
 
--- A lease ZSET outlives its latest lease by a second: its expiry only grows, and is set on a
--- key that has none.
-local function expire_leases(key, expiry)
+-- A lease ZSET outlives its latest lease by a second: its expiry only grows (GT), and a key
+-- without one gets it (NX). `held` = its size before this lease when known: 0 means the ZADD
+-- just created the key.
+local function expire_leases(key, expiry, held)
   local at = expiry + 1000
-  if redis.call('PEXPIREAT', key, at, 'GT') == 0 and redis.call('PTTL', key) == -1 then
+  if held == 0 then
     redis.call('PEXPIREAT', key, at)
+  elseif redis.call('PEXPIREAT', key, at, 'GT') == 0 then
+    redis.call('PEXPIREAT', key, at, 'NX')
   end
 end
 
@@ -148,16 +151,24 @@ if op == 'admit' then
     end
     return math.min(math.floor(tonumber(first[2])) - now, LEASE_POLL_MS)
   end
-  -- A gate that looks full first reclaims the leases whose holders died, then counts again.
+  -- A gate that looks full first reclaims the leases whose holders died, then counts again:
+  -- full?, and the count (nil when the gate is unlimited and was not counted).
   local function conc_full(key, limit)
-    if limit <= 0 or redis.call('ZCARD', key) < limit then
-      return false
+    if limit <= 0 then
+      return false, nil
+    end
+    local held = redis.call('ZCARD', key)
+    if held < limit then
+      return false, held
     end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-    return redis.call('ZCARD', key) >= limit
+    held = redis.call('ZCARD', key)
+    return held >= limit, held
   end
-  if conc_full(KEYS[1], g_conc) then return refuse(1, lease_wait()) end
-  if conc_full(KEYS[2], s_conc) then return refuse(2, lease_wait()) end
+  local g_full, g_held = conc_full(KEYS[1], g_conc)
+  if g_full then return refuse(1, lease_wait()) end
+  local s_full, s_held = conc_full(KEYS[2], s_conc)
+  if s_full then return refuse(2, lease_wait()) end
 
   -- Requests and tokens so far in this window, read only where a limit needs them.
   local rf = 'r:' .. window
@@ -180,8 +191,8 @@ if op == 'admit' then
   local expiry = now + ttl_ms
   redis.call('ZADD', KEYS[1], expiry, lease_id)
   redis.call('ZADD', KEYS[2], expiry, lease_id)
-  expire_leases(KEYS[1], expiry)
-  expire_leases(KEYS[2], expiry)
+  expire_leases(KEYS[1], expiry, g_held)
+  expire_leases(KEYS[2], expiry, s_held)
 
   local keep_ms = 2 * window_ms + 1000
   for i = 3, 4 do
