@@ -4,7 +4,8 @@
 --
 -- The Rust side prepends lua/breaker.lua, lua/limiter.lua and lua/progress.lua, each wrapped as
 -- `local function breaker(KEYS, ARGV) ... end` (`limiter`, `progress`), so this script drives the
--- very same code the single-purpose calls run — no second copy of a state machine.
+-- very same code the single-purpose calls run — no second copy of a state machine. It reads the
+-- server time once and hands it on as `ARGV.now`.
 --
 -- KEYS (both operations, same order; all share the `{scope}` hash tag, so one cluster slot):
 --   1..5 the limiter keys (global leases, source leases, global window, source window, lease
@@ -22,7 +23,9 @@
 --   finish  9 lease id, 10 epoch, 11 probe id ('' = none), 12 action: 's' success | 'f' failure
 --           | 'o' force open | 'n' no verdict, 13 tokens to settle, 14 progress ttl ms
 --           ('0' = no progress mark)
---           -> 1 applied | 0 already finished (a re-sent finish changes nothing)
+--           -> {applied, state, retry_after_ms}: applied 1 | 0 already finished (a re-sent
+--              finish changes nothing), then the breaker as the next admission will see it
+--              (breaker.lua state codes; retry_after_ms > 0 only when open)
 --
 -- Idempotency under re-sent scripts (fred may re-send an EVALSHA after a reconnect):
 -- - a re-sent `admit` finds its lease record and answers the first admission (with the epoch and
@@ -35,12 +38,12 @@ local lease_key = KEYS[5]
 local breaker_keys = {KEYS[6]}
 local limiter_keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 
--- As lua/limiter.lua: how long a finished lease record is kept against re-sent calls.
-local TOMBSTONE_MS = 120000
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- ARGV of a breaker.lua call: `name`, the shared parameters, then `extra`.
 local function breaker_args(name, extra)
-  local args = {name}
+  local args = {name, now = now}
   for i = 2, 8 do
     args[i] = ARGV[i]
   end
@@ -53,8 +56,6 @@ end
 if op == 'admit' then
   local lease_id = ARGV[9]
   local prior = redis.call('HMGET', lease_key, 'w', 'est', 'exp', 'released', 'ep', 'pr')
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   -- Re-sent (or overtaken by its release): answer the first admission, count nothing.
   if prior[4] == '1' or (prior[1] and tonumber(prior[3]) > now) then
     return {1, tonumber(prior[1] or 0), tonumber(prior[2] or 0), tonumber(prior[5] or 0),
@@ -72,8 +73,10 @@ if op == 'admit' then
     probe = b[3]
   end
 
+  -- The lease record was checked above (`fresh`); it stores the epoch and probe too.
   local g = limiter(limiter_keys, {'admit', lease_id, ARGV[10], ARGV[11], ARGV[12], ARGV[13],
-                                   ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18]})
+                                   ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18],
+                                   now = now, fresh = true, record = {'ep', epoch, 'pr', probe}})
   if g[1] == 0 then
     -- A gate refused: hand the probe we just took back (nothing else was counted).
     if probe ~= '' then
@@ -81,33 +84,20 @@ if op == 'admit' then
     end
     return g
   end
-  redis.call('HSET', lease_key, 'ep', epoch, 'pr', probe)
   return {1, g[2], g[3], epoch, probe}
 
 elseif op == 'finish' then
-  local lease_id = ARGV[9]
-  if redis.call('HGET', lease_key, 'fin') == '1' then
-    return 0
-  end
+  local applied = limiter(limiter_keys, {'finish', ARGV[9], ARGV[13], now = now})
+  -- A re-sent finish applies no verdict again; it only reports the breaker.
   local epoch, probe, action = ARGV[10], ARGV[11], ARGV[12]
-  if action == 's' or action == 'f' then
-    breaker(breaker_keys, breaker_args('record', {epoch, probe, action}))
-  elseif action == 'o' then
-    breaker(breaker_keys, breaker_args('force_open', {}))
-    if probe ~= '' then
-      breaker(breaker_keys, breaker_args('release_probe', {probe}))
-    end
-  elseif probe ~= '' then
-    breaker(breaker_keys, breaker_args('release_probe', {probe}))
+  if applied == 0 then
+    probe, action = '', 'n'
   end
-  limiter(limiter_keys, {'settle', ARGV[13]})
-  limiter(limiter_keys, {'release', lease_id})
-  if ARGV[14] ~= '0' then
-    progress({KEYS[7]}, {'mark', ARGV[14]})
+  local b = breaker(breaker_keys, breaker_args('verdict', {epoch, probe, action}))
+  if applied == 1 and ARGV[14] ~= '0' then
+    progress({KEYS[7]}, {'mark', ARGV[14], now = now})
   end
-  redis.call('HSET', lease_key, 'fin', 1)
-  redis.call('PEXPIRE', lease_key, TOMBSTONE_MS)
-  return 1
+  return {applied, b[1], b[2]}
 end
 
 return redis.error_reply('attempt.lua: unknown operation ' .. tostring(op))

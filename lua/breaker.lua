@@ -22,7 +22,14 @@
 --   release_probe 9 probe id            -> 1 released | 0 not held (idempotent)
 --   snapshot                            -> {state, epoch, retry_after_ms, fails, streak,
 --                                           probe_held, opens}
+--   verdict       9 epoch, 10 probe id ('' = none), 11 action: 's' | 'f' record a verdict,
+--                 'o' force open, 'n' none (each releases the probe) -> {state, retry_after_ms}
+--                 afterwards (lua/attempt.lua's finish)
 -- state codes: 0 closed, 1 open, 2 half-open.
+--
+-- Cost: a call reads only the fields its operation needs (HMGET) and writes only the fields that
+-- changed; the key's 7-day expiry is refreshed by every write except one that only bumps
+-- counters within a bucket (a new bucket, a new state or a probe refreshes it).
 --
 -- Re-sent calls (fred may re-send an EVALSHA after a dropped connection): `acquire` with the same
 -- candidate probe id answers the probe again instead of refusing its own holder; `record` with a
@@ -32,7 +39,8 @@
 --
 -- lua/attempt.lua runs this whole script as a function (KEYS and ARGV become its parameters), so
 -- an admission and a finish drive the same state machine in one round trip; there the lease
--- record, not KEYS[2], makes the verdict count once.
+-- record, not KEYS[2], makes the verdict count once, and `ARGV.now` carries the server time the
+-- caller already read.
 
 local key = KEYS[1]
 local op = ARGV[1]
@@ -48,13 +56,26 @@ local KEEP_MS = 7 * 24 * 3600 * 1000
 -- How long a verdict id is remembered: longer than any reconnect after which fred re-sends.
 local VERDICT_KEEP_MS = 120000
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = ARGV.now
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 
-local raw = redis.call('HGETALL', key)
+-- Admission, a probe release and a verdict-less finish only look at the state and the probe.
+local STATE_FIELDS = {'st', 'epoch', 'until', 'probe', 'pexp'}
+local ALL_FIELDS = {'st', 'epoch', 'fails', 'streak', 'until', 'since', 'probe', 'pexp',
+                    'b0i', 'b0n', 'b0f', 'b1i', 'b1n', 'b1f', 'opens'}
+local fields = ALL_FIELDS
+if op == 'acquire' or op == 'release_probe' or (op == 'verdict' and ARGV[11] == 'n') then
+  fields = STATE_FIELDS
+end
+local raw = redis.call('HMGET', key, unpack(fields))
 local s = {}
-for i = 1, #raw, 2 do
-  s[raw[i]] = raw[i + 1]
+for i, field in ipairs(fields) do
+  if raw[i] then
+    s[field] = raw[i]
+  end
 end
 local function num(field)
   return tonumber(s[field] or '0')
@@ -62,23 +83,34 @@ end
 
 local st = s.st or 'c'
 local epoch = num('epoch')
-local dirty = false
+local changed = {}
 
 local function set(field, value)
-  s[field] = tostring(value)
-  dirty = true
+  local text = tostring(value)
+  if s[field] ~= text then
+    s[field] = text
+    changed[field] = true
+  end
 end
 
+-- Fields that change within one bucket's life without refreshing the key's expiry.
+local COUNTERS = {fails = true, b0n = true, b0f = true, b1n = true, b1f = true}
+
 local function save()
-  if dirty then
-    local flat = {}
-    for k, v in pairs(s) do
-      flat[#flat + 1] = k
-      flat[#flat + 1] = v
-    end
-    redis.call('HSET', key, unpack(flat))
-    redis.call('PEXPIRE', key, KEEP_MS)
+  local flat = {}
+  local refresh = false
+  for field in pairs(changed) do
+    flat[#flat + 1] = field
+    flat[#flat + 1] = s[field]
+    refresh = refresh or not COUNTERS[field]
   end
+  if #flat > 0 then
+    redis.call('HSET', key, unpack(flat))
+    if refresh then
+      redis.call('PEXPIRE', key, KEEP_MS)
+    end
+  end
+  changed = {}
 end
 
 -- cooldown x 2^(streak-1), capped; a streak of 0 still opens for one cooldown.
@@ -217,6 +249,28 @@ local function record(v_epoch, probe_id, failed)
   return 1
 end
 
+-- A dead source: open now (an OPEN breaker only has its deadline extended, keeping the epoch).
+local function force_open()
+  advance()
+  if st == 'o' then
+    local deadline = now + effective_cooldown(num('streak'))
+    if deadline > num('until') then
+      set('until', deadline)
+    end
+  else
+    open(false)
+  end
+end
+
+-- Give a probe back: true when `probe_id` held it.
+local function release(probe_id)
+  if (s.probe or '') ~= '' and s.probe == probe_id then
+    set('probe', ''); set('pexp', 0)
+    return true
+  end
+  return false
+end
+
 if op == 'acquire' then
   local candidate = ARGV[9]
   advance()
@@ -255,27 +309,29 @@ elseif op == 'record' then
   return applied
 
 elseif op == 'force_open' then
-  advance()
-  if st == 'o' then
-    -- Already open: extend the deadline, keep the epoch (not a new opening).
-    local deadline = now + effective_cooldown(num('streak'))
-    if deadline > num('until') then
-      set('until', deadline)
-    end
-  else
-    open(false)
-  end
+  force_open()
   save()
   return epoch
 
 elseif op == 'release_probe' then
-  local probe_id = ARGV[9]
-  if (s.probe or '') ~= '' and s.probe == probe_id then
-    set('probe', ''); set('pexp', 0)
-    save()
-    return 1
+  local released = release(ARGV[9])
+  save()
+  return released and 1 or 0
+
+elseif op == 'verdict' then
+  local action = ARGV[11]
+  if action == 's' or action == 'f' then
+    record(tonumber(ARGV[9]), ARGV[10], action == 'f')
+  else
+    if action == 'o' then
+      force_open()
+    end
+    release(ARGV[10])
   end
-  return 0
+  save()
+  -- The state as the next admission will see it (an OPEN whose cooldown ended reads HALF_OPEN).
+  advance()
+  return {state_code(), retry_after()}
 
 elseif op == 'snapshot' then
   -- Read-only: report the lazy OPEN -> HALF_OPEN view without writing it.

@@ -124,4 +124,6 @@ memory_attempt_contract! {
     memory_attempt_open_breaker_spends_no_quota_and_probe_decides =>
         attempt_contract_open_breaker_spends_no_quota_and_probe_decides,
     memory_attempt_failures_open_and_force_open => attempt_contract_failures_open_and_force_open,
+    memory_attempt_finish_reports_the_breaker_it_leaves =>
+        attempt_contract_finish_reports_the_breaker_it_leaves,
 }

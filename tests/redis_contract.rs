@@ -19,8 +19,8 @@ use fred::prelude::{Builder, ClientLike, Config, KeysInterface, LuaInterface};
 use polygateway::config::Secret;
 use polygateway::ports::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, BreakerAdmit, BreakerBackend,
-    BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend, GateDecision, GateRequest,
-    Lease, Limits,
+    BreakerConfig, BreakerState, BreakerStatus, BreakerVerdict, Gate, GateBackend, GateDecision,
+    GateRequest, Lease, Limits,
 };
 use polygateway::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
 use polygateway_actors::policy::breaker::BreakerMachine;
@@ -191,6 +191,8 @@ attempt_contract! {
     redis_attempt_open_breaker_spends_no_quota_and_probe_decides =>
         attempt_contract_open_breaker_spends_no_quota_and_probe_decides,
     redis_attempt_failures_open_and_force_open => attempt_contract_failures_open_and_force_open,
+    redis_attempt_finish_reports_the_breaker_it_leaves =>
+        attempt_contract_finish_reports_the_breaker_it_leaves,
 }
 
 gate_contract! {
@@ -776,8 +778,13 @@ async fn a_resent_attempt_finish_counts_its_verdict_once() {
         panic!("a closed breaker and no limits admit");
     };
     let failure = attempt_outcome(BreakerAction::Record(BreakerVerdict::Failure));
-    attempts.finish(&permit, &config, failure).await.unwrap();
-    attempts.finish(&permit, &config, failure).await.unwrap();
+    let first = attempts.finish(&permit, &config, failure).await.unwrap();
+    let resent = attempts.finish(&permit, &config, failure).await.unwrap();
+    assert_eq!(
+        (first, resent),
+        (BreakerStatus::Closed, BreakerStatus::Closed),
+        "a re-sent finish reports the breaker without counting"
+    );
     let snap = breakers.snapshot("LLM", "a", &config).await.unwrap();
     assert_eq!(
         (snap.state, snap.consecutive_failures),

@@ -22,7 +22,8 @@ pub mod testkit;
 pub use clock::{Clock, TokioClock};
 pub use outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
 pub use ports::attempt::{
-    AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, ComposedAttempts,
+    AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerStatus,
+    ComposedAttempts,
 };
 pub use ports::breaker::{
     BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState, BreakerVerdict,

@@ -1,6 +1,6 @@
 //! [`RedisAttempts`]: one attempt's governance in two script calls (`lua/attempt.lua`) — admission
-//! (breaker check, six gates, lease) and finish (verdict, settlement, release, progress) — so a
-//! successful attempt costs two round trips. The script runs the same breaker, limiter and
+//! (breaker check, six gates, lease) and finish (verdict, settlement, release, progress, and the
+//! breaker state it leaves) — so a successful attempt costs two round trips. The script runs the same breaker, limiter and
 //! progress code as the single-purpose calls of [`super::RedisBreakers`] and [`super::RedisGate`].
 //!
 //! Not for: mixed setups (Redis limiter with in-memory breakers, or the reverse) — those compose
@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use fred::prelude::Value;
 use polygateway_actors::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BackendError, BreakerAction,
-    BreakerConfig, BreakerVerdict, GateRequest, Lease,
+    BreakerConfig, BreakerState, BreakerStatus, BreakerVerdict, GateRequest, Lease,
 };
 
 use super::breaker::{config_args, state_of};
@@ -53,7 +53,8 @@ use super::RedisGate;
 ///         tokens: 1_210,
 ///         progress: true,
 ///     };
-///     attempts.finish(&permit, &breaker, outcome).await?;
+///     let after = attempts.finish(&permit, &breaker, outcome).await?;
+///     assert_eq!(after, polygateway::actors::BreakerStatus::Closed);
 /// }
 /// # Ok(()) }
 /// ```
@@ -185,13 +186,24 @@ impl AttemptBackend for RedisAttempts {
         permit: &AttemptPermit,
         breaker: &BreakerConfig,
         outcome: AttemptOutcome,
-    ) -> Result<(), BackendError> {
+    ) -> Result<BreakerStatus, BackendError> {
         let redis = self.gate.redis();
         let lease = &permit.lease;
         let keys = redis.keys().attempt(&lease.scope, &lease.source, &lease.id);
         let mut args = config_args("finish", breaker);
         args.extend(finish_args(permit, outcome));
-        let _applied: i64 = redis.eval(ScriptKind::Attempt, keys, args).await?;
-        Ok(())
+        let reply: Vec<Value> = redis.eval(ScriptKind::Attempt, keys, args).await?;
+        let codes: Vec<Option<i64>> = reply.iter().map(Value::as_i64).collect();
+        // {applied, state, retry_after_ms}: a re-sent finish (applied 0) reports the breaker too.
+        match codes.as_slice() {
+            [Some(0 | 1), Some(state), Some(wait_ms)] => Ok(match state_of(*state)? {
+                BreakerState::Closed => BreakerStatus::Closed,
+                BreakerState::HalfOpen => BreakerStatus::HalfOpen,
+                BreakerState::Open => BreakerStatus::Open {
+                    retry_after: Duration::from_millis(non_negative(*wait_ms)),
+                },
+            }),
+            _ => Err(unexpected("finish", &reply)),
+        }
     }
 }

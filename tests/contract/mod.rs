@@ -26,8 +26,8 @@ use std::time::Duration;
 use futures::future::join_all;
 use polygateway_actors::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerAdmit,
-    BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict, Gate, GateBackend, GateDecision,
-    GateRequest, Lease, Limits,
+    BreakerBackend, BreakerConfig, BreakerState, BreakerStatus, BreakerVerdict, Gate, GateBackend,
+    GateDecision, GateRequest, Lease, Limits,
 };
 
 /// Breaker parameters short enough for real-time cases (all waits stay well under 3 s).
@@ -1016,11 +1016,15 @@ pub async fn attempt_contract_success_settles_releases_and_marks_progress(
             "no progress before the finish"
         );
         let success = BreakerAction::Record(BreakerVerdict::Success);
-        store
+        let after = store
             .attempts
             .finish(&permit, config, finished(success, 100, true))
             .await
             .unwrap();
+        check!(
+            after == BreakerStatus::Closed,
+            "a success leaves the breaker closed: {after:?}"
+        );
         check!(
             store.gate.leases_held(&scope).await.unwrap() == 0,
             "lease released"
@@ -1037,11 +1041,13 @@ pub async fn attempt_contract_success_settles_releases_and_marks_progress(
         // Settled at 100 of the 400 estimated: 900 more fit the 1 000 TPM.
         let rest = request(&scope, "a", global, per_source, 900, LONG_TTL);
         match attempt_admit(store, &rest, config).await {
-            AttemptAdmit::Admitted(p) => store
-                .attempts
-                .finish(&p, config, finished(BreakerAction::NoVerdict, 900, false))
-                .await
-                .unwrap(),
+            AttemptAdmit::Admitted(p) => {
+                store
+                    .attempts
+                    .finish(&p, config, finished(BreakerAction::NoVerdict, 900, false))
+                    .await
+                    .unwrap();
+            }
             other => return Err(format!("settlement refunded 300 tokens, got {other:?}")),
         }
         Ok(())
@@ -1158,6 +1164,69 @@ pub async fn attempt_contract_open_breaker_spends_no_quota_and_probe_decides(
     assert_eq!(store.gate.leases_held(scope).await.unwrap(), 0);
 }
 
+/// A finish answers the breaker as the attempt left it: a probe given back without a verdict
+/// leaves it half-open (the next attempt may probe), a failed probe re-opens it for the grown
+/// cooldown, a successful one closes it.
+pub async fn attempt_contract_finish_reports_the_breaker_it_leaves(
+    store: &AttemptStore<'_>,
+    prefix: &str,
+    config: &BreakerConfig,
+) {
+    assert_short(config);
+    let (scope, source) = scope_source(prefix, "ATT_AFTER");
+    let (scope, source) = (scope.as_str(), source.as_str());
+    let none = Limits::default();
+    let admit = || request(scope, source, none, none, 0, LONG_TTL);
+    store
+        .breakers
+        .force_open(scope, source, config)
+        .await
+        .unwrap();
+    wait_out_cooldown(store.breakers, scope, source, config).await;
+
+    let probe = attempt_permit(store, &admit(), config).await;
+    assert!(probe.probe_id.is_some(), "half-open: the probe");
+    let given_back = store
+        .attempts
+        .finish(&probe, config, finished(BreakerAction::NoVerdict, 0, false))
+        .await
+        .unwrap();
+    assert_eq!(given_back, BreakerStatus::HalfOpen);
+
+    let probe = attempt_permit(store, &admit(), config).await;
+    assert!(probe.probe_id.is_some(), "the probe was given back");
+    let failure = BreakerAction::Record(BreakerVerdict::Failure);
+    let failed = store
+        .attempts
+        .finish(&probe, config, finished(failure, 0, false))
+        .await
+        .unwrap();
+    let snap = store
+        .breakers
+        .snapshot(scope, source, config)
+        .await
+        .unwrap();
+    assert_eq!((snap.state, snap.open_streak), (BreakerState::Open, 1));
+    match failed {
+        BreakerStatus::Open { retry_after } => assert!(
+            retry_after <= config.cooldown && retry_after >= snap.retry_after,
+            "the fresh cooldown, read before the snapshot: {retry_after:?} vs {snap:?}"
+        ),
+        other => panic!("a failed probe re-opens: {other:?}"),
+    }
+
+    wait_out_cooldown(store.breakers, scope, source, config).await;
+    let probe = attempt_permit(store, &admit(), config).await;
+    let success = BreakerAction::Record(BreakerVerdict::Success);
+    let closed = store
+        .attempts
+        .finish(&probe, config, finished(success, 0, true))
+        .await
+        .unwrap();
+    assert_eq!(closed, BreakerStatus::Closed);
+    assert_eq!(store.gate.leases_held(scope).await.unwrap(), 0);
+}
+
 /// Failure verdicts of finished attempts open the breaker at the streak threshold; a verdict of
 /// the epoch before the opening is fenced off; a dead source's finish (force-open) re-opens a
 /// half-open breaker and gives its probe back.
@@ -1188,13 +1257,28 @@ pub async fn attempt_contract_failures_open_and_force_open(
         );
     }
     let late = permits.pop().expect("t + 1 permits");
+    let mut after = Vec::new();
     for permit in &permits {
-        store
-            .attempts
-            .finish(permit, config, finished(failure, 0, false))
-            .await
-            .unwrap();
+        after.push(
+            store
+                .attempts
+                .finish(permit, config, finished(failure, 0, false))
+                .await
+                .unwrap(),
+        );
     }
+    // Each finish reports the breaker it leaves: closed until the threshold, then open for the
+    // cooldown (what the caller's retry_after must not undercut).
+    let tripped = after.pop().expect("t finishes");
+    assert!(
+        after.iter().all(|a| *a == BreakerStatus::Closed),
+        "{after:?}"
+    );
+    assert!(
+        matches!(tripped, BreakerStatus::Open { retry_after }
+            if retry_after > Duration::ZERO && retry_after <= config.cooldown),
+        "the failure that trips reports the cooldown: {tripped:?}"
+    );
     let snap = store
         .breakers
         .snapshot(scope, source, config)
@@ -1204,12 +1288,14 @@ pub async fn attempt_contract_failures_open_and_force_open(
         (snap.state, snap.epoch, snap.opens),
         (BreakerState::Open, 1, 1)
     );
-    // Admitted at epoch 0, finished after the opening: the verdict is fenced, the lease released.
-    store
+    // Admitted at epoch 0, finished after the opening: the verdict is fenced, the lease released,
+    // and the answer is still the open breaker.
+    let fenced = store
         .attempts
         .finish(&late, config, finished(failure, 0, false))
         .await
         .unwrap();
+    assert_eq!(fenced.state(), BreakerState::Open, "{fenced:?}");
     let snap = store
         .breakers
         .snapshot(scope, source, config)
@@ -1229,11 +1315,16 @@ pub async fn attempt_contract_failures_open_and_force_open(
     )
     .await;
     assert!(probe.probe_id.is_some());
-    store
+    let dead = store
         .attempts
         .finish(&probe, config, finished(BreakerAction::ForceOpen, 0, false))
         .await
         .unwrap();
+    assert!(
+        matches!(dead, BreakerStatus::Open { retry_after }
+            if retry_after > Duration::ZERO && retry_after <= config.cooldown),
+        "a dead source's finish reports the open breaker: {dead:?}"
+    );
     let snap = store
         .breakers
         .snapshot(scope, source, config)

@@ -11,13 +11,18 @@
 //!   progress when asked. Settlement and release are idempotent by lease id; a network backend,
 //!   whose client may re-send a call after a reconnect, also makes a re-sent `finish` count its
 //!   verdict once (the lease id is the verdict id).
+//! - `finish` answers the source's breaker as it left it ([`BreakerStatus`]): the call learns in
+//!   the same round trip that its own failure opened the breaker, so its `retry_after` hint never
+//!   promises service before the cooldown ends (docs/behaviour.md §5.4).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::breaker::{BreakerAdmit, BreakerBackend, BreakerConfig, BreakerState, BreakerVerdict};
+use super::breaker::{
+    BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState, BreakerVerdict,
+};
 use super::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease};
 use super::BackendError;
 
@@ -118,6 +123,87 @@ pub struct AttemptOutcome {
     pub progress: bool,
 }
 
+/// The source's breaker as a finished attempt left it: what the next admission will see.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::ports::attempt::BreakerStatus;
+/// use polygateway_actors::BreakerState;
+/// // The attempt's failure tripped the breaker: nobody is served for 30 s.
+/// let tripped = BreakerStatus::Open { retry_after: Duration::from_secs(30) };
+/// assert_eq!(tripped.retry_after(), Duration::from_secs(30));
+/// assert_eq!(tripped.state(), BreakerState::Open);
+/// assert_eq!(BreakerStatus::HalfOpen.retry_after(), Duration::ZERO);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerStatus {
+    /// Closed: the source serves.
+    Closed,
+    /// Half-open: the next admission may take the probe (or finds it taken).
+    HalfOpen,
+    /// Open: no admission before `retry_after` has passed.
+    Open {
+        /// Remaining cooldown.
+        retry_after: Duration,
+    },
+}
+
+impl BreakerStatus {
+    /// How long until the breaker lets an attempt through (zero unless open).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::ports::attempt::BreakerStatus;
+    /// assert_eq!(BreakerStatus::Closed.retry_after(), Duration::ZERO);
+    /// ```
+    pub fn retry_after(self) -> Duration {
+        match self {
+            BreakerStatus::Open { retry_after } => retry_after,
+            BreakerStatus::Closed | BreakerStatus::HalfOpen => Duration::ZERO,
+        }
+    }
+
+    /// The state without the cooldown.
+    ///
+    /// ```
+    /// use polygateway_actors::ports::attempt::BreakerStatus;
+    /// use polygateway_actors::BreakerState;
+    /// assert_eq!(BreakerStatus::HalfOpen.state(), BreakerState::HalfOpen);
+    /// ```
+    pub fn state(self) -> BreakerState {
+        match self {
+            BreakerStatus::Closed => BreakerState::Closed,
+            BreakerStatus::HalfOpen => BreakerState::HalfOpen,
+            BreakerStatus::Open { .. } => BreakerState::Open,
+        }
+    }
+}
+
+impl From<&BreakerSnapshot> for BreakerStatus {
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::ports::attempt::BreakerStatus;
+    /// use polygateway_actors::{BreakerSnapshot, BreakerState};
+    /// let snapshot = BreakerSnapshot {
+    ///     state: BreakerState::Open, epoch: 1, retry_after: Duration::from_secs(9),
+    ///     consecutive_failures: 0, open_streak: 1, probe_held: false, opens: 1,
+    /// };
+    /// assert_eq!(
+    ///     BreakerStatus::from(&snapshot),
+    ///     BreakerStatus::Open { retry_after: Duration::from_secs(9) }
+    /// );
+    /// ```
+    fn from(snapshot: &BreakerSnapshot) -> Self {
+        match snapshot.state {
+            BreakerState::Closed => BreakerStatus::Closed,
+            BreakerState::HalfOpen => BreakerStatus::HalfOpen,
+            BreakerState::Open => BreakerStatus::Open {
+                retry_after: snapshot.retry_after,
+            },
+        }
+    }
+}
+
 /// One attempt's governance in two operations. Implementations must be cheap to call
 /// concurrently and bound every I/O they do themselves (a store that cannot answer is an error,
 /// never a hang): the caller does not cut them short, which could skip their compensation of a
@@ -130,7 +216,7 @@ pub struct AttemptOutcome {
 /// use std::time::Duration;
 /// use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
 /// use polygateway_actors::ports::attempt::{
-///     AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, ComposedAttempts,
+///     AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, BreakerStatus, ComposedAttempts,
 /// };
 /// use polygateway_actors::{BreakerConfig, BreakerVerdict, GateBackend, GateRequest, Limits};
 /// let gate = Arc::new(MemoryGate::default());
@@ -148,7 +234,8 @@ pub struct AttemptOutcome {
 /// let success = AttemptOutcome {
 ///     action: BreakerAction::Record(BreakerVerdict::Success), tokens: 42, progress: true,
 /// };
-/// attempts.finish(&permit, &breaker, success).await?;
+/// let after = attempts.finish(&permit, &breaker, success).await?;
+/// assert_eq!(after, BreakerStatus::Closed);
 /// assert_eq!(gate.leases_held("LLM").await?, 0);
 /// assert!(gate.progress_age("LLM").await?.is_some());
 /// # Ok(())
@@ -162,17 +249,20 @@ pub trait AttemptBackend: Send + Sync + std::fmt::Debug + 'static {
         request: &GateRequest,
         breaker: &BreakerConfig,
     ) -> Result<AttemptAdmit, BackendError>;
-    /// Breaker action, settlement at `outcome.tokens`, release, progress mark.
+    /// Breaker action, settlement at `outcome.tokens`, release, progress mark; answers the
+    /// source's breaker as the attempt left it (a re-sent finish answers it without counting).
     async fn finish(
         &self,
         permit: &AttemptPermit,
         breaker: &BreakerConfig,
         outcome: AttemptOutcome,
-    ) -> Result<(), BackendError>;
+    ) -> Result<BreakerStatus, BackendError>;
 }
 
 /// [`AttemptBackend`] built from a gate and a breaker backend: one call per step, each bounded by
-/// its own timeout (so a stuck breaker store cannot keep a lease from being released).
+/// its own timeout (so a stuck breaker store cannot keep a lease from being released). `finish`
+/// reads the breaker back with a snapshot after the verdict (free in memory; one more call on a
+/// network breaker store).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -302,7 +392,7 @@ impl AttemptBackend for ComposedAttempts {
         permit: &AttemptPermit,
         breaker: &BreakerConfig,
         outcome: AttemptOutcome,
-    ) -> Result<(), BackendError> {
+    ) -> Result<BreakerStatus, BackendError> {
         let lease = &permit.lease;
         let probe = permit.probe_id.as_deref();
         // The slot first: it is what other calls wait for (the order is otherwise free).
@@ -335,6 +425,14 @@ impl AttemptBackend for ComposedAttempts {
             true => self.bounded(self.gate.mark_progress(&lease.scope)).await,
             false => Ok(()),
         };
-        released.and(settled).and(breaker_result).and(progress)
+        let status = self
+            .bounded(self.breakers.snapshot(&lease.scope, &lease.source, breaker))
+            .await
+            .map(|snapshot| BreakerStatus::from(&snapshot));
+        released
+            .and(settled)
+            .and(breaker_result)
+            .and(progress)
+            .and(status)
     }
 }

@@ -6,8 +6,9 @@
 //! costs two round trips. With in-memory backends the answer is computed inside the handler (no
 //! I/O, microseconds). With network backends (Redis) each request runs in its own task so
 //! independent calls never queue behind one round trip. Every backend call is bounded by a
-//! timeout; an error or timeout is answered as `AdmitAnswer::BackendDown` — fail closed, never a
-//! pass (docs/behaviour.md §10.6).
+//! timeout; an error or timeout is answered as an error — fail closed, never a pass
+//! (docs/behaviour.md §10.6). A finish whose caller asks for it is answered with the breaker
+//! state it left ([`BreakerStatus`]), for the call's `retry_after` hint.
 //!
 //! The actor holds no per-call state, so a restart loses nothing: the supervisor asks the
 //! [`GovernanceFactory`] for the backends again, with backoff (the gateway's factory returns
@@ -22,10 +23,11 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::ports::attempt::{
-    AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, ComposedAttempts,
+    AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerStatus,
+    ComposedAttempts,
 };
-use crate::ports::breaker::{BreakerBackend, BreakerConfig, BreakerState};
-use crate::ports::gate::{Gate, GateBackend, GateRequest};
+use crate::ports::breaker::{BreakerBackend, BreakerConfig};
+use crate::ports::gate::{GateBackend, GateRequest};
 use crate::ports::BackendError;
 
 /// The governance backends of a runtime.
@@ -102,28 +104,9 @@ pub(crate) struct Permit {
     pub(crate) breaker: BreakerConfig,
 }
 
-/// The answer to an admission request.
-#[derive(Debug, Clone)]
-pub(crate) enum AdmitAnswer {
-    /// Go.
-    Admitted(Permit),
-    /// The source's breaker refused.
-    BreakerRefused {
-        /// Breaker state.
-        state: BreakerState,
-        /// Remaining cooldown (0 when half-open with the probe taken).
-        retry_after: Duration,
-    },
-    /// A gate refused; nothing was counted.
-    GateRefused {
-        /// Which gate.
-        gate: Gate,
-        /// Wait hint.
-        retry_after: Duration,
-    },
-    /// A backend failed or timed out: fail closed.
-    BackendDown(String),
-}
+/// The answer to an admission request: the backend's, or the error that closes the door (a
+/// backend that failed or timed out, an admission actor that stopped).
+pub(crate) type AdmitAnswer = Result<AttemptAdmit, BackendError>;
 
 /// Messages of the admission actor.
 #[derive(Debug)]
@@ -133,6 +116,9 @@ pub(crate) enum AdmissionMsg {
     /// Settle a permit: breaker action, TPM settlement with `tokens`, lease release, and (for a
     /// success) the scope's progress mark — one message per finished attempt.
     Finish {
+        /// Where to send the breaker state the attempt left (`None` when the finish failed);
+        /// `None`: nobody waits.
+        reply: Option<oneshot::Sender<Option<BreakerStatus>>>,
         /// The permit.
         permit: Permit,
         /// The attempt succeeded: mark the scope's progress (stall guard).
@@ -207,17 +193,18 @@ impl Actor for AdmissionActor {
         match message {
             AdmissionMsg::Admit(request, reply) => {
                 if gov.inline {
-                    let answer = admit(attempts, &request).await;
-                    deliver(attempts, answer, reply).await;
+                    let answer = attempts.admit(&request.gate, &request.breaker).await;
+                    deliver(attempts, &request, answer, reply).await;
                 } else {
                     let attempts = Arc::clone(attempts);
                     state.tasks.spawn(async move {
-                        let answer = admit(&attempts, &request).await;
-                        deliver(&attempts, answer, reply).await;
+                        let answer = attempts.admit(&request.gate, &request.breaker).await;
+                        deliver(&attempts, &request, answer, reply).await;
                     });
                 }
             }
             AdmissionMsg::Finish {
+                reply,
                 permit,
                 progress,
                 action,
@@ -228,13 +215,18 @@ impl Actor for AdmissionActor {
                     tokens,
                     progress,
                 };
+                let answer = |status| {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(status);
+                    }
+                };
                 if gov.inline {
-                    finish(attempts, &permit, outcome).await;
+                    answer(finish(attempts, &permit, outcome).await);
                 } else {
                     let attempts = Arc::clone(attempts);
                     state
                         .tasks
-                        .spawn(async move { finish(&attempts, &permit, outcome).await });
+                        .spawn(async move { answer(finish(&attempts, &permit, outcome).await) });
                 }
             }
             AdmissionMsg::ProgressAge(scope, reply) => {
@@ -276,49 +268,46 @@ async fn bounded<R>(
     }
 }
 
-/// Breaker first (cheap refusal, no quota spent on an open source), then the six gates, in one
-/// backend call (which bounds its own I/O: cutting it short from outside would skip the
-/// compensation of a grant the caller never learnt of); an error is answered `BackendDown`.
-async fn admit(attempts: &Arc<dyn AttemptBackend>, request: &AdmitRequest) -> AdmitAnswer {
-    match attempts.admit(&request.gate, &request.breaker).await {
-        Ok(AttemptAdmit::Admitted(attempt)) => AdmitAnswer::Admitted(Permit {
-            attempt,
-            breaker: request.breaker.clone(),
-        }),
-        Ok(AttemptAdmit::BreakerRefused { state, retry_after }) => {
-            AdmitAnswer::BreakerRefused { state, retry_after }
-        }
-        Ok(AttemptAdmit::GateRefused { gate, retry_after }) => {
-            AdmitAnswer::GateRefused { gate, retry_after }
-        }
-        Err(e) => AdmitAnswer::BackendDown(e.message),
-    }
-}
-
-/// Hand the answer to the waiting call; if it went away meanwhile, undo the grant.
+/// Hand the answer of the admission (breaker first, then the six gates, in one backend call that
+/// bounds its own I/O: cutting it short from outside would skip the compensation of a grant the
+/// caller never learnt of) to the waiting call; if it went away meanwhile, undo the grant.
 async fn deliver(
     attempts: &Arc<dyn AttemptBackend>,
+    request: &AdmitRequest,
     answer: AdmitAnswer,
     reply: oneshot::Sender<AdmitAnswer>,
 ) {
-    if let Err(AdmitAnswer::Admitted(permit)) = reply.send(answer) {
+    if let Err(Ok(AttemptAdmit::Admitted(attempt))) = reply.send(answer) {
         let outcome = AttemptOutcome {
             action: BreakerAction::NoVerdict,
-            tokens: permit.attempt.lease.est_tokens,
+            tokens: attempt.lease.est_tokens,
             progress: false,
+        };
+        let permit = Permit {
+            attempt,
+            breaker: request.breaker.clone(),
         };
         finish(attempts, &permit, outcome).await;
     }
 }
 
-/// Settle a permit. A failure only logs: the call's result (or its cancellation) already happened
-/// and must not be hidden by bookkeeping (docs/behaviour.md §5.3 degrade direction); the lease and probe TTLs
-/// reclaim what a failed finish could not give back.
-async fn finish(attempts: &Arc<dyn AttemptBackend>, permit: &Permit, outcome: AttemptOutcome) {
+/// Settle a permit; the breaker state it left, or `None` when the finish failed. A failure only
+/// logs: the call's result (or its cancellation) already happened and must not be hidden by
+/// bookkeeping (docs/behaviour.md §5.3 degrade direction); the lease and probe TTLs reclaim what
+/// a failed finish could not give back.
+async fn finish(
+    attempts: &Arc<dyn AttemptBackend>,
+    permit: &Permit,
+    outcome: AttemptOutcome,
+) -> Option<BreakerStatus> {
     let finished = attempts.finish(&permit.attempt, &permit.breaker, outcome);
-    if let Err(e) = finished.await {
-        let lease = &permit.attempt.lease;
-        tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
-            "finishing an attempt failed (the lease TTL reclaims its slot)");
+    match finished.await {
+        Ok(status) => Some(status),
+        Err(e) => {
+            let lease = &permit.attempt.lease;
+            tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
+                "finishing an attempt failed (the lease TTL reclaims its slot)");
+            None
+        }
     }
 }

@@ -20,12 +20,13 @@ use rand::SeedableRng;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use crate::outcome::{AttemptVerdict, Classify, SourceReason};
+use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
 use crate::policy::pacer::PacerObservation;
-use crate::ports::attempt::BreakerAction;
+use crate::ports::attempt::{AttemptAdmit, BreakerAction, BreakerStatus};
 use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
+use crate::ports::BackendError;
 
 use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, Permit};
 use super::ids::new_id;
@@ -249,9 +250,9 @@ fn pacer_observation<T: Transport>(
     }
 }
 
-/// An admitted attempt in flight. Dropped without [`AttemptGuard::finish`] it is a cancelled
-/// attempt: the permit is settled at its estimate with no breaker verdict, the observer records
-/// `cancelled`, and the pacer slot is freed.
+/// An admitted attempt in flight. Dropped without being settled it is a cancelled attempt: the
+/// permit is settled at its estimate with no breaker verdict, the observer records `cancelled`,
+/// and the pacer slot is freed.
 struct AttemptGuard<'a, T: Transport> {
     scope: &'a ScopeInner<T>,
     observer: &'a dyn CallObserver<T>,
@@ -260,12 +261,21 @@ struct AttemptGuard<'a, T: Transport> {
     attempt_id: String,
     attempt: u32,
     started: Instant,
+    /// The breaker state the settlement of a failed attempt left, once admission answers.
+    breaker_after: Option<oneshot::Receiver<Option<BreakerStatus>>>,
 }
 
 impl<T: Transport> AttemptGuard<'_, T> {
-    fn settle(&mut self, action: BreakerAction, tokens: u64, progress: bool) {
+    /// Send the permit's finish; with `answer`, keep the receiver of the breaker state it leaves.
+    fn settle(&mut self, action: BreakerAction, tokens: u64, progress: bool, answer: bool) {
         if let Some(permit) = self.permit.take() {
+            let reply = answer.then(|| {
+                let (reply, receiver) = oneshot::channel();
+                self.breaker_after = Some(receiver);
+                reply
+            });
             self.scope.send_admission(AdmissionMsg::Finish {
+                reply,
                 permit,
                 progress,
                 action,
@@ -288,7 +298,7 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
             .permit
             .as_ref()
             .map_or(0, |p| p.attempt.lease.est_tokens);
-        self.settle(BreakerAction::NoVerdict, tokens, false);
+        self.settle(BreakerAction::NoVerdict, tokens, false, false);
         let source = self.ticket.source();
         source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
         source.metrics.attempt(None);
@@ -392,17 +402,20 @@ impl<T: Transport> ScopeInner<T> {
                     self.metrics.admission_waited(asked.elapsed().as_secs_f64());
                     let source = ticket.source();
                     Event::Admission(match answer {
-                        AdmitAnswer::Admitted(granted) => {
-                            source.breaker_seen(if granted.attempt.probe_id.is_some() {
+                        Ok(AttemptAdmit::Admitted(attempt)) => {
+                            source.breaker_seen(if attempt.probe_id.is_some() {
                                 BreakerState::HalfOpen
                             } else {
                                 BreakerState::Closed
                             });
-                            permit = Some(granted);
+                            permit = Some(Permit {
+                                attempt,
+                                breaker: source.breaker.clone(),
+                            });
                             picked = Some(ticket);
                             Admission::Granted
                         }
-                        AdmitAnswer::BreakerRefused { state, retry_after } => {
+                        Ok(AttemptAdmit::BreakerRefused { state, retry_after }) => {
                             source.breaker_seen(state);
                             source
                                 .counters
@@ -410,10 +423,10 @@ impl<T: Transport> ScopeInner<T> {
                                 .fetch_add(1, Ordering::Relaxed);
                             Admission::BreakerRefused { state, retry_after }
                         }
-                        AdmitAnswer::GateRefused { gate, retry_after } => {
+                        Ok(AttemptAdmit::GateRefused { gate, retry_after }) => {
                             Admission::GateRefused { gate, retry_after }
                         }
-                        AdmitAnswer::BackendDown(detail) => Admission::BackendDown(detail),
+                        Err(e) => Admission::BackendDown(e.message),
                     })
                 }
                 Action::Send { attempt, .. } => {
@@ -429,6 +442,7 @@ impl<T: Transport> ScopeInner<T> {
                         attempt_id: new_id(),
                         attempt,
                         started: Instant::now(),
+                        breaker_after: None,
                     };
                     let span = tracing::info_span!(
                         "pgw.attempt",
@@ -445,6 +459,7 @@ impl<T: Transport> ScopeInner<T> {
                         .await;
                     let source = Arc::clone(&guard.ticket.source().name);
                     let attempt_id = std::mem::take(&mut guard.attempt_id);
+                    let breaker_after = guard.breaker_after.take();
                     drop(guard);
                     Event::Attempted(match result {
                         Ok(response) => {
@@ -452,12 +467,19 @@ impl<T: Transport> ScopeInner<T> {
                             Outcome::Ok
                         }
                         Err(error) => {
+                            // The finish was sent before the pacer and observer heard of the
+                            // attempt; its answer is usually here already.
+                            let breaker = match breaker_after {
+                                Some(answer) => answer.await.ok().flatten(),
+                                None => None,
+                            };
                             let failure = Failure {
                                 class: error.class(),
                                 rate_limited: error.is_rate_limited(),
                                 retry_after: error.retry_after(),
                                 reason: error.source_reason(),
                                 delivered: events.map_or(0, EventSink::delivered),
+                                breaker,
                             };
                             last_error = Some(error);
                             Outcome::Failed(failure)
@@ -554,7 +576,20 @@ impl<T: Transport> ScopeInner<T> {
             Err(error) => Err((verdict, error.class())),
         };
         let (action, tokens) = settlement(answer, est, options.breaker_exempt);
-        guard.settle(action, tokens, verdict == AttemptVerdict::Success);
+        // A failure that may be retried or end the call unavailable needs the breaker state it
+        // leaves, for the `retry_after` hint.
+        let retryable = result.as_ref().err().is_some_and(|e| {
+            matches!(
+                e.class(),
+                FailureClass::Transient | FailureClass::SourceDead
+            )
+        });
+        guard.settle(
+            action,
+            tokens,
+            verdict == AttemptVerdict::Success,
+            retryable,
+        );
         source.report(pacer_observation::<T>(
             &result,
             verdict,
@@ -607,6 +642,7 @@ impl<T: Transport> ScopeInner<T> {
     }
 
     async fn admit(&self, ticket: &SourceTicket<T>) -> AdmitAnswer {
+        let stopped = || Err(BackendError::new("admission actor stopped"));
         let source = ticket.source();
         let request = AdmitRequest {
             gate: GateRequest {
@@ -623,14 +659,12 @@ impl<T: Transport> ScopeInner<T> {
         let (reply, answer) = oneshot::channel();
         let admission = match self.admission.get() {
             Ok(a) => a,
-            Err(reason) => return AdmitAnswer::BackendDown(reason),
+            Err(reason) => return Err(BackendError::new(reason)),
         };
         if admission.cast(AdmissionMsg::Admit(request, reply)).is_err() {
-            return AdmitAnswer::BackendDown("admission actor stopped".into());
+            return stopped();
         }
-        answer
-            .await
-            .unwrap_or_else(|_| AdmitAnswer::BackendDown("admission actor stopped".into()))
+        answer.await.unwrap_or_else(|_| stopped())
     }
 
     async fn progress_age(&self) -> Option<Duration> {

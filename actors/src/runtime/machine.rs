@@ -35,7 +35,7 @@ use crate::ports::gate::Gate;
 
 use super::call::ScopeReason;
 use super::scope::ScopeConfig;
-use crate::ports::attempt::BreakerAction;
+use crate::ports::attempt::{BreakerAction, BreakerStatus};
 
 /// What the driver does next.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,6 +142,8 @@ pub(crate) struct Failure {
     pub(crate) reason: SourceReason,
     /// Stream deltas already delivered to the consumer (0 for non-streaming calls).
     pub(crate) delivered: u64,
+    /// The source's breaker as this attempt's finish left it (`None`: not known).
+    pub(crate) breaker: Option<BreakerStatus>,
 }
 
 /// One decision: the next action, and a cooldown to publish into the source's memo first (so
@@ -346,8 +348,9 @@ impl CallMachine {
     }
 
     /// Scope-level failure. The hint is never below the earliest moment a source could serve
-    /// as far as this call knows (issue #18: a dead only source with `MAX_ATTEMPTS=1` used to
-    /// answer "retry after 0 s" while its breaker stayed open for the cooldown).
+    /// as far as this call knows — Retry-After, a dead source's cooldown, a breaker its failure
+    /// opened (issue #18: a dead only source, or a failure that tripped the only breaker, with
+    /// `MAX_ATTEMPTS=1` used to answer "retry after 0 s" while the breaker stayed open).
     fn unavailable(
         &mut self,
         reason: ScopeReason,
@@ -541,11 +544,21 @@ impl CallMachine {
             self.not_before(source, now + hint);
         }
         let dead = failure.class == FailureClass::SourceDead;
-        let mut cool = None;
+        // A dead source is not tried before its cooldown ends; a breaker this very failure
+        // opened (or found open) says exactly when it ends. Either cools the memo at once.
+        let mut cool: Option<(usize, Instant)> = None;
         if dead {
-            let until = now + self.cooldowns.get(source).copied().unwrap_or_default();
+            cool = Some((
+                source,
+                now + self.cooldowns.get(source).copied().unwrap_or_default(),
+            ));
+        }
+        if let Some(BreakerStatus::Open { retry_after }) = failure.breaker {
+            let until = now + retry_after;
+            cool = Some((source, cool.map_or(until, |(_, t)| t.max(until))));
+        }
+        if let Some((_, until)) = cool {
             self.not_before(source, until);
-            cool = Some((source, until));
         }
         let action = if failure.rate_limited {
             // Pushback: no budget spent; the wait counts as stalling.
@@ -647,6 +660,19 @@ mod tests {
             retry_after,
             reason,
             delivered: 0,
+            breaker: None,
+        }))
+    }
+
+    /// A transient failure whose finish reported the breaker open for `retry_after`.
+    fn tripped(retry_after: Duration) -> Event {
+        Event::Attempted(Outcome::Failed(Failure {
+            class: FailureClass::Transient,
+            rate_limited: false,
+            retry_after: None,
+            reason: SourceReason::NetworkError,
+            delivered: 0,
+            breaker: Some(BreakerStatus::Open { retry_after }),
         }))
     }
 
@@ -688,6 +714,58 @@ mod tests {
         assert_eq!(reason, ScopeReason::RetryExhausted);
         assert_eq!(retry_after, COOLDOWN, "not 0 s while the breaker is open");
         assert_eq!(m.per_source()[&0], SourceReason::SourceDead);
+    }
+
+    #[test]
+    fn a_failure_that_trips_the_only_breaker_hints_the_breaker_cooldown() {
+        let t0 = Instant::now();
+        let open = Duration::from_secs(60); // a grown streak: longer than the base cooldown
+                                            // Budget 1: the call ends on this failure.
+        let mut m = machine(&config(1), 1, t0);
+        m.start();
+        admitted(&mut m, t0);
+        let step = m.step(tripped(open), t0);
+        assert_eq!(
+            step.cool,
+            Some((0, t0 + open)),
+            "the memo is cooled at once"
+        );
+        let Action::Finish(Ending::Unavailable {
+            reason,
+            retry_after,
+            ..
+        }) = step.action
+        else {
+            panic!("{:?}", step.action);
+        };
+        assert_eq!(reason, ScopeReason::RetryExhausted);
+        assert_eq!(retry_after, open, "not 0 s while the breaker is open");
+        assert_eq!(m.per_source()[&0], SourceReason::NetworkError);
+        // Budget 3: back off, then the cooled source leaves nothing eligible: circuit open.
+        let mut m = machine(&config(3), 1, t0);
+        m.start();
+        admitted(&mut m, t0);
+        let step = m.step(tripped(open), t0);
+        assert_eq!(step.cool, Some((0, t0 + open)));
+        let Action::Backoff(wait) = step.action else {
+            panic!("{:?}", step.action);
+        };
+        let t1 = t0 + wait;
+        m.step(Event::Woke, t1);
+        let none = Selected::NoneEligible {
+            earliest_cooling: Some(t0 + open),
+            paced: false,
+        };
+        let Action::Finish(Ending::Unavailable {
+            reason,
+            retry_after,
+            ..
+        }) = m.step(Event::Selected(none), t1).action
+        else {
+            panic!("expected the end of the call");
+        };
+        assert_eq!(reason, ScopeReason::CircuitOpen);
+        assert_eq!(retry_after, open - wait);
     }
 
     #[test]
@@ -915,6 +993,7 @@ mod tests {
             retry_after: None,
             reason: SourceReason::NetworkError,
             delivered: 3,
+            breaker: None,
         }));
         assert_eq!(
             m.step(broken, t0).action,

@@ -25,7 +25,7 @@ use crate::outcome::{AttemptVerdict, FailureClass, SourceReason};
 use crate::policy::breaker::BreakerMachine;
 use crate::policy::limiter::LimiterState;
 use crate::policy::select::{Candidate, LeastInflight, Selector};
-use crate::ports::attempt::BreakerAction;
+use crate::ports::attempt::{BreakerAction, BreakerStatus};
 use crate::ports::breaker::{BreakerAdmit, BreakerConfig, BreakerState};
 use crate::ports::gate::{GateDecision, GateRequest, Lease, Limits};
 use crate::runtime::machine::{
@@ -423,7 +423,7 @@ impl World {
     /// settles with admission, the pacer slot goes back, the observer writes a row.
     fn before_delivery(&mut self, call: usize, event: Event) -> Event {
         self.calls[call].awaiting_slot = false;
-        let Event::Attempted(_) = event else {
+        let Event::Attempted(outcome) = event else {
             return event;
         };
         let (source, kind) = self.calls[call]
@@ -450,7 +450,7 @@ impl World {
             }
         };
         let (action, tokens) = settlement(answer, est, false);
-        self.settle(call, action, tokens, matches!(kind, Kind::Ok));
+        let breaker = self.settle(call, action, tokens, matches!(kind, Kind::Ok));
         self.release_ticket(call);
         let c = &mut self.calls[call];
         c.rows += 1;
@@ -468,10 +468,19 @@ impl World {
             if f.class == FailureClass::SourceDead {
                 ready = ready.max(self.now + ms(self.sources[source].breaker_config.cooldown));
             }
+            if let Some(BreakerStatus::Open { retry_after }) = breaker {
+                ready = ready.max(self.now + ms(retry_after));
+            }
             let known = &mut self.calls[call].known_ready[source];
             *known = (*known).max(ready);
         }
-        event
+        // As the driver does: the failure carries the breaker state its finish answered.
+        match outcome {
+            Outcome::Failed(failure) => {
+                Event::Attempted(Outcome::Failed(Failure { breaker, ..failure }))
+            }
+            Outcome::Ok => Event::Attempted(Outcome::Ok),
+        }
     }
 
     fn step(&mut self, call: usize, event: Event) {
@@ -746,6 +755,7 @@ impl World {
                 retry_after,
                 reason,
                 delivered,
+                breaker: None,
             })
         };
         let hint = |rng: &mut SmallRng| {
@@ -862,17 +872,21 @@ impl World {
         }
     }
 
-    /// `AdmissionMsg::Finish`: breaker verdict, TPM settle, lease release, progress. Lost while
-    /// the backend is down (the TTLs reclaim the lease and the probe).
-    fn settle(&mut self, call: usize, action: BreakerAction, tokens: u64, progress: bool) {
-        let Some(permit) = self.calls[call].permit.take() else {
-            return;
-        };
+    /// `AdmissionMsg::Finish`: breaker verdict, TPM settle, lease release, progress; the breaker
+    /// state it left. Lost while the backend is down (the TTLs reclaim the lease and the probe).
+    fn settle(
+        &mut self,
+        call: usize,
+        action: BreakerAction,
+        tokens: u64,
+        progress: bool,
+    ) -> Option<BreakerStatus> {
+        let permit = self.calls[call].permit.take()?;
         if permit.probe.is_some() {
             self.probes_out -= 1;
         }
         if self.down() {
-            return;
+            return None;
         }
         let now = self.now;
         if progress {
@@ -897,9 +911,11 @@ impl World {
                 }
             }
         }
+        let status = BreakerStatus::from(&s.breaker.snapshot(now));
         self.check_epoch(call, permit.source);
         self.limiter.settle(&permit.lease, tokens);
         self.limiter.release(&permit.lease);
+        Some(status)
     }
 
     fn release_ticket(&mut self, call: usize) {
