@@ -21,6 +21,7 @@ pub use polygateway_actors::memory::{ManualClock, MemoryBreakers, MemoryGate};
 pub use polygateway_actors::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, AttemptVerdict, BackendError,
     BreakerAction, BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState,
-    BreakerVerdict, Classify, Clock, ComposedAttempts, ConsumerGone, EventSink, FailureClass, Gate,
-    GateBackend, GateDecision, GateRequest, Lease, Limits, SourceReason, TokioClock, Transport,
+    BreakerStatus, BreakerVerdict, Classify, Clock, ComposedAttempts, ConsumerGone, EventSink,
+    FailureClass, Gate, GateBackend, GateDecision, GateRequest, Lease, Limits, SourceReason,
+    TokioClock, Transport,
 };
