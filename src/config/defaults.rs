@@ -223,6 +223,33 @@ pub const STRUCTURED_MAX_RETRIES: u32 = 2;
 /// assert!(defaults::TIMEOUT_S <= defaults::LEASE_TTL_S);
 /// ```
 pub const LEASE_TTL_S: f64 = 1500.0;
+/// `PGW_SERVER_BODY_LIMIT_BYTES`: 32 MiB, room for an OCR page image.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use polygateway::config::{defaults, Settings};
+/// let settings = Settings::from_map(&BTreeMap::new()).unwrap();
+/// assert_eq!(settings.server.body_limit_bytes, defaults::SERVER_BODY_LIMIT_BYTES);
+/// ```
+pub const SERVER_BODY_LIMIT_BYTES: usize = 32 << 20;
+/// `PGW_SERVER_REQUEST_TIMEOUT_S`: at least the default source `TIMEOUT_S` times the default
+/// attempts, so the server's deadline is not the first to fire.
+///
+/// ```
+/// use polygateway::config::defaults;
+/// assert!(defaults::SERVER_REQUEST_TIMEOUT_S >= defaults::TIMEOUT_S * 3.0);
+/// ```
+pub const SERVER_REQUEST_TIMEOUT_S: f64 = 600.0;
+/// `PGW_SERVER_DRAIN_TIMEOUT_S`.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::time::Duration;
+/// use polygateway::config::{defaults, Settings};
+/// let settings = Settings::from_map(&BTreeMap::new()).unwrap();
+/// assert_eq!(settings.server.drain_timeout, Duration::from_secs_f64(defaults::SERVER_DRAIN_TIMEOUT_S));
+/// ```
+pub const SERVER_DRAIN_TIMEOUT_S: f64 = 30.0;
 
 /// The TTFT default for a source whose total timeout is `timeout`: `min(30 s, timeout / 2)`, so
 /// the default always satisfies `ttft < timeout`.
