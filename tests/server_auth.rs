@@ -25,26 +25,39 @@ async fn chat(server: &TestServer, key: Option<&str>, model: &str) -> reqwest::R
 async fn keys_authenticate_and_scopes_authorise() {
     let llm = MockUpstream::start(Behaviour::healthy()).await;
     let judge = MockUpstream::start(Behaviour::healthy()).await;
-    let settings = mock_settings(&[("LLM", &llm.base_url()), ("JUDGE", &judge.base_url())], &[]);
+    let settings = mock_settings(
+        &[("LLM", &llm.base_url()), ("JUDGE", &judge.base_url())],
+        &[],
+    );
     let keys = key_file(&[
         key_entry("all", KEY, &["*"], ""),
         key_entry("llm-only", "pgw-llm-only", &["LLM"], ""),
     ]);
     let server = start_with_keys(settings, keys).await;
 
-    for (key, code) in [(None, "invalid_api_key"), (Some("pgw-nope"), "invalid_api_key")] {
+    for (key, code) in [
+        (None, "invalid_api_key"),
+        (Some("pgw-nope"), "invalid_api_key"),
+    ] {
         let resp = chat(&server, key, "LLM").await;
         assert_eq!(resp.status(), 401);
         let e: Value = resp.json().await.unwrap();
         assert_eq!(e["error"]["code"], code);
         assert_eq!(e["error"]["type"], "invalid_request_error");
     }
-    assert_eq!(chat(&server, Some("pgw-llm-only"), "LLM").await.status(), 200);
+    assert_eq!(
+        chat(&server, Some("pgw-llm-only"), "LLM").await.status(),
+        200
+    );
     let forbidden = chat(&server, Some("pgw-llm-only"), "JUDGE").await;
     assert_eq!(forbidden.status(), 403);
     let e: Value = forbidden.json().await.unwrap();
     assert_eq!(e["error"]["code"], "scope_forbidden");
-    assert_eq!(judge.counts().chat, 0, "a forbidden call reaches no upstream");
+    assert_eq!(
+        judge.counts().chat,
+        0,
+        "a forbidden call reaches no upstream"
+    );
     assert_eq!(chat(&server, Some(KEY), "JUDGE").await.status(), 200);
     // /v1/models lists what the key may use.
     let models: Value = reqwest::Client::new()
@@ -89,7 +102,11 @@ async fn the_key_tenant_is_recorded_in_telemetry() {
     assert_eq!(tenants, ["acme"]);
     // The key itself appears nowhere in what was recorded.
     let dump: String = conn
-        .query_row("SELECT group_concat(messages || response) FROM llm_calls", [], |r| r.get(0))
+        .query_row(
+            "SELECT group_concat(messages || response) FROM llm_calls",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert!(!dump.contains(KEY));
 }
@@ -107,11 +124,19 @@ async fn a_key_rpm_limit_refuses_with_429_and_retry_after() {
     assert_eq!(chat(&server, Some("pgw-slow"), "LLM").await.status(), 200);
     let limited = chat(&server, Some("pgw-slow"), "LLM").await;
     assert_eq!(limited.status(), 429);
-    let retry_after: u64 = limited.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let retry_after: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=60).contains(&retry_after), "{retry_after}");
     let e: Value = limited.json().await.unwrap();
     assert_eq!(e["error"]["code"], "key_rate_limited");
-    assert_eq!(mock.counts().chat, 2, "the refused call reached no upstream");
+    assert_eq!(
+        mock.counts().chat,
+        2,
+        "the refused call reached no upstream"
+    );
     // Another key is not affected.
     assert_eq!(chat(&server, Some(KEY), "LLM").await.status(), 200);
     server.stop().await;
@@ -142,8 +167,12 @@ async fn a_key_concurrency_limit_holds_for_the_life_of_a_stream() {
     let second = chat(&server, Some(KEY), "LLM").await;
     assert_eq!(second.status(), 429);
     let e: Value = second.json().await.unwrap();
-    assert!(e["error"]["message"].as_str().unwrap().contains("max_concurrency"));
-    drop(body); // the client leaves: the stream's lease goes back
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("max_concurrency"));
+    drop((body, client)); // the client leaves: the stream's lease goes back
+    mock.set_behaviour(Behaviour::healthy()); // the next calls answer at once
     eventually("the key's lease is released", || async {
         chat(&server, Some(KEY), "LLM").await.status() == 200
     })
@@ -181,11 +210,24 @@ async fn redis_shares_a_key_limit_across_server_replicas() {
     }
     let mut statuses = Vec::new();
     for i in 0..5 {
-        statuses.push(chat(&replicas[i % 2], Some(KEY), "LLM").await.status().as_u16());
+        statuses.push(
+            chat(&replicas[i % 2], Some(KEY), "LLM")
+                .await
+                .status()
+                .as_u16(),
+        );
     }
     // Three in the minute, whichever replica served them; the rest refused by either.
-    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 3, "{statuses:?}");
-    assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 2, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        2,
+        "{statuses:?}"
+    );
     assert_eq!(mock.counts().chat, 3);
     for r in replicas {
         r.stop().await;

@@ -42,12 +42,22 @@ async fn a_client_that_leaves_mid_stream_cancels_the_governed_call() {
     let mut body = resp.bytes_stream();
     let first = body.next().await.unwrap().unwrap();
     assert!(first.starts_with(b"data: "));
-    assert_eq!(mock.in_flight(), 1, "the upstream request is open while relaying");
+    assert_eq!(
+        mock.in_flight(),
+        1,
+        "the upstream request is open while relaying"
+    );
     assert_eq!(server.gw.leases_held("LLM").await.unwrap(), 1);
     drop(body);
-    eventually("upstream closed, slots and leases released", || idle(&server, &mock)).await;
+    eventually("upstream closed, slots and leases released", || {
+        idle(&server, &mock)
+    })
+    .await;
     let snapshot = server.gw.sources("LLM").await.unwrap();
-    assert_eq!(snapshot[0].cancelled, 1, "the attempt is recorded as cancelled");
+    assert_eq!(
+        snapshot[0].cancelled, 1,
+        "the attempt is recorded as cancelled"
+    );
     assert_eq!(mock.counts().chat, 1, "nothing retried in the background");
     server.stop().await;
 }
@@ -67,7 +77,10 @@ async fn a_client_that_leaves_a_non_streamed_call_cancels_it_too() {
         .send()
         .await;
     assert!(sent.unwrap_err().is_timeout());
-    eventually("upstream closed, slots and leases released", || idle(&server, &mock)).await;
+    eventually("upstream closed, slots and leases released", || {
+        idle(&server, &mock)
+    })
+    .await;
     server.stop().await;
 }
 
@@ -89,18 +102,30 @@ async fn shutdown_drains_a_stream_in_flight_and_refuses_new_connections() {
         text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
     }
     let payloads = sse_payloads(&text);
-    assert_eq!(payloads.last().unwrap(), "[DONE]", "the stream ran to its end");
+    assert_eq!(
+        payloads.last().unwrap(),
+        "[DONE]",
+        "the stream ran to its end"
+    );
     let content: String = payloads[..payloads.len() - 1]
         .iter()
         .filter_map(|p| {
             let v: Value = serde_json::from_str(p).unwrap();
-            v["choices"][0]["delta"]["content"].as_str().map(str::to_string)
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
         })
         .collect();
     assert_eq!(content, "y".repeat(20));
     server.served().await.unwrap();
-    let refused = reqwest::Client::new().get(server.url("/healthz")).send().await;
-    assert!(refused.is_err(), "no connection is accepted after the drain");
+    let refused = reqwest::Client::new()
+        .get(server.url("/healthz"))
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "no connection is accepted after the drain"
+    );
     server.gw.shutdown().await;
 }
 
@@ -135,7 +160,10 @@ async fn the_drain_is_bounded_and_what_remains_is_cancelled() {
         rest.push_str(std::str::from_utf8(&chunk).unwrap());
     }
     assert!(!rest.contains("[DONE]"));
-    eventually("upstream closed, slots and leases released", || idle(&server, &mock)).await;
+    eventually("upstream closed, slots and leases released", || {
+        idle(&server, &mock)
+    })
+    .await;
     server.gw.shutdown().await;
 }
 
@@ -157,7 +185,10 @@ async fn the_request_timeout_answers_504_and_cancels() {
     assert_eq!(resp.status(), 504);
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["error"]["code"], "request_timeout");
-    eventually("upstream closed, slots and leases released", || idle(&server, &mock)).await;
+    eventually("upstream closed, slots and leases released", || {
+        idle(&server, &mock)
+    })
+    .await;
     server.stop().await;
 }
 
@@ -172,7 +203,15 @@ async fn health_readiness_metrics_and_the_status_page() {
     );
     let server = start(settings).await;
     let client = reqwest::Client::new();
-    assert_eq!(client.get(server.url("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(
+        client
+            .get(server.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     let ready = client.get(server.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 200, "{:?}", ready.text().await);
 
@@ -188,7 +227,10 @@ async fn health_readiness_metrics_and_the_status_page() {
     let ready = client.get(server.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 503);
     let why: Value = ready.json().await.unwrap();
-    assert!(why["reasons"][0].as_str().unwrap().contains("JUDGE"), "{why}");
+    assert!(
+        why["reasons"][0].as_str().unwrap().contains("JUDGE"),
+        "{why}"
+    );
 
     let ok = client
         .post(server.url("/v1/chat/completions"))
@@ -198,7 +240,14 @@ async fn health_readiness_metrics_and_the_status_page() {
         .await
         .unwrap();
     assert_eq!(ok.status(), 200);
-    let metrics = client.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let metrics = client
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(metrics.contains("pgw_calls_total"), "{metrics}");
     assert!(metrics.contains("scope=\"LLM\""), "{metrics}");
 
@@ -206,7 +255,14 @@ async fn health_readiness_metrics_and_the_status_page() {
     assert_eq!(page.status(), 200);
     let html = page.text().await.unwrap();
     assert!(html.contains("http-equiv=\"refresh\""));
-    for needle in ["LLM", "JUDGE", "openai_1", ">open<", ">closed<", "recent errors"] {
+    for needle in [
+        "LLM",
+        "JUDGE",
+        "openai_1",
+        ">open<",
+        ">closed<",
+        "recent errors",
+    ] {
         assert!(html.contains(needle), "status page lacks {needle}: {html}");
     }
     assert!(!html.contains("sk-test"), "no secret on the page");

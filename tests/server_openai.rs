@@ -71,7 +71,9 @@ async fn a_stream_is_openai_sse_with_usage_and_done() {
         .iter()
         .map(|p| serde_json::from_str(p).unwrap())
         .collect();
-    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
     let id = &chunks[0]["id"];
     assert!(chunks.iter().all(|c| &c["id"] == id), "one id per stream");
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
@@ -157,11 +159,15 @@ async fn models_and_aliases_select_scopes() {
         &[("PGW_SERVER_MODEL_ALIASES", "gpt-4o-mini=JUDGE")],
     );
     let server = start(settings).await;
-    let answer: Value = post(&server, "/v1/chat/completions", &chat_body("gpt-4o-mini", false))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let answer: Value = post(
+        &server,
+        "/v1/chat/completions",
+        &chat_body("gpt-4o-mini", false),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
     assert_eq!(answer["choices"][0]["message"]["content"], "from JUDGE");
     assert_eq!(answer["model"], "gpt-4o-mini");
     let models: Value = client()
@@ -184,7 +190,10 @@ async fn models_and_aliases_select_scopes() {
     assert_eq!(unknown.status(), 404);
     let e: Value = unknown.json().await.unwrap();
     assert_eq!(e["error"]["code"], "model_not_found");
-    assert!(e["error"]["message"].as_str().unwrap().contains("gpt-4o-mini"));
+    assert!(e["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("gpt-4o-mini"));
     server.stop().await;
 }
 
@@ -258,7 +267,10 @@ async fn errors_speak_http_in_the_openai_shape() {
         let e: Value = resp.json().await.unwrap();
         assert_eq!(e["error"]["type"], "invalid_request_error");
         assert_eq!(e["error"]["code"], "request_rejected");
-        assert!(e["error"]["message"].as_str().unwrap().contains("400"), "{e}");
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains("400"),
+            "{e}"
+        );
     }
     // Every attempt fails → 503 with Retry-After, before any SSE byte for a stream.
     mock.set_behaviour(Behaviour::ServerError(503));
@@ -308,8 +320,14 @@ async fn a_json_object_answer_is_repaired_and_streams_as_one_delta() {
         .await
         .unwrap();
     // The caller's format reaches the upstream; the answer is the raw text, valid JSON behind it.
-    assert_eq!(mock.last_request().unwrap().body["response_format"]["type"], "json_object");
-    assert!(answer["choices"][0]["message"]["content"].as_str().unwrap().contains("\"ok\""));
+    assert_eq!(
+        mock.last_request().unwrap().body["response_format"]["type"],
+        "json_object"
+    );
+    assert!(answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .contains("\"ok\""));
     body["stream"] = json!(true);
     let text = post(&server, "/v1/chat/completions", &body)
         .await
@@ -369,7 +387,10 @@ async fn ocr_is_passed_through_governed_with_the_layout_inline() {
         .await
         .unwrap();
     assert_eq!(layout["success"], true);
-    assert!(!layout["elements"].as_array().unwrap().is_empty(), "{layout}");
+    assert!(
+        !layout["elements"].as_array().unwrap().is_empty(),
+        "{layout}"
+    );
     assert_eq!(layout["page_sizes"][0], json!([612.0, 792.0]));
     // Not an image: refused locally as a bad request.
     let bad = client()

@@ -472,13 +472,10 @@ async fn serve(cli: &Cli, bind: Option<std::net::SocketAddr>) -> Result<ExitCode
     // Before the gateway: its scopes register their metric handles with the recorder of the day.
     install_metrics_recorder();
     let s = settings(cli)?;
-    let default_scope = s
-        .scopes
-        .keys()
-        .next()
-        .cloned()
-        .ok_or("no scope is configured: add a source such as LLM__OPENAI__1__BASE_URL, \
-                LLM__OPENAI__1__API_KEY and LLM__OPENAI__1__MODEL (see .env.example)")?;
+    let default_scope = s.scopes.keys().next().cloned().ok_or(
+        "no scope is configured: add a source such as LLM__OPENAI__1__BASE_URL, \
+                LLM__OPENAI__1__API_KEY and LLM__OPENAI__1__MODEL (see .env.example)",
+    )?;
     let keys_file = s.server.keys_file.clone().ok_or(
         "PGW_SERVER_KEYS_FILE is required: a JSON file of virtual keys \
          (`polygateway key new` prints one; see README, Run as a server)",
@@ -503,7 +500,10 @@ async fn serve(cli: &Cli, bind: Option<std::net::SocketAddr>) -> Result<ExitCode
         }
     };
     let local = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("polygateway serve: listening on http://{local} (scopes: {})", gw.scopes().join(", "));
+    println!(
+        "polygateway serve: listening on http://{local} (scopes: {})",
+        gw.scopes().join(", ")
+    );
     let result = server.serve(listener, stop_signal()).await;
     println!("polygateway serve: draining done; shutting the runtime down");
     gw.shutdown().await;
@@ -517,13 +517,14 @@ async fn serve(cli: &Cli, bind: Option<std::net::SocketAddr>) -> Result<ExitCode
 async fn stop_signal() {
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}

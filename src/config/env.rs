@@ -1063,10 +1063,12 @@ fn build_server(globals: &BTreeMap<&str, Entry<'_>>) -> Result<ServerSettings, C
     };
     let mut server = ServerSettings::default();
     if let Some(entry) = get("PGW_SERVER_BIND") {
-        server.bind = entry
-            .value
-            .parse()
-            .map_err(|_| invalid(entry, "an address and port such as 127.0.0.1:8080 or [::]:8080"))?;
+        server.bind = entry.value.parse().map_err(|_| {
+            invalid(
+                entry,
+                "an address and port such as 127.0.0.1:8080 or [::]:8080",
+            )
+        })?;
     }
     if let Some(entry) = get("PGW_SERVER_BODY_LIMIT_BYTES") {
         server.body_limit_bytes = parse_positive(entry)?;
@@ -1080,7 +1082,10 @@ fn build_server(globals: &BTreeMap<&str, Entry<'_>>) -> Result<ServerSettings, C
     server.keys_file = get("PGW_SERVER_KEYS_FILE").map(|e| e.value.to_string());
     if let Some(entry) = get("PGW_SERVER_MODEL_ALIASES") {
         server.model_aliases = super::server::parse_aliases(entry.value).map_err(|why| {
-            invalid(entry, format!("alias=SCOPE pairs separated by commas: {why}"))
+            invalid(
+                entry,
+                format!("alias=SCOPE pairs separated by commas: {why}"),
+            )
         })?;
     }
     Ok(server)

@@ -145,7 +145,10 @@ impl Server {
     /// ```
     pub fn router(&self) -> Router {
         Router::new()
-            .route("/v1/chat/completions", post(routes::openai::chat_completions))
+            .route(
+                "/v1/chat/completions",
+                post(routes::openai::chat_completions),
+            )
             .route("/v1/embeddings", post(routes::openai::embeddings))
             .route("/v1/models", get(routes::openai::models))
             .route("/ocr/text", post(routes::ocr::ocr_text))
@@ -196,15 +199,21 @@ impl Server {
             drain_started.notified().await;
             tokio::time::sleep(drain_timeout).await;
         };
+        let server = server.into_future();
+        tokio::pin!(server);
         tokio::select! {
-            served = server.into_future() => served,
-            () = bounded => {
-                tracing::warn!(
-                    "drain timeout ({:.0}s) passed with requests in flight; they are cancelled",
-                    drain_timeout.as_secs_f64()
-                );
-                Ok(())
-            }
+            served = &mut server => return served,
+            () = bounded => {}
+        }
+        tracing::warn!(
+            "drain timeout ({:.1}s) passed with requests in flight; cancelling them",
+            drain_timeout.as_secs_f64()
+        );
+        // Connections run in tasks of their own: ending their responses is what ends them.
+        self.app.stop.cancel();
+        match tokio::time::timeout(std::time::Duration::from_secs(2), &mut server).await {
+            Ok(served) => served,
+            Err(_) => Ok(()),
         }
     }
 }

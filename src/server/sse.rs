@@ -105,12 +105,15 @@ impl ChunkHead {
 /// before any delta with a status), and what must live as long as the body.
 pub(crate) struct Relay {
     pub(crate) head: ChunkHead,
-    pub(crate) stream: std::pin::Pin<Box<dyn Stream<Item = Result<ChatEvent, crate::GatewayError>> + Send>>,
+    pub(crate) stream:
+        std::pin::Pin<Box<dyn Stream<Item = Result<ChatEvent, crate::GatewayError>> + Send>>,
     pub(crate) first: Option<ChatEvent>,
     pub(crate) include_usage: bool,
     pub(crate) deadline: Instant,
     pub(crate) timeout: std::time::Duration,
     pub(crate) errors: ErrorLog,
+    /// The server's hard stop (drain timeout passed).
+    pub(crate) stop: tokio_util::sync::CancellationToken,
     pub(crate) scope: String,
     /// The key's lease, released when the body is dropped.
     pub(crate) _lease: Option<KeyLease>,
@@ -137,10 +140,19 @@ pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::conver
         let event = match st.relay.first.take() {
             Some(event) => Some(Ok(event)),
             None => {
-                match tokio::time::timeout_at(st.relay.deadline, st.relay.stream.next()).await {
+                let next = tokio::select! {
+                    next = tokio::time::timeout_at(st.relay.deadline, st.relay.stream.next()) => {
+                        next.map_err(|_| ApiError::timeout(st.relay.timeout))
+                    }
+                    () = st.relay.stop.cancelled() => Err(ApiError::from(
+                        crate::GatewayError::Shutdown(
+                            "the server's drain timeout passed; the stream was cancelled".into(),
+                        ),
+                    )),
+                };
+                match next {
                     Ok(next) => next,
-                    Err(_) => {
-                        let e = ApiError::timeout(st.relay.timeout);
+                    Err(e) => {
                         st.relay.errors.record(&st.relay.scope, &e);
                         frame(&mut out, &e.body());
                         st.done = true;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use axum::http::{header, HeaderMap};
+use tokio_util::sync::CancellationToken;
 
 use super::auth::keys::{KeyStore, VirtualKey};
 use super::auth::limits::{admit_key, KeyLease, KeyRefusal};
@@ -65,6 +66,8 @@ pub(crate) struct App {
     pub(crate) models: BTreeMap<String, String>,
     pub(crate) settings: ServerSettings,
     pub(crate) draining: AtomicBool,
+    /// Cancelled when the drain timeout passes: whatever still runs ends, cancelling its call.
+    pub(crate) stop: CancellationToken,
     pub(crate) errors: ErrorLog,
 }
 
@@ -89,8 +92,22 @@ impl App {
             models,
             settings,
             draining: AtomicBool::new(false),
+            stop: CancellationToken::new(),
             errors: ErrorLog::default(),
         })
+    }
+
+    /// `work`, unless the drain timeout passes first (then 503, and `work` is dropped).
+    pub(crate) async fn until_stopped<T>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
+        tokio::select! {
+            done = work => done,
+            () = self.stop.cancelled() => Err(ApiError::from(crate::GatewayError::Shutdown(
+                "the server's drain timeout passed; the call was cancelled".into(),
+            ))),
+        }
     }
 
     pub(crate) fn draining(&self) -> bool {

@@ -51,13 +51,11 @@ pub(crate) async fn page(State(app): State<Arc<App>>) -> Html<String> {
         }
     );
     for scope in app.gw.scopes() {
-        let kind = app
-            .kind_of(&scope)
-            .map_or("?", |k| match k {
-                crate::config::ScopeKind::Chat => "chat",
-                crate::config::ScopeKind::Embeddings => "embeddings",
-                crate::config::ScopeKind::Ocr => "ocr",
-            });
+        let kind = app.kind_of(&scope).map_or("?", |k| match k {
+            crate::config::ScopeKind::Chat => "chat",
+            crate::config::ScopeKind::Embeddings => "embeddings",
+            crate::config::ScopeKind::Ocr => "ocr",
+        });
         let models: Vec<String> = app
             .models
             .iter()
@@ -99,10 +97,7 @@ pub(crate) async fn page(State(app): State<Arc<App>>) -> Html<String> {
         } else {
             html.push_str("<p>recent errors:</p><ul>");
             for e in recent {
-                let at = e
-                    .at
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
+                let at = e.at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
                 let _ = write!(
                     html,
                     "<li>{at} {} {}: {}</li>",
@@ -122,6 +117,9 @@ pub(crate) async fn page(State(app): State<Arc<App>>) -> Html<String> {
 mod tests {
     #[test]
     fn markup_is_escaped() {
-        assert_eq!(super::escape("<a href='x'>&\""), "&lt;a href=&#39;x&#39;&gt;&amp;&quot;");
+        assert_eq!(
+            super::escape("<a href='x'>&\""),
+            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;"
+        );
     }
 }

@@ -102,7 +102,10 @@ pub fn chat_body(model: &str, stream: bool) -> Value {
 /// The `data:` payloads of an SSE body, checking the framing: every event is exactly one
 /// `data: …` line followed by a blank line.
 pub fn sse_payloads(body: &str) -> Vec<String> {
-    assert!(body.ends_with("\n\n"), "an SSE body ends with a blank line: {body:?}");
+    assert!(
+        body.ends_with("\n\n"),
+        "an SSE body ends with a blank line: {body:?}"
+    );
     body.trim_end_matches("\n\n")
         .split("\n\n")
         .map(|event| {

@@ -15,7 +15,10 @@ use super::keys::VirtualKey;
 /// Why a key's request was not admitted.
 pub(crate) enum KeyRefusal {
     /// A limit of the key is full; try again after this long.
-    Limited { gate: &'static str, retry_after: Duration },
+    Limited {
+        gate: &'static str,
+        retry_after: Duration,
+    },
     /// The limiter backend did not answer (fail closed, as every governed call does).
     BackendDown(String),
 }

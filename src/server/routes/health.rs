@@ -43,7 +43,12 @@ pub(crate) async fn readyz(State(app): State<Arc<App>>) -> Response {
         let unreadable = sources.iter().any(|s| s.breaker.is_none());
         let serving = sources
             .iter()
-            .filter(|s| matches!(s.breaker, Some(BreakerState::Closed | BreakerState::HalfOpen)))
+            .filter(|s| {
+                matches!(
+                    s.breaker,
+                    Some(BreakerState::Closed | BreakerState::HalfOpen)
+                )
+            })
             .count();
         if unreadable {
             reasons.push(format!("{scope}: breaker backend unreadable"));
@@ -70,11 +75,7 @@ pub(crate) async fn readyz(State(app): State<Arc<App>>) -> Response {
 /// `GET /metrics`.
 pub(crate) async fn metrics() -> Response {
     match crate::server::prometheus::render() {
-        Some(text) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            text,
-        )
-            .into_response(),
+        Some(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         None => (
             StatusCode::NOT_FOUND,
             "no Prometheus recorder of this server is installed: call \

@@ -58,7 +58,10 @@ async fn run(
     task: Task,
 ) -> Response {
     let mut scope = None;
-    match serve(app, headers, q, multipart, task, &mut scope).await {
+    let served = app
+        .until_stopped(serve(app, headers, q, multipart, task, &mut scope))
+        .await;
+    match served {
         Ok(r) => r,
         Err(e) => {
             if let Some(scope) = scope {
@@ -87,7 +90,10 @@ fn ocr_scope(app: &App, key: &VirtualKey, model: Option<&str>) -> Result<String,
         many => Err(ApiError::bad_request(
             format!(
                 "several OCR scopes are served; choose one with ?model= ({})",
-                many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                many.iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             Some("model"),
         )),
@@ -124,9 +130,8 @@ async fn serve(
             image = Some(bytes.to_vec());
         }
     }
-    let image = image.ok_or_else(|| {
-        ApiError::bad_request("the upload has no `file` field", Some("file"))
-    })?;
+    let image = image
+        .ok_or_else(|| ApiError::bad_request("the upload has no `file` field", Some("file")))?;
     let lease = app.admit(key).await?;
     let handle = app.gw.ocr_scope(&scope)?;
     let options = CallOptions::new().tenant_id(key.tenant());

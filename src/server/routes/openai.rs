@@ -128,7 +128,9 @@ pub(crate) async fn chat_completions(
 ) -> Response {
     recorded(&app, async {
         let mut scope = None;
-        let result = chat(&app, &headers, body, &mut scope).await;
+        let result = app
+            .until_stopped(chat(&app, &headers, body, &mut scope))
+            .await;
         (scope, result)
     })
     .await
@@ -211,6 +213,7 @@ async fn chat(
             deadline,
             timeout,
             errors: app.errors.clone(),
+            stop: app.stop.clone(),
             scope,
             _lease: lease,
         };
@@ -233,6 +236,7 @@ async fn chat(
         deadline,
         timeout,
         errors: app.errors.clone(),
+        stop: app.stop.clone(),
         scope,
         _lease: lease,
     };
@@ -277,7 +281,9 @@ pub(crate) async fn embeddings(
 ) -> Response {
     recorded(&app, async {
         let mut scope = None;
-        let result = embed(&app, &headers, body, &mut scope).await;
+        let result = app
+            .until_stopped(embed(&app, &headers, body, &mut scope))
+            .await;
         (scope, result)
     })
     .await
@@ -310,7 +316,10 @@ async fn embed(
         }
     };
     if texts.is_empty() {
-        return Err(ApiError::bad_request("input must not be empty", Some("input")));
+        return Err(ApiError::bad_request(
+            "input must not be empty",
+            Some("input"),
+        ));
     }
     if req.dimensions.is_some() {
         return Err(ApiError::bad_request(
