@@ -406,3 +406,53 @@ async fn ocr_is_passed_through_governed_with_the_layout_inline() {
     assert_eq!(bad.status(), 400);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_json_schema_response_format_runs_the_ladder_with_re_asks() {
+    let mock = MockUpstream::start(Behaviour::ScriptedContent(vec![
+        r#"{"city": "Oslo"}"#.into(),
+        r#"{"city": "Oslo", "population": 709000}"#.into(),
+    ]))
+    .await;
+    let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
+    let schema = json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+        "required": ["city", "population"],
+        "additionalProperties": false,
+    });
+    let mut body = chat_body("LLM", false);
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "city fact", "schema": schema, "strict": true}});
+    let resp = post(&server, "/v1/chat/completions", &body).await;
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    let content: Value =
+        serde_json::from_str(answer["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content, json!({"city": "Oslo", "population": 709000}));
+    let asked = mock.requests();
+    assert_eq!(
+        asked.len(),
+        2,
+        "one re-ask after the answer missing `population`"
+    );
+    // The schema went to the (openai) upstream in its strict json_schema form.
+    let format = &asked[0].body["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    assert_eq!(format["json_schema"]["name"], "city_fact");
+    assert_eq!(format["json_schema"]["schema"], schema);
+    // The re-ask told the model what was wrong.
+    let reask = asked[1].body["messages"].to_string();
+    assert!(reask.contains("population"), "{reask}");
+
+    // Never fitting: 502 once the re-asks are spent.
+    mock.set_behaviour(Behaviour::healthy_with(r#"{"city": 1}"#));
+    let resp = post(&server, "/v1/chat/completions", &body).await;
+    assert_eq!(resp.status(), 502);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "result_invalid");
+    // A json_schema without a schema is the caller's mistake.
+    body["response_format"] = json!({"type": "json_schema", "json_schema": {"name": "x"}});
+    let resp = post(&server, "/v1/chat/completions", &body).await;
+    assert_eq!(resp.status(), 400);
+    server.stop().await;
+}

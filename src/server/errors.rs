@@ -1,6 +1,6 @@
 //! Every error the server answers, as an HTTP status and OpenAI's error body
 //! (`{"error": {"message", "type", "param", "code"}}`), so an unchanged OpenAI SDK raises its
-//! usual exception class. The mapping from [`GatewayError`] is docs/behaviour.md §13.3. Not for
+//! usual exception class. The mapping from [`GatewayError`] is docs/behaviour.md §12.3. Not for
 //! errors inside a stream that has started: those are an SSE `error` frame ([`super::sse`]).
 
 use axum::http::{header, HeaderValue, StatusCode};

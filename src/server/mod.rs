@@ -6,7 +6,7 @@
 //! `POST /parse`. Callers authenticate with virtual keys ([`KeyStore`]: salted hashes, per-key
 //! tenant, scopes and limits); the request's `model` names a scope (or an alias of one,
 //! `PGW_SERVER_MODEL_ALIASES`). Errors come back in OpenAI's error shape with the HTTP status of
-//! docs/behaviour.md §13. `GET /healthz`, `GET /readyz`, `GET /metrics` and the status page
+//! docs/behaviour.md §12. `GET /healthz`, `GET /readyz`, `GET /metrics` and the status page
 //! (`GET /`) serve operations.
 //!
 //! What it is not: a second call path. Every request is one call of the gateway's handles, so

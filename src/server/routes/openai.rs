@@ -21,6 +21,7 @@ use crate::config::ScopeKind;
 use crate::server::errors::ApiError;
 use crate::server::sse::{self, ChunkHead, Relay};
 use crate::server::state::App;
+use crate::structured::SchemaRequest;
 use crate::types::{CallOptions, LlmResponse, Message, Structured};
 
 #[derive(Deserialize)]
@@ -154,6 +155,7 @@ async fn chat(
     }
     let mut options = options_for(key.tenant(), req.user).overlay(req.rest);
     let mut structured = false;
+    let mut schema = None;
     if let Some(format) = req.response_format {
         match format.get("type").and_then(Value::as_str) {
             Some("text") => {}
@@ -166,11 +168,8 @@ async fn chat(
                 structured = true;
             }
             Some("json_schema") => {
-                return Err(ApiError::bad_request(
-                    "response_format json_schema is not served yet; use json_object and put \
-                     the schema in the prompt",
-                    Some("response_format"),
-                ));
+                schema = Some(schema_request(&format)?);
+                structured = true;
             }
             _ => {
                 return Err(ApiError::bad_request(
@@ -194,7 +193,13 @@ async fn chat(
     if !req.stream || structured {
         // Structured answers come out of the ladder whole; a streamed request gets them as one
         // delta, the way a cache hit is replayed.
-        let response = tokio::time::timeout_at(deadline, handle.chat_with(req.messages, options))
+        let call = async {
+            match schema {
+                Some(schema) => handle.chat_with_schema(req.messages, options, schema).await,
+                None => handle.chat_with(req.messages, options).await,
+            }
+        };
+        let response = tokio::time::timeout_at(deadline, call)
             .await
             .map_err(|_| ApiError::timeout(timeout))??;
         if !req.stream {
@@ -241,6 +246,39 @@ async fn chat(
         _lease: lease,
     };
     Ok(sse_response(relay))
+}
+
+/// The schema of `response_format: {"type": "json_schema", "json_schema": {"name", "schema"}}`.
+fn schema_request(format: &Value) -> Result<SchemaRequest, ApiError> {
+    let invalid = |what: &str| {
+        ApiError::bad_request(
+            format!("response_format.json_schema{what}"),
+            Some("response_format"),
+        )
+    };
+    let spec = format
+        .get("json_schema")
+        .ok_or_else(|| invalid(" is required"))?;
+    let schema = spec
+        .get("schema")
+        .filter(|s| s.is_object())
+        .cloned()
+        .ok_or_else(|| invalid(".schema must be a JSON Schema object"))?;
+    let name: String = spec
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("response")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    Ok(SchemaRequest { name, schema })
 }
 
 fn sse_response(relay: Relay) -> Response {
