@@ -156,11 +156,16 @@ impl From<GatewayError> for ApiError {
                 out.retry_after_s = Some(u.retry_after_s);
                 out
             }
-            GatewayError::RequestRejected { .. } => Self::new(
+            GatewayError::RequestRejected { body_text, .. } => Self::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 "request_rejected",
-                message,
+                // The upstream's own words, when the summary in the message does not carry them.
+                if body_text.is_empty() || message.contains(body_text.as_str()) {
+                    message
+                } else {
+                    format!("{message}; upstream said: {body_text}")
+                },
             ),
             GatewayError::InvalidInput(_) => Self::new(
                 StatusCode::BAD_REQUEST,
@@ -249,12 +254,16 @@ mod tests {
     #[test]
     fn rejected_is_400_and_invalid_is_502() {
         let rejected = GatewayError::RequestRejected {
-            message: "HTTP 400: context too long".into(),
-            body_text: String::new(),
+            message: "HTTP 400".into(),
+            body_text: "context too long".into(),
         };
         let e = ApiError::from(rejected);
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
-        assert!(e.message.contains("context too long"));
+        assert!(
+            e.message.contains("upstream said: context too long"),
+            "{}",
+            e.message
+        );
         let invalid = GatewayError::ResultInvalid {
             message: "x".into(),
             details: Box::default(),

@@ -100,7 +100,10 @@ pub(crate) async fn page(State(app): State<Arc<App>>) -> Html<String> {
                 let at = e.at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
                 let _ = write!(
                     html,
-                    "<li>{at} {} {}: {}</li>",
+                    "<li>{:02}:{:02}:{:02} UTC {} {}: {}</li>",
+                    at / 3600 % 24,
+                    at / 60 % 60,
+                    at % 60,
                     e.status,
                     e.code,
                     escape(&e.message)
