@@ -456,3 +456,24 @@ async fn a_json_schema_response_format_runs_the_ladder_with_re_asks() {
     assert_eq!(resp.status(), 400);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413_in_the_openai_shape() {
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let settings = mock_settings(
+        &[("LLM", &mock.base_url())],
+        &[("PGW_SERVER_BODY_LIMIT_BYTES", "1024")],
+    );
+    let server = start(settings).await;
+    let mut body = chat_body("LLM", false);
+    body["messages"][0]["content"] = json!("x".repeat(4096));
+    let resp = post(&server, "/v1/chat/completions", &body).await;
+    assert_eq!(resp.status(), 413);
+    let e: Value = resp.json().await.unwrap();
+    assert_eq!(e["error"]["type"], "invalid_request_error");
+    assert_eq!(mock.counts().chat, 0);
+    // Under the limit, the same route serves.
+    let resp = post(&server, "/v1/chat/completions", &chat_body("LLM", false)).await;
+    assert_eq!(resp.status(), 200);
+    server.stop().await;
+}
