@@ -63,6 +63,8 @@ pub use gateway::{
 pub mod provider;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod structured;
 mod summary;
 pub mod telemetry;

@@ -206,3 +206,40 @@ async fn schema_sql_and_retention() {
         .unwrap();
     assert_eq!(left, 1);
 }
+
+#[cfg(feature = "server")]
+#[tokio::test]
+async fn key_new_and_key_hash_print_a_key_file_hash_and_serve_needs_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = cli(dir.path(), &[], &["key", "new"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let key = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("key:  "))
+        .unwrap();
+    let hash = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("hash: "))
+        .unwrap();
+    let rehash = cli(dir.path(), &[], &["key", "hash", key]).await;
+    assert_eq!(rehash.code, 0, "{}", rehash.stderr);
+    // Both hashes verify the key (fresh salts: the strings differ).
+    assert_ne!(rehash.stdout.trim(), hash);
+    for stored in [hash, rehash.stdout.trim()] {
+        let json = format!(r#"{{"keys": [{{"name": "k", "hash": "{stored}", "scopes": ["*"]}}]}}"#);
+        let keys = polygateway::server::KeyStore::from_json(&json).unwrap();
+        assert!(keys.authenticate(key).is_some());
+    }
+    // `serve` refuses to start without a keys file, naming the key.
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let run = cli(dir.path(), &env_for(&mock.base_url()), &["serve"]).await;
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("PGW_SERVER_KEYS_FILE"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("sk-cli-secret-value"));
+}

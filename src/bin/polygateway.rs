@@ -34,6 +34,18 @@ struct Cli {
     command: Command,
 }
 
+#[cfg(feature = "server")]
+#[derive(Subcommand)]
+enum KeyAction {
+    /// Print a new random virtual key and its stored form (`salt$hash`) for the keys file.
+    New,
+    /// Print the stored form (`salt$hash`) of KEY for the keys file.
+    Hash {
+        /// The key to hash (read from stdin when omitted, so it stays out of shell history).
+        key: Option<String>,
+    },
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Check the configuration: every key, every assembly guard. Prints the effective settings
@@ -101,6 +113,36 @@ enum Command {
         /// Rows per DELETE.
         #[arg(long, default_value_t = 5000)]
         batch: usize,
+    },
+    /// Serve the OpenAI-compatible gateway (`/v1/chat/completions`, `/v1/embeddings`,
+    /// `/v1/models`, `/ocr/text`, `/parse`, `/healthz`, `/readyz`, `/metrics`, status page `/`)
+    /// on PGW_SERVER_BIND with the virtual keys of PGW_SERVER_KEYS_FILE, until SIGINT or
+    /// SIGTERM; then drain for at most PGW_SERVER_DRAIN_TIMEOUT_S.
+    #[cfg(feature = "server")]
+    Serve {
+        /// Listen here instead of PGW_SERVER_BIND.
+        #[arg(long)]
+        bind: Option<std::net::SocketAddr>,
+    },
+    /// Virtual keys for `serve`: make one, or hash one for the keys file.
+    #[cfg(feature = "server")]
+    Key {
+        #[command(subcommand)]
+        action: KeyAction,
+    },
+    /// Run the built-in mock upstreams (OpenAI-compatible and MonkeyOCR) until killed, printing
+    /// their base URLs; for trying `serve` and for its end-to-end tests.
+    #[cfg(feature = "testkit")]
+    Mock {
+        /// Delay before the first content delta, milliseconds.
+        #[arg(long, default_value_t = 0)]
+        ttft_ms: u64,
+        /// Delay between content deltas, milliseconds.
+        #[arg(long, default_value_t = 0)]
+        inter_token_ms: u64,
+        /// Content deltas per answer.
+        #[arg(long, default_value_t = 4)]
+        chunks: usize,
     },
 }
 
@@ -411,7 +453,134 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 }
             }
         }
+        #[cfg(feature = "server")]
+        Command::Serve { bind } => serve(&cli, *bind).await,
+        #[cfg(feature = "server")]
+        Command::Key { action } => key(action),
+        #[cfg(feature = "testkit")]
+        Command::Mock {
+            ttft_ms,
+            inter_token_ms,
+            chunks,
+        } => mock(*ttft_ms, *inter_token_ms, *chunks).await,
     }
+}
+
+#[cfg(feature = "server")]
+async fn serve(cli: &Cli, bind: Option<std::net::SocketAddr>) -> Result<ExitCode, String> {
+    use polygateway::server::{install_metrics_recorder, KeyStore, Server};
+    // Before the gateway: its scopes register their metric handles with the recorder of the day.
+    install_metrics_recorder();
+    let s = settings(cli)?;
+    let default_scope = s.scopes.keys().next().cloned().ok_or(
+        "no scope is configured: add a source such as LLM__OPENAI__1__BASE_URL, \
+                LLM__OPENAI__1__API_KEY and LLM__OPENAI__1__MODEL (see .env.example)",
+    )?;
+    let keys_file = s.server.keys_file.clone().ok_or(
+        "PGW_SERVER_KEYS_FILE is required: a JSON file of virtual keys \
+         (`polygateway key new` prints one; see README, Run as a server)",
+    )?;
+    let keys = KeyStore::from_file(&keys_file).map_err(|e| e.to_string())?;
+    let bind = bind.unwrap_or(s.server.bind);
+    let gw = Gateway::from_settings(s, &default_scope)
+        .await
+        .map_err(|e| e.to_string())?;
+    let server = match Server::new(gw.clone(), keys) {
+        Ok(server) => server,
+        Err(e) => {
+            gw.shutdown().await;
+            return Err(e.to_string());
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(bind).await {
+        Ok(l) => l,
+        Err(e) => {
+            gw.shutdown().await;
+            return Err(format!("cannot listen on {bind}: {e}"));
+        }
+    };
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    println!(
+        "polygateway serve: listening on http://{local} (scopes: {})",
+        gw.scopes().join(", ")
+    );
+    let result = server.serve(listener, stop_signal()).await;
+    println!("polygateway serve: draining done; shutting the runtime down");
+    gw.shutdown().await;
+    warn_if_telemetry_degraded(&gw);
+    result.map_err(|e| format!("server error: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// SIGINT or SIGTERM (what an orchestrator sends before it kills).
+#[cfg(feature = "server")]
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(feature = "server")]
+fn key(action: &KeyAction) -> Result<ExitCode, String> {
+    use polygateway::server::{generate_key, hash_key};
+    match action {
+        KeyAction::New => {
+            let key = generate_key();
+            println!("key:  {key}");
+            println!("hash: {}", hash_key(&key));
+        }
+        KeyAction::Hash { key } => {
+            let key = match key {
+                Some(k) => k.clone(),
+                None => {
+                    let mut line = String::new();
+                    std::io::stdin()
+                        .read_line(&mut line)
+                        .map_err(|e| format!("cannot read the key from stdin: {e}"))?;
+                    line.trim().to_string()
+                }
+            };
+            if key.is_empty() {
+                return Err("the key is empty".into());
+            }
+            println!("{}", hash_key(&key));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(feature = "testkit")]
+async fn mock(ttft_ms: u64, inter_token_ms: u64, chunks: usize) -> Result<ExitCode, String> {
+    use polygateway::testkit::mock_llm::{Behaviour, MockUpstream, MOCK_CONTENT};
+    use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    let llm = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::from_millis(ttft_ms),
+        inter_token: Duration::from_millis(inter_token_ms),
+        chunks,
+        content: MOCK_CONTENT.to_string(),
+    })
+    .await;
+    let ocr = MockOcr::start(OcrFault::None).await;
+    println!("LLM_BASE_URL={}", llm.base_url());
+    println!("OCR_BASE_URL={}", ocr.base_url());
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = tokio::signal::ctrl_c().await;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[tokio::main]

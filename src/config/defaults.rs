@@ -42,6 +42,13 @@ pub(crate) const PG_WRITE_TIMEOUT_S: f64 = 5.0;
 pub(crate) const STRUCTURED_MAX_RETRIES: u32 = 2;
 /// `PGW_LEASE_TTL_S`.
 pub(crate) const LEASE_TTL_S: f64 = 1500.0;
+/// `PGW_SERVER_BODY_LIMIT_BYTES`: 32 MiB, room for an OCR page image.
+pub(crate) const SERVER_BODY_LIMIT_BYTES: usize = 32 << 20;
+/// `PGW_SERVER_REQUEST_TIMEOUT_S`: at least the default source `TIMEOUT_S` times the default
+/// attempts, so the server's deadline is not the first to fire.
+pub(crate) const SERVER_REQUEST_TIMEOUT_S: f64 = 600.0;
+/// `PGW_SERVER_DRAIN_TIMEOUT_S`.
+pub(crate) const SERVER_DRAIN_TIMEOUT_S: f64 = 30.0;
 
 /// The TTFT default for a source whose total timeout is `timeout`: `min(30 s, timeout / 2)`, so
 /// the default always satisfies `ttft < timeout`.
@@ -334,5 +341,23 @@ mod examples {
         // Chained from a total timeout of 10 s: TTFT 5 s, inter-token 2.5 s.
         let ttft = ttft_for(Duration::from_secs(10));
         assert_eq!(inter_token_for(ttft), Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn server_defaults_example() {
+        use crate::config::{defaults, Settings};
+        use std::collections::BTreeMap;
+        use std::time::Duration;
+        let settings = Settings::from_map(&BTreeMap::new()).unwrap();
+        assert_eq!(
+            settings.server.body_limit_bytes,
+            defaults::SERVER_BODY_LIMIT_BYTES
+        );
+        assert_eq!(
+            settings.server.drain_timeout,
+            Duration::from_secs_f64(defaults::SERVER_DRAIN_TIMEOUT_S)
+        );
+        // The server's deadline is not the first to fire.
+        const { assert!(defaults::SERVER_REQUEST_TIMEOUT_S >= defaults::TIMEOUT_S * 3.0) };
     }
 }

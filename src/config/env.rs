@@ -32,6 +32,7 @@ use super::keys::{
     SOURCE_FIELDS,
 };
 use super::settings::*;
+use super::ServerSettings;
 use crate::validate::shorten;
 
 /// Placeholder shown instead of a secret value.
@@ -1045,7 +1046,49 @@ fn build_settings(
             .unwrap_or(defaults::STRUCTURED_MAX_RETRIES),
         lease_ttl: secs("PGW_LEASE_TTL_S")?
             .unwrap_or(Duration::from_secs_f64(defaults::LEASE_TTL_S)),
+        server: build_server(globals)?,
     })
+}
+
+fn build_server(globals: &BTreeMap<&str, Entry<'_>>) -> Result<ServerSettings, ConfigError> {
+    let get = |key: &str| globals.get(key).copied();
+    let positive_secs = |key: &str| -> Result<Option<Duration>, ConfigError> {
+        match get(key) {
+            Some(entry) => match parse_secs(entry)? {
+                d if d.is_zero() => Err(invalid(entry, "a positive number of seconds")),
+                d => Ok(Some(d)),
+            },
+            None => Ok(None),
+        }
+    };
+    let mut server = ServerSettings::default();
+    if let Some(entry) = get("PGW_SERVER_BIND") {
+        server.bind = entry.value.parse().map_err(|_| {
+            invalid(
+                entry,
+                "an address and port such as 127.0.0.1:8080 or [::]:8080",
+            )
+        })?;
+    }
+    if let Some(entry) = get("PGW_SERVER_BODY_LIMIT_BYTES") {
+        server.body_limit_bytes = parse_positive(entry)?;
+    }
+    if let Some(d) = positive_secs("PGW_SERVER_REQUEST_TIMEOUT_S")? {
+        server.request_timeout = d;
+    }
+    if let Some(d) = positive_secs("PGW_SERVER_DRAIN_TIMEOUT_S")? {
+        server.drain_timeout = d;
+    }
+    server.keys_file = get("PGW_SERVER_KEYS_FILE").map(|e| e.value.to_string());
+    if let Some(entry) = get("PGW_SERVER_MODEL_ALIASES") {
+        server.model_aliases = super::server::parse_aliases(entry.value).map_err(|why| {
+            invalid(
+                entry,
+                format!("alias=SCOPE pairs separated by commas: {why}"),
+            )
+        })?;
+    }
+    Ok(server)
 }
 
 #[cfg(test)]

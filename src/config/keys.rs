@@ -170,7 +170,7 @@ pub const SHORTHAND_KEYS: [&str; 8] = [
 /// let outside: Vec<_> = GLOBAL_KEYS.iter().filter(|k| !k.starts_with(GLOBAL_PREFIX)).collect();
 /// assert_eq!(outside, [&"REDIS_URL"]);
 /// ```
-pub const GLOBAL_KEYS: [&str; 16] = [
+pub const GLOBAL_KEYS: [&str; 22] = [
     "PGW_LIMITER_BACKEND",
     "PGW_BREAKER_BACKEND",
     "REDIS_URL",
@@ -187,6 +187,12 @@ pub const GLOBAL_KEYS: [&str; 16] = [
     "PGW_PRICING_PATH",
     "PGW_STRUCTURED_MAX_RETRIES",
     "PGW_LEASE_TTL_S",
+    "PGW_SERVER_BIND",
+    "PGW_SERVER_BODY_LIMIT_BYTES",
+    "PGW_SERVER_REQUEST_TIMEOUT_S",
+    "PGW_SERVER_DRAIN_TIMEOUT_S",
+    "PGW_SERVER_KEYS_FILE",
+    "PGW_SERVER_MODEL_ALIASES",
 ];
 
 /// Prefix reserved for the library's global keys.

@@ -11,6 +11,7 @@ pub mod error;
 pub(crate) mod features;
 pub(crate) mod guards;
 pub mod keys;
+pub mod server;
 pub mod settings;
 
 pub use env::scope_kind_for;
@@ -18,4 +19,5 @@ pub use error::ConfigError;
 pub use keys::{
     accepted_keys, EMBEDDING_SCOPE_KEYS, GLOBAL_KEYS, SCOPE_KEYS, SHORTHAND_KEYS, SOURCE_FIELDS,
 };
+pub use server::ServerSettings;
 pub use settings::*;

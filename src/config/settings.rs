@@ -806,6 +806,8 @@ pub struct Settings {
     pub structured_max_retries: u32,
     /// `PGW_LEASE_TTL_S` (default 1500).
     pub lease_ttl: Duration,
+    /// The `PGW_SERVER_*` keys of `polygateway serve`.
+    pub server: super::ServerSettings,
 }
 
 /// Mask the password (or the whole credential part) of a DSN or URL so it can appear in a

@@ -19,8 +19,9 @@ use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
 use crate::cache::key::{cache_key, CacheKeyInput};
 use crate::cache::CacheLookup;
 use crate::error::GatewayError;
+use crate::structured::ladder::run_ladder_checked;
 use crate::structured::{
-    rehydrate, run_ladder, LadderMode, LadderPlan, SchemaRequest, StructuredMode,
+    rehydrate, validate, LadderMode, LadderPlan, SchemaRequest, StructuredMode,
 };
 use crate::telemetry::digest::{messages_json, sampling_json};
 use crate::telemetry::row::meta_json;
@@ -170,10 +171,16 @@ impl ScopeHandle<Chat> {
     ) -> Result<LlmResponse, GatewayError> {
         let options = with_call_group(options);
         match options.structured {
-            Structured::Json => self
-                .laddered::<Value>(messages, options, LadderPlan::json())
+            Structured::Json => {
+                self.laddered(
+                    messages,
+                    options,
+                    LadderPlan::json(),
+                    None,
+                    validate::<Value>,
+                )
                 .await
-                .map(|(response, _)| response),
+            }
             _ => {
                 let prepared = self.prepare(messages, &options, &Asked::default())?;
                 self.cached(&prepared, || self.governed(&prepared, false))
@@ -206,18 +213,63 @@ impl ScopeHandle<Chat> {
         T: DeserializeOwned + schemars::JsonSchema + Send,
     {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
-        self.laddered::<T>(messages, with_call_group(options), plan)
-            .await
+        let schema = Arc::new(SchemaRequest::of::<T>());
+        let response = self
+            .laddered(
+                messages,
+                with_call_group(options),
+                plan,
+                Some(schema),
+                validate::<T>,
+            )
+            .await?;
+        let value = rehydrate::<T>(&response)?;
+        Ok((response, value))
     }
 
-    async fn laddered<T>(
+    /// A structured call against a JSON Schema known only at run time (the server's
+    /// `response_format: json_schema`): the whole ladder, validation by
+    /// [`crate::structured::shape`]. The accepted value is the answer's `structured_data`.
+    #[cfg(feature = "server")]
+    pub(crate) async fn chat_with_schema(
+        &self,
+        messages: Vec<Message>,
+        options: CallOptions,
+        schema: SchemaRequest,
+    ) -> Result<LlmResponse, GatewayError> {
+        let plan = LadderPlan::typed(self.core.structured_max_retries);
+        let shape = schema.schema.clone();
+        let check = move |value: Value| {
+            let errors = crate::structured::shape::check(&shape, &value);
+            if errors.is_empty() {
+                Ok(value)
+            } else {
+                Err(errors)
+            }
+        };
+        self.laddered(
+            messages,
+            with_call_group(options),
+            plan,
+            Some(Arc::new(schema)),
+            check,
+        )
+        .await
+    }
+
+    /// The ladder behind the cache: `schema` is what typed asks send, `check` what accepts an
+    /// answer (a cache hit is not checked again: only accepted answers are stored).
+    async fn laddered<T, V>(
         &self,
         messages: Vec<Message>,
         options: CallOptions,
         plan: LadderPlan,
-    ) -> Result<(LlmResponse, T), GatewayError>
+        schema: Option<Arc<SchemaRequest>>,
+        check: V,
+    ) -> Result<LlmResponse, GatewayError>
     where
-        T: DeserializeOwned + schemars::JsonSchema + Send,
+        T: Send,
+        V: Fn(Value) -> Result<T, Vec<String>> + Send + Sync,
     {
         // The cache key is that of the caller's conversation and of what was asked (json, or the
         // schema and the modes the scope's sources send it in); what is stored is the answer
@@ -227,29 +279,28 @@ impl ScopeHandle<Chat> {
             key: Some(match plan.mode {
                 LadderMode::Json => json!({"mode": "json"}),
                 LadderMode::Typed => json!({
-                    "schema": SchemaRequest::of::<T>().schema,
+                    "schema": schema.as_ref().map(|s| &s.schema),
                     "modes": self.scope().structured_modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
                 }),
             }),
         };
         let prepared = self.prepare(messages.clone(), &options, &asked)?;
-        let response = self
-            .cached(&prepared, || async {
-                let outcome = run_ladder::<T, _, _>(
-                    |conversation, schema, is_reask| {
-                        let ask = Asked { schema, key: None };
-                        let prepared = self.prepare(conversation, &options, &ask);
-                        async move { self.governed(&prepared?, is_reask).await }
-                    },
-                    messages,
-                    plan,
-                )
-                .await?;
-                Ok(outcome.response)
-            })
+        self.cached(&prepared, || async {
+            let outcome = run_ladder_checked(
+                |conversation, schema, is_reask| {
+                    let ask = Asked { schema, key: None };
+                    let prepared = self.prepare(conversation, &options, &ask);
+                    async move { self.governed(&prepared?, is_reask).await }
+                },
+                messages,
+                plan,
+                schema,
+                check,
+            )
             .await?;
-        let value = rehydrate::<T>(&response)?;
-        Ok((response, value))
+            Ok(outcome.response)
+        })
+        .await
     }
 
     /// The wire request, telemetry context and cache key of one ask. Ladder asks pass no key

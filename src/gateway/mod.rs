@@ -901,6 +901,16 @@ impl Gateway {
         self.core.telemetry.queue.accepted()
     }
 
+    /// The limiter backend and its call bound, for the server's per-key limits (the same store
+    /// as every scope's gates, so server replicas sharing Redis share them too).
+    #[cfg(feature = "server")]
+    pub(crate) fn key_gate(&self) -> (Arc<dyn polygateway_actors::GateBackend>, Duration) {
+        (
+            Arc::clone(&self.core.governance.gate),
+            self.core.governance.timeout,
+        )
+    }
+
     /// Stop: calls in flight end with a shutdown error and release what they hold, the Redis
     /// bookkeeping they owe is finished, telemetry is flushed, the actor tree stops. Bounded
     /// (≈ 12 s at most) and idempotent; closes only what the gateway built itself.

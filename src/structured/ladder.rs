@@ -237,7 +237,7 @@ impl Rejection {
 /// # }
 /// ```
 pub async fn run_ladder<T, F, Fut>(
-    mut ask: F,
+    ask: F,
     messages: Vec<Message>,
     plan: LadderPlan,
 ) -> Result<LadderOutcome<T>, GatewayError>
@@ -246,9 +246,25 @@ where
     F: FnMut(Vec<Message>, Option<Arc<SchemaRequest>>, bool) -> Fut,
     Fut: Future<Output = Result<LlmResponse, GatewayError>>,
 {
-    let typed = plan.mode == LadderMode::Typed;
-    let schema = typed.then(|| Arc::new(SchemaRequest::of::<T>()));
-    let max_asks = if typed {
+    let schema = (plan.mode == LadderMode::Typed).then(|| Arc::new(SchemaRequest::of::<T>()));
+    run_ladder_checked(ask, messages, plan, schema, validate::<T>).await
+}
+
+/// The ladder with the schema and the validation given as values: [`run_ladder`] derives both
+/// from `T`; a schema known only at run time (the server's `json_schema`) brings its own check.
+pub(crate) async fn run_ladder_checked<T, F, Fut, V>(
+    mut ask: F,
+    messages: Vec<Message>,
+    plan: LadderPlan,
+    schema: Option<Arc<SchemaRequest>>,
+    check: V,
+) -> Result<LadderOutcome<T>, GatewayError>
+where
+    F: FnMut(Vec<Message>, Option<Arc<SchemaRequest>>, bool) -> Fut,
+    Fut: Future<Output = Result<LlmResponse, GatewayError>>,
+    V: Fn(Value) -> Result<T, Vec<String>>,
+{
+    let max_asks = if plan.mode == LadderMode::Typed {
         plan.max_retries.saturating_add(1)
     } else {
         1
@@ -261,7 +277,7 @@ where
         let is_reask = asks > 0;
         let mut response = ask(conversation, schema.clone(), is_reask).await?;
         asks += 1;
-        match accept::<T>(&response.content, plan.normalizer.as_ref()) {
+        match accept(&response.content, plan.normalizer.as_ref(), &check) {
             Ok((json, value)) => {
                 response.structured_data = Some(json);
                 earlier.charge_to(&mut response);
@@ -326,9 +342,10 @@ pub fn rehydrate<T: DeserializeOwned>(response: &LlmResponse) -> Result<T, Gatew
 }
 
 /// Repair → normalise → validate one answer.
-fn accept<T: DeserializeOwned>(
+fn accept<T>(
     content: &str,
     normalizer: Option<&Normalizer>,
+    check: impl Fn(Value) -> Result<T, Vec<String>>,
 ) -> Result<(Value, T), Rejection> {
     let repaired = repair_json(content).map_err(|e| Rejection {
         repair_error: Some(clip(&e.to_string())),
@@ -338,7 +355,7 @@ fn accept<T: DeserializeOwned>(
         Some(n) => n(repaired),
         None => repaired,
     };
-    match validate::<T>(json.clone()) {
+    match check(json.clone()) {
         Ok(value) => Ok((json, value)),
         Err(validation_errors) => Err(Rejection {
             repair_error: None,

@@ -11,6 +11,8 @@ pub mod ladder;
 pub mod mode;
 pub mod repair;
 pub mod schema;
+#[cfg(feature = "server")]
+pub(crate) mod shape;
 pub mod validate;
 
 pub use ladder::{rehydrate, run_ladder, LadderMode, LadderOutcome, LadderPlan};

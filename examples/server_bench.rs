@@ -1,0 +1,281 @@
+//! `polygateway serve` against the same client calling the mock upstream directly: what the
+//! server adds per call, and what it costs in CPU and memory.
+//!
+//! The server runs as a child process (this binary re-executed with `--child`, built exactly as
+//! `polygateway serve` builds it: Prometheus recorder, in-memory governance, one virtual key, no
+//! telemetry, `PACER=off` so the figures are the server's and not the pacer's warm-up). Its CPU
+//! (utime + stime) and RSS are read from `/proc/<pid>/stat` and `/proc/<pid>/status` around each
+//! measured run. The client (one reqwest client, closed loop) and the mock upstream share this
+//! process; all three share the machine's cores.
+//!
+//! ```text
+//! cargo run --release --features server,testkit --example server_bench -- [--calls 20000] [--concurrency 1,64]
+//! ```
+//!
+//! One JSON line per configuration (concurrency × streaming): `direct_calls_per_s`,
+//! `server_calls_per_s`, `added_p50_ms`, `added_p99_ms`, `server_cpu_ms_per_call`,
+//! `server_rss_mb`, with the underlying percentiles.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use polygateway::config::Settings;
+use polygateway::server::{hash_key, install_metrics_recorder, KeyStore, Server};
+use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway::Gateway;
+use serde_json::{json, Value};
+
+const KEY: &str = "pgw-bench-key";
+
+#[derive(Parser)]
+struct Args {
+    /// Measured calls per configuration at the highest concurrency (concurrency 1 runs a tenth).
+    #[arg(long, default_value_t = 20_000)]
+    calls: usize,
+    /// Concurrency levels.
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
+    concurrency: Vec<usize>,
+    /// Internal: run the server for MOCK_URL with the keys file KEYS.
+    #[arg(long, num_args = 2, value_names = ["MOCK_URL", "KEYS"], hide = true)]
+    child: Option<Vec<String>>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match args.child {
+        Some(child) => runtime.block_on(serve_child(&child[0], &child[1])),
+        None => runtime.block_on(bench(args.calls, &args.concurrency)),
+    }
+}
+
+/// The server process: prints its address, serves until its stdin closes.
+async fn serve_child(mock_url: &str, keys: &str) {
+    install_metrics_recorder();
+    let env = [
+        ("PGW_LIMITER_BACKEND", "memory"),
+        ("PGW_BREAKER_BACKEND", "memory"),
+        ("PGW_TELEMETRY_BACKEND", "none"),
+        ("LLM__OPENAI__1__BASE_URL", mock_url),
+        ("LLM__OPENAI__1__API_KEY", "sk-bench"),
+        ("LLM__OPENAI__1__MODEL", "bench-model"),
+        ("LLM__PACER", "off"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let gw = Gateway::from_settings(Settings::from_map(&env).unwrap(), "LLM")
+        .await
+        .unwrap();
+    let server = Server::new(gw.clone(), KeyStore::from_file(keys).unwrap()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    println!("{}", listener.local_addr().unwrap());
+    std::io::stdout().flush().unwrap();
+    let stdin_closed = tokio::task::spawn_blocking(|| {
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+    });
+    server
+        .serve(listener, async {
+            let _ = stdin_closed.await;
+        })
+        .await
+        .unwrap();
+    gw.shutdown().await;
+}
+
+struct ChildServer {
+    child: Child,
+    base: String,
+    ticks_per_s: f64,
+}
+
+impl ChildServer {
+    fn start(mock_url: &str, keys: &str) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--child", mock_url, keys])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the server child");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ticks = Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0);
+        Self {
+            base: format!("http://{}", line.trim()),
+            child,
+            ticks_per_s: ticks,
+        }
+    }
+
+    /// utime + stime of the server process, seconds.
+    fn cpu_s(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // Fields after the command name (which may contain spaces) — utime, stime are 14, 15.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let fields: Vec<&str> = after.split(' ').collect();
+        let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+        ticks / self.ticks_per_s
+    }
+
+    fn rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+}
+
+impl Drop for ChildServer {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take()); // the child drains and exits
+        let _ = self.child.wait();
+    }
+}
+
+struct Measured {
+    calls_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// `calls` closed-loop calls by `concurrency` workers; every response is read to its end.
+async fn run(
+    client: &reqwest::Client,
+    url: &str,
+    auth: Option<&str>,
+    stream: bool,
+    concurrency: usize,
+    calls: usize,
+) -> Measured {
+    let body = Arc::new(json!({
+        "model": "LLM",
+        "messages": [{"role": "user", "content": "hello"}],
+        "stream": stream,
+    }));
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (client, url, body, next) = (
+            client.clone(),
+            url.to_string(),
+            Arc::clone(&body),
+            Arc::clone(&next),
+        );
+        let auth = auth.map(str::to_string);
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < calls {
+                let t = Instant::now();
+                let mut req = client.post(&url).json(&*body);
+                if let Some(key) = &auth {
+                    req = req.bearer_auth(key);
+                }
+                let resp = req.send().await.expect("the call is answered");
+                assert!(resp.status().is_success(), "{}", resp.status());
+                let mut bytes = resp.bytes_stream();
+                let mut tail = Vec::new();
+                while let Some(chunk) = bytes.next().await {
+                    tail = chunk.expect("the body is read").to_vec();
+                }
+                if stream {
+                    assert!(tail.ends_with(b"data: [DONE]\n\n"), "stream ended cleanly");
+                }
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            latencies
+        }));
+    }
+    let mut all = Vec::with_capacity(calls);
+    for w in workers {
+        all.extend(w.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    let pct = |p: f64| all[((all.len() as f64 - 1.0) * p).round() as usize];
+    Measured {
+        calls_per_s: all.len() as f64 / elapsed,
+        p50_ms: pct(0.5),
+        p99_ms: pct(0.99),
+    }
+}
+
+async fn bench(calls: usize, levels: &[usize]) {
+    let mock = MockUpstream::start(Behaviour::Healthy {
+        ttft: Duration::ZERO,
+        inter_token: Duration::ZERO,
+        chunks: 4,
+        content: "Hello from the mock upstream.".into(),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.json");
+    std::fs::write(
+        &keys,
+        format!(
+            r#"{{"keys": [{{"name": "bench", "hash": "{}", "scopes": ["*"]}}]}}"#,
+            hash_key(KEY)
+        ),
+    )
+    .unwrap();
+    let server = ChildServer::start(&mock.base_url(), keys.to_str().unwrap());
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap();
+    let direct_url = format!("{}/chat/completions", mock.base_url());
+    let server_url = format!("{}/v1/chat/completions", server.base);
+    let top = levels.iter().copied().max().unwrap_or(1);
+    for &concurrency in levels {
+        let n = if concurrency == 1 && top > 1 {
+            (calls / 10).max(500)
+        } else {
+            calls
+        };
+        for stream in [false, true] {
+            let warm = (n / 10).max(200);
+            run(&client, &direct_url, None, stream, concurrency, warm).await;
+            let direct = run(&client, &direct_url, None, stream, concurrency, n).await;
+            run(&client, &server_url, Some(KEY), stream, concurrency, warm).await;
+            let cpu_before = server.cpu_s();
+            let served = run(&client, &server_url, Some(KEY), stream, concurrency, n).await;
+            let cpu_ms_per_call = (server.cpu_s() - cpu_before) * 1e3 / n as f64;
+            let line: Value = json!({
+                "concurrency": concurrency,
+                "stream": stream,
+                "calls": n,
+                "direct_calls_per_s": direct.calls_per_s.round(),
+                "server_calls_per_s": served.calls_per_s.round(),
+                "direct_p50_ms": round3(direct.p50_ms),
+                "server_p50_ms": round3(served.p50_ms),
+                "direct_p99_ms": round3(direct.p99_ms),
+                "server_p99_ms": round3(served.p99_ms),
+                "added_p50_ms": round3(served.p50_ms - direct.p50_ms),
+                "added_p99_ms": round3(served.p99_ms - direct.p99_ms),
+                "server_cpu_ms_per_call": round3(cpu_ms_per_call),
+                "server_rss_mb": (server.rss_mb() * 10.0).round() / 10.0,
+            });
+            println!("{line}");
+        }
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}

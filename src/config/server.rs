@@ -1,0 +1,81 @@
+//! Settings of `polygateway serve` (the `PGW_SERVER_*` keys): where it listens, how much it
+//! accepts, how long it waits. Parsed with every other key, whether or not the `server` feature
+//! is built, so a typo is refused the same way everywhere. What the server does with them lives
+//! in `crate::server` (feature `server`); this module is values only.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The `PGW_SERVER_*` keys, resolved.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use std::time::Duration;
+/// use polygateway::config::Settings;
+/// let env: BTreeMap<String, String> = [
+///     ("PGW_SERVER_BIND", "0.0.0.0:9000"),
+///     ("PGW_SERVER_MODEL_ALIASES", "gpt-4o-mini=LLM, text-embedding-3-small=EMBED"),
+///     ("PGW_SERVER_DRAIN_TIMEOUT_S", "5"),
+/// ]
+/// .into_iter()
+/// .map(|(k, v)| (k.to_string(), v.to_string()))
+/// .collect();
+/// let server = Settings::from_map(&env).unwrap().server;
+/// assert_eq!(server.bind.port(), 9000);
+/// assert_eq!(server.model_aliases["gpt-4o-mini"], "LLM");
+/// assert_eq!(server.drain_timeout, Duration::from_secs(5));
+/// assert_eq!(server.keys_file, None);
+/// // A malformed alias table is refused, naming the key.
+/// let bad: BTreeMap<String, String> =
+///     [("PGW_SERVER_MODEL_ALIASES".to_string(), "gpt-4o-mini".to_string())].into();
+/// let err = Settings::from_map(&bad).unwrap_err();
+/// assert!(err.to_string().contains("PGW_SERVER_MODEL_ALIASES"), "{err}");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSettings {
+    /// `PGW_SERVER_BIND`: the listening address.
+    pub bind: SocketAddr,
+    /// `PGW_SERVER_BODY_LIMIT_BYTES`: the largest request body accepted (413 above it).
+    pub body_limit_bytes: usize,
+    /// `PGW_SERVER_REQUEST_TIMEOUT_S`: the longest one request may run, streamed or not.
+    pub request_timeout: Duration,
+    /// `PGW_SERVER_DRAIN_TIMEOUT_S`: how long a shutdown waits for requests in flight.
+    pub drain_timeout: Duration,
+    /// `PGW_SERVER_KEYS_FILE`: the JSON file of virtual keys (required by `serve`).
+    pub keys_file: Option<String>,
+    /// `PGW_SERVER_MODEL_ALIASES`: request `model` → scope name, besides the scope names
+    /// themselves.
+    pub model_aliases: BTreeMap<String, String>,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            body_limit_bytes: super::defaults::SERVER_BODY_LIMIT_BYTES,
+            request_timeout: Duration::from_secs_f64(super::defaults::SERVER_REQUEST_TIMEOUT_S),
+            drain_timeout: Duration::from_secs_f64(super::defaults::SERVER_DRAIN_TIMEOUT_S),
+            keys_file: None,
+            model_aliases: BTreeMap::new(),
+        }
+    }
+}
+
+/// Parses `alias=SCOPE, alias2=SCOPE2`; the error says what is wrong with which entry.
+pub(crate) fn parse_aliases(value: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((alias, scope)) = pair.split_once('=') else {
+            return Err(format!("entry {pair:?} has no '='"));
+        };
+        let (alias, scope) = (alias.trim(), scope.trim());
+        if alias.is_empty() || scope.is_empty() {
+            return Err(format!("entry {pair:?} has an empty side"));
+        }
+        if out.insert(alias.to_string(), scope.to_string()).is_some() {
+            return Err(format!("alias {alias:?} is given twice"));
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,365 @@
+//! Virtual keys: the bearer keys callers of `polygateway serve` present, stored only as salted
+//! SHA-256 hashes (`salt$hash`, hex), compared in constant time, never logged or shown in
+//! `Debug`. Each key names its tenant (telemetry `tenant_id`), the scopes it may use and its
+//! optional request-rate and concurrency limits. Not the enforcement of those limits: that is
+//! [`super::limits`], through the runtime's limiter backend.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use rand::RngCore;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::error::GatewayError;
+
+const SALT_BYTES: usize = 16;
+
+/// A new random virtual key (`pgw-` and 64 hex digits, 256 bits). Hand it to the caller once and
+/// store only [`hash_key`]'s output.
+///
+/// ```
+/// let key = polygateway::server::generate_key();
+/// assert!(key.starts_with("pgw-") && key.len() == 68);
+/// assert_ne!(key, polygateway::server::generate_key());
+/// ```
+pub fn generate_key() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("pgw-{}", hex::encode(bytes))
+}
+
+/// The stored form of `key`: a fresh random salt and SHA-256 over salt and key, as
+/// `salt$hash` in hex. Two calls give two different strings that both verify.
+///
+/// ```
+/// use polygateway::server::{hash_key, KeyStore};
+/// let stored = hash_key("pgw-secret");
+/// assert_ne!(stored, hash_key("pgw-secret"));
+/// let json = format!(r#"{{"keys": [{{"name": "ci", "hash": "{stored}", "scopes": ["*"]}}]}}"#);
+/// let keys = KeyStore::from_json(&json).unwrap();
+/// assert_eq!(keys.authenticate("pgw-secret").map(|k| k.name()), Some("ci"));
+/// assert!(keys.authenticate("pgw-wrong").is_none());
+/// ```
+pub fn hash_key(key: &str) -> String {
+    let mut salt = [0u8; SALT_BYTES];
+    rand::rng().fill_bytes(&mut salt);
+    format!("{}${}", hex::encode(salt), hex::encode(digest(&salt, key)))
+}
+
+fn digest(salt: &[u8], key: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(salt);
+    h.update(key.as_bytes());
+    h.finalize().into()
+}
+
+/// One configured virtual key: its name, tenant, allowed scopes and limits. The secret is not
+/// here, only its salted hash, and `Debug` shows neither.
+///
+/// ```
+/// use polygateway::server::{hash_key, KeyStore};
+/// let json = format!(
+///     r#"{{"keys": [{{"name": "team-a", "hash": "{}", "tenant": "acme",
+///          "scopes": ["LLM"], "rpm": 60, "max_concurrency": 4}}]}}"#,
+///     hash_key("pgw-a")
+/// );
+/// let keys = KeyStore::from_json(&json).unwrap();
+/// let key = keys.authenticate("pgw-a").unwrap();
+/// assert_eq!((key.name(), key.tenant()), ("team-a", "acme"));
+/// assert!(key.may_use("LLM") && !key.may_use("EMBED"));
+/// assert_eq!((key.rpm(), key.max_concurrency()), (60, 4));
+/// assert!(!format!("{key:?}").contains("hash"));
+/// ```
+pub struct VirtualKey {
+    name: String,
+    tenant: String,
+    scopes: Option<BTreeSet<String>>,
+    rpm: u32,
+    max_concurrency: u32,
+    salt: Vec<u8>,
+    hash: [u8; 32],
+}
+
+impl std::fmt::Debug for VirtualKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VirtualKey")
+            .field("name", &self.name)
+            .field("tenant", &self.tenant)
+            .field("scopes", &self.scopes)
+            .field("rpm", &self.rpm)
+            .field("max_concurrency", &self.max_concurrency)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VirtualKey {
+    /// The key's name (its identity in limits and logs; never the secret).
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// # let json = format!(r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"]}}]}}"#, hash_key("k"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("k").unwrap().name(), "ci");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The tenant recorded in telemetry `tenant_id` (the name when the file gives none).
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// # let json = format!(r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"]}}]}}"#, hash_key("k"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("k").unwrap().tenant(), "ci");
+    /// ```
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// Whether the key may call scope `scope` (`"*"` in the file allows every scope).
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// # let json = format!(r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"]}}]}}"#, hash_key("k"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert!(keys.authenticate("k").unwrap().may_use("ANY_SCOPE"));
+    /// ```
+    pub fn may_use(&self, scope: &str) -> bool {
+        self.scopes.as_ref().is_none_or(|s| s.contains(scope))
+    }
+
+    /// Requests per minute allowed to this key (0 = unlimited).
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// # let json = format!(r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"]}}]}}"#, hash_key("k"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("k").unwrap().rpm(), 0);
+    /// ```
+    pub fn rpm(&self) -> u32 {
+        self.rpm
+    }
+
+    /// Requests of this key in flight at once (0 = unlimited).
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// # let json = format!(r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"], "max_concurrency": 2}}]}}"#, hash_key("k"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("k").unwrap().max_concurrency(), 2);
+    /// ```
+    pub fn max_concurrency(&self) -> u32 {
+        self.max_concurrency
+    }
+
+    fn matches(&self, presented: &str) -> subtle::Choice {
+        digest(&self.salt, presented).ct_eq(&self.hash)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFile {
+    keys: Vec<KeyEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyEntry {
+    name: String,
+    hash: String,
+    #[serde(default)]
+    tenant: Option<String>,
+    scopes: Vec<String>,
+    #[serde(default)]
+    rpm: u32,
+    #[serde(default)]
+    max_concurrency: u32,
+}
+
+/// The configured virtual keys (`PGW_SERVER_KEYS_FILE`, JSON):
+///
+/// ```json
+/// {"keys": [{"name": "team-a", "hash": "<salt>$<sha256>", "tenant": "acme",
+///            "scopes": ["LLM", "EMBED"], "rpm": 600, "max_concurrency": 16}]}
+/// ```
+///
+/// `tenant` defaults to the name, `rpm` and `max_concurrency` to 0 (unlimited); `scopes: ["*"]`
+/// allows every scope. Names are 1–64 characters of `A-Z a-z 0-9 _ . -` and unique.
+///
+/// ```
+/// use polygateway::server::KeyStore;
+/// let err = KeyStore::from_json(r#"{"keys": [{"name": "a b", "hash": "00$00", "scopes": []}]}"#)
+///     .unwrap_err();
+/// assert!(err.to_string().contains("name"), "{err}");
+/// ```
+#[derive(Debug)]
+pub struct KeyStore {
+    keys: Vec<VirtualKey>,
+}
+
+impl KeyStore {
+    /// Read and check a key file.
+    ///
+    /// ```
+    /// use polygateway::server::{hash_key, KeyStore};
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("keys.json");
+    /// let json = format!(r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"]}}]}}"#, hash_key("k"));
+    /// std::fs::write(&path, json).unwrap();
+    /// assert_eq!(KeyStore::from_file(&path).unwrap().len(), 1);
+    /// assert!(KeyStore::from_file(dir.path().join("missing.json")).is_err());
+    /// ```
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, GatewayError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            GatewayError::Config(format!(
+                "PGW_SERVER_KEYS_FILE {}: cannot read: {e}",
+                path.display()
+            ))
+        })?;
+        Self::from_json(&text).map_err(|e| {
+            GatewayError::Config(format!("PGW_SERVER_KEYS_FILE {}: {e}", path.display()))
+        })
+    }
+
+    /// Parse and check the JSON of a key file.
+    ///
+    /// ```
+    /// use polygateway::server::KeyStore;
+    /// // A hash that is not `salt$sha256` in hex is refused, without echoing it.
+    /// let err = KeyStore::from_json(r#"{"keys": [{"name": "a", "hash": "plain", "scopes": ["*"]}]}"#)
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains("key a: hash"), "{err}");
+    /// assert!(!err.to_string().contains("plain"));
+    /// ```
+    pub fn from_json(text: &str) -> Result<Self, GatewayError> {
+        let file: KeyFile = serde_json::from_str(text).map_err(|e| {
+            GatewayError::Config(format!(
+                "not a key file ({e}); expected {{\"keys\": [{{\"name\", \"hash\", \"scopes\", \
+                 optional \"tenant\", \"rpm\", \"max_concurrency\"}}]}}"
+            ))
+        })?;
+        let mut names = BTreeSet::new();
+        let mut keys = Vec::with_capacity(file.keys.len());
+        for entry in file.keys {
+            let name = entry.name;
+            let valid_name = (1..=64).contains(&name.len())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+            if !valid_name {
+                return Err(GatewayError::Config(format!(
+                    "key name {name:?}: 1-64 characters of A-Z a-z 0-9 _ . - are allowed"
+                )));
+            }
+            if !names.insert(name.clone()) {
+                return Err(GatewayError::Config(format!(
+                    "key name {name:?} is given twice"
+                )));
+            }
+            let (salt, hash) = parse_hash(&entry.hash).ok_or_else(|| {
+                GatewayError::Config(format!(
+                    "key {name}: hash must be `salt$sha256` in hex, as `polygateway key hash` \
+                     prints it"
+                ))
+            })?;
+            let tenant = entry.tenant.unwrap_or_else(|| name.clone());
+            crate::validate::validate_tenant_id(&tenant)
+                .map_err(|e| GatewayError::Config(format!("key {name}: tenant: {e}")))?;
+            let scopes = if entry.scopes.iter().any(|s| s == "*") {
+                None
+            } else {
+                Some(entry.scopes.into_iter().collect())
+            };
+            keys.push(VirtualKey {
+                name,
+                tenant,
+                scopes,
+                rpm: entry.rpm,
+                max_concurrency: entry.max_concurrency,
+                salt,
+                hash,
+            });
+        }
+        Ok(Self { keys })
+    }
+
+    /// The key `presented` is, if any. Every configured key is hashed and compared in constant
+    /// time, whichever matches, so the time taken says nothing about which key or how much of
+    /// it was right.
+    ///
+    /// ```
+    /// use polygateway::server::{hash_key, KeyStore};
+    /// let json = format!(
+    ///     r#"{{"keys": [{{"name": "a", "hash": "{}", "scopes": ["*"]}}, {{"name": "b", "hash": "{}", "scopes": ["*"]}}]}}"#,
+    ///     hash_key("pgw-a"),
+    ///     hash_key("pgw-b")
+    /// );
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("pgw-b").unwrap().name(), "b");
+    /// assert!(keys.authenticate("").is_none());
+    /// ```
+    pub fn authenticate(&self, presented: &str) -> Option<&VirtualKey> {
+        let mut found: Option<&VirtualKey> = None;
+        for key in &self.keys {
+            if bool::from(key.matches(presented)) {
+                found = Some(key);
+            }
+        }
+        found
+    }
+
+    /// Number of configured keys.
+    ///
+    /// ```
+    /// let keys = polygateway::server::KeyStore::from_json(r#"{"keys": []}"#).unwrap();
+    /// assert_eq!(keys.len(), 0);
+    /// assert!(keys.is_empty());
+    /// ```
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether no key is configured (then every request is refused with 401).
+    ///
+    /// ```
+    /// let keys = polygateway::server::KeyStore::from_json(r#"{"keys": []}"#).unwrap();
+    /// assert!(keys.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+fn parse_hash(stored: &str) -> Option<(Vec<u8>, [u8; 32])> {
+    let (salt, hash) = stored.split_once('$')?;
+    let salt = hex::decode(salt).ok().filter(|s| !s.is_empty())?;
+    let hash: [u8; 32] = hex::decode(hash).ok()?.try_into().ok()?;
+    Some((salt, hash))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_hash_verifies_only_its_key() {
+        let stored = hash_key("pgw-one");
+        let (salt, hash) = parse_hash(&stored).unwrap();
+        assert_eq!(salt.len(), SALT_BYTES);
+        assert_eq!(digest(&salt, "pgw-one"), hash);
+        assert_ne!(digest(&salt, "pgw-one "), hash);
+        assert_ne!(digest(&salt, "pgw-on"), hash);
+    }
+
+    #[test]
+    fn malformed_hashes_are_refused() {
+        for bad in ["", "$", "zz$00", "00$", "00$abcd", "nodollar"] {
+            assert!(parse_hash(bad).is_none(), "{bad}");
+        }
+    }
+}

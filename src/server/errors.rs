@@ -1,0 +1,273 @@
+//! Every error the server answers, as an HTTP status and OpenAI's error body
+//! (`{"error": {"message", "type", "param", "code"}}`), so an unchanged OpenAI SDK raises its
+//! usual exception class. The mapping from [`GatewayError`] is docs/behaviour.md §12.3. Not for
+//! errors inside a stream that has started: those are an SSE `error` frame ([`super::sse`]).
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::GatewayError;
+use crate::UnavailableReason;
+
+/// One error answer.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    /// OpenAI's `type`.
+    pub(crate) kind: &'static str,
+    /// OpenAI's `code`.
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+    pub(crate) param: Option<&'static str>,
+    /// Seconds for `Retry-After` (429 and 503).
+    pub(crate) retry_after_s: Option<f64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: String) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message,
+            param: None,
+            retry_after_s: None,
+        }
+    }
+
+    pub(crate) fn missing_key() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "invalid_api_key",
+            "no API key: send `Authorization: Bearer <virtual key>`".into(),
+        )
+    }
+
+    pub(crate) fn unknown_key() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "invalid_api_key",
+            "the API key is not a configured virtual key".into(),
+        )
+    }
+
+    pub(crate) fn forbidden_scope(key: &str, scope: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "scope_forbidden",
+            format!("key {key} may not use scope {scope}"),
+        )
+    }
+
+    pub(crate) fn unknown_model(model: &str, served: &[String]) -> Self {
+        let mut e = Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "model_not_found",
+            format!(
+                "model {model:?} is not served here (served: {}; see GET /v1/models)",
+                served.join(", ")
+            ),
+        );
+        e.param = Some("model");
+        e
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        let mut e = Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "invalid_request",
+            message.into(),
+        );
+        e.param = param;
+        e
+    }
+
+    pub(crate) fn key_limited(key: &str, gate: &str, retry_after_s: f64) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "key_rate_limited",
+            format!("key {key} reached its {gate} limit; retry after {retry_after_s:.1}s"),
+        );
+        e.retry_after_s = Some(retry_after_s);
+        e
+    }
+
+    pub(crate) fn governance_down(detail: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            "governance_backend_down",
+            format!("the limiter backend is unavailable ({detail}); nothing was sent upstream"),
+        );
+        e.retry_after_s = Some(5.0);
+        e
+    }
+
+    pub(crate) fn timeout(after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "timeout_error",
+            "request_timeout",
+            format!(
+                "the request ran longer than PGW_SERVER_REQUEST_TIMEOUT_S ({:.0}s) and was cancelled",
+                after.as_secs_f64()
+            ),
+        )
+    }
+
+    /// The JSON body (also the payload of an SSE error frame).
+    pub(crate) fn body(&self) -> serde_json::Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.code,
+        }})
+    }
+}
+
+impl From<GatewayError> for ApiError {
+    fn from(e: GatewayError) -> Self {
+        let message = e.to_string();
+        match &e {
+            GatewayError::Unavailable(u) => {
+                let quota = u.reason == UnavailableReason::QuotaExhausted;
+                let mut out = Self::new(
+                    if quota {
+                        StatusCode::TOO_MANY_REQUESTS
+                    } else {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    },
+                    if quota {
+                        "rate_limit_error"
+                    } else {
+                        "service_unavailable"
+                    },
+                    u.reason.as_str(),
+                    message,
+                );
+                out.retry_after_s = Some(u.retry_after_s);
+                out
+            }
+            GatewayError::RequestRejected { body_text, .. } => Self::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "request_rejected",
+                // The upstream's own words, when the summary in the message does not carry them.
+                if body_text.is_empty() || message.contains(body_text.as_str()) {
+                    message
+                } else {
+                    format!("{message}; upstream said: {body_text}")
+                },
+            ),
+            GatewayError::InvalidInput(_) => Self::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "invalid_input",
+                message,
+            ),
+            GatewayError::ResultInvalid { .. } => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "result_invalid",
+                message,
+            ),
+            GatewayError::StreamInterrupted { .. } => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                "stream_interrupted",
+                message,
+            ),
+            GatewayError::SourceNotConfigured(_) => Self::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "model_not_found",
+                message,
+            ),
+            GatewayError::Shutdown(_) => {
+                let mut out = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "service_unavailable",
+                    "shutting_down",
+                    message,
+                );
+                out.retry_after_s = Some(1.0);
+                out
+            }
+            _ => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal",
+                message,
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if let Some(s) = self.retry_after_s {
+            // Whole seconds, rounded up: `Retry-After: 0` would invite a hot loop.
+            let secs = s.max(0.0).ceil().max(1.0) as u64;
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{Unavailable, UnavailableKind};
+
+    fn unavailable(reason: UnavailableReason, retry_after_s: f64) -> GatewayError {
+        GatewayError::Unavailable(Box::new(Unavailable {
+            kind: UnavailableKind::AllSourcesExhausted,
+            scope: "LLM".into(),
+            reason,
+            retry_after_s,
+            per_source_reasons: Default::default(),
+            detail: String::new(),
+        }))
+    }
+
+    #[test]
+    fn unavailability_is_503_and_quota_is_429_with_retry_after() {
+        let r = ApiError::from(unavailable(UnavailableReason::CircuitOpen, 2.2)).into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "3");
+        let r = ApiError::from(unavailable(UnavailableReason::QuotaExhausted, 0.0)).into_response();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn rejected_is_400_and_invalid_is_502() {
+        let rejected = GatewayError::RequestRejected {
+            message: "HTTP 400".into(),
+            body_text: "context too long".into(),
+        };
+        let e = ApiError::from(rejected);
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(
+            e.message.contains("upstream said: context too long"),
+            "{}",
+            e.message
+        );
+        let invalid = GatewayError::ResultInvalid {
+            message: "x".into(),
+            details: Box::default(),
+        };
+        assert_eq!(ApiError::from(invalid).status, StatusCode::BAD_GATEWAY);
+    }
+}

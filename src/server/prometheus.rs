@@ -1,0 +1,29 @@
+//! The Prometheus recorder behind `GET /metrics`: the runtime's `pgw_*` metrics (emitted through
+//! the `metrics` facade) rendered in the Prometheus text format. Not the metric definitions
+//! (`crate::metrics`).
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Install the Prometheus recorder as the process's `metrics` recorder, once. Call it before
+/// building the [`Gateway`](crate::Gateway): the runtime registers its metric handles when a
+/// scope is built, with whatever recorder is installed then. Returns `false` when another
+/// recorder was installed first (then `GET /metrics` answers 404 and says so).
+///
+/// ```
+/// assert!(polygateway::server::install_metrics_recorder());
+/// assert!(polygateway::server::install_metrics_recorder()); // idempotent
+/// ```
+pub fn install_metrics_recorder() -> bool {
+    HANDLE
+        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .is_some()
+}
+
+/// The text of `GET /metrics`, if this process's recorder is ours.
+pub(crate) fn render() -> Option<String> {
+    HANDLE.get().and_then(Option::as_ref).map(|h| h.render())
+}

@@ -1,0 +1,239 @@
+//! OpenAI's streamed chat format over Server-Sent Events: one `chat.completion.chunk` per delta
+//! as it arrives (`content`, or `reasoning_content` for reasoning), a last chunk with
+//! `finish_reason`, the usage chunk when `stream_options.include_usage` asked for it, then
+//! `data: [DONE]`. A failure after the stream started is a `data: {"error": …}` frame and no
+//! `[DONE]` (the OpenAI SDK raises it). Dropping the body — the client went away — drops the
+//! governed stream, which cancels the call. Not for errors before the first delta: those are
+//! answered with an HTTP status ([`super::errors`]).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::{FutureExt, Stream, StreamExt};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::auth::limits::KeyLease;
+use super::errors::ApiError;
+use super::state::ErrorLog;
+use crate::gateway::ChatEvent;
+use crate::types::LlmResponse;
+
+/// Bytes gathered into one write at most, when several deltas are ready at once.
+const BATCH_BYTES: usize = 16 << 10;
+
+/// What every chunk of one response repeats.
+pub(crate) struct ChunkHead {
+    pub(crate) id: String,
+    pub(crate) model: String,
+    pub(crate) created: u64,
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: &'a [Choice<'a>],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Serialize, Default)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+}
+
+fn frame(out: &mut BytesMut, value: &impl Serialize) {
+    out.put_slice(b"data: ");
+    // Serialising plain structs of strings cannot fail.
+    let _ = serde_json::to_writer((&mut *out).writer(), value);
+    out.put_slice(b"\n\n");
+}
+
+impl ChunkHead {
+    fn delta(&self, out: &mut BytesMut, delta: Delta<'_>, finish: Option<&'static str>) {
+        let choices = [Choice {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason: finish,
+        }];
+        frame(
+            out,
+            &Chunk {
+                id: &self.id,
+                object: "chat.completion.chunk",
+                created: self.created,
+                model: &self.model,
+                choices: &choices,
+                usage: None,
+            },
+        );
+    }
+
+    /// The end of a completed stream: finish chunk, usage chunk if asked, `[DONE]`.
+    fn finish(&self, out: &mut BytesMut, response: &LlmResponse, include_usage: bool) {
+        self.delta(out, Delta::default(), Some("stop"));
+        if include_usage {
+            frame(
+                out,
+                &Chunk {
+                    id: &self.id,
+                    object: "chat.completion.chunk",
+                    created: self.created,
+                    model: &self.model,
+                    choices: &[],
+                    usage: Some(super::routes::openai::usage_json(response)),
+                },
+            );
+        }
+        out.put_slice(b"data: [DONE]\n\n");
+    }
+}
+
+/// One in-flight relay: the governed stream, its first event (already pulled, to answer errors
+/// before any delta with a status), and what must live as long as the body.
+pub(crate) struct Relay {
+    pub(crate) head: ChunkHead,
+    pub(crate) stream:
+        std::pin::Pin<Box<dyn Stream<Item = Result<ChatEvent, crate::GatewayError>> + Send>>,
+    pub(crate) first: Option<ChatEvent>,
+    pub(crate) include_usage: bool,
+    pub(crate) deadline: Instant,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) errors: ErrorLog,
+    /// The server's hard stop (drain timeout passed).
+    pub(crate) stop: tokio_util::sync::CancellationToken,
+    pub(crate) scope: String,
+    /// The key's lease, released when the body is dropped.
+    pub(crate) _lease: Option<KeyLease>,
+}
+
+struct RelayState {
+    relay: Relay,
+    role_sent: bool,
+    done: bool,
+}
+
+impl RelayState {
+    /// Appends the frames of one event of the governed stream (`None`: it ended).
+    fn encode(
+        &mut self,
+        event: Option<Result<ChatEvent, crate::GatewayError>>,
+        out: &mut BytesMut,
+    ) {
+        let role = (!self.role_sent).then_some("assistant");
+        self.role_sent = true;
+        match event {
+            Some(Ok(ChatEvent::Content(text))) => {
+                let delta = Delta {
+                    role,
+                    content: Some(&text),
+                    reasoning_content: None,
+                };
+                self.relay.head.delta(out, delta, None);
+            }
+            Some(Ok(ChatEvent::Reasoning(text))) => {
+                let delta = Delta {
+                    role,
+                    content: None,
+                    reasoning_content: Some(&text),
+                };
+                self.relay.head.delta(out, delta, None);
+            }
+            Some(Ok(ChatEvent::Done(response))) => {
+                if role.is_some() {
+                    // An empty completion still tells the client who spoke.
+                    let delta = Delta {
+                        role,
+                        content: Some(""),
+                        reasoning_content: None,
+                    };
+                    self.relay.head.delta(out, delta, None);
+                }
+                self.relay
+                    .head
+                    .finish(out, &response, self.relay.include_usage);
+                self.done = true;
+            }
+            Some(Err(e)) => {
+                let e = ApiError::from(e);
+                self.relay.errors.record(&self.relay.scope, &e);
+                frame(out, &e.body());
+                self.done = true;
+            }
+            // The governed stream always ends with `Done` or an error; a bare end is reported
+            // rather than dressed up as a clean end.
+            None => {
+                let e = ApiError::from(crate::GatewayError::StreamInterrupted {
+                    message: "the governed stream ended without a final event".into(),
+                    delivered: 0,
+                });
+                frame(out, &e.body());
+                self.done = true;
+            }
+        }
+    }
+}
+
+/// The SSE body of `relay`.
+pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    let state = RelayState {
+        relay,
+        role_sent: false,
+        done: false,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let mut out = BytesMut::with_capacity(256);
+        let event = match st.relay.first.take() {
+            Some(event) => Some(Ok(event)),
+            None => {
+                let next = tokio::select! {
+                    next = tokio::time::timeout_at(st.relay.deadline, st.relay.stream.next()) => {
+                        next.map_err(|_| ApiError::timeout(st.relay.timeout))
+                    }
+                    () = st.relay.stop.cancelled() => Err(ApiError::from(
+                        crate::GatewayError::Shutdown(
+                            "the server's drain timeout passed; the stream was cancelled".into(),
+                        ),
+                    )),
+                };
+                match next {
+                    Ok(next) => next,
+                    Err(e) => {
+                        st.relay.errors.record(&st.relay.scope, &e);
+                        frame(&mut out, &e.body());
+                        st.done = true;
+                        return Some((Ok(out.freeze()), st));
+                    }
+                }
+            }
+        };
+        st.encode(event, &mut out);
+        // Deltas already waiting go out in the same write: fewer frames for hyper, fewer
+        // syscalls, no added wait (only what is ready is taken).
+        while !st.done && out.len() < BATCH_BYTES {
+            match st.relay.stream.next().now_or_never() {
+                Some(event) => st.encode(event, &mut out),
+                None => break,
+            }
+        }
+        Some((Ok(out.freeze()), st))
+    })
+}
