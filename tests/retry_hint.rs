@@ -65,8 +65,8 @@ async fn memory_backends_hint_the_cooldown_of_the_breaker_the_call_opened() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_backends_hint_the_cooldown_of_the_breaker_the_call_opened() {
     use polygateway::GatewayBuilder;
-    let url = std::env::var("PGW_TEST_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let url =
+        std::env::var("PGW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     for (name, behaviour, budget) in cases() {
         let mock = MockUpstream::start(behaviour).await;
         let mut pairs = keys(&mock, budget);
@@ -83,7 +83,9 @@ async fn redis_backends_hint_the_cooldown_of_the_breaker_the_call_opened() {
         let gw = match built {
             Ok(gw) => gw,
             Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
-                eprintln!("\n!!!!! SKIP: no Redis at {url} ({e}); the Redis case did NOT run !!!!!\n");
+                eprintln!(
+                    "\n!!!!! SKIP: no Redis at {url} ({e}); the Redis case did NOT run !!!!!\n"
+                );
                 return;
             }
             Err(e) => panic!("Redis is required under CI=true: {e}"),
@@ -106,7 +108,9 @@ async fn purge(url: &str, prefix: &str) {
         .build()
         .expect("client");
     client.init().await.expect("connect");
-    let nodes = client.split_cluster().unwrap_or_else(|_| vec![client.clone()]);
+    let nodes = client
+        .split_cluster()
+        .unwrap_or_else(|_| vec![client.clone()]);
     for node in &nodes {
         if !node.is_connected() {
             node.init().await.expect("connect to a cluster node");
