@@ -15,7 +15,9 @@
 //!
 //! `chat_stream()` is measured against `chat()` on the streaming rows. The first JSON line is one
 //! loopback `EVALSHA` round trip (`evalsha_p50_us`, a script that returns 1), the yardstick of the
-//! Redis variant's added latency.
+//! Redis variant's added latency, and one attempt's two scripts driven straight from a task
+//! without the runtime (`attempt_admit_p50_us`: `RedisAttempts::admit`;
+//! `attempt_admit_finish_p50_us`: admit, then the finish of a success, awaited).
 //!
 //! ```text
 //! cargo run --release --example overhead --features testkit,redis -- [--calls N] [--concurrency 1,64,256]
@@ -34,7 +36,12 @@ use fred::prelude::{Builder, Client, ClientLike, Config};
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, InfoKind};
 use futures::StreamExt;
-use polygateway::config::Settings;
+use polygateway::actors::{
+    AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, BreakerConfig, BreakerVerdict,
+    GateRequest, Limits,
+};
+use polygateway::config::{Secret, Settings};
+use polygateway::redis::{RedisAttempts, RedisGate, RedisGovernance};
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, ChatEvent, Gateway, Message};
 use serde_json::{json, Value};
@@ -146,6 +153,55 @@ impl RedisServers {
             let _ = node.quit().await;
         }
     }
+}
+
+/// p50s of one attempt's scripts driven straight from this task, sequentially: the admission,
+/// and the admission plus the finish of a success — the Redis path without the runtime.
+async fn attempt_scripts_p50_us(url: &str, calls: usize) -> Option<(f64, f64)> {
+    let prefix = format!("pgw-overhead-direct-{}", std::process::id());
+    let redis = RedisGovernance::connect(&Secret::new(url), &prefix)
+        .await
+        .ok()?;
+    let attempts = RedisAttempts::new(RedisGate::new(redis.clone()));
+    let breaker = BreakerConfig::default();
+    let success = AttemptOutcome {
+        action: BreakerAction::Record(BreakerVerdict::Success),
+        tokens: 120,
+        progress: true,
+    };
+    let (mut admit_us, mut pair_us) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+    for n in 0..calls {
+        // The gates of the benchmark's gateways.
+        let request = GateRequest {
+            scope: "LLM".into(),
+            source: "mock_1".into(),
+            global: Limits {
+                max_concurrency: 1024,
+                rpm: 100_000_000,
+                tpm: 0,
+            },
+            per_source: Limits {
+                max_concurrency: 512,
+                ..Limits::default()
+            },
+            est_tokens: 300,
+            lease_id: format!("direct-{n}").into(),
+            lease_ttl: Duration::from_secs(1500),
+        };
+        let t = Instant::now();
+        let AttemptAdmit::Admitted(permit) = attempts.admit(&request, &breaker).await.ok()? else {
+            return None;
+        };
+        admit_us.push(t.elapsed().as_secs_f64() * 1e6);
+        attempts.finish(&permit, &breaker, success).await.ok()?;
+        pair_us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    redis.close().await;
+    let p50 = |mut us: Vec<f64>| {
+        us.sort_by(|a, b| a.total_cmp(b));
+        us[us.len() / 2]
+    };
+    Some((p50(admit_us), p50(pair_us)))
 }
 
 /// One plain connection to `url`'s server, or to `addr` with `url`'s credentials.
@@ -310,7 +366,15 @@ async fn main() {
     if let Some(servers) = &servers {
         let p50 = servers.evalsha_p50_us(calls / 2).await;
         println!("one loopback EVALSHA round trip p50 {p50:>8.1} µs");
-        lines.push(json!({"evalsha_p50_us": p50, "redis_primaries": servers.primaries.len()}));
+        let mut line = json!({"evalsha_p50_us": p50, "redis_primaries": servers.primaries.len()});
+        if let Some((admit, pair)) = attempt_scripts_p50_us(&redis_url, calls / 2).await {
+            println!(
+                "one attempt's scripts from a task: admit p50 {admit:>8.1} µs, admit + finish p50 {pair:>8.1} µs"
+            );
+            line["attempt_admit_p50_us"] = json!(admit);
+            line["attempt_admit_finish_p50_us"] = json!(pair);
+        }
+        lines.push(line);
     }
 
     let client = reqwest::Client::new();
