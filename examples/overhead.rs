@@ -36,11 +36,11 @@ use fred::prelude::{Builder, Client, ClientLike, Config};
 use fred::types::scripts::Script;
 use fred::types::{ClusterHash, CustomCommand, InfoKind};
 use futures::StreamExt;
-use polygateway::actors::{
+use polygateway::config::{Secret, Settings};
+use polygateway::ports::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerAction, BreakerConfig, BreakerVerdict,
     GateRequest, Limits,
 };
-use polygateway::config::{Secret, Settings};
 use polygateway::redis::{RedisAttempts, RedisGate, RedisGovernance};
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, ChatEvent, Gateway, Message};
