@@ -19,9 +19,8 @@ use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
 use crate::cache::key::{cache_key, CacheKeyInput};
 use crate::cache::CacheLookup;
 use crate::error::GatewayError;
-use crate::structured::{
-    rehydrate, run_ladder, LadderMode, LadderPlan, SchemaRequest, StructuredMode,
-};
+use crate::structured::ladder::{rehydrate_checked, run_ladder_checked};
+use crate::structured::{validate, LadderMode, LadderPlan, SchemaRequest, StructuredMode};
 use crate::telemetry::digest::{messages_json, sampling_json};
 use crate::telemetry::row::meta_json;
 use crate::transport::chat::{ChatTransport, ChatWireRequest};
@@ -171,7 +170,7 @@ impl ScopeHandle<Chat> {
         let options = with_call_group(options);
         match options.structured {
             Structured::Json => self
-                .laddered::<Value>(messages, options, LadderPlan::json())
+                .laddered(messages, options, LadderPlan::json(), None, Ok::<Value, _>)
                 .await
                 .map(|(response, _)| response),
             _ => {
@@ -206,8 +205,66 @@ impl ScopeHandle<Chat> {
         T: DeserializeOwned + schemars::JsonSchema + Send,
     {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
-        self.laddered::<T>(messages, with_call_group(options), plan)
+        let schema = SchemaRequest::of::<T>();
+        self.laddered(
+            messages,
+            with_call_group(options),
+            plan,
+            Some(schema),
+            validate::<T>,
+        )
+        .await
+    }
+
+    /// A structured call whose type is known only at run time (a JSON Schema produced by another
+    /// language's type system, e.g. a Python binding): the same ladder as
+    /// [`chat_structured`](Self::chat_structured), with `check` judging each repaired answer —
+    /// `Err` carries the validation errors fed back on the re-ask. A cache hit is checked again.
+    /// The accepted JSON is the response's `structured_data`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway::{structured::SchemaRequest, CallOptions, Message};
+    /// use serde_json::json;
+    /// // A missing field first, then a valid answer.
+    /// let answers = vec![r#"{"city": "Oslo"}"#.into(), r#"{"city": "Oslo", "population": 709000}"#.into()];
+    /// let mock = MockUpstream::start(Behaviour::ScriptedContent(answers)).await;
+    /// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[]);
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let schema = SchemaRequest {
+    ///     name: "City".into(),
+    ///     schema: json!({"type": "object", "required": ["city", "population"]}),
+    /// };
+    /// let check = |v: &serde_json::Value| match v.get("population") {
+    ///     Some(_) => Ok(()),
+    ///     None => Err(vec!["population: field required".to_string()]),
+    /// };
+    /// let reply = gw
+    ///     .chat_scope("LLM")?
+    ///     .chat_structured_schema(vec![Message::user("Oslo?")], CallOptions::new(), schema, check)
+    ///     .await?;
+    /// assert_eq!(reply.asks, 2);
+    /// assert_eq!(reply.structured_data.unwrap()["population"], 709000);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn chat_structured_schema<C>(
+        &self,
+        messages: Vec<Message>,
+        options: CallOptions,
+        schema: SchemaRequest,
+        check: C,
+    ) -> Result<LlmResponse, GatewayError>
+    where
+        C: Fn(&Value) -> Result<(), Vec<String>> + Send + Sync,
+    {
+        let plan = LadderPlan::typed(self.core.structured_max_retries);
+        let accept = |value: Value| check(&value);
+        self.laddered(messages, with_call_group(options), plan, Some(schema), accept)
             .await
+            .map(|(response, ())| response)
     }
 
     async fn laddered<T>(
@@ -215,27 +272,29 @@ impl ScopeHandle<Chat> {
         messages: Vec<Message>,
         options: CallOptions,
         plan: LadderPlan,
+        schema: Option<SchemaRequest>,
+        check: impl Fn(Value) -> Result<T, Vec<String>> + Send + Sync,
     ) -> Result<(LlmResponse, T), GatewayError>
     where
-        T: DeserializeOwned + schemars::JsonSchema + Send,
+        T: Send,
     {
         // The cache key is that of the caller's conversation and of what was asked (json, or the
         // schema and the modes the scope's sources send it in); what is stored is the answer
         // that passed the ladder, so a hit rebuilds `T` without network.
         let asked = Asked {
             schema: None,
-            key: Some(match plan.mode {
-                LadderMode::Json => json!({"mode": "json"}),
-                LadderMode::Typed => json!({
-                    "schema": SchemaRequest::of::<T>().schema,
+            key: Some(match (plan.mode, &schema) {
+                (LadderMode::Typed, Some(schema)) => json!({
+                    "schema": schema.schema,
                     "modes": self.scope().structured_modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
                 }),
+                _ => json!({"mode": "json"}),
             }),
         };
         let prepared = self.prepare(messages.clone(), &options, &asked)?;
         let response = self
             .cached(&prepared, || async {
-                let outcome = run_ladder::<T, _, _>(
+                let outcome = run_ladder_checked(
                     |conversation, schema, is_reask| {
                         let ask = Asked { schema, key: None };
                         let prepared = self.prepare(conversation, &options, &ask);
@@ -243,12 +302,14 @@ impl ScopeHandle<Chat> {
                     },
                     messages,
                     plan,
+                    schema,
+                    &check,
                 )
                 .await?;
                 Ok(outcome.response)
             })
             .await?;
-        let value = rehydrate::<T>(&response)?;
+        let value = rehydrate_checked(&response, &check)?;
         Ok((response, value))
     }
 

@@ -237,7 +237,7 @@ impl Rejection {
 /// # }
 /// ```
 pub async fn run_ladder<T, F, Fut>(
-    mut ask: F,
+    ask: F,
     messages: Vec<Message>,
     plan: LadderPlan,
 ) -> Result<LadderOutcome<T>, GatewayError>
@@ -246,8 +246,27 @@ where
     F: FnMut(Vec<Message>, Option<Arc<SchemaRequest>>, bool) -> Fut,
     Fut: Future<Output = Result<LlmResponse, GatewayError>>,
 {
+    let schema = (plan.mode == LadderMode::Typed).then(SchemaRequest::of::<T>);
+    run_ladder_checked(ask, messages, plan, schema, validate::<T>).await
+}
+
+/// [`run_ladder`] with the schema and the validation given as values rather than by a Rust type
+/// (a schema known only at run time, e.g. from another language's type system). `check` turns a
+/// repaired (and normalised) JSON value into the accepted value or the validation errors.
+pub(crate) async fn run_ladder_checked<T, F, Fut, C>(
+    mut ask: F,
+    messages: Vec<Message>,
+    plan: LadderPlan,
+    schema: Option<SchemaRequest>,
+    check: C,
+) -> Result<LadderOutcome<T>, GatewayError>
+where
+    F: FnMut(Vec<Message>, Option<Arc<SchemaRequest>>, bool) -> Fut,
+    Fut: Future<Output = Result<LlmResponse, GatewayError>>,
+    C: Fn(Value) -> Result<T, Vec<String>>,
+{
     let typed = plan.mode == LadderMode::Typed;
-    let schema = typed.then(|| Arc::new(SchemaRequest::of::<T>()));
+    let schema = schema.filter(|_| typed).map(Arc::new);
     let max_asks = if typed {
         plan.max_retries.saturating_add(1)
     } else {
@@ -261,7 +280,7 @@ where
         let is_reask = asks > 0;
         let mut response = ask(conversation, schema.clone(), is_reask).await?;
         asks += 1;
-        match accept::<T>(&response.content, plan.normalizer.as_ref()) {
+        match accept(&response.content, plan.normalizer.as_ref(), &check) {
             Ok((json, value)) => {
                 response.structured_data = Some(json);
                 earlier.charge_to(&mut response);
@@ -302,6 +321,14 @@ where
 /// assert_eq!(rehydrate::<Count>(&cached).unwrap().n, 3);
 /// ```
 pub fn rehydrate<T: DeserializeOwned>(response: &LlmResponse) -> Result<T, GatewayError> {
+    rehydrate_checked(response, validate::<T>)
+}
+
+/// [`rehydrate`] with the validation given as a value (see [`run_ladder_checked`]).
+pub(crate) fn rehydrate_checked<T>(
+    response: &LlmResponse,
+    check: impl Fn(Value) -> Result<T, Vec<String>>,
+) -> Result<T, GatewayError> {
     let Some(data) = &response.structured_data else {
         return Err(GatewayError::ResultInvalid {
             message: "cached response has no structured_data".into(),
@@ -312,7 +339,7 @@ pub fn rehydrate<T: DeserializeOwned>(response: &LlmResponse) -> Result<T, Gatew
             }),
         });
     };
-    validate::<T>(data.clone()).map_err(|errors| GatewayError::ResultInvalid {
+    check(data.clone()).map_err(|errors| GatewayError::ResultInvalid {
         message: clip(&format!(
             "cached structured_data does not fit the requested type: {}",
             errors.first().map(String::as_str).unwrap_or("")
@@ -326,9 +353,10 @@ pub fn rehydrate<T: DeserializeOwned>(response: &LlmResponse) -> Result<T, Gatew
 }
 
 /// Repair → normalise → validate one answer.
-fn accept<T: DeserializeOwned>(
+fn accept<T>(
     content: &str,
     normalizer: Option<&Normalizer>,
+    check: impl Fn(Value) -> Result<T, Vec<String>>,
 ) -> Result<(Value, T), Rejection> {
     let repaired = repair_json(content).map_err(|e| Rejection {
         repair_error: Some(clip(&e.to_string())),
@@ -338,7 +366,7 @@ fn accept<T: DeserializeOwned>(
         Some(n) => n(repaired),
         None => repaired,
     };
-    match validate::<T>(json.clone()) {
+    match check(json.clone()) {
         Ok(value) => Ok((json, value)),
         Err(validation_errors) => Err(Rejection {
             repair_error: None,

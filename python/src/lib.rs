@@ -1,0 +1,42 @@
+//! `polygateway._native`: the extension module under the `polygateway` Python package.
+//!
+//! The Python layer (`python/polygateway/`) owns the public API — class names, keyword
+//! arguments, defaults, the exception hierarchy, pydantic — and calls into this module, which
+//! owns the process runtime (`runtime`), the crossing of results back to asyncio (`bridge`),
+//! conversions (`convert`, `errors`) and the runtime-backed objects (`client`, `testing`).
+//!
+//! Not for: public API decisions (the `.pyi` stubs and the Python modules are the contract).
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod bridge;
+mod client;
+mod convert;
+mod errors;
+mod runtime;
+#[cfg(feature = "testkit")]
+mod testing;
+
+use pyo3::prelude::*;
+
+/// Shut the process runtime down (the package registers this with `atexit`).
+#[pyfunction]
+fn _shutdown(py: Python<'_>) {
+    py.detach(runtime::shutdown);
+}
+
+/// The extension module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<bridge::Bridge>()?;
+    m.add_class::<client::NativeGateway>()?;
+    m.add_function(wrap_pyfunction!(client::schema_sql, m)?)?;
+    m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
+    #[cfg(feature = "testkit")]
+    {
+        m.add_class::<testing::NativeMockUpstream>()?;
+        m.add_class::<testing::NativeMockOcr>()?;
+    }
+    m.add("HAS_TESTKIT", cfg!(feature = "testkit"))?;
+    Ok(())
+}
