@@ -131,6 +131,17 @@ impl NativeMockUpstream {
         Ok(dict)
     }
 
+    /// The last request bodies received (up to 64, oldest first), as plain Python values.
+    fn request_bodies(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        self.mock
+            .get()?
+            .0
+            .requests()
+            .iter()
+            .map(|r| crate::convert::json_to_py(py, &r.body))
+            .collect()
+    }
+
     /// Requests being served now.
     #[getter]
     fn in_flight(&self) -> PyResult<usize> {
