@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 started=$SECONDS
-venv="${PGW_PY_VENV:-$PWD/.venv}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$(cd .. && pwd)/target}"
+# Inside the target dir: ignored by git and by the repository-text checks (tests/docs_drift.rs).
+venv="${PGW_PY_VENV:-$CARGO_TARGET_DIR/py-venv}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
@@ -14,7 +16,7 @@ fi
 source "$venv/bin/activate"
 python -m pip install --quiet --disable-pip-version-check \
   "maturin>=1.7,<2" "pytest>=8,<9" "pydantic>=2.7,<3" "aiohttp>=3.9,<4"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$(cd .. && pwd)/target}"
+export PYTHONDONTWRITEBYTECODE=1
 maturin develop
-python -m pytest -q tests "$@"
+python -m pytest -q -rs -p no:cacheprovider tests "$@"
 echo "python/ci.sh: done in $((SECONDS - started)) s"
