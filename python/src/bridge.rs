@@ -131,9 +131,6 @@ where
         let output = call.await;
         shared.complete(target, Box::new(move |py| deliver(py, output)));
     });
-    future.call_method1(
-        "add_done_callback",
-        (AbortOnDone(task.abort_handle()),),
-    )?;
+    future.call_method1("add_done_callback", (AbortOnDone(task.abort_handle()),))?;
     Ok(())
 }

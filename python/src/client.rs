@@ -44,7 +44,10 @@ pub(crate) struct NativeGateway {
     scope_name: String,
 }
 
-fn settings_from(env: Option<BTreeMap<String, String>>, dotenv: Option<PathBuf>) -> PyResult<Settings> {
+fn settings_from(
+    env: Option<BTreeMap<String, String>>,
+    dotenv: Option<PathBuf>,
+) -> PyResult<Settings> {
     let parsed = match (env, dotenv) {
         (Some(map), dotenv) => Settings::from_env_with(dotenv.as_deref(), &map),
         (None, Some(path)) => {
@@ -157,7 +160,16 @@ impl NativeGateway {
     ) -> PyResult<()> {
         let (handle, runtime) = self.chat_handle()?;
         let messages = convert::messages(messages)?;
-        let mut options = call_args!(session_id, parent_call_id, cache_salt, cache_namespace, stream, overlay, tenant_id, meta);
+        let mut options = call_args!(
+            session_id,
+            parent_call_id,
+            cache_salt,
+            cache_namespace,
+            stream,
+            overlay,
+            tenant_id,
+            meta
+        );
         if json_mode {
             options = options.structured(polygateway::Structured::Json);
         }
@@ -166,7 +178,10 @@ impl NativeGateway {
             bridge,
             future,
             async move { handle.chat_with(messages, options).await },
-            |py, out| out.map_err(|e| errors::to_py(py, e)).and_then(|r| convert::llm_response(py, r)),
+            |py, out| {
+                out.map_err(|e| errors::to_py(py, e))
+                    .and_then(|r| convert::llm_response(py, r))
+            },
         )
     }
 
@@ -194,7 +209,16 @@ impl NativeGateway {
     ) -> PyResult<()> {
         let (handle, runtime) = self.chat_handle()?;
         let messages = convert::messages(messages)?;
-        let options = call_args!(session_id, parent_call_id, cache_salt, cache_namespace, stream, overlay, tenant_id, meta);
+        let options = call_args!(
+            session_id,
+            parent_call_id,
+            cache_salt,
+            cache_namespace,
+            stream,
+            overlay,
+            tenant_id,
+            meta
+        );
         let schema: Value = serde_json::from_str(schema).map_err(|e| {
             pyo3::exceptions::PyValueError::new_err(format!("structured schema is not JSON: {e}"))
         })?;
@@ -209,7 +233,10 @@ impl NativeGateway {
                     .chat_structured_schema(messages, options, request, check)
                     .await
             },
-            |py, out| out.map_err(|e| errors::to_py(py, e)).and_then(|r| convert::llm_response(py, r)),
+            |py, out| {
+                out.map_err(|e| errors::to_py(py, e))
+                    .and_then(|r| convert::llm_response(py, r))
+            },
         )
     }
 
@@ -231,13 +258,25 @@ impl NativeGateway {
             return Err(errors::to_py_now(wrong_kind(&self.scope_name, "embedding")));
         };
         let (cache_salt, cache_namespace, overlay) = (None, None, None);
-        let options = call_args!(session_id, parent_call_id, cache_salt, cache_namespace, true, overlay, tenant_id, meta);
+        let options = call_args!(
+            session_id,
+            parent_call_id,
+            cache_salt,
+            cache_namespace,
+            true,
+            overlay,
+            tenant_id,
+            meta
+        );
         spawn(
             &runtime,
             bridge,
             future,
             async move { handle.embed(texts, options).await },
-            |py, out| out.map_err(|e| errors::to_py(py, e)).and_then(|r| convert::embedding_response(py, r)),
+            |py, out| {
+                out.map_err(|e| errors::to_py(py, e))
+                    .and_then(|r| convert::embedding_response(py, r))
+            },
         )
     }
 
@@ -259,14 +298,26 @@ impl NativeGateway {
         let (_, runtime) = self.inner.get()?;
         let image = image.as_bytes().to_vec();
         let (cache_salt, cache_namespace, overlay) = (None, None, None);
-        let options = call_args!(session_id, parent_call_id, cache_salt, cache_namespace, true, overlay, tenant_id, meta);
+        let options = call_args!(
+            session_id,
+            parent_call_id,
+            cache_salt,
+            cache_namespace,
+            true,
+            overlay,
+            tenant_id,
+            meta
+        );
         if layout {
             spawn(
                 &runtime,
                 bridge,
                 future,
                 async move { handle.parse_layout(image, options).await },
-                |py, out| out.map_err(|e| errors::to_py(py, e)).and_then(|r| convert::ocr_layout(py, r)),
+                |py, out| {
+                    out.map_err(|e| errors::to_py(py, e))
+                        .and_then(|r| convert::ocr_layout(py, r))
+                },
             )
         } else {
             spawn(
@@ -274,7 +325,10 @@ impl NativeGateway {
                 bridge,
                 future,
                 async move { handle.recognize_text(image, options).await },
-                |py, out| out.map_err(|e| errors::to_py(py, e)).and_then(|r| convert::ocr_text(py, r)),
+                |py, out| {
+                    out.map_err(|e| errors::to_py(py, e))
+                        .and_then(|r| convert::ocr_text(py, r))
+                },
             )
         }
     }
@@ -314,7 +368,10 @@ impl NativeGateway {
             bridge,
             future,
             async move { inner.gateway.leases_held(&scope).await },
-            |py, out| out.map_err(|e| errors::to_py(py, e)).and_then(|n| Ok(n.into_pyobject(py)?.into_any().unbind())),
+            |py, out| {
+                out.map_err(|e| errors::to_py(py, e))
+                    .and_then(|n| Ok(n.into_pyobject(py)?.into_any().unbind()))
+            },
         )
     }
 

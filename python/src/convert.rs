@@ -113,7 +113,12 @@ pub(crate) fn json_to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
         Value::Number(n) => match (n.as_i64(), n.as_u64()) {
             (Some(i), _) => i.into_pyobject(py)?.into_any().unbind(),
             (None, Some(u)) => u.into_pyobject(py)?.into_any().unbind(),
-            _ => n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any().unbind(),
+            _ => n
+                .as_f64()
+                .unwrap_or(f64::NAN)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
         },
         Value::String(s) => PyString::new(py, s).into_any().unbind(),
         Value::Array(items) => {
@@ -181,7 +186,9 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
             r.last_ask_cost.into_pyobject(py)?.into_any(),
         ],
     )?;
-    Ok(class(py, &LLM_RESPONSE, "LLMResponse")?.call1(args)?.unbind())
+    Ok(class(py, &LLM_RESPONSE, "LLMResponse")?
+        .call1(args)?
+        .unbind())
 }
 
 /// `polygateway.EmbeddingResponse`.
@@ -206,7 +213,10 @@ pub(crate) fn embedding_response(py: Python<'_>, r: EmbeddingResponse) -> PyResu
         .unbind())
 }
 
-fn provenance(py: Python<'_>, p: &OcrProvenance) -> PyResult<(String, u64, f64, String, Py<PyAny>)> {
+fn provenance(
+    py: Python<'_>,
+    p: &OcrProvenance,
+) -> PyResult<(String, u64, f64, String, Py<PyAny>)> {
     Ok((
         p.source_name.clone(),
         p.usage,
@@ -231,7 +241,15 @@ pub(crate) fn ocr_layout(py: Python<'_>, r: OcrLayoutResult) -> PyResult<Py<PyAn
         elements.append(element_class.call1((e.kind, e.bbox, e.page_index, e.text))?)?;
     }
     let (source_name, usage, latency_ms, call_id, raw) = provenance(py, &r.provenance)?;
-    let args = (elements, r.page_sizes, source_name, latency_ms, call_id, usage, raw);
+    let args = (
+        elements,
+        r.page_sizes,
+        source_name,
+        latency_ms,
+        call_id,
+        usage,
+        raw,
+    );
     Ok(class(py, &OCR_LAYOUT, "OcrLayout")?.call1(args)?.unbind())
 }
 

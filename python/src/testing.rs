@@ -74,7 +74,11 @@ fn behaviour(name: &str, params: Option<&Bound<'_, PyDict>>) -> PyResult<Behavio
         "no_usage" => Behaviour::NoUsage,
         "scripted_content" => Behaviour::ScriptedContent(match get("contents")? {
             Some(c) => c.extract()?,
-            None => return Err(PyValueError::new_err("scripted_content needs contents=[...]")),
+            None => {
+                return Err(PyValueError::new_err(
+                    "scripted_content needs contents=[...]",
+                ))
+            }
         }),
         other => {
             return Err(PyValueError::new_err(format!(

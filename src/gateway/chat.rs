@@ -262,9 +262,15 @@ impl ScopeHandle<Chat> {
     {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
         let accept = |value: Value| check(&value);
-        self.laddered(messages, with_call_group(options), plan, Some(schema), accept)
-            .await
-            .map(|(response, ())| response)
+        self.laddered(
+            messages,
+            with_call_group(options),
+            plan,
+            Some(schema),
+            accept,
+        )
+        .await
+        .map(|(response, ())| response)
     }
 
     async fn laddered<T>(
