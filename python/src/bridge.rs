@@ -76,7 +76,7 @@ impl Bridge {
     }
 
     /// Resolve every future whose call has finished (the loop's reader callback).
-    fn drain(&self, py: Python<'_>) -> PyResult<()> {
+    fn drain(&self, py: Python<'_>) {
         let mut buf = [0u8; 64];
         while let Ok(n) = (&self.reader).read(&mut buf) {
             if n < buf.len() {
@@ -87,17 +87,23 @@ impl Bridge {
         self.shared.notified.store(false, Ordering::Release);
         let done = std::mem::take(&mut *self.shared.done.lock().unwrap_or_else(|e| e.into_inner()));
         for (future, deliver) in done {
-            let future = future.bind(py);
-            if future.call_method0("done")?.is_truthy()? {
-                continue; // cancelled meanwhile
+            // One failing future must not strand the others of the batch.
+            if let Err(err) = resolve(py, future.bind(py), deliver) {
+                err.write_unraisable(py, Some(future.bind(py)));
             }
-            match deliver(py) {
-                Ok(value) => future.call_method1("set_result", (value,))?,
-                Err(err) => future.call_method1("set_exception", (err.into_value(py),))?,
-            };
         }
-        Ok(())
     }
+}
+
+fn resolve(py: Python<'_>, future: &Bound<'_, PyAny>, deliver: Deliver) -> PyResult<()> {
+    if future.call_method0("done")?.is_truthy()? {
+        return Ok(()); // cancelled meanwhile
+    }
+    match deliver(py) {
+        Ok(value) => future.call_method1("set_result", (value,))?,
+        Err(err) => future.call_method1("set_exception", (err.into_value(py),))?,
+    };
+    Ok(())
 }
 
 /// Aborts the call's task when its asyncio future is done (a no-op when it finished normally).

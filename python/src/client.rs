@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -35,6 +35,43 @@ enum ScopeOf {
 struct Inner {
     gateway: Gateway,
     scope: ScopeOf,
+}
+
+/// Every client's gateway with its runtime generation, so the exit hook can flush those nobody
+/// closed.
+static LIVE: Mutex<Vec<(u64, Weak<Inner>)>> = Mutex::new(Vec::new());
+
+/// Shutdowns started by dropped clients (with their generation), maybe still running.
+static CLOSING: Mutex<Vec<(u64, tokio::task::JoinHandle<()>)>> = Mutex::new(Vec::new());
+
+fn register(inner: &Arc<Inner>, generation: u64) {
+    let mut live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    live.retain(|(_, w)| w.strong_count() > 0);
+    live.push((generation, Arc::downgrade(inner)));
+}
+
+/// Shut down (flush telemetry, stop actors) every gateway of `generation` still alive —
+/// `aclose()`d ones return at once — and wait for the shutdowns dropped clients started. Run by
+/// the exit hook before the runtime stops. Gateways of an older generation (the parent's, in a
+/// forked child) are left alone: their runtime's threads do not exist here.
+pub(crate) async fn close_live(generation: u64) {
+    let live: Vec<Arc<Inner>> = LIVE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(g, _)| *g == generation)
+        .filter_map(|(_, w)| w.upgrade())
+        .collect();
+    let mut closing = Vec::new();
+    for (g, task) in std::mem::take(&mut *CLOSING.lock().unwrap_or_else(|e| e.into_inner())) {
+        if g == generation {
+            closing.push(task);
+        } else {
+            std::mem::forget(task); // belongs to the parent's runtime
+        }
+    }
+    futures::future::join_all(live.iter().map(|inner| inner.gateway.shutdown())).await;
+    futures::future::join_all(closing).await;
 }
 
 /// A built runtime serving one scope (the Python clients wrap it).
@@ -127,9 +164,10 @@ impl NativeGateway {
                 }
             })
         });
-        let inner = built.map_err(errors::to_py_now)?;
+        let inner = Arc::new(built.map_err(errors::to_py_now)?);
+        register(&inner, generation);
         Ok(Self {
-            inner: OnRuntime::new(Arc::new(inner), generation),
+            inner: OnRuntime::new(inner, generation),
             scope_name,
         })
     }
@@ -386,6 +424,19 @@ impl NativeGateway {
             async move { inner.gateway.shutdown().await },
             |py, ()| Ok(py.None()),
         )
+    }
+}
+
+impl Drop for NativeGateway {
+    /// A client dropped without `aclose()` still flushes its telemetry and stops its actors.
+    fn drop(&mut self) {
+        if let Ok((inner, runtime)) = self.inner.get() {
+            let inner = inner.clone();
+            let task = runtime.spawn(async move { inner.gateway.shutdown().await });
+            let mut closing = CLOSING.lock().unwrap_or_else(|e| e.into_inner());
+            closing.retain(|(_, t)| !t.is_finished());
+            closing.push((self.inner.generation(), task));
+        }
     }
 }
 

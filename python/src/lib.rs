@@ -19,10 +19,17 @@ mod testing;
 
 use pyo3::prelude::*;
 
-/// Shut the process runtime down (the package registers this with `atexit`).
+/// How long the exit hook waits for unclosed clients to flush their telemetry.
+const EXIT_FLUSH: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Flush the clients nobody closed, then shut the process runtime down (the package registers
+/// this with `atexit`; the GIL is released meanwhile).
 #[pyfunction]
 fn _shutdown(py: Python<'_>) {
-    py.detach(runtime::shutdown);
+    py.detach(|| {
+        runtime::block_on_live(client::close_live, EXIT_FLUSH);
+        runtime::shutdown();
+    });
 }
 
 /// The extension module.

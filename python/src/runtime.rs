@@ -77,6 +77,25 @@ pub(crate) fn live_handle(generation: u64) -> Option<Handle> {
         .then(|| live.runtime.handle().clone())
 }
 
+/// Run `work(generation)` on the live runtime of this process for at most `budget` (the exit
+/// hook uses it to flush the clients nobody closed). Nothing happens without a live runtime.
+pub(crate) fn block_on_live<F, W>(work: W, budget: Duration)
+where
+    W: FnOnce(u64) -> F,
+    F: std::future::Future<Output = ()>,
+{
+    let (handle, generation) = {
+        let state = STATE.lock().unwrap_or_else(|e| e.into_inner());
+        match &state.live {
+            Some(live) if live.pid == std::process::id() && !state.closed => {
+                (live.runtime.handle().clone(), live.generation)
+            }
+            _ => return,
+        }
+    };
+    let _ = handle.block_on(async { tokio::time::timeout(budget, work(generation)).await });
+}
+
 /// Shut the runtime down: in-flight calls are dropped (their permits released), threads joined
 /// within a grace period. Called by `atexit` with the GIL released. Idempotent.
 pub(crate) fn shutdown() {
@@ -108,6 +127,11 @@ impl<T> OnRuntime<T> {
             value: Some(value),
             generation,
         }
+    }
+
+    /// The runtime generation the value belongs to.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The value, if it belongs to this process's live runtime, with that runtime's handle.

@@ -110,3 +110,18 @@ assert os.waitstatus_to_exitcode(status) == 0, status
 assert asyncio.run(call(parent)) == "Hello from the mock upstream."
 print("ok")
 """)
+
+
+def test_exit_without_aclose_still_writes_telemetry(tmp_path):
+    db = tmp_path / "t.sqlite"
+    _exits_cleanly(f"""
+async def main():
+    client = GatewayClient.from_settings(mock_env("LLM", mock.base_url,
+        PGW_TELEMETRY_BACKEND="sqlite", PGW_TELEMETRY_SQLITE_PATH={str(db)!r}))
+    await asyncio.gather(*[client.chat(HI) for _ in range(5)])
+    print("ok")
+asyncio.run(main())
+""")
+    import sqlite3
+
+    assert sqlite3.connect(db).execute("SELECT count(*) FROM llm_calls").fetchone()[0] == 5
