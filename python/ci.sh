@@ -17,9 +17,12 @@ source "$venv/bin/activate"
 python -m pip install --quiet --disable-pip-version-check \
   "maturin>=1.7,<2" "pytest>=8,<9" "pydantic>=2.7,<3" "aiohttp>=3.9,<4"
 export PYTHONDONTWRITEBYTECODE=1
-# The Rust process of the cross-process tests (test_redis_shared.py, test_telemetry.py).
-cargo build --quiet -p polygateway --features full,testkit --bin polygateway
-export PGW_TEST_CLI="$CARGO_TARGET_DIR/debug/polygateway"
+# The Rust process of the cross-process tests (test_redis_shared.py, test_telemetry.py): the
+# operator CLI. `.ci/run` passes the one its nextest run just built; otherwise build it here.
+if [ -z "${PGW_TEST_CLI:-}" ]; then
+  cargo build --quiet -p polygateway --features full,testkit --bin polygateway
+  export PGW_TEST_CLI="$CARGO_TARGET_DIR/debug/polygateway"
+fi
 maturin develop
 python -m pytest -q -rs -p no:cacheprovider tests "$@"
 echo "python/ci.sh: done in $((SECONDS - started)) s"
