@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from . import _native
 from . import _bridge  # noqa: F401  (registers the exit and fork hooks)
-from .client import EmbeddingClient, GatewayClient
+from .client import ChatStream, EmbeddingClient, GatewayClient
 from .exceptions import (
     AllSourcesExhausted,
     CircuitOpenError,
@@ -33,12 +33,14 @@ from .exceptions import (
     StreamInterruptedError,
     TransientError,
 )
-from .types import EmbeddingResponse, LLMResponse, TelemetryStatus
+from .types import ChatDelta, EmbeddingResponse, LLMResponse, TelemetryStatus
 
 __all__ = [
     "GatewayClient",
     "EmbeddingClient",
     "LLMResponse",
+    "ChatStream",
+    "ChatDelta",
     "EmbeddingResponse",
     "TelemetryStatus",
     "telemetry_schema_sql",

@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 __all__ = [
     "LLMResponse",
+    "ChatDelta",
     "EmbeddingResponse",
     "TelemetryStatus",
     "OcrText",
@@ -51,6 +52,15 @@ class LLMResponse:
     asks: int = 1
     parent_call_id: Optional[str] = None
     last_ask_cost: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ChatDelta:
+    """Text that arrived on a stream since the previous item (every delta already queued is
+    joined into one item, so a slow consumer is not charged per delta)."""
+
+    content: str
+    thinking: str = ""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ use crate::bridge::{spawn, Bridge};
 use crate::convert::{self, CallArgs};
 use crate::errors;
 use crate::runtime::{self, OnRuntime};
+use crate::stream::NativeChatStream;
 
 /// The handle of the client's scope, by kind.
 #[derive(Clone)]
@@ -221,6 +222,39 @@ impl NativeGateway {
                     .and_then(|r| convert::llm_response(py, r))
             },
         )
+    }
+
+    /// A governed chat stream (read with `ChatStream.next_batch`).
+    #[pyo3(signature = (messages, session_id, parent_call_id, cache_salt, cache_namespace, overlay, tenant_id, meta))]
+    #[allow(clippy::too_many_arguments)]
+    fn chat_stream<'py>(
+        &self,
+        messages: &str,
+        session_id: Option<String>,
+        parent_call_id: Option<String>,
+        cache_salt: Option<String>,
+        cache_namespace: Option<String>,
+        overlay: Option<String>,
+        tenant_id: Option<String>,
+        meta: Option<Bound<'py, PyDict>>,
+    ) -> PyResult<NativeChatStream> {
+        let (handle, runtime) = self.chat_handle()?;
+        let messages = convert::messages(messages)?;
+        let options = call_args!(
+            session_id,
+            parent_call_id,
+            cache_salt,
+            cache_namespace,
+            true,
+            overlay,
+            tenant_id,
+            meta
+        );
+        let _entered = runtime.enter();
+        Ok(NativeChatStream::new(
+            handle.chat_stream(messages, options),
+            self.inner.generation(),
+        ))
     }
 
     /// One governed structured chat call against a JSON Schema; `validate(json_text)` returns

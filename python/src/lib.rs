@@ -14,6 +14,7 @@ mod client;
 mod convert;
 mod errors;
 mod runtime;
+mod stream;
 #[cfg(feature = "testkit")]
 mod testing;
 
@@ -37,6 +38,7 @@ fn _shutdown(py: Python<'_>) {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bridge::Bridge>()?;
     m.add_class::<client::NativeGateway>()?;
+    m.add_class::<stream::NativeChatStream>()?;
     m.add_function(wrap_pyfunction!(client::schema_sql, m)?)?;
     m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
     #[cfg(feature = "testkit")]
