@@ -1,6 +1,7 @@
 """Closed-loop benchmark: the polygateway package vs a bare aiohttp client, same mock upstream.
 
-For each client (``polygateway``, ``aiohttp``), streaming and not, concurrency 1 and 64: N
+For each client (``polygateway`` — ``chat()`` —, ``polygateway.chat_stream`` — the delta iterator,
+streaming only — and ``aiohttp``), streaming and not, concurrency 1 and 64: N
 workers each send their next call as soon as the previous one returns, for ``--seconds`` after
 a warm-up. Prints one JSON line per configuration — calls/s, CPU ms per call (this process:
 Python and the runtime's threads; the mock runs in a child process), p50 — and one line with
@@ -66,7 +67,7 @@ async def closed_loop(call, concurrency: int, seconds: float, warmup: float):
     }
 
 
-async def package_client(base_url: str, telemetry: str, tmp: str):
+async def package_client(base_url: str, telemetry: str, tmp: str, iterate: bool = False):
     from polygateway import GatewayClient
     from polygateway.testing import mock_env
 
@@ -82,7 +83,13 @@ async def package_client(base_url: str, telemetry: str, tmp: str):
             assert reply.content
         return call
 
-    return client, make
+    def make_iter(stream: bool):
+        async def call():
+            text = "".join([d.content async for d in client.chat_stream(MESSAGES)])
+            assert text
+        return call
+
+    return client, (make_iter if iterate else make)
 
 
 async def aiohttp_client(base_url: str):
@@ -132,12 +139,14 @@ async def main(args) -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            for name in ("polygateway", "aiohttp"):
-                if name == "polygateway":
-                    owner, make = await package_client(base_url, args.telemetry, tmp)
-                else:
+            for name in ("polygateway", "polygateway.chat_stream", "aiohttp"):
+                if name == "aiohttp":
                     owner, make = await aiohttp_client(base_url)
-                for stream in (False, True):
+                else:
+                    owner, make = await package_client(base_url, args.telemetry, tmp,
+                                                       iterate=name.endswith("chat_stream"))
+                # chat_stream() always streams: measured in the streaming rows only.
+                for stream in (True,) if name.endswith("chat_stream") else (False, True):
                     for concurrency in (1, 64):
                         figures = await closed_loop(make(stream), concurrency, args.seconds,
                                                     args.warmup)
@@ -145,16 +154,17 @@ async def main(args) -> None:
                                 "chunks": args.chunks, **figures}
                         results[(name, stream, concurrency)] = line
                         print(json.dumps(line), flush=True)
-                await (owner.aclose() if name == "polygateway" else owner.close())
+                await (owner.close() if name == "aiohttp" else owner.aclose())
         finally:
             mock.stdin.close()
             mock.wait()
-    for stream in (False, True):
+    for ours_name, stream in (("polygateway", False), ("polygateway", True),
+                              ("polygateway.chat_stream", True)):
         for concurrency in (1, 64):
-            ours = results[("polygateway", stream, concurrency)]
+            ours = results[(ours_name, stream, concurrency)]
             bare = results[("aiohttp", stream, concurrency)]
             print(json.dumps({
-                "ratio": "polygateway/aiohttp", "stream": stream, "concurrency": concurrency,
+                "ratio": f"{ours_name}/aiohttp", "stream": stream, "concurrency": concurrency,
                 "calls_per_s": round(ours["calls_per_s"] / bare["calls_per_s"], 3),
                 "cpu_ms_per_call": round(ours["cpu_ms_per_call"] / bare["cpu_ms_per_call"], 3),
             }), flush=True)
