@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Type, Union
 
 from . import _native
 from ._bridge import submit
