@@ -19,10 +19,8 @@ use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
 use crate::cache::key::{cache_key, CacheKeyInput};
 use crate::cache::CacheLookup;
 use crate::error::GatewayError;
-use crate::structured::ladder::run_ladder_checked;
-use crate::structured::{
-    rehydrate, validate, LadderMode, LadderPlan, SchemaRequest, StructuredMode,
-};
+use crate::structured::ladder::{rehydrate_checked, run_ladder_checked};
+use crate::structured::{validate, LadderMode, LadderPlan, SchemaRequest, StructuredMode};
 use crate::telemetry::digest::{messages_json, sampling_json};
 use crate::telemetry::row::meta_json;
 use crate::transport::chat::{ChatTransport, ChatWireRequest};
@@ -171,16 +169,10 @@ impl ScopeHandle<Chat> {
     ) -> Result<LlmResponse, GatewayError> {
         let options = with_call_group(options);
         match options.structured {
-            Structured::Json => {
-                self.laddered(
-                    messages,
-                    options,
-                    LadderPlan::json(),
-                    None,
-                    validate::<Value>,
-                )
+            Structured::Json => self
+                .laddered(messages, options, LadderPlan::json(), None, Ok::<Value, _>)
                 .await
-            }
+                .map(|(response, _)| response),
             _ => {
                 let prepared = self.prepare(messages, &options, &Asked::default())?;
                 self.cached(&prepared, || self.governed(&prepared, false))
@@ -213,18 +205,72 @@ impl ScopeHandle<Chat> {
         T: DeserializeOwned + schemars::JsonSchema + Send,
     {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
-        let schema = Arc::new(SchemaRequest::of::<T>());
-        let response = self
-            .laddered(
-                messages,
-                with_call_group(options),
-                plan,
-                Some(schema),
-                validate::<T>,
-            )
-            .await?;
-        let value = rehydrate::<T>(&response)?;
-        Ok((response, value))
+        let schema = SchemaRequest::of::<T>();
+        self.laddered(
+            messages,
+            with_call_group(options),
+            plan,
+            Some(schema),
+            validate::<T>,
+        )
+        .await
+    }
+
+    /// A structured call whose type is known only at run time (a JSON Schema produced by another
+    /// language's type system, e.g. a Python binding): the same ladder as
+    /// [`chat_structured`](Self::chat_structured), with `check` judging each repaired answer —
+    /// `Err` carries the validation errors fed back on the re-ask. A cache hit is checked again.
+    /// The accepted JSON is the response's `structured_data`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway::{structured::SchemaRequest, CallOptions, Message};
+    /// use serde_json::json;
+    /// // A missing field first, then a valid answer.
+    /// let answers = vec![r#"{"city": "Oslo"}"#.into(), r#"{"city": "Oslo", "population": 709000}"#.into()];
+    /// let mock = MockUpstream::start(Behaviour::ScriptedContent(answers)).await;
+    /// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &[]);
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let schema = SchemaRequest {
+    ///     name: "City".into(),
+    ///     schema: json!({"type": "object", "required": ["city", "population"]}),
+    /// };
+    /// let check = |v: &serde_json::Value| match v.get("population") {
+    ///     Some(_) => Ok(()),
+    ///     None => Err(vec!["population: field required".to_string()]),
+    /// };
+    /// let reply = gw
+    ///     .chat_scope("LLM")?
+    ///     .chat_structured_schema(vec![Message::user("Oslo?")], CallOptions::new(), schema, check)
+    ///     .await?;
+    /// assert_eq!(reply.asks, 2);
+    /// assert_eq!(reply.structured_data.unwrap()["population"], 709000);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn chat_structured_schema<C>(
+        &self,
+        messages: Vec<Message>,
+        options: CallOptions,
+        schema: SchemaRequest,
+        check: C,
+    ) -> Result<LlmResponse, GatewayError>
+    where
+        C: Fn(&Value) -> Result<(), Vec<String>> + Send + Sync,
+    {
+        let plan = LadderPlan::typed(self.core.structured_max_retries);
+        let accept = |value: Value| check(&value);
+        self.laddered(
+            messages,
+            with_call_group(options),
+            plan,
+            Some(schema),
+            accept,
+        )
+        .await
+        .map(|(response, ())| response)
     }
 
     /// A structured call against a JSON Schema known only at run time (the server's
@@ -237,70 +283,65 @@ impl ScopeHandle<Chat> {
         options: CallOptions,
         schema: SchemaRequest,
     ) -> Result<LlmResponse, GatewayError> {
-        let plan = LadderPlan::typed(self.core.structured_max_retries);
         let shape = schema.schema.clone();
-        let check = move |value: Value| {
-            let errors = crate::structured::shape::check(&shape, &value);
+        let check = move |value: &Value| {
+            let errors = crate::structured::shape::check(&shape, value);
             if errors.is_empty() {
-                Ok(value)
+                Ok(())
             } else {
                 Err(errors)
             }
         };
-        self.laddered(
-            messages,
-            with_call_group(options),
-            plan,
-            Some(Arc::new(schema)),
-            check,
-        )
-        .await
+        self.chat_structured_schema(messages, options, schema, check)
+            .await
     }
 
     /// The ladder behind the cache: `schema` is what typed asks send, `check` what accepts an
-    /// answer (a cache hit is not checked again: only accepted answers are stored).
-    async fn laddered<T, V>(
+    /// answer (a cache hit is checked again, so a hit stored under another check cannot pass).
+    async fn laddered<T>(
         &self,
         messages: Vec<Message>,
         options: CallOptions,
         plan: LadderPlan,
-        schema: Option<Arc<SchemaRequest>>,
-        check: V,
-    ) -> Result<LlmResponse, GatewayError>
+        schema: Option<SchemaRequest>,
+        check: impl Fn(Value) -> Result<T, Vec<String>> + Send + Sync,
+    ) -> Result<(LlmResponse, T), GatewayError>
     where
         T: Send,
-        V: Fn(Value) -> Result<T, Vec<String>> + Send + Sync,
     {
         // The cache key is that of the caller's conversation and of what was asked (json, or the
         // schema and the modes the scope's sources send it in); what is stored is the answer
         // that passed the ladder, so a hit rebuilds `T` without network.
         let asked = Asked {
             schema: None,
-            key: Some(match plan.mode {
-                LadderMode::Json => json!({"mode": "json"}),
-                LadderMode::Typed => json!({
-                    "schema": schema.as_ref().map(|s| &s.schema),
+            key: Some(match (plan.mode, &schema) {
+                (LadderMode::Typed, Some(schema)) => json!({
+                    "schema": schema.schema,
                     "modes": self.scope().structured_modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
                 }),
+                _ => json!({"mode": "json"}),
             }),
         };
         let prepared = self.prepare(messages.clone(), &options, &asked)?;
-        self.cached(&prepared, || async {
-            let outcome = run_ladder_checked(
-                |conversation, schema, is_reask| {
-                    let ask = Asked { schema, key: None };
-                    let prepared = self.prepare(conversation, &options, &ask);
-                    async move { self.governed(&prepared?, is_reask).await }
-                },
-                messages,
-                plan,
-                schema,
-                check,
-            )
+        let response = self
+            .cached(&prepared, || async {
+                let outcome = run_ladder_checked(
+                    |conversation, schema, is_reask| {
+                        let ask = Asked { schema, key: None };
+                        let prepared = self.prepare(conversation, &options, &ask);
+                        async move { self.governed(&prepared?, is_reask).await }
+                    },
+                    messages,
+                    plan,
+                    schema,
+                    &check,
+                )
+                .await?;
+                Ok(outcome.response)
+            })
             .await?;
-            Ok(outcome.response)
-        })
-        .await
+        let value = rehydrate_checked(&response, &check)?;
+        Ok((response, value))
     }
 
     /// The wire request, telemetry context and cache key of one ask. Ladder asks pass no key

@@ -246,25 +246,28 @@ where
     F: FnMut(Vec<Message>, Option<Arc<SchemaRequest>>, bool) -> Fut,
     Fut: Future<Output = Result<LlmResponse, GatewayError>>,
 {
-    let schema = (plan.mode == LadderMode::Typed).then(|| Arc::new(SchemaRequest::of::<T>()));
+    let schema = (plan.mode == LadderMode::Typed).then(SchemaRequest::of::<T>);
     run_ladder_checked(ask, messages, plan, schema, validate::<T>).await
 }
 
-/// The ladder with the schema and the validation given as values: [`run_ladder`] derives both
-/// from `T`; a schema known only at run time (the server's `json_schema`) brings its own check.
-pub(crate) async fn run_ladder_checked<T, F, Fut, V>(
+/// [`run_ladder`] with the schema and the validation given as values rather than by a Rust type
+/// (a schema known only at run time, e.g. from another language's type system). `check` turns a
+/// repaired (and normalised) JSON value into the accepted value or the validation errors.
+pub(crate) async fn run_ladder_checked<T, F, Fut, C>(
     mut ask: F,
     messages: Vec<Message>,
     plan: LadderPlan,
-    schema: Option<Arc<SchemaRequest>>,
-    check: V,
+    schema: Option<SchemaRequest>,
+    check: C,
 ) -> Result<LadderOutcome<T>, GatewayError>
 where
     F: FnMut(Vec<Message>, Option<Arc<SchemaRequest>>, bool) -> Fut,
     Fut: Future<Output = Result<LlmResponse, GatewayError>>,
-    V: Fn(Value) -> Result<T, Vec<String>>,
+    C: Fn(Value) -> Result<T, Vec<String>>,
 {
-    let max_asks = if plan.mode == LadderMode::Typed {
+    let typed = plan.mode == LadderMode::Typed;
+    let schema = schema.filter(|_| typed).map(Arc::new);
+    let max_asks = if typed {
         plan.max_retries.saturating_add(1)
     } else {
         1
@@ -318,6 +321,14 @@ where
 /// assert_eq!(rehydrate::<Count>(&cached).unwrap().n, 3);
 /// ```
 pub fn rehydrate<T: DeserializeOwned>(response: &LlmResponse) -> Result<T, GatewayError> {
+    rehydrate_checked(response, validate::<T>)
+}
+
+/// [`rehydrate`] with the validation given as a value (see [`run_ladder_checked`]).
+pub(crate) fn rehydrate_checked<T>(
+    response: &LlmResponse,
+    check: impl Fn(Value) -> Result<T, Vec<String>>,
+) -> Result<T, GatewayError> {
     let Some(data) = &response.structured_data else {
         return Err(GatewayError::ResultInvalid {
             message: "cached response has no structured_data".into(),
@@ -328,7 +339,7 @@ pub fn rehydrate<T: DeserializeOwned>(response: &LlmResponse) -> Result<T, Gatew
             }),
         });
     };
-    validate::<T>(data.clone()).map_err(|errors| GatewayError::ResultInvalid {
+    check(data.clone()).map_err(|errors| GatewayError::ResultInvalid {
         message: clip(&format!(
             "cached structured_data does not fit the requested type: {}",
             errors.first().map(String::as_str).unwrap_or("")

@@ -102,6 +102,38 @@ impl SchemaRequest {
         }
     }
 
+    /// The request for a JSON Schema known only at run time (e.g. pydantic's
+    /// `model_json_schema()`), given the same strict-mode transform and name sanitising as
+    /// [`SchemaRequest::of`].
+    ///
+    /// ```
+    /// use polygateway::structured::SchemaRequest;
+    /// use serde_json::json;
+    /// let request = SchemaRequest::from_schema(
+    ///     "City answer",
+    ///     json!({
+    ///         "$schema": "https://json-schema.org/draft/2020-12/schema",
+    ///         "type": "object",
+    ///         "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
+    ///         "required": ["name"]
+    ///     }),
+    /// );
+    /// assert_eq!(request.name, "City_answer");
+    /// assert_eq!(request.schema["additionalProperties"], false);
+    /// assert_eq!(request.schema["required"], json!(["name", "population"]));
+    /// assert!(request.schema.get("$schema").is_none());
+    /// ```
+    pub fn from_schema(name: &str, mut schema: Value) -> Self {
+        if let Value::Object(root) = &mut schema {
+            root.remove("$schema");
+        }
+        super::schema::strictify(&mut schema);
+        Self {
+            name: super::schema::sanitize_name(name),
+            schema,
+        }
+    }
+
     /// The messages and `response_format` one attempt sends in `mode`. The messages are only
     /// copied when the schema goes into the prompt: appended to a leading text system message,
     /// or as a new system message in front (so there is still one system message, first).

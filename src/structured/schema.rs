@@ -103,7 +103,7 @@ pub fn schema_name<T: JsonSchema>() -> String {
     sanitize_name(&T::schema_name())
 }
 
-fn sanitize_name(name: &str) -> String {
+pub(crate) fn sanitize_name(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .map(|c| {
@@ -146,7 +146,7 @@ const SCHEMA_MAP_KEYS: &[&str] = &[
     "dependentSchemas",
 ];
 
-fn strictify(schema: &mut Value) {
+pub(crate) fn strictify(schema: &mut Value) {
     let Value::Object(obj) = schema else {
         return;
     };

@@ -1,0 +1,67 @@
+"""polygateway: governed LLM / VLM / embedding / OCR calls, the original library's API over the
+polygateway Rust runtime (one tokio runtime per process, the GIL released while it works).
+
+Quick start::
+
+    from polygateway import GatewayClient
+
+    client = GatewayClient.from_env("LLM")
+    try:
+        resp = await client.chat([{"role": "user", "content": "hello"}])
+        print(resp.content, resp.source_name, resp.latency_ms)
+    finally:
+        await client.aclose()
+"""
+
+from __future__ import annotations
+
+from . import _native
+from . import _bridge  # noqa: F401  (registers the exit and fork hooks)
+from .client import ChatStream, EmbeddingClient, GatewayClient
+from .exceptions import (
+    AllSourcesExhausted,
+    CircuitOpenError,
+    ConfigError,
+    GatewayClosedError,
+    GatewayUnavailableError,
+    GovernanceBackendError,
+    PolyGatewayError,
+    RequestRejectedError,
+    ResultInvalidError,
+    SourceDeadError,
+    SourceNotConfiguredError,
+    StreamInterruptedError,
+    TransientError,
+)
+from .types import ChatDelta, EmbeddingResponse, LLMResponse, TelemetryStatus
+
+__all__ = [
+    "GatewayClient",
+    "EmbeddingClient",
+    "LLMResponse",
+    "ChatStream",
+    "ChatDelta",
+    "EmbeddingResponse",
+    "TelemetryStatus",
+    "telemetry_schema_sql",
+    "PolyGatewayError",
+    "TransientError",
+    "SourceDeadError",
+    "RequestRejectedError",
+    "ResultInvalidError",
+    "GatewayUnavailableError",
+    "CircuitOpenError",
+    "AllSourcesExhausted",
+    "GovernanceBackendError",
+    "SourceNotConfiguredError",
+    "ConfigError",
+    "StreamInterruptedError",
+    "GatewayClosedError",
+]
+
+
+def telemetry_schema_sql(backend: str) -> str:
+    """The ``llm_calls`` DDL the runtime itself executes (``"postgres"`` or ``"sqlite"``), to
+    paste into a migration file: a header, ``CREATE TABLE IF NOT EXISTS`` with every column,
+    and the add-column statements. Any other backend raises ``ValueError``."""
+    return _native.schema_sql(backend)

@@ -1,0 +1,238 @@
+"""``GatewayClient`` and ``EmbeddingClient``: the original library's entry points.
+
+Each client owns one runtime gateway built from configuration (the same keys as the original:
+``{SCOPE}__{PROVIDER}__{N}__{FIELD}``, the scope keys, ``PGW_*``). Calls are coroutines; the
+governed work runs on the process's Rust runtime without the GIL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Type, Union
+
+from . import _native
+from ._bridge import submit
+from .structured import SchemaCall, schema_call
+from .types import ChatDelta, EmbeddingResponse, LLMResponse, TelemetryStatus
+
+__all__ = ["GatewayClient", "EmbeddingClient", "ChatStream"]
+
+Messages = Sequence[Mapping[str, Any]]
+EnvArg = Union[None, Mapping[str, str], "os.PathLike[str]", str]
+
+
+def _env_args(env: EnvArg) -> Dict[str, Any]:
+    """``env=None``: the process environment over ``./.env``; a mapping: exactly those keys; a
+    path: that ``.env`` file under the process environment."""
+    if env is None:
+        return {}
+    if isinstance(env, (str, os.PathLike)):
+        return {"dotenv": os.fspath(env)}
+    return {"env": {str(k): str(v) for k, v in env.items()}}
+
+
+def _settings_args(settings: Any) -> Dict[str, Any]:
+    if isinstance(settings, Mapping):
+        return {"env": {str(k): str(v) for k, v in settings.items()}}
+    raise TypeError(
+        "settings must be a mapping of configuration keys to values "
+        "(e.g. {'LLM__OPENAI__1__BASE_URL': ..., 'PGW_LIMITER_BACKEND': 'memory'})"
+    )
+
+
+class _Client:
+    _kind = "chat"
+
+    def __init__(self, native: "_native.NativeGateway") -> None:
+        self._native = native
+
+    @classmethod
+    def from_env(cls, scope: str = "LLM", *, env: EnvArg = None):
+        """Build from the environment: ``env=None`` reads the process environment over
+        ``./.env``; a mapping replaces the environment; a path names a ``.env`` file.
+        A missing or invalid key raises ``ConfigError`` naming it."""
+        return cls(_native.NativeGateway(scope, cls._kind, **_env_args(env)))
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str], scope: str = "LLM"):
+        """Build from a mapping of configuration keys (no environment, no ``.env``)."""
+        return cls(_native.NativeGateway(scope, cls._kind, **_settings_args(settings)))
+
+    @property
+    def scope(self) -> str:
+        """The scope this client calls."""
+        return self._native.scope
+
+    @property
+    def telemetry_status(self) -> TelemetryStatus:
+        """Read-only snapshot of the telemetry writer (``degraded``, ``fatal``, ``reason``,
+        ``dropped_rows``, …)."""
+        return self._native.telemetry_status()
+
+    async def leases_held(self) -> int:
+        """Governance leases held by this scope now (0 when no call holds a permit)."""
+        return await submit(self._native.leases_held)
+
+    async def aclose(self) -> None:
+        """Flush telemetry and stop this client's runtime actors. Idempotent."""
+        await submit(self._native.aclose)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+class GatewayClient(_Client):
+    """Governed chat calls on one scope (LLM, VLM, JUDGE, …)."""
+
+    _kind = "chat"
+
+    async def chat(
+        self,
+        messages: Messages,
+        *,
+        session_id: Optional[str] = None,
+        parent_call_id: Optional[str] = None,
+        cache_salt: Optional[str] = None,
+        cache_namespace: Optional[str] = None,
+        structured: Union[None, str, Type[Any]] = None,
+        stream: bool = True,
+        overlay: Optional[Mapping[str, Any]] = None,
+        tenant_id: Optional[str] = None,
+        meta: Optional[Mapping[str, Any]] = None,
+    ) -> LLMResponse:
+        """One governed chat call.
+
+        ``messages`` are OpenAI message dicts (content may be a multimodal parts list with
+        ``image_url`` data URLs). ``structured`` is ``None``, ``"json"`` (repair the answer into
+        a JSON value) or a pydantic model class (schema sent to the model, answer validated with
+        ``model_validate``, errors fed back on a bounded re-ask). ``overlay`` holds sampling
+        parameters (they enter the cache key); ``tenant_id`` / ``meta`` attribute telemetry and
+        are validated (``ValueError``); neither enters the cache key.
+        """
+        text = _messages_json(messages)
+        overlay_json = None if overlay is None else _overlay_json(overlay)
+        meta_dict = None if meta is None else dict(meta)
+        common = (session_id, parent_call_id, cache_salt, cache_namespace, stream,
+                  overlay_json, tenant_id, meta_dict)
+        if structured is None or structured == "json":
+            return await submit(self._native.chat, text, *common, structured == "json")
+        call: SchemaCall = schema_call(structured)
+        response = await submit(
+            self._native.chat_schema, text, call.name, call.schema_json, call.validate, *common
+        )
+        return dataclasses.replace(response, structured_data=call.instance(response.structured_data))
+
+
+    def chat_stream(
+        self,
+        messages: Messages,
+        *,
+        session_id: Optional[str] = None,
+        parent_call_id: Optional[str] = None,
+        cache_salt: Optional[str] = None,
+        cache_namespace: Optional[str] = None,
+        overlay: Optional[Mapping[str, Any]] = None,
+        tenant_id: Optional[str] = None,
+        meta: Optional[Mapping[str, Any]] = None,
+    ) -> "ChatStream":
+        """A governed streaming call (this runtime's addition; the original had none).
+
+        ``async for delta in client.chat_stream(messages):`` yields ``ChatDelta`` items; after
+        the loop, ``stream.response`` is the final ``LLMResponse``. Until the first delta,
+        failures are retried invisibly; after it, a failure raises ``StreamInterruptedError``.
+        Leaving the loop early (or ``await stream.aclose()``) cancels the call.
+        """
+        native = self._native.chat_stream(
+            _messages_json(messages), session_id, parent_call_id, cache_salt, cache_namespace,
+            None if overlay is None else _overlay_json(overlay), tenant_id,
+            None if meta is None else dict(meta),
+        )
+        return ChatStream(native)
+
+
+class ChatStream:
+    """The async iterator ``GatewayClient.chat_stream`` returns."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+        self.response: Optional[LLMResponse] = None
+
+    def __aiter__(self) -> "ChatStream":
+        return self
+
+    async def __anext__(self) -> ChatDelta:
+        while True:
+            batch = await submit(self._native.next_batch)
+            if batch is None:
+                raise StopAsyncIteration
+            content, thinking, response = batch
+            if response is not None:
+                self.response = response
+            if content or thinking:
+                return ChatDelta(content, thinking)
+
+    async def aclose(self) -> None:
+        """Cancel the call if it is still running (idempotent)."""
+        self._native.close()
+
+    def __del__(self) -> None:
+        # Leaving an `async for` early drops the iterator: cancel the upstream request too.
+        try:
+            self._native.close()
+        except Exception:
+            pass
+
+
+class EmbeddingClient(_Client):
+    """Governed embeddings on one scope (batched per ``{SCOPE}__BATCH_SIZE``)."""
+
+    _kind = "embedding"
+
+    @classmethod
+    def from_env(cls, scope: str = "EMBED", *, env: EnvArg = None) -> "EmbeddingClient":
+        return super().from_env(scope, env=env)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str], scope: str = "EMBED") -> "EmbeddingClient":
+        return super().from_settings(settings, scope)
+
+    async def embed(
+        self,
+        texts: Iterable[str],
+        *,
+        session_id: Optional[str] = None,
+        parent_call_id: Optional[str] = None,
+        tenant_id: Optional[str] = None,
+        meta: Optional[Mapping[str, Any]] = None,
+    ) -> EmbeddingResponse:
+        """Embed ``texts``; ``.vectors`` come back in input order."""
+        texts = list(texts)
+        if not all(isinstance(t, str) for t in texts):
+            raise TypeError("texts must be strings")
+        return await submit(
+            self._native.embed, texts, session_id, parent_call_id, tenant_id,
+            None if meta is None else dict(meta),
+        )
+
+
+def _messages_json(messages: Messages) -> str:
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TypeError("messages must be a list of {'role': ..., 'content': ...} dicts")
+    try:
+        return json.dumps(messages, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"messages must be JSON-serialisable: {exc}") from None
+
+
+def _overlay_json(overlay: Mapping[str, Any]) -> str:
+    if not isinstance(overlay, Mapping):
+        raise TypeError("overlay must be a dict of sampling parameters")
+    try:
+        return json.dumps(dict(overlay), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"overlay must be JSON-serialisable with finite numbers: {exc}") from None

@@ -1,0 +1,141 @@
+"""The answers: frozen dataclasses with the original library's field names and order.
+
+``LLMResponse`` keeps the original's fifteen fields first, in order, so positional unpacking and
+``dataclasses.astuple`` keep working; this runtime's additions follow, all with defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, List, Optional, Tuple
+
+__all__ = [
+    "LLMResponse",
+    "ChatDelta",
+    "EmbeddingResponse",
+    "TelemetryStatus",
+    "OcrText",
+    "OcrElement",
+    "OcrLayout",
+]
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    """One chat answer.
+
+    ``structured_data`` is the validated pydantic instance for ``structured=Model``, the repaired
+    JSON value for ``structured="json"``, else ``None``. ``cost`` is the whole call's cost from
+    the pricing table (``PGW_PRICING_PATH``), ``None`` without one.
+    """
+
+    content: str
+    thinking: str = ""
+    model: str = ""
+    provider: str = ""
+    source_name: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    ttft_ms: Optional[float] = None
+    max_inter_token_ms: Optional[float] = None
+    cache_hit: bool = False
+    call_id: str = ""
+    cost: Optional[float] = None
+    usage_source: str = "estimated"
+    structured_data: Any = None
+    # This runtime's additions.
+    cached_prompt_tokens: Optional[int] = None
+    reasoning_tokens: Optional[int] = None
+    model_reported: Optional[str] = None
+    truncated: bool = False
+    asks: int = 1
+    parent_call_id: Optional[str] = None
+    last_ask_cost: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ChatDelta:
+    """Text that arrived on a stream since the previous item (every delta already queued is
+    joined into one item, so a slow consumer is not charged per delta)."""
+
+    content: str
+    thinking: str = ""
+
+
+@dataclass(frozen=True)
+class EmbeddingResponse:
+    """One embeddings call: one vector per input text, in input order."""
+
+    vectors: List[List[float]]
+    dim: int
+    model: str = ""
+    provider: str = ""
+    source_name: str = ""
+    prompt_tokens: int = 0
+    usage_source: str = "estimated"
+    latency_ms: float = 0.0
+    call_id: str = ""
+
+
+@dataclass(frozen=True)
+class TelemetryStatus:
+    """Read-only snapshot of the telemetry writer.
+
+    Reconcile on both ``degraded`` and ``dropped_rows``: rows dropped because the writer was
+    saturated leave ``degraded`` false.
+    """
+
+    degraded: bool
+    fatal: bool
+    reason: Optional[str]
+    degraded_for_s: float
+    dropped_rows: int
+    retry_after_s: float
+
+
+@dataclass(frozen=True)
+class OcrText:
+    """Text transcription of one image (``str(result)`` is the text)."""
+
+    text: str
+    source_name: str
+    latency_ms: float
+    call_id: str
+    usage: int = 0
+    raw: Any = None
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class OcrElement:
+    """One layout element: its kind, ``(x0, y0, x1, y1)`` box, page and text."""
+
+    kind: str
+    bbox: Tuple[float, float, float, float]
+    page_index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class OcrLayout:
+    """Layout of one image: the elements with validated boxes (iterable like a list)."""
+
+    elements: List[OcrElement]
+    page_sizes: List[Tuple[float, float]] = field(default_factory=list)
+    source_name: str = ""
+    latency_ms: float = 0.0
+    call_id: str = ""
+    usage: int = 0
+    raw: Any = None
+
+    def __iter__(self) -> Iterator[OcrElement]:
+        return iter(self.elements)
+
+    def __len__(self) -> int:
+        return len(self.elements)
+
+    def __getitem__(self, index: int) -> OcrElement:
+        return self.elements[index]
