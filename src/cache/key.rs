@@ -102,18 +102,7 @@ pub fn model_fingerprint(sources: &[(String, Map<String, Value>)]) -> Value {
 }
 
 /// [`model_fingerprint`] of configured sources.
-///
-/// ```
-/// use polygateway::cache::key::fingerprint_sources;
-/// use polygateway::cache::model_fingerprint;
-/// let a = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
-/// let b = polygateway::config::SourceSettings { name: "openai_2".into(), ..a.clone() };
-/// // Two sources serving the same model with the same body are one fingerprint entry.
-/// let fp = fingerprint_sources(&[a, b]);
-/// assert_eq!(fp, model_fingerprint(&[("test-model".into(), serde_json::Map::new())]));
-/// assert_eq!(fp.as_array().map(Vec::len), Some(1));
-/// ```
-pub fn fingerprint_sources(sources: &[SourceSettings]) -> Value {
+pub(crate) fn fingerprint_sources(sources: &[SourceSettings]) -> Value {
     let pairs: Vec<(String, Map<String, Value>)> = sources
         .iter()
         .map(|s| (s.model.clone(), s.extra_body.clone()))
@@ -286,5 +275,29 @@ fn write_string(s: &str, out: &mut String) {
     match serde_json::to_string(s) {
         Ok(escaped) => out.push_str(&escaped),
         Err(_) => out.push_str("\"\""),
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn fingerprint_sources_example() {
+        use crate::cache::key::fingerprint_sources;
+        use crate::cache::model_fingerprint;
+        let a = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let b = crate::config::SourceSettings {
+            name: "openai_2".into(),
+            ..a.clone()
+        };
+        // Two sources serving the same model with the same body are one fingerprint entry.
+        let fp = fingerprint_sources(&[a, b]);
+        assert_eq!(
+            fp,
+            model_fingerprint(&[("test-model".into(), serde_json::Map::new())])
+        );
+        assert_eq!(fp.as_array().map(Vec::len), Some(1));
     }
 }

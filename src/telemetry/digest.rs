@@ -14,14 +14,7 @@ use crate::types::{Content, ContentPart, Message};
 
 /// Cut `text` to `cap` characters, appending `…(N more chars omitted)`; unchanged when `cap` is
 /// `None` or the text is short enough.
-///
-/// ```
-/// use polygateway::telemetry::cap_text;
-/// assert_eq!(cap_text("abcdef", Some(4)), "abcd…(2 more chars omitted)");
-/// assert_eq!(cap_text("abc", Some(4)), "abc");
-/// assert_eq!(cap_text("abcdef", None), "abcdef");
-/// ```
-pub fn cap_text(text: &str, cap: Option<usize>) -> String {
+pub(crate) fn cap_text(text: &str, cap: Option<usize>) -> String {
     let Some(cap) = cap else {
         return text.to_owned();
     };
@@ -105,18 +98,7 @@ fn payload_bytes(url: &str) -> u64 {
 /// The `sampling` column: canonical JSON (keys sorted) of the source's effective `extra_body`
 /// overlaid by the call's sampling overlay (the overlay wins), without `response_format`;
 /// `None` when nothing is left.
-///
-/// ```
-/// use polygateway::telemetry::sampling_json;
-/// let overlay = serde_json::json!({"temperature": 0.2, "response_format": {"type": "json_object"}});
-/// let extra = serde_json::json!({"top_p": 0.9, "temperature": 1.0});
-/// assert_eq!(
-///     sampling_json(overlay.as_object(), extra.as_object()).as_deref(),
-///     Some(r#"{"temperature":0.2,"top_p":0.9}"#)
-/// );
-/// assert_eq!(sampling_json(None, None), None);
-/// ```
-pub fn sampling_json(
+pub(crate) fn sampling_json(
     overlay: Option<&Map<String, Value>>,
     extra_body: Option<&Map<String, Value>>,
 ) -> Option<String> {
@@ -135,12 +117,7 @@ pub fn sampling_json(
 }
 
 /// The `error` column: `ClassName: message`.
-///
-/// ```
-/// use polygateway::telemetry::error_text;
-/// assert_eq!(error_text("AllSourcesExhausted", "retry budget spent"), "AllSourcesExhausted: retry budget spent");
-/// ```
-pub fn error_text(class_name: &str, message: &str) -> String {
+pub(crate) fn error_text(class_name: &str, message: &str) -> String {
     format!("{class_name}: {message}")
 }
 
@@ -234,6 +211,41 @@ mod tests {
         assert_eq!(
             sampling_json(None, nested.as_object()).unwrap(),
             r#"{"a":[3],"b":{"a":2,"z":1}}"#
+        );
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn cap_text_example() {
+        use super::cap_text;
+        assert_eq!(cap_text("abcdef", Some(4)), "abcd…(2 more chars omitted)");
+        assert_eq!(cap_text("abc", Some(4)), "abc");
+        assert_eq!(cap_text("abcdef", None), "abcdef");
+    }
+
+    #[test]
+    fn sampling_json_example() {
+        use super::sampling_json;
+        let overlay =
+            serde_json::json!({"temperature": 0.2, "response_format": {"type": "json_object"}});
+        let extra = serde_json::json!({"top_p": 0.9, "temperature": 1.0});
+        assert_eq!(
+            sampling_json(overlay.as_object(), extra.as_object()).as_deref(),
+            Some(r#"{"temperature":0.2,"top_p":0.9}"#)
+        );
+        assert_eq!(sampling_json(None, None), None);
+    }
+
+    #[test]
+    fn error_text_example() {
+        use super::error_text;
+        assert_eq!(
+            error_text("AllSourcesExhausted", "retry budget spent"),
+            "AllSourcesExhausted: retry budget spent"
         );
     }
 }

@@ -25,19 +25,19 @@ mod status;
 use std::sync::Arc;
 
 pub use cost::{ModelPrice, Pricing, PricingError};
-pub use digest::{cap_text, error_text, messages_json, sampling_json};
+pub use digest::messages_json;
 pub use polygateway_actors::telemetry::{NullSink, TelemetryConfig, TelemetrySink};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresSink};
 pub use retention::{retention, RetentionError, RetentionReport, RetentionTarget};
-pub use row::{meta_json, TelemetryRow};
+pub use row::TelemetryRow;
 pub use schema::{
     add_column_sql, create_table_sql, telemetry_schema_sql, Column, SchemaBackend, COLUMNS,
     DEFAULT_TABLE,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteSink};
-pub use status::{TelemetryStatus, DEFAULT_COOLDOWN};
+pub use status::TelemetryStatus;
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::config::TelemetryBackendSettings;

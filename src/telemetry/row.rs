@@ -158,17 +158,7 @@ impl TelemetryRow {
 }
 
 /// The caller's meta as the `meta` column's JSON object (keys sorted).
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use polygateway::telemetry::meta_json;
-/// let mut meta = BTreeMap::new();
-/// meta.insert("stage".to_string(), "extract".into());
-/// meta.insert("batch".to_string(), 42.into());
-/// assert_eq!(meta_json(&meta), r#"{"batch":42,"stage":"extract"}"#);
-/// assert_eq!(meta_json(&BTreeMap::new()), "{}");
-/// ```
-pub fn meta_json(meta: &BTreeMap<String, MetaValue>) -> String {
+pub(crate) fn meta_json(meta: &BTreeMap<String, MetaValue>) -> String {
     let obj: serde_json::Map<String, serde_json::Value> =
         meta.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
     crate::cache::canonical_json(&serde_json::Value::Object(obj))
@@ -227,5 +217,21 @@ impl tokio_postgres::types::ToSql for SqlValue<'_> {
             SqlValue::Real(v) => v.to_sql_checked(ty, out),
             SqlValue::Bool(v) => v.to_sql_checked(ty, out),
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn meta_json_example() {
+        use super::meta_json;
+        use std::collections::BTreeMap;
+        let mut meta = BTreeMap::new();
+        meta.insert("stage".to_string(), "extract".into());
+        meta.insert("batch".to_string(), 42.into());
+        assert_eq!(meta_json(&meta), r#"{"batch":42,"stage":"extract"}"#);
+        assert_eq!(meta_json(&BTreeMap::new()), "{}");
     }
 }

@@ -14,16 +14,7 @@ pub use polygateway_actors::telemetry::TelemetryStatus;
 /// The default cooldown after an environmental failure.
 ///
 /// Both sinks start with it; lower it per sink through the options:
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway::telemetry::{PostgresOptions, SqliteOptions, DEFAULT_COOLDOWN};
-/// assert_eq!(DEFAULT_COOLDOWN, Duration::from_secs(60));
-/// assert_eq!(PostgresOptions::new(None).cooldown, DEFAULT_COOLDOWN);
-/// let options = SqliteOptions { cooldown: Duration::from_secs(5), ..SqliteOptions::new(None) };
-/// assert!(options.cooldown < DEFAULT_COOLDOWN);
-/// ```
-pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_COOLDOWN: Duration = Duration::from_secs(60);
 
 const REMINDER_ROWS: u64 = 100;
 const REMINDER_EVERY: Duration = Duration::from_secs(300);
@@ -265,5 +256,25 @@ mod tests {
         let s = h.status(t);
         assert_eq!(s.dropped_rows, 5);
         assert!(!s.degraded);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[cfg(all(feature = "postgres", feature = "sqlite"))]
+    #[test]
+    fn default_cooldown_example() {
+        use super::DEFAULT_COOLDOWN;
+        use crate::telemetry::{PostgresOptions, SqliteOptions};
+        use std::time::Duration;
+        assert_eq!(DEFAULT_COOLDOWN, Duration::from_secs(60));
+        assert_eq!(PostgresOptions::new(None).cooldown, DEFAULT_COOLDOWN);
+        let options = SqliteOptions {
+            cooldown: Duration::from_secs(5),
+            ..SqliteOptions::new(None)
+        };
+        assert!(options.cooldown < DEFAULT_COOLDOWN);
     }
 }
