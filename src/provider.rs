@@ -8,7 +8,7 @@
 //! plain value (no global): build one with [`ProviderRegistry::with_defaults`], add your own with
 //! [`ProviderRegistry::register`].
 //!
-//! Not here: HTTP, status classification (see [`crate::transport::http`]) and SSE parsing.
+//! Not here: HTTP, status classification (the crate-private `transport::http`) and SSE parsing.
 
 use std::collections::HashMap;
 

@@ -1,8 +1,8 @@
 //! The catalogue of configuration keys the parser accepts (docs/behaviour.md §3).
 //!
-//! The parser in [`super::env`] matches keys against these lists and nothing else, so the docs
+//! The parser in `env` matches keys against these lists and nothing else, so the docs
 //! (`.env.example`, README) can be checked against [`accepted_keys`]. This module holds names
-//! only; defaults live in [`super::defaults`], parsing in [`super::env`].
+//! only; defaults live in `defaults`, parsing in `env` (both crate-private).
 
 /// Fields of a source key `{SCOPE}__{PROVIDER}__{N}__{FIELD}`.
 ///

@@ -1,5 +1,6 @@
-//! Resolved configuration values. Parsing from the environment lives in [`super::env`]; these
-//! types are what every component is built from. Nothing inside the runtime reads env vars.
+//! Resolved configuration values. Parsing from the environment lives in the crate-private `env`
+//! ([`Settings::from_env`], [`Settings::from_map`]); these types are what every component is
+//! built from. Nothing inside the runtime reads env vars.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -63,7 +63,7 @@ pub struct TelemetryRow {
     pub max_inter_token_ms: Option<f64>,
     /// Served from the response cache.
     pub cache_hit: bool,
-    /// `ClassName: message` ([`super::error_text`]); `None` on success.
+    /// `ClassName: message` (`digest::error_text`); `None` on success.
     pub error: Option<String>,
     /// Cost, `None` when unknown (no price, usage unavailable); 0.0 on cache hits.
     pub cost: Option<f64>,
@@ -71,13 +71,13 @@ pub struct TelemetryRow {
     pub cached_prompt_tokens: Option<i64>,
     /// The `model` the API reported.
     pub model_reported: Option<String>,
-    /// Canonical JSON of overlay ⊎ extra_body ([`super::sampling_json`]); `None` when empty.
+    /// Canonical JSON of overlay ⊎ extra_body (`digest::sampling_json`); `None` when empty.
     pub sampling: Option<String>,
     /// Reasoning tokens, when reported.
     pub reasoning_tokens: Option<i64>,
     /// Tenant; `""` = unattributed.
     pub tenant_id: String,
-    /// JSON object of the caller's meta ([`meta_json`]); `"{}"` when empty.
+    /// JSON object of the caller's meta (`meta_json`); `"{}"` when empty.
     pub meta: String,
 }
 

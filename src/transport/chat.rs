@@ -177,7 +177,7 @@ struct StreamOptions {
 }
 
 impl ChatTransport {
-    /// A transport with its own client ([`build_client`]).
+    /// A transport with its own client (`http::build_client`).
     ///
     /// ```
     /// use polygateway::provider::ProviderRegistry;

@@ -2,7 +2,7 @@
 //! with `{model, input}`, vectors returned in input order.
 //!
 //! Batching, merging batches, `EXPECTED_DIM` and `NORMALIZE` are applied by the runtime (with
-//! [`check_dim`] and [`l2_normalize`] from here); this file performs one attempt for one batch.
+//! `check_dim` and `l2_normalize` from here); this file performs one attempt for one batch.
 
 use std::sync::Arc;
 

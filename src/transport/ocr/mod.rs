@@ -204,7 +204,7 @@ impl OcrTransport {
     /// Build the transport and its HTTP client.
     ///
     /// # Panics
-    /// When the TLS backend cannot be initialised (see [`build_client`]).
+    /// When the TLS backend cannot be initialised (see `http::build_client`).
     ///
     /// ```
     /// use polygateway::transport::ocr::OcrTransport;
@@ -309,7 +309,7 @@ impl OcrTransport {
         }
     }
 
-    /// `GET {base}/health` within [`HEALTH_TIMEOUT`]: `true` iff 200 with `status == "healthy"`.
+    /// `GET {base}/health` within `HEALTH_TIMEOUT` (3 s): `true` iff 200 with `status == "healthy"`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
