@@ -54,7 +54,7 @@ use super::RedisGate;
 ///         progress: true,
 ///     };
 ///     let after = attempts.finish(&permit, &breaker, outcome).await?;
-///     assert_eq!(after, polygateway::actors::BreakerStatus::Closed);
+///     assert_eq!(after, polygateway::ports::BreakerStatus::Closed);
 /// }
 /// # Ok(()) }
 /// ```
