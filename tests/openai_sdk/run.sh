@@ -44,8 +44,13 @@ if [ -z "$CHROMIUM" ]; then
         step "chromium unavailable: the status-page browser check is SKIPPED (it fails under CI=true)"
     fi
 fi
-(cd "$ROOT" && cargo build --quiet --features full,testkit --bin polygateway)
-BIN=$TARGET/debug/polygateway
+# `.ci/run` passes the binary its nextest run built (PGW_TEST_CLI); otherwise build it here.
+if [ -n "${PGW_TEST_CLI:-}" ]; then
+    BIN=$PGW_TEST_CLI
+else
+    (cd "$ROOT" && cargo build --quiet --features full,testkit --bin polygateway)
+    BIN=$TARGET/debug/polygateway
+fi
 
 # --- mock upstreams and server -----------------------------------------------------------------
 "$BIN" mock --chunks 6 >"$WORK/mock.out" 2>&1 &
