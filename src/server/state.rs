@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
 use tokio_util::sync::CancellationToken;
 
 use super::auth::keys::{KeyStore, VirtualKey};
@@ -97,16 +98,28 @@ impl App {
         })
     }
 
-    /// `work`, unless the drain timeout passes first (then 503, and `work` is dropped).
-    pub(crate) async fn until_stopped<T>(
+    /// One request's answer: `work` runs unless the drain timeout passes first (then 503, and
+    /// `work` is dropped). An error becomes its HTTP answer and is recorded against the scope
+    /// `work` resolved (once known) for the status page.
+    pub(crate) async fn answer(
         &self,
-        work: impl std::future::Future<Output = Result<T, ApiError>>,
-    ) -> Result<T, ApiError> {
-        tokio::select! {
-            done = work => done,
+        work: impl AsyncFnOnce(&mut Option<String>) -> Result<Response, ApiError>,
+    ) -> Response {
+        let mut scope = None;
+        let done = tokio::select! {
+            done = work(&mut scope) => done,
             () = self.stop.cancelled() => Err(ApiError::from(crate::GatewayError::Shutdown(
                 "the server's drain timeout passed; the call was cancelled".into(),
             ))),
+        };
+        match done {
+            Ok(response) => response,
+            Err(e) => {
+                if let Some(scope) = scope {
+                    self.errors.record(&scope, &e);
+                }
+                e.into_response()
+            }
         }
     }
 

@@ -57,19 +57,8 @@ async fn run(
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
     task: Task,
 ) -> Response {
-    let mut scope = None;
-    let served = app
-        .until_stopped(serve(app, headers, q, multipart, task, &mut scope))
-        .await;
-    match served {
-        Ok(r) => r,
-        Err(e) => {
-            if let Some(scope) = scope {
-                app.errors.record(&scope, &e);
-            }
-            e.into_response()
-        }
-    }
+    app.answer(async |scope| serve(app, headers, q, multipart, task, scope).await)
+        .await
 }
 
 fn ocr_scope(app: &App, key: &VirtualKey, model: Option<&str>) -> Result<String, ApiError> {

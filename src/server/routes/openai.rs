@@ -105,36 +105,14 @@ fn options_for(tenant: &str, user: Option<String>) -> CallOptions {
     }
 }
 
-/// Runs `f`, recording its error against `scope` (once known) for the status page.
-async fn recorded<F>(app: &App, f: F) -> Response
-where
-    F: std::future::Future<Output = (Option<String>, Result<Response, ApiError>)>,
-{
-    match f.await {
-        (_, Ok(response)) => response,
-        (scope, Err(e)) => {
-            if let Some(scope) = scope {
-                app.errors.record(&scope, &e);
-            }
-            e.into_response()
-        }
-    }
-}
-
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat_completions(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    recorded(&app, async {
-        let mut scope = None;
-        let result = app
-            .until_stopped(chat(&app, &headers, body, &mut scope))
-            .await;
-        (scope, result)
-    })
-    .await
+    app.answer(async |scope| chat(&app, &headers, body, scope).await)
+        .await
 }
 
 async fn chat(
@@ -317,14 +295,8 @@ pub(crate) async fn embeddings(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    recorded(&app, async {
-        let mut scope = None;
-        let result = app
-            .until_stopped(embed(&app, &headers, body, &mut scope))
-            .await;
-        (scope, result)
-    })
-    .await
+    app.answer(async |scope| embed(&app, &headers, body, scope).await)
+        .await
 }
 
 async fn embed(
