@@ -47,6 +47,8 @@ fi
 # `.ci/run` passes the binary its nextest run built (PGW_TEST_CLI); otherwise build it here.
 if [ -n "${PGW_TEST_CLI:-}" ]; then
     BIN=$PGW_TEST_CLI
+    # The server reads PGW_* from its environment and refuses keys it does not know.
+    unset PGW_TEST_CLI
 else
     (cd "$ROOT" && cargo build --quiet --features full,testkit --bin polygateway)
     BIN=$TARGET/debug/polygateway
