@@ -47,12 +47,16 @@ fi
 # `.ci/run` passes the binary its nextest run built (PGW_TEST_CLI); otherwise build it here.
 if [ -n "${PGW_TEST_CLI:-}" ]; then
     BIN=$PGW_TEST_CLI
-    # The server reads PGW_* from its environment and refuses keys it does not know.
-    unset PGW_TEST_CLI
 else
     (cd "$ROOT" && cargo build --quiet --features full,testkit --bin polygateway)
     BIN=$TARGET/debug/polygateway
 fi
+
+# The server reads PGW_* from its environment and refuses keys it does not know: the test
+# harness's own PGW_TEST_* variables (set by .ci/run) stay out of its environment.
+for var in $(compgen -e); do
+    case $var in PGW_TEST_*) unset "$var" ;; esac
+done
 
 # --- mock upstreams and server -----------------------------------------------------------------
 "$BIN" mock --chunks 6 >"$WORK/mock.out" 2>&1 &
