@@ -719,8 +719,9 @@ mod tests {
     #[test]
     fn a_failure_that_trips_the_only_breaker_hints_the_breaker_cooldown() {
         let t0 = Instant::now();
-        let open = Duration::from_secs(60); // a grown streak: longer than the base cooldown
-                                            // Budget 1: the call ends on this failure.
+        // A grown streak: longer than the base cooldown.
+        let open = Duration::from_secs(60);
+        // Budget 1: the call ends on this failure.
         let mut m = machine(&config(1), 1, t0);
         m.start();
         admitted(&mut m, t0);
