@@ -59,6 +59,10 @@ for var in $(compgen -e); do
 done
 
 # --- mock upstreams and server -----------------------------------------------------------------
+# The output files exist before the background processes open them: the polling below reads
+# them at once (a missing file would end this script under `set -e`).
+: >"$WORK/mock.out"
+: >"$WORK/serve.out"
 "$BIN" mock --chunks 6 >"$WORK/mock.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do grep -q OCR_BASE_URL "$WORK/mock.out" && break; sleep 0.1; done
