@@ -677,6 +677,18 @@ mod tests {
     }
 
     /// Pick source 0, get it admitted: the machine asks to send.
+    /// The reason and hint of a call that ended unavailable (any other action fails the test).
+    fn unavailable(action: &Action) -> (ScopeReason, Duration) {
+        match action {
+            Action::Finish(Ending::Unavailable {
+                reason,
+                retry_after,
+                ..
+            }) => (*reason, *retry_after),
+            other => panic!("expected the call to end unavailable, got {other:?}"),
+        }
+    }
+
     fn admitted(m: &mut CallMachine, now: Instant) -> Action {
         assert!(matches!(
             m.step(Event::Selected(Selected::Picked(0)), now).action,
@@ -703,14 +715,7 @@ mod tests {
             Some((0, t0 + COOLDOWN)),
             "the memo is cooled at once"
         );
-        let Action::Finish(Ending::Unavailable {
-            reason,
-            retry_after,
-            ..
-        }) = step.action
-        else {
-            panic!("{:?}", step.action);
-        };
+        let (reason, retry_after) = unavailable(&step.action);
         assert_eq!(reason, ScopeReason::RetryExhausted);
         assert_eq!(retry_after, COOLDOWN, "not 0 s while the breaker is open");
         assert_eq!(m.per_source()[&0], SourceReason::SourceDead);
@@ -731,14 +736,7 @@ mod tests {
             Some((0, t0 + open)),
             "the memo is cooled at once"
         );
-        let Action::Finish(Ending::Unavailable {
-            reason,
-            retry_after,
-            ..
-        }) = step.action
-        else {
-            panic!("{:?}", step.action);
-        };
+        let (reason, retry_after) = unavailable(&step.action);
         assert_eq!(reason, ScopeReason::RetryExhausted);
         assert_eq!(retry_after, open, "not 0 s while the breaker is open");
         assert_eq!(m.per_source()[&0], SourceReason::NetworkError);
