@@ -300,14 +300,29 @@ async fn finish(
     permit: &Permit,
     outcome: AttemptOutcome,
 ) -> Option<BreakerStatus> {
-    let finished = attempts.finish(&permit.attempt, &permit.breaker, outcome);
-    match finished.await {
-        Ok(status) => Some(status),
-        Err(e) => {
-            let lease = &permit.attempt.lease;
-            tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
-                "finishing an attempt failed (the lease TTL reclaims its slot)");
-            None
+    // A finish is idempotent (its lease id is its verdict id), so a backend that is reconnecting
+    // gets a few more tries before the slot is left to the lease TTL.
+    let mut pause = FINISH_RETRY_FIRST;
+    for tries_left in (0..FINISH_TRIES).rev() {
+        match attempts
+            .finish(&permit.attempt, &permit.breaker, outcome)
+            .await
+        {
+            Ok(status) => return Some(status),
+            Err(e) if tries_left == 0 => {
+                let lease = &permit.attempt.lease;
+                tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
+                    "finishing an attempt failed (the lease TTL reclaims its slot)");
+            }
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
         }
     }
+    None
 }
+
+/// Tries of one finish, and the pause before the first retry (doubling): about 1.75 s in all.
+const FINISH_TRIES: u32 = 4;
+const FINISH_RETRY_FIRST: Duration = Duration::from_millis(250);
