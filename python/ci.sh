@@ -23,6 +23,17 @@ if [ -z "${PGW_TEST_CLI:-}" ]; then
   cargo build --quiet -p polygateway --features full,testkit --bin polygateway
   export PGW_TEST_CLI="$CARGO_TARGET_DIR/debug/polygateway"
 fi
-maturin develop
+if [ -n "${PGW_PY_NATIVE:-}" ]; then
+  # An extension module cargo already built (`.ci/run`: the workspace build, with
+  # PYO3_BUILD_EXTENSION_MODULE=1), installed the way `maturin develop` installs this layout: the
+  # module beside the Python sources, found through a .pth. `maturin sdist` still checks the
+  # packaging metadata (pyproject.toml, Cargo.toml) without compiling again.
+  cp "$PGW_PY_NATIVE" polygateway/_native.abi3.so
+  site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  echo "$PWD" >"$site/polygateway_dev.pth"
+  maturin sdist --out "$CARGO_TARGET_DIR/wheels"
+else
+  maturin develop
+fi
 python -m pytest -q -rs -p no:cacheprovider tests "$@"
 echo "python/ci.sh: done in $((SECONDS - started)) s"

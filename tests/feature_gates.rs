@@ -1,6 +1,7 @@
 //! A configuration that names a backend whose cargo feature is off is refused with an error
 //! naming the key and the feature (never a silent fallback to another backend). CI runs this file
-//! both with every feature and with `--no-default-features`, so both branches are exercised.
+//! both with every feature and with `--no-default-features --features rustls`, so both branches
+//! (and the rustls-only TLS setup) are exercised.
 
 use std::collections::BTreeMap;
 
@@ -100,4 +101,14 @@ async fn hand_built_settings_are_refused_at_assembly_too() {
             "{text}"
         );
     }
+}
+
+/// With `rustls` alone, reqwest has no crypto provider of its own (`rustls-no-provider`): the
+/// gateway installs ring before it builds a source's client, or that build would panic.
+#[cfg(all(feature = "rustls", not(feature = "native-tls")))]
+#[tokio::test]
+async fn rustls_alone_builds_the_https_clients() {
+    let s = settings(&[("LLM__OPENAI__1__BASE_URL", "https://127.0.0.1:9")]).unwrap();
+    let gateway = polygateway::Gateway::builder(s).build().await.unwrap();
+    gateway.shutdown().await;
 }

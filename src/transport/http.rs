@@ -29,6 +29,8 @@ const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// # Panics
 /// Like `reqwest::Client::new`, when the TLS backend cannot be initialised.
 pub(crate) fn build_client(settings: &SourceSettings) -> reqwest::Client {
+    #[cfg(feature = "rustls")]
+    install_rustls_provider();
     let connect = settings
         .ttft_timeout
         .min(settings.timeout)
@@ -43,6 +45,13 @@ pub(crate) fn build_client(settings: &SourceSettings) -> reqwest::Client {
     builder
         .build()
         .expect("the HTTP client's TLS backend could not be initialised")
+}
+
+/// reqwest's rustls backend (`rustls-no-provider`) uses the process's default crypto provider and
+/// panics without one: make it ring, unless the application already installed its own.
+#[cfg(feature = "rustls")]
+fn install_rustls_provider() {
+    let _already_installed = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The `Retry-After` hint in its seconds form (`"3"`, `"1.5"`). HTTP-dates, negative and
