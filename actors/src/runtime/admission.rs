@@ -248,6 +248,11 @@ impl Door {
     /// Run backend work that must complete whoever waits for it: polled once here (in-memory
     /// backends finish in that poll), handed to a tracked task if it has to wait for I/O.
     fn run(&self, work: impl Future<Output = ()> + Send + 'static) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            // Backends time their calls with Tokio timers: without a runtime nothing can run.
+            tracing::warn!("no runtime to run governance work on (lease TTL reclaims)");
+            return;
+        }
         let mut work = Box::pin(work);
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
         if work.as_mut().poll(&mut cx).is_pending() {

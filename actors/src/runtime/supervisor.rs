@@ -346,7 +346,6 @@ impl Runtime {
     ///     gate: Arc::new(MemoryGate::default()),
     ///     breakers: Arc::new(MemoryBreakers::default()),
     ///     attempts: None,
-    ///     inline: true,
     ///     timeout: Duration::from_secs(1),
     /// };
     /// // Called at start and again whenever the admission actor is restarted.
