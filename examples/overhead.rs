@@ -51,12 +51,32 @@ struct Run {
     p50_us: f64,
     p99_us: f64,
     calls_per_s: f64,
+    /// This process's CPU (user + sys) per call over the measured window.
+    process_cpu_us_per_call: Option<f64>,
 }
 
 impl Run {
     fn json(&self) -> Value {
-        json!({"p50_us": self.p50_us, "p99_us": self.p99_us, "calls_per_s": self.calls_per_s})
+        json!({
+            "p50_us": self.p50_us,
+            "p99_us": self.p99_us,
+            "calls_per_s": self.calls_per_s,
+            "process_cpu_us_per_call": self.process_cpu_us_per_call,
+        })
     }
+}
+
+/// CPU time (user + sys, seconds) this process has used so far: `/proc/self/stat` fields 14 and
+/// 15, in clock ticks (100 per second on Linux). `None` where there is no procfs.
+fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces), starting at field 3.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<f64>().ok();
+    Some((ticks(14)? + ticks(15)?) / 100.0)
 }
 
 /// Counters of the Redis primaries behind `REDIS_URL`, read with `INFO` (server-side truth).
@@ -69,6 +89,8 @@ struct RedisServers {
 struct ServerSample {
     /// EVAL/EVALSHA/FCALL calls (the network round trips of the governance scripts).
     script_calls: f64,
+    /// Time the server spent executing those calls, µs (`usec` of the same commandstats).
+    script_us: f64,
     /// used_cpu_user + used_cpu_sys, seconds.
     cpu_s: f64,
 }
@@ -106,8 +128,8 @@ impl RedisServers {
         for node in &self.primaries {
             let stats: String = node.info(Some(InfoKind::CommandStats)).await.unwrap();
             let cpu: String = node.info(Some(InfoKind::Cpu)).await.unwrap();
-            total.script_calls += info_fields(&stats)
-                .filter(|(k, _)| {
+            let scripts = || {
+                info_fields(&stats).filter(|(k, _)| {
                     matches!(
                         *k,
                         "cmdstat_eval"
@@ -118,8 +140,17 @@ impl RedisServers {
                             | "cmdstat_fcall_ro"
                     )
                 })
-                .filter_map(|(_, v)| v.split(',').find_map(|kv| kv.strip_prefix("calls=")))
-                .filter_map(|n| n.parse::<f64>().ok())
+            };
+            let field = |v: &str, name: &str| {
+                v.split(',')
+                    .find_map(|kv| kv.strip_prefix(name))
+                    .and_then(|n| n.parse::<f64>().ok())
+            };
+            total.script_calls += scripts()
+                .filter_map(|(_, v)| field(v, "calls="))
+                .sum::<f64>();
+            total.script_us += scripts()
+                .filter_map(|(_, v)| field(v, "usec="))
                 .sum::<f64>();
             total.cpu_s += info_fields(&cpu)
                 .filter(|(k, _)| matches!(*k, "used_cpu_sys" | "used_cpu_user"))
@@ -233,6 +264,7 @@ where
     F: Fn() -> Fut + Copy,
     Fut: std::future::Future<Output = ()>,
 {
+    let cpu_before = process_cpu_s();
     let started = Instant::now();
     let mut us: Vec<f64> = futures::stream::iter(0..calls)
         .map(|_| {
@@ -247,12 +279,16 @@ where
         .collect()
         .await;
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_s()
+        .zip(cpu_before)
+        .map(|(after, before)| after - before);
     us.sort_by(|a, b| a.total_cmp(b));
     let pct = |q: f64| us[((us.len() - 1) as f64 * q).round() as usize];
     Run {
         p50_us: pct(0.5),
         p99_us: pct(0.99),
         calls_per_s: calls as f64 / elapsed,
+        process_cpu_us_per_call: cpu.map(|s| s * 1e6 / calls as f64),
     }
 }
 
@@ -377,6 +413,7 @@ async fn main() {
         lines.push(line);
     }
 
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let client = reqwest::Client::new();
     let url = Arc::new(format!("{}/chat/completions", mock.base_url()));
     for &concurrency in &levels {
@@ -435,7 +472,19 @@ async fn main() {
                     );
                     row["redis_round_trips_per_attempt"] = json!(trips);
                     row["redis_cpu_us_per_call"] = json!(cpu_us);
+                    row["redis_script_us_per_call"] =
+                        json!((after.script_us - before.script_us) / n);
                     row["redis_cpu_ceiling_calls_per_s"] = json!(1e6 / cpu_us);
+                    if let Some(process_us) = r.process_cpu_us_per_call {
+                        let ceiling = cores * 1e6 / (process_us + cpu_us);
+                        println!(
+                            "concurrency {concurrency:>3} stream {stream:<5} machine        {process_us:.1} µs process CPU per call; {cores} cores imply {ceiling:.0}/s ({:.2} of it reached)",
+                            r.calls_per_s / ceiling
+                        );
+                        row["machine_cores"] = json!(cores);
+                        row["machine_ceiling_calls_per_s"] = json!(ceiling);
+                        row["calls_per_s_vs_ceiling"] = json!(r.calls_per_s / ceiling);
+                    }
                     row["added_p50_us"] = json!(r.p50_us - d.p50_us);
                     if let Some(memory) = &baseline {
                         row["calls_per_s_vs_memory"] = json!(r.calls_per_s / memory.calls_per_s);
@@ -454,6 +503,7 @@ async fn main() {
                 "direct_p99_us": d.p99_us,
                 "runtime_p99_us": r.p99_us,
                 "direct_calls_per_s": d.calls_per_s,
+                "direct_process_cpu_us_per_call": d.process_cpu_us_per_call,
                 "runtime_calls_per_s": r.calls_per_s,
                 "added_p50_us": r.p50_us - d.p50_us,
                 "added_p99_us": r.p99_us - d.p99_us,

@@ -271,6 +271,86 @@ async fn timed_out_admission_that_ran_late_is_given_back() {
     drop(server);
 }
 
+/// Script calls (EVAL/EVALSHA) the server has run so far, from `INFO commandstats`.
+async fn script_calls(raw: &fred::prelude::Client) -> u64 {
+    let stats: String = raw
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .expect("INFO");
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_eval"))
+        .filter_map(|l| l.split(',').find_map(|kv| kv.split_once("calls=")))
+        .filter_map(|(_, n)| n.parse::<u64>().ok())
+        .sum()
+}
+
+/// A call dropped while its admission is on the wire (the runtime admits from the call's own
+/// task, without the admission actor) must not leave a slot held by nobody: the admission still
+/// completes, and its grant is given back. Here the server is paused, the caller gives up after
+/// 150 ms, and the script runs late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_during_its_admission_gives_the_grant_back() {
+    use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+    use polygateway::{Gateway, Message};
+
+    let Some((port, server)) = private_redis("cancel-during-admit test").await else {
+        return;
+    };
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let url = format!("redis://127.0.0.1:{port}");
+    let env: std::collections::BTreeMap<String, String> = [
+        ("PGW_LIMITER_BACKEND", "redis".to_string()),
+        ("PGW_BREAKER_BACKEND", "redis".to_string()),
+        ("PGW_TELEMETRY_BACKEND", "none".to_string()),
+        ("REDIS_URL", url.clone()),
+        ("LLM__OPENAI__1__BASE_URL", mock.base_url()),
+        ("LLM__OPENAI__1__API_KEY", "sk-cancel".to_string()),
+        ("LLM__OPENAI__1__MODEL", "m".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let settings = polygateway::config::Settings::from_map(&env).unwrap();
+    let gw = Gateway::from_settings(settings, "LLM").await.unwrap();
+    gw.chat(vec![Message::user("warm")]).await.unwrap();
+    let raw = Builder::from_config(Config::from_url(&url).expect("url"))
+        .build()
+        .expect("client");
+    raw.init().await.expect("raw connect");
+    let sent_before = mock.counts().chat;
+    // Let the warm call's finish land before counting.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let scripts_before = script_calls(&raw).await;
+
+    // Scripts pause for 600 ms (well inside the 2 s command timeout): the caller gives up first.
+    let pause = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
+    let _: String = raw
+        .custom(pause, vec!["PAUSE", "600", "WRITE"])
+        .await
+        .expect("CLIENT PAUSE");
+    let cut = tokio::time::timeout(
+        Duration::from_millis(150),
+        gw.chat(vec![Message::user("given up")]),
+    )
+    .await;
+    assert!(cut.is_err(), "the call was dropped during its admission");
+
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        gw.leases_held("LLM").await.unwrap(),
+        0,
+        "the grant was given back"
+    );
+    // The late admission ran, and one more script gave it back (the lease read above is a
+    // script too).
+    assert_eq!(script_calls(&raw).await - scripts_before, 3);
+    assert_eq!(mock.counts().chat, sent_before, "nothing was sent upstream");
+    raw.quit().await.ok();
+    gw.shutdown().await;
+    drop(server);
+}
+
 /// The whole runtime over a Redis that dies and comes back: calls fail closed with
 /// `GovernanceBackendError` (never ungoverned, never hanging), then the same gateway serves again
 /// without a restart, and no lease is left behind.

@@ -108,7 +108,7 @@ impl Transport for Echo {
     }
 }
 
-/// Governance over the in-memory limiter and breakers, admitted inline, 1 s backend timeout.
+/// Governance over the in-memory limiter and breakers, 1 s backend timeout.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -125,7 +125,6 @@ pub fn memory_governance() -> GovernanceFactory {
         gate: Arc::new(MemoryGate::default()),
         breakers: Arc::new(MemoryBreakers::default()),
         attempts: None,
-        inline: true,
         timeout: Duration::from_secs(1),
     };
     Arc::new(move || {

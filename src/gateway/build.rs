@@ -648,7 +648,6 @@ impl GatewayBuilder {
                 _ => Arc::new(MemoryBreakers::new(Arc::clone(&clock))),
             };
         let governance = Governance {
-            inline: redis.is_none(),
             gate,
             breakers,
             attempts,

@@ -1,26 +1,35 @@
-//! The admission actor: the one door to the governance backends (limiter gates and breakers).
+//! Admission: the door to the governance backends (limiter gates and breakers).
 //!
-//! Every attempt asks it for a `Permit`: the source's breaker first, then all six gates — one
+//! Every attempt asks for a `Permit`: the source's breaker first, then all six gates — one
 //! [`AttemptBackend::admit`]; a finished attempt is one [`AttemptBackend::finish`] (verdict,
 //! settlement, release, progress). With Redis each is one script call, so a successful attempt
-//! costs two round trips. With in-memory backends the answer is computed inside the handler (no
-//! I/O, microseconds). With network backends (Redis) each request runs in its own task so
-//! independent calls never queue behind one round trip. Every backend call is bounded by a
-//! timeout; an error or timeout is answered as an error — fail closed, never a pass
-//! (docs/behaviour.md §10.6). A finish whose caller asks for it is answered with the breaker
-//! state it left ([`BreakerStatus`]), for the call's `retry_after` hint.
+//! costs two round trips.
 //!
-//! The actor holds no per-call state, so a restart loses nothing: the supervisor asks the
-//! [`GovernanceFactory`] for the backends again, with backoff (the gateway's factory returns
-//! clones of the same clients; a custom one may reconnect).
+//! The call's task reaches the backends directly, through the [`Door`] the admission actor
+//! publishes when it starts: no mailbox hop on the hot path. Backend work runs in place while it
+//! needs no I/O (in-memory backends answer in their first poll) and otherwise in a task of the
+//! runtime's tracker, so shutdown can wait for it. An admission runs in the caller's task; a
+//! caller that goes away before the answer hands the rest to a tracked task that gives back a
+//! grant nobody will use. Every backend call is bounded by a timeout; an error or timeout is
+//! answered as an error — fail closed, never a pass (docs/behaviour.md §10.6). A finish whose
+//! caller asks for it is answered with the breaker state it left ([`BreakerStatus`]), for the
+//! call's `retry_after` hint.
+//!
+//! The actor owns the door's lifetime: it builds the backends through the [`GovernanceFactory`]
+//! in `pre_start` and withdraws the door when it stops, so while it is down (restarting with
+//! backoff) admission answers with a backend error, and after a restart calls use the backends
+//! the new incarnation built (the gateway's factory returns clones of the same clients; a custom
+//! one may reconnect). It holds no per-call state, so a restart loses nothing.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
 
 use crate::ports::attempt::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerStatus,
@@ -30,6 +39,8 @@ use crate::ports::breaker::{BreakerBackend, BreakerConfig};
 use crate::ports::gate::{GateBackend, GateRequest};
 use crate::ports::BackendError;
 
+use super::slot::ActorSlot;
+
 /// The governance backends of a runtime.
 ///
 /// ```
@@ -37,12 +48,12 @@ use crate::ports::BackendError;
 /// use std::time::Duration;
 /// use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
 /// use polygateway_actors::runtime::Governance;
-/// // Single-process governance: in-memory limiter and breakers, answered inline.
+/// // Single-process governance: in-memory limiter and breakers (answered without I/O, in the
+/// // caller's task).
 /// let governance = Governance {
 ///     gate: Arc::new(MemoryGate::default()),
 ///     breakers: Arc::new(MemoryBreakers::default()),
 ///     attempts: None, // composed from the two above
-///     inline: true,
 ///     timeout: Duration::from_secs(3),
 /// };
 /// // Clones share the same backends (and so the same counters and breaker states).
@@ -59,8 +70,6 @@ pub struct Governance {
     /// both backends on one server). `None`: composed from `gate` and `breakers`
     /// ([`ComposedAttempts`], one call per step).
     pub attempts: Option<Arc<dyn AttemptBackend>>,
-    /// `true` when both backends answer without I/O (memory): handled inline.
-    pub inline: bool,
     /// Bound of every backend call.
     pub timeout: Duration,
 }
@@ -105,66 +114,237 @@ pub(crate) struct Permit {
 }
 
 /// The answer to an admission request: the backend's, or the error that closes the door (a
-/// backend that failed or timed out, an admission actor that stopped).
+/// backend that failed or timed out, an admission actor that is down).
 pub(crate) type AdmitAnswer = Result<AttemptAdmit, BackendError>;
 
-/// Messages of the admission actor.
+/// Messages of the admission actor. The call path does not message it (it goes through the
+/// [`Door`] the actor publishes); shutdown waits on the runtime's task tracker directly.
 #[derive(Debug)]
 pub(crate) enum AdmissionMsg {
-    /// Ask for a permit.
-    Admit(AdmitRequest, oneshot::Sender<AdmitAnswer>),
-    /// Settle a permit: breaker action, TPM settlement with `tokens`, lease release, and (for a
-    /// success) the scope's progress mark — one message per finished attempt.
-    Finish {
-        /// Where to send the breaker state the attempt left (`None` when the finish failed);
-        /// `None`: nobody waits.
-        reply: Option<oneshot::Sender<Option<BreakerStatus>>>,
-        /// The permit.
-        permit: Permit,
-        /// The attempt succeeded: mark the scope's progress (stall guard).
-        progress: bool,
-        /// What the breaker learns.
-        action: BreakerAction,
-        /// Tokens to settle the TPM gates at.
-        tokens: u64,
-    },
-    /// How long since the scope last progressed.
-    ProgressAge(
-        Arc<str>,
-        oneshot::Sender<Result<Option<Duration>, BackendError>>,
-    ),
-    /// Answer once the backend work already started (settlements, releases, force-opens) has
-    /// finished — called on shutdown so nothing a finished call owes the shared store is lost.
-    Drain(oneshot::Sender<()>),
     /// Chaos hook: make the actor fail, to exercise supervision.
     Crash(String),
 }
 
-/// The admission actor (state: the current [`Governance`]).
+/// What a running admission actor publishes for the call path: the backends it built, their
+/// bound, and the runtime's task tracker.
+#[derive(Debug)]
+pub(crate) struct Door {
+    /// `governance.attempts`, or the composition of its gate and breakers.
+    attempts: Arc<dyn AttemptBackend>,
+    /// The limiter (the scope's progress clock).
+    gate: Arc<dyn GateBackend>,
+    /// Bound of a backend call the backend does not bound itself.
+    timeout: Duration,
+    /// Backend work that outlives the call that started it (network backends), so shutdown can
+    /// let it finish. One tracker per runtime, shared by every incarnation of the actor.
+    tasks: TaskTracker,
+}
+
+/// Where a runtime's scopes find admission: the actor (its down reason, the chaos hook), the door
+/// it publishes while it runs, and the runtime's task tracker. Cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct AdmissionSlot {
+    pub(crate) actor: ActorSlot<AdmissionMsg>,
+    door: Arc<RwLock<Option<Arc<Door>>>>,
+    tasks: TaskTracker,
+}
+
+impl AdmissionSlot {
+    /// A slot whose actor is starting.
+    pub(crate) fn starting() -> Self {
+        Self {
+            actor: ActorSlot::down("admission actor starting"),
+            door: Arc::new(RwLock::new(None)),
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// The door of the running actor, or why there is none (fail closed).
+    pub(crate) fn door(&self) -> Result<Arc<Door>, BackendError> {
+        if let Some(door) = &*self.door.read().unwrap_or_else(|e| e.into_inner()) {
+            return Ok(Arc::clone(door));
+        }
+        Err(BackendError::new(match self.actor.get() {
+            Err(reason) => reason,
+            Ok(_) => "admission actor stopped".to_string(),
+        }))
+    }
+
+    /// Publish `door` (the actor's `pre_start`); withdrawn when the returned guard drops.
+    fn publish(&self, door: Arc<Door>) -> Published {
+        *self.door.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&door));
+        Published {
+            slot: self.clone(),
+            door,
+        }
+    }
+
+    /// Wait — at most `timeout` — for the backend work already started (settlements, releases,
+    /// force-opens, the compensation of abandoned admissions): on shutdown, so nothing a finished
+    /// call owes the shared store is lost.
+    pub(crate) async fn drain(&self, timeout: Duration) {
+        self.tasks.close();
+        let _ = tokio::time::timeout(timeout, self.tasks.wait()).await;
+    }
+}
+
+/// A published door; dropping it (the actor stopped or failed) withdraws it, unless a newer
+/// incarnation already replaced it.
+#[derive(Debug)]
+struct Published {
+    slot: AdmissionSlot,
+    door: Arc<Door>,
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        let mut current = self.slot.door.write().unwrap_or_else(|e| e.into_inner());
+        if current.as_ref().is_some_and(|d| Arc::ptr_eq(d, &self.door)) {
+            *current = None;
+        }
+    }
+}
+
+impl Door {
+    /// Ask for a permit: breaker first, then the six gates, in one backend call that bounds its
+    /// own I/O. It runs in the caller's task; if the caller goes away before the answer (a
+    /// cancelled call), the rest runs in a tracked task that undoes a grant nobody will use.
+    pub(crate) fn admit(self: Arc<Self>, request: AdmitRequest) -> Admitting {
+        let breaker = request.breaker.clone();
+        let door = Arc::clone(&self);
+        Admitting {
+            work: Some(Box::pin(async move {
+                door.attempts.admit(&request.gate, &request.breaker).await
+            })),
+            door: self,
+            breaker,
+        }
+    }
+
+    /// Settle a permit: breaker action, TPM settlement, lease release and (`progress`) the
+    /// scope's progress mark. With `reply`, send the breaker state it left (`None` when the
+    /// finish failed). Never waits: the work runs in place while it needs no I/O, the rest in a
+    /// tracked task.
+    pub(crate) fn finish(
+        &self,
+        permit: Permit,
+        outcome: AttemptOutcome,
+        reply: Option<oneshot::Sender<Option<BreakerStatus>>>,
+    ) {
+        let attempts = Arc::clone(&self.attempts);
+        self.run(async move {
+            let status = finish(&attempts, &permit, outcome).await;
+            if let Some(reply) = reply {
+                let _ = reply.send(status);
+            }
+        });
+    }
+
+    /// How long since `scope` last progressed, bounded by the governance timeout.
+    pub(crate) async fn progress_age(&self, scope: &str) -> Result<Option<Duration>, BackendError> {
+        bounded(self.timeout, self.gate.progress_age(scope)).await
+    }
+
+    /// Run backend work that must complete whoever waits for it: polled once here (in-memory
+    /// backends finish in that poll), handed to a tracked task if it has to wait for I/O.
+    fn run(&self, work: impl Future<Output = ()> + Send + 'static) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            // Backends time their calls with Tokio timers: without a runtime nothing can run.
+            tracing::warn!("no runtime to run governance work on (lease TTL reclaims)");
+            return;
+        }
+        let mut work = Box::pin(work);
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        if work.as_mut().poll(&mut cx).is_pending() {
+            // The task's first poll registers its own waker (every poll does).
+            spawn_tracked(&self.tasks, work);
+        }
+    }
+}
+
+/// Spawn on the tracker if a Tokio runtime is current (a call dropped while its runtime shuts
+/// down has none: the lease and probe TTLs reclaim what it held).
+fn spawn_tracked(tasks: &TaskTracker, work: impl Future<Output = ()> + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            tasks.spawn_on(work, &runtime);
+        }
+        Err(_) => tracing::warn!("no runtime to finish governance work on (lease TTL reclaims)"),
+    }
+}
+
+type AdmitWork = Pin<Box<dyn Future<Output = AdmitAnswer> + Send>>;
+
+/// An admission in flight, awaited by the call that asked for it ([`Door::admit`]). Dropped
+/// before it answered, it hands its work to a tracked task that completes it and gives back a
+/// grant nobody will use (settled at its estimate, no breaker verdict).
+pub(crate) struct Admitting {
+    work: Option<AdmitWork>,
+    door: Arc<Door>,
+    breaker: BreakerConfig,
+}
+
+impl Future for Admitting {
+    type Output = AdmitAnswer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<AdmitAnswer> {
+        let Some(work) = self.work.as_mut() else {
+            return Poll::Ready(Err(BackendError::new("admission polled after its answer")));
+        };
+        let answer = std::task::ready!(work.as_mut().poll(cx));
+        self.work = None;
+        Poll::Ready(answer)
+    }
+}
+
+impl Drop for Admitting {
+    fn drop(&mut self) {
+        let Some(work) = self.work.take() else {
+            return;
+        };
+        let attempts = Arc::clone(&self.door.attempts);
+        let breaker = self.breaker.clone();
+        spawn_tracked(&self.door.tasks, async move {
+            if let Ok(AttemptAdmit::Admitted(attempt)) = work.await {
+                let outcome = AttemptOutcome {
+                    action: BreakerAction::NoVerdict,
+                    tokens: attempt.lease.est_tokens,
+                    progress: false,
+                };
+                finish(&attempts, &Permit { attempt, breaker }, outcome).await;
+            }
+        });
+    }
+}
+
+/// Arguments of the admission actor: how to build the backends, and where to publish them.
+#[derive(Clone)]
+pub(crate) struct AdmissionArgs {
+    pub(crate) factory: GovernanceFactory,
+    pub(crate) slot: AdmissionSlot,
+}
+
+/// The admission actor: builds the backends and publishes them as a [`Door`] while it runs.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct AdmissionActor;
 
-/// State of the admission actor.
+/// State of the admission actor: the door it published (withdrawn when the state drops).
 #[derive(Debug)]
 pub(crate) struct AdmissionState {
-    governance: Governance,
-    /// `governance.attempts`, or the composition of its gate and breakers.
-    attempts: Arc<dyn AttemptBackend>,
-    /// Backend work running in tasks (network backends), so shutdown can let it finish.
-    tasks: tokio_util::task::TaskTracker,
+    published: Option<Published>,
 }
 
 impl Actor for AdmissionActor {
     type Msg = AdmissionMsg;
     type State = AdmissionState;
-    type Arguments = GovernanceFactory;
+    type Arguments = AdmissionArgs;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        factory: GovernanceFactory,
+        args: AdmissionArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let governance = factory().await.map_err(|e| format!("{e}"))?;
+        let governance = (args.factory)().await.map_err(|e| format!("{e}"))?;
         let attempts = match &governance.attempts {
             Some(attempts) => Arc::clone(attempts),
             None => Arc::new(
@@ -175,10 +355,14 @@ impl Actor for AdmissionActor {
                 .with_step_timeout(governance.timeout),
             ),
         };
-        Ok(AdmissionState {
-            governance,
+        let door = Door {
             attempts,
-            tasks: tokio_util::task::TaskTracker::new(),
+            gate: governance.gate,
+            timeout: governance.timeout,
+            tasks: args.slot.tasks.clone(),
+        };
+        Ok(AdmissionState {
+            published: Some(args.slot.publish(Arc::new(door))),
         })
     }
 
@@ -188,70 +372,13 @@ impl Actor for AdmissionActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let gov = &state.governance;
-        let attempts = &state.attempts;
         match message {
-            AdmissionMsg::Admit(request, reply) => {
-                if gov.inline {
-                    let answer = attempts.admit(&request.gate, &request.breaker).await;
-                    deliver(attempts, &request, answer, reply).await;
-                } else {
-                    let attempts = Arc::clone(attempts);
-                    state.tasks.spawn(async move {
-                        let answer = attempts.admit(&request.gate, &request.breaker).await;
-                        deliver(&attempts, &request, answer, reply).await;
-                    });
-                }
+            AdmissionMsg::Crash(reason) => {
+                // Withdraw the door before the supervisor hears of the failure.
+                state.published = None;
+                Err(reason.into())
             }
-            AdmissionMsg::Finish {
-                reply,
-                permit,
-                progress,
-                action,
-                tokens,
-            } => {
-                let outcome = AttemptOutcome {
-                    action,
-                    tokens,
-                    progress,
-                };
-                let answer = |status| {
-                    if let Some(reply) = reply {
-                        let _ = reply.send(status);
-                    }
-                };
-                if gov.inline {
-                    answer(finish(attempts, &permit, outcome).await);
-                } else {
-                    let attempts = Arc::clone(attempts);
-                    state
-                        .tasks
-                        .spawn(async move { answer(finish(&attempts, &permit, outcome).await) });
-                }
-            }
-            AdmissionMsg::ProgressAge(scope, reply) => {
-                let gov = gov.clone();
-                let work = async move {
-                    let age = bounded(gov.timeout, gov.gate.progress_age(&scope)).await;
-                    let _ = reply.send(age);
-                };
-                if state.governance.inline {
-                    work.await
-                } else {
-                    state.tasks.spawn(work);
-                }
-            }
-            AdmissionMsg::Drain(reply) => {
-                let tasks = state.tasks.clone();
-                tokio::spawn(async move {
-                    tasks.close();
-                    tasks.wait().await;
-                    let _ = reply.send(());
-                });
-            }
-            AdmissionMsg::Crash(reason) => return Err(reason.into()),
         }
-        Ok(())
     }
 }
 
@@ -265,29 +392,6 @@ async fn bounded<R>(
         Err(_) => Err(BackendError::new(format!(
             "governance backend did not answer within {timeout:?}"
         ))),
-    }
-}
-
-/// Hand the answer of the admission (breaker first, then the six gates, in one backend call that
-/// bounds its own I/O: cutting it short from outside would skip the compensation of a grant the
-/// caller never learnt of) to the waiting call; if it went away meanwhile, undo the grant.
-async fn deliver(
-    attempts: &Arc<dyn AttemptBackend>,
-    request: &AdmitRequest,
-    answer: AdmitAnswer,
-    reply: oneshot::Sender<AdmitAnswer>,
-) {
-    if let Err(Ok(AttemptAdmit::Admitted(attempt))) = reply.send(answer) {
-        let outcome = AttemptOutcome {
-            action: BreakerAction::NoVerdict,
-            tokens: attempt.lease.est_tokens,
-            progress: false,
-        };
-        let permit = Permit {
-            attempt,
-            breaker: request.breaker.clone(),
-        };
-        finish(attempts, &permit, outcome).await;
     }
 }
 
@@ -326,3 +430,177 @@ async fn finish(
 /// Tries of one finish, and the pause before the first retry (doubling): about 1.75 s in all.
 const FINISH_TRIES: u32 = 4;
 const FINISH_RETRY_FIRST: Duration = Duration::from_millis(250);
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::memory::{MemoryBreakers, MemoryGate};
+    use crate::policy::select::LeastInflight;
+    use crate::ports::attempt::AttemptPermit;
+    use crate::runtime::{
+        CallFailure, CallOptions, NoObserver, Runtime, RuntimeOptions, Scope, ScopeConfig,
+        ScopeReason,
+    };
+    use crate::testkit::{aimd, echo, Echo};
+
+    /// In-memory backends that count admissions and answer them `delay` after granting them (a
+    /// stand-in for a reply still on the network).
+    #[derive(Debug)]
+    struct Counted {
+        inner: ComposedAttempts,
+        gate: Arc<MemoryGate>,
+        admits: AtomicUsize,
+        delay: Duration,
+    }
+
+    impl Counted {
+        fn new(delay: Duration) -> Arc<Self> {
+            let gate = Arc::new(MemoryGate::default());
+            let inner = ComposedAttempts::new(gate.clone(), Arc::new(MemoryBreakers::default()));
+            Arc::new(Self {
+                inner,
+                gate,
+                admits: AtomicUsize::new(0),
+                delay,
+            })
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl AttemptBackend for Counted {
+        async fn admit(
+            &self,
+            request: &GateRequest,
+            breaker: &BreakerConfig,
+        ) -> Result<AttemptAdmit, BackendError> {
+            self.admits.fetch_add(1, Ordering::SeqCst);
+            let answer = self.inner.admit(request, breaker).await;
+            if !self.delay.is_zero() {
+                tokio::time::sleep(self.delay).await;
+            }
+            answer
+        }
+
+        async fn finish(
+            &self,
+            permit: &AttemptPermit,
+            breaker: &BreakerConfig,
+            outcome: AttemptOutcome,
+        ) -> Result<BreakerStatus, BackendError> {
+            self.inner.finish(permit, breaker, outcome).await
+        }
+    }
+
+    /// A runtime whose factory builds new [`Counted`] backends on every (re)start, listed in
+    /// build order.
+    async fn runtime(delay: Duration) -> (Runtime, Scope<Echo>, Arc<Mutex<Vec<Arc<Counted>>>>) {
+        let built: Arc<Mutex<Vec<Arc<Counted>>>> = Arc::default();
+        let list = Arc::clone(&built);
+        let factory: GovernanceFactory = Arc::new(move || {
+            let counted = Counted::new(delay);
+            list.lock().unwrap().push(Arc::clone(&counted));
+            Box::pin(async move {
+                Ok(Governance {
+                    gate: counted.gate.clone(),
+                    breakers: Arc::new(MemoryBreakers::default()),
+                    attempts: Some(counted),
+                    timeout: Duration::from_secs(1),
+                })
+            })
+        });
+        let runtime = Runtime::start(factory, RuntimeOptions::default())
+            .await
+            .unwrap();
+        let scope = runtime
+            .add_scope(
+                ScopeConfig::new("LLM"),
+                vec![echo("echo_1")],
+                Box::new(LeastInflight),
+                aimd(),
+            )
+            .await
+            .unwrap();
+        (runtime, scope, built)
+    }
+
+    async fn call(scope: &Scope<Echo>) -> Result<(), CallFailure<std::io::Error>> {
+        match scope
+            .call(&"hi".to_string(), &NoObserver, None, CallOptions::default())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(CallFailure::Unavailable { reason, detail, .. }) => Err(CallFailure::Unavailable {
+                reason,
+                retry_after: Duration::ZERO,
+                per_source: Default::default(),
+                last_error: None,
+                detail,
+            }),
+            Err(other) => panic!("unexpected failure {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_restarted_admission_actor_admits_through_the_backends_it_built() {
+        let (runtime, scope, built) = runtime(Duration::ZERO).await;
+        call(&scope).await.unwrap();
+        let first = Arc::clone(&built.lock().unwrap()[0]);
+        assert_eq!(first.admits.load(Ordering::SeqCst), 1);
+
+        scope.crash_admission("chaos test");
+        let mut saw_down = false;
+        let mut recovered = false;
+        for _ in 0..200 {
+            match call(&scope).await {
+                Err(CallFailure::Unavailable { reason, .. }) => {
+                    assert_eq!(reason, ScopeReason::GovernanceBackendDown);
+                    saw_down = true;
+                }
+                Err(_) => unreachable!(),
+                Ok(()) if saw_down => {
+                    recovered = true;
+                    break;
+                }
+                Ok(()) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            saw_down && recovered,
+            "down {saw_down}, recovered {recovered}"
+        );
+        let second = Arc::clone(&built.lock().unwrap()[1]);
+        let before_restart = first.admits.load(Ordering::SeqCst);
+        call(&scope).await.unwrap();
+        assert_eq!(built.lock().unwrap().len(), 2, "one restart, one rebuild");
+        assert_eq!(second.admits.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            first.admits.load(Ordering::SeqCst),
+            before_restart,
+            "the old backends see no admission after the restart"
+        );
+        assert_eq!(second.gate.leases_held("LLM").await.unwrap(), 0);
+        runtime.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test]
+    async fn a_call_dropped_during_its_admission_gives_the_grant_back_and_shutdown_waits_for_it() {
+        let (runtime, scope, built) = runtime(Duration::from_millis(200)).await;
+        let backend = Arc::clone(&built.lock().unwrap()[0]);
+        let cut = tokio::time::timeout(Duration::from_millis(50), call(&scope)).await;
+        assert!(
+            cut.is_err(),
+            "the call was dropped while its admission was in flight"
+        );
+        assert_eq!(backend.admits.load(Ordering::SeqCst), 1);
+        assert_eq!(backend.gate.leases_held("LLM").await.unwrap(), 1, "granted");
+        // The admission still completes (in a tracked task) and is given back; draining waits
+        // for it.
+        runtime.quiesce(Duration::from_secs(2)).await;
+        assert_eq!(backend.gate.leases_held("LLM").await.unwrap(), 0);
+        runtime.shutdown(Duration::from_secs(1)).await;
+    }
+}

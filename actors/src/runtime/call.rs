@@ -22,11 +22,10 @@ use tracing::Instrument;
 
 use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
 use crate::policy::pacer::PacerObservation;
-use crate::ports::attempt::{AttemptAdmit, BreakerAction, BreakerStatus};
+use crate::ports::attempt::{AttemptAdmit, AttemptOutcome, BreakerAction, BreakerStatus};
 use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
-use crate::ports::BackendError;
 
 use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, Permit};
 use super::ids::new_id;
@@ -274,13 +273,16 @@ impl<T: Transport> AttemptGuard<'_, T> {
                 self.breaker_after = Some(receiver);
                 reply
             });
-            self.scope.send_admission(AdmissionMsg::Finish {
-                reply,
-                permit,
-                progress,
+            let outcome = AttemptOutcome {
                 action,
                 tokens,
-            });
+                progress,
+            };
+            match self.scope.admission.door() {
+                Ok(door) => door.finish(permit, outcome, reply),
+                Err(e) => tracing::warn!(scope = %self.scope.config.name, reason = %e.message,
+                    "admission down; bookkeeping dropped (lease TTL reclaims)"),
+            }
         }
     }
 }
@@ -642,7 +644,6 @@ impl<T: Transport> ScopeInner<T> {
     }
 
     async fn admit(&self, ticket: &SourceTicket<T>) -> AdmitAnswer {
-        let stopped = || Err(BackendError::new("admission actor stopped"));
         let source = ticket.source();
         let request = AdmitRequest {
             gate: GateRequest {
@@ -656,27 +657,12 @@ impl<T: Transport> ScopeInner<T> {
             },
             breaker: source.breaker.clone(),
         };
-        let (reply, answer) = oneshot::channel();
-        let admission = match self.admission.get() {
-            Ok(a) => a,
-            Err(reason) => return Err(BackendError::new(reason)),
-        };
-        if admission.cast(AdmissionMsg::Admit(request, reply)).is_err() {
-            return stopped();
-        }
-        answer.await.unwrap_or_else(|_| stopped())
+        self.admission.door()?.admit(request).await
     }
 
     async fn progress_age(&self) -> Option<Duration> {
-        let (reply, answer) = oneshot::channel();
-        let admission = self.admission.get().ok()?;
-        admission
-            .cast(AdmissionMsg::ProgressAge(
-                Arc::clone(&self.config.name),
-                reply,
-            ))
-            .ok()?;
-        answer.await.ok()?.ok()?
+        let door = self.admission.door().ok()?;
+        door.progress_age(&self.config.name).await.ok()?
     }
 
     pub(crate) fn send_router(&self, message: RouterMsg<T>) {
@@ -686,14 +672,14 @@ impl<T: Transport> ScopeInner<T> {
     }
 
     pub(crate) fn send_admission(&self, message: AdmissionMsg) {
-        match self.admission.get() {
+        match self.admission.actor.get() {
             Ok(admission) => {
                 if admission.cast(message).is_err() {
-                    tracing::warn!(scope = %self.config.name, "admission actor gone; bookkeeping dropped (lease TTL reclaims)");
+                    tracing::warn!(scope = %self.config.name, "admission actor gone; message dropped");
                 }
             }
             Err(reason) => {
-                tracing::warn!(scope = %self.config.name, %reason, "admission actor down; bookkeeping dropped (lease TTL reclaims)");
+                tracing::warn!(scope = %self.config.name, %reason, "admission actor down; message dropped");
             }
         }
     }

@@ -9,7 +9,7 @@ use crate::clock::Clock;
 use crate::ports::gate::Limits;
 use crate::ports::transport::{EventSink, Transport};
 
-use super::admission::AdmissionMsg;
+use super::admission::{AdmissionMsg, AdmissionSlot};
 use super::call::{CallFailure, CallOptions, Governed};
 use super::observer::CallObserver;
 use super::router::RouterMsg;
@@ -87,7 +87,7 @@ impl ScopeConfig {
 pub(crate) struct ScopeInner<T> {
     pub(crate) config: ScopeConfig,
     pub(crate) router: ActorSlot<RouterMsg<T>>,
-    pub(crate) admission: ActorSlot<AdmissionMsg>,
+    pub(crate) admission: AdmissionSlot,
     pub(crate) sources: Arc<[Arc<SourceShared<T>>]>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) shutdown: tokio_util::sync::CancellationToken,

@@ -27,7 +27,7 @@ use crate::clock::{Clock, TokioClock};
 use crate::policy::select::Selector;
 use crate::ports::transport::Transport;
 
-use super::admission::{AdmissionActor, AdmissionMsg, GovernanceFactory};
+use super::admission::{AdmissionActor, AdmissionArgs, AdmissionSlot, GovernanceFactory};
 use super::metrics::{ScopeMetrics, SourceMetrics};
 use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
 use super::router::{RouterArgs, RouterMsg, ScopeRouter};
@@ -288,7 +288,7 @@ pub struct SourceSpec<T> {
 /// ```
 pub struct Runtime {
     supervisor: ActorRef<SupervisorMsg>,
-    admission: ActorSlot<AdmissionMsg>,
+    admission: AdmissionSlot,
     clock: Arc<dyn Clock>,
     restart: RestartPolicy,
     shutdown: CancellationToken,
@@ -346,7 +346,6 @@ impl Runtime {
     ///     gate: Arc::new(MemoryGate::default()),
     ///     breakers: Arc::new(MemoryBreakers::default()),
     ///     attempts: None,
-    ///     inline: true,
     ///     timeout: Duration::from_secs(1),
     /// };
     /// // Called at start and again whenever the admission actor is restarted.
@@ -368,19 +367,22 @@ impl Runtime {
             .map_err(|e| format!("cannot start the runtime supervisor: {e}"))?;
         let runtime = Self {
             supervisor,
-            admission: ActorSlot::down("admission actor starting"),
+            admission: AdmissionSlot::starting(),
             clock: options.clock,
             restart: options.restart,
             shutdown: CancellationToken::new(),
         };
-        let slot = runtime.admission.clone();
+        let args = AdmissionArgs {
+            factory: governance,
+            slot: runtime.admission.clone(),
+        };
         runtime
             .adopt(
                 "admission",
                 || AdmissionActor,
-                governance,
+                args,
                 Some(runtime.restart),
-                slot,
+                runtime.admission.actor.clone(),
             )
             .await?;
         Ok(runtime)
@@ -621,8 +623,8 @@ impl Runtime {
     }
 
     /// First half of a shutdown: calls in flight end with a shutdown error and hand back what
-    /// they hold, and the admission actor finishes the backend work it started (Redis releases,
-    /// force-opens). The tree keeps running, so the owner can flush telemetry afterwards.
+    /// they hold, and the governance work already started finishes (Redis releases, force-opens,
+    /// the compensation of abandoned admissions). The tree keeps running, so the owner can flush telemetry afterwards.
     /// Bounded by `timeout`; idempotent.
     ///
     /// ```
@@ -644,14 +646,9 @@ impl Runtime {
     /// ```
     pub async fn quiesce(&self, timeout: Duration) {
         self.shutdown.cancel();
-        // Interrupted calls hand back their permits by message; let those land first.
+        // Interrupted calls hand back their permits as they unwind; let them run first.
         tokio::time::sleep(Duration::from_millis(10)).await;
-        if let Ok(admission) = self.admission.get() {
-            let (reply, done) = oneshot::channel();
-            if admission.cast(AdmissionMsg::Drain(reply)).is_ok() {
-                let _ = tokio::time::timeout(timeout, done).await;
-            }
-        }
+        self.admission.drain(timeout).await;
     }
 
     /// Stop the tree ([`Runtime::quiesce`] first if it was not called). Bounded by `timeout`;
