@@ -194,13 +194,14 @@ async fn main() {
     // The limiter's RPM gate counts per fixed minute of the Redis server's clock, the mock per
     // minute of arrival: a request admitted in the last instant of one minute arrives in the next
     // and would be counted against the wrong window. Start the load early in a minute so both
-    // count the same window (same machine, same clock).
+    // count the same window (same machine, same clock). The load phase takes about two seconds:
+    // ten left in the minute are plenty.
     let into_minute = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970")
         .as_millis()
         % 60_000;
-    if into_minute > 35_000 {
+    if into_minute > 50_000 {
         tokio::time::sleep(Duration::from_millis((60_000 - into_minute) as u64 + 200)).await;
     }
 
