@@ -22,6 +22,8 @@ use fred::types::{ClusterHash, CustomCommand};
 use polygateway::config::Secret;
 use polygateway::ports::{GateBackend, GateDecision, GateRequest, Lease, Limits};
 use polygateway::redis::{RedisGate, RedisGovernance, RedisOptions};
+use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway::{Gateway, GatewayError, Message, UnavailableReason};
 
 /// Upper bound of any single call while Redis is down (command timeout 400 ms + slack).
 const DOWN_BOUND: Duration = Duration::from_millis(1_500);
@@ -272,6 +274,31 @@ async fn timed_out_admission_that_ran_late_is_given_back() {
 }
 
 /// Script calls (EVAL/EVALSHA) the server has run so far, from `INFO commandstats`.
+/// A gateway whose limiter and breakers live in the Redis at `url`, with one source (scope `LLM`)
+/// on `mock`, no telemetry, and the `extra` keys.
+async fn redis_gateway(
+    url: &str,
+    mock: &MockUpstream,
+    api_key: &str,
+    extra: &[(&str, &str)],
+) -> Gateway {
+    let env: std::collections::BTreeMap<String, String> = [
+        ("PGW_LIMITER_BACKEND", "redis"),
+        ("PGW_BREAKER_BACKEND", "redis"),
+        ("PGW_TELEMETRY_BACKEND", "none"),
+        ("REDIS_URL", url),
+        ("LLM__OPENAI__1__BASE_URL", &mock.base_url()),
+        ("LLM__OPENAI__1__API_KEY", api_key),
+        ("LLM__OPENAI__1__MODEL", "m"),
+    ]
+    .iter()
+    .chain(extra)
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let settings = polygateway::config::Settings::from_map(&env).unwrap();
+    Gateway::from_settings(settings, "LLM").await.unwrap()
+}
+
 async fn script_calls(raw: &fred::prelude::Client) -> u64 {
     let stats: String = raw
         .info(Some(fred::types::InfoKind::CommandStats))
@@ -291,28 +318,12 @@ async fn script_calls(raw: &fred::prelude::Client) -> u64 {
 /// 150 ms, and the script runs late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_dropped_during_its_admission_gives_the_grant_back() {
-    use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-    use polygateway::{Gateway, Message};
-
     let Some((port, server)) = private_redis("cancel-during-admit test").await else {
         return;
     };
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let url = format!("redis://127.0.0.1:{port}");
-    let env: std::collections::BTreeMap<String, String> = [
-        ("PGW_LIMITER_BACKEND", "redis".to_string()),
-        ("PGW_BREAKER_BACKEND", "redis".to_string()),
-        ("PGW_TELEMETRY_BACKEND", "none".to_string()),
-        ("REDIS_URL", url.clone()),
-        ("LLM__OPENAI__1__BASE_URL", mock.base_url()),
-        ("LLM__OPENAI__1__API_KEY", "sk-cancel".to_string()),
-        ("LLM__OPENAI__1__MODEL", "m".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let settings = polygateway::config::Settings::from_map(&env).unwrap();
-    let gw = Gateway::from_settings(settings, "LLM").await.unwrap();
+    let gw = redis_gateway(&url, &mock, "sk-cancel", &[]).await;
     gw.chat(vec![Message::user("warm")]).await.unwrap();
     let raw = Builder::from_config(Config::from_url(&url).expect("url"))
         .build()
@@ -356,28 +367,18 @@ async fn a_call_dropped_during_its_admission_gives_the_grant_back() {
 /// without a restart, and no lease is left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_fails_closed_while_redis_is_down_and_recovers_by_itself() {
-    use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-    use polygateway::{Gateway, GatewayError, Message, UnavailableReason};
-
     let Some((port, mut server)) = private_redis("runtime chaos test").await else {
         return;
     };
     let mock = MockUpstream::start(Behaviour::healthy()).await;
-    let env: std::collections::BTreeMap<String, String> = [
-        ("PGW_LIMITER_BACKEND", "redis".to_string()),
-        ("PGW_BREAKER_BACKEND", "redis".to_string()),
-        ("PGW_TELEMETRY_BACKEND", "none".to_string()),
-        ("REDIS_URL", format!("redis://127.0.0.1:{port}")),
-        ("LLM__GLOBAL__MAX_CONCURRENCY", "8".to_string()),
-        ("LLM__OPENAI__1__BASE_URL", mock.base_url()),
-        ("LLM__OPENAI__1__API_KEY", "sk-chaos".to_string()),
-        ("LLM__OPENAI__1__MODEL", "m".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let settings = polygateway::config::Settings::from_map(&env).unwrap();
-    let gw = Gateway::from_settings(settings, "LLM").await.unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let gw = redis_gateway(
+        &url,
+        &mock,
+        "sk-chaos",
+        &[("LLM__GLOBAL__MAX_CONCURRENCY", "8")],
+    )
+    .await;
     let call = || async {
         tokio::time::timeout(Duration::from_secs(8), gw.chat(vec![Message::user("x")]))
             .await
@@ -562,9 +563,6 @@ enum Outcome {
 /// probe or in-flight count outlives the lease TTL; no call is lost. Prints one JSON line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_primary_failover_fails_closed_then_resumes_without_leaks() {
-    use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-    use polygateway::{Gateway, Message, UnavailableReason};
-
     let url = match std::env::var("PGW_TEST_REDIS_CLUSTER_URL") {
         Ok(url) => url,
         Err(_) if std::env::var("CI").as_deref() == Ok("true") => {
