@@ -1,20 +1,22 @@
--- One attempt's governance in two round trips (docs/behaviour.md §5.3, §5.4): `admit` = breaker check + six
--- gates + lease, `finish` = breaker verdict (or force-open / probe release) + TPM settlement +
--- lease release + progress mark. Each is one atomic call.
+-- One attempt's governance in at most two round trips (docs/behaviour.md §5.3, §5.4): `admit` = breaker
+-- check + six gates + lease, `finish` = breaker verdict (or force-open / probe release) + TPM
+-- settlement + lease release + progress mark. One call runs a list of operations in order,
+-- atomically: the finishes the runtime held back, then the next admission of the same scope — so
+-- under load an attempt costs one round trip (its finish rides on a later admission).
 --
 -- The Rust side prepends lua/breaker.lua, lua/limiter.lua and lua/progress.lua, each wrapped as
 -- `local function breaker(KEYS, ARGV) ... end` (`limiter`, `progress`), so this script drives the
 -- very same code the single-purpose calls run — no second copy of a state machine. It reads the
 -- server time once and hands it on as `ARGV.now`.
 --
--- KEYS (both operations, same order; all share the `{scope}` hash tag, so one cluster slot):
+-- Operations: 7 KEYS each (every key of every operation shares the `{scope}` hash tag, so one
+-- cluster slot), in this order:
 --   1..5 the limiter keys (global leases, source leases, global window, source window, lease
 --        record — see lua/limiter.lua)
 --   6    the source's breaker HASH (see lua/breaker.lua)
 --   7    the scope's progress STRING (see lua/progress.lua)
---
--- ARGV[1] = operation, ARGV[2..8] = breaker parameters (effective threshold, cooldown ms, max
--- cooldown ms, probe ttl ms, min calls, fail rate, bucket ms), then:
+-- and their ARGV one after the other, each: 1 = operation, 2..8 = breaker parameters (effective
+-- threshold, cooldown ms, max cooldown ms, probe ttl ms, min calls, fail rate, bucket ms), then:
 --   admit   9 lease id (also the probe id), 10 lease ttl ms, 11 window ms, 12 est tokens,
 --           13..18 limits (global conc, rpm, tpm, source conc, rpm, tpm; 0 = unlimited)
 --           -> {1, window, est, epoch, probe id ('' = none)} admitted
@@ -26,6 +28,7 @@
 --           -> {applied, state, retry_after_ms}: applied 1 | 0 already finished (a re-sent
 --              finish changes nothing), then the breaker as the next admission will see it
 --              (breaker.lua state codes; retry_after_ms > 0 only when open)
+-- The reply is the last operation's.
 --
 -- Idempotency under re-sent scripts (fred may re-send an EVALSHA after a reconnect):
 -- - a re-sent `admit` finds its lease record and answers the first admission (with the epoch and
@@ -33,71 +36,90 @@
 -- - `finish` marks the lease record `fin` (kept 2 minutes even when the record had expired): the
 --   lease id is the verdict id, so a re-sent verdict cannot count twice.
 
-local op = ARGV[1]
-local lease_key = KEYS[5]
-local breaker_keys = {KEYS[6]}
-local limiter_keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+-- ARGV arity of each operation.
+local ARITY = {admit = 18, finish = 14}
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- ARGV of a breaker.lua call: `name`, the shared parameters, then `extra`.
-local function breaker_args(name, extra)
-  local args = {name, now = now}
-  for i = 2, 8 do
-    args[i] = ARGV[i]
+-- One operation over KEYS[k + 1 .. k + 7] and ARGV[a .. a + arity - 1].
+local function run(op, k, a)
+  local function arg(i)
+    return ARGV[a + i - 1]
   end
-  for _, v in ipairs(extra) do
-    args[#args + 1] = v
-  end
-  return args
-end
+  local lease_key = KEYS[k + 5]
+  local breaker_keys = {KEYS[k + 6]}
+  local limiter_keys = {KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], lease_key}
 
-if op == 'admit' then
-  local lease_id = ARGV[9]
-  local prior = redis.call('HMGET', lease_key, 'w', 'est', 'exp', 'released', 'ep', 'pr')
-  -- Re-sent (or overtaken by its release): answer the first admission, count nothing.
-  if prior[4] == '1' or (prior[1] and tonumber(prior[3]) > now) then
-    return {1, tonumber(prior[1] or 0), tonumber(prior[2] or 0), tonumber(prior[5] or 0),
-            prior[6] or ''}
-  end
-
-  -- Breaker first: an open source spends no quota.
-  local b = breaker(breaker_keys, breaker_args('acquire', {lease_id}))
-  if b[1] == 2 then
-    return {2, b[2], b[3]}
-  end
-  local epoch = b[2]
-  local probe = ''
-  if b[1] == 1 then
-    probe = b[3]
-  end
-
-  -- The lease record was checked above (`fresh`); it stores the epoch and probe too.
-  local g = limiter(limiter_keys, {'admit', lease_id, ARGV[10], ARGV[11], ARGV[12], ARGV[13],
-                                   ARGV[14], ARGV[15], ARGV[16], ARGV[17], ARGV[18],
-                                   now = now, fresh = true, record = {'ep', epoch, 'pr', probe}})
-  if g[1] == 0 then
-    -- A gate refused: hand the probe we just took back (nothing else was counted).
-    if probe ~= '' then
-      breaker(breaker_keys, breaker_args('release_probe', {probe}))
+  -- ARGV of a breaker.lua call: `name`, the shared parameters, then `extra`.
+  local function breaker_args(name, extra)
+    local args = {name, now = now}
+    for i = 2, 8 do
+      args[i] = arg(i)
     end
-    return g
+    for _, v in ipairs(extra) do
+      args[#args + 1] = v
+    end
+    return args
   end
-  return {1, g[2], g[3], epoch, probe}
 
-elseif op == 'finish' then
-  local applied = limiter(limiter_keys, {'finish', ARGV[9], ARGV[13], now = now})
+  if op == 'admit' then
+    local lease_id = arg(9)
+    local prior = redis.call('HMGET', lease_key, 'w', 'est', 'exp', 'released', 'ep', 'pr')
+    -- Re-sent (or overtaken by its release): answer the first admission, count nothing.
+    if prior[4] == '1' or (prior[1] and tonumber(prior[3]) > now) then
+      return {1, tonumber(prior[1] or 0), tonumber(prior[2] or 0), tonumber(prior[5] or 0),
+              prior[6] or ''}
+    end
+
+    -- Breaker first: an open source spends no quota.
+    local b = breaker(breaker_keys, breaker_args('acquire', {lease_id}))
+    if b[1] == 2 then
+      return {2, b[2], b[3]}
+    end
+    local epoch = b[2]
+    local probe = ''
+    if b[1] == 1 then
+      probe = b[3]
+    end
+
+    -- The lease record was checked above (`fresh`); it stores the epoch and probe too.
+    local g = limiter(limiter_keys, {'admit', lease_id, arg(10), arg(11), arg(12), arg(13),
+                                     arg(14), arg(15), arg(16), arg(17), arg(18),
+                                     now = now, fresh = true, record = {'ep', epoch, 'pr', probe}})
+    if g[1] == 0 then
+      -- A gate refused: hand the probe we just took back (nothing else was counted).
+      if probe ~= '' then
+        breaker(breaker_keys, breaker_args('release_probe', {probe}))
+      end
+      return g
+    end
+    return {1, g[2], g[3], epoch, probe}
+  end
+
+  -- finish
+  local applied = limiter(limiter_keys, {'finish', arg(9), arg(13), now = now})
   -- A re-sent finish applies no verdict again; it only reports the breaker.
-  local epoch, probe, action = ARGV[10], ARGV[11], ARGV[12]
+  local epoch, probe, action = arg(10), arg(11), arg(12)
   if applied == 0 then
     probe, action = '', 'n'
   end
   local b = breaker(breaker_keys, breaker_args('verdict', {epoch, probe, action}))
-  if applied == 1 and ARGV[14] ~= '0' then
-    progress({KEYS[7]}, {'mark', ARGV[14], now = now})
+  if applied == 1 and arg(14) ~= '0' then
+    progress({KEYS[k + 7]}, {'mark', arg(14), now = now})
   end
   return {applied, b[1], b[2]}
 end
 
-return redis.error_reply('attempt.lua: unknown operation ' .. tostring(op))
+local reply
+local k, a = 0, 1
+while a <= #ARGV do
+  local op = ARGV[a]
+  local arity = ARITY[op]
+  if not arity then
+    return redis.error_reply('attempt.lua: unknown operation ' .. tostring(op))
+  end
+  reply = run(op, k, a)
+  k, a = k + 7, a + arity
+end
+return reply

@@ -22,6 +22,6 @@ pub use polygateway_actors::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, AttemptVerdict, BackendError,
     BreakerAction, BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState,
     BreakerStatus, BreakerVerdict, Classify, Clock, ComposedAttempts, ConsumerGone, EventSink,
-    FailureClass, Gate, GateBackend, GateDecision, GateRequest, Lease, Limits, SourceReason,
-    TokioClock, Transport,
+    FailureClass, Gate, GateBackend, GateDecision, GateRequest, Lease, Limits, PendingFinish,
+    SourceReason, TokioClock, Transport,
 };

@@ -428,7 +428,7 @@ fn the_public_surface_stays_within_its_ceiling() {
 /// Public items of `polygateway` (src/) allowed by the surface check.
 const ROOT_CEILING: usize = 439;
 /// Public items of `polygateway-actors` (actors/src/) allowed by the surface check.
-const ACTORS_CEILING: usize = 204;
+const ACTORS_CEILING: usize = 205;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

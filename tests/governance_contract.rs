@@ -126,4 +126,6 @@ memory_attempt_contract! {
     memory_attempt_failures_open_and_force_open => attempt_contract_failures_open_and_force_open,
     memory_attempt_finish_reports_the_breaker_it_leaves =>
         attempt_contract_finish_reports_the_breaker_it_leaves,
+    memory_attempt_carried_finishes_apply_before_the_admission =>
+        attempt_contract_carried_finishes_apply_before_the_admission,
 }

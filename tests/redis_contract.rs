@@ -193,6 +193,8 @@ attempt_contract! {
     redis_attempt_failures_open_and_force_open => attempt_contract_failures_open_and_force_open,
     redis_attempt_finish_reports_the_breaker_it_leaves =>
         attempt_contract_finish_reports_the_breaker_it_leaves,
+    redis_attempt_carried_finishes_apply_before_the_admission =>
+        attempt_contract_carried_finishes_apply_before_the_admission,
 }
 
 gate_contract! {

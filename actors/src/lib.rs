@@ -23,7 +23,7 @@ pub use clock::{Clock, TokioClock};
 pub use outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
 pub use ports::attempt::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerStatus,
-    ComposedAttempts,
+    ComposedAttempts, PendingFinish,
 };
 pub use ports::breaker::{
     BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState, BreakerVerdict,

@@ -1,7 +1,9 @@
-//! [`RedisAttempts`]: one attempt's governance in two script calls (`lua/attempt.lua`) — admission
-//! (breaker check, six gates, lease) and finish (verdict, settlement, release, progress, and the
-//! breaker state it leaves) — so a successful attempt costs two round trips. The script runs the same breaker, limiter and
-//! progress code as the single-purpose calls of [`super::RedisBreakers`] and [`super::RedisGate`].
+//! [`RedisAttempts`]: one attempt's governance in at most two script calls (`lua/attempt.lua`) —
+//! admission (breaker check, six gates, lease) and finish (verdict, settlement, release, progress,
+//! and the breaker state it leaves). Finishes nobody waits for ride on the scope's next admission
+//! ([`AttemptBackend::admit_after`]), so under load an attempt costs one round trip. The script
+//! runs the same breaker, limiter and progress code as the single-purpose calls of
+//! [`super::RedisBreakers`] and [`super::RedisGate`].
 //!
 //! Not for: mixed setups (Redis limiter with in-memory breakers, or the reverse) — those compose
 //! the two ports ([`polygateway_actors::ComposedAttempts`]).
@@ -13,7 +15,7 @@ use async_trait::async_trait;
 use fred::prelude::Value;
 use polygateway_actors::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BackendError, BreakerAction,
-    BreakerConfig, BreakerState, BreakerStatus, BreakerVerdict, GateRequest, Lease,
+    BreakerConfig, BreakerState, BreakerStatus, BreakerVerdict, GateRequest, Lease, PendingFinish,
 };
 
 use super::breaker::{config_args, state_of};
@@ -107,28 +109,60 @@ fn finish_args(permit: &AttemptPermit, outcome: AttemptOutcome) -> Vec<Value> {
     ]
 }
 
-#[async_trait]
-impl AttemptBackend for RedisAttempts {
-    async fn admit(
+impl RedisAttempts {
+    /// The keys and arguments of one `finish` operation.
+    fn finish_op(
         &self,
+        permit: &AttemptPermit,
+        breaker: &BreakerConfig,
+        outcome: AttemptOutcome,
+    ) -> (Vec<String>, Vec<Value>) {
+        let lease = &permit.lease;
+        let keys = self
+            .gate
+            .redis()
+            .keys()
+            .attempt(&lease.scope, &lease.source, &lease.id);
+        let mut args = config_args("finish", breaker);
+        args.extend(finish_args(permit, outcome));
+        (keys, args)
+    }
+
+    /// The keys and arguments of the finishes in `pending`, one operation after the other.
+    fn finish_ops(&self, pending: &[PendingFinish]) -> (Vec<String>, Vec<Value>) {
+        let (mut keys, mut args) = (Vec::new(), Vec::new());
+        for p in pending {
+            let (k, a) = self.finish_op(&p.permit, &p.breaker, p.outcome);
+            keys.extend(k);
+            args.extend(a);
+        }
+        (keys, args)
+    }
+
+    /// Run `carried` operations (finishes), then the admission of `request`, in one script call.
+    async fn admit_carrying(
+        &self,
+        (mut keys, mut args): (Vec<String>, Vec<Value>),
         request: &GateRequest,
         breaker: &BreakerConfig,
     ) -> Result<AttemptAdmit, BackendError> {
         let redis = self.gate.redis();
-        let keys = redis
+        let admit_keys = redis
             .keys()
             .attempt(&request.scope, &request.source, &request.lease_id);
-        let mut args = config_args("admit", breaker);
+        keys.extend(admit_keys.iter().cloned());
+        args.extend(config_args("admit", breaker));
         args.extend(self.gate.admit_args(request));
         let client = redis.pinned();
         let reply: Vec<Value> = match redis
-            .eval_on(&client, ScriptKind::Attempt, keys.clone(), args)
+            .eval_on(&client, ScriptKind::Attempt, keys, args)
             .await
         {
             Ok(reply) => reply,
             Err(e) => {
                 // The caller treats the attempt as never admitted: give back the lease and a probe
-                // it may hold (the probe id is the lease id), counting no verdict.
+                // it may hold (the probe id is the lease id), counting no verdict. (It sends
+                // carried finishes again itself.)
                 let lost = AttemptPermit {
                     lease: Lease {
                         scope: Arc::clone(&request.scope),
@@ -147,7 +181,7 @@ impl AttemptBackend for RedisAttempts {
                 };
                 let mut undo = config_args("finish", breaker);
                 undo.extend(finish_args(&lost, outcome));
-                redis.compensate(client, ScriptKind::Attempt, keys, undo);
+                redis.compensate(client, ScriptKind::Attempt, admit_keys, undo);
                 return Err(e);
             }
         };
@@ -180,6 +214,45 @@ impl AttemptBackend for RedisAttempts {
             _ => Err(unexpected("admit", &reply)),
         }
     }
+}
+
+#[async_trait]
+impl AttemptBackend for RedisAttempts {
+    async fn admit(
+        &self,
+        request: &GateRequest,
+        breaker: &BreakerConfig,
+    ) -> Result<AttemptAdmit, BackendError> {
+        self.admit_carrying(Default::default(), request, breaker)
+            .await
+    }
+
+    fn carries_finishes(&self) -> bool {
+        true
+    }
+
+    async fn admit_after(
+        &self,
+        pending: &[PendingFinish],
+        request: &GateRequest,
+        breaker: &BreakerConfig,
+    ) -> Result<AttemptAdmit, BackendError> {
+        self.admit_carrying(self.finish_ops(pending), request, breaker)
+            .await
+    }
+
+    async fn finish_all(&self, pending: &[PendingFinish]) -> Result<(), BackendError> {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        let (keys, args) = self.finish_ops(pending);
+        let _last: Vec<Value> = self
+            .gate
+            .redis()
+            .eval(ScriptKind::Attempt, keys, args)
+            .await?;
+        Ok(())
+    }
 
     async fn finish(
         &self,
@@ -187,12 +260,12 @@ impl AttemptBackend for RedisAttempts {
         breaker: &BreakerConfig,
         outcome: AttemptOutcome,
     ) -> Result<BreakerStatus, BackendError> {
-        let redis = self.gate.redis();
-        let lease = &permit.lease;
-        let keys = redis.keys().attempt(&lease.scope, &lease.source, &lease.id);
-        let mut args = config_args("finish", breaker);
-        args.extend(finish_args(permit, outcome));
-        let reply: Vec<Value> = redis.eval(ScriptKind::Attempt, keys, args).await?;
+        let (keys, args) = self.finish_op(permit, breaker, outcome);
+        let reply: Vec<Value> = self
+            .gate
+            .redis()
+            .eval(ScriptKind::Attempt, keys, args)
+            .await?;
         let codes: Vec<Option<i64>> = reply.iter().map(Value::as_i64).collect();
         // {applied, state, retry_after_ms}: a re-sent finish (applied 0) reports the breaker too.
         match codes.as_slice() {

@@ -18,7 +18,7 @@
 //!
 //! | script | keys | round trips |
 //! |---|---|---|
-//! | `attempt.lua` `admit` / `finish` | the five limiter keys, `breaker` of R, `progress` | one per admission, one per finished attempt — the runtime's hot path |
+//! | `attempt.lua` `finish`…, `admit` | per operation: the five limiter keys, `breaker` of R, `progress` | one per admission (carrying the finishes held for it) and one per finish sent alone — the runtime's hot path |
 //! | `limiter.lua` | `lease`, `src:R:lease`, `win`, `src:R:win`, `rec:<id>` | standalone gate port calls |
 //! | `breaker.lua` | `src:R:breaker` (+ `src:R:verdict:<id>` for `record`) | standalone breaker port calls |
 //! | `progress.lua` | `progress` | stall guard reads |

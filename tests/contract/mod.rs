@@ -27,7 +27,7 @@ use futures::future::join_all;
 use polygateway_actors::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerAdmit,
     BreakerBackend, BreakerConfig, BreakerState, BreakerStatus, BreakerVerdict, Gate, GateBackend,
-    GateDecision, GateRequest, Lease, Limits,
+    GateDecision, GateRequest, Lease, Limits, PendingFinish,
 };
 
 /// Breaker parameters short enough for real-time cases (all waits stay well under 3 s).
@@ -1050,6 +1050,97 @@ pub async fn attempt_contract_success_settles_releases_and_marks_progress(
             }
             other => return Err(format!("settlement refunded 300 tokens, got {other:?}")),
         }
+        Ok(())
+    })
+    .await;
+}
+
+/// Finishes nobody waits for can ride on a later call: `admit_after` applies them in order before
+/// the admission (so the slot a carried finish frees is free for it), `finish_all` applies several,
+/// and either, sent again (a lost reply), counts nothing twice.
+pub async fn attempt_contract_carried_finishes_apply_before_the_admission(
+    store: &AttemptStore<'_>,
+    prefix: &str,
+    config: &BreakerConfig,
+) {
+    rerun_on_rollover(store.gate, prefix, "ATT_CARRY", |scope| async move {
+        let global = limits(0, 0, 1_000);
+        let one_each = limits(1, 0, 0);
+        let success = BreakerAction::Record(BreakerVerdict::Success);
+        let a = attempt_permit(
+            store,
+            &request(&scope, "a", global, one_each, 400, LONG_TTL),
+            config,
+        )
+        .await;
+        let b = attempt_permit(
+            store,
+            &request(&scope, "b", global, one_each, 400, LONG_TTL),
+            config,
+        )
+        .await;
+        let held = |permit: &AttemptPermit, tokens| PendingFinish {
+            permit: permit.clone(),
+            breaker: config.clone(),
+            outcome: finished(success, tokens, true),
+        };
+        // Source a's only slot is a's: the admission carrying a's finish gets it.
+        let next = request(&scope, "a", global, one_each, 100, LONG_TTL);
+        let carried = [held(&a, 100)];
+        let c = match store
+            .attempts
+            .admit_after(&carried, &next, config)
+            .await
+            .unwrap()
+        {
+            AttemptAdmit::Admitted(c) => c,
+            other => return Err(format!("a's slot was freed first, got {other:?}")),
+        };
+        check!(
+            store.gate.leases_held(&scope).await.unwrap() == 2,
+            "b and c hold slots, a's is released"
+        );
+        check!(
+            store.gate.progress_age(&scope).await.unwrap().is_some(),
+            "the carried success marked progress"
+        );
+        // b and c at once, then the same again: applied once. 400 (b) + 100 (c) estimated,
+        // settled at 300 + 100, plus a's 100: 500 of the 1 000 TPM used.
+        let both = [held(&b, 300), held(&c, 100)];
+        store.attempts.finish_all(&both).await.unwrap();
+        store.attempts.finish_all(&both).await.unwrap();
+        let z = request(&scope, "z", global, limits(0, 0, 0), 0, LONG_TTL);
+        match store
+            .attempts
+            .admit_after(&carried, &z, config)
+            .await
+            .unwrap()
+        {
+            AttemptAdmit::Admitted(_) => {}
+            other => return Err(format!("nothing is full, got {other:?}")),
+        }
+        check!(
+            store.gate.leases_held(&scope).await.unwrap() == 1,
+            "b and c released, a re-sent finish of a took nothing back: only z holds a slot"
+        );
+        let fits = request(&scope, "b", global, one_each, 500, LONG_TTL);
+        match attempt_admit(store, &fits, config).await {
+            AttemptAdmit::Admitted(_) => {}
+            other => return Err(format!("500 of 1 000 TPM used, so 500 fit: {other:?}")),
+        }
+        let over = request(&scope, "c", global, one_each, 1, LONG_TTL);
+        match attempt_admit(store, &over, config).await {
+            AttemptAdmit::GateRefused {
+                gate: Gate::GlobalTpm,
+                ..
+            } => {}
+            other => return Err(format!("the TPM is full, nothing counted twice: {other:?}")),
+        }
+        let snap = store.breakers.snapshot(&scope, "a", config).await.unwrap();
+        check!(
+            (snap.state, snap.consecutive_failures) == (BreakerState::Closed, 0),
+            "closed after the carried success: {snap:?}"
+        );
         Ok(())
     })
     .await;

@@ -1,7 +1,9 @@
 //! The attempt port: one attempt's whole governance as two operations — `admit` (the source's
 //! breaker, then all six gates and the lease) and `finish` (breaker verdict, TPM settlement, lease
 //! release, progress mark). A network backend answers each in one round trip (Redis: one script
-//! call each, so a successful attempt costs two); [`ComposedAttempts`] builds both from any
+//! call each, so a successful attempt costs at most two; a backend that
+//! [carries finishes](AttemptBackend::carries_finishes) takes finishes nobody waits for along with
+//! a later admission, for one round trip per attempt under load); [`ComposedAttempts`] builds both from any
 //! [`GateBackend`] and [`BreakerBackend`] (the in-memory backends, or a mixed setup).
 //!
 //! Contract shared by every backend (tests/contract runs it on memory and Redis):
@@ -257,6 +259,67 @@ pub trait AttemptBackend: Send + Sync + std::fmt::Debug + 'static {
         breaker: &BreakerConfig,
         outcome: AttemptOutcome,
     ) -> Result<BreakerStatus, BackendError>;
+
+    /// Whether finishes nobody waits for are worth holding back for the scope's next admission
+    /// to carry ([`Self::admit_after`]): true for a network backend that applies them in the
+    /// admission's own round trip. The default, false, finishes each at once.
+    fn carries_finishes(&self) -> bool {
+        false
+    }
+
+    /// Apply `pending` (finishes of the request's scope, in order), then admit: one round trip
+    /// for a backend that [carries finishes](Self::carries_finishes). On an error the caller
+    /// cannot tell which finishes were applied and sends them again (a finish is idempotent).
+    /// The default finishes each, then admits.
+    async fn admit_after(
+        &self,
+        pending: &[PendingFinish],
+        request: &GateRequest,
+        breaker: &BreakerConfig,
+    ) -> Result<AttemptAdmit, BackendError> {
+        self.finish_all(pending).await?;
+        self.admit(request, breaker).await
+    }
+
+    /// Apply finishes nobody waits for (one scope's, in order). The default finishes each; a
+    /// backend that [carries finishes](Self::carries_finishes) sends them together.
+    async fn finish_all(&self, pending: &[PendingFinish]) -> Result<(), BackendError> {
+        for p in pending {
+            self.finish(&p.permit, &p.breaker, p.outcome).await?;
+        }
+        Ok(())
+    }
+}
+
+/// A finish held back to ride on a later call ([`AttemptBackend::admit_after`],
+/// [`AttemptBackend::finish_all`]): nobody waits for the breaker state it leaves.
+///
+/// ```
+/// use polygateway_actors::ports::attempt::{
+///     AttemptOutcome, AttemptPermit, BreakerAction, PendingFinish,
+/// };
+/// use polygateway_actors::{BreakerConfig, BreakerVerdict, Lease};
+/// let lease = Lease {
+///     scope: "LLM".into(), source: "openai_1".into(), id: "call-1/attempt-1".into(),
+///     est_tokens: 300, window: 0,
+/// };
+/// let pending = PendingFinish {
+///     permit: AttemptPermit { lease, epoch: 0, probe_id: None },
+///     breaker: BreakerConfig::default(),
+///     outcome: AttemptOutcome {
+///         action: BreakerAction::Record(BreakerVerdict::Success), tokens: 120, progress: true,
+///     },
+/// };
+/// assert_eq!(&*pending.permit.lease.scope, "LLM");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingFinish {
+    /// The permit the attempt held.
+    pub permit: AttemptPermit,
+    /// The source's breaker parameters.
+    pub breaker: BreakerConfig,
+    /// How the attempt ended.
+    pub outcome: AttemptOutcome,
 }
 
 /// [`AttemptBackend`] built from a gate and a breaker backend: one call per step, each bounded by

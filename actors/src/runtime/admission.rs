@@ -3,7 +3,8 @@
 //! Every attempt asks for a `Permit`: the source's breaker first, then all six gates — one
 //! [`AttemptBackend::admit`]; a finished attempt is one [`AttemptBackend::finish`] (verdict,
 //! settlement, release, progress). With Redis each is one script call, so a successful attempt
-//! costs two round trips.
+//! costs at most two round trips — one when the scope is busy: a finish nobody waits for is held
+//! (at most [`CARRY_WAIT`]) and rides on the scope's next admission ([`Held`]).
 //!
 //! The call's task reaches the backends directly, through the [`Door`] the admission actor
 //! publishes when it starts: no mailbox hop on the hot path. Backend work runs in place while it
@@ -21,9 +22,12 @@
 //! the new incarnation built (the gateway's factory returns clones of the same clients; a custom
 //! one may reconnect). It holds no per-call state, so a restart loses nothing.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -33,9 +37,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::ports::attempt::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerStatus,
-    ComposedAttempts,
+    ComposedAttempts, PendingFinish,
 };
-use crate::ports::breaker::{BreakerBackend, BreakerConfig};
+use crate::ports::breaker::{BreakerBackend, BreakerConfig, BreakerVerdict};
 use crate::ports::gate::{GateBackend, GateRequest};
 use crate::ports::BackendError;
 
@@ -138,6 +142,72 @@ pub(crate) struct Door {
     /// Backend work that outlives the call that started it (network backends), so shutdown can
     /// let it finish. One tracker per runtime, shared by every incarnation of the actor.
     tasks: TaskTracker,
+    /// Finishes held back for their scope's next admission to carry.
+    held: Arc<Held>,
+    /// Permits handed to calls and not finished yet: a finish is held only while others are
+    /// outstanding (their calls admit again soon); the last one goes out at once, overlapping
+    /// its caller's own work.
+    outstanding: AtomicUsize,
+}
+
+/// Finishes nobody waits for, held back per scope until the scope's next admission carries them
+/// ([`AttemptBackend::admit_after`]) — so a network backend spends one round trip per attempt
+/// instead of two — or, when no admission comes within [`CARRY_WAIT`], sent together on their
+/// own. A scope has an entry exactly while a send of its queue is scheduled.
+#[derive(Debug, Default)]
+struct Held {
+    queues: Mutex<HashMap<Arc<str>, Vec<PendingFinish>>>,
+}
+
+impl Held {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Vec<PendingFinish>>> {
+        self.queues.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queue `pending`; true when its scope had nothing queued (the caller schedules the send).
+    fn push(&self, pending: PendingFinish) -> bool {
+        match self.lock().entry(Arc::clone(&pending.permit.lease.scope)) {
+            Entry::Occupied(mut queue) => {
+                queue.get_mut().push(pending);
+                false
+            }
+            Entry::Vacant(slot) => {
+                slot.insert(vec![pending]);
+                true
+            }
+        }
+    }
+
+    /// What an admission of `scope` carries (the scheduled send then finds less or nothing).
+    fn take(&self, scope: &str) -> Vec<PendingFinish> {
+        self.lock()
+            .get_mut(scope)
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// What the scheduled send of `scope` sends; a later finish schedules a new send.
+    fn remove(&self, scope: &str) -> Vec<PendingFinish> {
+        self.lock().remove(scope).unwrap_or_default()
+    }
+}
+
+/// How long a held finish waits for an admission of its scope to carry it. Its slot stays taken
+/// in the shared store that long for other processes (this process's admissions carry it, so they
+/// never wait for it): short against any upstream call, long enough for a busy scope's next
+/// admission to come.
+const CARRY_WAIT: Duration = Duration::from_millis(5);
+
+/// Whether a finish may be held back: nobody waits for its answer, and it changes nothing another
+/// process must learn at once (a failure verdict, a forced opening and a probe's verdict are sent
+/// at once).
+fn may_hold(permit: &Permit, outcome: &AttemptOutcome, answer_wanted: bool) -> bool {
+    !answer_wanted
+        && permit.attempt.probe_id.is_none()
+        && matches!(
+            outcome.action,
+            BreakerAction::Record(BreakerVerdict::Success) | BreakerAction::NoVerdict
+        )
 }
 
 /// Where a runtime's scopes find admission: the actor (its down reason, the chaos hook), the door
@@ -212,9 +282,24 @@ impl Door {
     pub(crate) fn admit(self: Arc<Self>, request: AdmitRequest) -> Admitting {
         let breaker = request.breaker.clone();
         let door = Arc::clone(&self);
+        let carried = self.held.take(&request.gate.scope);
         Admitting {
             work: Some(Box::pin(async move {
-                door.attempts.admit(&request.gate, &request.breaker).await
+                if carried.is_empty() {
+                    return door.attempts.admit(&request.gate, &request.breaker).await;
+                }
+                let answer = door
+                    .attempts
+                    .admit_after(&carried, &request.gate, &request.breaker)
+                    .await;
+                if answer.is_err() {
+                    // Applied or not, they are sent again (a finish counts once).
+                    let attempts = Arc::clone(&door.attempts);
+                    spawn_tracked(&door.tasks, async move {
+                        finish_all(&attempts, &carried).await;
+                    });
+                }
+                answer
             })),
             door: self,
             breaker,
@@ -224,13 +309,38 @@ impl Door {
     /// Settle a permit: breaker action, TPM settlement, lease release and (`progress`) the
     /// scope's progress mark. With `reply`, send the breaker state it left (`None` when the
     /// finish failed). Never waits: the work runs in place while it needs no I/O, the rest in a
-    /// tracked task.
+    /// tracked task — or, with a backend that carries finishes, a success or a verdict-less end
+    /// nobody waits for is held for the scope's next admission ([`Held`]).
     pub(crate) fn finish(
         &self,
         permit: Permit,
         outcome: AttemptOutcome,
         reply: Option<oneshot::Sender<Option<BreakerStatus>>>,
     ) {
+        // Saturating: a permit granted by a previous incarnation may end here.
+        let others = self
+            .outstanding
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .map_or(0, |n| n - 1);
+        if others > 0
+            && self.attempts.carries_finishes()
+            && may_hold(&permit, &outcome, reply.is_some())
+        {
+            let scope = Arc::clone(&permit.attempt.lease.scope);
+            let pending = PendingFinish {
+                permit: permit.attempt,
+                breaker: permit.breaker,
+                outcome,
+            };
+            if self.held.push(pending) {
+                let (held, attempts) = (Arc::clone(&self.held), Arc::clone(&self.attempts));
+                spawn_tracked(&self.tasks, async move {
+                    tokio::time::sleep(CARRY_WAIT).await;
+                    finish_all(&attempts, &held.remove(&scope)).await;
+                });
+            }
+            return;
+        }
         let attempts = Arc::clone(&self.attempts);
         self.run(async move {
             let status = finish(&attempts, &permit, outcome).await;
@@ -293,6 +403,9 @@ impl Future for Admitting {
         };
         let answer = std::task::ready!(work.as_mut().poll(cx));
         self.work = None;
+        if let Ok(AttemptAdmit::Admitted(_)) = &answer {
+            self.door.outstanding.fetch_add(1, Ordering::Relaxed);
+        }
         Poll::Ready(answer)
     }
 }
@@ -360,6 +473,8 @@ impl Actor for AdmissionActor {
             gate: governance.gate,
             timeout: governance.timeout,
             tasks: args.slot.tasks.clone(),
+            held: Arc::default(),
+            outstanding: AtomicUsize::new(0),
         };
         Ok(AdmissionState {
             published: Some(args.slot.publish(Arc::new(door))),
@@ -404,27 +519,44 @@ async fn finish(
     permit: &Permit,
     outcome: AttemptOutcome,
 ) -> Option<BreakerStatus> {
-    // A finish is idempotent (its lease id is its verdict id), so a backend that is reconnecting
-    // gets a few more tries before the slot is left to the lease TTL.
+    let finished = retrying(|| attempts.finish(&permit.attempt, &permit.breaker, outcome)).await;
+    if let Err(e) = &finished {
+        let lease = &permit.attempt.lease;
+        tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
+            "finishing an attempt failed (the lease TTL reclaims its slot)");
+    }
+    finished.ok()
+}
+
+/// Apply held finishes (one scope's) nobody waits for; a failure only logs, as in [`finish`].
+async fn finish_all(attempts: &Arc<dyn AttemptBackend>, pending: &[PendingFinish]) {
+    let Some(first) = pending.first() else {
+        return;
+    };
+    if let Err(e) = retrying(|| attempts.finish_all(pending)).await {
+        tracing::warn!(scope = %first.permit.lease.scope, finishes = pending.len(), error = %e,
+            "finishing attempts failed (the lease TTL reclaims their slots)");
+    }
+}
+
+/// Run a finish: it is idempotent (its lease id is its verdict id), so a backend that is
+/// reconnecting gets a few more tries before the slot is left to the lease TTL.
+async fn retrying<R, Fut>(mut call: impl FnMut() -> Fut) -> Result<R, BackendError>
+where
+    Fut: Future<Output = Result<R, BackendError>>,
+{
     let mut pause = FINISH_RETRY_FIRST;
-    for tries_left in (0..FINISH_TRIES).rev() {
-        match attempts
-            .finish(&permit.attempt, &permit.breaker, outcome)
-            .await
-        {
-            Ok(status) => return Some(status),
-            Err(e) if tries_left == 0 => {
-                let lease = &permit.attempt.lease;
-                tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
-                    "finishing an attempt failed (the lease TTL reclaims its slot)");
-            }
-            Err(_) => {
+    let mut tries_left = FINISH_TRIES;
+    loop {
+        tries_left -= 1;
+        match call().await {
+            Err(_) if tries_left > 0 => {
                 tokio::time::sleep(pause).await;
                 pause *= 2;
             }
+            done => return done,
         }
     }
-    None
 }
 
 /// Tries of one finish, and the pause before the first retry (doubling): about 1.75 s in all.
@@ -433,7 +565,7 @@ const FINISH_RETRY_FIRST: Duration = Duration::from_millis(250);
 
 #[cfg(all(test, feature = "testkit"))]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicBool;
     use std::sync::Mutex;
 
     use super::*;
@@ -448,12 +580,20 @@ mod tests {
 
     /// In-memory backends that count admissions and answer them `delay` after granting them (a
     /// stand-in for a reply still on the network).
-    #[derive(Debug)]
+    /// With `carries`, it takes held finishes as a network backend does, counting the finishes
+    /// it was sent alone, carried on an admission, and sent together; `fail_carrying` makes an
+    /// admission that carries finishes fail after applying them (a reply lost on the way back).
+    #[derive(Debug, Default)]
     struct Counted {
-        inner: ComposedAttempts,
+        inner: Option<ComposedAttempts>,
         gate: Arc<MemoryGate>,
         admits: AtomicUsize,
         delay: Duration,
+        carries: bool,
+        alone: AtomicUsize,
+        carried: AtomicUsize,
+        together: AtomicUsize,
+        fail_carrying: AtomicBool,
     }
 
     impl Counted {
@@ -461,11 +601,21 @@ mod tests {
             let gate = Arc::new(MemoryGate::default());
             let inner = ComposedAttempts::new(gate.clone(), Arc::new(MemoryBreakers::default()));
             Arc::new(Self {
-                inner,
+                inner: Some(inner),
                 gate,
-                admits: AtomicUsize::new(0),
                 delay,
+                ..Self::default()
             })
+        }
+
+        fn carrying() -> Arc<Self> {
+            let mut counted = Arc::into_inner(Self::new(Duration::ZERO)).unwrap();
+            counted.carries = true;
+            Arc::new(counted)
+        }
+
+        fn inner(&self) -> &ComposedAttempts {
+            self.inner.as_ref().expect("built by new")
         }
     }
 
@@ -477,7 +627,7 @@ mod tests {
             breaker: &BreakerConfig,
         ) -> Result<AttemptAdmit, BackendError> {
             self.admits.fetch_add(1, Ordering::SeqCst);
-            let answer = self.inner.admit(request, breaker).await;
+            let answer = self.inner().admit(request, breaker).await;
             if !self.delay.is_zero() {
                 tokio::time::sleep(self.delay).await;
             }
@@ -490,8 +640,178 @@ mod tests {
             breaker: &BreakerConfig,
             outcome: AttemptOutcome,
         ) -> Result<BreakerStatus, BackendError> {
-            self.inner.finish(permit, breaker, outcome).await
+            self.alone.fetch_add(1, Ordering::SeqCst);
+            self.inner().finish(permit, breaker, outcome).await
         }
+
+        fn carries_finishes(&self) -> bool {
+            self.carries
+        }
+
+        async fn admit_after(
+            &self,
+            pending: &[PendingFinish],
+            request: &GateRequest,
+            breaker: &BreakerConfig,
+        ) -> Result<AttemptAdmit, BackendError> {
+            self.carried.fetch_add(pending.len(), Ordering::SeqCst);
+            self.inner().finish_all(pending).await?;
+            if self.fail_carrying.load(Ordering::SeqCst) {
+                return Err(BackendError::new("reply lost"));
+            }
+            self.admit(request, breaker).await
+        }
+
+        async fn finish_all(&self, pending: &[PendingFinish]) -> Result<(), BackendError> {
+            self.together.fetch_add(1, Ordering::SeqCst);
+            self.inner().finish_all(pending).await
+        }
+    }
+
+    fn door(backend: &Arc<Counted>, tasks: &TaskTracker) -> Arc<Door> {
+        Arc::new(Door {
+            attempts: Arc::clone(backend) as Arc<dyn AttemptBackend>,
+            gate: backend.gate.clone(),
+            timeout: Duration::from_secs(1),
+            tasks: tasks.clone(),
+            held: Arc::default(),
+            outstanding: AtomicUsize::new(0),
+        })
+    }
+
+    fn ask(source: &str) -> AdmitRequest {
+        AdmitRequest {
+            gate: GateRequest {
+                scope: "LLM".into(),
+                source: source.into(),
+                global: Default::default(),
+                per_source: Default::default(),
+                est_tokens: 10,
+                lease_id: crate::runtime::ids::new_id().into(),
+                lease_ttl: Duration::from_secs(60),
+            },
+            breaker: BreakerConfig::default(),
+        }
+    }
+
+    async fn granted(door: &Arc<Door>, source: &str) -> Permit {
+        let request = ask(source);
+        match Arc::clone(door).admit(request.clone()).await {
+            Ok(AttemptAdmit::Admitted(attempt)) => Permit {
+                attempt,
+                breaker: request.breaker,
+            },
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    fn ended(verdict: Option<BreakerVerdict>) -> AttemptOutcome {
+        AttemptOutcome {
+            action: verdict.map_or(BreakerAction::NoVerdict, BreakerAction::Record),
+            tokens: 5,
+            progress: verdict.is_some(),
+        }
+    }
+
+    async fn held(backend: &Counted) -> u64 {
+        backend.gate.leases_held("LLM").await.unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finish_is_held_while_others_are_outstanding_and_rides_on_the_next_admission() {
+        let (backend, tasks) = (Counted::carrying(), TaskTracker::new());
+        let door = door(&backend, &tasks);
+        let (a, b) = (granted(&door, "s1").await, granted(&door, "s1").await);
+        door.finish(a, ended(Some(BreakerVerdict::Success)), None);
+        assert_eq!(
+            held(&backend).await,
+            2,
+            "a's success is held: b is outstanding"
+        );
+        let c = granted(&door, "s1").await;
+        assert_eq!(
+            backend.carried.load(Ordering::SeqCst),
+            1,
+            "c's admission carried it"
+        );
+        assert_eq!(held(&backend).await, 2, "b and c");
+        door.finish(b, ended(None), None);
+        assert_eq!(
+            held(&backend).await,
+            2,
+            "b's verdict-less end is held: c is outstanding"
+        );
+        door.finish(c, ended(Some(BreakerVerdict::Success)), None);
+        assert_eq!(
+            held(&backend).await,
+            1,
+            "the last one out goes at once; b's still waits"
+        );
+        assert_eq!(backend.alone.load(Ordering::SeqCst), 1);
+        // No admission comes: b's finish goes on its own after CARRY_WAIT.
+        tokio::time::sleep(CARRY_WAIT * 2).await;
+        assert_eq!(held(&backend).await, 0);
+        assert_eq!(backend.together.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_probes_and_awaited_finishes_are_never_held() {
+        let (backend, tasks) = (Counted::carrying(), TaskTracker::new());
+        let door = door(&backend, &tasks);
+        let _outstanding = granted(&door, "s1").await;
+        let failed = granted(&door, "s1").await;
+        door.finish(failed, ended(Some(BreakerVerdict::Failure)), None);
+        let mut probe = granted(&door, "s1").await;
+        probe.attempt.probe_id = Some(probe.attempt.lease.id.clone());
+        door.finish(probe, ended(Some(BreakerVerdict::Success)), None);
+        let answered = granted(&door, "s1").await;
+        let (reply, status) = oneshot::channel();
+        door.finish(answered, ended(Some(BreakerVerdict::Success)), Some(reply));
+        assert_eq!(status.await.unwrap(), Some(BreakerStatus::Closed));
+        assert_eq!(
+            backend.alone.load(Ordering::SeqCst),
+            3,
+            "each went out at once"
+        );
+        assert_eq!(
+            held(&backend).await,
+            1,
+            "only the outstanding one holds a slot"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finishes_carried_by_a_failed_admission_are_sent_again_and_drain_waits_for_held_ones() {
+        let (backend, tasks) = (Counted::carrying(), TaskTracker::new());
+        let door = door(&backend, &tasks);
+        let (a, b) = (granted(&door, "s1").await, granted(&door, "s1").await);
+        door.finish(a, ended(Some(BreakerVerdict::Success)), None);
+        backend.fail_carrying.store(true, Ordering::SeqCst);
+        let answer = Arc::clone(&door).admit(ask("s1")).await;
+        assert!(answer.is_err(), "the carrying admission failed");
+        tasks.close();
+        tasks.wait().await;
+        assert_eq!(
+            backend.together.load(Ordering::SeqCst),
+            1,
+            "a's finish was sent again"
+        );
+        backend.fail_carrying.store(false, Ordering::SeqCst);
+        // A held finish is a tracked task: draining waits for it.
+        let tasks = TaskTracker::new();
+        let door = super::tests::door(&backend, &tasks);
+        let c = granted(&door, "s1").await;
+        door.outstanding.fetch_add(1, Ordering::SeqCst); // b, granted by the old door
+        door.finish(c, ended(Some(BreakerVerdict::Success)), None);
+        assert_eq!(held(&backend).await, 2, "b and c's held slot");
+        tasks.close();
+        tasks.wait().await;
+        assert_eq!(
+            held(&backend).await,
+            1,
+            "c's finish went out before the drain ended"
+        );
+        drop(b);
     }
 
     /// A runtime whose factory builds new [`Counted`] backends on every (re)start, listed in
