@@ -33,7 +33,7 @@
 -- Idempotency under re-sent scripts (fred may re-send an EVALSHA after a reconnect):
 -- - a re-sent `admit` finds its lease record and answers the first admission (with the epoch and
 --   probe stored there) without counting anything again;
--- - `finish` marks the lease record `fin` (kept 2 minutes even when the record had expired): the
+-- - `finish` marks the lease record `fin` (kept 30 s even when the record had expired): the
 --   lease id is the verdict id, so a re-sent verdict cannot count twice.
 
 -- ARGV arity of each operation.

@@ -33,7 +33,7 @@
 --
 -- Re-sent calls (fred may re-send an EVALSHA after a dropped connection): `acquire` with the same
 -- candidate probe id answers the probe again instead of refusing its own holder; `record` with a
--- verdict id (KEYS[2], unique per verdict, kept 2 minutes) answers a re-sent verdict with the
+-- verdict id (KEYS[2], unique per verdict, kept 30 s) answers a re-sent verdict with the
 -- first answer and counts nothing; `release_probe` is idempotent; a re-sent `force_open` only
 -- extends the deadline.
 --
@@ -53,8 +53,9 @@ local fail_rate = tonumber(ARGV[7])
 local bucket_ms = tonumber(ARGV[8])
 
 local KEEP_MS = 7 * 24 * 3600 * 1000
--- How long a verdict id is remembered: longer than any reconnect after which fred re-sends.
-local VERDICT_KEEP_MS = 120000
+-- How long a verdict id is remembered: 3 x the longest command timeout the client accepts (fred
+-- never sends a script after its timeout; see TOMBSTONE_MS in lua/limiter.lua).
+local VERDICT_KEEP_MS = 30000
 
 local now = ARGV.now
 if not now then

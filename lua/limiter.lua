@@ -10,7 +10,7 @@
 --   4 source window  HASH  same
 --   5 lease record   HASH  w = admission window, est = pre-deducted tokens, settled = 0|1,
 --                          released = 0|1, exp = lease expiry ms, fin = 1 once an attempt
---                          finished; kept 2 minutes once both flags are set (a tombstone
+--                          finished; kept 30 s once both flags are set (a tombstone
 --                          against re-sent admissions)
 --
 -- ARGV[1] = operation:
@@ -42,9 +42,11 @@
 
 local op = ARGV[1]
 
--- How long a finished or tombstoned lease record is kept: longer than any reconnect after which
--- fred could re-send a timed-out admission.
-local TOMBSTONE_MS = 120000
+-- How long a finished or tombstoned lease record is kept: 3 x the longest command timeout the
+-- client accepts (src/redis/connection.rs), because fred never sends a script after its timeout —
+-- only a stalled server can run one later. Every finished attempt leaves one such record, so this
+-- is what a high call rate costs in memory: calls/s x 30 s small hashes.
+local TOMBSTONE_MS = 30000
 
 -- Longest hint for a full concurrency gate (policy/limiter.rs LEASE_POLL).
 local LEASE_POLL_MS = 250

@@ -14,6 +14,7 @@
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,7 @@ use polygateway::ports::{GateBackend, GateDecision, GateRequest, Lease, Limits};
 use polygateway::redis::{RedisGate, RedisGovernance, RedisOptions};
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{Gateway, GatewayError, Message, UnavailableReason};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Upper bound of any single call while Redis is down (command timeout 400 ms + slack).
 const DOWN_BOUND: Duration = Duration::from_millis(1_500);
@@ -266,6 +268,175 @@ async fn timed_out_admission_that_ran_late_is_given_back() {
         released.as_deref(),
         Some("1"),
         "late admission ran and was released"
+    );
+    assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
+    raw.quit().await.ok();
+    redis.close().await;
+    drop(server);
+}
+
+/// A TCP relay to `upstream` that can swallow what clients send (`swallow`) and drop every
+/// connection it carries (`cut`): a connection that loses commands, then breaks.
+struct Relay {
+    port: u16,
+    swallow: Arc<AtomicBool>,
+    cut: tokio::sync::watch::Sender<u64>,
+}
+
+impl Relay {
+    async fn start(upstream: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind relay");
+        let port = listener.local_addr().expect("relay addr").port();
+        let swallow = Arc::new(AtomicBool::new(false));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let (swallowing, cuts) = (Arc::clone(&swallow), cut.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    continue;
+                };
+                let (swallowing, mut cut) = (Arc::clone(&swallowing), cuts.subscribe());
+                tokio::spawn(async move {
+                    let (mut from_client, mut to_client) = client.into_split();
+                    let (mut from_server, mut to_server) = server.into_split();
+                    let up = async {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let n = from_client.read(&mut buf).await?;
+                            if n == 0 {
+                                return Ok::<(), std::io::Error>(());
+                            }
+                            if !swallowing.load(Ordering::SeqCst) {
+                                to_server.write_all(&buf[..n]).await?;
+                            }
+                        }
+                    };
+                    tokio::select! {
+                        _ = up => {}
+                        _ = tokio::io::copy(&mut from_server, &mut to_client) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Self { port, swallow, cut }
+    }
+}
+
+/// What the 30 s lease-record tombstone rests on (src/redis/connection.rs): a command the
+/// client's own timeout expired is never written again after a reconnect, while one merely
+/// abandoned by a timer around the call is. Both are lost on the wire, then the connection breaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_command_the_client_timed_out_is_not_sent_again_after_a_reconnect() {
+    use fred::prelude::{KeysInterface, Options, ReconnectPolicy};
+    let Some((port, server)) = private_redis("chaos test").await else {
+        return;
+    };
+    let relay = Relay::start(port).await;
+    let via_relay = Config::from_url(&format!("redis://127.0.0.1:{}", relay.port)).unwrap();
+    let client = Builder::from_config(via_relay)
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(5))
+        .set_policy(ReconnectPolicy::new_constant(0, 50))
+        .build()
+        .expect("client");
+    client.init().await.expect("connect through the relay");
+
+    relay.swallow.store(true, Ordering::SeqCst);
+    let short = Duration::from_millis(200);
+    let abandoned = tokio::time::timeout(
+        short,
+        client.set::<(), _, _>("abandoned", 1, None, None, false),
+    );
+    let own = Options {
+        timeout: Some(short),
+        ..Options::default()
+    };
+    let bounded = client.with_options(&own);
+    let timed_out = bounded.set::<(), _, _>("timed-out", 1, None, None, false);
+    let (abandoned, timed_out) = tokio::join!(abandoned, timed_out);
+    assert!(abandoned.is_err() && timed_out.is_err());
+    relay.cut.send_modify(|n| *n += 1);
+    relay.swallow.store(false, Ordering::SeqCst);
+    let _: () = client
+        .set("after", 1, None, None, false)
+        .await
+        .expect("the client reconnects");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let direct =
+        Builder::from_config(Config::from_url(&format!("redis://127.0.0.1:{port}")).unwrap())
+            .build()
+            .expect("client");
+    direct.init().await.expect("direct connect");
+    let sent: (Option<i64>, Option<i64>) = (
+        direct.get("abandoned").await.expect("GET"),
+        direct.get("timed-out").await.expect("GET"),
+    );
+    assert_eq!(
+        sent,
+        (Some(1), None),
+        "(abandoned, timed out) after the reconnect"
+    );
+    direct.quit().await.ok();
+    client.quit().await.ok();
+    drop(server);
+}
+
+/// An admission whose command is lost on the wire times out, and its connection then breaks: the
+/// client reconnects, and must not send the timed-out script again — the caller was already
+/// told it failed, so a late admission would hold a slot for nobody, and the scripts keep lease
+/// records only 30 s on the strength of this promise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_that_timed_out_is_not_sent_again_after_a_reconnect() {
+    let Some((port, server)) = private_redis("chaos test").await else {
+        return;
+    };
+    let relay = Relay::start(port).await;
+    let url = format!("redis://127.0.0.1:{}", relay.port);
+    let redis = RedisGovernance::connect_with(&Secret::new(url), "resend", options())
+        .await
+        .expect("connect through the relay");
+    let gate = RedisGate::new(redis.clone());
+    let warm = admit(&gate, 1).await.expect("admit through the relay");
+    gate.release(&warm).await.expect("release");
+
+    relay.swallow.store(true, Ordering::SeqCst);
+    let lost = request(2);
+    let started = Instant::now();
+    assert!(gate.admit(&lost).await.is_err(), "a lost admission fails");
+    assert!(started.elapsed() < DOWN_BOUND, "{:?}", started.elapsed());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    relay.cut.send_modify(|n| *n += 1);
+    relay.swallow.store(false, Ordering::SeqCst);
+
+    // The client reconnects by itself; then give a re-send every chance to arrive.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut i = 100;
+    let lease = loop {
+        i += 1;
+        match admit(&gate, i).await {
+            Ok(lease) => break lease,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("no recovery after the reconnect: {e}"),
+        }
+    };
+    gate.release(&lease).await.expect("release");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+
+    let raw = Builder::from_config(Config::from_url(&format!("redis://127.0.0.1:{port}")).unwrap())
+        .build()
+        .expect("client");
+    raw.init().await.expect("direct connect");
+    let record = format!("resend:{{LLM}}:rec:{}", lost.lease_id);
+    let window: Option<String> = raw.hget(&record, "w").await.expect("HGET");
+    assert_eq!(
+        window, None,
+        "the timed-out admission ran after the reconnect"
     );
     assert_eq!(gate.leases_held("LLM").await.unwrap(), 0);
     raw.quit().await.ok();

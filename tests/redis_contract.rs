@@ -449,7 +449,7 @@ async fn every_key_expires_and_shares_the_scope_tag() {
         .pttl(format!("{tag}:rec:{}", done.id))
         .await
         .unwrap();
-    assert!(tomb_ttl > 0 && tomb_ttl <= 120_000, "{tomb_ttl}");
+    assert!(tomb_ttl > 0 && tomb_ttl <= 30_000, "{tomb_ttl}");
     let raw = fx.raw().await;
     for key in &keys {
         assert!(

@@ -11,9 +11,13 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use fred::prelude::{Builder, Client, ClientLike, Config, FromValue, Pool, ReconnectPolicy, Value};
+use fred::error::ErrorKind;
+use fred::prelude::{
+    Builder, Client, ClientLike, Config, FromValue, LuaInterface, Options, Pool, ReconnectPolicy,
+    Value,
+};
 use fred::types::scripts::Script;
 use polygateway_actors::BackendError;
 
@@ -35,7 +39,8 @@ use crate::config::Secret;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisOptions {
-    /// Bound of one script call, including a NOSCRIPT reload and a fred re-send (default 2 s).
+    /// Bound of one script call, including a NOSCRIPT reload and a fred re-send (default 2 s, at
+    /// most 10 s: finished lease records are kept 30 s, and no script runs after its timeout).
     pub command_timeout: Duration,
     /// Bound of the initial connection (default 3 s).
     pub connect_timeout: Duration,
@@ -58,6 +63,14 @@ impl Default for RedisOptions {
         }
     }
 }
+
+/// The longest [`RedisOptions::command_timeout`] accepted: a finished lease record and a verdict
+/// id are kept [`TOMBSTONE`] = 3 × this, so a script re-sent within its timeout always finds them.
+const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the scripts keep a finished lease record and a verdict id (`TOMBSTONE_MS` in
+/// `lua/limiter.lua`, `VERDICT_KEEP_MS` in `lua/breaker.lua`).
+const TOMBSTONE: Duration = Duration::from_secs(30);
 
 /// Which Lua script to run.
 #[derive(Debug, Clone, Copy)]
@@ -224,6 +237,13 @@ impl RedisGovernance {
             .and_then(|u| u.password().map(str::to_owned))
             .filter(|p| !p.is_empty());
         let scrub = |message: String| redact(message, password.as_deref());
+        if options.command_timeout.is_zero() || options.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(BackendError::new(format!(
+                "redis command_timeout {:?} is out of range: allowed is more than 0 and at most \
+                 {MAX_COMMAND_TIMEOUT:?} (finished lease records are kept {TOMBSTONE:?})",
+                options.command_timeout
+            )));
+        }
 
         let config = Config::from_url(url.expose())
             .map_err(|e| BackendError::new(scrub(format!("invalid redis url: {e}"))))?;
@@ -333,6 +353,12 @@ impl RedisGovernance {
     }
 
     /// [`Self::eval`] on a given connection.
+    ///
+    /// Bounded by fred's own per-command timeout, never by a timer around the call: a command
+    /// fred times out is marked so, and fred then neither writes it late nor re-sends it after a
+    /// reconnect. So no script of this call runs after `command_timeout` unless the server
+    /// itself holds it back (a paused or stalled server) — which is what lets a finished lease
+    /// record be forgotten after [`TOMBSTONE`] instead of outliving every possible reconnect.
     pub(crate) async fn eval_on<R: FromValue>(
         &self,
         client: &Client,
@@ -341,16 +367,35 @@ impl RedisGovernance {
         args: Vec<Value>,
     ) -> Result<R, BackendError> {
         let script = self.inner.scripts.get(kind);
-        let call = script.evalsha_with_reload::<R, _, _>(client, keys, args);
-        match tokio::time::timeout(self.inner.command_timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(self.error(kind.name(), &e)),
-            Err(_) => Err(BackendError::new(format!(
+        let deadline = Instant::now() + self.inner.command_timeout;
+        let bounded = || {
+            client.with_options(&Options {
+                timeout: Some(deadline.saturating_duration_since(Instant::now())),
+                ..Options::default()
+            })
+        };
+        let first = bounded()
+            .evalsha(script.sha1().clone(), keys.clone(), args.clone())
+            .await;
+        let answer = match first {
+            // The server lost its scripts (a restart, a failover to a fresh node): load, retry.
+            Err(e) if e.details().starts_with("NOSCRIPT") => {
+                let lua = script.lua().cloned().unwrap_or_default();
+                match bounded().script_load_cluster::<(), _>(lua).await {
+                    Ok(()) => bounded().evalsha(script.sha1().clone(), keys, args).await,
+                    Err(e) => Err(e),
+                }
+            }
+            answer => answer,
+        };
+        answer.map_err(|e| match e.kind() {
+            ErrorKind::Timeout => BackendError::new(format!(
                 "redis {} script timed out after {:?}",
                 kind.name(),
                 self.inner.command_timeout
-            ))),
-        }
+            )),
+            _ => self.error(kind.name(), &e),
+        })
     }
 
     /// After a failed call that may still have taken effect (a timeout, or a connection dropped
@@ -395,6 +440,33 @@ fn redact(message: String, password: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scripts_keep_records_as_long_as_the_client_promises() {
+        let ms = TOMBSTONE.as_millis();
+        assert_eq!(TOMBSTONE, MAX_COMMAND_TIMEOUT * 3);
+        assert!(LIMITER_LUA.contains(&format!("local TOMBSTONE_MS = {ms}\n")));
+        assert!(BREAKER_LUA.contains(&format!("local VERDICT_KEEP_MS = {ms}\n")));
+    }
+
+    #[tokio::test]
+    async fn a_command_timeout_out_of_range_is_refused_by_name() {
+        for bad in [
+            Duration::ZERO,
+            MAX_COMMAND_TIMEOUT + Duration::from_millis(1),
+        ] {
+            let options = RedisOptions {
+                command_timeout: bad,
+                ..RedisOptions::default()
+            };
+            let err =
+                RedisGovernance::connect_with(&Secret::new("redis://127.0.0.1:1"), "t", options)
+                    .await
+                    .unwrap_err();
+            assert!(err.message.contains("command_timeout"), "{}", err.message);
+            assert!(err.message.contains("at most 10s"), "{}", err.message);
+        }
+    }
 
     #[test]
     fn redact_scrubs_the_password() {

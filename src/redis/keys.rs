@@ -9,10 +9,10 @@
 //! | `P:{S}:src:R:lease` | ZSET lease id → expiry ms | source concurrency gate |
 //! | `P:{S}:win` | HASH `r:<w>`/`t:<w>` → requests/tokens of window `w` | global RPM/TPM |
 //! | `P:{S}:src:R:win` | HASH, same fields | source RPM/TPM |
-//! | `P:{S}:rec:<lease id>` | HASH `w`, `est`, `exp`, `settled`, `released`; `ep`, `pr` (breaker epoch and probe of an attempt admission), `fin` (attempt finished) | re-send, settle and verdict idempotency; kept 2 minutes once finished (released and settled) |
+//! | `P:{S}:rec:<lease id>` | HASH `w`, `est`, `exp`, `settled`, `released`; `ep`, `pr` (breaker epoch and probe of an attempt admission), `fin` (attempt finished) | re-send, settle and verdict idempotency; kept 30 s once finished (released and settled) |
 //! | `P:{S}:progress` | STRING server ms | stall guard (`mark_progress`) |
 //! | `P:{S}:src:R:breaker` | HASH | breaker state of one source |
-//! | `P:{S}:src:R:verdict:<id>` | STRING first answer | a standalone breaker verdict's id, kept 2 minutes: a re-sent verdict counts once |
+//! | `P:{S}:src:R:verdict:<id>` | STRING first answer | a standalone breaker verdict's id, kept 30 s: a re-sent verdict counts once |
 //!
 //! Script calls and their keys (every key of a call carries the same `{S}` tag):
 //!
