@@ -11,13 +11,10 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fred::error::ErrorKind;
-use fred::prelude::{
-    Builder, Client, ClientLike, Config, FromValue, LuaInterface, Options, Pool, ReconnectPolicy,
-    Value,
-};
+use fred::prelude::{Builder, Client, ClientLike, Config, FromValue, Pool, ReconnectPolicy, Value};
 use fred::types::scripts::Script;
 use polygateway_actors::BackendError;
 
@@ -39,8 +36,9 @@ use crate::config::Secret;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisOptions {
-    /// Bound of one script call, including a NOSCRIPT reload and a fred re-send (default 2 s, at
-    /// most 10 s: finished lease records are kept 30 s, and no script runs after its timeout).
+    /// Bound of each Redis command, a fred re-send included (default 2 s, at most 10 s: finished
+    /// lease records are kept 30 s, and no script is sent after its timeout). A script call is
+    /// one command; after the server lost its scripts (`NOSCRIPT`) it is three, each bounded.
     pub command_timeout: Duration,
     /// Bound of the initial connection (default 3 s).
     pub connect_timeout: Duration,
@@ -215,7 +213,7 @@ impl RedisGovernance {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use std::time::{Duration, Instant};
+    /// use std::time::Duration;
     /// use polygateway::config::Secret;
     /// use polygateway::redis::{RedisGovernance, RedisOptions};
     /// let options = RedisOptions { connect_timeout: Duration::from_millis(300), ..RedisOptions::default() };
@@ -354,11 +352,12 @@ impl RedisGovernance {
 
     /// [`Self::eval`] on a given connection.
     ///
-    /// Bounded by fred's own per-command timeout, never by a timer around the call: a command
-    /// fred times out is marked so, and fred then neither writes it late nor re-sends it after a
-    /// reconnect. So no script of this call runs after `command_timeout` unless the server
-    /// itself holds it back (a paused or stalled server) — which is what lets a finished lease
-    /// record be forgotten after [`TOMBSTONE`] instead of outliving every possible reconnect.
+    /// Bounded by fred's own command timeout (`command_timeout`, for the `EVALSHA` and, on
+    /// `NOSCRIPT`, for the reload and the second `EVALSHA` each), never by a timer around the call:
+    /// fred marks a command it timed out and then neither writes it late nor replays it after a
+    /// reconnect, whereas a command abandoned by an outer timer is replayed. So no script of this
+    /// call is sent after its timeout — which is what lets a finished lease record be forgotten
+    /// after [`TOMBSTONE`] instead of outliving every possible reconnect.
     pub(crate) async fn eval_on<R: FromValue>(
         &self,
         client: &Client,
@@ -367,35 +366,17 @@ impl RedisGovernance {
         args: Vec<Value>,
     ) -> Result<R, BackendError> {
         let script = self.inner.scripts.get(kind);
-        let deadline = Instant::now() + self.inner.command_timeout;
-        let bounded = || {
-            client.with_options(&Options {
-                timeout: Some(deadline.saturating_duration_since(Instant::now())),
-                ..Options::default()
+        script
+            .evalsha_with_reload::<R, _, _>(client, keys, args)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::Timeout => BackendError::new(format!(
+                    "redis {} script timed out after {:?}",
+                    kind.name(),
+                    self.inner.command_timeout
+                )),
+                _ => self.error(kind.name(), &e),
             })
-        };
-        let first = bounded()
-            .evalsha(script.sha1().clone(), keys.clone(), args.clone())
-            .await;
-        let answer = match first {
-            // The server lost its scripts (a restart, a failover to a fresh node): load, retry.
-            Err(e) if e.details().starts_with("NOSCRIPT") => {
-                let lua = script.lua().cloned().unwrap_or_default();
-                match bounded().script_load_cluster::<(), _>(lua).await {
-                    Ok(()) => bounded().evalsha(script.sha1().clone(), keys, args).await,
-                    Err(e) => Err(e),
-                }
-            }
-            answer => answer,
-        };
-        answer.map_err(|e| match e.kind() {
-            ErrorKind::Timeout => BackendError::new(format!(
-                "redis {} script timed out after {:?}",
-                kind.name(),
-                self.inner.command_timeout
-            )),
-            _ => self.error(kind.name(), &e),
-        })
     }
 
     /// After a failed call that may still have taken effect (a timeout, or a connection dropped
