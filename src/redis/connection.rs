@@ -213,7 +213,7 @@ impl RedisGovernance {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use std::time::Duration;
+    /// use std::time::{Duration, Instant};
     /// use polygateway::config::Secret;
     /// use polygateway::redis::{RedisGovernance, RedisOptions};
     /// let options = RedisOptions { connect_timeout: Duration::from_millis(300), ..RedisOptions::default() };
