@@ -20,12 +20,15 @@
 //! `attempt_admit_finish_p50_us`: admit, then the finish of a success, awaited).
 //!
 //! ```text
-//! cargo run --release --example overhead --features testkit,redis -- [--calls N] [--concurrency 1,64,256]
+//! cargo run --release --example overhead --features testkit,redis -- [--calls N] [--concurrency 1,64,256] [--rounds 3]
 //! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example overhead --features testkit,redis
 //! ```
 //!
-//! The last lines of output are one JSON object per configuration. The mock runs in the same
-//! process on the same cores, so absolute figures include its cost; compare the columns. Point
+//! Each configuration runs `--rounds` times (default 3), the direct calls and every variant
+//! interleaved; its figures are medians over the rounds, the Redis server's counters are summed
+//! over them, and `calls_per_s_vs_memory` is the median of each round's ratio. The last lines of
+//! output are one JSON object per configuration. The mock runs in the same process on the same
+//! cores, so absolute figures include its cost; compare the columns. Point
 //! `REDIS_URL` at a server nobody else uses: the counters are server-wide.
 
 use std::collections::BTreeMap;
@@ -55,7 +58,25 @@ struct Run {
     process_cpu_us_per_call: Option<f64>,
 }
 
+/// The middle value (the upper one of an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
 impl Run {
+    /// Each figure's median over `runs` (not one run's figures).
+    fn median(runs: &[Run]) -> Run {
+        let of = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
+        let cpu: Option<Vec<f64>> = runs.iter().map(|r| r.process_cpu_us_per_call).collect();
+        Run {
+            p50_us: of(|r| r.p50_us),
+            p99_us: of(|r| r.p99_us),
+            calls_per_s: of(|r| r.calls_per_s),
+            process_cpu_us_per_call: cpu.map(median),
+        }
+    }
+
     fn json(&self) -> Value {
         json!({
             "p50_us": self.p50_us,
@@ -93,6 +114,15 @@ struct ServerSample {
     script_us: f64,
     /// used_cpu_user + used_cpu_sys, seconds.
     cpu_s: f64,
+}
+
+impl ServerSample {
+    /// Add what happened between `before` and `after`.
+    fn add_delta(&mut self, after: &ServerSample, before: &ServerSample) {
+        self.script_calls += after.script_calls - before.script_calls;
+        self.script_us += after.script_us - before.script_us;
+        self.cpu_s += after.cpu_s - before.cpu_s;
+    }
 }
 
 impl RedisServers {
@@ -336,6 +366,7 @@ async fn variant(env: &BTreeMap<String, String>, extra: &[(&str, String)]) -> Op
 async fn main() {
     let mut calls = 4000usize;
     let mut levels = vec![1usize, 64, 256];
+    let mut rounds = 3usize;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_default();
@@ -343,8 +374,11 @@ async fn main() {
         match (flag.as_str(), value.parse::<usize>().ok(), list) {
             ("--calls", Some(n), _) if n >= 100 => calls = n,
             ("--concurrency", _, Some(list)) if list.iter().all(|&c| c >= 1) => levels = list,
+            ("--rounds", Some(n), _) if n >= 1 => rounds = n,
             _ => {
-                eprintln!("usage: overhead [--calls N≥100] [--concurrency C,C,… (each ≥1)]");
+                eprintln!(
+                    "usage: overhead [--calls N≥100] [--concurrency C,C,… (each ≥1)] [--rounds N≥1]"
+                );
                 std::process::exit(2);
             }
         }
@@ -441,39 +475,54 @@ async fn main() {
                     resp.bytes().await.unwrap();
                 }
             };
+            // Rounds interleave every variant with the direct calls, so a shift in what the
+            // shared machine gives us hits them alike; figures are medians over rounds, and the
+            // Redis-to-memory ratio is taken within each round first.
             measure(calls / 4, concurrency, direct).await;
-            let d = measure(calls, concurrency, direct).await;
+            let mut directs = Vec::with_capacity(rounds);
+            let mut runs_of: BTreeMap<&str, Vec<Run>> = BTreeMap::new();
+            let mut server_total = ServerSample::default();
+            for _ in 0..rounds {
+                directs.push(measure(calls, concurrency, direct).await);
+                for (name, gw) in &variants {
+                    warm(gw, calls / 4, concurrency, stream).await;
+                    let before = match (*name, &servers) {
+                        ("redis", Some(s)) => Some(s.sample().await),
+                        _ => None,
+                    };
+                    let r = measure(calls, concurrency, || governed(gw, stream)).await;
+                    if let (Some(before), Some(servers)) = (before, &servers) {
+                        server_total.add_delta(&servers.sample().await, &before);
+                    }
+                    runs_of.entry(name).or_default().push(r);
+                }
+            }
+            let d = Run::median(&directs);
             println!(
                 "concurrency {concurrency:>3} stream {stream:<5} direct         p50 {:>8.1} µs p99 {:>8.1} µs {:>7.0}/s",
                 d.p50_us, d.p99_us, d.calls_per_s
             );
             let mut runs = serde_json::Map::new();
             let mut baseline: Option<Run> = None;
-            for (name, gw) in &variants {
-                warm(gw, calls / 4, concurrency, stream).await;
-                let server = match (*name, &servers) {
-                    ("redis", Some(s)) => Some((s, s.sample().await)),
-                    _ => None,
-                };
-                let r = measure(calls, concurrency, || governed(gw, stream)).await;
+            for (name, _) in &variants {
+                let of_rounds = &runs_of[name];
+                let r = Run::median(of_rounds);
                 println!(
                     "concurrency {concurrency:>3} stream {stream:<5} {name:<14} p50 {:>8.1} µs p99 {:>8.1} µs {:>7.0}/s | added p50 {:>8.1} µs p99 {:>8.1} µs",
                     r.p50_us, r.p99_us, r.calls_per_s, r.p50_us - d.p50_us, r.p99_us - d.p99_us
                 );
                 let mut row = r.json();
-                if let Some((servers, before)) = server {
-                    let after = servers.sample().await;
-                    let n = calls as f64;
-                    let trips = (after.script_calls - before.script_calls) / n;
-                    let cpu_us = (after.cpu_s - before.cpu_s) * 1e6 / n;
+                if *name == "redis" && servers.is_some() {
+                    let n = (calls * rounds) as f64;
+                    let trips = server_total.script_calls / n;
+                    let cpu_us = server_total.cpu_s * 1e6 / n;
                     println!(
                         "concurrency {concurrency:>3} stream {stream:<5} redis server   {trips:.2} round trips per attempt, {cpu_us:.1} µs CPU per call (one core: {:.0}/s)",
                         1e6 / cpu_us
                     );
                     row["redis_round_trips_per_attempt"] = json!(trips);
                     row["redis_cpu_us_per_call"] = json!(cpu_us);
-                    row["redis_script_us_per_call"] =
-                        json!((after.script_us - before.script_us) / n);
+                    row["redis_script_us_per_call"] = json!(server_total.script_us / n);
                     row["redis_cpu_ceiling_calls_per_s"] = json!(1e6 / cpu_us);
                     if let Some(process_us) = r.process_cpu_us_per_call {
                         let ceiling = cores * 1e6 / (process_us + cpu_us);
@@ -486,9 +535,12 @@ async fn main() {
                         row["calls_per_s_vs_ceiling"] = json!(r.calls_per_s / ceiling);
                     }
                     row["added_p50_us"] = json!(r.p50_us - d.p50_us);
-                    if let Some(memory) = &baseline {
-                        row["calls_per_s_vs_memory"] = json!(r.calls_per_s / memory.calls_per_s);
-                    }
+                    let ratios: Vec<f64> = of_rounds
+                        .iter()
+                        .zip(&runs_of["memory"])
+                        .map(|(redis, memory)| redis.calls_per_s / memory.calls_per_s)
+                        .collect();
+                    row["calls_per_s_vs_memory"] = json!(median(ratios));
                 }
                 runs.insert((*name).to_string(), row);
                 baseline.get_or_insert(r);
@@ -498,6 +550,7 @@ async fn main() {
                 "concurrency": concurrency,
                 "stream": stream,
                 "calls": calls,
+                "rounds": rounds,
                 "direct_p50_us": d.p50_us,
                 "runtime_p50_us": r.p50_us,
                 "direct_p99_us": d.p99_us,
