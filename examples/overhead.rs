@@ -17,7 +17,10 @@
 //! loopback `EVALSHA` round trip (`evalsha_p50_us`, a script that returns 1), the yardstick of the
 //! Redis variant's added latency, and one attempt's two scripts driven straight from a task
 //! without the runtime (`attempt_admit_p50_us`: `RedisAttempts::admit`;
-//! `attempt_admit_finish_p50_us`: admit, then the finish of a success, awaited).
+//! `attempt_admit_finish_p50_us`: admit, then the finish of a success, awaited). At concurrency 1
+//! the Redis row also carries `added_p50_target_us` (2 × that EVALSHA) and `added_p50_floor_us`:
+//! the admission's p50 from a task plus the memory variant's added p50 — what the Redis variant
+//! would add if its finish and every contention were free (a sum of medians: an estimate).
 //!
 //! ```text
 //! cargo run --release --example overhead --features testkit,redis -- [--calls N] [--concurrency 1,64,256] [--rounds 3]
@@ -433,8 +436,11 @@ async fn main() {
         _ => println!("(no Redis reachable at REDIS_URL: the redis variant is skipped)"),
     }
     let mut lines = Vec::new();
+    // The yardsticks of the concurrency-1 rows: one EVALSHA, one admission script from a task.
+    let (mut evalsha_p50_us, mut admit_p50_us) = (None, None);
     if let Some(servers) = &servers {
         let p50 = servers.evalsha_p50_us(calls / 2).await;
+        evalsha_p50_us = Some(p50);
         println!("one loopback EVALSHA round trip p50 {p50:>8.1} µs");
         let mut line = json!({"evalsha_p50_us": p50, "redis_primaries": servers.primaries.len()});
         if let Some((admit, pair)) = attempt_scripts_p50_us(&redis_url, calls / 2).await {
@@ -442,6 +448,7 @@ async fn main() {
                 "one attempt's scripts from a task: admit p50 {admit:>8.1} µs, admit + finish p50 {pair:>8.1} µs"
             );
             line["attempt_admit_p50_us"] = json!(admit);
+            admit_p50_us = Some(admit);
             line["attempt_admit_finish_p50_us"] = json!(pair);
         }
         lines.push(line);
@@ -541,6 +548,21 @@ async fn main() {
                         .map(|(redis, memory)| redis.calls_per_s / memory.calls_per_s)
                         .collect();
                     row["calls_per_s_vs_memory"] = json!(median(ratios));
+                    if let (1, Some(evalsha), Some(admit)) =
+                        (concurrency, evalsha_p50_us, admit_p50_us)
+                    {
+                        // The issue's bound, and what the added p50 would be if the call paid only
+                        // the admission's round trip and the runtime's own work (the memory
+                        // variant's added p50) — no finish, no contention: a sum of medians, so an
+                        // estimate of the floor, not a measurement of it.
+                        let runtime_us = Run::median(&runs_of["memory"]).p50_us - d.p50_us;
+                        let (target, floor) = (2.0 * evalsha, admit + runtime_us);
+                        println!(
+                            "concurrency {concurrency:>3} stream {stream:<5} redis added    target {target:.1} µs (2 × EVALSHA); floor {floor:.1} µs (admission {admit:.1} + runtime {runtime_us:.1})"
+                        );
+                        row["added_p50_target_us"] = json!(target);
+                        row["added_p50_floor_us"] = json!(floor);
+                    }
                 }
                 runs.insert((*name).to_string(), row);
                 baseline.get_or_insert(r);
