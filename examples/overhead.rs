@@ -548,14 +548,14 @@ async fn main() {
                         .map(|(redis, memory)| redis.calls_per_s / memory.calls_per_s)
                         .collect();
                     row["calls_per_s_vs_memory"] = json!(median(ratios));
-                    if let (1, Some(evalsha), Some(admit)) =
-                        (concurrency, evalsha_p50_us, admit_p50_us)
+                    if let (1, Some(evalsha), Some(admit), Some(memory)) =
+                        (concurrency, evalsha_p50_us, admit_p50_us, baseline)
                     {
                         // The bound, and what the added p50 would be if the call paid only
                         // the admission's round trip and the runtime's own work (the memory
                         // variant's added p50) — no finish, no contention: a sum of medians, so an
                         // estimate of the floor, not a measurement of it.
-                        let runtime_us = Run::median(&runs_of["memory"]).p50_us - d.p50_us;
+                        let runtime_us = memory.p50_us - d.p50_us;
                         let (target, floor) = (2.0 * evalsha, admit + runtime_us);
                         println!(
                             "concurrency {concurrency:>3} stream {stream:<5} redis added    target {target:.1} µs (2 × EVALSHA); floor {floor:.1} µs (admission {admit:.1} + runtime {runtime_us:.1})"
