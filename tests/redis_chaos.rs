@@ -932,10 +932,14 @@ async fn run_failover(
     // Restore: the killed node restarts and rejoins as a replica of the promoted one.
     drop(killed);
     let restore_started = Instant::now();
+    let promoted_port = replica.rsplit_once(':').map_or(replica, |(_, port)| port);
     let rejoined = async {
         loop {
             let replication = redis_cli(owner, &["info", "replication"]);
-            if replication.contains("role:slave") && replication.contains("master_link_status:up") {
+            if replication.contains("role:slave")
+                && replication.contains(&format!("master_port:{promoted_port}\r\n"))
+                && replication.contains("master_link_status:up")
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
