@@ -110,9 +110,10 @@ async fn purge(url: &str, prefix: &str) {
         .build()
         .expect("client");
     client.init().await.expect("connect");
-    // One client per primary on a cluster, else the one client, each quit exactly once: a CI run
-    // through sentinels hung here, no socket open, when a clone and then the original client
-    // were both quit.
+    // One client per primary on a cluster, else the one client, each quit exactly once: fred's
+    // `quit` returns early only once the client's router task has stopped, so a second QUIT sent
+    // while it is stopping is never answered, and this client has no command timeout (a CI run
+    // through sentinels hung here with no socket open).
     let nodes = match client.split_cluster() {
         Ok(nodes) => {
             client.quit().await.ok();
