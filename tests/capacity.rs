@@ -26,17 +26,22 @@ fn show(report: &CapacityReport) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unlimited_upstream_grows_past_the_old_hidden_ceiling() {
-    let scenario = Scenario::unlimited(Duration::from_millis(200));
-    let report = run_scenario(&scenario, 320, RUN, "adaptive").await.unwrap();
+    // 500 ms answers (the example uses 200 ms): the same 160 callers per source at 640 calls/s
+    // instead of 1,600, which a debug build sustains on half a loaded machine, and a scheduler's
+    // delay on such a machine (tens of ms, in the mock as much as in the gateway: they share the
+    // process) stays far below the 1.25x that counts as queueing. At 200 ms, beside a parallel
+    // cargo build, the pacer rightly saw 234 ms answers as a queue and cut.
+    let scenario = Scenario::unlimited(Duration::from_millis(500));
+    let report = run_scenario(&scenario, 320, Duration::from_secs(6), "adaptive")
+        .await
+        .unwrap();
     let why = show(&report);
+    println!("{why}");
     assert_eq!(report.errors, 0, "{why}");
-    // 160 callers per source: the old pacer stopped at 64 each. The limit is what this test
-    // proves; how many calls per second a debug build turns that into depends on the CPU it
-    // gets (goodput 0.45 beside a parallel cargo build, with both limits at 326), so the rate is
-    // only a floor against a pacer that grows but admits nothing. The release benchmark
-    // (`examples/capacity.rs`) carries the tight figure.
+    // 160 callers per source: the old pacer stopped at 64 each, which here is at most 256 of
+    // 640 calls/s (goodput 0.4). Beside a parallel cargo build this setup measured 0.79–0.99.
     assert!(report.sources.iter().all(|s| s.pacer_limit > 64), "{why}");
-    assert!(report.goodput_ratio() >= 0.25, "{why}");
+    assert!(report.goodput_ratio() >= 0.5, "{why}");
     assert!(
         report
             .sources
@@ -54,6 +59,7 @@ async fn rate_limited_upstream_is_found_with_and_without_headers() {
         let scenario = Scenario::rate_limited(200, Duration::from_millis(100), headers);
         let report = run_scenario(&scenario, 256, RUN, "adaptive").await.unwrap();
         let why = format!("headers {headers}: {}", show(&report));
+        println!("{why}");
         assert_eq!(report.errors, 0, "{why}");
         assert!(report.goodput_ratio() >= 0.7, "{why}");
         assert!(report.rate_limited_share <= max_refused, "{why}");
@@ -73,6 +79,7 @@ async fn queueing_upstream_keeps_its_queue_short() {
     };
     let report = run_scenario(&scenario, 256, RUN, "adaptive").await.unwrap();
     let why = show(&report);
+    println!("{why}");
     assert_eq!(report.errors, 0, "{why}");
     assert!(report.goodput_ratio() >= 0.7, "{why}");
     // 100 ms of service; unpaced, 128 callers per source would wait 800 ms in its queue.
