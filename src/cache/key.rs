@@ -213,7 +213,9 @@ fn message_digest(message: &Message) -> Value {
     add("name", name.clone().map(Value::String));
     add(
         "tool_calls",
-        tool_calls.as_ref().and_then(|c| serde_json::to_value(c).ok()),
+        tool_calls
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok()),
     );
     add(
         "function_call",

@@ -150,9 +150,7 @@ impl Stream for ChatStream {
         // Deltas first; the channel ends only when the call task dropped its sender, after which
         // the final result is (or is about to be) in the oneshot.
         match self.deltas.poll_recv(cx) {
-            Poll::Ready(Some(delta)) => {
-                return Poll::Ready(Some(Ok(ChatEvent::from(delta))))
-            }
+            Poll::Ready(Some(delta)) => return Poll::Ready(Some(Ok(ChatEvent::from(delta)))),
             Poll::Pending => return Poll::Pending,
             Poll::Ready(None) => {}
         }

@@ -1279,7 +1279,10 @@ impl Script {
             for index in 0..self.n {
                 let text = choice_text(index, i, c);
                 let logprobs = self.logprobs_of(&text);
-                out.push((d, chunk_of(index, json!({"content": text}), Value::Null, logprobs)));
+                out.push((
+                    d,
+                    chunk_of(index, json!({"content": text}), Value::Null, logprobs),
+                ));
             }
             if i == 0 {
                 match self.ending {
@@ -1313,7 +1316,10 @@ impl Script {
             _ => {
                 for index in 0..self.n {
                     let finish = json!(self.finish_reason);
-                    out.push((Duration::ZERO, chunk_of(index, json!({}), finish, Value::Null)));
+                    out.push((
+                        Duration::ZERO,
+                        chunk_of(index, json!({}), finish, Value::Null),
+                    ));
                 }
                 if let (true, Some(u)) = (include_usage, &self.usage) {
                     out.push((Duration::ZERO, usage_frame(u)));
@@ -1368,7 +1374,10 @@ impl Script {
         self.n = body["n"]
             .as_u64()
             .map_or(1, |n| u32::try_from(n.clamp(1, 8)).unwrap_or(1));
-        let messages = body["messages"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        let messages = body["messages"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         let last = messages.last();
         let text_of = |m: &Value| match &m["content"] {
             Value::String(s) => s.clone(),

@@ -378,7 +378,10 @@ mod tests {
             r#"{"choices":[{"index":1,"delta":{"content":"Lyon"}}]}"#,
             r#"{"choices":[{"index":1,"delta":{},"finish_reason":"length"},{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
         ]);
-        assert_eq!((r.content.as_str(), r.finish_reason.as_deref()), ("Paris", Some("stop")));
+        assert_eq!(
+            (r.content.as_str(), r.finish_reason.as_deref()),
+            ("Paris", Some("stop"))
+        );
         assert_eq!(r.other_choices.len(), 1);
         assert_eq!(r.other_choices[0].content, "Lyon");
         assert_eq!(r.other_choices[0].finish_reason.as_deref(), Some("length"));

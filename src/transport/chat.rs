@@ -16,10 +16,10 @@ use reqwest::header::ACCEPT;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::assembly::Assembly;
 use super::http::{
     build_client, classify_reqwest, classify_response, parse_rate_limit, JsonEndpoint,
 };
-use super::assembly::Assembly;
 use super::sse::{FrameTooLarge, SseEvent, SseParser};
 use super::watchdog::{now, StallLimits, Watchdog};
 use super::wire::{decode_chunk, decode_completion, WireUsage};

@@ -352,7 +352,10 @@ mod tests {
         )
         .unwrap();
         let c = f.first().unwrap();
-        assert_eq!((c.content.as_deref(), c.refusal.as_deref()), (None, Some("no")));
+        assert_eq!(
+            (c.content.as_deref(), c.refusal.as_deref()),
+            (None, Some("no"))
+        );
         assert_eq!(c.function_call.as_ref().unwrap().name.as_deref(), Some("g"));
         assert_eq!(c.logprobs, None);
     }

@@ -433,15 +433,20 @@ mod tests {
         assert!(matches!(parts[2], ContentPart::Other(_)));
         assert!(matches!(parts[3], ContentPart::Other(_)));
         assert_eq!(messages[6].text(), "");
-        assert_eq!(messages[2].tool_calls.as_ref().unwrap()[0].function.name, "get_weather");
+        assert_eq!(
+            messages[2].tool_calls.as_ref().unwrap()[0].function.name,
+            "get_weather"
+        );
     }
 
     #[test]
     fn a_part_without_a_type_is_refused_with_a_reason() {
-        let err = serde_json::from_value::<Message>(json!({"role": "user", "content": [{"text": "a"}]}))
-            .unwrap_err();
+        let err =
+            serde_json::from_value::<Message>(json!({"role": "user", "content": [{"text": "a"}]}))
+                .unwrap_err();
         assert!(err.to_string().contains("did not match"), "{err}");
-        let err = serde_json::from_value::<Message>(json!({"role": "boss", "content": "a"})).unwrap_err();
+        let err =
+            serde_json::from_value::<Message>(json!({"role": "boss", "content": "a"})).unwrap_err();
         assert!(err.to_string().contains("developer"), "{err}");
     }
 }
