@@ -1246,9 +1246,18 @@ impl Script {
                 "choices": [], "usage": usage
             }))
         };
+        // OpenAI opens a tool-call answer with `content: null`, a text answer with `""`.
+        let opening = if self.tool_calls.is_empty() {
+            json!("")
+        } else {
+            Value::Null
+        };
         let mut out = vec![(
             Duration::ZERO,
-            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            chunk(
+                json!({"role": "assistant", "content": opening}),
+                Value::Null,
+            ),
         )];
         if matches!(
             self.ending,
@@ -1452,14 +1461,18 @@ impl Script {
     }
 
     /// The `logprobs` object of a piece of text when the request asked for them: one entry per
-    /// whitespace-separated token, a fixed logprob.
+    /// character (so streamed pieces join into exactly the whole answer's list), a fixed
+    /// logprob.
     fn logprobs_of(&self, text: &str) -> Value {
         if !self.logprobs {
             return Value::Null;
         }
         let tokens: Vec<Value> = text
-            .split_inclusive(' ')
-            .map(|t| json!({"token": t, "logprob": MOCK_LOGPROB, "bytes": t.as_bytes(), "top_logprobs": []}))
+            .chars()
+            .map(|c| {
+                let t = c.to_string();
+                json!({"token": t, "logprob": MOCK_LOGPROB, "bytes": t.as_bytes(), "top_logprobs": []})
+            })
             .collect();
         json!({"content": tokens, "refusal": null})
     }
