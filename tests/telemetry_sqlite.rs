@@ -158,7 +158,16 @@ async fn auto_mode_adds_missing_columns_to_an_old_table() {
     let sink = SqliteSink::open(&path, options(SchemaMode::Auto));
     sink.write_batch(vec![row(1)]).await;
     sink.shutdown().await;
-    assert_eq!(columns(&path).len(), 25);
+    let upgraded = columns(&path);
+    assert_eq!(upgraded.len(), polygateway::telemetry::COLUMNS.len());
+    assert!(
+        upgraded.iter().any(|c| c == "finish_reason"),
+        "{upgraded:?}"
+    );
+    assert!(
+        upgraded.iter().any(|c| c == "tool_call_count"),
+        "{upgraded:?}"
+    );
     let tenant: String = Connection::open(&path)
         .unwrap()
         .query_row("SELECT tenant_id FROM llm_calls", [], |r| r.get(0))

@@ -447,3 +447,46 @@ async fn a_content_filtered_request_is_refused_once_without_hurting_the_source()
     assert_eq!(s.breaker, Some(BreakerState::Closed));
     gw.shutdown().await;
 }
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn telemetry_rows_record_the_finish_reason_and_the_tool_call_count() {
+    let mock = MockUpstream::start(Behaviour::ToolCalls(vec![
+        ("get_weather".into(), "{}".into()),
+        ("get_time".into(), "{}".into()),
+    ]))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("calls.db");
+    let settings = mock_settings(
+        &[("LLM", &mock.base_url())],
+        &[
+            ("PGW_TELEMETRY_BACKEND", "sqlite"),
+            ("PGW_TELEMETRY_SQLITE_PATH", path.to_str().unwrap()),
+        ],
+    );
+    let gw = Gateway::from_settings(settings, "LLM").await.unwrap();
+    let options = CallOptions::new().tools([weather_tool()]);
+    gw.chat_with(vec![Message::user("weather?")], options)
+        .await
+        .unwrap();
+    mock.set_behaviour(Behaviour::Length);
+    gw.chat(vec![Message::user("long story")]).await.unwrap();
+    gw.shutdown().await;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mut stmt = conn
+        .prepare("SELECT finish_reason, tool_call_count FROM llm_calls ORDER BY created_at, rowid")
+        .unwrap();
+    let rows: Vec<(Option<String>, Option<i64>)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        rows,
+        [
+            (Some("tool_calls".to_string()), Some(2)),
+            (Some("length".to_string()), Some(0)),
+        ]
+    );
+}

@@ -79,6 +79,12 @@ pub struct TelemetryRow {
     pub tenant_id: String,
     /// JSON object of the caller's meta (`meta_json`); `"{}"` when empty.
     pub meta: String,
+    /// A chat answer's `finish_reason` as the upstream said it (`stop`, `length`,
+    /// `tool_calls`, …); `None` for failed attempts, other kinds and upstreams that gave none.
+    pub finish_reason: Option<String>,
+    /// A chat answer's number of tool calls (the legacy `function_call` counts as one);
+    /// `None` for failed attempts and other kinds.
+    pub tool_call_count: Option<i64>,
 }
 
 impl TelemetryRow {
@@ -119,11 +125,13 @@ impl TelemetryRow {
             reasoning_tokens: None,
             tenant_id: String::new(),
             meta: "{}".into(),
+            finish_reason: None,
+            tool_call_count: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 24] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 26] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -153,6 +161,8 @@ impl TelemetryRow {
             Int(self.reasoning_tokens),
             Text(Some(&self.tenant_id)),
             Text(Some(&self.meta)),
+            s(&self.finish_reason),
+            Int(self.tool_call_count),
         ]
     }
 }
