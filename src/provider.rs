@@ -439,7 +439,10 @@ mod tests {
                 "openai", "qwen", "sglang", "tgi", "vllm"
             ]
         );
-        assert_eq!(reg.get("lmstudio").structured_mode(), StructuredMode::JsonSchema);
+        assert_eq!(
+            reg.get("lmstudio").structured_mode(),
+            StructuredMode::JsonSchema
+        );
         assert!(!reg.get("lmstudio").json_object && !reg.get("tgi").json_object);
         assert!(reg.get("ollama").json_object);
         assert_eq!(reg.get("QWEN").thinking, ThinkingForm::Qwen);

@@ -151,7 +151,10 @@ async fn a_refused_mode_falls_back_once_is_remembered_and_is_no_source_fault() {
         Some(StructuredMode::JsonSchema)
     );
     // Not a source fault: two attempts, two successes, full health, breaker closed.
-    assert_eq!((source.attempts, source.successes, source.failures), (2, 2, 0));
+    assert_eq!(
+        (source.attempts, source.successes, source.failures),
+        (2, 2, 0)
+    );
     assert_eq!(source.health, 1.0);
     assert_eq!(
         source.breaker,

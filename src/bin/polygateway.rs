@@ -258,11 +258,9 @@ fn print_settings(s: &Settings) {
 /// `json_schema`, or `json_object (fell back from json_schema)` after a refusal.
 fn structured_label(s: &polygateway::SourceSnapshot) -> String {
     match (s.structured_mode, s.structured_mode_configured) {
-        (Some(now), Some(configured)) if now != configured => format!(
-            "{} (fell back from {})",
-            now.as_str(),
-            configured.as_str()
-        ),
+        (Some(now), Some(configured)) if now != configured => {
+            format!("{} (fell back from {})", now.as_str(), configured.as_str())
+        }
         (Some(now), _) => now.as_str().to_string(),
         (None, _) => "-".to_string(),
     }

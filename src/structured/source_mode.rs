@@ -119,13 +119,19 @@ mod tests {
             &rejected(400, "'Response_Format.type' must be 'json_schema'"),
             StructuredMode::JsonObject
         ));
-        assert!(refuses_mode(&rejected(422, "json_schema not supported"), schema));
+        assert!(refuses_mode(
+            &rejected(422, "json_schema not supported"),
+            schema
+        ));
         // A different complaint, another status, or nothing sent to refuse: not a refusal.
         assert!(!refuses_mode(
             &rejected(400, "maximum context length exceeded"),
             schema
         ));
-        assert!(!refuses_mode(&rejected(500, "response_format crashed"), schema));
+        assert!(!refuses_mode(
+            &rejected(500, "response_format crashed"),
+            schema
+        ));
         assert!(!refuses_mode(
             &rejected(400, "response_format"),
             StructuredMode::Prompt
