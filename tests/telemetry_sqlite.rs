@@ -158,7 +158,8 @@ async fn auto_mode_adds_missing_columns_to_an_old_table() {
     let sink = SqliteSink::open(&path, options(SchemaMode::Auto));
     sink.write_batch(vec![row(1)]).await;
     sink.shutdown().await;
-    assert_eq!(columns(&path).len(), 25);
+    assert_eq!(columns(&path).len(), 26);
+    assert_eq!(columns(&path).last().unwrap(), "structured_mode");
     let tenant: String = Connection::open(&path)
         .unwrap()
         .query_row("SELECT tenant_id FROM llm_calls", [], |r| r.get(0))

@@ -79,6 +79,9 @@ pub struct TelemetryRow {
     pub tenant_id: String,
     /// JSON object of the caller's meta (`meta_json`); `"{}"` when empty.
     pub meta: String,
+    /// The structured mode a typed call's ask was sent in (`json_schema`, `json_object`,
+    /// `prompt`); `None` for other calls.
+    pub structured_mode: Option<String>,
 }
 
 impl TelemetryRow {
@@ -119,11 +122,12 @@ impl TelemetryRow {
             reasoning_tokens: None,
             tenant_id: String::new(),
             meta: "{}".into(),
+            structured_mode: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 24] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 25] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -153,6 +157,7 @@ impl TelemetryRow {
             Int(self.reasoning_tokens),
             Text(Some(&self.tenant_id)),
             Text(Some(&self.meta)),
+            s(&self.structured_mode),
         ]
     }
 }

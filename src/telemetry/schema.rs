@@ -97,9 +97,9 @@ const fn col(
 /// assert_eq!(COLUMNS[0].name, "call_id");
 /// assert!(COLUMNS[0].primary_key);
 /// assert_eq!(COLUMNS.iter().filter(|c| c.primary_key).count(), 1);
-/// assert_eq!(COLUMNS.last().unwrap().name, "meta");
+/// assert_eq!(COLUMNS.last().unwrap().name, "structured_mode");
 /// ```
-pub const COLUMNS: [Column; 25] = [
+pub const COLUMNS: [Column; 26] = [
     Column {
         primary_key: true,
         ..col("call_id", "TEXT", "TEXT", "text")
@@ -146,6 +146,7 @@ pub const COLUMNS: [Column; 25] = [
         "TEXT NOT NULL DEFAULT '{}'",
         "text::jsonb",
     ),
+    col("structured_mode", "TEXT", "TEXT", "text"),
 ];
 
 /// The columns the library INSERTs, in order (every column but `created_at`); the order of
@@ -226,7 +227,8 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
 /// let sql = create_table_sql(SchemaBackend::Sqlite, "llm_calls");
 /// assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS llm_calls (\n    call_id TEXT PRIMARY KEY,"));
 /// assert!(sql.contains("created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,"));
-/// assert!(sql.ends_with("meta TEXT NOT NULL DEFAULT '{}'\n)"));
+/// assert!(sql.contains("meta TEXT NOT NULL DEFAULT '{}',"));
+/// assert!(sql.ends_with("structured_mode TEXT\n)"));
 /// ```
 pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
     let mut sql = format!("CREATE TABLE IF NOT EXISTS {table} (\n");
@@ -451,10 +453,11 @@ mod tests {
                 "sampling",
                 "reasoning_tokens",
                 "tenant_id",
-                "meta"
+                "meta",
+                "structured_mode"
             ]
         );
-        assert_eq!(insert_columns().count(), 24);
+        assert_eq!(insert_columns().count(), 25);
     }
 
     #[test]
@@ -463,7 +466,7 @@ mod tests {
         assert!(pg.starts_with("-- polygateway telemetry table"));
         assert!(pg.contains("call_id TEXT PRIMARY KEY,"));
         assert!(pg.contains("created_at TIMESTAMPTZ NOT NULL DEFAULT now()"));
-        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 6);
+        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 7);
         let lite = telemetry_schema_sql(SchemaBackend::Sqlite);
         assert!(lite
             .contains("-- ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';"));
@@ -508,7 +511,8 @@ mod tests {
                 "sampling",
                 "reasoning_tokens",
                 "tenant_id",
-                "meta"
+                "meta",
+                "structured_mode"
             ]
         );
         assert_eq!(present, (0..18).collect::<Vec<_>>());
