@@ -35,6 +35,10 @@ pub enum ThinkingForm {
     None,
     /// DeepSeek / GLM style: `{"thinking": {"type": "enabled" | "disabled"}}`.
     DeepSeek,
+    /// Self-hosted servers that pass `chat_template_kwargs` to the model's chat template (vLLM,
+    /// SGLang, llama.cpp's server): `{"chat_template_kwargs": {"enable_thinking": true | false}}`.
+    /// Templates that read `enable_thinking` (Qwen3 and its kind) obey it; others ignore it.
+    TemplateKwargs,
     /// Qwen (DashScope) style: `{"enable_thinking": true | false}`.
     Qwen,
     /// Any other form: the top-level keys merged for "on" and for "off".
@@ -56,6 +60,8 @@ impl ThinkingForm {
     /// let off = ThinkingForm::Qwen.injection(false);
     /// assert_eq!(serde_json::Value::Object(off), serde_json::json!({"enable_thinking": false}));
     /// assert!(ThinkingForm::None.injection(true).is_empty());
+    /// let off = ThinkingForm::TemplateKwargs.injection(false);
+    /// assert_eq!(off["chat_template_kwargs"]["enable_thinking"], false);
     /// ```
     pub fn injection(&self, enabled: bool) -> Map<String, Value> {
         let mut out = Map::new();
@@ -67,6 +73,12 @@ impl ThinkingForm {
             }
             ThinkingForm::Qwen => {
                 out.insert("enable_thinking".into(), Value::Bool(enabled));
+            }
+            ThinkingForm::TemplateKwargs => {
+                out.insert(
+                    "chat_template_kwargs".into(),
+                    json!({ "enable_thinking": enabled }),
+                );
             }
             ThinkingForm::Custom { on, off } => {
                 out = if enabled { on.clone() } else { off.clone() };
@@ -139,6 +151,10 @@ pub struct ProviderProfile {
     /// `true` when `response_format: {"type": "json_object"}` is supported (set by
     /// [`ProviderProfile::new`] to `native_json_schema`; see [`ProviderProfile::with_json_object`]).
     pub json_object: bool,
+    /// `true` when the server wants a `json_schema` format's schema as `response_format.value`
+    /// (TGI's grammar form) instead of OpenAI's `response_format.json_schema.schema`; see
+    /// [`ProviderProfile::with_schema_under_value`].
+    pub schema_under_value: bool,
 }
 
 impl ProviderProfile {
@@ -161,7 +177,22 @@ impl ProviderProfile {
             reasoning,
             native_json_schema,
             json_object: native_json_schema,
+            schema_under_value: false,
         }
+    }
+
+    /// Send a `json_schema` format as `{"type": "json_schema", "value": <schema>}`, the form
+    /// text-generation-inference (TGI ≥ 3.2) reads, instead of OpenAI's nested form.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderRegistry;
+    /// let registry = ProviderRegistry::with_defaults();
+    /// assert!(registry.get("tgi").schema_under_value);
+    /// assert!(!registry.get("vllm").schema_under_value);
+    /// ```
+    pub fn with_schema_under_value(mut self) -> Self {
+        self.schema_under_value = true;
+        self
     }
 
     /// Whether `response_format: {"type": "json_object"}` is accepted (providers with JSON mode
@@ -267,13 +298,26 @@ impl ProviderRegistry {
         }
     }
 
-    /// The built-in entries: `openai`, `deepseek`, `qwen`, `minimax`, `glm`, `moonshot`.
+    /// The built-in entries: the hosted APIs `openai`, `deepseek`, `qwen`, `minimax`, `glm`,
+    /// `moonshot`, and the self-hosted servers `vllm`, `sglang`, `llamacpp`, `ollama`, `lmstudio`,
+    /// `tgi` (each checked against its server's documentation: docs/behaviour.md §7.2).
     ///
     /// ```
     /// use polygateway::provider::{ProviderRegistry, ThinkingForm};
+    /// use polygateway::structured::StructuredMode;
     /// let reg = ProviderRegistry::with_defaults();
-    /// assert_eq!(reg.names(), ["deepseek", "glm", "minimax", "moonshot", "openai", "qwen"]);
+    /// assert_eq!(
+    ///     reg.names(),
+    ///     [
+    ///         "deepseek", "glm", "llamacpp", "lmstudio", "minimax", "moonshot", "ollama",
+    ///         "openai", "qwen", "sglang", "tgi", "vllm"
+    ///     ]
+    /// );
     /// assert_eq!(reg.get("glm").thinking, ThinkingForm::DeepSeek);
+    /// // Every self-hosted server enforces a JSON Schema with its grammar engine.
+    /// for server in ["vllm", "sglang", "llamacpp", "ollama", "lmstudio", "tgi"] {
+    ///     assert_eq!(reg.get(server).structured_mode(), StructuredMode::JsonSchema, "{server}");
+    /// }
     /// ```
     pub fn with_defaults() -> Self {
         use ReasoningForm::*;
@@ -287,6 +331,22 @@ impl ProviderRegistry {
             ProviderProfile::new("minimax", T::None, ThinkTags, true),
             ProviderProfile::new("glm", T::DeepSeek, Field, false).with_json_object(true),
             ProviderProfile::new("moonshot", T::None, Field, false).with_json_object(true),
+            // Self-hosted servers. Reasoning arrives in `reasoning_content` / `reasoning` when
+            // the server runs a reasoning parser and as `<think>` tags in `content` when it does
+            // not, so both are read. All six accept `stream_options.include_usage`.
+            ProviderProfile::new("vllm", T::TemplateKwargs, Both, true),
+            ProviderProfile::new("sglang", T::TemplateKwargs, Both, true),
+            ProviderProfile::new("llamacpp", T::TemplateKwargs, Both, true),
+            // Ollama's switch (`reasoning_effort`) takes model-defined values: set it through
+            // EXTRA_BODY.
+            ProviderProfile::new("ollama", T::None, Both, true),
+            // LM Studio accepts `json_schema` (and `text`) but not `json_object`.
+            ProviderProfile::new("lmstudio", T::None, Both, true).with_json_object(false),
+            // TGI reads the schema from `response_format.value`; its `json_object` needs a
+            // schema too, so plain JSON mode is not offered.
+            ProviderProfile::new("tgi", T::None, Both, true)
+                .with_json_object(false)
+                .with_schema_under_value(),
         ] {
             reg.register(profile);
         }
@@ -299,13 +359,13 @@ impl ProviderRegistry {
     /// ```
     /// use polygateway::provider::{ProviderProfile, ProviderRegistry, ReasoningForm, ThinkingForm};
     /// let mut reg = ProviderRegistry::with_defaults();
-    /// // A self-hosted vLLM with a reasoning parser and guided JSON decoding.
-    /// reg.register(ProviderProfile::new("VLLM", ThinkingForm::Qwen, ReasoningForm::Field, true));
-    /// assert!(reg.contains("vllm"));
+    /// // An in-house server with a reasoning parser and guided JSON decoding.
+    /// reg.register(ProviderProfile::new("MyLab", ThinkingForm::Qwen, ReasoningForm::Field, true));
+    /// assert!(reg.contains("mylab"));
     /// // Same name again: the entry is replaced, not duplicated.
-    /// reg.register(ProviderProfile::new("vllm", ThinkingForm::None, ReasoningForm::Both, false));
-    /// assert!(!reg.get("vllm").native_json_schema);
-    /// assert_eq!(reg.names().iter().filter(|n| *n == "vllm").count(), 1);
+    /// reg.register(ProviderProfile::new("mylab", ThinkingForm::None, ReasoningForm::Both, false));
+    /// assert!(!reg.get("mylab").native_json_schema);
+    /// assert_eq!(reg.names().iter().filter(|n| *n == "mylab").count(), 1);
     /// ```
     pub fn register(&mut self, profile: ProviderProfile) {
         if profile.name == GENERIC {
@@ -374,8 +434,17 @@ mod tests {
         let reg = ProviderRegistry::with_defaults();
         assert_eq!(
             reg.names(),
-            ["deepseek", "glm", "minimax", "moonshot", "openai", "qwen"]
+            [
+                "deepseek", "glm", "llamacpp", "lmstudio", "minimax", "moonshot", "ollama",
+                "openai", "qwen", "sglang", "tgi", "vllm"
+            ]
         );
+        assert_eq!(
+            reg.get("lmstudio").structured_mode(),
+            StructuredMode::JsonSchema
+        );
+        assert!(!reg.get("lmstudio").json_object && !reg.get("tgi").json_object);
+        assert!(reg.get("ollama").json_object);
         assert_eq!(reg.get("QWEN").thinking, ThinkingForm::Qwen);
         assert_eq!(reg.get("minimax").reasoning, ReasoningForm::ThinkTags);
         assert!(reg.get("openai").native_json_schema);

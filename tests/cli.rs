@@ -80,6 +80,22 @@ async fn config_check_prints_the_effective_configuration_without_secrets() {
     assert!(run.stdout.contains("openai_1"));
     assert!(run.stdout.contains("key=set"));
     assert!(!run.stdout.contains("sk-cli-secret-value"));
+    assert!(
+        run.stdout.contains("structured=json_schema (provider)"),
+        "{}",
+        run.stdout
+    );
+
+    // The override is shown with where it comes from.
+    let mut env = env_for("http://127.0.0.1:9/v1");
+    env.push(("LLM__OPENAI__1__STRUCTURED_MODE", "prompt".into()));
+    let run = cli(dir.path(), &env, &["config", "check"]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("structured=prompt (STRUCTURED_MODE)"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[tokio::test]
@@ -114,6 +130,7 @@ async fn chat_health_and_sources_against_the_mock() {
         .find(|l| l.starts_with("openai_1"))
         .unwrap();
     assert!(row.contains("closed"), "{row}");
+    assert!(row.ends_with("json_schema"), "{row}");
 
     let down = env_for("http://127.0.0.1:9/v1");
     let run = cli(dir.path(), &down, &["health", "LLM"]).await;

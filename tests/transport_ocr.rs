@@ -36,6 +36,7 @@ fn settings(base_url: &str, timeout: Duration) -> SourceSettings {
         // Loopback only: never route the tests through a proxy from the environment.
         trust_env: false,
         stream: true,
+        structured_mode: None,
         extra_body: Default::default(),
     }
 }

@@ -202,6 +202,7 @@ fn print_settings(s: &Settings) {
         "lease ttl: {:?}, structured retries: {}",
         s.lease_ttl, s.structured_max_retries
     );
+    let registry = polygateway::provider::ProviderRegistry::with_defaults();
     for (name, scope) in &s.scopes {
         println!(
             "\nscope {name} ({:?}): selector {:?}, attempts {}, backoff {:?}..{:?}, quota_full {:?}, circuit_open {:?}",
@@ -223,8 +224,21 @@ fn print_settings(s: &Settings) {
             scope.backpressure.stall_window
         );
         for src in &scope.sources {
+            // How typed calls carry their schema to this source (chat scopes only).
+            let structured = match scope.kind {
+                ScopeKind::Chat => {
+                    let mode = src.effective_structured_mode(registry.get(&src.provider));
+                    let origin = if src.structured_mode.is_some() {
+                        "STRUCTURED_MODE"
+                    } else {
+                        "provider"
+                    };
+                    format!(" structured={} ({origin})", mode.as_str())
+                }
+                ScopeKind::Embeddings | ScopeKind::Ocr => String::new(),
+            };
             println!(
-                "  {:<16} {:<10} {} model={} key={} timeout={:?} ttft={:?} inter_token={:?} concurrency={} rpm={} tpm={}",
+                "  {:<16} {:<10} {} model={} key={} timeout={:?} ttft={:?} inter_token={:?} concurrency={} rpm={} tpm={}{structured}",
                 src.name,
                 src.provider,
                 redact_dsn(&src.base_url),
@@ -238,6 +252,17 @@ fn print_settings(s: &Settings) {
                 src.tpm
             );
         }
+    }
+}
+
+/// `json_schema`, or `json_object (fell back from json_schema)` after a refusal.
+fn structured_label(s: &polygateway::SourceSnapshot) -> String {
+    match (s.structured_mode, s.structured_mode_configured) {
+        (Some(now), Some(configured)) if now != configured => {
+            format!("{} (fell back from {})", now.as_str(), configured.as_str())
+        }
+        (Some(now), _) => now.as_str().to_string(),
+        (None, _) => "-".to_string(),
     }
 }
 
@@ -382,7 +407,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             gw.shutdown().await;
             warn_if_telemetry_degraded(&gw);
             println!(
-                "{:<18} {:<10} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>8}",
+                "{:<18} {:<10} {:>5} {:>7} {:>6} {:>9} {:>9} {:>9} {:>8}  structured",
                 "source",
                 "breaker",
                 "epoch",
@@ -395,7 +420,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
             );
             for s in snapshot? {
                 println!(
-                    "{:<18} {:<10} {:>5} {:>7.2} {:>6} {:>9} {:>9} {:>9} {:>7.1}s",
+                    "{:<18} {:<10} {:>5} {:>7.2} {:>6} {:>9} {:>9} {:>9} {:>7.1}s  {}",
                     s.name,
                     s.breaker.map_or("unknown", |b| b.as_str()),
                     s.epoch,
@@ -404,7 +429,8 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                     s.attempts,
                     s.successes,
                     s.failures + s.dead + s.rate_limited,
-                    s.cooling_for.as_secs_f64()
+                    s.cooling_for.as_secs_f64(),
+                    structured_label(&s)
                 );
             }
             Ok(ExitCode::SUCCESS)

@@ -33,6 +33,7 @@ use super::keys::{
 };
 use super::settings::*;
 use super::ServerSettings;
+use crate::structured::StructuredMode;
 use crate::validate::shorten;
 
 /// Placeholder shown instead of a secret value.
@@ -878,6 +879,12 @@ fn build_source(
             .transpose()?
             .unwrap_or(true),
         stream: get("STREAM").map(parse_bool).transpose()?.unwrap_or(true),
+        structured_mode: get("STRUCTURED_MODE")
+            .map(|e| {
+                let choices = StructuredMode::ALL.map(|m| (m.as_str(), m));
+                parse_enum(e, &choices)
+            })
+            .transpose()?,
         extra_body,
     })
 }

@@ -19,7 +19,7 @@
 /// let ConfigError::UnknownKey { allowed, .. } = err else { panic!("{err}") };
 /// assert_eq!(allowed, SOURCE_FIELDS.join(", "));
 /// ```
-pub const SOURCE_FIELDS: [&str; 15] = [
+pub const SOURCE_FIELDS: [&str; 16] = [
     "BASE_URL",
     "API_KEY",
     "MODEL",
@@ -34,6 +34,7 @@ pub const SOURCE_FIELDS: [&str; 15] = [
     "MISSING_DONE",
     "TRUST_ENV",
     "STREAM",
+    "STRUCTURED_MODE",
     "EXTRA_BODY",
 ];
 

@@ -336,6 +336,9 @@ pub struct SourceSettings {
     /// (one JSON answer under the total deadline), for servers and proxies that do not stream or
     /// stream badly. A call that asks for no streaming is never streamed either way.
     pub stream: bool,
+    /// `STRUCTURED_MODE`: how typed calls carry their schema to this source, overriding the
+    /// provider registry (`None` = the provider's strongest mode). Chat sources only.
+    pub structured_mode: Option<crate::structured::StructuredMode>,
     /// Extra JSON merged into each request body (lowest priority).
     pub extra_body: Map<String, Value>,
 }
@@ -359,6 +362,28 @@ impl SourceSettings {
             _ => 0,
         }
     }
+
+    /// The structured mode typed calls start in on this source: `STRUCTURED_MODE` when set,
+    /// else the strongest mode of its provider's profile.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderRegistry;
+    /// use polygateway::structured::StructuredMode;
+    /// let registry = ProviderRegistry::with_defaults();
+    /// let mut source = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// source.provider = "llamacpp".into();
+    /// let profile = registry.get(&source.provider);
+    /// assert_eq!(source.effective_structured_mode(profile), StructuredMode::JsonSchema);
+    /// source.structured_mode = Some(StructuredMode::Prompt);
+    /// assert_eq!(source.effective_structured_mode(profile), StructuredMode::Prompt);
+    /// ```
+    pub fn effective_structured_mode(
+        &self,
+        profile: &crate::provider::ProviderProfile,
+    ) -> crate::structured::StructuredMode {
+        self.structured_mode
+            .unwrap_or_else(|| profile.structured_mode())
+    }
 }
 
 impl fmt::Debug for SourceSettings {
@@ -380,6 +405,7 @@ impl fmt::Debug for SourceSettings {
             .field("missing_done", &self.missing_done)
             .field("trust_env", &self.trust_env)
             .field("stream", &self.stream)
+            .field("structured_mode", &self.structured_mode)
             .field("extra_body", &self.extra_body)
             .finish()
     }

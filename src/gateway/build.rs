@@ -770,12 +770,13 @@ impl GatewayBuilder {
                     let specs = source_specs(scope, |s| {
                         ChatTransport::new(s.clone(), self.registry.get(&s.provider).clone())
                     });
-                    // Decided per attempt by each source's transport; the set is part of the
-                    // cache key of typed calls.
+                    // Each source's configured mode (a fallback later only weakens how the
+                    // schema is asked for, never what is accepted); the set is part of the cache
+                    // key of typed calls.
                     let mut structured_modes: Vec<_> = scope
                         .sources
                         .iter()
-                        .map(|s| self.registry.get(&s.provider).structured_mode())
+                        .map(|s| s.effective_structured_mode(self.registry.get(&s.provider)))
                         .collect();
                     structured_modes.sort_unstable();
                     structured_modes.dedup();
@@ -783,8 +784,18 @@ impl GatewayBuilder {
                     for s in &scope.sources {
                         extra_body.extend(s.extra_body.clone());
                     }
+                    let governed = add_scope(&runtime, config, specs, selector, pacer).await?;
+                    // Telemetry rows of typed asks name the mode their source was in.
+                    let identities = identities
+                        .into_iter()
+                        .zip(governed.sources())
+                        .map(|(identity, source)| SourceIdentity {
+                            structured_mode: Some(Arc::clone(source.transport.source_mode())),
+                            ..identity
+                        })
+                        .collect();
                     ScopeEntry::Chat(ChatScope {
-                        scope: add_scope(&runtime, config, specs, selector, pacer).await?,
+                        scope: governed,
                         identities,
                         fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
                         extra_body,
@@ -888,6 +899,7 @@ fn identities(scope: &ScopeSettings) -> Vec<SourceIdentity> {
             name: s.name.clone(),
             model: s.model.clone(),
             provider: s.provider.clone(),
+            structured_mode: None,
         })
         .collect()
 }

@@ -380,6 +380,7 @@ impl ScopeHandle<Chat> {
             sampling: sampling_json(Some(&options.overlay), Some(&scope.extra_body)),
             tenant_id: options.tenant().to_string(),
             meta: meta_json(&options.meta),
+            typed: asked.schema.is_some(),
         });
         let mut wire = ChatWireRequest::new(messages);
         wire.overlay = options.overlay.clone();

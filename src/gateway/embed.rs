@@ -137,6 +137,7 @@ impl ScopeHandle<Embeddings> {
                     sampling: None,
                     tenant_id: options.tenant().to_string(),
                     meta: meta_json(&options.meta),
+                    typed: false,
                 });
                 let request = EmbeddingWireRequest {
                     inputs: Arc::new(batch),

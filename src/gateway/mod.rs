@@ -710,7 +710,7 @@ impl Gateway {
     /// ```
     pub async fn sources(&self, name: &str) -> Result<Vec<SourceSnapshot>, GatewayError> {
         let entry = self.core.entry(name)?;
-        Ok(snapshot::collect(&self.core, entry.erased()).await)
+        Ok(snapshot::collect(&self.core, entry).await)
     }
 
     /// Limiter leases currently held in scope `name` (0 when idle: an invariant soaks check).

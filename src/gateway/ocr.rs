@@ -214,6 +214,7 @@ impl ScopeHandle<Ocr> {
             sampling: None,
             tenant_id: options.tenant().to_string(),
             meta: meta_json(&options.meta),
+            typed: false,
         });
         let scope = self.scope();
         let recorder = Recorder {

@@ -49,6 +49,8 @@ pub(crate) struct RowContext {
     pub sampling: Option<String>,
     pub tenant_id: String,
     pub meta: String,
+    /// A typed call: its rows name the structured mode of each ask.
+    pub typed: bool,
 }
 
 /// Configured identity of a source, for rows.
@@ -57,6 +59,8 @@ pub(crate) struct SourceIdentity {
     pub name: String,
     pub model: String,
     pub provider: String,
+    /// A chat source's structured mode (`None` in embeddings and OCR scopes).
+    pub structured_mode: Option<Arc<crate::structured::source_mode::SourceMode>>,
 }
 
 /// The runtime's telemetry front: queue, pricing, text cap.
@@ -169,6 +173,14 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
         if let Some(identity) = self.identity(report.source) {
             row.model = identity.model.clone();
             row.provider = identity.provider.clone();
+            // The source's mode as the ask ends: the one it was sent in, or the weaker one it
+            // fell back to (a refused mode is re-sent inside the same ask).
+            if self.context.typed {
+                row.structured_mode = identity
+                    .structured_mode
+                    .as_ref()
+                    .map(|m| m.current().as_str().to_string());
+            }
         }
         row.source_name = report.source.to_string();
         row.latency_ms = report.elapsed.as_secs_f64() * 1e3;

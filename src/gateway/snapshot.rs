@@ -8,7 +8,8 @@ use polygateway_actors::policy::pacer::PacerSignal;
 use polygateway_actors::runtime::{Scope, SourceShared};
 use polygateway_actors::{BreakerConfig, BreakerState};
 
-use super::Core;
+use super::{Core, ScopeEntry};
+use crate::structured::StructuredMode;
 
 /// The state of one source at one moment.
 ///
@@ -84,6 +85,12 @@ pub struct SourceSnapshot {
     pub cancelled: u64,
     /// Admissions refused by the breaker.
     pub breaker_refusals: u64,
+    /// The structured mode typed calls are sent in now (chat sources; `None` otherwise).
+    /// Weaker than [`SourceSnapshot::structured_mode_configured`] after the source refused a
+    /// mode and fell back.
+    pub structured_mode: Option<StructuredMode>,
+    /// The mode the source was configured with (`STRUCTURED_MODE`, else its provider's).
+    pub structured_mode_configured: Option<StructuredMode>,
 }
 
 /// A scope seen without its transport type: enough for snapshots and chaos hooks.
@@ -124,7 +131,8 @@ impl<T: polygateway_actors::Transport> ErasedScope for Scope<T> {
     }
 }
 
-pub(crate) async fn collect(core: &Core, scope: &dyn ErasedScope) -> Vec<SourceSnapshot> {
+pub(crate) async fn collect(core: &Core, entry: &ScopeEntry) -> Vec<SourceSnapshot> {
+    let scope = entry.erased();
     let now = core.runtime.clock().now();
     let mut out = Vec::new();
     for index in 0..scope.source_names().len() {
@@ -139,6 +147,11 @@ pub(crate) async fn collect(core: &Core, scope: &dyn ErasedScope) -> Vec<SourceS
             snapshot.epoch = b.epoch;
             snapshot.breaker_retry_after = b.retry_after;
             snapshot.probe_held = b.probe_held;
+        }
+        if let ScopeEntry::Chat(chat) = entry {
+            let mode = chat.scope.sources()[index].transport.source_mode();
+            snapshot.structured_mode = Some(mode.current());
+            snapshot.structured_mode_configured = Some(mode.configured());
         }
         out.push(snapshot);
     }
@@ -168,5 +181,7 @@ fn view<T>(source: &SourceShared<T>, now: std::time::Instant) -> SourceSnapshot 
         dead: c.dead.load(Ordering::Relaxed),
         cancelled: c.cancelled.load(Ordering::Relaxed),
         breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
+        structured_mode: None,
+        structured_mode_configured: None,
     }
 }

@@ -3,8 +3,8 @@
 //! The pieces are pure and separately testable: [`repair`] (almost-JSON → `Value`),
 //! [`validate`] (`Value` → `T`, errors with paths), [`schema`] (strict JSON Schema and
 //! `response_format` bodies), [`mode`] (how one attempt carries the schema to its source's
-//! provider) and [`ladder`] (the prevent → repair → validate → re-ask driver,
-//! generic over how a question is asked). Governance of each ask (admission, breaker exemption of
+//! provider; `source_mode` remembers a source that refused a mode) and [`ladder`] (the
+//! prevent → repair → validate → re-ask driver, generic over how a question is asked). Governance of each ask (admission, breaker exemption of
 //! re-asks, telemetry) belongs to the runtime that supplies the ask function.
 
 pub mod ladder;
@@ -13,6 +13,7 @@ pub mod repair;
 pub mod schema;
 #[cfg(feature = "server")]
 pub(crate) mod shape;
+pub(crate) mod source_mode;
 pub mod validate;
 
 pub use ladder::{rehydrate, run_ladder, LadderMode, LadderOutcome, LadderPlan};

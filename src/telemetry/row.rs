@@ -79,6 +79,9 @@ pub struct TelemetryRow {
     pub tenant_id: String,
     /// JSON object of the caller's meta (`meta_json`); `"{}"` when empty.
     pub meta: String,
+    /// The structured mode a typed call's ask was sent in (`json_schema`, `json_object`,
+    /// `prompt`); `None` for other calls.
+    pub structured_mode: Option<String>,
     /// A chat answer's `finish_reason` as the upstream said it (`stop`, `length`,
     /// `tool_calls`, …); `None` for failed attempts, other kinds and upstreams that gave none.
     pub finish_reason: Option<String>,
@@ -125,13 +128,14 @@ impl TelemetryRow {
             reasoning_tokens: None,
             tenant_id: String::new(),
             meta: "{}".into(),
+            structured_mode: None,
             finish_reason: None,
             tool_call_count: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 26] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 27] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -161,6 +165,7 @@ impl TelemetryRow {
             Int(self.reasoning_tokens),
             Text(Some(&self.tenant_id)),
             Text(Some(&self.meta)),
+            s(&self.structured_mode),
             s(&self.finish_reason),
             Int(self.tool_call_count),
         ]

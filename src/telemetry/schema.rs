@@ -99,7 +99,7 @@ const fn col(
 /// assert_eq!(COLUMNS.iter().filter(|c| c.primary_key).count(), 1);
 /// assert_eq!(COLUMNS.last().unwrap().name, "tool_call_count");
 /// ```
-pub const COLUMNS: [Column; 27] = [
+pub const COLUMNS: [Column; 28] = [
     Column {
         primary_key: true,
         ..col("call_id", "TEXT", "TEXT", "text")
@@ -146,6 +146,7 @@ pub const COLUMNS: [Column; 27] = [
         "TEXT NOT NULL DEFAULT '{}'",
         "text::jsonb",
     ),
+    col("structured_mode", "TEXT", "TEXT", "text"),
     col("finish_reason", "TEXT", "TEXT", "text"),
     col("tool_call_count", "INTEGER", "INTEGER", "int8"),
 ];
@@ -228,7 +229,8 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
 /// let sql = create_table_sql(SchemaBackend::Sqlite, "llm_calls");
 /// assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS llm_calls (\n    call_id TEXT PRIMARY KEY,"));
 /// assert!(sql.contains("created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,"));
-/// assert!(sql.ends_with("meta TEXT NOT NULL DEFAULT '{}'\n)"));
+/// assert!(sql.contains("meta TEXT NOT NULL DEFAULT '{}',"));
+/// assert!(sql.ends_with("structured_mode TEXT\n)"));
 /// ```
 pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
     let mut sql = format!("CREATE TABLE IF NOT EXISTS {table} (\n");
@@ -454,11 +456,12 @@ mod tests {
                 "reasoning_tokens",
                 "tenant_id",
                 "meta",
+                "structured_mode",
                 "finish_reason",
                 "tool_call_count"
             ]
         );
-        assert_eq!(insert_columns().count(), 26);
+        assert_eq!(insert_columns().count(), 27);
     }
 
     #[test]
@@ -467,7 +470,7 @@ mod tests {
         assert!(pg.starts_with("-- polygateway telemetry table"));
         assert!(pg.contains("call_id TEXT PRIMARY KEY,"));
         assert!(pg.contains("created_at TIMESTAMPTZ NOT NULL DEFAULT now()"));
-        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 8);
+        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 9);
         let lite = telemetry_schema_sql(SchemaBackend::Sqlite);
         assert!(lite
             .contains("-- ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';"));
@@ -513,6 +516,7 @@ mod tests {
                 "reasoning_tokens",
                 "tenant_id",
                 "meta",
+                "structured_mode",
                 "finish_reason",
                 "tool_call_count"
             ]

@@ -468,6 +468,8 @@ struct Shared {
     per_minute: Mutex<BTreeMap<u64, u64>>,
     connections: AtomicUsize,
     embedding_dim: AtomicUsize,
+    /// `response_format` types the mock refuses with a 400, like a server without them.
+    refused_formats: Mutex<Vec<String>>,
     cancel: CancellationToken,
 }
 
@@ -554,6 +556,7 @@ impl MockUpstream {
             per_minute: Mutex::new(BTreeMap::new()),
             connections: AtomicUsize::new(0),
             embedding_dim: AtomicUsize::new(8),
+            refused_formats: Mutex::new(Vec::new()),
             cancel: cancel.clone(),
         });
         let app = Router::new()
@@ -674,6 +677,32 @@ impl MockUpstream {
     /// ```
     pub fn set_embedding_dim(&self, dim: usize) {
         self.shared.embedding_dim.store(dim, Ordering::Relaxed);
+    }
+
+    /// From now on, refuse chat requests whose `response_format.type` is one of `types` with a
+    /// 400 naming it, the way a server without that structured mode answers (the request is
+    /// still counted and recorded). An empty list accepts every format again.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// mock.refuse_response_formats(&["json_schema"]);
+    /// let post = |kind: &str| {
+    ///     reqwest::Client::new()
+    ///         .post(format!("{}/chat/completions", mock.base_url()))
+    ///         .json(&serde_json::json!({"model": "m", "messages": [], "response_format": {"type": kind}}))
+    ///         .send()
+    /// };
+    /// let refused = post("json_schema").await.unwrap();
+    /// assert_eq!(refused.status(), 400);
+    /// assert!(refused.text().await.unwrap().contains("response_format"));
+    /// assert_eq!(post("json_object").await.unwrap().status(), 200);
+    /// # }
+    /// ```
+    pub fn refuse_response_formats(&self, types: &[&str]) {
+        *lock(&self.shared.refused_formats) = types.iter().map(|t| t.to_string()).collect();
     }
 
     /// The last requests received (oldest first, at most 64).
@@ -999,6 +1028,17 @@ fn status_failure(b: &Behaviour) -> Option<Response> {
     Some(resp)
 }
 
+/// A 400 for a `response_format` type the mock was told to refuse (vLLM-style wording).
+fn refused_format(shared: &Shared, body: &Value) -> Option<Response> {
+    let kind = body["response_format"]["type"].as_str()?;
+    if !lock(&shared.refused_formats).iter().any(|r| r == kind) {
+        return None;
+    }
+    let message = format!("response_format type '{kind}' is not supported by this server");
+    let body = json!({"error": {"message": message, "type": "invalid_request_error", "param": "response_format"}});
+    Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response())
+}
+
 /// Wait for the request's delay-before-answer behaviours; `false` when the mock shut down.
 async fn pre_answer(shared: &Shared, b: &Behaviour) -> bool {
     match b {
@@ -1036,6 +1076,9 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, bytes: Byte
         return shutting_down();
     }
     if let Some(resp) = status_failure(&behaviour) {
+        return resp;
+    }
+    if let Some(resp) = refused_format(&shared, &body) {
         return resp;
     }
     let model = format!("{}-mock", body["model"].as_str().unwrap_or("unknown"));

@@ -49,6 +49,7 @@ pub fn source_settings(base_url: &str) -> SourceSettings {
         missing_done: MissingDone::Retry,
         trust_env: false,
         stream: true,
+        structured_mode: None,
         extra_body: Map::new(),
     }
 }

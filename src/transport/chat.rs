@@ -26,7 +26,8 @@ use super::wire::{decode_chunk, decode_completion, WireUsage};
 use crate::config::{MissingDone, SourceSettings};
 use crate::error::TransportError;
 use crate::provider::ProviderProfile;
-use crate::structured::SchemaRequest;
+use crate::structured::source_mode::{refuses_mode, SourceMode};
+use crate::structured::{SchemaRequest, StructuredMode};
 use crate::types::{LlmResponse, Message, ToolCallDelta, UsageSource};
 
 /// Body keys the transport owns; never taken from `extra_body` or an overlay.
@@ -89,10 +90,11 @@ pub struct ChatWireRequest {
     pub overlay: Map<String, Value>,
     /// An explicit `response_format`, sent as is to every source (above the overlay).
     pub response_format: Option<Value>,
-    /// A typed call's schema. Each attempt sends it in the strongest form the provider of its
-    /// source supports ([`ProviderProfile::structured_mode`]): strict `json_schema`, else
-    /// `json_object` plus the schema in the prompt, else the prompt alone. Its
-    /// `response_format` wins over every other layer.
+    /// A typed call's schema. Each attempt sends it in its source's structured mode
+    /// (`STRUCTURED_MODE`, else the strongest its provider supports,
+    /// [`ProviderProfile::structured_mode`]): strict `json_schema`, else `json_object` plus the
+    /// schema in the prompt, else the prompt alone; a source that refuses its mode falls back to
+    /// a weaker one for good. Its `response_format` wins over every other layer.
     pub schema: Option<Arc<SchemaRequest>>,
     /// Stream (SSE) or a single JSON answer.
     pub stream: bool,
@@ -153,6 +155,8 @@ pub struct ChatTransport {
     settings: SourceSettings,
     profile: ProviderProfile,
     endpoint: JsonEndpoint,
+    /// The structured mode typed calls are sent in, shared with snapshots and telemetry.
+    mode: Arc<SourceMode>,
 }
 
 impl std::fmt::Debug for ChatTransport {
@@ -218,11 +222,18 @@ impl ChatTransport {
         client: reqwest::Client,
     ) -> Self {
         let endpoint = JsonEndpoint::new(&settings, client, "chat/completions");
+        let mode = SourceMode::new(&settings.name, settings.effective_structured_mode(&profile));
         Self {
             settings,
             profile,
             endpoint,
+            mode: Arc::new(mode),
         }
+    }
+
+    /// This source's structured mode (configured and current).
+    pub(crate) fn source_mode(&self) -> &Arc<SourceMode> {
+        &self.mode
     }
 
     /// The source's settings.
@@ -288,16 +299,21 @@ impl ChatTransport {
         params
     }
 
-    /// The exact JSON body sent for `request`.
-    pub(crate) fn body(&self, request: &ChatWireRequest) -> Result<Vec<u8>, TransportError> {
+    /// The exact JSON body sent for `request`, a typed call's schema carried in `mode`.
+    pub(crate) fn body(
+        &self,
+        request: &ChatWireRequest,
+        mode: StructuredMode,
+    ) -> Result<Vec<u8>, TransportError> {
         let mut params = self.body_params(request);
         let mut messages = std::borrow::Cow::Borrowed(request.messages.as_slice());
         if let Some(schema) = &request.schema {
-            // Decided here, per attempt: this transport is the source the attempt goes to.
-            let (asked, format) =
-                schema.for_mode(self.profile.structured_mode(), &request.messages);
+            let (asked, format) = schema.for_mode(mode, &request.messages);
             messages = asked;
-            if let Some(format) = format {
+            if let Some(mut format) = format {
+                if self.profile.schema_under_value && mode == StructuredMode::JsonSchema {
+                    format = serde_json::json!({"type": "json_schema", "value": schema.schema});
+                }
                 params.insert("response_format".into(), format);
             }
         }
@@ -332,10 +348,11 @@ impl ChatTransport {
     async fn send_streaming(
         &self,
         request: &ChatWireRequest,
+        mode: StructuredMode,
         sink: Option<&EventSink<ChatDelta>>,
     ) -> Result<LlmResponse, TransportError> {
         let mut wd = Watchdog::start(StallLimits::from_settings(&self.settings));
-        let rb = self.post(self.body(request)?, true)?;
+        let rb = self.post(self.body(request, mode)?, true)?;
         let resp = wd
             .guard(rb.send())
             .await?
@@ -443,12 +460,13 @@ impl ChatTransport {
     async fn send_plain(
         &self,
         request: &ChatWireRequest,
+        mode: StructuredMode,
         sink: Option<&EventSink<ChatDelta>>,
     ) -> Result<LlmResponse, TransportError> {
         // A non-streaming answer arrives whole: only the total deadline applies.
         let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
         let (bytes, rate_limit) = wd
-            .whole_body(self.post(self.body(request)?, false)?)
+            .whole_body(self.post(self.body(request, mode)?, false)?)
             .await?;
         let frame = decode_completion(&String::from_utf8_lossy(&bytes))?;
         let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
@@ -565,10 +583,25 @@ impl Transport for ChatTransport {
         request: &ChatWireRequest,
         events: Option<&EventSink<ChatDelta>>,
     ) -> Result<LlmResponse, TransportError> {
-        if self.streams(request) {
-            self.send_streaming(request, events).await
-        } else {
-            self.send_plain(request, events).await
+        let mut mode = self.mode.current();
+        // Bounded: each pass sends a strictly weaker mode, and the prompt mode is never refused.
+        loop {
+            let result = if self.streams(request) {
+                self.send_streaming(request, mode, events).await
+            } else {
+                self.send_plain(request, mode, events).await
+            };
+            match result {
+                // The source speaks less than it was told: not its fault, not the call's. The
+                // refusal arrives before any delta, so the consumer has seen nothing yet.
+                Err(e) if request.schema.is_some() && refuses_mode(&e, mode) => {
+                    match self.mode.fall_back(mode, &e.body_text) {
+                        Some(weaker) => mode = weaker,
+                        None => return Err(e),
+                    }
+                }
+                other => return other,
+            }
         }
     }
 
@@ -629,13 +662,14 @@ mod examples {
         let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
         let transport = ChatTransport::new(settings, ProviderProfile::generic());
         let mut request = ChatWireRequest::new(vec![crate::Message::user("hi")]);
-        let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+        let mode = transport.source_mode().current();
+        let body: Value = serde_json::from_slice(&transport.body(&request, mode).unwrap()).unwrap();
         assert_eq!(body["model"], "test-model");
         assert_eq!(body["messages"][0]["content"], "hi");
         assert_eq!(body["stream_options"]["include_usage"], true);
         // Not streaming: no `stream_options`.
         request.stream = false;
-        let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+        let body: Value = serde_json::from_slice(&transport.body(&request, mode).unwrap()).unwrap();
         assert_eq!(body["stream"], false);
         assert!(body.get("stream_options").is_none());
         // A typed call's schema, to a provider without `response_format`: it goes into the prompt.
@@ -644,7 +678,7 @@ mod examples {
             name: "a".into(),
             schema,
         }));
-        let body: Value = serde_json::from_slice(&transport.body(&request).unwrap()).unwrap();
+        let body: Value = serde_json::from_slice(&transport.body(&request, mode).unwrap()).unwrap();
         assert_eq!(body["messages"][0]["role"], "system");
         assert_eq!(body["messages"][1]["content"], "hi");
         assert!(body.get("response_format").is_none());
