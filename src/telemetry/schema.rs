@@ -230,7 +230,8 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
 /// assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS llm_calls (\n    call_id TEXT PRIMARY KEY,"));
 /// assert!(sql.contains("created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,"));
 /// assert!(sql.contains("meta TEXT NOT NULL DEFAULT '{}',"));
-/// assert!(sql.ends_with("structured_mode TEXT\n)"));
+/// assert!(sql.contains("structured_mode TEXT,\n    finish_reason TEXT,"));
+/// assert!(sql.ends_with("tool_call_count INTEGER\n)"));
 /// ```
 pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
     let mut sql = format!("CREATE TABLE IF NOT EXISTS {table} (\n");
