@@ -40,7 +40,12 @@ async fn closing_pair(announce: bool) -> (MockUpstream, MockUpstream, Arc<Gatewa
     let b = MockUpstream::start(Behaviour::healthy()).await;
     a.close_connections_after_answers(announce);
     b.close_connections_after_answers(announce);
-    let gw = common::gateway(&[("openai", &a), ("deepseek", &b)], &[]).await;
+    // No retry at all: a call survives a closed connection only by being re-sent.
+    let gw = common::gateway(
+        &[("openai", &a), ("deepseek", &b)],
+        &[("LLM__RETRY__MAX_ATTEMPTS", "1")],
+    )
+    .await;
     (a, b, Arc::new(gw))
 }
 
