@@ -64,11 +64,19 @@ async fn upstreams_that_close_silently_lose_no_call_and_no_health() {
         errors.len(),
         a.counts().chat + b.counts().chat
     );
-    assert!(errors.is_empty(), "{} errors, first: {:?}", errors.len(), errors.first());
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {:?}",
+        errors.len(),
+        errors.first()
+    );
     assert_eq!(failures, 0);
     assert_eq!(attempts, CALLS as u64, "a re-send is not an attempt");
     assert!(health.iter().all(|h| *h == 1.0), "{health:?}");
-    assert!(resends > 0, "the mock closes every connection: some request met one");
+    assert!(
+        resends > 0,
+        "the mock closes every connection: some request met one"
+    );
     Arc::try_unwrap(gw).ok().unwrap().shutdown().await;
 }
 
@@ -85,7 +93,12 @@ async fn upstreams_that_announce_connection_close_lose_no_call() {
         "{{\"mode\":\"connection_close\",\"calls\":{CALLS},\"concurrency\":{CONCURRENCY},\"errors\":{},\"source_failures\":{failures},\"resends\":{resends},\"health\":{health:?}}}",
         errors.len()
     );
-    assert!(errors.is_empty(), "{} errors, first: {:?}", errors.len(), errors.first());
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {:?}",
+        errors.len(),
+        errors.first()
+    );
     assert_eq!(failures, 0);
     assert!(health.iter().all(|h| *h == 1.0), "{health:?}");
     Arc::try_unwrap(gw).ok().unwrap().shutdown().await;

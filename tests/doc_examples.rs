@@ -426,7 +426,7 @@ fn the_public_surface_stays_within_its_ceiling() {
 }
 
 /// Public items of `polygateway` (src/) allowed by the surface check.
-const ROOT_CEILING: usize = 444;
+const ROOT_CEILING: usize = 445;
 /// Public items of `polygateway-actors` (actors/src/) allowed by the surface check.
 const ACTORS_CEILING: usize = 205;
 

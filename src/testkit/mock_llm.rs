@@ -1071,10 +1071,9 @@ async fn end_connection(
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         CLOSE_SILENTLY => {
-            response.headers_mut().insert(
-                "keep-alive",
-                HeaderValue::from_static("timeout=5, max=100"),
-            );
+            response
+                .headers_mut()
+                .insert("keep-alive", HeaderValue::from_static("timeout=5, max=100"));
             // When the body has been handed over, the connection reads end-of-stream: hyper
             // finishes writing the answer and closes it.
             let (parts, body) = response.into_parts();

@@ -466,7 +466,10 @@ impl ChatTransport {
         // A non-streaming answer arrives whole: only the total deadline applies.
         let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
         let (bytes, rate_limit) = wd
-            .whole_body(self.endpoint.send(self.post(self.body(request, mode)?, false)?))
+            .whole_body(
+                self.endpoint
+                    .send(self.post(self.body(request, mode)?, false)?),
+            )
             .await?;
         let frame = decode_completion(&String::from_utf8_lossy(&bytes))?;
         let mut acc = Assembly::new(&self.profile);

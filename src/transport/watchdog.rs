@@ -809,7 +809,10 @@ mod examples {
             });
             let url = format!("{}/chat/completions", mock.base_url());
             let wd = Watchdog::start(StallLimits::from_settings(&settings));
-            let (bytes, _rate_limit) = wd.whole_body(client.post(&url).json(&body).send()).await.unwrap();
+            let (bytes, _rate_limit) = wd
+                .whole_body(client.post(&url).json(&body).send())
+                .await
+                .unwrap();
             let frame =
                 crate::transport::wire::decode_completion(std::str::from_utf8(&bytes).unwrap())
                     .unwrap();
