@@ -151,8 +151,8 @@ pub struct ProviderProfile {
     /// `true` when `response_format: {"type": "json_object"}` is supported (set by
     /// [`ProviderProfile::new`] to `native_json_schema`; see [`ProviderProfile::with_json_object`]).
     pub json_object: bool,
-    /// `true` when the server wants a `json_schema` format's schema as `response_format.value`
-    /// (TGI's grammar form) instead of OpenAI's `response_format.json_schema.schema`; see
+    /// `true` when the server takes a schema as `{"type": "json", "value": <schema>}` (TGI's
+    /// grammar form) instead of OpenAI's `response_format.json_schema.schema`; see
     /// [`ProviderProfile::with_schema_under_value`].
     pub schema_under_value: bool,
 }
@@ -181,8 +181,9 @@ impl ProviderProfile {
         }
     }
 
-    /// Send a `json_schema` format as `{"type": "json_schema", "value": <schema>}`, the form
-    /// text-generation-inference (TGI ≥ 3.2) reads, instead of OpenAI's nested form.
+    /// Send the `json_schema` mode as `{"type": "json", "value": <schema>}`, the grammar form
+    /// every text-generation-inference (TGI) version since 1.4.3 reads, instead of OpenAI's
+    /// nested form (TGI's own `json_schema` type exists only since 3.3 and nests differently).
     ///
     /// ```
     /// use polygateway::provider::ProviderRegistry;
@@ -342,7 +343,7 @@ impl ProviderRegistry {
             ProviderProfile::new("ollama", T::None, Both, true),
             // LM Studio accepts `json_schema` (and `text`) but not `json_object`.
             ProviderProfile::new("lmstudio", T::None, Both, true).with_json_object(false),
-            // TGI reads the schema from `response_format.value`; its `json_object` needs a
+            // TGI reads the schema as `{"type": "json", "value": …}`; its `json_object` needs a
             // schema too, so plain JSON mode is not offered.
             ProviderProfile::new("tgi", T::None, Both, true)
                 .with_json_object(false)

@@ -50,13 +50,14 @@ async fn a_self_hosted_server_named_by_its_provider_gets_strict_json_schema() {
         assert_eq!(body["response_format"]["json_schema"]["strict"], true);
         gw.shutdown().await;
     }
-    // TGI reads the schema from `value`.
+    // TGI reads its grammar form: the bare schema under `value`, type `json`.
     let mock = MockUpstream::start(Behaviour::healthy_with(VERDICT)).await;
     let gw = common::gateway(&[("tgi", &mock)], &[]).await;
     ask(&gw).await;
     let body = mock.last_request().unwrap().body;
-    assert_eq!(body["response_format"]["type"], "json_schema");
+    assert_eq!(body["response_format"]["type"], "json");
     assert_eq!(body["response_format"]["value"]["type"], "object");
+    assert!(body["response_format"].get("json_schema").is_none());
     gw.shutdown().await;
 }
 

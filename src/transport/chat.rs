@@ -312,7 +312,10 @@ impl ChatTransport {
             messages = asked;
             if let Some(mut format) = format {
                 if self.profile.schema_under_value && mode == StructuredMode::JsonSchema {
-                    format = serde_json::json!({"type": "json_schema", "value": schema.schema});
+                    // TGI's grammar: `json` takes a bare schema in `value` on every version
+                    // since 1.4.3; its own `json_schema` type (≥ 3.3) wants `{name, schema}`
+                    // there and is refused by older servers.
+                    format = serde_json::json!({"type": "json", "value": schema.schema});
                 }
                 params.insert("response_format".into(), format);
             }
