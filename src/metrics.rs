@@ -59,6 +59,7 @@ pub fn all() -> Vec<(&'static str, &'static str, &'static str)> {
         (CACHE_MISSES_TOTAL, "counter", "scope"),
         (TTFT_SECONDS, "histogram", "scope"),
         (TELEMETRY_DROPPED_ROWS_TOTAL, "counter", ""),
+        (crate::transport::resend::RESENDS_TOTAL, "counter", "source"),
     ]);
     all
 }

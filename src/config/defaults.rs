@@ -8,6 +8,9 @@ use std::time::Duration;
 
 /// Source `TIMEOUT_S` when neither it nor `LLM_TIMEOUT` is set.
 pub(crate) const TIMEOUT_S: f64 = 60.0;
+/// Source `POOL_IDLE_TIMEOUT_S`: below the common 5 s server keep-alive (llama.cpp, uvicorn,
+/// Node, Apache), so the pool seldom offers a connection the server already closed.
+pub(crate) const POOL_IDLE_TIMEOUT_S: f64 = 4.0;
 /// Ceiling of the derived `TTFT_TIMEOUT_S` default: `min(30, timeout / 2)`.
 pub(crate) const TTFT_TIMEOUT_S: f64 = 30.0;
 /// Ceiling of the derived `INTER_TOKEN_TIMEOUT_S` default: `min(15, ttft / 2)`.

@@ -885,6 +885,8 @@ fn build_source(
                 parse_enum(e, &choices)
             })
             .transpose()?,
+        pool_idle_timeout: secs("POOL_IDLE_TIMEOUT_S")?
+            .unwrap_or(Duration::from_secs_f64(defaults::POOL_IDLE_TIMEOUT_S)),
         extra_body,
     })
 }

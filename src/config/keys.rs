@@ -19,7 +19,7 @@
 /// let ConfigError::UnknownKey { allowed, .. } = err else { panic!("{err}") };
 /// assert_eq!(allowed, SOURCE_FIELDS.join(", "));
 /// ```
-pub const SOURCE_FIELDS: [&str; 16] = [
+pub const SOURCE_FIELDS: [&str; 17] = [
     "BASE_URL",
     "API_KEY",
     "MODEL",
@@ -35,6 +35,7 @@ pub const SOURCE_FIELDS: [&str; 16] = [
     "TRUST_ENV",
     "STREAM",
     "STRUCTURED_MODE",
+    "POOL_IDLE_TIMEOUT_S",
     "EXTRA_BODY",
 ];
 

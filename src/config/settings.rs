@@ -339,6 +339,9 @@ pub struct SourceSettings {
     /// `STRUCTURED_MODE`: how typed calls carry their schema to this source, overriding the
     /// provider registry (`None` = the provider's strongest mode). Chat sources only.
     pub structured_mode: Option<crate::structured::StructuredMode>,
+    /// `POOL_IDLE_TIMEOUT_S` (default 4 s): how long an idle pooled connection to this source is
+    /// kept. Keep it below the server's keep-alive timeout.
+    pub pool_idle_timeout: Duration,
     /// Extra JSON merged into each request body (lowest priority).
     pub extra_body: Map<String, Value>,
 }
@@ -406,6 +409,7 @@ impl fmt::Debug for SourceSettings {
             .field("trust_env", &self.trust_env)
             .field("stream", &self.stream)
             .field("structured_mode", &self.structured_mode)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("extra_body", &self.extra_body)
             .finish()
     }

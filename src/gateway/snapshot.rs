@@ -91,6 +91,9 @@ pub struct SourceSnapshot {
     pub structured_mode: Option<StructuredMode>,
     /// The mode the source was configured with (`STRUCTURED_MODE`, else its provider's).
     pub structured_mode_configured: Option<StructuredMode>,
+    /// Requests re-sent at once on a fresh connection because the pooled one had been closed by
+    /// the upstream before any answer (chat sources; not attempts, not failures).
+    pub resends: u64,
 }
 
 /// A scope seen without its transport type: enough for snapshots and chaos hooks.
@@ -152,6 +155,7 @@ pub(crate) async fn collect(core: &Core, entry: &ScopeEntry) -> Vec<SourceSnapsh
             let mode = chat.scope.sources()[index].transport.source_mode();
             snapshot.structured_mode = Some(mode.current());
             snapshot.structured_mode_configured = Some(mode.configured());
+            snapshot.resends = chat.scope.sources()[index].transport.resends();
         }
         out.push(snapshot);
     }
@@ -183,5 +187,6 @@ fn view<T>(source: &SourceShared<T>, now: std::time::Instant) -> SourceSnapshot 
         breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
         structured_mode: None,
         structured_mode_configured: None,
+        resends: 0,
     }
 }

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -470,8 +470,19 @@ struct Shared {
     embedding_dim: AtomicUsize,
     /// `response_format` types the mock refuses with a 400, like a server without them.
     refused_formats: Mutex<Vec<String>>,
+    /// How connections end after an answer: [`KEEP_ALIVE`], [`CLOSE_ANNOUNCED`] or
+    /// [`CLOSE_SILENTLY`].
+    connection_end: AtomicU8,
     cancel: CancellationToken,
 }
+
+/// Connections stay open for the next request (the default).
+const KEEP_ALIVE: u8 = 0;
+/// Every answer says `Connection: close`, and the connection is closed after it.
+const CLOSE_ANNOUNCED: u8 = 1;
+/// Every answer says `Keep-Alive: timeout=5, max=100`, and the connection is closed after it
+/// anyway (what llama.cpp's `llama-server` does after a streamed answer).
+const CLOSE_SILENTLY: u8 = 2;
 
 /// A running mock upstream. Dropping it stops the server (in-progress answers end).
 ///
@@ -557,6 +568,7 @@ impl MockUpstream {
             connections: AtomicUsize::new(0),
             embedding_dim: AtomicUsize::new(8),
             refused_formats: Mutex::new(Vec::new()),
+            connection_end: AtomicU8::new(KEEP_ALIVE),
             cancel: cancel.clone(),
         });
         let app = Router::new()
@@ -564,7 +576,12 @@ impl MockUpstream {
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(models))
             .route("/mock/last_request", get(last_request))
-            .with_state(shared.clone());
+            .layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                end_connection,
+            ))
+            .with_state(shared.clone())
+            .into_make_service_with_connect_info::<ConnectionEnd>();
         let listener = CountingListener {
             inner: listener,
             shared: shared.clone(),
@@ -703,6 +720,39 @@ impl MockUpstream {
     /// ```
     pub fn refuse_response_formats(&self, types: &[&str]) {
         *lock(&self.shared.refused_formats) = types.iter().map(|t| t.to_string()).collect();
+    }
+
+    /// From now on, close every connection after its answer: with `announce`, the answer says
+    /// `Connection: close` (a well-behaved server); without, it says `Keep-Alive: timeout=5,
+    /// max=100` and the connection is closed anyway (llama.cpp's `llama-server` after a streamed
+    /// answer), so a client that pools it finds it closed on its next request.
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// mock.close_connections_after_answers(true);
+    /// let resp = reqwest::Client::new()
+    ///     .post(format!("{}/chat/completions", mock.base_url()))
+    ///     .json(&serde_json::json!({"model": "m", "messages": []}))
+    ///     .send().await.unwrap();
+    /// assert_eq!(resp.headers()["connection"], "close");
+    /// resp.bytes().await.unwrap();
+    /// for _ in 0..100 {
+    ///     if mock.open_connections() == 0 { break }
+    ///     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    /// }
+    /// assert_eq!(mock.open_connections(), 0);
+    /// # }
+    /// ```
+    pub fn close_connections_after_answers(&self, announce: bool) {
+        let end = if announce {
+            CLOSE_ANNOUNCED
+        } else {
+            CLOSE_SILENTLY
+        };
+        self.shared.connection_end.store(end, Ordering::SeqCst);
     }
 
     /// The last requests received (oldest first, at most 64).
@@ -1026,6 +1076,54 @@ fn status_failure(b: &Behaviour) -> Option<Response> {
             .insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
     Some(resp)
+}
+
+/// Ends the connection after each answer when the mock was told to
+/// ([`MockUpstream::close_connections_after_answers`]).
+async fn end_connection(
+    State(shared): State<Arc<Shared>>,
+    axum::extract::ConnectInfo(connection): axum::extract::ConnectInfo<ConnectionEnd>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    match shared.connection_end.load(Ordering::SeqCst) {
+        // hyper's server closes the connection once this answer is written.
+        CLOSE_ANNOUNCED => {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        CLOSE_SILENTLY => {
+            response
+                .headers_mut()
+                .insert("keep-alive", HeaderValue::from_static("timeout=5, max=100"));
+            // When the body has been handed over, the connection reads end-of-stream: hyper
+            // finishes writing the answer and closes it.
+            let (parts, body) = response.into_parts();
+            use futures::StreamExt;
+            let close = futures::stream::once(async move {
+                connection.0.store(true, Ordering::SeqCst);
+            })
+            .filter_map(|()| async { None::<Result<Bytes, axum::Error>> });
+            let body = Body::from_stream(body.into_data_stream().chain(close));
+            response = Response::from_parts(parts, body);
+        }
+        _ => {}
+    }
+    response
+}
+
+/// The per-connection "close after this answer" flag, shared with its [`CountedStream`].
+#[derive(Clone)]
+struct ConnectionEnd(Arc<AtomicBool>);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, CountingListener>>
+    for ConnectionEnd
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, CountingListener>) -> Self {
+        ConnectionEnd(Arc::clone(&stream.io().closing))
+    }
 }
 
 /// A 400 for a `response_format` type the mock was told to refuse (vLLM-style wording).
@@ -1726,6 +1824,7 @@ impl axum::serve::Listener for CountingListener {
                         CountedStream {
                             inner: stream,
                             shared: self.shared.clone(),
+                            closing: Arc::new(AtomicBool::new(false)),
                         },
                         addr,
                     );
@@ -1745,6 +1844,8 @@ impl axum::serve::Listener for CountingListener {
 struct CountedStream {
     inner: TcpStream,
     shared: Arc<Shared>,
+    /// Set after an answer the connection must not outlive: reads then see end-of-stream.
+    closing: Arc<AtomicBool>,
 }
 
 impl Drop for CountedStream {
@@ -1759,7 +1860,11 @@ impl AsyncRead for CountedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        if this.closing.load(Ordering::SeqCst) {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
     }
 }
 

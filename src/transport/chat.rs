@@ -231,6 +231,11 @@ impl ChatTransport {
         }
     }
 
+    /// Requests re-sent on a fresh connection because their pooled one was closed.
+    pub(crate) fn resends(&self) -> u64 {
+        self.endpoint.resends()
+    }
+
     /// This source's structured mode (configured and current).
     pub(crate) fn source_mode(&self) -> &Arc<SourceMode> {
         &self.mode
@@ -357,7 +362,7 @@ impl ChatTransport {
         let mut wd = Watchdog::start(StallLimits::from_settings(&self.settings));
         let rb = self.post(self.body(request, mode)?, true)?;
         let resp = wd
-            .guard(rb.send())
+            .guard(self.endpoint.send(rb))
             .await?
             .map_err(|e| classify_reqwest(&e))?;
         if !resp.status().is_success() {
@@ -469,7 +474,10 @@ impl ChatTransport {
         // A non-streaming answer arrives whole: only the total deadline applies.
         let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
         let (bytes, rate_limit) = wd
-            .whole_body(self.post(self.body(request, mode)?, false)?)
+            .whole_body(
+                self.endpoint
+                    .send(self.post(self.body(request, mode)?, false)?),
+            )
             .await?;
         let frame = decode_completion(&String::from_utf8_lossy(&bytes))?;
         let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());

@@ -278,7 +278,9 @@ impl Transport for EmbeddingTransport {
             input: &request.inputs,
         })
         .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))?;
-        let (bytes, _rate_limit) = wd.whole_body(self.endpoint.post_json(body)?).await?;
+        let (bytes, _rate_limit) = wd
+            .whole_body(self.endpoint.send(self.endpoint.post_json(body)?))
+            .await?;
         let answer: WireAnswer = serde_json::from_slice(&bytes).map_err(|e| {
             let summary = summarize_body(&String::from_utf8_lossy(&bytes));
             let mut err = TransportError::transient(

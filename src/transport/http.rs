@@ -22,29 +22,51 @@ const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// - connect timeout = `min(ttft_timeout, timeout, 10 s)`;
 /// - **no** total timeout: `reqwest`'s total deadline includes the body and would kill healthy
 ///   long streams; the watchdog bounds the body instead;
-/// - `trust_env = false` → proxy environment variables are ignored (`no_proxy()`).
+/// - `trust_env = false` → proxy environment variables are ignored (`no_proxy()`);
+/// - idle pooled connections are dropped after `POOL_IDLE_TIMEOUT_S` (default 4 s, below the
+///   5 s keep-alive of llama.cpp, uvicorn, Node and Apache), so the pool rarely offers a
+///   connection the server already closed; hyper itself never reuses a connection whose answer
+///   said `Connection: close`. A server's `Keep-Alive: timeout=` is not read: hyper's pool has
+///   one idle timeout per client, not per connection.
 ///
 /// One client per source, cloned into every attempt (it pools connections per host).
 ///
 /// # Panics
 /// Like `reqwest::Client::new`, when the TLS backend cannot be initialised.
 pub(crate) fn build_client(settings: &SourceSettings) -> reqwest::Client {
+    client_builder(settings)
+        .pool_idle_timeout(settings.pool_idle_timeout)
+        .build()
+        .expect("the HTTP client's TLS backend could not be initialised")
+}
+
+/// A client like [`build_client`]'s that keeps no idle connection: each request it sends opens
+/// its own (the re-send of a request whose pooled connection was closed, `resend`).
+///
+/// # Panics
+/// Like [`build_client`].
+pub(crate) fn fresh_connection_client(settings: &SourceSettings) -> reqwest::Client {
+    client_builder(settings)
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("the HTTP client's TLS backend could not be initialised")
+}
+
+fn client_builder(settings: &SourceSettings) -> reqwest::ClientBuilder {
     #[cfg(feature = "rustls")]
     install_rustls_provider();
     let connect = settings
         .ttft_timeout
         .min(settings.timeout)
         .min(MAX_CONNECT_TIMEOUT);
-    let mut builder = reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .connect_timeout(connect)
-        .tcp_nodelay(true)
-        .pool_idle_timeout(Duration::from_secs(90));
-    if !settings.trust_env {
-        builder = builder.no_proxy();
+        .tcp_nodelay(true);
+    if settings.trust_env {
+        builder
+    } else {
+        builder.no_proxy()
     }
-    builder
-        .build()
-        .expect("the HTTP client's TLS backend could not be initialised")
 }
 
 /// reqwest's rustls backend (`rustls-no-provider`) uses the process's default crypto provider and
@@ -264,7 +286,7 @@ fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, Transpo
 /// embeddings post through it, so both build requests the same way.
 #[derive(Clone)]
 pub(crate) struct JsonEndpoint {
-    client: reqwest::Client,
+    resender: std::sync::Arc<super::resend::Resender>,
     url: String,
     auth: Result<Option<HeaderValue>, TransportError>,
 }
@@ -281,7 +303,7 @@ impl JsonEndpoint {
     /// `{base_url}/{path}` of `settings`, posted through `client`.
     pub(crate) fn new(settings: &SourceSettings, client: reqwest::Client, path: &str) -> Self {
         Self {
-            client,
+            resender: std::sync::Arc::new(super::resend::Resender::new(settings, client)),
             url: format!("{}/{path}", settings.base_url.trim_end_matches('/')),
             auth: bearer_auth(settings),
         }
@@ -299,7 +321,8 @@ impl JsonEndpoint {
         body: Vec<u8>,
     ) -> Result<reqwest::RequestBuilder, TransportError> {
         let rb = self
-            .client
+            .resender
+            .client()
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
@@ -308,6 +331,20 @@ impl JsonEndpoint {
             Ok(None) => Ok(rb),
             Err(e) => Err(e.clone()),
         }
+    }
+
+    /// Send a request built by [`JsonEndpoint::post_json`], re-sent once on a fresh connection
+    /// when its pooled connection was closed before any answer (`resend`).
+    pub(crate) async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        self.resender.execute(request.build()?).await
+    }
+
+    /// Requests this endpoint re-sent on a fresh connection.
+    pub(crate) fn resends(&self) -> u64 {
+        self.resender.resends()
     }
 }
 
@@ -340,7 +377,7 @@ pub(crate) async fn classify_response(
 }
 
 /// `err: cause: cause…`, skipping causes whose text repeats the previous one.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut out = err.to_string();
     let mut last = out.clone();
     let mut source = err.source();

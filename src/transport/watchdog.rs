@@ -208,10 +208,10 @@ impl Watchdog {
     /// Also returns the answer's rate-limit headers (for the pacer).
     pub(crate) async fn whole_body(
         &self,
-        request: reqwest::RequestBuilder,
+        sent: impl Future<Output = Result<reqwest::Response, reqwest::Error>>,
     ) -> Result<(bytes::Bytes, Option<RateLimitHint>), TransportError> {
         let resp = self
-            .guard_total(request.send())
+            .guard_total(sent)
             .await?
             .map_err(|e| super::http::classify_reqwest(&e))?;
         if !resp.status().is_success() {
@@ -809,7 +809,10 @@ mod examples {
             });
             let url = format!("{}/chat/completions", mock.base_url());
             let wd = Watchdog::start(StallLimits::from_settings(&settings));
-            let (bytes, _rate_limit) = wd.whole_body(client.post(&url).json(&body)).await.unwrap();
+            let (bytes, _rate_limit) = wd
+                .whole_body(client.post(&url).json(&body).send())
+                .await
+                .unwrap();
             let frame =
                 crate::transport::wire::decode_completion(std::str::from_utf8(&bytes).unwrap())
                     .unwrap();
@@ -817,7 +820,7 @@ mod examples {
             // A non-2xx answer comes back classified.
             mock.set_behaviour(Behaviour::Unauthorized);
             let err = wd
-                .whole_body(client.post(&url).json(&body))
+                .whole_body(client.post(&url).json(&body).send())
                 .await
                 .unwrap_err();
             assert_eq!(err.status, Some(401));

@@ -1,0 +1,167 @@
+//! Re-sending a request the upstream closed its connection on before answering
+//! (docs/behaviour.md §7.1, "a connection the upstream closed").
+//!
+//! A pooled keep-alive connection can be closed by the upstream at any moment: an idle timeout
+//! shorter than the pool's, a server that closes after every streamed answer although it
+//! advertises `Keep-Alive` (llama.cpp's `llama-server`), a load balancer recycling connections.
+//! A request that goes out on such a connection fails before any byte of an answer arrives —
+//! hyper reports it as *canceled* (found closed before the request was written) or *incomplete
+//! message* (`connection closed before message completed`), or the write meets a reset. That is
+//! the connection's fault, not the source's: the request is re-sent at once, once, on a
+//! connection opened for it alone (a client that keeps no idle connections), and only what that
+//! re-send gives is the attempt's result. A genuinely broken source fails the re-send too, so its
+//! fault is still counted — on the fresh connection, where staleness cannot be the cause.
+//!
+//! What cannot be told apart on the wire: a server that read the request and died before
+//! answering looks the same as one that had closed the socket. One re-send bounds the cost of
+//! that case to one extra upstream request (an LLM call changes nothing upstream), which is the
+//! same request a retry would have sent, without spending the call's retry budget or the source's
+//! health. Errors after an answer began (a cut stream) are never re-sent here: the transport
+//! judges those, and the runtime retries them as attempts.
+
+use std::error::Error as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::SourceSettings;
+
+/// `pgw_resends_total`: requests re-sent on a fresh connection, by `source`.
+pub(crate) const RESENDS_TOTAL: &str = "pgw_resends_total";
+
+/// Sends a source's requests on its pooled client, and once more on a fresh connection when the
+/// pooled one turned out closed.
+#[derive(Debug)]
+pub(crate) struct Resender {
+    pooled: reqwest::Client,
+    /// Keeps no idle connection: every request it sends opens its own.
+    fresh: reqwest::Client,
+    source: String,
+    resends: AtomicU64,
+    counter: metrics::Counter,
+}
+
+impl Resender {
+    pub(crate) fn new(settings: &SourceSettings, pooled: reqwest::Client) -> Self {
+        Self {
+            pooled,
+            fresh: super::http::fresh_connection_client(settings),
+            source: settings.name.clone(),
+            resends: AtomicU64::new(0),
+            counter: metrics::counter!(RESENDS_TOTAL, "source" => settings.name.clone()),
+        }
+    }
+
+    /// The pooled client (the one ordinary requests go out on).
+    pub(crate) fn client(&self) -> &reqwest::Client {
+        &self.pooled
+    }
+
+    /// Requests re-sent so far.
+    pub(crate) fn resends(&self) -> u64 {
+        self.resends.load(Ordering::Relaxed)
+    }
+
+    /// Send `request`; when it fails before any answer because its connection was closed, send
+    /// it once more on a fresh connection. A body that cannot be copied (a stream) is never
+    /// re-sent.
+    pub(crate) async fn execute(
+        &self,
+        request: reqwest::Request,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        let spare = request.try_clone();
+        match self.pooled.execute(request).await {
+            Err(e) if closed_before_answer(&e) => match spare {
+                Some(again) => {
+                    self.resends.fetch_add(1, Ordering::Relaxed);
+                    self.counter.increment(1);
+                    tracing::debug!(
+                        source = %self.source,
+                        error = %super::http::error_chain(&e),
+                        "the connection was closed before any answer; re-sending on a fresh one"
+                    );
+                    self.fresh.execute(again).await
+                }
+                None => Err(e),
+            },
+            other => other,
+        }
+    }
+}
+
+/// `true` when `err` says the connection ended before any byte of an answer: hyper's canceled
+/// or incomplete-message errors, or a reset / broken pipe while sending. Timeouts and connect
+/// failures are not (a connect failure is a fresh connection: the source itself is unreachable).
+pub(crate) fn closed_before_answer(err: &reqwest::Error) -> bool {
+    if err.is_timeout() || err.is_connect() || err.is_body() || err.is_decode() {
+        return false;
+    }
+    let mut cause = err.source();
+    while let Some(e) = cause {
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+            if matches!(io.kind(), ConnectionReset | BrokenPipe | ConnectionAborted) {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use super::*;
+
+    /// A server that accepts, reads a little and closes without answering, every time.
+    async fn closing_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let mut buf = [0u8; 16];
+                let _ = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await;
+                drop(s);
+            }
+        });
+        format!("http://{addr}/v1")
+    }
+
+    #[tokio::test]
+    async fn a_close_before_the_answer_is_recognised_and_resent_once() {
+        let base = closing_server().await;
+        let settings = crate::testkit::source_settings(&base);
+        let resender = Resender::new(&settings, super::super::http::build_client(&settings));
+        let request = resender
+            .client()
+            .post(format!("{base}/chat/completions"))
+            .body("{}")
+            .build()
+            .unwrap();
+        let err = resender.execute(request).await.unwrap_err();
+        assert!(closed_before_answer(&err), "{err:?}");
+        // Once: the fresh connection was closed too, and that is the result.
+        assert_eq!(resender.resends(), 1);
+    }
+
+    #[tokio::test]
+    async fn refused_connections_and_timeouts_are_not_resent() {
+        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let resender = Resender::new(&settings, super::super::http::build_client(&settings));
+        let request = resender
+            .client()
+            .post("http://127.0.0.1:9/v1/chat/completions")
+            .body("{}")
+            .build()
+            .unwrap();
+        let err = resender.execute(request).await.unwrap_err();
+        assert!(err.is_connect() && !closed_before_answer(&err), "{err:?}");
+        assert_eq!(resender.resends(), 0);
+    }
+}

@@ -1,0 +1,105 @@
+//! A connection the upstream closed is never a failed call (issue #35): against mock upstreams
+//! that close every connection after its answer — silently, the way llama.cpp's `llama-server`
+//! does after a streamed answer, or saying `Connection: close` — streamed calls all succeed, the
+//! sources stay fully healthy, and the requests that met a closed pooled connection are re-sent
+//! (counted, not attempts).
+
+mod common;
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use polygateway::testkit::mock_llm::{Behaviour, MockUpstream, MOCK_CONTENT};
+use polygateway::{Gateway, Message};
+
+const CALLS: usize = 2_000;
+const CONCURRENCY: usize = 64;
+
+/// `CALLS` streamed calls, `CONCURRENCY` at a time; the errors' texts.
+async fn run(gw: &Arc<Gateway>) -> Vec<String> {
+    futures::stream::iter(0..CALLS)
+        .map(|i| {
+            let gw = Arc::clone(gw);
+            async move {
+                // `chat` streams from the upstream (SSE) unless told otherwise.
+                match gw.chat(vec![Message::user(format!("call {i}"))]).await {
+                    Ok(r) if r.content == MOCK_CONTENT => None,
+                    Ok(r) => Some(format!("wrong content {:?}", r.content)),
+                    Err(e) => Some(e.to_string()),
+                }
+            }
+        })
+        .buffer_unordered(CONCURRENCY)
+        .filter_map(|r| async move { r })
+        .collect()
+        .await
+}
+
+async fn closing_pair(announce: bool) -> (MockUpstream, MockUpstream, Arc<Gateway>) {
+    let a = MockUpstream::start(Behaviour::healthy()).await;
+    let b = MockUpstream::start(Behaviour::healthy()).await;
+    a.close_connections_after_answers(announce);
+    b.close_connections_after_answers(announce);
+    // No retry at all: a call survives a closed connection only by being re-sent.
+    let gw = common::gateway(
+        &[("openai", &a), ("deepseek", &b)],
+        &[("LLM__RETRY__MAX_ATTEMPTS", "1")],
+    )
+    .await;
+    (a, b, Arc::new(gw))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_that_close_silently_lose_no_call_and_no_health() {
+    let (a, b, gw) = closing_pair(false).await;
+    let errors = run(&gw).await;
+    common::wait_idle(&gw, &[&a, &b]).await;
+    let sources = gw.sources("LLM").await.unwrap();
+    let resends: u64 = sources.iter().map(|s| s.resends).sum();
+    let failures: u64 = sources.iter().map(|s| s.failures + s.dead).sum();
+    let attempts: u64 = sources.iter().map(|s| s.attempts).sum();
+    let health: Vec<f64> = sources.iter().map(|s| s.health).collect();
+    println!(
+        "{{\"mode\":\"close_silently\",\"calls\":{CALLS},\"concurrency\":{CONCURRENCY},\"errors\":{},\"attempts\":{attempts},\"source_failures\":{failures},\"resends\":{resends},\"health\":{health:?},\"upstream_requests\":{}}}",
+        errors.len(),
+        a.counts().chat + b.counts().chat
+    );
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {:?}",
+        errors.len(),
+        errors.first()
+    );
+    assert_eq!(failures, 0);
+    assert_eq!(attempts, CALLS as u64, "a re-send is not an attempt");
+    assert!(health.iter().all(|h| *h == 1.0), "{health:?}");
+    assert!(
+        resends > 0,
+        "the mock closes every connection: some request met one"
+    );
+    Arc::try_unwrap(gw).ok().unwrap().shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_that_announce_connection_close_lose_no_call() {
+    let (a, b, gw) = closing_pair(true).await;
+    let errors = run(&gw).await;
+    common::wait_idle(&gw, &[&a, &b]).await;
+    let sources = gw.sources("LLM").await.unwrap();
+    let resends: u64 = sources.iter().map(|s| s.resends).sum();
+    let failures: u64 = sources.iter().map(|s| s.failures + s.dead).sum();
+    let health: Vec<f64> = sources.iter().map(|s| s.health).collect();
+    println!(
+        "{{\"mode\":\"connection_close\",\"calls\":{CALLS},\"concurrency\":{CONCURRENCY},\"errors\":{},\"source_failures\":{failures},\"resends\":{resends},\"health\":{health:?}}}",
+        errors.len()
+    );
+    assert!(
+        errors.is_empty(),
+        "{} errors, first: {:?}",
+        errors.len(),
+        errors.first()
+    );
+    assert_eq!(failures, 0);
+    assert!(health.iter().all(|h| *h == 1.0), "{health:?}");
+    Arc::try_unwrap(gw).ok().unwrap().shutdown().await;
+}
