@@ -73,10 +73,11 @@ async fn upstreams_that_close_silently_lose_no_call_and_no_health() {
     assert_eq!(failures, 0);
     assert_eq!(attempts, CALLS as u64, "a re-send is not an attempt");
     assert!(health.iter().all(|h| *h == 1.0), "{health:?}");
-    assert!(
-        resends > 0,
-        "the mock closes every connection: some request met one"
-    );
+    // How many requests meet a closed pooled connection is a race (the client reusing it before
+    // the close arrives: 3 to 8 in 2,000 here), so the count is reported, not asserted: with one
+    // attempt per call and no errors, each of them was saved by a re-send. That a close before
+    // the answer is re-sent, once and counted, is pinned without a race by
+    // `transport::resend`'s own tests (a server that closes every connection unanswered).
     Arc::try_unwrap(gw).ok().unwrap().shutdown().await;
 }
 
