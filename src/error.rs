@@ -168,7 +168,7 @@ impl fmt::Display for Unavailable {
 
 /// An attempt failure, classified by the transport that saw it.
 ///
-/// Governance reads it through [`Classify`](crate::ports::Classify); a 429 with a
+/// Governance reads it through [`Classify`]; a 429 with a
 /// `Retry-After` looks like this:
 ///
 /// ```

@@ -87,6 +87,7 @@ async fn a_refused_call_is_a_row_and_a_count_an_invalid_one_is_neither() {
     let rows = rows(&db);
     assert_eq!(rows.len(), 2, "{rows:?}");
     assert_eq!(rows[0].0, "only_1", "{rows:?}");
+    assert_eq!(rows[1].0, "", "a refusal names no source: {rows:?}");
     assert!(
         rows[1]
             .1
