@@ -273,7 +273,7 @@ fn images_enter_as_their_hash_and_key_material_does_not_grow_with_them() {
     assert_ne!(ms, mb, "different images must give different material");
     // The part digest is the sha256 of the URL.
     let url = match &m_big[0].content {
-        polygateway::Content::Parts(parts) => match &parts[1] {
+        Some(polygateway::Content::Parts(parts)) => match &parts[1] {
             ContentPart::ImageUrl { image_url } => image_url.url.clone(),
             _ => unreachable!(),
         },
@@ -281,21 +281,21 @@ fn images_enter_as_their_hash_and_key_material_does_not_grow_with_them() {
     };
     assert!(mb.contains(&hex::encode(Sha256::digest(url.as_bytes()))));
     // `detail` is part of the key: the same image at another detail is another request.
-    let with_detail = [Message {
-        role: polygateway::Role::User,
-        content: polygateway::Content::Parts(vec![ContentPart::ImageUrl {
+    let with_detail = [Message::with_content(
+        polygateway::Role::User,
+        polygateway::Content::Parts(vec![ContentPart::ImageUrl {
             image_url: ImageUrl {
                 url: url.clone(),
                 detail: Some("low".into()),
             },
         }]),
-    }];
-    let without_detail = [Message {
-        role: polygateway::Role::User,
-        content: polygateway::Content::Parts(vec![ContentPart::ImageUrl {
+    )];
+    let without_detail = [Message::with_content(
+        polygateway::Role::User,
+        polygateway::Content::Parts(vec![ContentPart::ImageUrl {
             image_url: ImageUrl { url, detail: None },
         }]),
-    }];
+    )];
     assert_ne!(material(&with_detail), material(&without_detail));
 }
 

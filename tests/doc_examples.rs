@@ -425,8 +425,12 @@ fn the_public_surface_stays_within_its_ceiling() {
     );
 }
 
-/// Public items of `polygateway` (src/) allowed by the surface check.
-const ROOT_CEILING: usize = 444;
+/// Public items of `polygateway` (src/) allowed by the surface check. 444 after issue #36, +19 for the chat protocol
+/// (issue #29): `ToolCall` (+`function`), `FunctionCall`, `ToolCallDelta`, `Tool` (+`function`,
+/// `strict`, `to_json`), `ToolChoice` (+`to_json`), `Choice`, `LlmResponse::has_answer`,
+/// `Message::{with_content, developer, assistant_tool_calls, tool_result, named}`,
+/// `CallOptions::{tools, tool_choice}`.
+const ROOT_CEILING: usize = 463;
 /// Public items of `polygateway-actors` (actors/src/) allowed by the surface check.
 const ACTORS_CEILING: usize = 205;
 

@@ -5,9 +5,12 @@
 //! the state comes back from the same finish script.
 
 mod common;
+#[cfg(feature = "server")]
+mod server_support;
 
+use futures::StreamExt;
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-use polygateway::{Gateway, Message};
+use polygateway::{CallOptions, Gateway, Message};
 
 /// The breaker cooldown of these tests, seconds.
 const COOLDOWN_S: f64 = 30.0;
@@ -58,6 +61,67 @@ async fn memory_backends_hint_the_cooldown_of_the_breaker_the_call_opened() {
         let case = format!("memory, {name}, MAX_ATTEMPTS={budget}");
         the_hint_covers_the_cooldown(&gw, &mock, &case).await;
         gw.shutdown().await;
+    }
+}
+
+/// The same through `chat_stream`: a failure before the first delta ends the stream with the
+/// scope-level error, hinting the cooldown.
+#[tokio::test]
+async fn a_stream_hints_the_cooldown_of_the_breaker_the_call_opened() {
+    for (name, behaviour, budget) in cases() {
+        let mock = MockUpstream::start(behaviour).await;
+        let settings = common::settings_from(keys(&mock, budget));
+        let gw = Gateway::from_settings(settings, "LLM").await.unwrap();
+        let case = format!("stream, {name}, MAX_ATTEMPTS={budget}");
+        let mut stream = gw
+            .chat_stream(vec![Message::user("hi")], CallOptions::new())
+            .unwrap();
+        let err = match stream.next().await {
+            Some(Err(e)) => e,
+            other => panic!("{case}: {other:?}"),
+        };
+        let unavailable = err.unavailable().expect("scope-level unavailable");
+        assert!(
+            unavailable.retry_after_s > COOLDOWN_S - 1.0 && unavailable.retry_after_s <= COOLDOWN_S,
+            "{case}: {unavailable:?}"
+        );
+        assert_eq!(mock.counts().chat, 1, "{case}");
+        gw.shutdown().await;
+    }
+}
+
+/// The same through the server, streamed and not: the 503's `Retry-After` header and body
+/// hint the cooldown.
+#[cfg(feature = "server")]
+#[tokio::test]
+async fn the_server_hints_the_cooldown_of_the_breaker_the_call_opened() {
+    for (name, behaviour, budget) in cases() {
+        for stream in [false, true] {
+            let mock = MockUpstream::start(behaviour.clone()).await;
+            let server = server_support::start(common::settings_from(keys(&mock, budget))).await;
+            let case = format!("server, stream={stream}, {name}, MAX_ATTEMPTS={budget}");
+            let resp = reqwest::Client::new()
+                .post(server.url("/v1/chat/completions"))
+                .bearer_auth(server_support::KEY)
+                .json(&server_support::chat_body("LLM", stream))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 503, "{case}");
+            let header: f64 = resp.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(header >= COOLDOWN_S - 1.0, "{case}: Retry-After {header}");
+            let body: serde_json::Value = resp.json().await.unwrap();
+            let message = body["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            assert!(!message.contains("retry after 0.0s"), "{case}: {message}");
+            server.stop().await;
+        }
     }
 }
 

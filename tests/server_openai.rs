@@ -289,7 +289,7 @@ async fn errors_speak_http_in_the_openai_shape() {
     assert_eq!(resp.status(), 502);
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["error"]["code"], "result_invalid");
-    // Local refusals: not JSON, n > 1, a protected overlay key.
+    // Local refusals: not JSON, an unknown response format.
     let resp = client()
         .post(server.url("/v1/chat/completions"))
         .bearer_auth(KEY)
@@ -301,10 +301,13 @@ async fn errors_speak_http_in_the_openai_shape() {
     let e: Value = resp.json().await.unwrap();
     assert_eq!(e["error"]["type"], "invalid_request_error");
     let mut body = chat_body("LLM", false);
-    body["n"] = json!(2);
+    body["response_format"] = json!({"type": "yaml"});
     let resp = post(&server, "/v1/chat/completions", &body).await;
     assert_eq!(resp.status(), 400);
-    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["param"], "n");
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["error"]["param"],
+        "response_format"
+    );
     server.stop().await;
 }
 

@@ -68,8 +68,8 @@ fn question() -> Vec<Message> {
 
 fn text(m: &Message) -> String {
     match &m.content {
-        Content::Text(t) => t.clone(),
-        Content::Parts(_) => panic!("expected text"),
+        Some(Content::Text(t)) => t.clone(),
+        _ => panic!("expected text"),
     }
 }
 

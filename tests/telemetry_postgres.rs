@@ -219,7 +219,12 @@ async fn manual_mode_trims_and_auto_mode_adds_columns() {
 
     let auto = fx.sink(ADMIN_DSN, SchemaMode::Auto);
     auto.write_batch(vec![row(3)]).await;
-    assert_eq!(fx.columns().await.len(), 26);
+    let upgraded = fx.columns().await;
+    assert_eq!(upgraded.len(), polygateway::telemetry::COLUMNS.len());
+    assert!(
+        upgraded.iter().any(|c| c == "tool_call_count"),
+        "{upgraded:?}"
+    );
     assert_eq!(fx.count().await, 3);
     let tenants: i64 = fx
         .admin

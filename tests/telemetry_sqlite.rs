@@ -158,8 +158,21 @@ async fn auto_mode_adds_missing_columns_to_an_old_table() {
     let sink = SqliteSink::open(&path, options(SchemaMode::Auto));
     sink.write_batch(vec![row(1)]).await;
     sink.shutdown().await;
-    assert_eq!(columns(&path).len(), 26);
-    assert_eq!(columns(&path).last().unwrap(), "structured_mode");
+    let upgraded = columns(&path);
+    assert_eq!(upgraded.len(), polygateway::telemetry::COLUMNS.len());
+    assert!(
+        upgraded.iter().any(|c| c == "finish_reason"),
+        "{upgraded:?}"
+    );
+    assert!(
+        upgraded.iter().any(|c| c == "tool_call_count"),
+        "{upgraded:?}"
+    );
+    assert!(
+        upgraded.iter().any(|c| c == "structured_mode"),
+        "{upgraded:?}"
+    );
+    assert_eq!(upgraded.last().unwrap(), "tool_call_count");
     let tenant: String = Connection::open(&path)
         .unwrap()
         .query_row("SELECT tenant_id FROM llm_calls", [], |r| r.get(0))

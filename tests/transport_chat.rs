@@ -569,6 +569,7 @@ async fn deltas_reach_the_consumer_in_order() {
                 saw_content = true;
                 content.push_str(&x);
             }
+            other => panic!("a text answer sent {other:?}"),
         }
     }
     assert_eq!(content, r.content);

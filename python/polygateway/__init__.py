@@ -33,12 +33,21 @@ from .exceptions import (
     StreamInterruptedError,
     TransientError,
 )
-from .types import ChatDelta, EmbeddingResponse, LLMResponse, TelemetryStatus
+from .types import (
+    ChatDelta,
+    EmbeddingResponse,
+    LLMResponse,
+    TelemetryStatus,
+    ToolCall,
+    ToolCallDelta,
+)
 
 __all__ = [
     "GatewayClient",
     "EmbeddingClient",
     "LLMResponse",
+    "ToolCall",
+    "ToolCallDelta",
     "ChatStream",
     "ChatDelta",
     "EmbeddingResponse",

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Type, Union
 from . import _native
 from ._bridge import submit
 from .structured import SchemaCall, schema_call
-from .types import ChatDelta, EmbeddingResponse, LLMResponse, TelemetryStatus
+from .types import ChatDelta, EmbeddingResponse, LLMResponse, TelemetryStatus, ToolCallDelta
 
 __all__ = ["GatewayClient", "EmbeddingClient", "ChatStream"]
 
@@ -104,6 +104,9 @@ class GatewayClient(_Client):
         overlay: Optional[Mapping[str, Any]] = None,
         tenant_id: Optional[str] = None,
         meta: Optional[Mapping[str, Any]] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        tool_choice: Any = None,
+        **openai_params: Any,
     ) -> LLMResponse:
         """One governed chat call.
 
@@ -112,10 +115,14 @@ class GatewayClient(_Client):
         a JSON value) or a pydantic model class (schema sent to the model, answer validated with
         ``model_validate``, errors fed back on a bounded re-ask). ``overlay`` holds sampling
         parameters (they enter the cache key); ``tenant_id`` / ``meta`` attribute telemetry and
-        are validated (``ValueError``); neither enters the cache key.
+        are validated (``ValueError``); neither enters the cache key. ``tools`` /
+        ``tool_choice`` and any other OpenAI request keyword (``logprobs=True``, ``n=2``,
+        ``seed=7``, ``max_completion_tokens=…``) are passed through to the upstream like
+        ``overlay`` entries (and enter the cache key); the answer's ``tool_calls``,
+        ``finish_reason``, ``refusal`` and ``logprobs`` are on the response.
         """
         text = _messages_json(messages)
-        overlay_json = None if overlay is None else _overlay_json(overlay)
+        overlay_json = _request_overlay(overlay, tools, tool_choice, openai_params)
         meta_dict = None if meta is None else dict(meta)
         common = (session_id, parent_call_id, cache_salt, cache_namespace, stream,
                   overlay_json, tenant_id, meta_dict)
@@ -139,17 +146,22 @@ class GatewayClient(_Client):
         overlay: Optional[Mapping[str, Any]] = None,
         tenant_id: Optional[str] = None,
         meta: Optional[Mapping[str, Any]] = None,
+        tools: Optional[Sequence[Mapping[str, Any]]] = None,
+        tool_choice: Any = None,
+        **openai_params: Any,
     ) -> "ChatStream":
         """A governed streaming call (this runtime's addition; the original had none).
 
         ``async for delta in client.chat_stream(messages):`` yields ``ChatDelta`` items; after
         the loop, ``stream.response`` is the final ``LLMResponse``. Until the first delta,
         failures are retried invisibly; after it, a failure raises ``StreamInterruptedError``.
-        Leaving the loop early (or ``await stream.aclose()``) cancels the call.
+        Leaving the loop early (or ``await stream.aclose()``) cancels the call. Tool-call pieces
+        arrive in ``delta.tool_calls`` (``ToolCallDelta``); ``tools`` and other OpenAI keywords
+        are passed through as in ``chat``.
         """
         native = self._native.chat_stream(
             _messages_json(messages), session_id, parent_call_id, cache_salt, cache_namespace,
-            None if overlay is None else _overlay_json(overlay), tenant_id,
+            _request_overlay(overlay, tools, tool_choice, openai_params), tenant_id,
             None if meta is None else dict(meta),
         )
         return ChatStream(native)
@@ -170,11 +182,12 @@ class ChatStream:
             batch = await submit(self._native.next_batch)
             if batch is None:
                 raise StopAsyncIteration
-            content, thinking, response = batch
+            content, thinking, response, pieces = batch
             if response is not None:
                 self.response = response
-            if content or thinking:
-                return ChatDelta(content, thinking)
+            if content or thinking or pieces:
+                calls = tuple(ToolCallDelta(*p) for p in pieces)
+                return ChatDelta(content, thinking, calls)
 
     async def aclose(self) -> None:
         """Cancel the call if it is still running (idempotent)."""
@@ -227,6 +240,28 @@ def _messages_json(messages: Messages) -> str:
         return json.dumps(messages, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"messages must be JSON-serialisable: {exc}") from None
+
+
+def _request_overlay(
+    overlay: Optional[Mapping[str, Any]],
+    tools: Optional[Sequence[Mapping[str, Any]]],
+    tool_choice: Any,
+    openai_params: Mapping[str, Any],
+) -> Optional[str]:
+    """The call's overlay: ``overlay``, then the OpenAI keywords given directly (they win)."""
+    if overlay is not None and not isinstance(overlay, Mapping):
+        raise TypeError("overlay must be a dict of sampling parameters")
+    merged = dict(overlay or {})
+    if tools is not None:
+        if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence):
+            raise TypeError("tools must be a list of OpenAI tool dicts")
+        merged["tools"] = list(tools)
+    if tool_choice is not None:
+        merged["tool_choice"] = tool_choice
+    merged.update(openai_params)
+    if overlay is None and not merged:
+        return None
+    return _overlay_json(merged)
 
 
 def _overlay_json(overlay: Mapping[str, Any]) -> str:

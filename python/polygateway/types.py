@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 __all__ = [
     "LLMResponse",
     "ChatDelta",
+    "ToolCall",
+    "ToolCallDelta",
     "EmbeddingResponse",
     "TelemetryStatus",
     "OcrText",
@@ -52,6 +54,36 @@ class LLMResponse:
     asks: int = 1
     parent_call_id: Optional[str] = None
     last_ask_cost: Optional[float] = None
+    # The chat protocol: tool calls (arguments are the exact string the model produced), why the
+    # model stopped, a refusal, logprobs when asked for, the choices after the first when n > 1.
+    tool_calls: Tuple["ToolCall", ...] = ()
+    finish_reason: Optional[str] = None
+    refusal: Optional[str] = None
+    logprobs: Any = None
+    system_fingerprint: Optional[str] = None
+    other_choices: Tuple[Dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of an answer, OpenAI's ``{"id", "type", "function": {"name", "arguments"}}``
+    flattened; ``arguments`` is the model's exact string (not parsed: it may not be JSON)."""
+
+    id: str
+    type: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a tool call as it streamed: pieces of one call share ``index``; the first one
+    carries ``id`` and ``name``, the others more of ``arguments``."""
+
+    index: int
+    id: Optional[str]
+    name: Optional[str]
+    arguments: str
 
 
 @dataclass(frozen=True)
@@ -61,6 +93,7 @@ class ChatDelta:
 
     content: str
     thinking: str = ""
+    tool_calls: Tuple[ToolCallDelta, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,7 @@ pub(crate) fn json_to_py(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
 }
 
 static LLM_RESPONSE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static TOOL_CALL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static EMBEDDING_RESPONSE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static OCR_TEXT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 static OCR_LAYOUT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -159,6 +160,28 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
         Some(v) => json_to_py(py, v)?,
         None => py.None(),
     };
+    let tool_class = class(py, &TOOL_CALL, "ToolCall")?;
+    let tool_calls = r
+        .tool_calls
+        .iter()
+        .map(|c| {
+            tool_class.call1((
+                c.id.as_str(),
+                c.kind.as_str(),
+                c.function.name.as_str(),
+                c.function.arguments.as_str(),
+            ))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let logprobs = match &r.logprobs {
+        Some(v) => json_to_py(py, v)?,
+        None => py.None(),
+    };
+    let other_choices = r
+        .other_choices
+        .iter()
+        .map(|c| json_to_py(py, &serde_json::to_value(c).unwrap_or_default()))
+        .collect::<PyResult<Vec<_>>>()?;
     let args = PyTuple::new(
         py,
         [
@@ -184,6 +207,12 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
             r.asks.into_pyobject(py)?.into_any(),
             r.parent_call_id.into_pyobject(py)?.into_any(),
             r.last_ask_cost.into_pyobject(py)?.into_any(),
+            PyTuple::new(py, tool_calls)?.into_any(),
+            r.finish_reason.into_pyobject(py)?.into_any(),
+            r.refusal.into_pyobject(py)?.into_any(),
+            logprobs.into_bound(py),
+            r.system_fingerprint.into_pyobject(py)?.into_any(),
+            PyTuple::new(py, other_choices)?.into_any(),
         ],
     )?;
     Ok(class(py, &LLM_RESPONSE, "LLMResponse")?

@@ -26,11 +26,13 @@ struct State {
     pending: Option<GatewayError>,
 }
 
-/// One batch: content and reasoning text, and the response if the stream ended in this batch.
+/// One batch: content and reasoning text, tool-call pieces `(index, id, name, arguments)`, and
+/// the response if the stream ended in this batch.
 #[derive(Default)]
 struct Batch {
     content: String,
     thinking: String,
+    tool_calls: Vec<(u32, Option<String>, Option<String>, String)>,
     done: Option<LlmResponse>,
 }
 
@@ -39,6 +41,7 @@ impl Batch {
         match event {
             ChatEvent::Content(text) => self.content.push_str(&text),
             ChatEvent::Reasoning(text) => self.thinking.push_str(&text),
+            ChatEvent::ToolCall(p) => self.tool_calls.push((p.index, p.id, p.name, p.arguments)),
             ChatEvent::Done(response) => self.done = Some(*response),
             _ => {}
         }
@@ -100,8 +103,8 @@ async fn next_batch(state: Arc<Mutex<State>>) -> Result<Option<Batch>, GatewayEr
 
 #[pymethods]
 impl NativeChatStream {
-    /// Resolve `future` with `(content, thinking, response_or_None)` for the next batch, or `None`
-    /// once the stream has ended.
+    /// Resolve `future` with `(content, thinking, response_or_None, tool_call_pieces)` for the
+    /// next batch, or `None` once the stream has ended.
     fn next_batch(&self, bridge: &Bridge, future: &Bound<'_, PyAny>) -> PyResult<()> {
         let (state, runtime) = self.state.get()?;
         let state = state.clone();
@@ -117,7 +120,7 @@ impl NativeChatStream {
                         Some(r) => convert::llm_response(py, r)?,
                         None => py.None(),
                     };
-                    Ok((batch.content, batch.thinking, response)
+                    Ok((batch.content, batch.thinking, response, batch.tool_calls)
                         .into_pyobject(py)?
                         .into_any()
                         .unbind())

@@ -181,11 +181,23 @@ pub fn cache_key(input: &CacheKeyInput<'_>) -> String {
 
 /// One message as it enters the material. Destructured exhaustively so that a new field on
 /// `Message` or a new `ContentPart` variant fails to compile here until the key accounts for it.
+/// Fields a message does not carry are left out, so a plain message's key is what it was before
+/// messages carried tool calls.
 fn message_digest(message: &Message) -> Value {
-    let Message { role, content } = message;
+    let Message {
+        role,
+        content,
+        name,
+        tool_calls,
+        function_call,
+        tool_call_id,
+        refusal,
+        extra,
+    } = message;
     let content = match content {
-        Content::Text(text) => Value::String(text.clone()),
-        Content::Parts(parts) => Value::Array(parts.iter().map(part_digest).collect()),
+        None => Value::Null,
+        Some(Content::Text(text)) => Value::String(text.clone()),
+        Some(Content::Parts(parts)) => Value::Array(parts.iter().map(part_digest).collect()),
     };
     let mut obj = Map::new();
     obj.insert(
@@ -193,6 +205,30 @@ fn message_digest(message: &Message) -> Value {
         serde_json::to_value(role).unwrap_or(Value::Null),
     );
     obj.insert("content".into(), content);
+    let mut add = |key: &str, value: Option<Value>| {
+        if let Some(v) = value {
+            obj.insert(key.into(), v);
+        }
+    };
+    add("name", name.clone().map(Value::String));
+    add(
+        "tool_calls",
+        tool_calls
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok()),
+    );
+    add(
+        "function_call",
+        function_call
+            .as_ref()
+            .and_then(|c| serde_json::to_value(c).ok()),
+    );
+    add("tool_call_id", tool_call_id.clone().map(Value::String));
+    add("refusal", refusal.clone().map(Value::String));
+    add(
+        "extra",
+        (!extra.is_empty()).then(|| Value::Object(extra.clone())),
+    );
     Value::Object(obj)
 }
 
@@ -218,6 +254,8 @@ fn part_digest(part: &ContentPart) -> Value {
                 obj.insert("detail".into(), Value::String(detail.clone()));
             }
         }
+        // Kept whole: an unmodelled part is hashed as the caller sent it.
+        ContentPart::Other(value) => return value.clone(),
     }
     Value::Object(obj)
 }

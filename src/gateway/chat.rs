@@ -36,6 +36,10 @@ impl Recorded for ChatTransport {
             max_inter_token_ms: response.max_inter_token_ms,
             model_reported: response.model_reported.as_deref(),
             priced: true,
+            finish_reason: response.finish_reason.as_deref(),
+            tool_call_count: Some(
+                response.tool_calls.len() + usize::from(response.function_call.is_some()),
+            ),
         }
     }
 }

@@ -42,6 +42,8 @@ impl Recorded for EmbeddingTransport {
             max_inter_token_ms: None,
             model_reported: batch.model_reported.as_deref(),
             priced: true,
+            finish_reason: None,
+            tool_call_count: None,
         }
     }
 }

@@ -94,6 +94,8 @@ pub type EmbeddingHandle = ScopeHandle<Embeddings>;
 /// ```
 pub type OcrHandle = ScopeHandle<Ocr>;
 pub use snapshot::SourceSnapshot;
+#[cfg(feature = "server")]
+pub(crate) use stream::whole_answer_deltas;
 pub use stream::{ChatEvent, ChatStream};
 
 use crate::cache::coalesce::Coalescer;

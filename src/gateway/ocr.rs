@@ -29,6 +29,8 @@ impl Recorded for OcrTransport {
                 ..Usage::default()
             },
             priced: false,
+            finish_reason: None,
+            tool_call_count: None,
             ..RowOutcome::default()
         }
     }

@@ -29,6 +29,10 @@ pub(crate) struct RowOutcome<'a> {
     pub model_reported: Option<&'a str>,
     /// Whether token usage is billable (OCR is not).
     pub priced: bool,
+    /// A chat answer's finish reason.
+    pub finish_reason: Option<&'a str>,
+    /// A chat answer's number of tool calls (`None` for other kinds).
+    pub tool_call_count: Option<usize>,
 }
 
 /// A transport whose responses can be recorded.
@@ -123,6 +127,10 @@ impl Telemetry {
         row.cached_prompt_tokens = outcome.usage.cached_prompt_tokens.map(|n| n as i64);
         row.reasoning_tokens = outcome.usage.reasoning_tokens.map(|n| n as i64);
         row.model_reported = outcome.model_reported.map(str::to_string);
+        row.finish_reason = outcome.finish_reason.map(str::to_string);
+        row.tool_call_count = outcome
+            .tool_call_count
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         row.cost = if outcome.priced {
             self.cost(&row.model, &outcome.usage)
         } else {

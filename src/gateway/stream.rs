@@ -67,9 +67,29 @@ pub enum ChatEvent {
     Content(String),
     /// Reasoning text as it arrives.
     Reasoning(String),
+    /// A piece of a tool call as it arrives (pieces of one call share its `index`; the first
+    /// carries the id and name). The assembled calls are in the final response's `tool_calls`.
+    ToolCall(crate::types::ToolCallDelta),
     /// The complete response (usage, source, timings, cost). Always the last item of a clean
     /// stream.
     Done(Box<LlmResponse>),
+}
+
+impl From<ChatDelta> for ChatEvent {
+    /// A transport's delta as the stream's consumer sees it.
+    ///
+    /// ```
+    /// use polygateway::transport::chat::ChatDelta;
+    /// use polygateway::ChatEvent;
+    /// assert_eq!(ChatEvent::from(ChatDelta::Content("hi".into())), ChatEvent::Content("hi".into()));
+    /// ```
+    fn from(delta: ChatDelta) -> Self {
+        match delta {
+            ChatDelta::Content(text) => ChatEvent::Content(text),
+            ChatDelta::Reasoning(text) => ChatEvent::Reasoning(text),
+            ChatDelta::ToolCall(piece) => ChatEvent::ToolCall(piece),
+        }
+    }
 }
 
 /// A governed chat stream. Dropping it cancels the call.
@@ -130,12 +150,7 @@ impl Stream for ChatStream {
         // Deltas first; the channel ends only when the call task dropped its sender, after which
         // the final result is (or is about to be) in the oneshot.
         match self.deltas.poll_recv(cx) {
-            Poll::Ready(Some(delta)) => {
-                return Poll::Ready(Some(Ok(match delta {
-                    ChatDelta::Content(text) => ChatEvent::Content(text),
-                    ChatDelta::Reasoning(text) => ChatEvent::Reasoning(text),
-                })))
-            }
+            Poll::Ready(Some(delta)) => return Poll::Ready(Some(Ok(ChatEvent::from(delta)))),
             Poll::Pending => return Poll::Pending,
             Poll::Ready(None) => {}
         }
@@ -209,7 +224,9 @@ impl ScopeHandle<Chat> {
         let options = super::chat::with_call_group(options);
         let prepared = self.prepare(messages, &options, &super::chat::Asked::default())?;
         if let Some(hit) = self.lookup(&prepared).await {
-            let _ = delta_tx.send(ChatDelta::Content(hit.content.clone())).await;
+            for delta in whole_answer_deltas(&hit) {
+                let _ = delta_tx.send(delta).await;
+            }
             return Ok(hit);
         }
         let sink = EventSink::new(delta_tx);
@@ -222,4 +239,19 @@ impl ScopeHandle<Chat> {
         }
         Ok(response)
     }
+}
+
+/// The deltas of an answer that arrived whole (a cache hit, a structured answer): its text as
+/// one delta, then each tool call as one piece.
+pub(crate) fn whole_answer_deltas(response: &LlmResponse) -> Vec<ChatDelta> {
+    let text = (!response.content.is_empty()).then(|| ChatDelta::Content(response.content.clone()));
+    let calls = response.tool_calls.iter().enumerate().map(|(i, c)| {
+        ChatDelta::ToolCall(crate::types::ToolCallDelta {
+            index: u32::try_from(i).unwrap_or(u32::MAX),
+            id: Some(c.id.clone()),
+            name: Some(c.function.name.clone()),
+            arguments: c.function.arguments.clone(),
+        })
+    });
+    text.into_iter().chain(calls).collect()
 }

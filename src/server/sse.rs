@@ -1,7 +1,9 @@
 //! OpenAI's streamed chat format over Server-Sent Events: one `chat.completion.chunk` per delta
-//! as it arrives (`content`, or `reasoning_content` for reasoning), a last chunk with
-//! `finish_reason`, the usage chunk when `stream_options.include_usage` asked for it, then
-//! `data: [DONE]`. A failure after the stream started is a `data: {"error": …}` frame and no
+//! as it arrives (`content`, `reasoning_content` for reasoning, `tool_calls` pieces with their
+//! `index`), then what the answer holds whole — a refusal or legacy `function_call`, the choices
+//! after the first (`n > 1`), each as one chunk with its own `finish_reason` — a last chunk with
+//! the upstream's `finish_reason` and the joined `logprobs`, the usage chunk when
+//! `stream_options.include_usage` asked for it, then `data: [DONE]`. A failure after the stream started is a `data: {"error": …}` frame and no
 //! `[DONE]` (the OpenAI SDK raises it). Dropping the body — the client went away — drops the
 //! governed stream, which cancels the call. Not for errors before the first delta: those are
 //! answered with an HTTP status ([`super::errors`]).
@@ -15,7 +17,7 @@ use super::auth::limits::KeyLease;
 use super::errors::ApiError;
 use super::state::ErrorLog;
 use crate::gateway::ChatEvent;
-use crate::types::LlmResponse;
+use crate::types::{Choice as AnswerChoice, LlmResponse, ToolCallDelta};
 
 /// Bytes gathered into one write at most, when several deltas are ready at once.
 const BATCH_BYTES: usize = 16 << 10;
@@ -42,8 +44,8 @@ struct Chunk<'a> {
 struct Choice<'a> {
     index: u32,
     delta: Delta<'a>,
-    logprobs: Option<()>,
-    finish_reason: Option<&'static str>,
+    logprobs: Option<&'a serde_json::Value>,
+    finish_reason: Option<&'a str>,
 }
 
 #[derive(Serialize, Default)]
@@ -54,6 +56,47 @@ struct Delta<'a> {
     content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    function_call: Option<&'a crate::types::FunctionCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
+}
+
+/// A tool-call piece in OpenAI's chunk shape: `index` always, `id` and `type` with the piece
+/// that names the call, `function.name` when the piece carries it, `function.arguments` always.
+fn tool_call_piece(piece: &ToolCallDelta) -> serde_json::Value {
+    let mut function = serde_json::Map::new();
+    if let Some(name) = &piece.name {
+        function.insert("name".into(), name.as_str().into());
+    }
+    function.insert("arguments".into(), piece.arguments.as_str().into());
+    let mut call = serde_json::Map::new();
+    call.insert("index".into(), piece.index.into());
+    if let Some(id) = &piece.id {
+        call.insert("id".into(), id.as_str().into());
+        call.insert("type".into(), "function".into());
+    }
+    call.insert("function".into(), function.into());
+    serde_json::Value::Array(vec![call.into()])
+}
+
+/// Whole tool calls (of a choice that arrives complete) in the chunk shape.
+fn whole_tool_calls(calls: &[crate::types::ToolCall]) -> Option<serde_json::Value> {
+    if calls.is_empty() {
+        return None;
+    }
+    let pieces = calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut v = serde_json::to_value(c).unwrap_or_default();
+            v["index"] = i.into();
+            v
+        })
+        .collect();
+    Some(serde_json::Value::Array(pieces))
 }
 
 fn frame(out: &mut BytesMut, value: &impl Serialize) {
@@ -64,11 +107,22 @@ fn frame(out: &mut BytesMut, value: &impl Serialize) {
 }
 
 impl ChunkHead {
-    fn delta(&self, out: &mut BytesMut, delta: Delta<'_>, finish: Option<&'static str>) {
+    fn delta(&self, out: &mut BytesMut, delta: Delta<'_>, finish: Option<&str>) {
+        self.choice(out, 0, delta, None, finish);
+    }
+
+    fn choice(
+        &self,
+        out: &mut BytesMut,
+        index: u32,
+        delta: Delta<'_>,
+        logprobs: Option<&serde_json::Value>,
+        finish: Option<&str>,
+    ) {
         let choices = [Choice {
-            index: 0,
+            index,
             delta,
-            logprobs: None,
+            logprobs,
             finish_reason: finish,
         }];
         frame(
@@ -84,9 +138,37 @@ impl ChunkHead {
         );
     }
 
-    /// The end of a completed stream: finish chunk, usage chunk if asked, `[DONE]`.
+    /// A choice after the first, whole, in one chunk.
+    fn other_choice(&self, out: &mut BytesMut, c: &AnswerChoice) {
+        let delta = Delta {
+            role: Some("assistant"),
+            content: Some(&c.content),
+            reasoning_content: Some(c.thinking.as_str()).filter(|t| !t.is_empty()),
+            tool_calls: whole_tool_calls(&c.tool_calls),
+            function_call: c.function_call.as_ref(),
+            refusal: c.refusal.as_deref(),
+        };
+        let finish = c.finish_reason.as_deref().or(Some("stop"));
+        self.choice(out, c.index, delta, c.logprobs.as_ref(), finish);
+    }
+
+    /// The end of a completed stream: what the first choice holds whole (refusal, legacy
+    /// function call), the other choices, the finish chunk (the upstream's reason, `stop` when
+    /// it gave none; the joined logprobs), the usage chunk if asked, `[DONE]`.
     fn finish(&self, out: &mut BytesMut, response: &LlmResponse, include_usage: bool) {
-        self.delta(out, Delta::default(), Some("stop"));
+        if response.refusal.is_some() || response.function_call.is_some() {
+            let delta = Delta {
+                refusal: response.refusal.as_deref(),
+                function_call: response.function_call.as_ref(),
+                ..Delta::default()
+            };
+            self.delta(out, delta, None);
+        }
+        for other in &response.other_choices {
+            self.other_choice(out, other);
+        }
+        let finish = response.finish_reason.as_deref().or(Some("stop"));
+        self.choice(out, 0, Delta::default(), response.logprobs.as_ref(), finish);
         if include_usage {
             frame(
                 out,
@@ -142,25 +224,33 @@ impl RelayState {
                 let delta = Delta {
                     role,
                     content: Some(&text),
-                    reasoning_content: None,
+                    ..Delta::default()
                 };
                 self.relay.head.delta(out, delta, None);
             }
             Some(Ok(ChatEvent::Reasoning(text))) => {
                 let delta = Delta {
                     role,
-                    content: None,
                     reasoning_content: Some(&text),
+                    ..Delta::default()
+                };
+                self.relay.head.delta(out, delta, None);
+            }
+            Some(Ok(ChatEvent::ToolCall(piece))) => {
+                let delta = Delta {
+                    role,
+                    tool_calls: Some(tool_call_piece(&piece)),
+                    ..Delta::default()
                 };
                 self.relay.head.delta(out, delta, None);
             }
             Some(Ok(ChatEvent::Done(response))) => {
                 if role.is_some() {
-                    // An empty completion still tells the client who spoke.
+                    // An answer without text deltas still tells the client who spoke.
                     let delta = Delta {
                         role,
                         content: Some(""),
-                        reasoning_content: None,
+                        ..Delta::default()
                     };
                     self.relay.head.delta(out, delta, None);
                 }

@@ -224,7 +224,8 @@ impl SchemaRequest {
         match out.first_mut() {
             Some(Message {
                 role: Role::System,
-                content: Content::Text(text),
+                content: Some(Content::Text(text)),
+                ..
             }) => {
                 text.push_str("\n\n");
                 text.push_str(&instruction);
@@ -268,10 +269,7 @@ mod tests {
 
     #[test]
     fn a_multimodal_system_message_is_left_alone() {
-        let system = Message {
-            role: Role::System,
-            content: Content::Parts(Vec::new()),
-        };
+        let system = Message::with_content(Role::System, Content::Parts(Vec::new()));
         let asked = [system.clone()];
         let (messages, _) = request().for_mode(StructuredMode::Prompt, &asked);
         assert_eq!(messages.len(), 2);

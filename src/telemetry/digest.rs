@@ -53,10 +53,30 @@ fn message_value(message: &Message, cap: Option<usize>) -> Value {
         serde_json::to_value(message.role).unwrap_or(Value::Null),
     );
     let content = match &message.content {
-        Content::Text(text) => Value::String(cap_text(text, cap)),
-        Content::Parts(parts) => Value::Array(parts.iter().map(|p| part_value(p, cap)).collect()),
+        None => Value::Null,
+        Some(Content::Text(text)) => Value::String(cap_text(text, cap)),
+        Some(Content::Parts(parts)) => {
+            Value::Array(parts.iter().map(|p| part_value(p, cap)).collect())
+        }
     };
     obj.insert("content".into(), content);
+    if let Some(name) = &message.name {
+        obj.insert("name".into(), Value::String(name.clone()));
+    }
+    if let Some(calls) = &message.tool_calls {
+        // Names and ids tell what was called; arguments are capped like any text.
+        let calls = calls
+            .iter()
+            .map(|c| {
+                serde_json::json!({"id": c.id, "name": c.function.name,
+                    "arguments": cap_text(&c.function.arguments, cap)})
+            })
+            .collect();
+        obj.insert("tool_calls".into(), Value::Array(calls));
+    }
+    if let Some(id) = &message.tool_call_id {
+        obj.insert("tool_call_id".into(), Value::String(id.clone()));
+    }
     Value::Object(obj)
 }
 
@@ -76,6 +96,8 @@ fn part_value(part: &ContentPart, cap: Option<usize>) -> Value {
             }
             serde_json::json!({"type": "image_url", "image_url": Value::Object(image)})
         }
+        // Audio and files can be megabytes: only their type is kept.
+        ContentPart::Other(value) => serde_json::json!({"type": value.get("type")}),
     }
 }
 
@@ -158,7 +180,7 @@ mod tests {
         let image = &json[1]["content"][1];
         assert_eq!(image["type"], "image_url");
         assert_eq!(image["image_url"]["bytes"], 1000);
-        let Content::Parts(parts) = &msgs[1].content else {
+        let Some(Content::Parts(parts)) = &msgs[1].content else {
             unreachable!()
         };
         let ContentPart::ImageUrl { image_url } = &parts[1] else {
@@ -174,15 +196,15 @@ mod tests {
     #[test]
     fn uncapped_text_is_kept_whole_and_http_urls_are_digested_too() {
         let msgs = vec![
-            Message {
-                role: Role::User,
-                content: Content::Parts(vec![ContentPart::ImageUrl {
+            Message::with_content(
+                Role::User,
+                Content::Parts(vec![ContentPart::ImageUrl {
                     image_url: ImageUrl {
                         url: "https://example.invalid/a.png".into(),
                         detail: Some("low".into()),
                     },
                 }]),
-            },
+            ),
             Message::assistant("x".repeat(5000)),
         ];
         let json: Value = serde_json::from_str(&messages_json(&msgs, None)).unwrap();

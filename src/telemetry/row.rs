@@ -82,6 +82,12 @@ pub struct TelemetryRow {
     /// The structured mode a typed call's ask was sent in (`json_schema`, `json_object`,
     /// `prompt`); `None` for other calls.
     pub structured_mode: Option<String>,
+    /// A chat answer's `finish_reason` as the upstream said it (`stop`, `length`,
+    /// `tool_calls`, …); `None` for failed attempts, other kinds and upstreams that gave none.
+    pub finish_reason: Option<String>,
+    /// A chat answer's number of tool calls (the legacy `function_call` counts as one);
+    /// `None` for failed attempts and other kinds.
+    pub tool_call_count: Option<i64>,
 }
 
 impl TelemetryRow {
@@ -123,11 +129,13 @@ impl TelemetryRow {
             tenant_id: String::new(),
             meta: "{}".into(),
             structured_mode: None,
+            finish_reason: None,
+            tool_call_count: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 25] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 27] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -158,6 +166,8 @@ impl TelemetryRow {
             Text(Some(&self.tenant_id)),
             Text(Some(&self.meta)),
             s(&self.structured_mode),
+            s(&self.finish_reason),
+            Int(self.tool_call_count),
         ]
     }
 }

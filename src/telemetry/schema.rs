@@ -97,9 +97,9 @@ const fn col(
 /// assert_eq!(COLUMNS[0].name, "call_id");
 /// assert!(COLUMNS[0].primary_key);
 /// assert_eq!(COLUMNS.iter().filter(|c| c.primary_key).count(), 1);
-/// assert_eq!(COLUMNS.last().unwrap().name, "structured_mode");
+/// assert_eq!(COLUMNS.last().unwrap().name, "tool_call_count");
 /// ```
-pub const COLUMNS: [Column; 26] = [
+pub const COLUMNS: [Column; 28] = [
     Column {
         primary_key: true,
         ..col("call_id", "TEXT", "TEXT", "text")
@@ -147,6 +147,8 @@ pub const COLUMNS: [Column; 26] = [
         "text::jsonb",
     ),
     col("structured_mode", "TEXT", "TEXT", "text"),
+    col("finish_reason", "TEXT", "TEXT", "text"),
+    col("tool_call_count", "INTEGER", "INTEGER", "int8"),
 ];
 
 /// The columns the library INSERTs, in order (every column but `created_at`); the order of
@@ -228,7 +230,8 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
 /// assert!(sql.starts_with("CREATE TABLE IF NOT EXISTS llm_calls (\n    call_id TEXT PRIMARY KEY,"));
 /// assert!(sql.contains("created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,"));
 /// assert!(sql.contains("meta TEXT NOT NULL DEFAULT '{}',"));
-/// assert!(sql.ends_with("structured_mode TEXT\n)"));
+/// assert!(sql.contains("structured_mode TEXT,\n    finish_reason TEXT,"));
+/// assert!(sql.ends_with("tool_call_count INTEGER\n)"));
 /// ```
 pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
     let mut sql = format!("CREATE TABLE IF NOT EXISTS {table} (\n");
@@ -454,10 +457,12 @@ mod tests {
                 "reasoning_tokens",
                 "tenant_id",
                 "meta",
-                "structured_mode"
+                "structured_mode",
+                "finish_reason",
+                "tool_call_count"
             ]
         );
-        assert_eq!(insert_columns().count(), 25);
+        assert_eq!(insert_columns().count(), 27);
     }
 
     #[test]
@@ -466,7 +471,7 @@ mod tests {
         assert!(pg.starts_with("-- polygateway telemetry table"));
         assert!(pg.contains("call_id TEXT PRIMARY KEY,"));
         assert!(pg.contains("created_at TIMESTAMPTZ NOT NULL DEFAULT now()"));
-        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 7);
+        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 9);
         let lite = telemetry_schema_sql(SchemaBackend::Sqlite);
         assert!(lite
             .contains("-- ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';"));
@@ -512,7 +517,9 @@ mod tests {
                 "reasoning_tokens",
                 "tenant_id",
                 "meta",
-                "structured_mode"
+                "structured_mode",
+                "finish_reason",
+                "tool_call_count"
             ]
         );
         assert_eq!(present, (0..18).collect::<Vec<_>>());

@@ -123,6 +123,12 @@ pub const MOCK_CONTENT: &str = "Hello from the mock upstream.";
 /// # }
 /// ```
 pub const MOCK_THINKING: &str = "Let me think.";
+
+/// The `system_fingerprint` of every chat answer.
+const MOCK_FINGERPRINT: &str = "fp_mock";
+
+/// The logprob of every token when logprobs are asked for.
+const MOCK_LOGPROB: f64 = -0.25;
 /// How many request bodies are kept.
 const RECORDED_MAX: usize = 64;
 
@@ -270,6 +276,20 @@ pub enum Behaviour {
     Scripted(Vec<Behaviour>),
     /// A healthy answer whose content is the next string per request; the last one repeats.
     ScriptedContent(Vec<String>),
+    /// Tool calls instead of text, `(name, arguments)` each, ids `call_0`, `call_1`, …:
+    /// streamed the way OpenAI streams them (the id and name in a call's first piece, the
+    /// arguments in three more), `content: null` and `finish_reason: "tool_calls"`.
+    ToolCalls(Vec<(String, String)>),
+    /// The default content cut in half with `finish_reason: "length"` (max tokens reached).
+    Length,
+    /// Exactly these chunks (each sent as one `data:` frame, then `[DONE]`) when streaming,
+    /// exactly this body when not: provider shapes the mock does not otherwise produce.
+    Raw {
+        /// The stream's chunks.
+        chunks: Vec<Value>,
+        /// The non-streaming body.
+        completion: Value,
+    },
 }
 
 impl Behaviour {
@@ -339,6 +359,9 @@ impl Behaviour {
             Behaviour::Mix { .. } => "mix",
             Behaviour::Scripted(_) => "scripted",
             Behaviour::ScriptedContent(_) => "scripted_content",
+            Behaviour::ToolCalls(_) => "tool_calls",
+            Behaviour::Length => "length",
+            Behaviour::Raw { .. } => "raw",
         }
     }
 
@@ -540,6 +563,7 @@ impl MockUpstream {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/models", get(models))
+            .route("/mock/last_request", get(last_request))
             .with_state(shared.clone());
         let listener = CountingListener {
             inner: listener,
@@ -1058,7 +1082,10 @@ async fn chat(State(shared): State<Arc<Shared>>, headers: HeaderMap, bytes: Byte
         return resp;
     }
     let model = format!("{}-mock", body["model"].as_str().unwrap_or("unknown"));
-    let script = Script::of(&behaviour);
+    let mut script = Script::of(&behaviour);
+    if matches!(behaviour, Behaviour::Healthy { .. }) {
+        script.answer_the_request(&body);
+    }
     let abrupt = matches!(script.ending, Ending::Abrupt { .. });
     if body["stream"].as_bool().unwrap_or(false) {
         let include_usage = body["stream_options"]["include_usage"]
@@ -1106,6 +1133,15 @@ struct Script {
     content: Vec<String>,
     usage: Option<Value>,
     ending: Ending,
+    /// Tool calls `(name, arguments)` (no content then).
+    tool_calls: Vec<(String, String)>,
+    finish_reason: &'static str,
+    /// The request asked for `logprobs`: every content delta carries them.
+    logprobs: bool,
+    /// The request's `n`: choices 1.. repeat the content with a `[i] ` prefix.
+    n: u32,
+    /// Exact chunks and body ([`Behaviour::Raw`]).
+    raw: Option<(Vec<Value>, Value)>,
 }
 
 #[derive(PartialEq)]
@@ -1144,6 +1180,11 @@ impl Script {
             content: split_even(MOCK_CONTENT, 4),
             usage: None,
             ending: Ending::Done,
+            tool_calls: Vec::new(),
+            finish_reason: "stop",
+            logprobs: false,
+            n: 1,
+            raw: None,
         };
         match b {
             Behaviour::Healthy {
@@ -1190,9 +1231,25 @@ impl Script {
                 s.content = c;
             }
             Behaviour::InBandError => s.ending = Ending::InBandError,
+            Behaviour::ToolCalls(calls) => {
+                s.content.clear();
+                s.tool_calls = calls.clone();
+                s.finish_reason = "tool_calls";
+            }
+            Behaviour::Length => {
+                let half: String = MOCK_CONTENT
+                    .chars()
+                    .take(MOCK_CONTENT.chars().count() / 2)
+                    .collect();
+                s.content = split_even(&half, 2);
+                s.finish_reason = "length";
+            }
+            Behaviour::Raw { chunks, completion } => {
+                s.raw = Some((chunks.clone(), completion.clone()));
+            }
             _ => {}
         }
-        let completion = (s.reasoning.len() + s.content.len()) as u64;
+        let completion = (s.reasoning.len() + s.content.len() + s.tool_calls.len() * 4) as u64;
         s.usage = match b {
             Behaviour::NoUsage => None,
             Behaviour::UsageDetails => Some(json!({
@@ -1213,21 +1270,37 @@ impl Script {
 
     /// The SSE frames with the delay before each.
     fn frames(&self, model: &str, include_usage: bool) -> Vec<(Duration, Bytes)> {
-        let chunk = |delta: Value, finish: Value| {
+        if let Some((chunks, _)) = &self.raw {
+            let mut out: Vec<_> = chunks.iter().map(|c| (Duration::ZERO, frame(c))).collect();
+            out.push((Duration::ZERO, Bytes::from_static(b"data: [DONE]\n\n")));
+            return out;
+        }
+        let chunk_of = |index: u32, delta: Value, finish: Value, logprobs: Value| {
             frame(&json!({
                 "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0, "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+                "system_fingerprint": MOCK_FINGERPRINT,
+                "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]
             }))
         };
+        let chunk = |delta: Value, finish: Value| chunk_of(0, delta, finish, Value::Null);
         let usage_frame = |usage: &Value| {
             frame(&json!({
                 "id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 0, "model": model,
                 "choices": [], "usage": usage
             }))
         };
+        // OpenAI opens a tool-call answer with `content: null`, a text answer with `""`.
+        let opening = if self.tool_calls.is_empty() {
+            json!("")
+        } else {
+            Value::Null
+        };
         let mut out = vec![(
             Duration::ZERO,
-            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            chunk(
+                json!({"role": "assistant", "content": opening}),
+                Value::Null,
+            ),
         )];
         if matches!(
             self.ending,
@@ -1244,8 +1317,25 @@ impl Script {
         for r in &self.reasoning {
             out.push((delay(), chunk(json!({"reasoning_content": r}), Value::Null)));
         }
+        for (i, (name, arguments)) in self.tool_calls.iter().enumerate() {
+            let first = json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function",
+                "function": {"name": name, "arguments": ""}}]});
+            out.push((delay(), chunk(first, Value::Null)));
+            for piece in split_even(arguments, 3) {
+                let more = json!({"tool_calls": [{"index": i, "function": {"arguments": piece}}]});
+                out.push((delay(), chunk(more, Value::Null)));
+            }
+        }
         for (i, c) in self.content.iter().enumerate() {
-            out.push((delay(), chunk(json!({"content": c}), Value::Null)));
+            let d = delay();
+            for index in 0..self.n {
+                let text = choice_text(index, i, c);
+                let logprobs = self.logprobs_of(&text);
+                out.push((
+                    d,
+                    chunk_of(index, json!({"content": text}), Value::Null, logprobs),
+                ));
+            }
             if i == 0 {
                 match self.ending {
                     Ending::Malformed => {
@@ -1276,7 +1366,13 @@ impl Script {
                 }
             }
             _ => {
-                out.push((Duration::ZERO, chunk(json!({}), json!("stop"))));
+                for index in 0..self.n {
+                    let finish = json!(self.finish_reason);
+                    out.push((
+                        Duration::ZERO,
+                        chunk_of(index, json!({}), finish, Value::Null),
+                    ));
+                }
                 if let (true, Some(u)) = (include_usage, &self.usage) {
                     out.push((Duration::ZERO, usage_frame(u)));
                 }
@@ -1292,14 +1388,12 @@ impl Script {
         match self.ending {
             Ending::EarlyEof => String::new(),
             Ending::InBandError => json!({"error": {"message": "The server is overloaded", "type": "server_error", "code": "overloaded"}}).to_string(),
+            _ if self.raw.is_some() => self.raw.as_ref().map(|(_, c)| c.to_string()).unwrap_or_default(),
             _ => {
-                let mut message = json!({"role": "assistant", "content": self.content.concat()});
-                if !self.reasoning.is_empty() {
-                    message["reasoning_content"] = json!(self.reasoning.concat());
-                }
+                let choices: Vec<Value> = (0..self.n).map(|index| self.choice(index)).collect();
                 let mut v = json!({
                     "id": "chatcmpl-mock", "object": "chat.completion", "created": 0, "model": model,
-                    "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]
+                    "system_fingerprint": MOCK_FINGERPRINT, "choices": choices
                 });
                 if let Some(u) = &self.usage {
                     v["usage"] = u.clone();
@@ -1314,6 +1408,126 @@ impl Script {
                 }
             }
         }
+    }
+}
+
+impl Script {
+    /// A healthy answer follows what the request asks, the way an OpenAI-compatible server
+    /// does:
+    /// - `tools` offered and the conversation ends with a user-side turn: the model calls the
+    ///   first tool (the first two when there are several and `parallel_tool_calls` is not
+    ///   `false`) with `{"query": <the last message's text>}`;
+    /// - the conversation ends with a `tool` message: the content is `tool said: <its text>`;
+    /// - `max_tokens` / `max_completion_tokens` below the number of content deltas: the answer
+    ///   is cut there with `finish_reason: "length"`;
+    /// - `logprobs: true`: every content delta carries logprobs; `n`: that many choices (≤ 8).
+    fn answer_the_request(&mut self, body: &Value) {
+        self.logprobs = body["logprobs"].as_bool() == Some(true);
+        self.n = body["n"]
+            .as_u64()
+            .map_or(1, |n| u32::try_from(n.clamp(1, 8)).unwrap_or(1));
+        let messages = body["messages"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let last = messages.last();
+        let text_of = |m: &Value| match &m["content"] {
+            Value::String(s) => s.clone(),
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        };
+        let tools = body["tools"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        match last.and_then(|m| m["role"].as_str()) {
+            Some("tool") => {
+                let said = last.map(text_of).unwrap_or_default();
+                self.content = split_even(&format!("tool said: {said}"), 4);
+            }
+            Some(_) if !tools.is_empty() && body["tool_choice"] != "none" => {
+                let parallel = body["parallel_tool_calls"] != false;
+                let take = if parallel { 2 } else { 1 };
+                let query = json!({"query": last.map(text_of).unwrap_or_default()}).to_string();
+                self.tool_calls = tools
+                    .iter()
+                    .take(take)
+                    .map(|t| {
+                        let name = t["function"]["name"].as_str().unwrap_or("tool");
+                        (name.to_string(), query.clone())
+                    })
+                    .collect();
+                self.content.clear();
+                self.finish_reason = "tool_calls";
+            }
+            _ => {}
+        }
+        let limit = body["max_completion_tokens"]
+            .as_u64()
+            .or_else(|| body["max_tokens"].as_u64());
+        if let Some(limit) = limit.and_then(|l| usize::try_from(l).ok()) {
+            if limit < self.content.len() {
+                self.content.truncate(limit);
+                self.finish_reason = "length";
+            }
+        }
+    }
+
+    /// One whole choice of the non-streaming answer.
+    fn choice(&self, index: u32) -> Value {
+        let text: String = self
+            .content
+            .iter()
+            .enumerate()
+            .map(|(i, c)| choice_text(index, i, c))
+            .collect();
+        let mut message = json!({"role": "assistant", "content": text, "refusal": null});
+        if !self.reasoning.is_empty() {
+            message["reasoning_content"] = json!(self.reasoning.concat());
+        }
+        if !self.tool_calls.is_empty() {
+            message["content"] = Value::Null;
+            message["tool_calls"] = self
+                .tool_calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, arguments))| {
+                    json!({"id": format!("call_{i}"), "type": "function",
+                        "function": {"name": name, "arguments": arguments}})
+                })
+                .collect();
+        }
+        let logprobs = self.logprobs_of(&text);
+        json!({"index": index, "message": message, "logprobs": logprobs,
+            "finish_reason": self.finish_reason})
+    }
+
+    /// The `logprobs` object of a piece of text when the request asked for them: one entry per
+    /// character (so streamed pieces join into exactly the whole answer's list), a fixed
+    /// logprob.
+    fn logprobs_of(&self, text: &str) -> Value {
+        if !self.logprobs {
+            return Value::Null;
+        }
+        let tokens: Vec<Value> = text
+            .chars()
+            .map(|c| {
+                let t = c.to_string();
+                json!({"token": t, "logprob": MOCK_LOGPROB, "bytes": t.as_bytes(), "top_logprobs": []})
+            })
+            .collect();
+        json!({"content": tokens, "refusal": null})
+    }
+}
+
+/// The text of choice `index`'s piece `piece`: choices after the first are told apart by a
+/// `[index] ` prefix on their first piece.
+fn choice_text(index: u32, piece: usize, text: &str) -> String {
+    if index > 0 && piece == 0 {
+        format!("[{index}] {text}")
+    } else {
+        text.to_string()
     }
 }
 
@@ -1483,6 +1697,13 @@ async fn models(State(shared): State<Arc<Shared>>) -> Response {
     }
     axum::Json(json!({"object": "list", "data": [{"id": "test-model", "object": "model", "owned_by": "mock"}]}))
         .into_response()
+}
+
+/// `GET /mock/last_request`: the body of the last request the mock received (`null` before
+/// any), so an out-of-process test (the OpenAI SDK pass) checks what reached the upstream.
+async fn last_request(State(shared): State<Arc<Shared>>) -> Response {
+    let last = lock(&shared.recorded).back().map(|r| r.body.clone());
+    axum::Json(last.unwrap_or(Value::Null)).into_response()
 }
 
 /// A TCP listener that counts open connections.

@@ -16,19 +16,19 @@ use reqwest::header::ACCEPT;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::assembly::Assembly;
 use super::http::{
     build_client, classify_reqwest, classify_response, parse_rate_limit, JsonEndpoint,
 };
 use super::sse::{FrameTooLarge, SseEvent, SseParser};
-use super::think::ThinkSplitter;
 use super::watchdog::{now, StallLimits, Watchdog};
-use super::wire::{decode_chunk, decode_completion, ChunkFrame, WireUsage};
+use super::wire::{decode_chunk, decode_completion, WireUsage};
 use crate::config::{MissingDone, SourceSettings};
 use crate::error::TransportError;
 use crate::provider::ProviderProfile;
 use crate::structured::source_mode::{refuses_mode, SourceMode};
 use crate::structured::{SchemaRequest, StructuredMode};
-use crate::types::{LlmResponse, Message, UsageSource};
+use crate::types::{LlmResponse, Message, ToolCallDelta, UsageSource};
 
 /// Body keys the transport owns; never taken from `extra_body` or an overlay.
 pub(crate) const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
@@ -47,16 +47,21 @@ pub(crate) const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "st
 ///     match delta {
 ///         ChatDelta::Content(text) => answer.push_str(&text),
 ///         ChatDelta::Reasoning(text) => thinking.push_str(&text),
+///         ChatDelta::ToolCall(piece) => println!("tool call {}: {}", piece.index, piece.arguments),
+///         other => println!("not shown here: {other:?}"),
 ///     }
 /// }
 /// assert_eq!((answer.as_str(), thinking.as_str()), ("4", "2 + 2 is 4."));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ChatDelta {
     /// Answer text.
     Content(String),
     /// Reasoning text (`reasoning_content` or a `<think>` block).
     Reasoning(String),
+    /// A piece of a tool call, as it arrived (the complete calls are in the final response).
+    ToolCall(ToolCallDelta),
 }
 
 /// What a chat call sends, built once per call and reused by every attempt (on any source).
@@ -361,7 +366,7 @@ impl ChatTransport {
         let rate_limit = parse_rate_limit(resp.headers());
         let mut stream = resp.bytes_stream();
         let mut parser = SseParser::new();
-        let mut acc = Assembly::new(&self.profile);
+        let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
         let mut events = Vec::new();
         let mut deltas = Vec::new();
         let mut done = false;
@@ -422,21 +427,21 @@ impl ChatTransport {
         done: bool,
         ending: StreamEnd,
     ) -> Result<UsageSource, TransportError> {
-        let empty = acc.content.trim().is_empty();
         let transient = |m: String| Err(TransportError::transient(SourceReason::NetworkError, m));
-        let chars = acc.content.chars().count();
-        match (done, empty) {
-            (true, true) => {
-                transient("empty completion: the stream finished without content".into())
+        let chars = acc.content_chars();
+        match (done, acc.has_answer()) {
+            (true, false) => {
+                nothing_said(acc, "the stream finished")?;
+                Ok(measured_or_unavailable(acc.usage))
             }
-            (true, false) => Ok(measured_or_unavailable(acc.usage)),
-            (false, true) => transient(match ending {
+            (true, true) => Ok(measured_or_unavailable(acc.usage)),
+            (false, false) => transient(match ending {
                 StreamEnd::Clean => "early_eof: the stream ended before any content".into(),
                 StreamEnd::ConnectionClosed => {
                     "early_eof: connection closed before any content".into()
                 }
             }),
-            (false, false) => match self.settings.missing_done {
+            (false, true) => match self.settings.missing_done {
                 MissingDone::Retry => transient(match ending {
                     StreamEnd::Clean => format!(
                         "truncated stream: ended without [DONE] after {chars} chars of content"
@@ -467,15 +472,12 @@ impl ChatTransport {
             .whole_body(self.post(self.body(request, mode)?, false)?)
             .await?;
         let frame = decode_completion(&String::from_utf8_lossy(&bytes))?;
-        let mut acc = Assembly::new(&self.profile);
+        let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
         let mut deltas = Vec::new();
         acc.apply(frame, &mut deltas);
         acc.finish(&mut deltas);
-        if acc.content.trim().is_empty() {
-            return Err(TransportError::transient(
-                SourceReason::NetworkError,
-                "empty completion: the answer has no content",
-            ));
+        if !acc.has_answer() {
+            nothing_said(&acc, "the answer")?;
         }
         emit_all(&wd, sink, &mut deltas).await?;
         let usage_source = measured_or_unavailable(acc.usage);
@@ -486,21 +488,40 @@ impl ChatTransport {
     }
 
     fn response(&self, acc: Assembly, usage_source: UsageSource) -> LlmResponse {
-        let mut r = LlmResponse::new(acc.content);
-        r.thinking = acc.thinking;
+        let usage = acc.usage;
+        let mut r = acc.into_response();
         r.model = self.settings.model.clone();
         r.provider = self.settings.provider.clone();
         r.source_name = self.settings.name.clone();
-        r.model_reported = acc.model_reported;
         r.usage_source = usage_source;
         // Numbers only from a frame the upstream sent; never invented.
-        if let (Some(u), true) = (acc.usage, usage_source != UsageSource::Unavailable) {
+        if let (Some(u), true) = (usage, usage_source != UsageSource::Unavailable) {
             r.prompt_tokens = u.prompt_tokens;
             r.completion_tokens = u.completion_tokens;
             r.cached_prompt_tokens = u.cached_prompt_tokens;
             r.reasoning_tokens = u.reasoning_tokens;
         }
         r
+    }
+}
+
+/// A complete answer with no content, no tool call and no refusal (docs/behaviour.md §7.1):
+/// - `finish_reason: length` is a complete answer: the model spent the tokens it was allowed
+///   (typically on reasoning) and another source would do the same; it is returned, not retried;
+/// - `finish_reason: content_filter` is the provider's filter withholding the answer: a verdict
+///   on the request, not a fault of the source, so `RequestRejected` (returned, not retried, not
+///   counted against the source, not cached);
+/// - anything else is an empty completion: Transient, retried elsewhere.
+fn nothing_said(acc: &Assembly, what: &str) -> Result<(), TransportError> {
+    match acc.finish_reason() {
+        Some("length") => Ok(()),
+        Some("content_filter") => Err(TransportError::rejected(format!(
+            "content_filter: {what} was withheld by the provider's content filter"
+        ))),
+        _ => Err(TransportError::transient(
+            SourceReason::NetworkError,
+            format!("empty completion: {what} without content, tool calls or refusal"),
+        )),
     }
 }
 
@@ -551,74 +572,6 @@ async fn emit_all(
         })?;
     }
     Ok(())
-}
-
-/// What has arrived so far: text, reasoning, reported model and usage.
-struct Assembly {
-    content: String,
-    thinking: String,
-    model_reported: Option<String>,
-    usage: Option<WireUsage>,
-    splitter: Option<ThinkSplitter>,
-}
-
-impl Assembly {
-    fn new(profile: &ProviderProfile) -> Self {
-        Self {
-            content: String::new(),
-            thinking: String::new(),
-            model_reported: None,
-            usage: None,
-            splitter: profile
-                .reasoning
-                .strips_think_tags()
-                .then(ThinkSplitter::new),
-        }
-    }
-
-    /// Fold one frame in; new deltas are appended to `out`. Returns `true` when the frame
-    /// carried a token (a non-empty content or reasoning delta).
-    fn apply(&mut self, frame: ChunkFrame, out: &mut Vec<ChatDelta>) -> bool {
-        if self.model_reported.is_none() {
-            self.model_reported = frame.model;
-        }
-        if frame.usage.is_some() {
-            self.usage = frame.usage;
-        }
-        let start = out.len();
-        let mut token = false;
-        if let Some(r) = frame.reasoning.filter(|r| !r.is_empty()) {
-            token = true;
-            out.push(ChatDelta::Reasoning(r));
-        }
-        if let Some(c) = frame.content.filter(|c| !c.is_empty()) {
-            token = true;
-            match &mut self.splitter {
-                Some(s) => s.push(&c, out),
-                None => out.push(ChatDelta::Content(c)),
-            }
-        }
-        self.absorb(&out[start..]);
-        token
-    }
-
-    /// Flush a partial tag held by the think splitter.
-    fn finish(&mut self, out: &mut Vec<ChatDelta>) {
-        let start = out.len();
-        if let Some(s) = &mut self.splitter {
-            s.finish(out);
-        }
-        self.absorb(&out[start..]);
-    }
-
-    fn absorb(&mut self, deltas: &[ChatDelta]) {
-        for d in deltas {
-            match d {
-                ChatDelta::Content(c) => self.content.push_str(c),
-                ChatDelta::Reasoning(r) => self.thinking.push_str(r),
-            }
-        }
-    }
 }
 
 #[async_trait]

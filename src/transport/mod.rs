@@ -11,6 +11,7 @@
 //! shapes), `think` (`<think>` tags), `watchdog` (TTFT / inter-token / total deadlines) and the
 //! MonkeyOCR readers.
 
+pub(crate) mod assembly;
 pub mod chat;
 pub mod embeddings;
 pub(crate) mod http;

@@ -57,11 +57,13 @@ fn run(bytes: &[u8], cuts: &[usize]) -> Assembled {
         if let SseEvent::Data(d) = e {
             let f = decode_chunk(d).expect("valid frame");
             usage_seen |= f.usage.is_some();
-            if let Some(r) = f.reasoning {
-                deltas.push(ChatDelta::Reasoning(r));
-            }
-            if let Some(c) = f.content {
-                splitter.push(&c, &mut deltas);
+            for choice in f.choices {
+                if let Some(r) = choice.reasoning {
+                    deltas.push(ChatDelta::Reasoning(r));
+                }
+                if let Some(c) = choice.content {
+                    splitter.push(&c, &mut deltas);
+                }
             }
         }
     }
@@ -71,6 +73,7 @@ fn run(bytes: &[u8], cuts: &[usize]) -> Assembled {
         match d {
             ChatDelta::Content(c) => content.push_str(&c),
             ChatDelta::Reasoning(r) => thinking.push_str(&r),
+            ChatDelta::ToolCall(_) => {}
         }
     }
     Assembled {

@@ -100,6 +100,7 @@ mod tests {
             match d {
                 ChatDelta::Content(c) => content.push_str(&c),
                 ChatDelta::Reasoning(r) => thinking.push_str(&r),
+                ChatDelta::ToolCall(_) => unreachable!("the splitter sees text only"),
             }
         }
         (content, thinking)

@@ -813,7 +813,7 @@ mod examples {
             let frame =
                 crate::transport::wire::decode_completion(std::str::from_utf8(&bytes).unwrap())
                     .unwrap();
-            assert_eq!(frame.content.as_deref(), Some("pong"));
+            assert_eq!(frame.choices[0].content.as_deref(), Some("pong"));
             // A non-2xx answer comes back classified.
             mock.set_behaviour(Behaviour::Unauthorized);
             let err = wd

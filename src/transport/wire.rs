@@ -7,6 +7,7 @@
 use polygateway_actors::{FailureClass, SourceReason};
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use super::http::classify_status;
 use crate::error::{summarize_body, TransportError};
@@ -25,18 +26,73 @@ pub(crate) struct WireUsage {
 }
 
 /// What one stream chunk (or a whole non-streaming completion) carried.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct ChunkFrame {
-    /// `choices[0].delta.content` (`message.content` when not streaming).
-    pub(crate) content: Option<String>,
-    /// `choices[0].delta.reasoning_content` (or `reasoning`).
-    pub(crate) reasoning: Option<String>,
     /// Top-level `model`.
     pub(crate) model: Option<String>,
     /// Top-level `usage`, when present and not null.
     pub(crate) usage: Option<WireUsage>,
-    /// `choices[0].finish_reason`.
+    /// Top-level `system_fingerprint`.
+    pub(crate) system_fingerprint: Option<String>,
+    /// The choices the frame carried (one per chunk usually; all of them in a completion).
+    pub(crate) choices: Vec<ChoiceFrame>,
+}
+
+impl ChunkFrame {
+    /// The frame's choice with index 0, if it carried one.
+    #[cfg(test)]
+    pub(crate) fn first(&self) -> Option<&ChoiceFrame> {
+        self.choices.iter().find(|c| c.index == 0)
+    }
+}
+
+/// What one choice of a frame carried: `choices[i].delta` (`message` when not streaming).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct ChoiceFrame {
+    /// `index` (0 when absent: a single-choice answer).
+    pub(crate) index: u32,
+    /// `content`.
+    pub(crate) content: Option<String>,
+    /// `reasoning_content` (or `reasoning`).
+    pub(crate) reasoning: Option<String>,
+    /// `tool_calls` pieces (a whole call in a completion).
+    pub(crate) tool_calls: Vec<WireToolCall>,
+    /// The legacy `function_call` piece.
+    pub(crate) function_call: Option<WireFunction>,
+    /// `refusal`.
+    pub(crate) refusal: Option<String>,
+    /// `logprobs` (beside the delta), when present and not null.
+    pub(crate) logprobs: Option<Value>,
+    /// `finish_reason`.
     pub(crate) finish_reason: Option<String>,
+}
+
+/// One `tool_calls` entry of a delta or message, as it came.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+pub(crate) struct WireToolCall {
+    /// Which call a streamed piece belongs to; absent in most non-streaming answers (then the
+    /// position in the array).
+    #[serde(default)]
+    pub(crate) index: Option<u32>,
+    #[serde(default)]
+    pub(crate) id: Option<String>,
+    #[serde(default, rename = "type")]
+    pub(crate) kind: Option<String>,
+    #[serde(default)]
+    pub(crate) function: Option<WireFunction>,
+    /// Fields not modelled, kept for the assembled call.
+    #[serde(flatten)]
+    pub(crate) extra: Map<String, Value>,
+}
+
+/// A `function` object (of a tool call, or the legacy `function_call`); streamed pieces carry
+/// the name once and the arguments in parts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub(crate) struct WireFunction {
+    #[serde(default)]
+    pub(crate) name: Option<String>,
+    #[serde(default)]
+    pub(crate) arguments: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -48,15 +104,21 @@ struct RawChunk {
     #[serde(default)]
     usage: Option<RawUsage>,
     #[serde(default)]
+    system_fingerprint: Option<String>,
+    #[serde(default)]
     error: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
 struct RawChoice {
     #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
     delta: Option<RawDelta>,
     #[serde(default)]
     message: Option<RawDelta>,
+    #[serde(default)]
+    logprobs: Option<Value>,
     #[serde(default)]
     finish_reason: Option<String>,
 }
@@ -69,6 +131,12 @@ struct RawDelta {
     reasoning_content: Option<String>,
     #[serde(default)]
     reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCall>>,
+    #[serde(default)]
+    function_call: Option<WireFunction>,
+    #[serde(default)]
+    refusal: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -131,19 +199,38 @@ fn decode(data: &str, label: &str) -> Result<ChunkFrame, TransportError> {
     if let Some(err) = raw.error.filter(|e| !e.is_null()) {
         return Err(in_band_error(&err, data));
     }
-    let mut frame = ChunkFrame {
+    let choices = raw
+        .choices
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(position, choice)| choice_frame(position, choice))
+        .collect();
+    Ok(ChunkFrame {
         model: raw.model.filter(|m| !m.is_empty()),
         usage: raw.usage.map(WireUsage::from),
-        ..ChunkFrame::default()
+        system_fingerprint: raw.system_fingerprint.filter(|f| !f.is_empty()),
+        choices,
+    })
+}
+
+fn choice_frame(position: usize, choice: RawChoice) -> ChoiceFrame {
+    let mut frame = ChoiceFrame {
+        index: choice
+            .index
+            .unwrap_or(u32::try_from(position).unwrap_or(u32::MAX)),
+        logprobs: choice.logprobs.filter(|l| !l.is_null()),
+        finish_reason: choice.finish_reason,
+        ..ChoiceFrame::default()
     };
-    if let Some(choice) = raw.choices.and_then(|c| c.into_iter().next()) {
-        frame.finish_reason = choice.finish_reason;
-        if let Some(d) = choice.delta.or(choice.message) {
-            frame.content = d.content;
-            frame.reasoning = d.reasoning_content.or(d.reasoning);
-        }
+    if let Some(d) = choice.delta.or(choice.message) {
+        frame.content = d.content;
+        frame.reasoning = d.reasoning_content.or(d.reasoning);
+        frame.tool_calls = d.tool_calls.unwrap_or_default();
+        frame.function_call = d.function_call;
+        frame.refusal = d.refusal;
     }
-    Ok(frame)
+    frame
 }
 
 fn malformed(label: &str, data: &str, err: &serde_json::Error) -> TransportError {
@@ -197,7 +284,7 @@ mod tests {
             "completion_tokens_details":{"reasoning_tokens":2}}}"#,
         )
         .unwrap();
-        assert_eq!(f.content, None);
+        assert!(f.choices.is_empty());
         assert_eq!(
             f.usage,
             Some(WireUsage {
@@ -233,13 +320,44 @@ mod tests {
     #[test]
     fn reasoning_fields_and_message_shape() {
         let f = decode_chunk(r#"{"choices":[{"delta":{"reasoning_content":"hm"}}]}"#).unwrap();
-        assert_eq!(f.reasoning.as_deref(), Some("hm"));
+        assert_eq!(f.first().unwrap().reasoning.as_deref(), Some("hm"));
         let f = decode_chunk(
             r#"{"model":"m1","choices":[{"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#,
         )
         .unwrap();
-        assert_eq!(f.content.as_deref(), Some("ok"));
-        assert_eq!(f.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(f.first().unwrap().content.as_deref(), Some("ok"));
+        assert_eq!(f.first().unwrap().finish_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn tool_calls_refusal_logprobs_and_choices() {
+        let f = decode_chunk(
+            r#"{"system_fingerprint":"fp_1","choices":[{"index":1,"delta":{"tool_calls":[
+            {"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a"}}]},
+            "logprobs":{"content":[{"token":"x","logprob":-0.1}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(f.system_fingerprint.as_deref(), Some("fp_1"));
+        assert!(f.first().is_none());
+        let c = &f.choices[0];
+        assert_eq!(c.index, 1);
+        assert_eq!(c.tool_calls[0].index, Some(0));
+        assert_eq!(c.tool_calls[0].id.as_deref(), Some("call_1"));
+        let function = c.tool_calls[0].function.as_ref().unwrap();
+        assert_eq!(function.arguments.as_deref(), Some("{\"a"));
+        assert!(c.logprobs.is_some());
+        let f = decode_completion(
+            r#"{"choices":[{"message":{"role":"assistant","content":null,"refusal":"no",
+            "function_call":{"name":"g","arguments":"{}"}},"logprobs":null,"finish_reason":"stop"}]}"#,
+        )
+        .unwrap();
+        let c = f.first().unwrap();
+        assert_eq!(
+            (c.content.as_deref(), c.refusal.as_deref()),
+            (None, Some("no"))
+        );
+        assert_eq!(c.function_call.as_ref().unwrap().name.as_deref(), Some("g"));
+        assert_eq!(c.logprobs, None);
     }
 
     #[test]
@@ -298,14 +416,17 @@ mod examples {
             r#"{"choices":[{"delta":{"reasoning_content":"hmm"},"finish_reason":null}]}"#,
         )
         .unwrap();
-        assert_eq!(frame.reasoning.as_deref(), Some("hmm"));
-        assert_eq!(frame.content, None);
+        assert_eq!(frame.choices[0].reasoning.as_deref(), Some("hmm"));
+        assert_eq!(frame.choices[0].content, None);
         // The last chunk carries the finish reason and nothing else.
         let last = decode_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#).unwrap();
         assert_eq!(
             last,
             ChunkFrame {
-                finish_reason: Some("stop".into()),
+                choices: vec![crate::transport::wire::ChoiceFrame {
+                    finish_reason: Some("stop".into()),
+                    ..Default::default()
+                }],
                 ..ChunkFrame::default()
             }
         );
@@ -315,7 +436,7 @@ mod examples {
     fn decode_chunk_example() {
         use crate::transport::wire::decode_chunk;
         let f = decode_chunk(r#"{"model":"m","choices":[{"delta":{"content":"hi"}}]}"#).unwrap();
-        assert_eq!(f.content.as_deref(), Some("hi"));
+        assert_eq!(f.choices[0].content.as_deref(), Some("hi"));
         assert_eq!(f.model.as_deref(), Some("m"));
         assert!(decode_chunk("{not json").is_err());
     }
@@ -327,7 +448,7 @@ mod examples {
         let body = r#"{"model":"gpt-x","choices":[{"message":{"role":"assistant","content":"4"},
             "finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1}}"#;
         let frame = decode_completion(body).unwrap();
-        assert_eq!(frame.content.as_deref(), Some("4"));
+        assert_eq!(frame.choices[0].content.as_deref(), Some("4"));
         assert_eq!(frame.usage.unwrap().completion_tokens, 1);
         // A 200 whose body is an error object is classified by the status it names.
         let err = decode_completion(r#"{"error":{"code":401,"message":"bad key"}}"#).unwrap_err();

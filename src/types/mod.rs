@@ -1,13 +1,15 @@
-//! Public value types: messages, responses, usage.
+//! Public value types: messages, tools, responses, usage.
 
 pub mod embedding;
 pub mod message;
 pub mod ocr;
 pub mod options;
 pub mod response;
+pub mod tool;
 
 pub use embedding::EmbeddingResponse;
 pub use message::{Content, ContentPart, ImageUrl, Message, Role};
 pub use ocr::{OcrLayoutElement, OcrLayoutResult, OcrProvenance, OcrTextResult};
 pub use options::*;
-pub use response::{LlmResponse, Usage, UsageSource};
+pub use response::{Choice, LlmResponse, Usage, UsageSource};
+pub use tool::{FunctionCall, Tool, ToolCall, ToolCallDelta, ToolChoice};

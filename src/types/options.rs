@@ -358,6 +358,40 @@ impl CallOptions {
         self
     }
 
+    /// Offer tools to the model (`tools` of the request, in the overlay: the cache key covers
+    /// them). The answer's calls are in [`LlmResponse::tool_calls`](crate::LlmResponse::tool_calls).
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// use polygateway::{Tool, ToolChoice};
+    /// let weather = Tool::function("get_weather", "Weather in a city",
+    ///     serde_json::json!({"type": "object", "properties": {"city": {"type": "string"}}}));
+    /// let opts = CallOptions::new()
+    ///     .tools([weather])
+    ///     .tool_choice(ToolChoice::Required)
+    ///     .overlay_param("parallel_tool_calls", false);
+    /// assert_eq!(opts.overlay["tools"][0]["function"]["name"], "get_weather");
+    /// assert_eq!(opts.overlay["tool_choice"], "required");
+    /// ```
+    pub fn tools(mut self, tools: impl IntoIterator<Item = crate::types::Tool>) -> Self {
+        let tools = tools.into_iter().map(|t| t.to_json()).collect();
+        self.overlay.insert("tools".into(), Value::Array(tools));
+        self
+    }
+
+    /// Whether and which tool the model must call (`tool_choice` of the request).
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// use polygateway::ToolChoice;
+    /// let opts = CallOptions::new().tool_choice(ToolChoice::Function("lookup".into()));
+    /// assert_eq!(opts.overlay["tool_choice"]["function"]["name"], "lookup");
+    /// ```
+    pub fn tool_choice(mut self, choice: crate::types::ToolChoice) -> Self {
+        self.overlay.insert("tool_choice".into(), choice.to_json());
+        self
+    }
+
     /// Attribute the call to a tenant (checked by [`CallOptions::validate`]; never trimmed).
     ///
     /// ```

@@ -1,6 +1,9 @@
 //! What a chat call returns.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::tool::{FunctionCall, ToolCall};
 
 /// Where token counts came from.
 ///
@@ -160,6 +163,31 @@ pub struct LlmResponse {
     /// caller names the group), otherwise a fresh id per call. `None` outside a gateway.
     #[serde(default)]
     pub parent_call_id: Option<String>,
+    /// The tool calls of the answer, in the order of their `index`; arguments as the exact
+    /// strings the model produced.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// The legacy single `function_call` of the answer.
+    #[serde(default)]
+    pub function_call: Option<FunctionCall>,
+    /// Why the model stopped, as the upstream said it (`stop`, `length`, `tool_calls`,
+    /// `content_filter`, …); `None` when the upstream did not say.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    /// The model's refusal, when it refused.
+    #[serde(default)]
+    pub refusal: Option<String>,
+    /// The `logprobs` object of the answer, when asked for (`logprobs: true`); streamed
+    /// pieces are joined into one object.
+    #[serde(default)]
+    pub logprobs: Option<Value>,
+    /// The upstream's `system_fingerprint`.
+    #[serde(default)]
+    pub system_fingerprint: Option<String>,
+    /// The choices after the first when the request asked for `n > 1` (the first is this
+    /// response's own fields); empty otherwise.
+    #[serde(default)]
+    pub other_choices: Vec<Choice>,
     /// The upstream's rate-limit headers, for the pacer (never cached or serialised).
     #[serde(skip)]
     pub(crate) rate_limit: Option<polygateway_actors::policy::pacer::RateLimitHint>,
@@ -223,8 +251,32 @@ impl LlmResponse {
             last_ask_usage: Usage::default(),
             last_ask_cost: None,
             parent_call_id: None,
+            tool_calls: Vec::new(),
+            function_call: None,
+            finish_reason: None,
+            refusal: None,
+            logprobs: None,
+            system_fingerprint: None,
+            other_choices: Vec::new(),
             rate_limit: None,
         }
+    }
+
+    /// Whether the answer says anything: content, a tool call or a refusal
+    /// (docs/behaviour.md §7.1). An answer without any of them is an empty completion.
+    ///
+    /// ```
+    /// use polygateway::{LlmResponse, ToolCall};
+    /// assert!(!LlmResponse::new(" ").has_answer());
+    /// let mut calls = LlmResponse::new("");
+    /// calls.tool_calls.push(ToolCall::function("call_1", "now", "{}"));
+    /// assert!(calls.has_answer());
+    /// ```
+    pub fn has_answer(&self) -> bool {
+        !self.content.trim().is_empty()
+            || !self.tool_calls.is_empty()
+            || self.function_call.is_some()
+            || self.refusal.as_ref().is_some_and(|r| !r.is_empty())
     }
 
     /// Mark this response as one ask: the whole-call figures are this ask's.
@@ -234,20 +286,59 @@ impl LlmResponse {
         self.last_ask_cost = self.cost;
     }
 
-    /// Whether this answer may be stored in the response cache: it has content and came from a
-    /// complete response (docs/behaviour.md §9.1: empty completions and truncated streams are never stored).
+    /// Whether this answer may be stored in the response cache: it has an answer (content,
+    /// tool calls or a refusal, [`LlmResponse::has_answer`]) and came from a complete response
+    /// (docs/behaviour.md §9.1: empty completions and truncated streams are never stored).
     ///
     /// ```
-    /// use polygateway::LlmResponse;
+    /// use polygateway::{LlmResponse, ToolCall};
     /// assert!(LlmResponse::new("Paris").is_cacheable());
     /// assert!(!LlmResponse::new("  \n").is_cacheable()); // blank
     /// let mut salvaged = LlmResponse::new("Par");
     /// salvaged.truncated = true; // stream ended without [DONE]
     /// assert!(!salvaged.is_cacheable());
+    /// let mut calls = LlmResponse::new("");
+    /// calls.tool_calls.push(ToolCall::function("call_1", "now", "{}"));
+    /// assert!(calls.is_cacheable());
     /// ```
     pub fn is_cacheable(&self) -> bool {
-        !self.content.trim().is_empty() && !self.truncated
+        self.has_answer() && !self.truncated
     }
+}
+
+/// One choice of an answer to a request with `n > 1`, beyond the first.
+///
+/// ```
+/// use polygateway::Choice;
+/// let second = Choice { index: 1, content: "Lyon".into(), ..Choice::default() };
+/// let json = serde_json::to_value(&second).unwrap();
+/// assert_eq!((json["index"].as_u64(), json["content"].as_str()), (Some(1), Some("Lyon")));
+/// ```
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Choice {
+    /// The choice's `index`.
+    pub index: u32,
+    /// Its text (reasoning stripped out).
+    #[serde(default)]
+    pub content: String,
+    /// Its reasoning text.
+    #[serde(default)]
+    pub thinking: String,
+    /// Its tool calls.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// Its legacy function call.
+    #[serde(default)]
+    pub function_call: Option<FunctionCall>,
+    /// Its refusal.
+    #[serde(default)]
+    pub refusal: Option<String>,
+    /// Its finish reason.
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+    /// Its logprobs.
+    #[serde(default)]
+    pub logprobs: Option<Value>,
 }
 
 /// What the asks before the final one spent (structured-output re-asks), added to the final

@@ -121,7 +121,7 @@ curl -fsS "$BASE/readyz" >/dev/null
 step "server at $BASE"
 
 # --- 1. the OpenAI SDK -------------------------------------------------------------------------
-PGW_BASE_URL=$BASE PGW_KEY=$KEY PGW_LLM_ONLY_KEY=$LLM_ONLY_KEY PGW_LIMITED_KEY=$LIMITED_KEY \
+PGW_BASE_URL=$BASE PGW_UPSTREAM_URL=$LLM_URL PGW_KEY=$KEY PGW_LLM_ONLY_KEY=$LLM_ONLY_KEY PGW_LIMITED_KEY=$LIMITED_KEY \
     "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/openai_sdk/test_sdk.py"
 
 # --- 2. the status page in a real browser ------------------------------------------------------

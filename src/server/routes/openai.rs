@@ -35,10 +35,9 @@ struct ChatRequest {
     #[serde(default)]
     response_format: Option<Value>,
     #[serde(default)]
-    n: Option<u32>,
-    #[serde(default)]
     user: Option<String>,
-    /// Sampling parameters and anything else: the call's overlay (docs/behaviour.md §2.2).
+    /// Sampling parameters, tools, `n`, logprobs and anything else: the call's overlay
+    /// (docs/behaviour.md §2.2), passed through to the upstream.
     #[serde(flatten)]
     rest: Map<String, Value>,
 }
@@ -125,12 +124,6 @@ async fn chat(
     let req: ChatRequest = parse(&body_bytes(body)?)?;
     let scope = app.scope_for(key, &req.model, ScopeKind::Chat)?;
     *scope_out = Some(scope.clone());
-    if req.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request(
-            "n must be 1: one governed call answers one choice",
-            Some("n"),
-        ));
-    }
     let mut options = options_for(key.tenant(), req.user).overlay(req.rest);
     let mut structured = false;
     let mut schema = None;
@@ -184,10 +177,12 @@ async fn chat(
             drop(lease);
             return Ok(completion(&head, &response));
         }
-        let stream = futures::stream::iter([
-            Ok(crate::ChatEvent::Content(response.content.clone())),
-            Ok(crate::ChatEvent::Done(Box::new(response))),
-        ]);
+        let events: Vec<_> = crate::gateway::whole_answer_deltas(&response)
+            .into_iter()
+            .map(|d| Ok(crate::ChatEvent::from(d)))
+            .chain([Ok(crate::ChatEvent::Done(Box::new(response)))])
+            .collect();
+        let stream = futures::stream::iter(events);
         let relay = Relay {
             head,
             stream: Box::pin(stream),
@@ -268,19 +263,60 @@ fn sse_response(relay: Relay) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn completion(head: &ChunkHead, r: &LlmResponse) -> Response {
-    let mut message = json!({"role": "assistant", "content": r.content});
-    if !r.thinking.is_empty() {
-        message["reasoning_content"] = json!(r.thinking);
+/// The assistant message of one choice, as OpenAI writes it: `content` is `null` beside tool
+/// calls, a function call or a refusal when there is no text; `refusal` is always present.
+fn message_json(
+    content: &str,
+    thinking: &str,
+    tool_calls: &[crate::types::ToolCall],
+    function_call: Option<&crate::types::FunctionCall>,
+    refusal: Option<&str>,
+) -> Value {
+    let said_otherwise = !tool_calls.is_empty() || function_call.is_some() || refusal.is_some();
+    let content = if content.is_empty() && said_otherwise {
+        Value::Null
+    } else {
+        json!(content)
+    };
+    let mut message = json!({"role": "assistant", "content": content, "refusal": refusal});
+    if !thinking.is_empty() {
+        message["reasoning_content"] = json!(thinking);
     }
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = json!(tool_calls);
+    }
+    if let Some(call) = function_call {
+        message["function_call"] = json!(call);
+    }
+    message
+}
+
+fn completion(head: &ChunkHead, r: &LlmResponse) -> Response {
+    let first = json!({
+        "index": 0,
+        "message": message_json(&r.content, &r.thinking, &r.tool_calls, r.function_call.as_ref(),
+            r.refusal.as_deref()),
+        "logprobs": r.logprobs,
+        "finish_reason": r.finish_reason.as_deref().unwrap_or("stop"),
+    });
+    let others = r.other_choices.iter().map(|c| {
+        json!({
+            "index": c.index,
+            "message": message_json(&c.content, &c.thinking, &c.tool_calls,
+                c.function_call.as_ref(), c.refusal.as_deref()),
+            "logprobs": c.logprobs,
+            "finish_reason": c.finish_reason.as_deref().unwrap_or("stop"),
+        })
+    });
+    let choices: Vec<Value> = std::iter::once(first).chain(others).collect();
     let body = json!({
         "id": head.id,
         "object": "chat.completion",
         "created": head.created,
         "model": head.model,
-        "choices": [{"index": 0, "message": message, "logprobs": null, "finish_reason": "stop"}],
+        "choices": choices,
         "usage": usage_json(r),
-        "system_fingerprint": null,
+        "system_fingerprint": r.system_fingerprint,
     });
     let mut response = axum::Json(body).into_response();
     if let Ok(v) = r.source_name.parse() {
