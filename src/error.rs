@@ -119,7 +119,8 @@ impl UnavailableKind {
 /// let u = err.unavailable().expect("a scope-level failure");
 /// assert_eq!((u.kind, u.reason), (UnavailableKind::AllSourcesExhausted, UnavailableReason::RetryExhausted));
 /// assert_eq!(u.scope, "LLM");
-/// assert_eq!(u.per_source_reasons["openai_1"], SourceReason::NetworkError);
+/// // The source answered 503: a server error, not a network one.
+/// assert_eq!(u.per_source_reasons["openai_1"], SourceReason::ServerError);
 /// assert!(u.retry_after_s >= 0.0);
 /// assert!(u.to_string().starts_with("scope LLM unavailable (retry_exhausted)"));
 /// # gw.shutdown().await;
@@ -168,7 +169,7 @@ impl fmt::Display for Unavailable {
 
 /// An attempt failure, classified by the transport that saw it.
 ///
-/// Governance reads it through [`Classify`](crate::ports::Classify); a 429 with a
+/// Governance reads it through [`Classify`]; a 429 with a
 /// `Retry-After` looks like this:
 ///
 /// ```

@@ -96,6 +96,10 @@ async fn retry_budget_exhaustion_names_every_source() {
     assert_eq!(u.reason, UnavailableReason::RetryExhausted);
     assert_eq!(a.counts().chat + b.counts().chat, 3);
     assert_eq!(u.per_source_reasons.len(), 2);
+    // Both answered 5xx: a server error each, not a network one (docs/behaviour.md §6).
+    for (source, reason) in &u.per_source_reasons {
+        assert_eq!(reason.as_str(), "server_error", "{source}: {u:?}");
+    }
     gw.shutdown().await;
 }
 

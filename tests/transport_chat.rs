@@ -203,7 +203,7 @@ async fn server_errors_are_transient() {
     for code in [500, 502, 503] {
         let e = fail(Behaviour::ServerError(code), true).await;
         assert_eq!(e.class(), FailureClass::Transient);
-        assert_eq!(e.source_reason(), SourceReason::NetworkError);
+        assert_eq!(e.source_reason(), SourceReason::ServerError);
         assert_eq!(e.status, Some(code));
         assert!(!e.is_rate_limited());
         assert!(!e.proves_alive());

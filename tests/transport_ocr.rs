@@ -178,7 +178,7 @@ async fn detail_500_is_transient_with_the_body_summary() {
         assert_class(&err, FailureClass::Transient, "CUDA out of memory");
         assert_eq!(err.status, Some(500));
         assert!(err.body_text.contains("\"detail\""), "{}", err.body_text);
-        assert_eq!(err.source_reason(), SourceReason::NetworkError);
+        assert_eq!(err.source_reason(), SourceReason::ServerError);
         assert_eq!(AttemptVerdict::of_error(&err), AttemptVerdict::Failure);
     }
     let err = layout(&t, PNG).await.unwrap_err();

@@ -53,8 +53,12 @@ impl FailureClass {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SourceReason {
-    /// Connection refused/reset, 5xx, malformed or truncated stream, empty completion.
+    /// No usable answer arrived over the network: connection refused/reset, malformed or
+    /// truncated stream, empty completion (the original library's `network_error`).
     NetworkError,
+    /// The source answered with a 5xx (or another status no rule expects): it is reachable but
+    /// failing, which the network reason would hide.
+    ServerError,
     /// Connect, TTFT, inter-token or total deadline.
     Timeout,
     /// 429 pushback.
@@ -84,6 +88,7 @@ impl SourceReason {
     pub fn as_str(self) -> &'static str {
         match self {
             SourceReason::NetworkError => "network_error",
+            SourceReason::ServerError => "server_error",
             SourceReason::Timeout => "timeout",
             SourceReason::RateLimited => "rate_limited",
             SourceReason::SourceDead => "source_dead",

@@ -106,7 +106,7 @@ pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
     options
 }
 
-/// Chat calls of a [`ChatHandle`].
+/// Chat calls of a [`ChatHandle`](crate::ChatHandle).
 ///
 /// ```no_run
 /// # async fn demo(gw: polygateway::Gateway) -> Result<(), polygateway::GatewayError> {

@@ -1,7 +1,7 @@
 //! Structured output (docs/behaviour.md §9.2): turning a chat answer into JSON or into the caller's type.
 //!
 //! The pieces are pure and separately testable: [`repair`] (almost-JSON → `Value`),
-//! [`validate`] (`Value` → `T`, errors with paths), [`schema`] (strict JSON Schema and
+//! [`validate`](mod@validate) (`Value` → `T`, errors with paths), [`schema`] (strict JSON Schema and
 //! `response_format` bodies), [`mode`] (how one attempt carries the schema to its source's
 //! provider; `source_mode` remembers a source that refused a mode) and [`ladder`] (the
 //! prevent → repair → validate → re-ask driver, generic over how a question is asked). Governance of each ask (admission, breaker exemption of

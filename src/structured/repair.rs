@@ -18,7 +18,7 @@
 //!   string they are ordinary characters); `//` and `/* */` comments outside strings are skipped;
 //!   `NaN`/`Infinity` are rejected (JSON has no such numbers).
 //!
-//! Not here: schema validation ([`super::validate`]) and caller-specific fix-ups (the
+//! Not here: schema validation ([`validate`](mod@super::validate)) and caller-specific fix-ups (the
 //! [`Normalizer`] hook, applied by the ladder after repair).
 
 use std::sync::Arc;

@@ -169,7 +169,7 @@ fn says_insufficient_quota(body: &str) -> bool {
 /// | 429 | Transient, `rate_limited`, Retry-After (seconds form) | rate_limited |
 /// | 401, 403 | SourceDead | source_dead |
 /// | 400, 404, 413, 422 | RequestRejected | network_error |
-/// | 5xx and anything else | Transient | network_error |
+/// | 5xx and anything else | Transient | server_error |
 ///
 /// Every error is marked `answered` (the service did answer) and carries the body summary in
 /// both `message` and `body_text`.
@@ -203,12 +203,12 @@ pub(crate) fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> T
         ),
         500..=599 => (
             FailureClass::Transient,
-            SourceReason::NetworkError,
+            SourceReason::ServerError,
             "server error",
         ),
         _ => (
             FailureClass::Transient,
-            SourceReason::NetworkError,
+            SourceReason::ServerError,
             "unexpected status",
         ),
     };
@@ -474,7 +474,8 @@ mod tests {
         for s in [500, 502, 503, 504, 409, 302] {
             let e = classify_status(s, &headers(Some("5")), "oops");
             assert_eq!(e.class, FailureClass::Transient, "{s}");
-            assert_eq!(e.source_reason(), SourceReason::NetworkError);
+            // The source answered: a server error, not a network one.
+            assert_eq!(e.source_reason(), SourceReason::ServerError, "{s}");
             assert!(!e.is_rate_limited());
             assert_eq!(e.retry_after(), None);
             assert!(!e.proves_alive());

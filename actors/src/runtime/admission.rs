@@ -43,6 +43,7 @@ use crate::ports::breaker::{BreakerBackend, BreakerConfig, BreakerVerdict};
 use crate::ports::gate::{GateBackend, GateRequest};
 use crate::ports::BackendError;
 
+use super::metrics::BreakerGauge;
 use super::slot::ActorSlot;
 
 /// The governance backends of a runtime.
@@ -106,6 +107,8 @@ pub(crate) struct AdmitRequest {
     pub(crate) gate: GateRequest,
     /// The source's breaker parameters.
     pub(crate) breaker: BreakerConfig,
+    /// Where the breaker state this admission, or the finish of its permit, learns is published.
+    pub(crate) gauge: Arc<BreakerGauge>,
 }
 
 /// A granted admission: breaker passed (or probe held) and a lease in every gate.
@@ -115,6 +118,8 @@ pub(crate) struct Permit {
     pub(crate) attempt: AttemptPermit,
     /// The source's breaker parameters.
     pub(crate) breaker: BreakerConfig,
+    /// The source's breaker gauge: the finish publishes the state it left there.
+    pub(crate) gauge: Arc<BreakerGauge>,
 }
 
 /// The answer to an admission request: the backend's, or the error that closes the door (a
@@ -280,7 +285,7 @@ impl Door {
     /// own I/O. It runs in the caller's task; if the caller goes away before the answer (a
     /// cancelled call), the rest runs in a tracked task that undoes a grant nobody will use.
     pub(crate) fn admit(self: Arc<Self>, request: AdmitRequest) -> Admitting {
-        let breaker = request.breaker.clone();
+        let (breaker, gauge) = (request.breaker.clone(), Arc::clone(&request.gauge));
         let door = Arc::clone(&self);
         let carried = self.held.take(&request.gate.scope);
         Admitting {
@@ -303,6 +308,7 @@ impl Door {
             })),
             door: self,
             breaker,
+            gauge,
         }
     }
 
@@ -392,6 +398,7 @@ pub(crate) struct Admitting {
     work: Option<AdmitWork>,
     door: Arc<Door>,
     breaker: BreakerConfig,
+    gauge: Arc<BreakerGauge>,
 }
 
 impl Future for Admitting {
@@ -416,7 +423,7 @@ impl Drop for Admitting {
             return;
         };
         let attempts = Arc::clone(&self.door.attempts);
-        let breaker = self.breaker.clone();
+        let (breaker, gauge) = (self.breaker.clone(), Arc::clone(&self.gauge));
         spawn_tracked(&self.door.tasks, async move {
             if let Ok(AttemptAdmit::Admitted(attempt)) = work.await {
                 let outcome = AttemptOutcome {
@@ -424,7 +431,12 @@ impl Drop for Admitting {
                     tokens: attempt.lease.est_tokens,
                     progress: false,
                 };
-                finish(&attempts, &Permit { attempt, breaker }, outcome).await;
+                let permit = Permit {
+                    attempt,
+                    breaker,
+                    gauge,
+                };
+                finish(&attempts, &permit, outcome).await;
             }
         });
     }
@@ -510,7 +522,8 @@ async fn bounded<R>(
     }
 }
 
-/// Settle a permit; the breaker state it left, or `None` when the finish failed. A failure only
+/// Settle a permit; the breaker state it left (published to the source's gauge), or `None` when
+/// the finish failed. A failure only
 /// logs: the call's result (or its cancellation) already happened and must not be hidden by
 /// bookkeeping (docs/behaviour.md §5.3 degrade direction); the lease and probe TTLs reclaim what
 /// a failed finish could not give back.
@@ -520,12 +533,18 @@ async fn finish(
     outcome: AttemptOutcome,
 ) -> Option<BreakerStatus> {
     let finished = retrying(|| attempts.finish(&permit.attempt, &permit.breaker, outcome)).await;
-    if let Err(e) = &finished {
-        let lease = &permit.attempt.lease;
-        tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
-            "finishing an attempt failed (the lease TTL reclaims its slot)");
+    match finished {
+        Ok(status) => {
+            permit.gauge.seen(status.state());
+            Some(status)
+        }
+        Err(e) => {
+            let lease = &permit.attempt.lease;
+            tracing::warn!(scope = %lease.scope, source = %lease.source, error = %e,
+                "finishing an attempt failed (the lease TTL reclaims its slot)");
+            None
+        }
     }
-    finished.ok()
 }
 
 /// Apply held finishes (one scope's) nobody waits for; a failure only logs, as in [`finish`].
@@ -691,6 +710,7 @@ mod tests {
                 lease_ttl: Duration::from_secs(60),
             },
             breaker: BreakerConfig::default(),
+            gauge: Arc::new(BreakerGauge::new("LLM", source)),
         }
     }
 
@@ -700,6 +720,7 @@ mod tests {
             Ok(AttemptAdmit::Admitted(attempt)) => Permit {
                 attempt,
                 breaker: request.breaker,
+                gauge: request.gauge,
             },
             other => panic!("expected a grant, got {other:?}"),
         }

@@ -405,7 +405,7 @@ impl<T: Transport> ScopeInner<T> {
                     let source = ticket.source();
                     Event::Admission(match answer {
                         Ok(AttemptAdmit::Admitted(attempt)) => {
-                            source.breaker_seen(if attempt.probe_id.is_some() {
+                            source.metrics.breaker.seen(if attempt.probe_id.is_some() {
                                 BreakerState::HalfOpen
                             } else {
                                 BreakerState::Closed
@@ -413,12 +413,13 @@ impl<T: Transport> ScopeInner<T> {
                             permit = Some(Permit {
                                 attempt,
                                 breaker: source.breaker.clone(),
+                                gauge: Arc::clone(&source.metrics.breaker),
                             });
                             picked = Some(ticket);
                             Admission::Granted
                         }
                         Ok(AttemptAdmit::BreakerRefused { state, retry_after }) => {
-                            source.breaker_seen(state);
+                            source.metrics.breaker.seen(state);
                             source
                                 .counters
                                 .breaker_refusals
@@ -656,6 +657,7 @@ impl<T: Transport> ScopeInner<T> {
                 lease_ttl: self.config.lease_ttl,
             },
             breaker: source.breaker.clone(),
+            gauge: Arc::clone(&source.metrics.breaker),
         };
         self.admission.door()?.admit(request).await
     }

@@ -5,6 +5,9 @@
 //! label sets. Label values are bounded: scope and source names come from configuration, outcomes
 //! and results from the fixed sets below — never call ids or tenants.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
 use metrics::{Counter, Gauge, Histogram};
 
 use crate::outcome::AttemptVerdict;
@@ -68,7 +71,9 @@ pub const IN_FLIGHT: &str = "pgw_in_flight";
 /// assert!(METRICS.contains(&(PACER_LIMIT, "gauge", "scope, source")));
 /// ```
 pub const PACER_LIMIT: &str = "pgw_pacer_limit";
-/// Breaker state as admissions last saw it (0 closed, 1 open, 2 half-open), by `scope`, `source`.
+/// Breaker state as the runtime last learned it (0 closed, 1 open, 2 half-open), by `scope`,
+/// `source`: from every admission's answer and every settled attempt's, so a breaker an attempt
+/// opened reads open before any caller is refused by it.
 ///
 /// ```
 /// use polygateway_actors::runtime::metrics::{BREAKER_STATE, METRICS};
@@ -196,8 +201,7 @@ pub(crate) struct SourceMetrics {
     attempts: Vec<Counter>,
     pub(crate) in_flight: Gauge,
     pub(crate) pacer_limit: Gauge,
-    breaker_state: Gauge,
-    breaker_changes: Vec<Counter>,
+    pub(crate) breaker: Arc<BreakerGauge>,
 }
 
 impl SourceMetrics {
@@ -217,15 +221,7 @@ impl SourceMetrics {
                 .collect(),
             in_flight: metrics::gauge!(IN_FLIGHT, "scope" => scope.to_string(), "source" => source.to_string()),
             pacer_limit: metrics::gauge!(PACER_LIMIT, "scope" => scope.to_string(), "source" => source.to_string()),
-            breaker_state: metrics::gauge!(BREAKER_STATE, "scope" => scope.to_string(), "source" => source.to_string()),
-            breaker_changes: [
-                BreakerState::Closed,
-                BreakerState::Open,
-                BreakerState::HalfOpen,
-            ]
-            .iter()
-            .map(|s| metrics::counter!(BREAKER_STATE_CHANGES_TOTAL, &labels(("to", s.as_str()))))
-            .collect(),
+            breaker: Arc::new(BreakerGauge::new(scope, source)),
         }
     }
 
@@ -240,17 +236,55 @@ impl SourceMetrics {
         };
         self.attempts[index].increment(1);
     }
+}
 
-    /// Record the breaker state an admission saw; count a change when it differs from `previous`.
-    pub(crate) fn breaker_seen(&self, previous: Option<BreakerState>, now: BreakerState) {
-        let code = |s: BreakerState| match s {
+/// The breaker state the runtime last learned for one source, as the `pgw_breaker_state` gauge
+/// and its change counter. Fed by whatever learns the state — an admission's answer (pass, probe,
+/// refusal, including a breaker another process opened through a shared backend) and the answer
+/// of every settled attempt (the failure that opened it, the probe that closed it) — so the gauge
+/// follows the state calls act on, not only the states a later admission happens to see.
+#[derive(Debug)]
+pub(crate) struct BreakerGauge {
+    /// Last state published (`u8::MAX` = none yet, so the first one is not counted as a change).
+    last: AtomicU8,
+    state: Gauge,
+    /// Indexed by [`BreakerGauge::code`].
+    changes: [Counter; 3],
+}
+
+impl BreakerGauge {
+    pub(crate) fn new(scope: &str, source: &str) -> Self {
+        let change = |to: BreakerState| {
+            metrics::counter!(BREAKER_STATE_CHANGES_TOTAL,
+                "scope" => scope.to_string(), "source" => source.to_string(), "to" => to.as_str())
+        };
+        Self {
+            last: AtomicU8::new(u8::MAX),
+            state: metrics::gauge!(BREAKER_STATE, "scope" => scope.to_string(), "source" => source.to_string()),
+            changes: [
+                change(BreakerState::Closed),
+                change(BreakerState::Open),
+                change(BreakerState::HalfOpen),
+            ],
+        }
+    }
+
+    /// The breaker is in `state` now; count a change when it differs from the last one published.
+    pub(crate) fn seen(&self, state: BreakerState) {
+        let code = Self::code(state);
+        self.state.set(f64::from(code));
+        let previous = self.last.swap(code, Ordering::AcqRel);
+        if previous != u8::MAX && previous != code {
+            self.changes[usize::from(code)].increment(1);
+        }
+    }
+
+    /// The gauge's value of `state`.
+    fn code(state: BreakerState) -> u8 {
+        match state {
             BreakerState::Closed => 0,
             BreakerState::Open => 1,
             BreakerState::HalfOpen => 2,
-        };
-        self.breaker_state.set(code(now) as f64);
-        if previous.is_some_and(|p| p != now) {
-            self.breaker_changes[code(now)].increment(1);
         }
     }
 }

@@ -15,7 +15,6 @@ use tokio::sync::Notify;
 
 use crate::outcome::AttemptVerdict;
 use crate::policy::pacer::{Pacer, PacerObservation, PacerSignal};
-use crate::ports::breaker::BreakerState;
 
 use super::metrics::SourceMetrics;
 use super::slot::ActorSlot;
@@ -129,8 +128,6 @@ pub struct SourceShared<T> {
     /// The source actor's current incarnation (kept by its supervisor, the router), so call
     /// tasks report to it in one hop.
     actor: ActorSlot<SourceMsg>,
-    /// Breaker state the last admission saw (`u8::MAX` = none yet), for the metrics.
-    breaker_seen: AtomicU8,
     pub(crate) metrics: SourceMetrics,
     /// Monotonic counters.
     pub counters: SourceCounters,
@@ -170,7 +167,6 @@ impl<T> SourceShared<T> {
             origin,
             slot_freed,
             actor: ActorSlot::down("source actor starting"),
-            breaker_seen: AtomicU8::new(u8::MAX),
             metrics,
             counters: SourceCounters::default(),
         }
@@ -360,22 +356,6 @@ impl<T> SourceShared<T> {
             .store(pacer.last_signal().code(), Ordering::Release);
         let _ = self.pacer_mode.set(pacer.mode());
         self.metrics.pacer_limit.set(f64::from(limit));
-    }
-
-    /// An admission saw the breaker in `state` (metrics only).
-    pub(crate) fn breaker_seen(&self, state: BreakerState) {
-        let code = match state {
-            BreakerState::Closed => 0,
-            BreakerState::Open => 1,
-            BreakerState::HalfOpen => 2,
-        };
-        let previous = match self.breaker_seen.swap(code, Ordering::AcqRel) {
-            0 => Some(BreakerState::Closed),
-            1 => Some(BreakerState::Open),
-            2 => Some(BreakerState::HalfOpen),
-            _ => None,
-        };
-        self.metrics.breaker_seen(previous, state);
     }
 
     pub(crate) fn publish_health(&self, score: f64) {
