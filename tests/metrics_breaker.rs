@@ -43,6 +43,11 @@ async fn a_full_outage_reads_open_and_recovery_reads_closed() {
             ("LLM__BREAKER__FAIL_THRESHOLD", "2"),
             ("LLM__BREAKER__COOLDOWN_S", "1"),
             ("LLM__BACKPRESSURE__POLL_INTERVAL_S", "0.2"),
+            // Round robin, so that after the outage each source gets the call that probes it: the
+            // health-aware selector rightly keeps sending to the first source that recovered, and
+            // the other's breaker would stay open for as long as the test cared to wait (a CI
+            // run saw 50 recovery calls all go to a_1).
+            ("LLM__SELECTOR", "round_robin"),
         ],
     )
     .await;
