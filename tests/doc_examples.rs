@@ -425,12 +425,12 @@ fn the_public_surface_stays_within_its_ceiling() {
     );
 }
 
-/// Public items of `polygateway` (src/) allowed by the surface check. 445 after issues #36 and
+/// Public items of `polygateway` (src/) allowed by the surface check. 443 after issues #36 and
 /// #35, +19 for the chat protocol (issue #29): `ToolCall` (+`function`), `FunctionCall`, `ToolCallDelta`, `Tool` (+`function`,
 /// `strict`, `to_json`), `ToolChoice` (+`to_json`), `Choice`, `LlmResponse::has_answer`,
 /// `Message::{with_content, developer, assistant_tool_calls, tool_result, named}`,
 /// `CallOptions::{tools, tool_choice}`.
-const ROOT_CEILING: usize = 464;
+const ROOT_CEILING: usize = 462;
 /// Public items of `polygateway-actors` (actors/src/) allowed by the surface check.
 const ACTORS_CEILING: usize = 205;
 

@@ -54,13 +54,7 @@ impl StructuredMode {
 
     /// Every mode, strongest first (the order a source falls back through, and the values
     /// `STRUCTURED_MODE` accepts).
-    ///
-    /// ```
-    /// use polygateway::structured::StructuredMode;
-    /// let names: Vec<&str> = StructuredMode::ALL.iter().map(|m| m.as_str()).collect();
-    /// assert_eq!(names, ["json_schema", "json_object", "prompt"]);
-    /// ```
-    pub const ALL: [StructuredMode; 3] = [
+    pub(crate) const ALL: [StructuredMode; 3] = [
         StructuredMode::JsonSchema,
         StructuredMode::JsonObject,
         StructuredMode::Prompt,
@@ -68,14 +62,7 @@ impl StructuredMode {
 
     /// The next weaker mode, `None` for [`StructuredMode::Prompt`] (nothing is left to drop:
     /// the prompt alone needs nothing from the server).
-    ///
-    /// ```
-    /// use polygateway::structured::StructuredMode;
-    /// assert_eq!(StructuredMode::JsonSchema.weaker(), Some(StructuredMode::JsonObject));
-    /// assert_eq!(StructuredMode::JsonObject.weaker(), Some(StructuredMode::Prompt));
-    /// assert_eq!(StructuredMode::Prompt.weaker(), None);
-    /// ```
-    pub fn weaker(self) -> Option<StructuredMode> {
+    pub(crate) fn weaker(self) -> Option<StructuredMode> {
         match self {
             StructuredMode::JsonSchema => Some(StructuredMode::JsonObject),
             StructuredMode::JsonObject => Some(StructuredMode::Prompt),
