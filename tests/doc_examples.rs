@@ -431,8 +431,9 @@ fn the_public_surface_stays_within_its_ceiling() {
 /// `Message::{with_content, developer, assistant_tool_calls, tool_result, named}`,
 /// `CallOptions::{tools, tool_choice}`.
 const ROOT_CEILING: usize = 462;
-/// Public items of `polygateway-actors` (actors/src/) allowed by the surface check.
-const ACTORS_CEILING: usize = 205;
+/// Public items of `polygateway-actors` (actors/src/) allowed by the surface check; 207 with the
+/// capacity-wait metric's name and its reason vocabulary (issue #37).
+const ACTORS_CEILING: usize = 207;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

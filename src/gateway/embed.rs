@@ -5,7 +5,7 @@
 //! are merged back in input order.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
@@ -122,7 +122,7 @@ impl ScopeHandle<Embeddings> {
         let text_cap = self.core.telemetry.text_cap;
         let batch_size = scope.settings.batch_size.max(1);
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
-        let results: Vec<(EmbeddingBatch, String, String)> = futures::stream::iter(batches)
+        let results: Vec<(EmbeddingBatch, String, String, Duration)> = futures::stream::iter(batches)
             .map(|batch| {
                 let context = self.core.telemetry.context(|| RowContext {
                     session_id: options.session_id.clone(),
@@ -157,6 +157,7 @@ impl ScopeHandle<Embeddings> {
                         governed.response,
                         governed.attempt_id,
                         governed.source.to_string(),
+                        governed.capacity_wait,
                     ))
                 }
             })
@@ -168,7 +169,9 @@ impl ScopeHandle<Embeddings> {
         let mut prompt_tokens = 0;
         let mut all_measured = !results.is_empty();
         let (mut call_id, mut source_name) = (String::new(), String::new());
-        for (batch, attempt_id, source) in results {
+        let mut capacity_wait = Duration::ZERO;
+        for (batch, attempt_id, source, waited) in results {
+            capacity_wait = capacity_wait.max(waited);
             prompt_tokens += batch.prompt_tokens;
             all_measured &= batch.usage_source == UsageSource::Measured;
             vectors.extend(batch.vectors);
@@ -206,6 +209,7 @@ impl ScopeHandle<Embeddings> {
                 UsageSource::Unavailable
             },
             latency_ms: started.elapsed().as_secs_f64() * 1e3,
+            capacity_wait_ms: capacity_wait.as_secs_f64() * 1e3,
             call_id,
             source_name,
         })
