@@ -122,48 +122,49 @@ impl ScopeHandle<Embeddings> {
         let text_cap = self.core.telemetry.text_cap;
         let batch_size = scope.settings.batch_size.max(1);
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
-        let results: Vec<(EmbeddingBatch, String, String, Duration)> = futures::stream::iter(batches)
-            .map(|batch| {
-                let context = self.core.telemetry.context(|| RowContext {
-                    session_id: options.session_id.clone(),
-                    parent_call_id: options.parent_call_id.clone(),
-                    messages: Value::Array(
-                        batch
-                            .iter()
-                            .map(|t| Value::String(cap_text(t, text_cap)))
-                            .collect(),
-                    )
-                    .to_string(),
-                    sampling: None,
-                    tenant_id: options.tenant().to_string(),
-                    meta: meta_json(&options.meta),
-                    typed: false,
-                });
-                let request = EmbeddingWireRequest {
-                    inputs: Arc::new(batch),
-                };
-                async move {
-                    let recorder = Recorder {
-                        telemetry: &self.core.telemetry,
-                        context: &context,
-                        sources: &scope.identities,
+        let results: Vec<(EmbeddingBatch, String, String, Duration)> =
+            futures::stream::iter(batches)
+                .map(|batch| {
+                    let context = self.core.telemetry.context(|| RowContext {
+                        session_id: options.session_id.clone(),
+                        parent_call_id: options.parent_call_id.clone(),
+                        messages: Value::Array(
+                            batch
+                                .iter()
+                                .map(|t| Value::String(cap_text(t, text_cap)))
+                                .collect(),
+                        )
+                        .to_string(),
+                        sampling: None,
+                        tenant_id: options.tenant().to_string(),
+                        meta: meta_json(&options.meta),
+                        typed: false,
+                    });
+                    let request = EmbeddingWireRequest {
+                        inputs: Arc::new(batch),
                     };
-                    let governed = scope
-                        .scope
-                        .call(&request, &recorder, None, GovernOptions::default())
-                        .await
-                        .map_err(|f| to_gateway_error(&self.name, f))?;
-                    Ok::<_, GatewayError>((
-                        governed.response,
-                        governed.attempt_id,
-                        governed.source.to_string(),
-                        governed.capacity_wait,
-                    ))
-                }
-            })
-            .buffered(BATCH_CONCURRENCY)
-            .try_collect()
-            .await?;
+                    async move {
+                        let recorder = Recorder {
+                            telemetry: &self.core.telemetry,
+                            context: &context,
+                            sources: &scope.identities,
+                        };
+                        let governed = scope
+                            .scope
+                            .call(&request, &recorder, None, GovernOptions::default())
+                            .await
+                            .map_err(|f| to_gateway_error(&self.name, f))?;
+                        Ok::<_, GatewayError>((
+                            governed.response,
+                            governed.attempt_id,
+                            governed.source.to_string(),
+                            governed.capacity_wait,
+                        ))
+                    }
+                })
+                .buffered(BATCH_CONCURRENCY)
+                .try_collect()
+                .await?;
 
         let mut vectors = Vec::with_capacity(texts.len());
         let mut prompt_tokens = 0;

@@ -1088,21 +1088,30 @@ mod tests {
         assert!(matches!(step.action, Action::AwaitSlot(_)));
         let t1 = t0 + ms(200);
         m.step(Event::Woke, t1);
-        assert!(matches!(admitted(&mut m, t1), Action::Send { attempt: 1, .. }));
+        assert!(matches!(
+            admitted(&mut m, t1),
+            Action::Send { attempt: 1, .. }
+        ));
         assert_eq!(m.last_attempt_wait(), ms(200));
         // A 429 with `Retry-After: 1`: the pushback wait is capacity too.
         let step = m.step(failed(FailureClass::Transient, true, Some(ms(1000))), t1);
         assert!(matches!(step.action, Action::Wait(_)));
         let t2 = t1 + ms(1000);
         m.step(Event::Woke, t2);
-        assert!(matches!(admitted(&mut m, t2), Action::Send { attempt: 2, .. }));
+        assert!(matches!(
+            admitted(&mut m, t2),
+            Action::Send { attempt: 2, .. }
+        ));
         assert_eq!(m.last_attempt_wait(), ms(1000));
         // A 5xx: the retry's back-off is not waiting for capacity.
         let step = m.step(failed(FailureClass::Transient, false, None), t2);
         assert!(matches!(step.action, Action::Backoff(_)));
         let t3 = t2 + ms(300);
         m.step(Event::Woke, t3);
-        assert!(matches!(admitted(&mut m, t3), Action::Send { attempt: 3, .. }));
+        assert!(matches!(
+            admitted(&mut m, t3),
+            Action::Send { attempt: 3, .. }
+        ));
         assert_eq!(m.last_attempt_wait(), Duration::ZERO);
         let waited = m.capacity_wait();
         assert_eq!(waited.of(WaitReason::Pacer), ms(200));
