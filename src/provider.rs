@@ -134,6 +134,7 @@ impl ReasoningForm {
 /// assert_eq!(
 ///     profile,
 ///     ProviderProfile::new("qwen", ThinkingForm::Qwen, ReasoningForm::Field, true)
+///         .without_developer_role()
 /// );
 /// assert!(profile.native_json_schema);
 /// ```
