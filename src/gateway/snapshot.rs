@@ -103,7 +103,9 @@ pub(crate) trait ErasedScope: Send + Sync {
     /// One source's shared values, as a snapshot without the breaker part.
     fn source_view(&self, index: usize, now: std::time::Instant)
         -> (SourceSnapshot, BreakerConfig);
+    #[cfg(feature = "testkit")]
     fn crash_source(&self, index: usize);
+    #[cfg(feature = "testkit")]
     fn crash_admission(&self);
 }
 
@@ -125,10 +127,12 @@ impl<T: polygateway_actors::Transport> ErasedScope for Scope<T> {
         (view(source, now), source.breaker.clone())
     }
 
+    #[cfg(feature = "testkit")]
     fn crash_source(&self, index: usize) {
         Scope::crash_source(self, index, "injected failure");
     }
 
+    #[cfg(feature = "testkit")]
     fn crash_admission(&self) {
         Scope::crash_admission(self, "injected failure");
     }
