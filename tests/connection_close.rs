@@ -2,7 +2,7 @@
 //! that close every connection after its answer — silently, the way llama.cpp's `llama-server`
 //! does after a streamed answer, or saying `Connection: close` — streamed calls all succeed, the
 //! sources stay fully healthy, and the requests that met a closed pooled connection are re-sent
-//! (counted, not attempts).
+//! (counted, not attempts). And the pool follows a server's announced `Keep-Alive: timeout=`.
 
 mod common;
 

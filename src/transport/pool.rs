@@ -16,10 +16,10 @@
 //! application's, not this crate's to rebuild.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Mutex, PoisonError, RwLock, TryLockError};
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::SourceSettings;
 
@@ -32,6 +32,9 @@ pub(crate) const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(500);
 /// window still has to reach the server. A fixed second covers network and scheduling delay
 /// regardless of `N` (a percentage would leave 0.2 s at `N = 1` and 12 s at `N = 60`).
 const MARGIN: Duration = Duration::from_secs(1);
+
+/// Not among `http`'s constants (it is a hop-by-hop header of HTTP/1.1).
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
 /// Step the adopted timeout is rounded down to, bounding how many times a pool can be replaced.
 const STEP_MS: u64 = 100;
@@ -79,6 +82,9 @@ pub(crate) struct SourcePool {
     settings: Option<SourceSettings>,
     /// The current client's idle timeout in milliseconds (read without the lock on every answer).
     idle_timeout_ms: AtomicU64,
+    /// Held while a lower-timeout client is built, so concurrent answers saying the same build it
+    /// once (the others go on; the next answer says it again if it is still needed).
+    rebuilding: Mutex<()>,
 }
 
 impl std::fmt::Debug for SourcePool {
@@ -96,6 +102,7 @@ impl SourcePool {
             client: RwLock::new(super::http::build_client(settings)),
             idle_timeout_ms: AtomicU64::new(millis(settings.pool_idle_timeout)),
             settings: Some(settings.clone()),
+            rebuilding: Mutex::new(()),
         }
     }
 
@@ -105,6 +112,7 @@ impl SourcePool {
             client: RwLock::new(client),
             idle_timeout_ms: AtomicU64::new(u64::MAX),
             settings: None,
+            rebuilding: Mutex::new(()),
         }
     }
 
@@ -127,8 +135,7 @@ impl SourcePool {
     /// pool's, replace the client with one built with [`lowered_idle_timeout`]'s value. One
     /// header lookup per answer; nothing is allocated unless the client is replaced.
     pub(crate) fn observe(&self, headers: &HeaderMap) {
-        let Some(value) = headers.get(reqwest::header::HeaderName::from_static("keep-alive"))
-        else {
+        let Some(value) = headers.get(KEEP_ALIVE) else {
             return;
         };
         let Some(settings) = &self.settings else {
@@ -141,16 +148,21 @@ impl SourcePool {
         if lowered_idle_timeout(current, announced).is_none() {
             return;
         }
-        let mut client = self.client.write().unwrap_or_else(PoisonError::into_inner);
-        // Another answer may have lowered it while this one waited for the lock.
+        let _building = match self.rebuilding.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        // Another answer may have lowered it since the check above.
         let current = Duration::from_millis(self.idle_timeout_ms.load(Ordering::Relaxed));
         let Some(lowered) = lowered_idle_timeout(current, announced) else {
             return;
         };
-        *client = super::http::build_client_with_idle_timeout(settings, lowered);
+        // Built outside the client lock: requests keep taking the old client meanwhile.
+        let rebuilt = super::http::build_client_with_idle_timeout(settings, lowered);
+        *self.client.write().unwrap_or_else(PoisonError::into_inner) = rebuilt;
         self.idle_timeout_ms
             .store(millis(lowered), Ordering::Relaxed);
-        drop(client);
         tracing::info!(
             source = %settings.name,
             announced_s = announced.as_secs_f64(),
