@@ -94,6 +94,7 @@ class ChatDelta:
     content: str
     thinking: str = ""
     tool_calls: Tuple[ToolCallDelta, ...] = ()
+    refusal: str = ""
 
 
 @dataclass(frozen=True)
