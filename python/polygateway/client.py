@@ -132,6 +132,9 @@ class GatewayClient(_Client):
         response = await submit(
             self._native.chat_schema, text, call.name, call.schema_json, call.validate, *common
         )
+        if response.structured_data is None:
+            # Tool calls or a refusal: a valid answer that is not a value, returned as is.
+            return response
         return dataclasses.replace(response, structured_data=call.instance(response.structured_data))
 
 

@@ -325,6 +325,7 @@ impl ChatTransport {
                 params.insert("response_format".into(), format);
             }
         }
+        let messages = super::quirks::adapt(&self.profile, messages);
         let stream = self.streams(request);
         let body = WireBody {
             model: &self.settings.model,
