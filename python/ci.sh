@@ -46,9 +46,9 @@ echo "python/ci.sh: built $(basename "${wheel[0]}") ($(du -h "${wheel[0]}" | cut
 # A fresh virtual environment each run: the wheel with its `structured` extra (pydantic), plus
 # the test tools. No .pth, no editable install: the package exists only in its site-packages.
 venv="$CARGO_TARGET_DIR/py-venv"
+install_started=$SECONDS
 rm -rf "$venv"
 python3 -m venv --without-pip "$venv"
-install_started=$SECONDS
 tools_pip --python "$venv/bin/python" install --quiet --no-compile \
   "${wheel[0]}[structured]" "pytest>=8,<9" "aiohttp>=3.9,<4"
 echo "python/ci.sh: fresh venv and pip install took $((SECONDS - install_started)) s"
