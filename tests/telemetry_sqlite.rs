@@ -172,7 +172,7 @@ async fn auto_mode_adds_missing_columns_to_an_old_table() {
         upgraded.iter().any(|c| c == "structured_mode"),
         "{upgraded:?}"
     );
-    assert_eq!(upgraded.last().unwrap(), "tool_call_count");
+    assert_eq!(upgraded.last().unwrap(), "capacity_wait_ms");
     let tenant: String = Connection::open(&path)
         .unwrap()
         .query_row("SELECT tenant_id FROM llm_calls", [], |r| r.get(0))

@@ -185,12 +185,12 @@ class ChatStream:
             batch = await submit(self._native.next_batch)
             if batch is None:
                 raise StopAsyncIteration
-            content, thinking, response, pieces = batch
+            content, thinking, response, pieces, refusal = batch
             if response is not None:
                 self.response = response
-            if content or thinking or pieces:
+            if content or thinking or pieces or refusal:
                 calls = tuple(ToolCallDelta(*p) for p in pieces)
-                return ChatDelta(content, thinking, calls)
+                return ChatDelta(content, thinking, calls, refusal)
 
     async def aclose(self) -> None:
         """Cancel the call if it is still running (idempotent)."""

@@ -62,6 +62,9 @@ class LLMResponse:
     logprobs: Any = None
     system_fingerprint: Optional[str] = None
     other_choices: Tuple[Dict[str, Any], ...] = ()
+    # Time the call waited for capacity (pacer slot, quota gate, cooldown, 429 pushback), over
+    # every ask; not part of latency_ms. 0 on a cache hit.
+    capacity_wait_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ class ChatDelta:
     content: str
     thinking: str = ""
     tool_calls: Tuple[ToolCallDelta, ...] = ()
+    refusal: str = ""
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,8 @@ class EmbeddingResponse:
     usage_source: str = "estimated"
     latency_ms: float = 0.0
     call_id: str = ""
+    # The longest wait for capacity of any batch (batches run concurrently).
+    capacity_wait_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,7 @@ class OcrText:
     call_id: str
     usage: int = 0
     raw: Any = None
+    capacity_wait_ms: float = 0.0
 
     def __str__(self) -> str:
         return self.text
@@ -163,6 +170,7 @@ class OcrLayout:
     call_id: str = ""
     usage: int = 0
     raw: Any = None
+    capacity_wait_ms: float = 0.0
 
     def __iter__(self) -> Iterator[OcrElement]:
         return iter(self.elements)
