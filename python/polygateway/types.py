@@ -19,6 +19,9 @@ __all__ = [
     "OcrText",
     "OcrElement",
     "OcrLayout",
+    "OcrTextResult",
+    "OcrLayoutResult",
+    "OcrLayoutElement",
 ]
 
 
@@ -62,6 +65,10 @@ class LLMResponse:
     logprobs: Any = None
     system_fingerprint: Optional[str] = None
     other_choices: Tuple[Dict[str, Any], ...] = ()
+    # The call's own id: every telemetry row of this call (attempts, re-asks, a cache hit)
+    # carries it as ``call_group_id``; ``parent_call_id`` is the caller's chain link, as in the
+    # original library (``None`` when none was given).
+    call_group_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,10 @@ class EmbeddingResponse:
     usage_source: str = "estimated"
     latency_ms: float = 0.0
     call_id: str = ""
+    cost: Optional[float] = None
+    """The call's cost from the pricing table (``PGW_PRICING_PATH``): every batch priced at the
+    model's input price. ``None`` without a table, without a price for the model, or when the
+    upstream reported no usage."""
 
 
 @dataclass(frozen=True)
@@ -144,12 +155,19 @@ class OcrText:
 
 @dataclass(frozen=True)
 class OcrElement:
-    """One layout element: its kind, ``(x0, y0, x1, y1)`` box, page and text."""
+    """One layout element (the original's ``OcrLayoutElement``): its ``type`` (an open string:
+    ``text``, ``title``, ``table``, …), ``(x1, y1, x2, y2)`` box in page coordinates, page and
+    text. ``kind`` is an alias of ``type``."""
 
-    kind: str
+    type: str
     bbox: Tuple[float, float, float, float]
     page_index: int
     text: str
+
+    @property
+    def kind(self) -> str:
+        """Alias of ``type`` (this package's earlier name)."""
+        return self.type
 
 
 @dataclass(frozen=True)
@@ -172,3 +190,9 @@ class OcrLayout:
 
     def __getitem__(self, index: int) -> OcrElement:
         return self.elements[index]
+
+
+# The original library's names of the OCR answers.
+OcrTextResult = OcrText
+OcrLayoutResult = OcrLayout
+OcrLayoutElement = OcrElement

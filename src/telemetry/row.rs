@@ -88,6 +88,9 @@ pub struct TelemetryRow {
     /// A chat answer's number of tool calls (the legacy `function_call` counts as one);
     /// `None` for failed attempts and other kinds.
     pub tool_call_count: Option<i64>,
+    /// The call this row belongs to (attempts, re-asks and a cache hit of one call share it);
+    /// `parent_call_id` is the caller's chain link.
+    pub call_group_id: Option<String>,
 }
 
 impl TelemetryRow {
@@ -131,11 +134,12 @@ impl TelemetryRow {
             structured_mode: None,
             finish_reason: None,
             tool_call_count: None,
+            call_group_id: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 27] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 28] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -168,6 +172,7 @@ impl TelemetryRow {
             s(&self.structured_mode),
             s(&self.finish_reason),
             Int(self.tool_call_count),
+            s(&self.call_group_id),
         ]
     }
 }
