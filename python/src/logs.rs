@@ -4,8 +4,8 @@
 //! Runtime threads never take the GIL (see `runtime.rs`), so events at INFO and above are queued
 //! here and emitted on a Python thread: when a client is built (a telemetry backend that cannot
 //! write says so before the constructor returns), whenever finished calls cross back to an
-//! event loop (`bridge.rs`), and when the telemetry status is read. Finer levels are not
-//! recorded at all (their call sites are disabled), so they cost nothing.
+//! event loop (`bridge.rs`), and when the telemetry status is read. Finer levels and spans are
+//! not recorded at all (their call sites are disabled), so they cost nothing.
 //!
 //! Not for: deciding what is logged (the runtime does) or Python-side configuration (handlers
 //! and levels stay the application's).
@@ -39,8 +39,9 @@ static LOGGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 /// Queues the runtime's events at INFO, WARN and ERROR.
 struct ToPython;
 
+/// Events at INFO and above; never spans (the call path's spans then cost nothing here).
 fn wanted(metadata: &Metadata<'_>) -> bool {
-    *metadata.level() <= Level::INFO
+    metadata.is_event() && *metadata.level() <= Level::INFO
 }
 
 impl<S: Subscriber> Layer<S> for ToPython {
