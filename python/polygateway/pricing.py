@@ -19,10 +19,10 @@ from typing import Any, Dict, Mapping, Optional, Union
 __all__ = ["ModelPrice", "PricingTable"]
 
 
-def _price(name: str, value: Any, model: str) -> float:
+def _price(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value < 0:
-        raise ValueError(f"price {name} of model {model!r} must be a finite number >= 0")
+        raise ValueError(f"ModelPrice.{name} must be a finite number >= 0, got {value!r}")
     return float(value)
 
 
@@ -37,10 +37,10 @@ class ModelPrice:
 
     def __post_init__(self) -> None:
         for name in ("input_per_1m", "output_per_1m"):
-            object.__setattr__(self, name, _price(name, getattr(self, name), "?"))
+            object.__setattr__(self, name, _price(name, getattr(self, name)))
         if self.cached_input_per_1m is not None:
             object.__setattr__(self, "cached_input_per_1m",
-                               _price("cached_input_per_1m", self.cached_input_per_1m, "?"))
+                               _price("cached_input_per_1m", self.cached_input_per_1m))
 
     def cost(self, prompt_tokens: int, completion_tokens: int,
              cached_prompt_tokens: int = 0) -> float:
@@ -65,7 +65,10 @@ class PricingTable:
         prices = {}
         for model, price in dict(self.prices).items():
             if isinstance(price, Mapping):
-                price = ModelPrice(**price)
+                try:
+                    price = ModelPrice(**price)
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"price of model {model!r}: {exc}") from None
             if not isinstance(price, ModelPrice):
                 raise TypeError(f"price of model {model!r} must be a ModelPrice")
             prices[str(model)] = price
@@ -78,7 +81,7 @@ class PricingTable:
             data = json.load(f)
         if not isinstance(data, dict):
             raise ValueError(f"{os.fspath(path)}: a pricing file is a JSON object of models")
-        return cls({m: ModelPrice(**p) for m, p in data.items()})
+        return cls(data)
 
     def to_json(self) -> str:
         """The table in the file format."""

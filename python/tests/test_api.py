@@ -248,3 +248,15 @@ def test_injection_that_cannot_be_honoured_names_the_alternative(mock):
             GatewayClient.from_settings(redis_env, limiter=first.limiter, breaker=first.breaker)
     finally:
         run(first.aclose())
+
+
+def test_pricing_table_refuses_bad_prices_naming_the_model(tmp_path):
+    with pytest.raises(ValueError, match="'m'.*input_per_1m"):
+        PricingTable({"m": {"input_per_1m": -1, "output_per_1m": 1}})
+    bad = tmp_path / "prices.json"
+    bad.write_text('{"m": {"input_per_1m": 1, "output_per_1m": "free"}}')
+    with pytest.raises(ValueError, match="output_per_1m"):
+        PricingTable.load(bad)
+    price = ModelPrice(input_per_1m=2.0, output_per_1m=8.0, cached_input_per_1m=0.5)
+    # (600k uncached · 2 + 400k cached · 0.5 + 1M · 8) / 1M, the runtime's formula.
+    assert price.cost(1_000_000, 1_000_000, 400_000) == pytest.approx(1.2 + 0.2 + 8.0)
