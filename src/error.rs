@@ -378,6 +378,12 @@ pub enum GatewayError {
         /// Details for structured output.
         details: Box<InvalidResult>,
     },
+    /// A typed structured call ([`ChatHandle::chat_structured`](crate::ChatHandle::chat_structured))
+    /// was answered with tool calls or a refusal: a valid answer, but no value of the asked type
+    /// exists. The answer is carried whole; `chat_with` and `chat_structured_schema` return such
+    /// answers as responses instead.
+    #[error("NoStructuredValue: {}", no_value_reason(.0))]
+    NoStructuredValue(Box<crate::types::LlmResponse>),
     /// The caller named a scope or source that is not configured (assembly defect).
     #[error("SourceNotConfigured: {0}")]
     SourceNotConfigured(String),
@@ -457,11 +463,26 @@ impl GatewayError {
             GatewayError::Unavailable(u) => u.kind.class_name(),
             GatewayError::RequestRejected { .. } => "RequestRejected",
             GatewayError::ResultInvalid { .. } => "ResultInvalid",
+            GatewayError::NoStructuredValue(_) => "NoStructuredValue",
             GatewayError::SourceNotConfigured(_) => "SourceNotConfigured",
             GatewayError::InvalidInput(_) => "InvalidInput",
             GatewayError::StreamInterrupted { .. } => "StreamInterrupted",
             GatewayError::Config(_) => "Config",
             GatewayError::Shutdown(_) => "Shutdown",
         }
+    }
+}
+
+/// What a [`GatewayError::NoStructuredValue`] answer held instead of a value.
+fn no_value_reason(answer: &crate::types::LlmResponse) -> String {
+    let calls = answer.tool_calls.len() + usize::from(answer.function_call.is_some());
+    if calls > 0 {
+        format!(
+            "the model answered with {calls} tool call(s) instead of a structured value \
+             (the answer is in the error; chat_with or chat_structured_schema return it as a response)"
+        )
+    } else {
+        "the model refused instead of answering with a structured value (the refusal is in the answer)"
+            .to_string()
     }
 }

@@ -134,6 +134,7 @@ impl ReasoningForm {
 /// assert_eq!(
 ///     profile,
 ///     ProviderProfile::new("qwen", ThinkingForm::Qwen, ReasoningForm::Field, true)
+///         .without_developer_role()
 /// );
 /// assert!(profile.native_json_schema);
 /// ```
@@ -155,6 +156,12 @@ pub struct ProviderProfile {
     /// grammar form) instead of OpenAI's `response_format.json_schema.schema`; see
     /// [`ProviderProfile::with_schema_under_value`].
     pub schema_under_value: bool,
+    /// `false` when the provider knows no `developer` role: such messages are sent as `system`
+    /// (see [`ProviderProfile::without_developer_role`]).
+    pub developer_role: bool,
+    /// `true` when an assistant turn with tool calls and no content must say `"content": ""`
+    /// instead of `null` (see [`ProviderProfile::with_empty_content_beside_tool_calls`]).
+    pub empty_content_beside_tool_calls: bool,
 }
 
 impl ProviderProfile {
@@ -178,7 +185,42 @@ impl ProviderProfile {
             native_json_schema,
             json_object: native_json_schema,
             schema_under_value: false,
+            developer_role: true,
+            empty_content_beside_tool_calls: false,
         }
+    }
+
+    /// The provider refuses (or silently drops) the `developer` role, which only OpenAI
+    /// documents: each `developer` message is sent as a `system` message instead, its content
+    /// and other fields unchanged.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderRegistry;
+    /// let registry = ProviderRegistry::with_defaults();
+    /// assert!(registry.get("openai").developer_role);
+    /// assert!(!registry.get("deepseek").developer_role);
+    /// // A provider the registry does not know gets the caller's messages as written.
+    /// assert!(registry.get("someone-else").developer_role);
+    /// ```
+    pub fn without_developer_role(mut self) -> Self {
+        self.developer_role = false;
+        self
+    }
+
+    /// The provider (or the chat template of a self-hosted server) wants an assistant turn that
+    /// only called tools to carry `"content": ""`: a `null` content there is sent as `""`.
+    /// No built-in entry needs it (OpenAI's format and the listed servers take `null`); register
+    /// a profile with it for a server that does.
+    ///
+    /// ```
+    /// use polygateway::provider::{ProviderProfile, ReasoningForm, ThinkingForm};
+    /// let mlx = ProviderProfile::new("mlx", ThinkingForm::None, ReasoningForm::Both, true)
+    ///     .with_empty_content_beside_tool_calls();
+    /// assert!(mlx.empty_content_beside_tool_calls);
+    /// ```
+    pub fn with_empty_content_beside_tool_calls(mut self) -> Self {
+        self.empty_content_beside_tool_calls = true;
+        self
     }
 
     /// Send the `json_schema` mode as `{"type": "json", "value": <schema>}`, the grammar form
@@ -324,7 +366,7 @@ impl ProviderRegistry {
         use ReasoningForm::*;
         use ThinkingForm as T;
         let mut reg = Self::empty();
-        for profile in [
+        let hosted = [
             ProviderProfile::new("openai", T::None, Field, true),
             ProviderProfile::new("deepseek", T::DeepSeek, Field, false).with_json_object(true),
             ProviderProfile::new("qwen", T::Qwen, Field, true),
@@ -332,6 +374,8 @@ impl ProviderRegistry {
             ProviderProfile::new("minimax", T::None, ThinkTags, true),
             ProviderProfile::new("glm", T::DeepSeek, Field, false).with_json_object(true),
             ProviderProfile::new("moonshot", T::None, Field, false).with_json_object(true),
+        ];
+        let self_hosted = [
             // Self-hosted servers. Reasoning arrives in `reasoning_content` / `reasoning` when
             // the server runs a reasoning parser and as `<think>` tags in `content` when it does
             // not, so both are read. All six accept `stream_options.include_usage`.
@@ -348,7 +392,16 @@ impl ProviderRegistry {
             ProviderProfile::new("tgi", T::None, Both, true)
                 .with_json_object(false)
                 .with_schema_under_value(),
-        ] {
+        ];
+        for profile in hosted.into_iter().chain(self_hosted) {
+            // Only OpenAI documents the `developer` role: the other APIs list system, user,
+            // assistant and tool, and a chat template that does not know the role drops the
+            // message silently (Qwen's does), so everyone else gets it as `system`.
+            let profile = if profile.name == "openai" {
+                profile
+            } else {
+                profile.without_developer_role()
+            };
             reg.register(profile);
         }
         reg

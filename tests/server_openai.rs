@@ -151,6 +151,54 @@ async fn reasoning_is_relayed_as_reasoning_content() {
 }
 
 #[tokio::test]
+async fn a_refusal_is_relayed_as_it_arrives() {
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mock = MockUpstream::start(Behaviour::Raw {
+        chunks: vec![
+            chunk(
+                json!({"role": "assistant", "refusal": "I can't"}),
+                Value::Null,
+            ),
+            chunk(json!({"refusal": " help with that."}), Value::Null),
+            chunk(json!({}), json!("stop")),
+        ],
+        completion: Value::Null,
+    })
+    .await;
+    let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
+    let text = post(&server, "/v1/chat/completions", &chat_body("LLM", true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let chunks: Vec<Value> = sse_payloads(&text)
+        .iter()
+        .filter(|p| *p != "[DONE]")
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    // Each piece in a chunk of its own, before the finish chunk — not joined at the end.
+    let pieces: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["refusal"].as_str())
+        .collect();
+    assert_eq!(pieces, ["I can't", " help with that."], "{text}");
+    let first = chunks
+        .iter()
+        .position(|c| c["choices"][0]["delta"]["refusal"].is_string())
+        .unwrap();
+    assert_eq!(chunks[first]["choices"][0]["delta"]["role"], "assistant");
+    let finish = chunks
+        .iter()
+        .position(|c| c["choices"][0]["finish_reason"].is_string())
+        .unwrap();
+    assert!(first < finish, "{text}");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn models_and_aliases_select_scopes() {
     let llm = MockUpstream::start(Behaviour::healthy_with("from LLM")).await;
     let judge = MockUpstream::start(Behaviour::healthy_with("from JUDGE")).await;

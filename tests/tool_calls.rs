@@ -249,6 +249,27 @@ async fn a_refusal_is_an_answer_and_nothing_at_all_is_an_empty_completion() {
         r.unwrap().refusal.as_deref(),
         Some("I can't help with that.")
     );
+    // Each piece reaches a stream consumer as it arrives.
+    let (_, deltas) = send(
+        vec![
+            chunk(
+                json!({"role": "assistant", "refusal": "I can't"}),
+                Value::Null,
+            ),
+            chunk(json!({"refusal": " help."}), Value::Null),
+            chunk(json!({}), json!("stop")),
+        ],
+        Value::Null,
+        true,
+    )
+    .await;
+    assert_eq!(
+        deltas,
+        [
+            ChatDelta::Refusal("I can't".into()),
+            ChatDelta::Refusal(" help.".into())
+        ]
+    );
     let (r, _) = send(
         vec![
             chunk(json!({"role": "assistant", "content": ""}), Value::Null),

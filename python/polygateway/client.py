@@ -206,6 +206,9 @@ class GatewayClient(_Client):
         response = await submit(
             self._native.chat_schema, text, call.name, call.schema_json, call.validate, *common
         )
+        if response.structured_data is None:
+            # Tool calls or a refusal: a valid answer that is not a value, returned as is.
+            return response
         return dataclasses.replace(response, structured_data=call.instance(response.structured_data))
 
 
@@ -256,12 +259,12 @@ class ChatStream:
             batch = await submit(self._native.next_batch)
             if batch is None:
                 raise StopAsyncIteration
-            content, thinking, response, pieces = batch
+            content, thinking, response, pieces, refusal = batch
             if response is not None:
                 self.response = response
-            if content or thinking or pieces:
+            if content or thinking or pieces or refusal:
                 calls = tuple(ToolCallDelta(*p) for p in pieces)
-                return ChatDelta(content, thinking, calls)
+                return ChatDelta(content, thinking, calls, refusal)
 
     async def aclose(self) -> None:
         """Cancel the call if it is still running (idempotent)."""

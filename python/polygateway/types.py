@@ -101,6 +101,7 @@ class ChatDelta:
     content: str
     thinking: str = ""
     tool_calls: Tuple[ToolCallDelta, ...] = ()
+    refusal: str = ""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ struct State {
 struct Batch {
     content: String,
     thinking: String,
+    refusal: String,
     tool_calls: Vec<(u32, Option<String>, Option<String>, String)>,
     done: Option<LlmResponse>,
 }
@@ -42,6 +43,7 @@ impl Batch {
             ChatEvent::Content(text) => self.content.push_str(&text),
             ChatEvent::Reasoning(text) => self.thinking.push_str(&text),
             ChatEvent::ToolCall(p) => self.tool_calls.push((p.index, p.id, p.name, p.arguments)),
+            ChatEvent::Refusal(text) => self.refusal.push_str(&text),
             ChatEvent::Done(response) => self.done = Some(*response),
             _ => {}
         }
@@ -103,8 +105,8 @@ async fn next_batch(state: Arc<Mutex<State>>) -> Result<Option<Batch>, GatewayEr
 
 #[pymethods]
 impl NativeChatStream {
-    /// Resolve `future` with `(content, thinking, response_or_None, tool_call_pieces)` for the
-    /// next batch, or `None` once the stream has ended.
+    /// Resolve `future` with `(content, thinking, response_or_None, tool_call_pieces, refusal)`
+    /// for the next batch, or `None` once the stream has ended.
     fn next_batch(&self, bridge: &Bridge, future: &Bound<'_, PyAny>) -> PyResult<()> {
         let (state, runtime) = self.state.get()?;
         let state = state.clone();
@@ -120,7 +122,13 @@ impl NativeChatStream {
                         Some(r) => convert::llm_response(py, r)?,
                         None => py.None(),
                     };
-                    Ok((batch.content, batch.thinking, response, batch.tool_calls)
+                    Ok((
+                        batch.content,
+                        batch.thinking,
+                        response,
+                        batch.tool_calls,
+                        batch.refusal,
+                    )
                         .into_pyobject(py)?
                         .into_any()
                         .unbind())

@@ -81,3 +81,22 @@ def test_chat_stream_yields_tool_call_pieces(mock):
     assert pieces[0].id == "call_0" and pieces[0].name == "get_weather"
     assert "".join(p.arguments for p in pieces) == response.tool_calls[0].arguments
     assert response.finish_reason == "tool_calls"
+
+
+def test_a_structured_call_answered_with_tool_calls_returns_them_as_is(mock):
+    """``structured=`` reads text answers only: tool calls come back on the response, unrepaired
+    and never re-asked, ``structured_data`` None."""
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        celsius: float
+
+    for structured in ("json", Weather):
+        before = len(mock.request_bodies())
+        r = call(mock, ASK, structured=structured, tools=[WEATHER])
+        assert len(mock.request_bodies()) == before + 1, "no re-ask"
+        assert r.structured_data is None
+        assert [c.name for c in r.tool_calls] == ["get_weather"]
+        assert json.loads(r.tool_calls[0].arguments) == {"query": "weather?"}
+        assert r.finish_reason == "tool_calls"

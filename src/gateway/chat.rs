@@ -213,14 +213,19 @@ impl ScopeHandle<Chat> {
     {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
         let schema = SchemaRequest::of::<T>();
-        self.laddered(
-            messages,
-            with_call_group(options),
-            plan,
-            Some(schema),
-            validate::<T>,
-        )
-        .await
+        let (response, value) = self
+            .laddered(
+                messages,
+                with_call_group(options),
+                plan,
+                Some(schema),
+                validate::<T>,
+            )
+            .await?;
+        match value {
+            Some(value) => Ok((response, value)),
+            None => Err(GatewayError::NoStructuredValue(Box::new(response))),
+        }
     }
 
     /// A structured call whose type is known only at run time (a JSON Schema produced by another
@@ -277,7 +282,7 @@ impl ScopeHandle<Chat> {
             accept,
         )
         .await
-        .map(|(response, ())| response)
+        .map(|(response, _)| response)
     }
 
     /// A structured call against a JSON Schema known only at run time (the server's
@@ -305,6 +310,7 @@ impl ScopeHandle<Chat> {
 
     /// The ladder behind the cache: `schema` is what typed asks send, `check` what accepts an
     /// answer (a cache hit is checked again, so a hit stored under another check cannot pass).
+    /// An answer of tool calls or a refusal comes back as is, without a value.
     async fn laddered<T>(
         &self,
         messages: Vec<Message>,
@@ -312,7 +318,7 @@ impl ScopeHandle<Chat> {
         plan: LadderPlan,
         schema: Option<SchemaRequest>,
         check: impl Fn(Value) -> Result<T, Vec<String>> + Send + Sync,
-    ) -> Result<(LlmResponse, T), GatewayError>
+    ) -> Result<(LlmResponse, Option<T>), GatewayError>
     where
         T: Send,
     {
@@ -347,8 +353,11 @@ impl ScopeHandle<Chat> {
                 Ok(outcome.response)
             })
             .await?;
+        if !response.is_content_answer() {
+            return Ok((response, None));
+        }
         let value = rehydrate_checked(&response, &check)?;
-        Ok((response, value))
+        Ok((response, Some(value)))
     }
 
     /// The wire request, telemetry context and cache key of one ask. Ladder asks pass no key

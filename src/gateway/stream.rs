@@ -70,6 +70,9 @@ pub enum ChatEvent {
     /// A piece of a tool call as it arrives (pieces of one call share its `index`; the first
     /// carries the id and name). The assembled calls are in the final response's `tool_calls`.
     ToolCall(crate::types::ToolCallDelta),
+    /// A piece of the model's refusal as it arrives (the whole refusal is the final response's
+    /// `refusal`).
+    Refusal(String),
     /// The complete response (usage, source, timings, cost). Always the last item of a clean
     /// stream.
     Done(Box<LlmResponse>),
@@ -88,6 +91,7 @@ impl From<ChatDelta> for ChatEvent {
             ChatDelta::Content(text) => ChatEvent::Content(text),
             ChatDelta::Reasoning(text) => ChatEvent::Reasoning(text),
             ChatDelta::ToolCall(piece) => ChatEvent::ToolCall(piece),
+            ChatDelta::Refusal(text) => ChatEvent::Refusal(text),
         }
     }
 }
@@ -242,9 +246,14 @@ impl ScopeHandle<Chat> {
 }
 
 /// The deltas of an answer that arrived whole (a cache hit, a structured answer): its text as
-/// one delta, then each tool call as one piece.
+/// one delta, its refusal as one, then each tool call as one piece.
 pub(crate) fn whole_answer_deltas(response: &LlmResponse) -> Vec<ChatDelta> {
     let text = (!response.content.is_empty()).then(|| ChatDelta::Content(response.content.clone()));
+    let refusal = response
+        .refusal
+        .clone()
+        .filter(|r| !r.is_empty())
+        .map(ChatDelta::Refusal);
     let calls = response.tool_calls.iter().enumerate().map(|(i, c)| {
         ChatDelta::ToolCall(crate::types::ToolCallDelta {
             index: u32::try_from(i).unwrap_or(u32::MAX),
@@ -253,5 +262,5 @@ pub(crate) fn whole_answer_deltas(response: &LlmResponse) -> Vec<ChatDelta> {
             arguments: c.function.arguments.clone(),
         })
     });
-    text.into_iter().chain(calls).collect()
+    text.into_iter().chain(refusal).chain(calls).collect()
 }

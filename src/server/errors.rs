@@ -173,7 +173,8 @@ impl From<GatewayError> for ApiError {
                 "invalid_input",
                 message,
             ),
-            GatewayError::ResultInvalid { .. } => Self::new(
+            // Not reached by the server (its structured calls return such answers whole).
+            GatewayError::ResultInvalid { .. } | GatewayError::NoStructuredValue(_) => Self::new(
                 StatusCode::BAD_GATEWAY,
                 "upstream_error",
                 "result_invalid",

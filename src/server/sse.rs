@@ -1,6 +1,6 @@
 //! OpenAI's streamed chat format over Server-Sent Events: one `chat.completion.chunk` per delta
 //! as it arrives (`content`, `reasoning_content` for reasoning, `tool_calls` pieces with their
-//! `index`), then what the answer holds whole — a refusal or legacy `function_call`, the choices
+//! `index`, `refusal`), then what the answer holds whole — a legacy `function_call`, the choices
 //! after the first (`n > 1`), each as one chunk with its own `finish_reason` — a last chunk with
 //! the upstream's `finish_reason` and the joined `logprobs`, the usage chunk when
 //! `stream_options.include_usage` asked for it, then `data: [DONE]`. A failure after the stream started is a `data: {"error": …}` frame and no
@@ -152,14 +152,13 @@ impl ChunkHead {
         self.choice(out, c.index, delta, c.logprobs.as_ref(), finish);
     }
 
-    /// The end of a completed stream: what the first choice holds whole (refusal, legacy
-    /// function call), the other choices, the finish chunk (the upstream's reason, `stop` when
-    /// it gave none; the joined logprobs), the usage chunk if asked, `[DONE]`.
+    /// The end of a completed stream: what the first choice holds whole (the legacy function
+    /// call), the other choices, the finish chunk (the upstream's reason, `stop` when it gave
+    /// none; the joined logprobs), the usage chunk if asked, `[DONE]`.
     fn finish(&self, out: &mut BytesMut, response: &LlmResponse, include_usage: bool) {
-        if response.refusal.is_some() || response.function_call.is_some() {
+        if let Some(call) = &response.function_call {
             let delta = Delta {
-                refusal: response.refusal.as_deref(),
-                function_call: response.function_call.as_ref(),
+                function_call: Some(call),
                 ..Delta::default()
             };
             self.delta(out, delta, None);
@@ -232,6 +231,14 @@ impl RelayState {
                 let delta = Delta {
                     role,
                     reasoning_content: Some(&text),
+                    ..Delta::default()
+                };
+                self.relay.head.delta(out, delta, None);
+            }
+            Some(Ok(ChatEvent::Refusal(text))) => {
+                let delta = Delta {
+                    role,
+                    refusal: Some(&text),
                     ..Delta::default()
                 };
                 self.relay.head.delta(out, delta, None);

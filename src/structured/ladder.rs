@@ -247,19 +247,31 @@ where
     Fut: Future<Output = Result<LlmResponse, GatewayError>>,
 {
     let schema = (plan.mode == LadderMode::Typed).then(SchemaRequest::of::<T>);
-    run_ladder_checked(ask, messages, plan, schema, validate::<T>).await
+    let outcome = run_ladder_checked(ask, messages, plan, schema, validate::<T>).await?;
+    match outcome.value {
+        Some(value) => Ok(LadderOutcome {
+            response: outcome.response,
+            value,
+            asks: outcome.asks,
+        }),
+        None => Err(GatewayError::NoStructuredValue(Box::new(outcome.response))),
+    }
 }
 
 /// [`run_ladder`] with the schema and the validation given as values rather than by a Rust type
 /// (a schema known only at run time, e.g. from another language's type system). `check` turns a
 /// repaired (and normalised) JSON value into the accepted value or the validation errors.
+///
+/// The ladder reads text answers only: an answer of tool calls or a refusal
+/// ([`LlmResponse::is_content_answer`]) ends it at once, returned as is with no value
+/// (`structured_data` unset).
 pub(crate) async fn run_ladder_checked<T, F, Fut, C>(
     mut ask: F,
     messages: Vec<Message>,
     plan: LadderPlan,
     schema: Option<SchemaRequest>,
     check: C,
-) -> Result<LadderOutcome<T>, GatewayError>
+) -> Result<LadderOutcome<Option<T>>, GatewayError>
 where
     F: FnMut(Vec<Message>, Option<Arc<SchemaRequest>>, bool) -> Fut,
     Fut: Future<Output = Result<LlmResponse, GatewayError>>,
@@ -280,13 +292,21 @@ where
         let is_reask = asks > 0;
         let mut response = ask(conversation, schema.clone(), is_reask).await?;
         asks += 1;
+        if !response.is_content_answer() {
+            earlier.charge_to(&mut response);
+            return Ok(LadderOutcome {
+                response,
+                value: None,
+                asks,
+            });
+        }
         match accept(&response.content, plan.normalizer.as_ref(), &check) {
             Ok((json, value)) => {
                 response.structured_data = Some(json);
                 earlier.charge_to(&mut response);
                 return Ok(LadderOutcome {
                     response,
-                    value,
+                    value: Some(value),
                     asks,
                 });
             }

@@ -185,6 +185,7 @@ impl ChoiceAssembly {
         if let Some(r) = choice.refusal.filter(|r| !r.is_empty()) {
             token = true;
             self.refusal.get_or_insert_with(String::new).push_str(&r);
+            out.push(ChatDelta::Refusal(r));
         }
         token
     }
@@ -203,8 +204,9 @@ impl ChoiceAssembly {
             match d {
                 ChatDelta::Content(c) => self.content.push_str(c),
                 ChatDelta::Reasoning(r) => self.thinking.push_str(r),
-                // Assembled from the wire piece itself, which also keeps its unmodelled fields.
-                ChatDelta::ToolCall(_) => {}
+                // Assembled from the wire piece itself, which also keeps its unmodelled fields;
+                // a refusal is taken where it is read.
+                ChatDelta::ToolCall(_) | ChatDelta::Refusal(_) => {}
             }
         }
     }

@@ -62,6 +62,8 @@ pub enum ChatDelta {
     Reasoning(String),
     /// A piece of a tool call, as it arrived (the complete calls are in the final response).
     ToolCall(ToolCallDelta),
+    /// A piece of the model's refusal (the whole refusal is in the final response).
+    Refusal(String),
 }
 
 /// What a chat call sends, built once per call and reused by every attempt (on any source).
@@ -325,6 +327,7 @@ impl ChatTransport {
                 params.insert("response_format".into(), format);
             }
         }
+        let messages = super::quirks::adapt(&self.profile, messages);
         let stream = self.streams(request);
         let body = WireBody {
             model: &self.settings.model,

@@ -282,6 +282,17 @@ impl LlmResponse {
             || self.refusal.as_ref().is_some_and(|r| !r.is_empty())
     }
 
+    /// Whether a structured call's ladder reads this answer: it is text for the ladder to
+    /// repair and validate, not tool calls (or a legacy function call) and not a refusal without
+    /// content. Those are valid answers of another kind, returned as they are
+    /// (docs/behaviour.md §9.2).
+    pub(crate) fn is_content_answer(&self) -> bool {
+        let refused = self.refusal.as_ref().is_some_and(|r| !r.is_empty());
+        self.tool_calls.is_empty()
+            && self.function_call.is_none()
+            && !(refused && self.content.trim().is_empty())
+    }
+
     /// Mark this response as one ask: the whole-call figures are this ask's.
     pub(crate) fn as_single_ask(&mut self) {
         self.asks = 1;
