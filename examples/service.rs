@@ -1,34 +1,43 @@
-//! An HTTP service embedding the runtime: several scopes, a governed SSE relay, `/healthz` backed
-//! by the runtime, graceful shutdown.
+//! An HTTP service embedding the runtime — a template to copy: several scopes, a governed SSE
+//! relay, `/healthz` backed by the runtime, Prometheus `/metrics`, graceful shutdown.
 //!
 //! ```text
-//! cargo run --features testkit --example service                 # serve on 127.0.0.1:8080 until Ctrl-C
-//! cargo run --features testkit --example service -- --self-test  # serve on a random port, exercise it, exit
+//! cargo run --features testkit,server --example service                 # serve on 127.0.0.1:8080 until Ctrl-C or SIGTERM
+//! cargo run --features testkit,server --example service -- --self-test  # serve on a random port, exercise it, exit
 //! ```
 //!
 //! With no `LLM__…` sources in the environment it serves against the built-in mock upstream, so it
 //! runs anywhere. Endpoints:
 //! - `POST /chat/{scope}` with `{"prompt": "…"}` → the answer as JSON (one governed call);
 //! - `GET /stream/{scope}?prompt=…` → Server-Sent Events relaying `chat_stream()`: `content`,
-//!   `reasoning`, then `done` (usage, source, cost) or `error`. When the client disconnects the
-//!   stream is dropped, which aborts the upstream request and releases its permits;
-//! - `GET /healthz` → 200 with per-scope source states, 503 if any scope has no closed breaker.
+//!   `reasoning`, then `done` (usage, source, cost) or `error`. The HTTP status is decided after
+//!   the stream's first event: a call that fails before any delta (every source down, circuits
+//!   open) is answered with its error status, not a 200 with an error inside. When the client
+//!   disconnects the stream is dropped, which aborts the upstream request and releases its permits;
+//! - `GET /healthz` → 200 with per-scope source states, 503 if any scope has no closed breaker;
+//! - `GET /metrics` → the `pgw_*` metrics in the Prometheus text format (feature `server`: the
+//!   recorder `polygateway serve` uses, installed before the gateway is built).
+//!
+//! Errors: 503 for an unavailable scope and 429 for a full quota, both with `Retry-After` (the
+//! error's `retry_after_s` rounded up, never 0: `Unavailable::retry_after_header`). SIGTERM and
+//! Ctrl-C stop accepting connections, let requests in flight finish, then shut the gateway down
+//! (calls first, then the telemetry flush).
 
 use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Json};
+use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use futures::{Stream, StreamExt};
 use polygateway::config::ScopeKind;
 use polygateway::ports::BreakerState;
 use polygateway::testkit::demo::settings_or_mock;
-use polygateway::testkit::mock_llm::MockUpstream;
-use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message};
+use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message, UnavailableReason};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -37,8 +46,11 @@ struct Prompt {
     prompt: String,
 }
 
-fn error_response(e: GatewayError) -> (StatusCode, Json<serde_json::Value>) {
+fn error_response(e: GatewayError) -> Response {
     let status = match &e {
+        GatewayError::Unavailable(u) if u.reason == UnavailableReason::QuotaExhausted => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
         GatewayError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         GatewayError::RequestRejected { .. } | GatewayError::InvalidInput(_) => {
             StatusCode::BAD_REQUEST
@@ -47,12 +59,22 @@ fn error_response(e: GatewayError) -> (StatusCode, Json<serde_json::Value>) {
         _ => StatusCode::BAD_GATEWAY,
     };
     let retry_after = e.unavailable().map(|u| u.retry_after_s);
-    (
+    let mut response = (
         status,
         Json(
             json!({"error": e.to_string(), "class": e.class_name(), "retry_after_s": retry_after}),
         ),
     )
+        .into_response();
+    // Whole seconds, rounded up and never 0: a client honouring `Retry-After: 0` would retry at
+    // once against a scope that just said it cannot serve.
+    if let Some(u) = e.unavailable() {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(u.retry_after_header()),
+        );
+    }
+    response
 }
 
 async fn chat(
@@ -62,7 +84,7 @@ async fn chat(
 ) -> impl IntoResponse {
     let handle = match gw.chat_scope(&scope) {
         Ok(h) => h,
-        Err(e) => return error_response(e).into_response(),
+        Err(e) => return error_response(e),
     };
     match handle.chat(vec![Message::user(body.prompt)]).await {
         Ok(r) => Json(json!({
@@ -74,7 +96,7 @@ async fn chat(
             "cost": r.cost,
         }))
         .into_response(),
-        Err(e) => error_response(e).into_response(),
+        Err(e) => error_response(e),
     }
 }
 
@@ -82,26 +104,72 @@ async fn stream(
     State(gw): State<Gateway>,
     Path(scope): Path<String>,
     Query(q): Query<Prompt>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, (StatusCode, Json<serde_json::Value>)>
-{
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Response> {
     let handle = gw.chat_scope(&scope).map_err(error_response)?;
+    let mut governed = handle.chat_stream(vec![Message::user(q.prompt)], CallOptions::new());
+    // Until the first event, failures are retried and switched inside the call; the one that
+    // ends it gets a proper status (503 + Retry-After…), because once the 200 and the SSE
+    // headers are sent, a failure can only be an `error` event inside a successful response.
+    let first = match governed.next().await {
+        Some(Err(e)) => return Err(error_response(e)),
+        first => first,
+    };
     // axum drops this stream when the client goes away; dropping a ChatStream cancels the call.
-    let events = handle
-        .chat_stream(vec![Message::user(q.prompt)], CallOptions::new())
-        .map(|item| {
-            Ok(match item {
-                Ok(ChatEvent::Content(text)) => Event::default().event("content").data(text),
-                Ok(ChatEvent::Reasoning(text)) => Event::default().event("reasoning").data(text),
-                Ok(ChatEvent::Done(r)) => Event::default().event("done").data(
-                    json!({"source": r.source_name, "prompt_tokens": r.prompt_tokens,
+    let events = futures::stream::iter(first).chain(governed).map(|item| {
+        Ok(match item {
+            Ok(ChatEvent::Content(text)) => Event::default().event("content").data(text),
+            Ok(ChatEvent::Reasoning(text)) => Event::default().event("reasoning").data(text),
+            Ok(ChatEvent::Done(r)) => Event::default().event("done").data(
+                json!({"source": r.source_name, "prompt_tokens": r.prompt_tokens,
                            "completion_tokens": r.completion_tokens, "cost": r.cost})
-                    .to_string(),
-                ),
-                Ok(_) => Event::default().comment("unknown event"),
-                Err(e) => Event::default().event("error").data(e.to_string()),
-            })
-        });
+                .to_string(),
+            ),
+            Ok(_) => Event::default().comment("unknown event"),
+            Err(e) => Event::default().event("error").data(e.to_string()),
+        })
+    });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// The same text `polygateway serve` answers on `/metrics`.
+async fn metrics() -> Response {
+    match polygateway::server::render_metrics() {
+        Some(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "another metrics recorder was installed first\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Resolves on Ctrl-C, or SIGTERM (what `docker stop`, systemd and Kubernetes send).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            eprintln!("service: cannot listen for Ctrl-C: {e}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(e) => {
+                eprintln!("service: cannot listen for SIGTERM: {e}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
 }
 
 async fn healthz(State(gw): State<Gateway>) -> impl IntoResponse {
@@ -141,6 +209,11 @@ async fn healthz(State(gw): State<Gateway>) -> impl IntoResponse {
 #[tokio::main]
 async fn main() {
     let self_test = std::env::args().any(|a| a == "--self-test");
+    // Before the gateway is built: its metric handles are registered with the recorder installed
+    // at that moment.
+    if !polygateway::server::install_metrics_recorder() {
+        eprintln!("service: another metrics recorder is installed; /metrics will answer 404");
+    }
     let (settings, mocks) = settings_or_mock(
         &[("LLM", ScopeKind::Chat), ("JUDGE", ScopeKind::Chat)],
         "streamed from the built-in mock upstream, one piece at a time",
@@ -154,6 +227,7 @@ async fn main() {
         .route("/chat/{scope}", post(chat))
         .route("/stream/{scope}", get(stream))
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
         .with_state(gw.clone());
     let addr = if self_test {
         "127.0.0.1:0"
@@ -172,7 +246,7 @@ async fn main() {
             .with_graceful_shutdown(async {
                 tokio::select! {
                     _ = stop_rx => {}
-                    _ = tokio::signal::ctrl_c() => {}
+                    () = shutdown_signal() => println!("service: signal received, draining"),
                 }
             })
             .await
@@ -182,9 +256,50 @@ async fn main() {
         run_self_test(&format!("http://{local}"), &gw, &mocks.llm).await;
         let _ = stop_tx.send(());
     }
-    let _ = server.await;
+    match server.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => eprintln!("service: server error: {e}"),
+        Err(e) => eprintln!("service: server task failed: {e}"),
+    }
+    // Requests have drained; now the calls still running (none, normally), then telemetry.
     gw.shutdown().await;
     println!("service: stopped; runtime shut down");
+}
+
+/// With JUDGE's upstream answering 503: the error status and `Retry-After`, for a plain call and
+/// for a stream that fails before its first event.
+async fn refusals(client: &reqwest::Client, base: &str, judge: &MockUpstream) {
+    judge.set_behaviour(Behaviour::ServerError(503));
+    let retry_after = |r: &reqwest::Response| {
+        r.headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    };
+    let refused = client
+        .post(format!("{base}/chat/JUDGE"))
+        .json(&json!({"prompt": "hello"}))
+        .send()
+        .await
+        .unwrap();
+    println!(
+        "upstream 503 → POST /chat/JUDGE → {}, Retry-After {:?}",
+        refused.status(),
+        retry_after(&refused)
+    );
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(retry_after(&refused).is_some_and(|s| s >= 1));
+    let stream = client
+        .get(format!("{base}/stream/JUDGE?prompt=hello"))
+        .send()
+        .await
+        .unwrap();
+    println!(
+        "upstream 503 → GET /stream/JUDGE → {}, Retry-After {:?} (decided after the first event)",
+        stream.status(),
+        retry_after(&stream)
+    );
+    assert_eq!(stream.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(retry_after(&stream).is_some_and(|s| s >= 1));
 }
 
 async fn run_self_test(base: &str, gw: &Gateway, mocks: &[MockUpstream]) {
@@ -206,6 +321,16 @@ async fn run_self_test(base: &str, gw: &Gateway, mocks: &[MockUpstream]) {
         answer.status(),
         answer.text().await.unwrap()
     );
+    let scrape = client.get(format!("{base}/metrics")).send().await.unwrap();
+    let scrape = scrape.text().await.unwrap();
+    assert!(scrape.contains("pgw_calls_total{"), "{scrape}");
+    println!(
+        "GET /metrics → {} pgw_ samples",
+        scrape.lines().filter(|l| l.starts_with("pgw_")).count()
+    );
+    if let Some(judge) = mocks.get(1) {
+        refusals(&client, base, judge).await;
+    }
 
     // Read the first few SSE chunks, then disconnect mid-stream.
     let mut body = client

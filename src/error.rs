@@ -143,6 +143,39 @@ pub struct Unavailable {
     pub detail: String,
 }
 
+impl Unavailable {
+    /// The value of an HTTP `Retry-After` header answering this unavailability: `retry_after_s`
+    /// in whole seconds, rounded up, and never 0 — `Retry-After: 0` invites a client to retry
+    /// at once, in a hot loop, against a scope that just said it cannot serve. The rule
+    /// `polygateway serve` applies to its 429 and 503 answers.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway::Message;
+    /// let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
+    /// let extra = [("LLM__RETRY__MAX_ATTEMPTS", "1")];
+    /// let settings = mock_settings(&[("LLM", mock.base_url().as_str())], &extra);
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await.unwrap();
+    /// let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+    /// let u = err.unavailable().unwrap();
+    /// assert!(u.retry_after_header() >= 1);
+    /// assert!(u.retry_after_header() as f64 >= u.retry_after_s);
+    /// # gw.shutdown().await;
+    /// # }
+    /// ```
+    pub fn retry_after_header(&self) -> u64 {
+        retry_after_header_secs(self.retry_after_s)
+    }
+}
+
+/// Whole seconds for a `Retry-After` header from a hint in seconds: rounded up, at least 1.
+pub(crate) fn retry_after_header_secs(seconds: f64) -> u64 {
+    // `as` saturates: NaN becomes 0 (then 1), an absurd hint the largest header value.
+    (seconds.max(0.0).ceil() as u64).max(1)
+}
+
 impl fmt::Display for Unavailable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -484,5 +517,26 @@ fn no_value_reason(answer: &crate::types::LlmResponse) -> String {
     } else {
         "the model refused instead of answering with a structured value (the refusal is in the answer)"
             .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_after_header_secs;
+
+    #[test]
+    fn retry_after_headers_round_up_and_are_never_zero() {
+        let cases = [
+            (0.0, 1),
+            (0.2, 1),
+            (1.0, 1),
+            (2.2, 3),
+            (29.7, 30),
+            (-3.0, 1),
+            (f64::NAN, 1),
+        ];
+        for (hint, header) in cases {
+            assert_eq!(retry_after_header_secs(hint), header, "hint {hint}");
+        }
     }
 }

@@ -1,13 +1,14 @@
 //! Metric names (the `metrics` facade): install any recorder — Prometheus, StatsD,
 //! OpenTelemetry — and these appear. See the README's metrics table; a test keeps the two equal.
 //!
-//! The governance metrics (calls, attempts, retries, admission wait, in-flight, pacer limit,
-//! breaker state) are emitted by the runtime crate; the ones defined here by the gateway layer.
+//! The governance metrics (calls, attempts, retries, admission time, capacity wait, in-flight,
+//! pacer limit, breaker state) are emitted by the runtime crate; the ones defined here by the
+//! gateway layer.
 
 pub use polygateway_actors::runtime::metrics::{
     ADMISSION_WAIT_SECONDS, ATTEMPTS_TOTAL, ATTEMPT_RESULTS, BREAKER_STATE,
-    BREAKER_STATE_CHANGES_TOTAL, CALLS_TOTAL, CALL_DURATION_SECONDS, CALL_OUTCOMES, IN_FLIGHT,
-    PACER_LIMIT, RETRIES_TOTAL,
+    BREAKER_STATE_CHANGES_TOTAL, CALLS_TOTAL, CALL_DURATION_SECONDS, CALL_OUTCOMES,
+    CAPACITY_WAIT_REASONS, CAPACITY_WAIT_SECONDS, IN_FLIGHT, PACER_LIMIT, RETRIES_TOTAL,
 };
 
 /// Response-cache hits, by `scope`.

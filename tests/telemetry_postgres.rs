@@ -225,6 +225,10 @@ async fn manual_mode_trims_and_auto_mode_adds_columns() {
         upgraded.iter().any(|c| c == "tool_call_count"),
         "{upgraded:?}"
     );
+    assert!(
+        upgraded.iter().any(|c| c == "capacity_wait_ms"),
+        "{upgraded:?}"
+    );
     assert_eq!(fx.count().await, 3);
     let tenants: i64 = fx
         .admin

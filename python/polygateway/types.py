@@ -65,6 +65,9 @@ class LLMResponse:
     logprobs: Any = None
     system_fingerprint: Optional[str] = None
     other_choices: Tuple[Dict[str, Any], ...] = ()
+    # Time the call waited for capacity (pacer slot, quota gate, cooldown, 429 pushback), over
+    # every ask; not part of latency_ms. 0 on a cache hit.
+    capacity_wait_ms: float = 0.0
     # The call's own id: every telemetry row of this call (attempts, re-asks, a cache hit)
     # carries it as ``call_group_id``; ``parent_call_id`` is the caller's chain link, as in the
     # original library (``None`` when none was given).
@@ -117,6 +120,8 @@ class EmbeddingResponse:
     usage_source: str = "estimated"
     latency_ms: float = 0.0
     call_id: str = ""
+    # The longest wait for capacity of any batch (batches run concurrently).
+    capacity_wait_ms: float = 0.0
     cost: Optional[float] = None
     """The call's cost from the pricing table (``PGW_PRICING_PATH``): every batch priced at the
     model's input price. ``None`` without a table, without a price for the model, or when the
@@ -149,6 +154,7 @@ class OcrText:
     call_id: str
     usage: int = 0
     raw: Any = None
+    capacity_wait_ms: float = 0.0
 
     def __str__(self) -> str:
         return self.text
@@ -182,6 +188,7 @@ class OcrLayout:
     call_id: str = ""
     usage: int = 0
     raw: Any = None
+    capacity_wait_ms: float = 0.0
 
     def __iter__(self) -> Iterator[OcrElement]:
         return iter(self.elements)

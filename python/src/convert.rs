@@ -213,6 +213,7 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
             logprobs.into_bound(py),
             r.system_fingerprint.into_pyobject(py)?.into_any(),
             PyTuple::new(py, other_choices)?.into_any(),
+            r.capacity_wait_ms.into_pyobject(py)?.into_any(),
             r.call_group_id.into_pyobject(py)?.into_any(),
         ],
     )?;
@@ -241,6 +242,7 @@ pub(crate) fn embedding_response(
         r.usage_source.as_str(),
         r.latency_ms,
         r.call_id,
+        r.capacity_wait_ms,
         cost,
     );
     Ok(class(py, &EMBEDDING_RESPONSE, "EmbeddingResponse")?
@@ -264,7 +266,8 @@ fn provenance(
 /// `polygateway.ocr.OcrText`.
 pub(crate) fn ocr_text(py: Python<'_>, r: OcrTextResult) -> PyResult<Py<PyAny>> {
     let (source_name, usage, latency_ms, call_id, raw) = provenance(py, &r.provenance)?;
-    let args = (r.text, source_name, latency_ms, call_id, usage, raw);
+    let wait = r.provenance.capacity_wait_ms;
+    let args = (r.text, source_name, latency_ms, call_id, usage, raw, wait);
     Ok(class(py, &OCR_TEXT, "OcrText")?.call1(args)?.unbind())
 }
 
@@ -284,6 +287,7 @@ pub(crate) fn ocr_layout(py: Python<'_>, r: OcrLayoutResult) -> PyResult<Py<PyAn
         call_id,
         usage,
         raw,
+        r.provenance.capacity_wait_ms,
     );
     Ok(class(py, &OCR_LAYOUT, "OcrLayout")?.call1(args)?.unbind())
 }

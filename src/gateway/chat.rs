@@ -463,6 +463,7 @@ impl ScopeHandle<Chat> {
         response.parent_call_id = prepared.parent_call_id.clone();
         response.call_group_id = prepared.call_group.clone();
         response.latency_ms = 0.0;
+        response.capacity_wait_ms = 0.0;
         // Nothing was asked: no cost (the row says the same); the tokens stay the stored ones.
         response.cost = Some(0.0);
         response.asks = 0;
@@ -530,6 +531,7 @@ impl ScopeHandle<Chat> {
             .map_err(|f| to_gateway_error(&self.name, f))?;
         let mut response = governed.response;
         response.call_id = governed.attempt_id;
+        response.capacity_wait_ms = governed.capacity_wait.as_secs_f64() * 1e3;
         response.parent_call_id = prepared.parent_call_id.clone();
         response.call_group_id = prepared.call_group.clone();
         response.cost = self.core.telemetry.cost(&response.model, &response.usage());

@@ -5,7 +5,7 @@
 //! are merged back in input order.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
@@ -124,54 +124,58 @@ impl ScopeHandle<Embeddings> {
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
         // One id for every batch row of this call (`call_group_id`).
         let call_group = Some(polygateway_actors::assembly::new_id());
-        let results: Vec<(EmbeddingBatch, String, String)> = futures::stream::iter(batches)
-            .map(|batch| {
-                let context = self.core.telemetry.context(|| RowContext {
-                    session_id: options.session_id.clone(),
-                    parent_call_id: options.parent_call_id.clone(),
-                    call_group_id: call_group.clone(),
-                    messages: Value::Array(
-                        batch
-                            .iter()
-                            .map(|t| Value::String(cap_text(t, text_cap)))
-                            .collect(),
-                    )
-                    .to_string(),
-                    sampling: None,
-                    tenant_id: options.tenant().to_string(),
-                    meta: meta_json(&options.meta),
-                    typed: false,
-                });
-                let request = EmbeddingWireRequest {
-                    inputs: Arc::new(batch),
-                };
-                async move {
-                    let recorder = Recorder {
-                        telemetry: &self.core.telemetry,
-                        context: &context,
-                        sources: &scope.identities,
+        let results: Vec<(EmbeddingBatch, String, String, Duration)> =
+            futures::stream::iter(batches)
+                .map(|batch| {
+                    let context = self.core.telemetry.context(|| RowContext {
+                        session_id: options.session_id.clone(),
+                        parent_call_id: options.parent_call_id.clone(),
+                        call_group_id: call_group.clone(),
+                        messages: Value::Array(
+                            batch
+                                .iter()
+                                .map(|t| Value::String(cap_text(t, text_cap)))
+                                .collect(),
+                        )
+                        .to_string(),
+                        sampling: None,
+                        tenant_id: options.tenant().to_string(),
+                        meta: meta_json(&options.meta),
+                        typed: false,
+                    });
+                    let request = EmbeddingWireRequest {
+                        inputs: Arc::new(batch),
                     };
-                    let governed = scope
-                        .scope
-                        .call(&request, &recorder, None, GovernOptions::default())
-                        .await
-                        .map_err(|f| to_gateway_error(&self.name, f))?;
-                    Ok::<_, GatewayError>((
-                        governed.response,
-                        governed.attempt_id,
-                        governed.source.to_string(),
-                    ))
-                }
-            })
-            .buffered(BATCH_CONCURRENCY)
-            .try_collect()
-            .await?;
+                    async move {
+                        let recorder = Recorder {
+                            telemetry: &self.core.telemetry,
+                            context: &context,
+                            sources: &scope.identities,
+                        };
+                        let governed = scope
+                            .scope
+                            .call(&request, &recorder, None, GovernOptions::default())
+                            .await
+                            .map_err(|f| to_gateway_error(&self.name, f))?;
+                        Ok::<_, GatewayError>((
+                            governed.response,
+                            governed.attempt_id,
+                            governed.source.to_string(),
+                            governed.capacity_wait,
+                        ))
+                    }
+                })
+                .buffered(BATCH_CONCURRENCY)
+                .try_collect()
+                .await?;
 
         let mut vectors = Vec::with_capacity(texts.len());
         let mut prompt_tokens = 0;
         let mut all_measured = !results.is_empty();
         let (mut call_id, mut source_name) = (String::new(), String::new());
-        for (batch, attempt_id, source) in results {
+        let mut capacity_wait = Duration::ZERO;
+        for (batch, attempt_id, source, waited) in results {
+            capacity_wait = capacity_wait.max(waited);
             prompt_tokens += batch.prompt_tokens;
             all_measured &= batch.usage_source == UsageSource::Measured;
             vectors.extend(batch.vectors);
@@ -209,6 +213,7 @@ impl ScopeHandle<Embeddings> {
                 UsageSource::Unavailable
             },
             latency_ms: started.elapsed().as_secs_f64() * 1e3,
+            capacity_wait_ms: capacity_wait.as_secs_f64() * 1e3,
             call_id,
             source_name,
         })

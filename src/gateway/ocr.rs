@@ -235,6 +235,7 @@ impl ScopeHandle<Ocr> {
             OcrOutput::Layout(l) => &mut l.provenance,
         };
         provenance.call_id = governed.attempt_id;
+        provenance.capacity_wait_ms = governed.capacity_wait.as_secs_f64() * 1e3;
         provenance.source_name = governed.source.to_string();
         Ok(output)
     }

@@ -187,6 +187,7 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
         }
         row.source_name = report.source.to_string();
         row.latency_ms = report.elapsed.as_secs_f64() * 1e3;
+        row.capacity_wait_ms = report.capacity_wait.as_secs_f64() * 1e3;
         match &report.result {
             AttemptResult::Ok(response) => t.fill_success(&mut row, &T::outcome(response)),
             AttemptResult::Err(error) => {
@@ -208,6 +209,7 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
         let mut row = t.base_row(report.record_id, self.context);
         let error = super::failure::describe(report.scope, report.failure);
         row.error = Some(error);
+        row.capacity_wait_ms = report.capacity_wait.as_secs_f64() * 1e3;
         t.emit(row);
     }
 }

@@ -216,11 +216,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after_s {
-            // Whole seconds, rounded up: `Retry-After: 0` would invite a hot loop.
-            let secs = s.max(0.0).ceil().max(1.0) as u64;
-            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+            let secs = crate::error::retry_after_header_secs(s);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }

@@ -63,7 +63,7 @@ use axum::serve::ListenerExt;
 use axum::Router;
 
 pub use auth::keys::{generate_key, hash_key, KeyStore, VirtualKey};
-pub use prometheus::install_metrics_recorder;
+pub use prometheus::{install_metrics_recorder, render_metrics};
 
 use crate::error::GatewayError;
 use crate::Gateway;

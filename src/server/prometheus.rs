@@ -23,7 +23,16 @@ pub fn install_metrics_recorder() -> bool {
         .is_some()
 }
 
-/// The text of `GET /metrics`, if this process's recorder is ours.
-pub(crate) fn render() -> Option<String> {
+/// The Prometheus text the server's `GET /metrics` answers, for a service that embeds the
+/// gateway and serves its own `/metrics`: `None` until [`install_metrics_recorder`] installed
+/// the recorder (or when another recorder was installed first).
+///
+/// ```
+/// // Install first, then build the gateway, then serve this text on your own `/metrics`.
+/// assert!(polygateway::server::install_metrics_recorder());
+/// let text: Option<String> = polygateway::server::render_metrics();
+/// assert!(text.is_some(), "the recorder is ours, so there is text to serve");
+/// ```
+pub fn render_metrics() -> Option<String> {
     HANDLE.get().and_then(Option::as_ref).map(|h| h.render())
 }

@@ -88,6 +88,10 @@ pub struct TelemetryRow {
     /// A chat answer's number of tool calls (the legacy `function_call` counts as one);
     /// `None` for failed attempts and other kinds.
     pub tool_call_count: Option<i64>,
+    /// Time the call waited for capacity (pacer slot, quota gate, cooldown, 429 pushback)
+    /// before this attempt, since its previous attempt or its start: the rows of one call add
+    /// up to its wait. A terminal row carries the call's whole wait; a cache hit 0.
+    pub capacity_wait_ms: f64,
     /// The call this row belongs to (attempts, re-asks and a cache hit of one call share it);
     /// `parent_call_id` is the caller's chain link.
     pub call_group_id: Option<String>,
@@ -134,12 +138,13 @@ impl TelemetryRow {
             structured_mode: None,
             finish_reason: None,
             tool_call_count: None,
+            capacity_wait_ms: 0.0,
             call_group_id: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 28] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 29] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -172,6 +177,7 @@ impl TelemetryRow {
             s(&self.structured_mode),
             s(&self.finish_reason),
             Int(self.tool_call_count),
+            Real(Some(self.capacity_wait_ms)),
             s(&self.call_group_id),
         ]
     }

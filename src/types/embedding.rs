@@ -54,6 +54,10 @@ pub struct EmbeddingResponse {
     pub usage_source: UsageSource,
     /// Wall time of the whole call.
     pub latency_ms: f64,
+    /// Time the call waited for capacity (pacer slot, quota gate, cooldown, 429 pushback): the
+    /// longest wait of any batch, since batches run concurrently and `latency_ms` includes it.
+    #[serde(default)]
+    pub capacity_wait_ms: f64,
     /// Call id of the last batch attempt.
     pub call_id: String,
     /// Source of the last batch (batches may land on different sources).

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 ///     source_name: "monkey_1".into(),
 ///     usage: 0,
 ///     latency_ms: 812.5,
+///     capacity_wait_ms: 0.0,
 ///     call_id: "0b6c1c1e-7c1f-4d0e-9a52-3f1f3f3d9a10".into(),
 ///     raw: serde_json::json!({"success": true, "content": "Hello"}),
 /// };
@@ -26,6 +27,10 @@ pub struct OcrProvenance {
     pub usage: u64,
     /// Wall time of the attempt.
     pub latency_ms: f64,
+    /// Time the call waited for capacity before its attempts were sent (pacer slot, quota
+    /// gate, cooldown, 429 pushback); not part of `latency_ms`.
+    #[serde(default)]
+    pub capacity_wait_ms: f64,
     /// Attempt id.
     pub call_id: String,
     /// The raw JSON answer of the service.

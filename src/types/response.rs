@@ -119,6 +119,12 @@ pub struct LlmResponse {
     pub completion_tokens: u64,
     /// Wall time of the attempt that produced it (0 on a cache hit).
     pub latency_ms: f64,
+    /// Time the call waited for capacity before its attempts were sent — a pacer slot, a
+    /// quota gate, sources cooling down, a 429 pushback — over every ask (0 on a cache hit).
+    /// Not part of `latency_ms`, which is the final attempt's alone; the back-off before
+    /// retrying a transient failure is not counted.
+    #[serde(default)]
+    pub capacity_wait_ms: f64,
     /// Time to first token (content or reasoning) when streaming.
     pub ttft_ms: Option<f64>,
     /// Largest gap between tokens when streaming.
@@ -238,6 +244,7 @@ impl LlmResponse {
             prompt_tokens: 0,
             completion_tokens: 0,
             latency_ms: 0.0,
+            capacity_wait_ms: 0.0,
             ttft_ms: None,
             max_inter_token_ms: None,
             cache_hit: false,
@@ -363,6 +370,7 @@ pub(crate) struct EarlierAsks {
     cost: Option<f64>,
     cost_unknown: bool,
     asks: u32,
+    capacity_wait_ms: f64,
 }
 
 impl EarlierAsks {
@@ -378,6 +386,7 @@ impl EarlierAsks {
             None => self.cost_unknown = true,
         }
         self.asks += answer.asks.max(1);
+        self.capacity_wait_ms += answer.capacity_wait_ms;
     }
 
     /// Add what the earlier asks spent to `last` (its `last_ask_*` figures stay its own).
@@ -397,6 +406,7 @@ impl EarlierAsks {
             _ => None,
         };
         last.asks = last.asks.max(1) + self.asks;
+        last.capacity_wait_ms += self.capacity_wait_ms;
     }
 }
 

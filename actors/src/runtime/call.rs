@@ -37,6 +37,7 @@ use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport
 use super::router::{RouterMsg, Selection};
 use super::scope::ScopeInner;
 use super::shared::SourceTicket;
+use super::wait::CapacityWait;
 
 /// Why a scope could not serve (docs/behaviour.md §6 scope-level reasons).
 ///
@@ -187,7 +188,7 @@ impl<E> CallFailure<E> {
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
 /// use polygateway_actors::runtime::Governed;
-/// let Governed { response, source, attempts, attempt_id } = scope
+/// let Governed { response, source, attempts, attempt_id, capacity_wait } = scope
 ///     .call(&"hello".to_string(), &NoObserver, None, CallOptions::default())
 ///     .await
 ///     .unwrap();
@@ -195,6 +196,8 @@ impl<E> CallFailure<E> {
 /// assert_eq!(&*source, "echo_1");
 /// assert_eq!(attempts, 1);
 /// assert!(!attempt_id.is_empty());
+/// // An idle scope had capacity at once.
+/// assert_eq!(capacity_wait, Duration::ZERO);
 /// # runtime.shutdown(Duration::from_secs(1)).await;
 /// # }
 /// ```
@@ -208,6 +211,10 @@ pub struct Governed<R> {
     pub source: Arc<str>,
     /// Attempts made (all, including 429 pushbacks).
     pub attempts: u32,
+    /// Time the call waited for capacity before its attempts were sent: a pacer slot, a quota
+    /// gate, sources cooling down, a 429 pushback. The back-off before retrying a transient
+    /// failure is not counted (it is the retry's, not a wait for capacity).
+    pub capacity_wait: Duration,
 }
 
 /// Options of one governed call.
@@ -224,6 +231,14 @@ pub struct Governed<R> {
 pub struct CallOptions {
     /// A structured-output re-ask: its verdict never counts toward the breaker (docs/behaviour.md §9.2).
     pub breaker_exempt: bool,
+}
+
+/// What the call's loop leaves for its caller whatever the result: whether an attempt reached a
+/// transport, and how long the call waited for capacity.
+#[derive(Debug, Default)]
+struct CallTrace {
+    attempted: bool,
+    capacity_wait: CapacityWait,
 }
 
 /// What the source's pacer learns from one attempt: latency, `Retry-After` and rate-limit
@@ -260,6 +275,8 @@ struct AttemptGuard<'a, T: Transport> {
     attempt_id: String,
     attempt: u32,
     started: Instant,
+    /// Capacity wait since the previous attempt (or the call's start).
+    capacity_wait: Duration,
     /// The breaker state the settlement of a failed attempt left, once admission answers.
     breaker_after: Option<oneshot::Receiver<Option<BreakerStatus>>>,
 }
@@ -310,6 +327,7 @@ impl<T: Transport> Drop for AttemptGuard<'_, T> {
             attempt_id: &self.attempt_id,
             attempt: self.attempt,
             elapsed: self.started.elapsed(),
+            capacity_wait: self.capacity_wait,
             result: AttemptResult::Cancelled,
             probe,
         });
@@ -325,19 +343,21 @@ impl<T: Transport> ScopeInner<T> {
         events: Option<&EventSink<T::Event>>,
         options: CallOptions,
     ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
-        let mut attempted = false;
+        let mut trace = CallTrace::default();
         let result = self
-            .run_loop(request, observer, events, options, &mut attempted)
+            .run_loop(request, observer, events, options, &mut trace)
             .await;
+        self.metrics.capacity_waited(&trace.capacity_wait);
         if let Err(failure) = &result {
             // Terminal records only for calls that never reached a transport: every attempt
             // already has its own record.
-            if matches!(failure, CallFailure::Unavailable { .. }) && !attempted {
+            if matches!(failure, CallFailure::Unavailable { .. }) && !trace.attempted {
                 let record_id = new_id();
                 observer.on_terminal(&TerminalReport {
                     scope: &self.config.name,
                     record_id: &record_id,
                     failure,
+                    capacity_wait: trace.capacity_wait.total(),
                 });
             }
         }
@@ -352,7 +372,7 @@ impl<T: Transport> ScopeInner<T> {
         observer: &dyn CallObserver<T>,
         events: Option<&EventSink<T::Event>>,
         options: CallOptions,
-        attempted: &mut bool,
+        trace: &mut CallTrace,
     ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
         let now = self.clock.now();
         let facts = self.sources.iter().map(|s| SourceFacts {
@@ -436,7 +456,7 @@ impl<T: Transport> ScopeInner<T> {
                     if attempt > 1 {
                         self.metrics.retry();
                     }
-                    *attempted = true;
+                    trace.attempted = true;
                     let mut guard = AttemptGuard {
                         scope: self,
                         observer,
@@ -445,6 +465,7 @@ impl<T: Transport> ScopeInner<T> {
                         attempt_id: new_id(),
                         attempt,
                         started: Instant::now(),
+                        capacity_wait: machine.last_attempt_wait(),
                         breaker_after: None,
                     };
                     let span = tracing::info_span!(
@@ -503,6 +524,7 @@ impl<T: Transport> ScopeInner<T> {
                 }
             };
             step = machine.step(event, self.clock.now());
+            trace.capacity_wait = machine.capacity_wait();
         }
     }
 
@@ -524,6 +546,7 @@ impl<T: Transport> ScopeInner<T> {
                     attempt_id,
                     source,
                     attempts: machine.attempts(),
+                    capacity_wait: machine.capacity_wait().total(),
                 })
             }
             Ending::Rejected => Err(CallFailure::Rejected(error(last_error))),
@@ -611,6 +634,7 @@ impl<T: Transport> ScopeInner<T> {
             attempt_id: &guard.attempt_id,
             attempt: guard.attempt,
             elapsed,
+            capacity_wait: guard.capacity_wait,
             result: report_result,
             probe,
         });

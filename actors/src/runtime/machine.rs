@@ -35,6 +35,7 @@ use crate::ports::gate::Gate;
 
 use super::call::ScopeReason;
 use super::scope::ScopeConfig;
+use super::wait::{CapacityWait, WaitReason};
 use crate::ports::attempt::{BreakerAction, BreakerStatus};
 
 /// What the driver does next.
@@ -213,8 +214,13 @@ enum State {
     Sending(usize),
     BackingOff,
     AwaitingSlot(Instant),
-    AskingProgress(Duration),
-    Waiting(Duration),
+    AskingProgress(Duration, WaitReason),
+    /// Waiting `wait` (charged to the stall clock) since `began`, for `reason`.
+    Waiting {
+        wait: Duration,
+        began: Instant,
+        reason: WaitReason,
+    },
     Done,
 }
 
@@ -241,6 +247,12 @@ pub(crate) struct CallMachine {
     ready_at: Vec<Option<Instant>>,
     per_source: BTreeMap<usize, SourceReason>,
     min_retry_after: Option<Duration>,
+    /// Time waited for capacity so far, by reason.
+    capacity_wait: CapacityWait,
+    /// [`CapacityWait::total`] when the last attempt was granted.
+    waited_before_last_grant: Duration,
+    /// Capacity wait between the previous attempt (or the call's start) and the last one granted.
+    last_attempt_wait: Duration,
 }
 
 impl CallMachine {
@@ -274,6 +286,9 @@ impl CallMachine {
             ready_at,
             per_source: BTreeMap::new(),
             min_retry_after: None,
+            capacity_wait: CapacityWait::default(),
+            waited_before_last_grant: Duration::ZERO,
+            last_attempt_wait: Duration::ZERO,
         }
     }
 
@@ -299,6 +314,17 @@ impl CallMachine {
         self.stall.waited()
     }
 
+    /// Time this call waited for capacity so far, by reason.
+    pub(crate) fn capacity_wait(&self) -> CapacityWait {
+        self.capacity_wait
+    }
+
+    /// Capacity wait of the attempt last granted: since the attempt before it, or since the
+    /// call started.
+    pub(crate) fn last_attempt_wait(&self) -> Duration {
+        self.last_attempt_wait
+    }
+
     /// Why each source could not serve, by source index.
     pub(crate) fn per_source(&self) -> &BTreeMap<usize, SourceReason> {
         &self.per_source
@@ -317,16 +343,27 @@ impl CallMachine {
             }
             (State::BackingOff, Event::Woke) => Step::plain(self.select()),
             (State::AwaitingSlot(began), Event::Woke) => {
-                self.stall.record_wait(now.saturating_duration_since(began));
+                let waited = now.saturating_duration_since(began);
+                self.stall.record_wait(waited);
+                self.capacity_wait.add(WaitReason::Pacer, waited);
                 self.new_round();
                 Step::plain(self.select())
             }
-            (State::AskingProgress(wait), Event::Progress(age)) => {
-                let action = self.wait_or_stall(wait, age, now);
+            (State::AskingProgress(wait, reason), Event::Progress(age)) => {
+                let action = self.wait_or_stall(wait, reason, age, now);
                 Step::plain(action)
             }
-            (State::Waiting(wait), Event::Woke) => {
+            (
+                State::Waiting {
+                    wait,
+                    began,
+                    reason,
+                },
+                Event::Woke,
+            ) => {
                 self.stall.record_wait(wait);
+                self.capacity_wait
+                    .add(reason, now.saturating_duration_since(began));
                 self.new_round();
                 Step::plain(self.select())
             }
@@ -428,7 +465,7 @@ impl CallMachine {
                             now,
                         )
                     } else {
-                        self.begin_wait(hint.min(self.poll_interval))
+                        self.begin_wait(hint.min(self.poll_interval), WaitReason::Gate, now)
                     }
                 } else if paced {
                     // Backpressure from the pacers: wait for a slot to come back.
@@ -452,7 +489,7 @@ impl CallMachine {
                     } else {
                         // Never shortened: sleep to the earliest cooldown end, plus jitter.
                         let jitter = Duration::from_millis(self.rng.random_range(0..=50));
-                        self.begin_wait(wait + jitter)
+                        self.begin_wait(wait + jitter, WaitReason::Cooldown, now)
                     }
                 }
             }
@@ -464,6 +501,9 @@ impl CallMachine {
         let mut cool = None;
         let action = match answer {
             Admission::Granted => {
+                let waited = self.capacity_wait.total();
+                self.last_attempt_wait = waited.saturating_sub(self.waited_before_last_grant);
+                self.waited_before_last_grant = waited;
                 self.attempt_no += 1;
                 self.budget_used += 1;
                 self.state = State::Sending(source);
@@ -508,7 +548,7 @@ impl CallMachine {
                             now,
                         )
                     } else {
-                        self.begin_wait(retry_after.min(self.poll_interval))
+                        self.begin_wait(retry_after.min(self.poll_interval), WaitReason::Gate, now)
                     }
                 } else {
                     self.not_before(source, now + retry_after);
@@ -564,7 +604,7 @@ impl CallMachine {
             // Pushback: no budget spent; the wait counts as stalling.
             self.budget_used -= 1;
             let wait = self.draw_backoff(self.attempt_no, failure.retry_after);
-            self.begin_wait(wait)
+            self.begin_wait(wait, WaitReason::RateLimited, now)
         } else if self.budget_used >= self.max_attempts {
             let hint = self.min_retry_after.unwrap_or(Duration::ZERO);
             let detail = format!("{} attempt(s) failed", self.budget_used);
@@ -581,20 +621,29 @@ impl CallMachine {
 
     /// A non-productive wait. Condition (A) of the stall guard is local and cheap; the backend
     /// is asked for (B) only once it holds.
-    fn begin_wait(&mut self, wait: Duration) -> Action {
+    fn begin_wait(&mut self, wait: Duration, reason: WaitReason, now: Instant) -> Action {
         if self.stall.waited() >= self.stall.window() {
-            self.state = State::AskingProgress(wait);
+            self.state = State::AskingProgress(wait, reason);
             Action::AskProgress
         } else {
             // Not stalled: (A) does not hold (the scope's age is irrelevant).
-            self.state = State::Waiting(self.clamp_wait(wait));
-            Action::Wait(self.clamp_wait(wait))
+            self.wait(self.clamp_wait(wait), reason, now)
         }
+    }
+
+    fn wait(&mut self, wait: Duration, reason: WaitReason, now: Instant) -> Action {
+        self.state = State::Waiting {
+            wait,
+            began: now,
+            reason,
+        };
+        Action::Wait(wait)
     }
 
     fn wait_or_stall(
         &mut self,
         wait: Duration,
+        reason: WaitReason,
         progress_age: Option<Duration>,
         now: Instant,
     ) -> Action {
@@ -606,9 +655,7 @@ impl CallMachine {
             );
             return self.unavailable(ScopeReason::Stalled, hint, detail, now);
         }
-        let wait = self.clamp_wait(wait);
-        self.state = State::Waiting(wait);
-        Action::Wait(wait)
+        self.wait(self.clamp_wait(wait), reason, now)
     }
 
     /// Once the stall budget is spent but the scope is progressing, keep waiting at the natural
@@ -1024,5 +1071,88 @@ mod tests {
             settlement(Err((V::Dead, FailureClass::SourceDead)), 100, true),
             (BreakerAction::ForceOpen, 0)
         );
+    }
+
+    #[test]
+    fn capacity_wait_counts_pacer_and_pushback_waits_but_not_transient_backoff() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 1, t0);
+        m.start();
+        // Every pacer is full: the call waits for a slot, which comes back 200 ms later.
+        let paced = Selected::NoneEligible {
+            earliest_cooling: None,
+            paced: true,
+        };
+        let step = m.step(Event::Selected(paced), t0);
+        assert!(matches!(step.action, Action::AwaitSlot(_)));
+        let t1 = t0 + ms(200);
+        m.step(Event::Woke, t1);
+        assert!(matches!(
+            admitted(&mut m, t1),
+            Action::Send { attempt: 1, .. }
+        ));
+        assert_eq!(m.last_attempt_wait(), ms(200));
+        // A 429 with `Retry-After: 1`: the pushback wait is capacity too.
+        let step = m.step(failed(FailureClass::Transient, true, Some(ms(1000))), t1);
+        assert!(matches!(step.action, Action::Wait(_)));
+        let t2 = t1 + ms(1000);
+        m.step(Event::Woke, t2);
+        assert!(matches!(
+            admitted(&mut m, t2),
+            Action::Send { attempt: 2, .. }
+        ));
+        assert_eq!(m.last_attempt_wait(), ms(1000));
+        // A 5xx: the retry's back-off is not waiting for capacity.
+        let step = m.step(failed(FailureClass::Transient, false, None), t2);
+        assert!(matches!(step.action, Action::Backoff(_)));
+        let t3 = t2 + ms(300);
+        m.step(Event::Woke, t3);
+        assert!(matches!(
+            admitted(&mut m, t3),
+            Action::Send { attempt: 3, .. }
+        ));
+        assert_eq!(m.last_attempt_wait(), Duration::ZERO);
+        let waited = m.capacity_wait();
+        assert_eq!(waited.of(WaitReason::Pacer), ms(200));
+        assert_eq!(waited.of(WaitReason::RateLimited), ms(1000));
+        assert_eq!(waited.total(), ms(1200));
+    }
+
+    #[test]
+    fn waiting_for_open_circuits_and_full_gates_is_named_by_its_reason() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut c = config(3);
+        c.circuit_open_waits = true;
+        c.quota_full_fails_fast = false;
+        let mut m = machine(&c, 1, t0);
+        m.start();
+        let cooling = Selected::NoneEligible {
+            earliest_cooling: Some(t0 + ms(100)),
+            paced: false,
+        };
+        assert!(matches!(
+            m.step(Event::Selected(cooling), t0).action,
+            Action::Wait(_)
+        ));
+        let t1 = t0 + ms(150);
+        m.step(Event::Woke, t1);
+        m.step(Event::Selected(Selected::Picked(0)), t1);
+        let refused = Admission::GateRefused {
+            gate: Gate::GlobalRpm,
+            retry_after: ms(400),
+        };
+        assert!(matches!(
+            m.step(Event::Admission(refused), t1).action,
+            Action::Wait(_)
+        ));
+        let t2 = t1 + ms(400);
+        m.step(Event::Woke, t2);
+        admitted(&mut m, t2);
+        let waited = m.capacity_wait();
+        assert_eq!(waited.of(WaitReason::Cooldown), ms(150));
+        assert_eq!(waited.of(WaitReason::Gate), ms(400));
+        assert_eq!(m.last_attempt_wait(), ms(550));
     }
 }

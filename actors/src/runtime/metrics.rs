@@ -13,6 +13,8 @@ use metrics::{Counter, Gauge, Histogram};
 use crate::outcome::AttemptVerdict;
 use crate::ports::breaker::BreakerState;
 
+use super::wait::{CapacityWait, WaitReason};
+
 /// Governed calls finished, by `scope` and `outcome` (`ok` or a failure kind).
 ///
 /// ```
@@ -47,7 +49,10 @@ pub const ATTEMPTS_TOTAL: &str = "pgw_attempts_total";
 /// assert!(METRICS.contains(&(RETRIES_TOTAL, "counter", "scope")));
 /// ```
 pub const RETRIES_TOTAL: &str = "pgw_retries_total";
-/// Time an attempt waited for the breaker and the six gates, by `scope` (seconds).
+/// Time one admission took to answer (the breaker and the six gates), by `scope` (seconds): the
+/// governance backend's round trip, microseconds in memory, one script call with Redis. A
+/// refusal answers at once, so waiting for capacity never shows here: that is
+/// [`CAPACITY_WAIT_SECONDS`].
 ///
 /// ```
 /// use polygateway_actors::runtime::metrics::{ADMISSION_WAIT_SECONDS, METRICS};
@@ -55,6 +60,27 @@ pub const RETRIES_TOTAL: &str = "pgw_retries_total";
 /// assert!(METRICS.contains(&(ADMISSION_WAIT_SECONDS, "histogram", "scope")));
 /// ```
 pub const ADMISSION_WAIT_SECONDS: &str = "pgw_admission_wait_seconds";
+/// Time a call waited for capacity before its attempts were sent, by `scope` and `reason`
+/// (seconds): one observation per finished call and reason it waited for, the call's total for
+/// that reason. Reasons: [`CAPACITY_WAIT_REASONS`]. The back-off before retrying a transient
+/// failure (5xx, network) is not waiting for capacity and is not counted.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{CAPACITY_WAIT_SECONDS, METRICS};
+/// assert_eq!(CAPACITY_WAIT_SECONDS, "pgw_capacity_wait_seconds");
+/// assert!(METRICS.contains(&(CAPACITY_WAIT_SECONDS, "histogram", "scope, reason")));
+/// ```
+pub const CAPACITY_WAIT_SECONDS: &str = "pgw_capacity_wait_seconds";
+/// The values of the `reason` label of [`CAPACITY_WAIT_SECONDS`]: `pacer` (every eligible
+/// source's pacer was full), `gate` (a quota gate refused: RPM, TPM, concurrency), `cooldown`
+/// (every source was cooling down and `CIRCUIT_OPEN=wait`), `rate_limited` (after a 429, for its
+/// `Retry-After` or the back-off).
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::CAPACITY_WAIT_REASONS;
+/// assert_eq!(CAPACITY_WAIT_REASONS, ["pacer", "gate", "cooldown", "rate_limited"]);
+/// ```
+pub const CAPACITY_WAIT_REASONS: [&str; 4] = ["pacer", "gate", "cooldown", "rate_limited"];
 /// Attempts holding a pacer slot now, by `scope` and `source`.
 ///
 /// ```
@@ -97,7 +123,7 @@ pub const BREAKER_STATE_CHANGES_TOTAL: &str = "pgw_breaker_state_changes_total";
 ///
 /// ```
 /// use polygateway_actors::runtime::metrics::METRICS;
-/// assert_eq!(METRICS.len(), 9);
+/// assert_eq!(METRICS.len(), 10);
 /// let (name, kind, labels) = METRICS[0];
 /// assert_eq!((name, kind, labels), ("pgw_calls_total", "counter", "scope, outcome"));
 /// assert!(METRICS.iter().all(|(name, _, _)| name.starts_with("pgw_")));
@@ -108,6 +134,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (ATTEMPTS_TOTAL, "counter", "scope, source, result"),
     (RETRIES_TOTAL, "counter", "scope"),
     (ADMISSION_WAIT_SECONDS, "histogram", "scope"),
+    (CAPACITY_WAIT_SECONDS, "histogram", "scope, reason"),
     (IN_FLIGHT, "gauge", "scope, source"),
     (PACER_LIMIT, "gauge", "scope, source"),
     (BREAKER_STATE, "gauge", "scope, source"),
@@ -162,6 +189,8 @@ pub(crate) struct ScopeMetrics {
     duration: Histogram,
     retries: Counter,
     admission_wait: Histogram,
+    /// Indexed like [`WaitReason::ALL`].
+    capacity_wait: Vec<Histogram>,
 }
 
 impl ScopeMetrics {
@@ -176,6 +205,10 @@ impl ScopeMetrics {
             duration: metrics::histogram!(CALL_DURATION_SECONDS, "scope" => scope.to_string()),
             retries: metrics::counter!(RETRIES_TOTAL, "scope" => scope.to_string()),
             admission_wait: metrics::histogram!(ADMISSION_WAIT_SECONDS, "scope" => scope.to_string()),
+            capacity_wait: WaitReason::ALL
+                .iter()
+                .map(|r| metrics::histogram!(CAPACITY_WAIT_SECONDS, "scope" => scope.to_string(), "reason" => r.as_str()))
+                .collect(),
         }
     }
 
@@ -192,6 +225,16 @@ impl ScopeMetrics {
 
     pub(crate) fn admission_waited(&self, seconds: f64) {
         self.admission_wait.record(seconds);
+    }
+
+    /// A call finished having waited `wait`: one observation per reason it waited for.
+    pub(crate) fn capacity_waited(&self, wait: &CapacityWait) {
+        for (reason, histogram) in WaitReason::ALL.iter().zip(&self.capacity_wait) {
+            let waited = wait.of(*reason);
+            if !waited.is_zero() {
+                histogram.record(waited.as_secs_f64());
+            }
+        }
     }
 }
 
@@ -286,5 +329,16 @@ impl BreakerGauge {
             BreakerState::Open => 1,
             BreakerState::HalfOpen => 2,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_wait_reasons_are_the_ones_the_runtime_labels() {
+        let labels: Vec<_> = WaitReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(labels, CAPACITY_WAIT_REASONS);
     }
 }

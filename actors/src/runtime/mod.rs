@@ -21,6 +21,7 @@ mod shared;
 pub(crate) mod slot;
 mod source;
 mod supervisor;
+mod wait;
 
 pub use admission::{Governance, GovernanceFactory};
 pub use call::{CallFailure, CallOptions, Governed, ScopeReason};

@@ -97,6 +97,9 @@ pub struct AttemptReport<'a, T: Transport> {
     pub attempt: u32,
     /// Wall time of the attempt.
     pub elapsed: Duration,
+    /// Time the call waited for capacity (pacer slot, gates, cooldown, 429 pushback) since its
+    /// previous attempt, or since it started: the rows of one call add up to its wait.
+    pub capacity_wait: Duration,
     /// How it ended.
     pub result: AttemptResult<'a, T>,
     /// `true` if this attempt was a half-open probe.
@@ -140,6 +143,8 @@ pub struct TerminalReport<'a, E> {
     pub record_id: &'a str,
     /// Why it failed.
     pub failure: &'a CallFailure<E>,
+    /// Time the call waited for capacity before it failed.
+    pub capacity_wait: Duration,
 }
 
 /// Receives attempt and terminal reports. Implemented by the embedding crate per call (it holds

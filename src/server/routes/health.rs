@@ -74,7 +74,7 @@ pub(crate) async fn readyz(State(app): State<Arc<App>>) -> Response {
 
 /// `GET /metrics`.
 pub(crate) async fn metrics() -> Response {
-    match crate::server::prometheus::render() {
+    match crate::server::render_metrics() {
         Some(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         None => (
             StatusCode::NOT_FOUND,

@@ -269,6 +269,8 @@ impl OcrTransport {
             source_name: self.settings.name.clone(),
             usage: 0,
             latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+            // The runtime knows the call's waiting, the transport does not.
+            capacity_wait_ms: 0.0,
             call_id: call_id.clone(),
             raw,
         };
