@@ -250,6 +250,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "testkit")] // the source settings come from the testkit
     fn a_built_pool_follows_a_shorter_announcement_and_never_rises() {
         let mut settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
         settings.pool_idle_timeout = Duration::from_secs(30);
