@@ -108,7 +108,7 @@ async fn drive(
         let item = match parse_line(&line, line_no, &job.routing) {
             Ok(item) => item,
             Err(e) => {
-                emit(&shared, &tx, line_error(&shared, &e)).await;
+                emit(&shared, &tx, line_error(&e)).await;
                 continue;
             }
         };
@@ -122,7 +122,7 @@ async fn drive(
                 ),
                 custom_id: Some(item.custom_id),
             };
-            emit(&shared, &tx, line_error(&shared, &e)).await;
+            emit(&shared, &tx, line_error(&e)).await;
             continue;
         }
         #[cfg(feature = "sqlite")]
@@ -132,7 +132,7 @@ async fn drive(
             match journal.lookup(&item.custom_id).await {
                 Ok(Some(entry)) if entry.fingerprint == fingerprint => {
                     Progress::add(&p.from_journal);
-                    emit(&shared, &tx, replayed(&shared, entry)).await;
+                    emit(&shared, &tx, replayed(entry)).await;
                     continue;
                 }
                 Ok(Some(_)) => {
@@ -147,7 +147,7 @@ async fn drive(
                         ),
                         custom_id: Some(item.custom_id),
                     };
-                    emit(&shared, &tx, line_error(&shared, &e)).await;
+                    emit(&shared, &tx, line_error(&e)).await;
                     continue;
                 }
                 Ok(None) => {}
@@ -200,7 +200,7 @@ fn fail(shared: &Shared, message: String) {
     shared.stop.cancel();
 }
 
-fn line_error(_shared: &Shared, e: &LineError) -> BatchResult {
+fn line_error(e: &LineError) -> BatchResult {
     BatchResult {
         custom_id: e.custom_id.clone(),
         line: output::rejected_line(e),
@@ -213,7 +213,7 @@ fn line_error(_shared: &Shared, e: &LineError) -> BatchResult {
 }
 
 #[cfg(feature = "sqlite")]
-fn replayed(_shared: &Shared, entry: Entry) -> BatchResult {
+fn replayed(entry: Entry) -> BatchResult {
     BatchResult {
         custom_id: Some(entry.custom_id),
         line: entry.line,
