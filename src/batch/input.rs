@@ -30,7 +30,7 @@ pub(crate) struct Routing {
 }
 
 /// A line that can be sent.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct Item {
     pub(crate) custom_id: String,
     /// The scope that serves it.
@@ -41,7 +41,7 @@ pub(crate) struct Item {
 }
 
 /// The governed call an item makes.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub(crate) enum Call {
     Chat {
         messages: Vec<Message>,
@@ -199,7 +199,7 @@ fn chat_call(mut body: Map<String, Value>) -> Result<Call, String> {
         options, schema, ..
     } = response_format(
         req.response_format,
-        options_for("", req.user).overlay(req.rest),
+        options_for(None, req.user).overlay(req.rest),
     )
     .map_err(|e| e.message)?;
     options.validate().map_err(|e| e.to_string())?;
@@ -224,7 +224,7 @@ fn embed_call(mut body: Map<String, Value>) -> Result<Call, String> {
     let base64 = wants_base64(req.encoding_format.as_deref())?;
     Ok(Call::Embed {
         texts,
-        options: options_for("", req.user),
+        options: options_for(None, req.user),
         base64,
     })
 }

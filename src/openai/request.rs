@@ -126,9 +126,13 @@ fn schema_request(format: &Value) -> Result<SchemaRequest, ErrorShape> {
     Ok(SchemaRequest { name, schema })
 }
 
-/// The call options of a request from `tenant`, with OpenAI's `user` as telemetry meta `user`.
-pub(crate) fn options_for(tenant: &str, user: Option<String>) -> CallOptions {
-    let options = CallOptions::new().tenant_id(tenant);
+/// The call options of a request from `tenant` (none: unattributed), with OpenAI's `user` as
+/// telemetry meta `user`.
+pub(crate) fn options_for(tenant: Option<&str>, user: Option<String>) -> CallOptions {
+    let options = match tenant {
+        Some(tenant) => CallOptions::new().tenant_id(tenant),
+        None => CallOptions::new(),
+    };
     match user {
         Some(user) => options.meta_entry("user", user),
         None => options,

@@ -162,6 +162,8 @@ async fn run_job(
         }
     }
     out.flush().await.map_err(write_failed)?;
+    // A last report, so even a job shorter than one interval shows its progress line.
+    report(args.progress, &job.progress(), &previous);
     let read_error = read_error.lock().ok().and_then(|e| e.clone());
     summary(args, &job, &journal, read_error.as_deref())
 }

@@ -63,7 +63,7 @@ async fn chat(
         structured,
     } = response_format(
         req.response_format,
-        options_for(key.tenant(), req.user).overlay(req.rest),
+        options_for(Some(key.tenant()), req.user).overlay(req.rest),
     )?;
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
@@ -188,7 +188,7 @@ async fn embed(
     let timeout = app.settings.request_timeout;
     let out = tokio::time::timeout(
         timeout,
-        handle.embed(texts, options_for(key.tenant(), req.user)),
+        handle.embed(texts, options_for(Some(key.tenant()), req.user)),
     )
     .await
     .map_err(|_| ApiError::timeout(timeout))??;
