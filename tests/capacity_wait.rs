@@ -20,11 +20,11 @@ fn waits_recorded(handle: &metrics_exporter_prometheus::PrometheusHandle, reason
         .unwrap_or(0)
 }
 
-/// The `capacity_wait_ms` of every row, summed per `parent_call_id`.
+/// The `capacity_wait_ms` of every row, summed per `call_group_id` (the call's own id).
 fn row_waits(path: &std::path::Path) -> BTreeMap<String, f64> {
     let db = rusqlite::Connection::open(path).unwrap();
     let mut stmt = db
-        .prepare("SELECT parent_call_id, capacity_wait_ms FROM llm_calls")
+        .prepare("SELECT call_group_id, capacity_wait_ms FROM llm_calls")
         .unwrap();
     let mut sums = BTreeMap::new();
     for row in stmt
@@ -92,7 +92,7 @@ async fn calls_queued_for_pacer_slots_report_their_wait_and_an_idle_call_reports
     let rows = row_waits(&db);
     assert_eq!(rows.len(), 5, "{rows:?}");
     for answer in answers.iter().chain([&alone]) {
-        let call = answer.parent_call_id.as_deref().unwrap();
+        let call = answer.call_group_id.as_deref().unwrap();
         assert_eq!(rows[call], answer.capacity_wait_ms, "{call}: {rows:?}");
     }
 }

@@ -2,11 +2,12 @@
 //! that close every connection after its answer — silently, the way llama.cpp's `llama-server`
 //! does after a streamed answer, or saying `Connection: close` — streamed calls all succeed, the
 //! sources stay fully healthy, and the requests that met a closed pooled connection are re-sent
-//! (counted, not attempts).
+//! (counted, not attempts). And the pool follows a server's announced `Keep-Alive: timeout=`.
 
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream, MOCK_CONTENT};
@@ -91,4 +92,42 @@ async fn upstreams_that_close_silently_lose_no_call_and_no_health() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstreams_that_announce_connection_close_lose_no_call() {
     no_call_lost("connection_close", true).await;
+}
+
+/// The pool follows what the upstream says (issue #35): a server announcing `Keep-Alive:
+/// timeout=2` brings a source configured to keep idle connections 30 s below 2 s after one
+/// answer, so the pool drops an idle connection before the server does; a server that announces
+/// nothing leaves the configured value alone.
+#[tokio::test]
+async fn the_pool_idle_timeout_follows_an_announced_keep_alive_timeout() {
+    async fn idle_timeout_after_one_call(
+        mock: &MockUpstream,
+    ) -> (Option<Duration>, Option<Duration>) {
+        let gw = common::gateway(
+            &[("openai", mock)],
+            &[("LLM__OPENAI__1__POOL_IDLE_TIMEOUT_S", "30")],
+        )
+        .await;
+        let before = gw.sources("LLM").await.unwrap()[0].pool_idle_timeout;
+        let answer = gw.chat(vec![Message::user("hi")]).await.unwrap();
+        assert_eq!(answer.content, MOCK_CONTENT);
+        let after = gw.sources("LLM").await.unwrap()[0].pool_idle_timeout;
+        gw.shutdown().await;
+        (before, after)
+    }
+
+    let announcing = MockUpstream::start(Behaviour::healthy()).await;
+    announcing.announce_keep_alive_timeout(2);
+    let (before, after) = idle_timeout_after_one_call(&announcing).await;
+    assert_eq!(before, Some(Duration::from_secs(30)));
+    let after = after.expect("the gateway built this source's client");
+    assert!(after < Duration::from_secs(2), "{after:?}");
+    assert_eq!(after, Duration::from_secs(1), "2 s minus the 1 s margin");
+
+    let silent = MockUpstream::start(Behaviour::healthy()).await;
+    let (before, after) = idle_timeout_after_one_call(&silent).await;
+    assert_eq!(
+        (before, after),
+        (Some(Duration::from_secs(30)), Some(Duration::from_secs(30)))
+    );
 }

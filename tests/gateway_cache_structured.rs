@@ -340,7 +340,8 @@ async fn plain_and_typed_calls_do_not_share_cache_entries() {
 
 /// Issue #21: after re-asks the answers summed to less than `llm_calls` (the rejected answers
 /// were billed too), and re-ask rows carried `parent_call_id = NULL`. Now an answer reports the
-/// whole call and every row of it — failed attempts, re-asks, cache hits — carries its id.
+/// whole call and every row of it — failed attempts, re-asks, cache hits — carries its id
+/// (`call_group_id`; `parent_call_id` stays the caller's chain link, empty here).
 #[tokio::test]
 async fn answers_sum_to_the_telemetry_rows_of_their_calls() {
     let dir = tempfile::tempdir().unwrap();
@@ -407,14 +408,15 @@ async fn answers_sum_to_the_telemetry_rows_of_their_calls() {
     // Per call: every row carries the call's id, and its rows sum to the answer.
     let mut ids = std::collections::HashSet::new();
     for answer in &answers {
+        assert_eq!(answer.parent_call_id, None, "no chain link was given");
         let id = answer
-            .parent_call_id
+            .call_group_id
             .clone()
             .expect("a gateway answer has a call id");
         assert!(ids.insert(id.clone()), "one id per call");
         let (n, cost): (i64, Option<f64>) = conn
             .query_row(
-                "SELECT COUNT(*), SUM(cost) FROM llm_calls WHERE parent_call_id = ?1",
+                "SELECT COUNT(*), SUM(cost) FROM llm_calls WHERE call_group_id = ?1",
                 [&id],
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
@@ -431,7 +433,7 @@ async fn answers_sum_to_the_telemetry_rows_of_their_calls() {
     }
     let orphans: i64 = conn
         .query_row(
-            "SELECT COUNT(*) FROM llm_calls WHERE parent_call_id IS NULL",
+            "SELECT COUNT(*) FROM llm_calls WHERE call_group_id IS NULL",
             [],
             |r| r.get(0),
         )

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{cancelled_attempts, gateway, wait_idle};
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-use polygateway::{GatewayError, Message, UnavailableReason};
+use polygateway::{GatewayError, Message, UnavailableKind, UnavailableReason};
 
 #[tokio::test]
 async fn transient_failures_switch_to_a_healthy_source() {
@@ -67,6 +67,8 @@ async fn every_circuit_open_fails_fast_with_a_retry_hint() {
     let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
     let unavailable = err.unavailable().expect("scope-level unavailable");
     assert_eq!(unavailable.reason, UnavailableReason::CircuitOpen);
+    // The call's own attempt opened the only breaker: it used up its sources.
+    assert_eq!(unavailable.kind, UnavailableKind::AllSourcesExhausted);
     assert!(unavailable.retry_after_s > 20.0, "{unavailable:?}");
     assert_eq!(
         unavailable
@@ -78,6 +80,11 @@ async fn every_circuit_open_fails_fast_with_a_retry_hint() {
     // The next call is refused without reaching the source.
     let again = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
     assert!(again.is_unavailable());
+    // Refused at the gate without an attempt: the circuit-open member of the family.
+    assert_eq!(
+        again.unavailable().map(|u| u.kind),
+        Some(UnavailableKind::CircuitOpen)
+    );
     assert_eq!(mock.counts().chat, 1);
     gw.shutdown().await;
 }

@@ -242,7 +242,7 @@ async fn every_streamed_attempt_has_a_row_and_a_dropped_stream_is_recorded_cance
         .map(Result::unwrap)
         .collect();
     assert_eq!(rows.len(), 3, "{rows:?}");
-    assert!(rows[0].1.starts_with("Transient: "), "{rows:?}");
+    assert!(rows[0].1.starts_with("TransientError: "), "{rows:?}");
     assert_eq!(rows[1].0, done.call_id);
     assert_eq!(rows[1].2.as_deref(), Some("clean"));
     assert_eq!(rows[2].1, "cancelled");

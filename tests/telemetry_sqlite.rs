@@ -77,7 +77,7 @@ async fn creates_the_table_in_column_order_with_wal_and_writes_every_field() {
     full.parent_call_id = Some("parent".into());
     full.ttft_ms = Some(3.0);
     full.cache_hit = true;
-    full.error = Some("Transient: boom".into());
+    full.error = Some("TransientError: boom".into());
     full.cached_prompt_tokens = Some(4);
     full.model_reported = Some("m-2026".into());
     full.sampling = Some(r#"{"temperature":0.2}"#.into());
@@ -122,7 +122,7 @@ async fn creates_the_table_in_column_order_with_wal_and_writes_every_field() {
             "parent".into(),
             3.0,
             true,
-            "Transient: boom".into(),
+            "TransientError: boom".into(),
             4,
             "m-2026".into(),
             r#"{"temperature":0.2}"#.into(),
@@ -172,7 +172,7 @@ async fn auto_mode_adds_missing_columns_to_an_old_table() {
         upgraded.iter().any(|c| c == "structured_mode"),
         "{upgraded:?}"
     );
-    assert_eq!(upgraded.last().unwrap(), "capacity_wait_ms");
+    assert_eq!(upgraded.last().unwrap(), "call_group_id");
     let tenant: String = Connection::open(&path)
         .unwrap()
         .query_row("SELECT tenant_id FROM llm_calls", [], |r| r.get(0))

@@ -33,6 +33,9 @@ from .exceptions import (
     StreamInterruptedError,
     TransientError,
 )
+from .pricing import ModelPrice, PricingTable
+from .providers import DEFAULT_PROFILES, ProviderProfile
+from .settings import EmbeddingSettings, GatewaySettings, OcrSettings, SourceConfig
 from .types import (
     ChatDelta,
     EmbeddingResponse,
@@ -41,6 +44,9 @@ from .types import (
     ToolCall,
     ToolCallDelta,
 )
+
+__version__: str = _native.__version__
+"""The package version (the Rust crate's, so wheel, runtime and Python agree)."""
 
 __all__ = [
     "GatewayClient",
@@ -52,7 +58,16 @@ __all__ = [
     "ChatDelta",
     "EmbeddingResponse",
     "TelemetryStatus",
+    "GatewaySettings",
+    "EmbeddingSettings",
+    "OcrSettings",
+    "SourceConfig",
+    "ProviderProfile",
+    "DEFAULT_PROFILES",
+    "PricingTable",
+    "ModelPrice",
     "telemetry_schema_sql",
+    "__version__",
     "PolyGatewayError",
     "TransientError",
     "SourceDeadError",

@@ -1,11 +1,17 @@
 """Type stubs of the extension module (internal: use the ``polygateway`` package API)."""
 
 import asyncio
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .types import TelemetryStatus
 
 HAS_TESTKIT: bool
+__version__: str
+
+class NativeGovernance:
+    @property
+    def backend(self) -> str: ...
+    def __eq__(self, other: object) -> bool: ...
 
 class Bridge:
     def __init__(self) -> None: ...
@@ -14,10 +20,14 @@ class Bridge:
 
 class NativeGateway:
     def __init__(
-        self, scope: str, kind: str, env: Optional[Dict[str, str]] = ..., dotenv: Optional[str] = ...
+        self, scope: str, kind: str, env: Optional[Dict[str, str]] = ..., dotenv: Optional[str] = ...,
+        governance: Optional[NativeGovernance] = ...,
+        profiles: Optional[List[Tuple[str, str, str, str, bool, bool, bool]]] = ...,
     ) -> None: ...
     @property
     def scope(self) -> str: ...
+    @property
+    def governance(self) -> Optional[NativeGovernance]: ...
     def chat(self, bridge: Bridge, future: asyncio.Future[Any], messages: str, session_id: Optional[str],
              parent_call_id: Optional[str], cache_salt: Optional[str], cache_namespace: Optional[str],
              stream: bool, overlay: Optional[str], tenant_id: Optional[str],
@@ -64,4 +74,5 @@ class NativeMockOcr:
     def total_requests(self) -> int: ...
 
 def schema_sql(backend: str) -> str: ...
+def default_profiles() -> List[Tuple[str, str, str, str, bool, bool, bool]]: ...
 def _shutdown() -> None: ...

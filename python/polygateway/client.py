@@ -14,6 +14,9 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Type, Union
 
 from . import _native
 from ._bridge import submit
+from .exceptions import ConfigError
+from .providers import Registry, registry_args
+from .settings import GatewaySettings
 from .structured import SchemaCall, schema_call
 from .types import ChatDelta, EmbeddingResponse, LLMResponse, TelemetryStatus, ToolCallDelta
 
@@ -34,12 +37,52 @@ def _env_args(env: EnvArg) -> Dict[str, Any]:
 
 
 def _settings_args(settings: Any) -> Dict[str, Any]:
+    if isinstance(settings, GatewaySettings):
+        return {"env": settings.to_env()}
     if isinstance(settings, Mapping):
         return {"env": {str(k): str(v) for k, v in settings.items()}}
     raise TypeError(
-        "settings must be a mapping of configuration keys to values "
-        "(e.g. {'LLM__OPENAI__1__BASE_URL': ..., 'PGW_LIMITER_BACKEND': 'memory'})"
+        "settings must be a GatewaySettings (EmbeddingSettings, OcrSettings) or a mapping of "
+        "configuration keys to values (e.g. {'LLM__OPENAI__1__BASE_URL': ..., "
+        "'PGW_LIMITER_BACKEND': 'memory'})"
     )
+
+
+def _injection_args(limiter: Any, breaker: Any, cache: Any, telemetry: Any,
+                    registry: Optional[Registry]) -> Dict[str, Any]:
+    """The injection keywords of the original's ``from_env`` / ``from_settings``.
+
+    ``limiter=`` / ``breaker=`` take another client's ``.limiter`` / ``.breaker``: this runtime
+    keeps limits and breakers in one governance store, so they are shared together. ``cache=``
+    and ``telemetry=`` objects cannot be handed over: clients share a cache or a telemetry table
+    through the backend they are configured with.
+    """
+    args: Dict[str, Any] = {}
+    if (limiter is None) != (breaker is None) or (limiter is not None and limiter != breaker):
+        raise ConfigError(
+            "limiter= and breaker= are shared together here (limits and breakers live in one "
+            "governance store): pass limiter=other.limiter, breaker=other.breaker of the same "
+            "client"
+        )
+    if limiter is not None:
+        if not isinstance(limiter, _native.NativeGovernance):
+            raise TypeError("limiter=/breaker= take another client's .limiter / .breaker")
+        args["governance"] = limiter
+    if cache is not None:
+        raise ConfigError(
+            "cache= cannot inject a cache object into this runtime: clients share a response "
+            "cache through PGW_CACHE_BACKEND=redis with the same REDIS_URL and "
+            "PGW_CACHE_NAMESPACE"
+        )
+    if telemetry is not None:
+        raise ConfigError(
+            "telemetry= cannot inject a recorder into this runtime: point the clients' "
+            "PGW_TELEMETRY_* keys at the same SQLite file or Postgres DSN (rows of every client "
+            "land in the one llm_calls table)"
+        )
+    if registry is not None:
+        args["profiles"] = registry_args(registry)
+    return args
 
 
 class _Client:
@@ -48,22 +91,53 @@ class _Client:
     def __init__(self, native: "_native.NativeGateway") -> None:
         self._native = native
 
-    @classmethod
-    def from_env(cls, scope: str = "LLM", *, env: EnvArg = None):
-        """Build from the environment: ``env=None`` reads the process environment over
-        ``./.env``; a mapping replaces the environment; a path names a ``.env`` file.
-        A missing or invalid key raises ``ConfigError`` naming it."""
-        return cls(_native.NativeGateway(scope, cls._kind, **_env_args(env)))
+    _default_scope = "LLM"
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, str], scope: str = "LLM"):
-        """Build from a mapping of configuration keys (no environment, no ``.env``)."""
-        return cls(_native.NativeGateway(scope, cls._kind, **_settings_args(settings)))
+    def from_env(cls, scope: Optional[str] = None, *, limiter: Any = None, breaker: Any = None,
+                 cache: Any = None, telemetry: Any = None, registry: Optional[Registry] = None,
+                 env: EnvArg = None):
+        """Build from the environment: ``env=None`` reads the process environment over
+        ``./.env``; a mapping replaces the environment; a path names a ``.env`` file.
+        A missing or invalid key raises ``ConfigError`` naming it.
+
+        ``limiter=`` / ``breaker=``: another client's ``.limiter`` / ``.breaker`` (both), to be
+        governed by the same limits and breakers; ``registry=``: provider profiles added to the
+        built-in ones (``{**DEFAULT_PROFILES, "mylab": ProviderProfile(...)}``). ``cache=`` and
+        ``telemetry=`` raise ``ConfigError`` naming the configuration that shares them.
+        """
+        injected = _injection_args(limiter, breaker, cache, telemetry, registry)
+        scope = scope or cls._default_scope
+        return cls(_native.NativeGateway(scope, cls._kind, **_env_args(env), **injected))
+
+    @classmethod
+    def from_settings(cls, settings: Union[GatewaySettings, Mapping[str, str]],
+                      scope: Optional[str] = None, *, limiter: Any = None, breaker: Any = None,
+                      cache: Any = None, telemetry: Any = None,
+                      registry: Optional[Registry] = None):
+        """Build from a ``GatewaySettings`` (its scope) or a mapping of configuration keys (no
+        environment, no ``.env``); the injection keywords are those of ``from_env``."""
+        injected = _injection_args(limiter, breaker, cache, telemetry, registry)
+        if scope is None:
+            scope = settings.scope if isinstance(settings, GatewaySettings) else cls._default_scope
+        return cls(_native.NativeGateway(scope, cls._kind, **_settings_args(settings), **injected))
 
     @property
     def scope(self) -> str:
         """The scope this client calls."""
         return self._native.scope
+
+    @property
+    def limiter(self) -> Any:
+        """This client's governance store (limits and breakers), to pass as ``limiter=`` and
+        ``breaker=`` to another client; ``None`` when the limiter and the breaker are configured
+        on different kinds of backend."""
+        return self._native.governance
+
+    @property
+    def breaker(self) -> Any:
+        """The same store as ``limiter`` (limits and breakers are kept together)."""
+        return self._native.governance
 
     @property
     def telemetry_status(self) -> TelemetryStatus:
@@ -208,14 +282,7 @@ class EmbeddingClient(_Client):
     """Governed embeddings on one scope (batched per ``{SCOPE}__BATCH_SIZE``)."""
 
     _kind = "embedding"
-
-    @classmethod
-    def from_env(cls, scope: str = "EMBED", *, env: EnvArg = None) -> "EmbeddingClient":
-        return super().from_env(scope, env=env)
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, str], scope: str = "EMBED") -> "EmbeddingClient":
-        return super().from_settings(settings, scope)
+    _default_scope = "EMBED"
 
     async def embed(
         self,

@@ -9,10 +9,25 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Union
 
 from ._bridge import submit
-from .client import EnvArg, _Client
-from .types import OcrElement, OcrLayout, OcrText
+from .client import _Client
+from .types import (
+    OcrElement,
+    OcrLayout,
+    OcrLayoutElement,
+    OcrLayoutResult,
+    OcrText,
+    OcrTextResult,
+)
 
-__all__ = ["OcrClient", "OcrText", "OcrLayout", "OcrElement"]
+__all__ = [
+    "OcrClient",
+    "OcrText",
+    "OcrLayout",
+    "OcrElement",
+    "OcrTextResult",
+    "OcrLayoutResult",
+    "OcrLayoutElement",
+]
 
 Image = Union[bytes, bytearray, memoryview]
 
@@ -21,14 +36,7 @@ class OcrClient(_Client):
     """Governed OCR on one scope (``OCR__MONKEY__1__*`` sources)."""
 
     _kind = "ocr"
-
-    @classmethod
-    def from_env(cls, scope: str = "OCR", *, env: EnvArg = None) -> "OcrClient":
-        return super().from_env(scope, env=env)
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, str], scope: str = "OCR") -> "OcrClient":
-        return super().from_settings(settings, scope)
+    _default_scope = "OCR"
 
     async def recognize_text(
         self,

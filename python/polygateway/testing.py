@@ -39,7 +39,8 @@ class MockOcr(_native.NativeMockOcr):
 
 def mock_env(scope: str, base_url: str, **extra: Any) -> Dict[str, str]:
     """Minimal configuration of ``scope`` with one source over ``base_url`` (memory governance,
-    no telemetry); ``extra`` adds or overrides keys."""
+    no cache, no telemetry, a 30 s timeout and no streaming watchdog); ``extra`` adds or
+    overrides keys."""
     scope = scope.upper()
     provider = "MONKEY" if scope.startswith("OCR") else "OPENAI"
     env = {
@@ -50,6 +51,7 @@ def mock_env(scope: str, base_url: str, **extra: Any) -> Dict[str, str]:
         f"{scope}__{provider}__1__BASE_URL": base_url,
         f"{scope}__{provider}__1__API_KEY": "sk-test",
         f"{scope}__{provider}__1__MODEL": "test-model",
+        f"{scope}__{provider}__1__TIMEOUT_S": "30",
     }
     if scope.startswith("EMBED"):
         env[f"{scope}__BATCH_SIZE"] = "16"

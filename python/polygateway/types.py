@@ -19,6 +19,9 @@ __all__ = [
     "OcrText",
     "OcrElement",
     "OcrLayout",
+    "OcrTextResult",
+    "OcrLayoutResult",
+    "OcrLayoutElement",
 ]
 
 
@@ -65,6 +68,10 @@ class LLMResponse:
     # Time the call waited for capacity (pacer slot, quota gate, cooldown, 429 pushback), over
     # every ask; not part of latency_ms. 0 on a cache hit.
     capacity_wait_ms: float = 0.0
+    # The call's own id: every telemetry row of this call (attempts, re-asks, a cache hit)
+    # carries it as ``call_group_id``; ``parent_call_id`` is the caller's chain link, as in the
+    # original library (``None`` when none was given).
+    call_group_id: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,10 @@ class EmbeddingResponse:
     call_id: str = ""
     # The longest wait for capacity of any batch (batches run concurrently).
     capacity_wait_ms: float = 0.0
+    cost: Optional[float] = None
+    """The call's cost from the pricing table (``PGW_PRICING_PATH``): every batch priced at the
+    model's input price. ``None`` without a table, without a price for the model, or when the
+    upstream reported no usage."""
 
 
 @dataclass(frozen=True)
@@ -151,12 +162,19 @@ class OcrText:
 
 @dataclass(frozen=True)
 class OcrElement:
-    """One layout element: its kind, ``(x0, y0, x1, y1)`` box, page and text."""
+    """One layout element (the original's ``OcrLayoutElement``): its ``type`` (an open string:
+    ``text``, ``title``, ``table``, …), ``(x1, y1, x2, y2)`` box in page coordinates, page and
+    text. ``kind`` is an alias of ``type``."""
 
-    kind: str
+    type: str
     bbox: Tuple[float, float, float, float]
     page_index: int
     text: str
+
+    @property
+    def kind(self) -> str:
+        """Alias of ``type`` (this package's earlier name)."""
+        return self.type
 
 
 @dataclass(frozen=True)
@@ -180,3 +198,9 @@ class OcrLayout:
 
     def __getitem__(self, index: int) -> OcrElement:
         return self.elements[index]
+
+
+# The original library's names of the OCR answers.
+OcrTextResult = OcrText
+OcrLayoutResult = OcrLayout
+OcrLayoutElement = OcrElement

@@ -92,6 +92,7 @@ impl Bridge {
                 err.write_unraisable(py, Some(future.bind(py)));
             }
         }
+        crate::logs::drain(py);
     }
 }
 

@@ -14,15 +14,18 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use serde_json::Value;
 
-use polygateway::config::Settings;
+use polygateway::config::{Settings, TelemetryBackendSettings};
 use polygateway::structured::SchemaRequest;
-use polygateway::telemetry::{telemetry_schema_sql, SchemaBackend};
-use polygateway::{ChatHandle, EmbeddingHandle, Gateway, GatewayError, OcrHandle};
+use polygateway::telemetry::{telemetry_schema_sql, Pricing, SchemaBackend};
+use polygateway::{ChatHandle, EmbeddingHandle, Gateway, GatewayError, OcrHandle, Usage};
 
 use crate::bridge::{spawn, Bridge};
 use crate::convert::{self, CallArgs};
 use crate::errors;
+use crate::logs;
+use crate::providers::{self, ProfileTuple};
 use crate::runtime::{self, OnRuntime};
+use crate::shared::{self, NativeGovernance};
 use crate::stream::NativeChatStream;
 
 /// The handle of the client's scope, by kind.
@@ -36,6 +39,10 @@ enum ScopeOf {
 struct Inner {
     gateway: Gateway,
     scope: ScopeOf,
+    /// The limiter-and-breaker store, when it is one the client can hand to another.
+    governance: Option<NativeGovernance>,
+    /// The pricing table (`PGW_PRICING_PATH`), to price embeddings answers.
+    pricing: Option<Arc<Pricing>>,
 }
 
 /// Every client's gateway with its runtime generation, so the exit hook can flush those nobody
@@ -82,19 +89,42 @@ pub(crate) struct NativeGateway {
     scope_name: String,
 }
 
+/// The settings under the original library's assembly rules (required keys, no derived
+/// watchdog: `Settings::from_env_original`), from a mapping, a `.env` file under the process
+/// environment, or the process environment over `./.env`.
 fn settings_from(
     env: Option<BTreeMap<String, String>>,
     dotenv: Option<PathBuf>,
 ) -> PyResult<Settings> {
+    let process = || std::env::vars().collect::<BTreeMap<String, String>>();
     let parsed = match (env, dotenv) {
-        (Some(map), dotenv) => Settings::from_env_with(dotenv.as_deref(), &map),
-        (None, Some(path)) => {
-            let process: BTreeMap<String, String> = std::env::vars().collect();
-            Settings::from_env_with(Some(&path), &process)
+        (Some(map), dotenv) => Settings::from_env_original(dotenv.as_deref(), &map),
+        (None, Some(path)) => Settings::from_env_original(Some(&path), &process()),
+        (None, None) => {
+            let local = std::path::Path::new(".env");
+            Settings::from_env_original(local.is_file().then_some(local), &process())
         }
-        (None, None) => Settings::from_env(),
     };
     parsed.map_err(|e| errors::config_error(e.to_string()))
+}
+
+/// The original library writes `PGW_TELEMETRY_SQLITE_PATH=logs/telemetry.db` in its tutorial:
+/// the file's directory is created when missing, so the first rows land; a directory that
+/// cannot be created is refused here, naming the key.
+fn create_telemetry_directory(settings: &Settings) -> PyResult<()> {
+    let TelemetryBackendSettings::Sqlite { path } = &settings.telemetry.backend else {
+        return Ok(());
+    };
+    match std::path::Path::new(path).parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.exists() => std::fs::create_dir_all(dir)
+            .map_err(|e| {
+                errors::config_error(format!(
+                    "PGW_TELEMETRY_SQLITE_PATH: cannot create the directory {} for {path}: {e}",
+                    dir.display()
+                ))
+            }),
+        _ => Ok(()),
+    }
 }
 
 fn wrong_kind(scope: &str, kind: &str) -> GatewayError {
@@ -135,29 +165,54 @@ impl NativeGateway {
 impl NativeGateway {
     /// Build from the environment (`env=None`: the process environment over `./.env`), from a
     /// mapping of configuration keys, or from a `.env` file; `kind` is `chat`, `embedding` or `ocr`.
+    /// `governance` is another client's store to share (`limiter=`/`breaker=`), `profiles` the
+    /// provider profiles added to the built-in ones (`registry=`).
     #[new]
-    #[pyo3(signature = (scope, kind, env=None, dotenv=None))]
+    #[pyo3(signature = (scope, kind, env=None, dotenv=None, governance=None, profiles=None))]
     fn new(
         py: Python<'_>,
         scope: String,
         kind: &str,
         env: Option<BTreeMap<String, String>>,
         dotenv: Option<PathBuf>,
+        governance: Option<PyRef<'_, NativeGovernance>>,
+        profiles: Option<Vec<ProfileTuple>>,
     ) -> PyResult<Self> {
         let settings = settings_from(env, dotenv)?;
+        create_telemetry_directory(&settings)?;
+        let store = shared::store_for(&settings, governance.as_deref())?;
+        let registry = profiles.map(providers::registry).transpose()?;
+        let pricing = match &settings.pricing_path {
+            Some(path) => {
+                Some(Arc::new(Pricing::load(path).map_err(|e| {
+                    errors::config_error(format!("PGW_PRICING_PATH: {e}"))
+                })?))
+            }
+            None => None,
+        };
         let (runtime, generation) = runtime::current()?;
         let scope_name = scope.to_uppercase();
         let kind = kind.to_string();
         let built = py.detach(|| {
             runtime.block_on(async {
-                let gateway = Gateway::from_settings(settings, &scope_name).await?;
+                let mut builder = Gateway::builder(settings).default_scope(&scope_name);
+                builder = shared::apply(builder, store.as_ref());
+                if let Some(registry) = registry {
+                    builder = builder.providers(registry);
+                }
+                let gateway = builder.build().await?;
                 let handle = match kind.as_str() {
                     "chat" => gateway.chat_scope(&scope_name).map(ScopeOf::Chat),
                     "embedding" => gateway.embedding_scope(&scope_name).map(ScopeOf::Embedding),
                     _ => gateway.ocr_scope(&scope_name).map(ScopeOf::Ocr),
                 };
                 match handle {
-                    Ok(scope) => Ok(Inner { gateway, scope }),
+                    Ok(scope) => Ok(Inner {
+                        gateway,
+                        scope,
+                        governance: store,
+                        pricing,
+                    }),
                     Err(_) => {
                         gateway.shutdown().await;
                         Err(wrong_kind(&scope_name, &kind))
@@ -165,6 +220,8 @@ impl NativeGateway {
                 }
             })
         });
+        // What the build logged (a telemetry backend that cannot write) reaches `logging` now.
+        logs::drain(py);
         let inner = Arc::new(built.map_err(errors::to_py_now)?);
         register(&inner, generation);
         Ok(Self {
@@ -177,6 +234,14 @@ impl NativeGateway {
     #[getter]
     fn scope(&self) -> &str {
         &self.scope_name
+    }
+
+    /// The limiter-and-breaker store, to share with another client; `None` when the limiter and
+    /// the breaker live in different kinds of backend.
+    #[getter]
+    fn governance(&self) -> PyResult<Option<NativeGovernance>> {
+        let (inner, _) = self.inner.get()?;
+        Ok(inner.governance.clone())
     }
 
     /// One governed chat call; `future` gets the `LLMResponse`.
@@ -326,6 +391,7 @@ impl NativeGateway {
         meta: Option<Bound<'py, PyDict>>,
     ) -> PyResult<()> {
         let (inner, runtime) = self.inner.get()?;
+        let pricing = inner.pricing.clone();
         let ScopeOf::Embedding(handle) = inner.scope.clone() else {
             return Err(errors::to_py_now(wrong_kind(&self.scope_name, "embedding")));
         };
@@ -345,9 +411,11 @@ impl NativeGateway {
             bridge,
             future,
             async move { handle.embed(texts, options).await },
-            |py, out| {
-                out.map_err(|e| errors::to_py(py, e))
-                    .and_then(|r| convert::embedding_response(py, r))
+            move |py, out| {
+                out.map_err(|e| errors::to_py(py, e)).and_then(|r| {
+                    let cost = pricing.as_deref().and_then(|p| embedding_cost(p, &r));
+                    convert::embedding_response(py, r, cost)
+                })
             },
         )
     }
@@ -420,6 +488,7 @@ impl NativeGateway {
 
     /// The telemetry sink's read-only status snapshot.
     fn telemetry_status(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        logs::drain(py);
         let (inner, _) = self.inner.get()?;
         convert::telemetry_status(py, inner.gateway.telemetry_status())
     }
@@ -482,6 +551,17 @@ impl NativeGateway {
             _ => Err(errors::to_py_now(wrong_kind(&self.scope_name, "OCR"))),
         }
     }
+}
+
+/// What an embeddings answer cost: its prompt tokens at the model's input price (embeddings have
+/// no completion), `None` when the table has no price for the model or usage is unknown.
+fn embedding_cost(pricing: &Pricing, r: &polygateway::EmbeddingResponse) -> Option<f64> {
+    let usage = Usage {
+        prompt_tokens: r.prompt_tokens,
+        source: r.usage_source,
+        ..Usage::default()
+    };
+    pricing.cost(&r.model, &usage)
 }
 
 /// Run the Python validator on one repaired answer (see `NativeGateway::chat_schema`).

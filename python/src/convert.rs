@@ -214,6 +214,7 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
             r.system_fingerprint.into_pyobject(py)?.into_any(),
             PyTuple::new(py, other_choices)?.into_any(),
             r.capacity_wait_ms.into_pyobject(py)?.into_any(),
+            r.call_group_id.into_pyobject(py)?.into_any(),
         ],
     )?;
     Ok(class(py, &LLM_RESPONSE, "LLMResponse")?
@@ -222,7 +223,11 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
 }
 
 /// `polygateway.EmbeddingResponse`.
-pub(crate) fn embedding_response(py: Python<'_>, r: EmbeddingResponse) -> PyResult<Py<PyAny>> {
+pub(crate) fn embedding_response(
+    py: Python<'_>,
+    r: EmbeddingResponse,
+    cost: Option<f64>,
+) -> PyResult<Py<PyAny>> {
     let vectors = PyList::empty(py);
     for v in &r.vectors {
         vectors.append(PyList::new(py, v)?)?;
@@ -238,6 +243,7 @@ pub(crate) fn embedding_response(py: Python<'_>, r: EmbeddingResponse) -> PyResu
         r.latency_ms,
         r.call_id,
         r.capacity_wait_ms,
+        cost,
     );
     Ok(class(py, &EMBEDDING_RESPONSE, "EmbeddingResponse")?
         .call1(args)?

@@ -13,7 +13,10 @@ mod bridge;
 mod client;
 mod convert;
 mod errors;
+mod logs;
+mod providers;
 mod runtime;
+mod shared;
 mod stream;
 #[cfg(feature = "testkit")]
 mod testing;
@@ -36,10 +39,15 @@ fn _shutdown(py: Python<'_>) {
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    logs::install();
     m.add_class::<bridge::Bridge>()?;
     m.add_class::<client::NativeGateway>()?;
     m.add_class::<stream::NativeChatStream>()?;
+    m.add_class::<shared::NativeGovernance>()?;
     m.add_function(wrap_pyfunction!(client::schema_sql, m)?)?;
+    m.add_function(wrap_pyfunction!(providers::default_profiles, m)?)?;
+    // The package version is the crate's: one number for the wheel, the runtime and Python.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
     #[cfg(feature = "testkit")]
     {

@@ -55,8 +55,9 @@ def test_dead_key_is_unavailable_with_a_positive_retry_after(mock):
     with pytest.raises(GatewayUnavailableError) as info:
         run(_chat(llm_env(mock.base_url)))
     exc = info.value
-    # A 401 opens the only source's breaker at once: the scope is circuit-open.
-    assert isinstance(exc, CircuitOpenError)
+    # The original's tutorial: a wrong key ends in AllSourcesExhausted, not a bare 401 — the 401
+    # opened the only source's breaker and no source was left to switch to.
+    assert type(exc) is AllSourcesExhausted
     assert (exc.scope, exc.reason) == ("LLM", "circuit_open")
     assert exc.retry_after_s > 0
     assert exc.per_source_reasons == {"openai_1": "source_dead"}
@@ -113,10 +114,42 @@ def test_assembly_defects(mock):
 def test_unreachable_governance_backend_is_refused_at_start(mock):
     env = llm_env(mock.base_url, PGW_LIMITER_BACKEND="redis", PGW_BREAKER_BACKEND="redis",
                   REDIS_URL="redis://127.0.0.1:1")
+    # Redis down is an outage (the original's `except GatewayUnavailableError` catches it), not a
+    # configuration mistake.
+    with pytest.raises(GovernanceBackendError) as info:
+        GatewayClient.from_settings(env)
+    assert not isinstance(info.value, ValueError)
+    assert (info.value.reason, info.value.retry_after_s) == ("governance_backend_down", 5.0)
+    assert "REDIS_URL" in str(info.value)
+    assert mock.counts()["chat"] == 0
+
+
+def test_malformed_redis_url_stays_a_config_error(mock):
+    env = llm_env(mock.base_url, PGW_LIMITER_BACKEND="redis", PGW_BREAKER_BACKEND="redis",
+                  REDIS_URL="redis://:hunter2@127.0.0.1:notaport")
     with pytest.raises(ConfigError) as info:
         GatewayClient.from_settings(env)
     assert "REDIS_URL" in str(info.value)
-    assert mock.counts()["chat"] == 0
+    assert "hunter2" not in str(info.value)
+
+
+def test_a_call_refused_at_the_gate_is_circuit_open(mock):
+    mock.set_behaviour("unauthorized")
+
+    async def scenario():
+        client = GatewayClient.from_settings(llm_env(mock.base_url))
+        try:
+            with pytest.raises(AllSourcesExhausted):
+                await client.chat(HI)
+            with pytest.raises(CircuitOpenError) as info:
+                await client.chat(HI)
+            return info.value
+        finally:
+            await client.aclose()
+
+    exc = run(scenario())
+    assert exc.reason == "circuit_open" and exc.retry_after_s > 0
+    assert mock.counts()["chat"] == 1  # the second call sent nothing
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from polygateway import GatewayClient, telemetry_schema_sql
 from conftest import CI, llm_env, run
 
 # Per call, these differ between any two calls; every other column must match.
-PER_CALL = {"call_id", "parent_call_id", "latency_ms", "ttft_ms", "max_inter_token_ms",
+PER_CALL = {"call_id", "call_group_id", "latency_ms", "ttft_ms", "max_inter_token_ms",
             "created_at"}
 
 
@@ -60,7 +60,8 @@ def test_sqlite_rows_match_the_rust_runtime(mock, tmp_path):
     assert len(rows) == 2
     python_row, rust_row = rows
     assert python_row["call_id"] == reply.call_id
-    assert python_row["parent_call_id"] == reply.parent_call_id
+    assert python_row["call_group_id"] == reply.call_group_id
+    assert python_row["parent_call_id"] is None and reply.parent_call_id is None
     assert python_row["response"] == reply.content
     assert (python_row["prompt_tokens"], python_row["completion_tokens"]) == (
         reply.prompt_tokens, reply.completion_tokens)

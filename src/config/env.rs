@@ -151,7 +151,55 @@ impl Settings {
     /// assert_eq!(llm.retry.max_attempts, 3);
     /// ```
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
-        let settings = parse(map)?;
+        let settings = parse(map, Rules::Runtime)?;
+        super::guards::check(&settings)?;
+        Ok(settings)
+    }
+
+    /// [`Settings::from_env_with`] under the original Python library's assembly rules, which the
+    /// Python package uses (docs/behaviour.md §3.4): `PGW_CACHE_BACKEND`,
+    /// `PGW_TELEMETRY_BACKEND` and each source's `API_KEY` and `TIMEOUT_S` (or `LLM_TIMEOUT`)
+    /// are required instead of defaulted, and a source gets no streaming watchdog of its own
+    /// unless its `TTFT_TIMEOUT_S` / `INTER_TOKEN_TIMEOUT_S` (or `LLM_TTFT_TIMEOUT` /
+    /// `LLM_INTER_TOKEN_TIMEOUT`) are set — both, as the original pairs them. Without them its
+    /// deadlines are its `TIMEOUT_S`.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use polygateway::config::{ConfigError, Settings};
+    /// let mut env: BTreeMap<String, String> = [
+    ///     ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+    ///     ("LLM__QWEN__1__API_KEY", "sk-test"),
+    ///     ("LLM__QWEN__1__MODEL", "qwen-plus"),
+    ///     ("LLM__QWEN__1__TIMEOUT_S", "4"),
+    ///     ("PGW_LIMITER_BACKEND", "memory"),
+    ///     ("PGW_BREAKER_BACKEND", "memory"),
+    ///     ("PGW_TELEMETRY_BACKEND", "none"),
+    /// ]
+    /// .into_iter()
+    /// .map(|(k, v)| (k.to_string(), v.to_string()))
+    /// .collect();
+    /// // The runtime's rules default the cache backend; the original's refuse, naming the key.
+    /// assert!(Settings::from_map(&env).is_ok());
+    /// let err = Settings::from_env_original(None, &env).unwrap_err();
+    /// assert!(matches!(&err, ConfigError::Missing { key, .. } if key == "PGW_CACHE_BACKEND"));
+    /// env.insert("PGW_CACHE_BACKEND".into(), "none".into());
+    /// let settings = Settings::from_env_original(None, &env).unwrap();
+    /// // No TTFT / inter-token keys: no watchdog, the 4 s total limit is the only deadline.
+    /// let source = &settings.scope("LLM").unwrap().sources[0];
+    /// assert_eq!(source.ttft_timeout, source.timeout);
+    /// assert_eq!(source.inter_token_timeout, source.timeout);
+    /// ```
+    pub fn from_env_original(
+        dotenv: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        let mut merged = match dotenv {
+            Some(path) => read_dotenv(path)?,
+            None => BTreeMap::new(),
+        };
+        merged.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let settings = parse(&merged, Rules::Original)?;
         super::guards::check(&settings)?;
         Ok(settings)
     }
@@ -443,7 +491,28 @@ struct RawScope<'a> {
     sources: BTreeMap<(String, u32), RawSource<'a>>,
 }
 
-fn parse(map: &BTreeMap<String, String>) -> Result<Settings, ConfigError> {
+/// Which assembly rules a parse applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rules {
+    /// This runtime's: documented defaults fill the optional keys (docs/behaviour.md §3).
+    Runtime,
+    /// The original Python library's: the keys it made required are required, and no streaming
+    /// watchdog is derived (see [`Settings::from_env_original`]).
+    Original,
+}
+
+/// How the original library asks for a key it requires ("报什么补什么": name what to add).
+fn original_requires(key: String, what: &str) -> ConfigError {
+    ConfigError::Missing {
+        key,
+        reason: format!(
+            "add it: {what} (the original library's assembly rules, which the Python package \
+             keeps, fill in no default for it)"
+        ),
+    }
+}
+
+fn parse(map: &BTreeMap<String, String>, rules: Rules) -> Result<Settings, ConfigError> {
     let mut globals: BTreeMap<&str, Entry<'_>> = BTreeMap::new();
     let mut shorthands: BTreeMap<&str, Entry<'_>> = BTreeMap::new();
     let mut scopes: BTreeMap<&str, RawScope<'_>> = BTreeMap::new();
@@ -494,7 +563,20 @@ fn parse(map: &BTreeMap<String, String>) -> Result<Settings, ConfigError> {
     let shorthands = Shorthands::parse(&shorthands)?;
     let mut parsed_scopes = BTreeMap::new();
     for (name, raw) in &scopes {
-        parsed_scopes.insert(name.to_string(), build_scope(name, raw, &shorthands)?);
+        parsed_scopes.insert(
+            name.to_string(),
+            build_scope(name, raw, &shorthands, rules)?,
+        );
+    }
+    if rules == Rules::Original {
+        for (key, what) in [
+            ("PGW_CACHE_BACKEND", "none, memory or redis"),
+            ("PGW_TELEMETRY_BACKEND", "none, sqlite or postgres"),
+        ] {
+            if !globals.contains_key(key) {
+                return Err(original_requires(key.to_string(), what));
+            }
+        }
     }
     build_settings(&globals, parsed_scopes)
 }
@@ -612,6 +694,7 @@ fn build_scope(
     name: &str,
     raw: &RawScope<'_>,
     shorthands: &Shorthands,
+    rules: Rules,
 ) -> Result<ScopeSettings, ConfigError> {
     let kind = scope_kind_for(name);
     let get = |suffix: &str| raw.keys.get(suffix).copied();
@@ -624,7 +707,9 @@ fn build_scope(
     }
     let mut sources = Vec::with_capacity(raw.sources.len());
     for ((provider, n), source) in &raw.sources {
-        sources.push(build_source(name, kind, provider, *n, source, shorthands)?);
+        sources.push(build_source(
+            name, kind, provider, *n, source, shorthands, rules,
+        )?);
     }
 
     let retry = RetrySettings {
@@ -786,6 +871,7 @@ fn build_source(
     n: u32,
     raw: &RawSource<'_>,
     shorthands: &Shorthands,
+    rules: Rules,
 ) -> Result<SourceSettings, ConfigError> {
     let get = |field: &str| raw.fields.get(field).copied();
     let secs = |field: &str| get(field).map(parse_secs).transpose();
@@ -798,15 +884,51 @@ fn build_source(
 
     let base_url = required("BASE_URL", "a base URL")?.value.to_string();
     let model = required("MODEL", "a model name")?.value.to_string();
-    let timeout = secs("TIMEOUT_S")?
-        .or(shorthands.timeout)
-        .unwrap_or(Duration::from_secs_f64(defaults::TIMEOUT_S));
-    let ttft_timeout = secs("TTFT_TIMEOUT_S")?
-        .or(shorthands.ttft)
-        .unwrap_or_else(|| defaults::ttft_for(timeout));
-    let inter_token_timeout = secs("INTER_TOKEN_TIMEOUT_S")?
-        .or(shorthands.inter_token)
-        .unwrap_or_else(|| defaults::inter_token_for(ttft_timeout));
+    let source_key =
+        |field: &str| format!("{scope}__{}__{n}__{field}", provider.to_ascii_uppercase());
+    let original = rules == Rules::Original;
+    if original && get("API_KEY").is_none() {
+        return Err(original_requires(
+            source_key("API_KEY"),
+            "the source's API key (`none` for a service without authentication)",
+        ));
+    }
+    let timeout = match secs("TIMEOUT_S")?.or(shorthands.timeout) {
+        Some(timeout) => timeout,
+        None if original => {
+            return Err(original_requires(
+                source_key("TIMEOUT_S"),
+                "the source's wall-clock limit per call in seconds (or LLM_TIMEOUT for every \
+                 source)",
+            ))
+        }
+        None => Duration::from_secs_f64(defaults::TIMEOUT_S),
+    };
+    let ttft = secs("TTFT_TIMEOUT_S")?.or(shorthands.ttft);
+    let inter_token = secs("INTER_TOKEN_TIMEOUT_S")?.or(shorthands.inter_token);
+    let (ttft_timeout, inter_token_timeout) = match (ttft, inter_token) {
+        // The original has no watchdog unless its keys are set: deadlines at the total limit.
+        (None, None) if original => (timeout, timeout),
+        (Some(_), None) | (None, Some(_)) if original => {
+            let missing = if ttft.is_none() {
+                "TTFT_TIMEOUT_S"
+            } else {
+                "INTER_TOKEN_TIMEOUT_S"
+            };
+            return Err(original_requires(
+                source_key(missing),
+                "the streaming watchdog's keys are set in pairs (TTFT_TIMEOUT_S with \
+                 INTER_TOKEN_TIMEOUT_S, or LLM_TTFT_TIMEOUT with LLM_INTER_TOKEN_TIMEOUT)",
+            ));
+        }
+        (ttft, inter_token) => {
+            let ttft = ttft.unwrap_or_else(|| defaults::ttft_for(timeout));
+            (
+                ttft,
+                inter_token.unwrap_or_else(|| defaults::inter_token_for(ttft)),
+            )
+        }
+    };
 
     let extra_body = match get("EXTRA_BODY") {
         Some(entry) if kind != ScopeKind::Chat => {

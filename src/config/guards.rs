@@ -138,7 +138,10 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
             "must be > 0",
         ));
     }
-    if let Some(slowest) = scope.sources.iter().max_by_key(|s| s.ttft_timeout) {
+    // Sources without a watchdog of their own (deadlines at the total limit) have no TTFT to
+    // wait out.
+    let watched = scope.sources.iter().filter(|s| !s.watchdog_off());
+    if let Some(slowest) = watched.max_by_key(|s| s.ttft_timeout) {
         if bp.stall_window < slowest.ttft_timeout {
             return Err(refuse(
                 key("BACKPRESSURE__STALL_WINDOW_S"),
@@ -189,33 +192,11 @@ fn check_source(scope: &str, s: &SourceSettings, lease_ttl: Duration) -> Result<
         return Err(refuse(key("MODEL"), "\"\"", "must not be empty"));
     }
 
-    // 0 < inter_token < ttft < timeout
+    // 0 < inter_token < ttft < timeout, unless the source has no watchdog of its own (all three
+    // equal: the original library's rules without its TTFT / inter-token keys).
     let (inter, ttft, timeout) = (s.inter_token_timeout, s.ttft_timeout, s.timeout);
-    let chain = "0 < INTER_TOKEN_TIMEOUT_S < TTFT_TIMEOUT_S < TIMEOUT_S";
-    if inter.is_zero() {
-        return Err(refuse(
-            key("INTER_TOKEN_TIMEOUT_S"),
-            "0",
-            format!("must be > 0 ({chain})"),
-        ));
-    }
-    if inter >= ttft {
-        return Err(refuse(
-            key("INTER_TOKEN_TIMEOUT_S"),
-            secs(inter),
-            format!(
-                "must be < {}={} ({chain})",
-                key("TTFT_TIMEOUT_S"),
-                secs(ttft)
-            ),
-        ));
-    }
-    if ttft >= timeout {
-        return Err(refuse(
-            key("TTFT_TIMEOUT_S"),
-            secs(ttft),
-            format!("must be < {}={} ({chain})", key("TIMEOUT_S"), secs(timeout)),
-        ));
+    if !s.watchdog_off() {
+        check_watchdog_chain(&key, inter, ttft, timeout)?;
     }
     if timeout > lease_ttl {
         return Err(refuse(
@@ -248,6 +229,42 @@ fn check_source(scope: &str, s: &SourceSettings, lease_ttl: Duration) -> Result<
             source,
         }
     })?;
+    Ok(())
+}
+
+/// `0 < INTER_TOKEN_TIMEOUT_S < TTFT_TIMEOUT_S < TIMEOUT_S` of a source with a watchdog.
+fn check_watchdog_chain(
+    key: &dyn Fn(&str) -> String,
+    inter: Duration,
+    ttft: Duration,
+    timeout: Duration,
+) -> Result<(), ConfigError> {
+    let chain = "0 < INTER_TOKEN_TIMEOUT_S < TTFT_TIMEOUT_S < TIMEOUT_S";
+    if inter.is_zero() {
+        return Err(refuse(
+            key("INTER_TOKEN_TIMEOUT_S"),
+            "0",
+            format!("must be > 0 ({chain})"),
+        ));
+    }
+    if inter >= ttft {
+        return Err(refuse(
+            key("INTER_TOKEN_TIMEOUT_S"),
+            secs(inter),
+            format!(
+                "must be < {}={} ({chain})",
+                key("TTFT_TIMEOUT_S"),
+                secs(ttft)
+            ),
+        ));
+    }
+    if ttft >= timeout {
+        return Err(refuse(
+            key("TTFT_TIMEOUT_S"),
+            secs(ttft),
+            format!("must be < {}={} ({chain})", key("TIMEOUT_S"), secs(timeout)),
+        ));
+    }
     Ok(())
 }
 

@@ -322,7 +322,8 @@ pub struct SourceSettings {
     pub tpm: u64,
     /// Explicit `EST_TOKENS`, if set.
     pub est_tokens: Option<i64>,
-    /// Time to first token deadline.
+    /// Time to first token deadline (equal to `timeout`, with `inter_token_timeout`, when the
+    /// source has no watchdog of its own: see [`Settings::from_env_original`]).
     pub ttft_timeout: Duration,
     /// Inter-token deadline.
     pub inter_token_timeout: Duration,
@@ -364,6 +365,13 @@ impl SourceSettings {
             _ if self.tpm > 0 => (self.tpm / 60).max(1),
             _ => 0,
         }
+    }
+
+    /// `true` when the source has no streaming watchdog of its own: its TTFT and inter-token
+    /// deadlines are its total `timeout` (the original library's rules without its watchdog
+    /// keys), so only the total limit acts and no TTFT bound constrains the stall window.
+    pub(crate) fn watchdog_off(&self) -> bool {
+        self.ttft_timeout == self.timeout && self.inter_token_timeout == self.timeout
     }
 
     /// The structured mode typed calls start in on this source: `STRUCTURED_MODE` when set,

@@ -611,9 +611,11 @@ impl GatewayBuilder {
         #[cfg(feature = "redis")]
         let redis = match (needs_redis, &settings.redis_url) {
             (true, Some(url)) if self.gate.is_none() || self.breakers.is_none() => {
+                RedisGovernance::check_url(url)
+                    .map_err(|e| GatewayError::Config(format!("REDIS_URL: {e}")))?;
                 let redis = RedisGovernance::connect(url, &self.redis_key_prefix)
                     .await
-                    .map_err(|e| GatewayError::Config(format!("REDIS_URL: {e}")))?;
+                    .map_err(|e| governance_down(&default_scope, &e.message))?;
                 owned.redis.push(redis.clone());
                 Some(redis)
             }
@@ -969,4 +971,19 @@ fn source_specs<T>(
             est_tokens: s.effective_est_tokens(),
         })
         .collect()
+}
+
+/// A governance backend (Redis) that cannot be reached while the gateway is built: the
+/// fail-closed outage of docs/behaviour.md §6 (`GovernanceBackendError`, retry in 5 s), not a
+/// configuration mistake — the same URL works once the server is back.
+#[cfg(feature = "redis")]
+fn governance_down(scope: &str, message: &str) -> GatewayError {
+    GatewayError::Unavailable(Box::new(crate::error::Unavailable {
+        kind: crate::error::UnavailableKind::GovernanceBackend,
+        scope: scope.to_string(),
+        reason: crate::error::UnavailableReason::GovernanceBackendDown,
+        retry_after_s: 5.0,
+        per_source_reasons: BTreeMap::new(),
+        detail: format!("REDIS_URL: {message}"),
+    }))
 }

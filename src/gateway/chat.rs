@@ -86,8 +86,10 @@ pub(crate) struct Prepared {
     pub wire: ChatWireRequest,
     pub context: RowContext,
     pub cache_key: Option<String>,
-    /// The call's id in telemetry (`parent_call_id` of every row of the call).
+    /// The call's id in telemetry (`call_group_id` of every row of the call).
     pub call_group: Option<String>,
+    /// The caller's `parent_call_id` (the answer carries it back).
+    pub parent_call_id: Option<String>,
 }
 
 /// What a structured call asks for besides the conversation: the schema each attempt sends,
@@ -98,10 +100,11 @@ pub(crate) struct Asked {
     pub key: Option<Value>,
 }
 
-/// Every row of one call carries one id as `parent_call_id`: the caller's, or a fresh one.
+/// Every row of one call carries one fresh id as `call_group_id`; `parent_call_id` stays the
+/// caller's chain link (or empty), as in the original library.
 pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
-    if options.parent_call_id.is_none() {
-        options.parent_call_id = Some(polygateway_actors::assembly::new_id());
+    if options.call_group.is_none() {
+        options.call_group = Some(polygateway_actors::assembly::new_id());
     }
     options
 }
@@ -384,6 +387,7 @@ impl ScopeHandle<Chat> {
         let context = core.telemetry.context(|| RowContext {
             session_id: options.session_id.clone(),
             parent_call_id: options.parent_call_id.clone(),
+            call_group_id: options.call_group.clone(),
             messages: messages_json(&messages, core.telemetry.text_cap),
             sampling: sampling_json(Some(&options.overlay), Some(&scope.extra_body)),
             tenant_id: options.tenant().to_string(),
@@ -398,7 +402,8 @@ impl ScopeHandle<Chat> {
             wire,
             context,
             cache_key,
-            call_group: options.parent_call_id.clone(),
+            call_group: options.call_group.clone(),
+            parent_call_id: options.parent_call_id.clone(),
         })
     }
 
@@ -454,7 +459,8 @@ impl ScopeHandle<Chat> {
     fn as_hit(&self, prepared: &Prepared, mut response: LlmResponse) -> LlmResponse {
         response.cache_hit = true;
         response.call_id = polygateway_actors::assembly::new_id();
-        response.parent_call_id = prepared.call_group.clone();
+        response.parent_call_id = prepared.parent_call_id.clone();
+        response.call_group_id = prepared.call_group.clone();
         response.latency_ms = 0.0;
         response.capacity_wait_ms = 0.0;
         // Nothing was asked: no cost (the row says the same); the tokens stay the stored ones.
@@ -525,7 +531,8 @@ impl ScopeHandle<Chat> {
         let mut response = governed.response;
         response.call_id = governed.attempt_id;
         response.capacity_wait_ms = governed.capacity_wait.as_secs_f64() * 1e3;
-        response.parent_call_id = prepared.call_group.clone();
+        response.parent_call_id = prepared.parent_call_id.clone();
+        response.call_group_id = prepared.call_group.clone();
         response.cost = self.core.telemetry.cost(&response.model, &response.usage());
         response.as_single_ask();
         if let Some(ttft) = response.ttft_ms {

@@ -122,12 +122,15 @@ impl ScopeHandle<Embeddings> {
         let text_cap = self.core.telemetry.text_cap;
         let batch_size = scope.settings.batch_size.max(1);
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
+        // One id for every batch row of this call (`call_group_id`).
+        let call_group = Some(polygateway_actors::assembly::new_id());
         let results: Vec<(EmbeddingBatch, String, String, Duration)> =
             futures::stream::iter(batches)
                 .map(|batch| {
                     let context = self.core.telemetry.context(|| RowContext {
                         session_id: options.session_id.clone(),
                         parent_call_id: options.parent_call_id.clone(),
+                        call_group_id: call_group.clone(),
                         messages: Value::Array(
                             batch
                                 .iter()

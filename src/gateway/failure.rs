@@ -6,10 +6,14 @@ use crate::error::{
     GatewayError, InvalidResult, TransportError, Unavailable, UnavailableKind, UnavailableReason,
 };
 
-/// The unavailable family member and wire reason of a scope-level reason.
-fn classify(reason: ScopeReason) -> (UnavailableKind, UnavailableReason) {
+/// The unavailable family member and wire reason of a scope-level reason. `attempted` says
+/// whether the call itself sent an attempt that failed: every breaker open *after* that (a dead
+/// key on the only source opened it) means the call used up its sources — `AllSourcesExhausted`,
+/// as the original library raises it; refused at the gate without an attempt, `CircuitOpenError`.
+fn classify(reason: ScopeReason, attempted: bool) -> (UnavailableKind, UnavailableReason) {
     use UnavailableKind::AllSourcesExhausted as Exhausted;
     match reason {
+        ScopeReason::CircuitOpen if attempted => (Exhausted, UnavailableReason::CircuitOpen),
         ScopeReason::CircuitOpen => (UnavailableKind::CircuitOpen, UnavailableReason::CircuitOpen),
         ScopeReason::GovernanceBackendDown => (
             UnavailableKind::GovernanceBackend,
@@ -43,7 +47,7 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
             last_error,
             detail,
         } => {
-            let (kind, reason) = classify(reason);
+            let (kind, reason) = classify(reason, last_error.is_some());
             let detail = detail_text(&detail, last_error.as_ref());
             // docs/behaviour.md §6: a backend outage always advises 5 s.
             let retry_after_s = if kind == UnavailableKind::GovernanceBackend {
@@ -92,16 +96,20 @@ pub(crate) fn describe(scope: &str, failure: &CallFailure<TransportError>) -> St
             last_error,
             ..
         } => (
-            classify(*reason).0.class_name(),
+            classify(*reason, last_error.is_some()).0.class_name(),
             format!(
                 "scope {scope}: {}",
                 detail_text(detail, last_error.as_ref())
             ),
         ),
-        CallFailure::Rejected(e) => ("RequestRejected", e.message.clone()),
-        CallFailure::Invalid(e) => ("ResultInvalid", e.message.clone()),
-        CallFailure::StreamBroken { error, .. } => ("StreamInterrupted", error.message.clone()),
-        CallFailure::Shutdown(reason) => ("Shutdown", reason.clone()),
+        // The Python package's exception classes (the original library's, and its
+        // `StreamInterruptedError` / `GatewayClosedError`): one vocabulary for every row.
+        CallFailure::Rejected(e) => ("RequestRejectedError", e.message.clone()),
+        CallFailure::Invalid(e) => ("ResultInvalidError", e.message.clone()),
+        CallFailure::StreamBroken { error, .. } => {
+            ("StreamInterruptedError", error.message.clone())
+        }
+        CallFailure::Shutdown(reason) => ("GatewayClosedError", reason.clone()),
     };
     crate::telemetry::digest::error_text(class, &message)
 }

@@ -753,7 +753,8 @@ impl Gateway {
     }
 
     /// Chaos hook for supervision tests and drills: make the actor of source `source` in scope
-    /// `scope` fail, as a panic would. The router restarts it under the restart policy.
+    /// `scope` fail, as a panic would. The router restarts it under the restart policy. Only with
+    /// the `testkit` feature: a production build has no way to crash its own actors.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -782,6 +783,7 @@ impl Gateway {
     /// gw.shutdown().await;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "testkit")]
     pub fn inject_source_failure(&self, scope: &str, source: &str) -> Result<(), GatewayError> {
         let erased = self.core.entry(scope)?.erased();
         let index = erased
@@ -799,7 +801,7 @@ impl Gateway {
 
     /// Chaos hook for supervision tests and drills: make the admission actor (the door to the
     /// limiter and breaker backends) fail. The supervisor restarts it with backoff; meanwhile
-    /// calls fail closed with `GovernanceBackendError`.
+    /// calls fail closed with `GovernanceBackendError`. Only with the `testkit` feature.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -833,6 +835,7 @@ impl Gateway {
     /// gw.shutdown().await;
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "testkit")]
     pub fn inject_admission_failure(&self) {
         if let Some(entry) = self.core.scopes.values().next() {
             entry.erased().crash_admission();

@@ -13,7 +13,7 @@ use polygateway_actors::Transport;
 
 use crate::error::TransportError;
 use crate::telemetry::cost::Pricing;
-use crate::telemetry::digest::{cap_text, error_text};
+use crate::telemetry::digest::{cap_text, error_text, failure_class_name};
 use crate::telemetry::row::TelemetryRow;
 use crate::transport::chat::ChatTransport;
 use crate::types::{LlmResponse, Usage};
@@ -45,6 +45,8 @@ pub(crate) trait Recorded: Transport<Error = TransportError> {
 pub(crate) struct RowContext {
     pub session_id: Option<String>,
     pub parent_call_id: Option<String>,
+    /// The call's own id, shared by all its rows.
+    pub call_group_id: Option<String>,
     pub messages: String,
     pub sampling: Option<String>,
     pub tenant_id: String,
@@ -142,6 +144,7 @@ impl Telemetry {
         let mut row = TelemetryRow::new(call_id);
         row.session_id = ctx.session_id.clone();
         row.parent_call_id = ctx.parent_call_id.clone();
+        row.call_group_id = ctx.call_group_id.clone();
         row.messages = ctx.messages.clone();
         row.sampling = ctx.sampling.clone();
         row.tenant_id = ctx.tenant_id.clone();
@@ -189,7 +192,7 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
             AttemptResult::Ok(response) => t.fill_success(&mut row, &T::outcome(response)),
             AttemptResult::Err(error) => {
                 row.error = Some(error_text(
-                    polygateway_actors::Classify::class(*error).as_str(),
+                    failure_class_name(polygateway_actors::Classify::class(*error)),
                     &error.message,
                 ));
             }

@@ -94,6 +94,10 @@ pub struct SourceSnapshot {
     /// Requests re-sent at once on a fresh connection because the pooled one had been closed by
     /// the upstream before any answer (chat sources; not attempts, not failures).
     pub resends: u64,
+    /// How long an idle pooled connection to the source is kept now: `POOL_IDLE_TIMEOUT_S`, or
+    /// lower once the upstream announced a shorter `Keep-Alive: timeout=` (chat and embedding
+    /// sources whose client the gateway built; `None` otherwise).
+    pub pool_idle_timeout: Option<Duration>,
 }
 
 /// A scope seen without its transport type: enough for snapshots and chaos hooks.
@@ -103,7 +107,9 @@ pub(crate) trait ErasedScope: Send + Sync {
     /// One source's shared values, as a snapshot without the breaker part.
     fn source_view(&self, index: usize, now: std::time::Instant)
         -> (SourceSnapshot, BreakerConfig);
+    #[cfg(feature = "testkit")]
     fn crash_source(&self, index: usize);
+    #[cfg(feature = "testkit")]
     fn crash_admission(&self);
 }
 
@@ -125,10 +131,12 @@ impl<T: polygateway_actors::Transport> ErasedScope for Scope<T> {
         (view(source, now), source.breaker.clone())
     }
 
+    #[cfg(feature = "testkit")]
     fn crash_source(&self, index: usize) {
         Scope::crash_source(self, index, "injected failure");
     }
 
+    #[cfg(feature = "testkit")]
     fn crash_admission(&self) {
         Scope::crash_admission(self, "injected failure");
     }
@@ -156,6 +164,10 @@ pub(crate) async fn collect(core: &Core, entry: &ScopeEntry) -> Vec<SourceSnapsh
             snapshot.structured_mode = Some(mode.current());
             snapshot.structured_mode_configured = Some(mode.configured());
             snapshot.resends = chat.scope.sources()[index].transport.resends();
+            snapshot.pool_idle_timeout = chat.scope.sources()[index].transport.pool_idle_timeout();
+        }
+        if let ScopeEntry::Embeddings(embed) = entry {
+            snapshot.pool_idle_timeout = embed.scope.sources()[index].transport.pool_idle_timeout();
         }
         out.push(snapshot);
     }
@@ -188,5 +200,6 @@ fn view<T>(source: &SourceShared<T>, now: std::time::Instant) -> SourceSnapshot 
         structured_mode: None,
         structured_mode_configured: None,
         resends: 0,
+        pool_idle_timeout: None,
     }
 }

@@ -189,6 +189,21 @@ impl fmt::Debug for RedisGovernance {
 }
 
 impl RedisGovernance {
+    /// Whether `url` parses as a Redis URL, without connecting: the builder tells a mistyped
+    /// `REDIS_URL` (a configuration error) from a server that is down (a governance outage).
+    pub(crate) fn check_url(url: &Secret) -> Result<(), BackendError> {
+        let password = url::Url::parse(url.expose())
+            .ok()
+            .and_then(|u| u.password().map(str::to_owned))
+            .filter(|p| !p.is_empty());
+        Config::from_url(url.expose()).map(|_| ()).map_err(|e| {
+            BackendError::new(redact(
+                format!("invalid redis url: {e}"),
+                password.as_deref(),
+            ))
+        })
+    }
+
     /// Connect with default [`RedisOptions`]; keys live under `key_prefix` (`pgw` in production,
     /// a unique prefix per test).
     ///

@@ -143,6 +143,18 @@ pub(crate) fn error_text(class_name: &str, message: &str) -> String {
     format!("{class_name}: {message}")
 }
 
+/// The original library's exception class of an attempt's failure class, the `error` column's
+/// prefix (`TransientError: …`), so queries written against the original's table keep working.
+pub(crate) fn failure_class_name(class: polygateway_actors::FailureClass) -> &'static str {
+    use polygateway_actors::FailureClass::*;
+    match class {
+        Transient => "TransientError",
+        SourceDead => "SourceDeadError",
+        RequestRejected => "RequestRejectedError",
+        ResultInvalid => "ResultInvalidError",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,6 +92,9 @@ pub struct TelemetryRow {
     /// before this attempt, since its previous attempt or its start: the rows of one call add
     /// up to its wait. A terminal row carries the call's whole wait; a cache hit 0.
     pub capacity_wait_ms: f64,
+    /// The call this row belongs to (attempts, re-asks and a cache hit of one call share it);
+    /// `parent_call_id` is the caller's chain link.
+    pub call_group_id: Option<String>,
 }
 
 impl TelemetryRow {
@@ -136,11 +139,12 @@ impl TelemetryRow {
             finish_reason: None,
             tool_call_count: None,
             capacity_wait_ms: 0.0,
+            call_group_id: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 28] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 29] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -174,6 +178,7 @@ impl TelemetryRow {
             s(&self.finish_reason),
             Int(self.tool_call_count),
             Real(Some(self.capacity_wait_ms)),
+            s(&self.call_group_id),
         ]
     }
 }

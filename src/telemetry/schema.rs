@@ -97,9 +97,9 @@ const fn col(
 /// assert_eq!(COLUMNS[0].name, "call_id");
 /// assert!(COLUMNS[0].primary_key);
 /// assert_eq!(COLUMNS.iter().filter(|c| c.primary_key).count(), 1);
-/// assert_eq!(COLUMNS.last().unwrap().name, "capacity_wait_ms");
+/// assert_eq!(COLUMNS.last().unwrap().name, "call_group_id");
 /// ```
-pub const COLUMNS: [Column; 29] = [
+pub const COLUMNS: [Column; 30] = [
     Column {
         primary_key: true,
         ..col("call_id", "TEXT", "TEXT", "text")
@@ -150,6 +150,7 @@ pub const COLUMNS: [Column; 29] = [
     col("finish_reason", "TEXT", "TEXT", "text"),
     col("tool_call_count", "INTEGER", "INTEGER", "int8"),
     col("capacity_wait_ms", "DOUBLE PRECISION", "REAL", "float8"),
+    col("call_group_id", "TEXT", "TEXT", "text"),
 ];
 
 /// The columns the library INSERTs, in order (every column but `created_at`); the order of
@@ -232,7 +233,7 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
 /// assert!(sql.contains("created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,"));
 /// assert!(sql.contains("meta TEXT NOT NULL DEFAULT '{}',"));
 /// assert!(sql.contains("structured_mode TEXT,\n    finish_reason TEXT,"));
-/// assert!(sql.ends_with("tool_call_count INTEGER,\n    capacity_wait_ms REAL\n)"));
+/// assert!(sql.ends_with("tool_call_count INTEGER,\n    capacity_wait_ms REAL,\n    call_group_id TEXT\n)"));
 /// ```
 pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
     let mut sql = format!("CREATE TABLE IF NOT EXISTS {table} (\n");
@@ -461,10 +462,11 @@ mod tests {
                 "structured_mode",
                 "finish_reason",
                 "tool_call_count",
-                "capacity_wait_ms"
+                "capacity_wait_ms",
+                "call_group_id"
             ]
         );
-        assert_eq!(insert_columns().count(), 28);
+        assert_eq!(insert_columns().count(), 29);
     }
 
     #[test]
@@ -473,7 +475,7 @@ mod tests {
         assert!(pg.starts_with("-- polygateway telemetry table"));
         assert!(pg.contains("call_id TEXT PRIMARY KEY,"));
         assert!(pg.contains("created_at TIMESTAMPTZ NOT NULL DEFAULT now()"));
-        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 10);
+        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 11);
         let lite = telemetry_schema_sql(SchemaBackend::Sqlite);
         assert!(lite
             .contains("-- ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';"));
@@ -522,7 +524,8 @@ mod tests {
                 "structured_mode",
                 "finish_reason",
                 "tool_call_count",
-                "capacity_wait_ms"
+                "capacity_wait_ms",
+                "call_group_id"
             ]
         );
         assert_eq!(present, (0..18).collect::<Vec<_>>());

@@ -473,6 +473,9 @@ struct Shared {
     /// How connections end after an answer: [`KEEP_ALIVE`], [`CLOSE_ANNOUNCED`] or
     /// [`CLOSE_SILENTLY`].
     connection_end: AtomicU8,
+    /// The `Keep-Alive` header answers carry while connections stay open
+    /// ([`MockUpstream::announce_keep_alive_timeout`]); `None`: no such header.
+    keep_alive: Mutex<Option<HeaderValue>>,
     cancel: CancellationToken,
 }
 
@@ -569,6 +572,7 @@ impl MockUpstream {
             embedding_dim: AtomicUsize::new(8),
             refused_formats: Mutex::new(Vec::new()),
             connection_end: AtomicU8::new(KEEP_ALIVE),
+            keep_alive: Mutex::new(None),
             cancel: cancel.clone(),
         });
         let app = Router::new()
@@ -753,6 +757,29 @@ impl MockUpstream {
             CLOSE_SILENTLY
         };
         self.shared.connection_end.store(end, Ordering::SeqCst);
+    }
+
+    /// From now on, every answer on a connection kept open says `Keep-Alive: timeout={seconds},
+    /// max=100`, the way servers announce their idle timeout (the connection is kept; the mock
+    /// itself does not close idle connections).
+    ///
+    /// ```
+    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// mock.announce_keep_alive_timeout(2);
+    /// let resp = reqwest::Client::new()
+    ///     .post(format!("{}/chat/completions", mock.base_url()))
+    ///     .json(&serde_json::json!({"model": "m", "messages": []}))
+    ///     .send().await.unwrap();
+    /// assert_eq!(resp.headers()["keep-alive"], "timeout=2, max=100");
+    /// # }
+    /// ```
+    pub fn announce_keep_alive_timeout(&self, seconds: u64) {
+        let value = HeaderValue::from_str(&format!("timeout={seconds}, max=100"))
+            .expect("digits and ASCII punctuation are a valid header value");
+        *lock(&self.shared.keep_alive) = Some(value);
     }
 
     /// The last requests received (oldest first, at most 64).
@@ -1079,7 +1106,8 @@ fn status_failure(b: &Behaviour) -> Option<Response> {
 }
 
 /// Ends the connection after each answer when the mock was told to
-/// ([`MockUpstream::close_connections_after_answers`]).
+/// ([`MockUpstream::close_connections_after_answers`]), or announces its keep-alive timeout
+/// ([`MockUpstream::announce_keep_alive_timeout`]).
 async fn end_connection(
     State(shared): State<Arc<Shared>>,
     axum::extract::ConnectInfo(connection): axum::extract::ConnectInfo<ConnectionEnd>,
@@ -1109,7 +1137,11 @@ async fn end_connection(
             let body = Body::from_stream(body.into_data_stream().chain(close));
             response = Response::from_parts(parts, body);
         }
-        _ => {}
+        _ => {
+            if let Some(value) = lock(&shared.keep_alive).clone() {
+                response.headers_mut().insert("keep-alive", value);
+            }
+        }
     }
     response
 }

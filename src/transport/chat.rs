@@ -17,9 +17,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::assembly::Assembly;
-use super::http::{
-    build_client, classify_reqwest, classify_response, parse_rate_limit, JsonEndpoint,
-};
+use super::http::{classify_reqwest, classify_response, parse_rate_limit, JsonEndpoint};
+use super::pool::SourcePool;
 use super::sse::{FrameTooLarge, SseEvent, SseParser};
 use super::watchdog::{now, StallLimits, Watchdog};
 use super::wire::{decode_chunk, decode_completion, WireUsage};
@@ -201,11 +200,12 @@ impl ChatTransport {
     /// assert_eq!(transport.profile().name, "deepseek");
     /// ```
     pub fn new(settings: SourceSettings, profile: ProviderProfile) -> Self {
-        let client = build_client(&settings);
-        Self::with_client(settings, profile, client)
+        let pool = SourcePool::built(&settings);
+        Self::with_pool(settings, profile, pool)
     }
 
-    /// A transport using a given client (e.g. shared in a benchmark).
+    /// A transport using a given client (e.g. shared in a benchmark). It is used as it is: unlike
+    /// the transport's own, its idle timeout does not follow the upstream's `Keep-Alive`.
     ///
     /// ```
     /// use polygateway::provider::ProviderProfile;
@@ -223,7 +223,11 @@ impl ChatTransport {
         profile: ProviderProfile,
         client: reqwest::Client,
     ) -> Self {
-        let endpoint = JsonEndpoint::new(&settings, client, "chat/completions");
+        Self::with_pool(settings, profile, SourcePool::given(client))
+    }
+
+    fn with_pool(settings: SourceSettings, profile: ProviderProfile, pool: SourcePool) -> Self {
+        let endpoint = JsonEndpoint::new(&settings, pool, "chat/completions");
         let mode = SourceMode::new(&settings.name, settings.effective_structured_mode(&profile));
         Self {
             settings,
@@ -236,6 +240,12 @@ impl ChatTransport {
     /// Requests re-sent on a fresh connection because their pooled one was closed.
     pub(crate) fn resends(&self) -> u64 {
         self.endpoint.resends()
+    }
+
+    /// The source's pool idle timeout now (`POOL_IDLE_TIMEOUT_S`, or lower after the upstream
+    /// announced a shorter `Keep-Alive: timeout=`); `None` for a client given by the application.
+    pub(crate) fn pool_idle_timeout(&self) -> Option<std::time::Duration> {
+        self.endpoint.pool_idle_timeout()
     }
 
     /// This source's structured mode (configured and current).

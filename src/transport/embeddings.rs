@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use polygateway_actors::{EventSink, SourceReason, Transport};
 use serde::{Deserialize, Serialize};
 
-use super::http::{build_client, JsonEndpoint};
+use super::http::JsonEndpoint;
+use super::pool::SourcePool;
 use super::watchdog::{now, StallLimits, Watchdog};
 use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
@@ -143,11 +144,12 @@ impl EmbeddingTransport {
     /// assert_eq!(transport.url(), "http://127.0.0.1:9/v1/embeddings");
     /// ```
     pub fn new(settings: SourceSettings) -> Self {
-        let client = build_client(&settings);
-        Self::with_client(settings, client)
+        let pool = SourcePool::built(&settings);
+        Self::with_pool(settings, pool)
     }
 
-    /// A transport using a given client.
+    /// A transport using a given client, used as it is (its idle timeout does not follow the
+    /// upstream's `Keep-Alive`, unlike the transport's own).
     ///
     /// ```
     /// use polygateway::testkit::source_settings;
@@ -159,8 +161,18 @@ impl EmbeddingTransport {
     /// assert_ne!(a.url(), b.url());
     /// ```
     pub fn with_client(settings: SourceSettings, client: reqwest::Client) -> Self {
-        let endpoint = JsonEndpoint::new(&settings, client, "embeddings");
+        Self::with_pool(settings, SourcePool::given(client))
+    }
+
+    fn with_pool(settings: SourceSettings, pool: SourcePool) -> Self {
+        let endpoint = JsonEndpoint::new(&settings, pool, "embeddings");
         Self { settings, endpoint }
+    }
+
+    /// The source's pool idle timeout now (`POOL_IDLE_TIMEOUT_S`, or lower after the upstream
+    /// announced a shorter `Keep-Alive: timeout=`); `None` for a client given by the application.
+    pub(crate) fn pool_idle_timeout(&self) -> Option<std::time::Duration> {
+        self.endpoint.pool_idle_timeout()
     }
 
     /// The source's settings.

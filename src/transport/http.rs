@@ -26,16 +26,28 @@ const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// - idle pooled connections are dropped after `POOL_IDLE_TIMEOUT_S` (default 4 s, below the
 ///   5 s keep-alive of llama.cpp, uvicorn, Node and Apache), so the pool rarely offers a
 ///   connection the server already closed; hyper itself never reuses a connection whose answer
-///   said `Connection: close`. A server's `Keep-Alive: timeout=` is not read: hyper's pool has
-///   one idle timeout per client, not per connection.
+///   said `Connection: close`. A server that announces a shorter `Keep-Alive: timeout=` gets a
+///   lower idle timeout: hyper's pool has one idle timeout per client, so the source's client is
+///   replaced by one from [`build_client_with_idle_timeout`] (`pool::SourcePool`).
 ///
 /// One client per source, cloned into every attempt (it pools connections per host).
 ///
 /// # Panics
 /// Like `reqwest::Client::new`, when the TLS backend cannot be initialised.
 pub(crate) fn build_client(settings: &SourceSettings) -> reqwest::Client {
+    build_client_with_idle_timeout(settings, settings.pool_idle_timeout)
+}
+
+/// [`build_client`] with another idle timeout than the configured one (`pool::SourcePool`).
+///
+/// # Panics
+/// Like [`build_client`].
+pub(crate) fn build_client_with_idle_timeout(
+    settings: &SourceSettings,
+    idle_timeout: Duration,
+) -> reqwest::Client {
     client_builder(settings)
-        .pool_idle_timeout(settings.pool_idle_timeout)
+        .pool_idle_timeout(idle_timeout)
         .build()
         .expect("the HTTP client's TLS backend could not be initialised")
 }
@@ -282,7 +294,7 @@ fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, Transpo
     }
 }
 
-/// One JSON endpoint of a source: its pooled client, URL and `Authorization` header. Chat and
+/// One JSON endpoint of a source: its pool (`pool::SourcePool`), URL and `Authorization` header. Chat and
 /// embeddings post through it, so both build requests the same way.
 #[derive(Clone)]
 pub(crate) struct JsonEndpoint {
@@ -300,10 +312,14 @@ impl std::fmt::Debug for JsonEndpoint {
 }
 
 impl JsonEndpoint {
-    /// `{base_url}/{path}` of `settings`, posted through `client`.
-    pub(crate) fn new(settings: &SourceSettings, client: reqwest::Client, path: &str) -> Self {
+    /// `{base_url}/{path}` of `settings`, posted through `pool`.
+    pub(crate) fn new(
+        settings: &SourceSettings,
+        pool: super::pool::SourcePool,
+        path: &str,
+    ) -> Self {
         Self {
-            resender: std::sync::Arc::new(super::resend::Resender::new(settings, client)),
+            resender: std::sync::Arc::new(super::resend::Resender::new(settings, pool)),
             url: format!("{}/{path}", settings.base_url.trim_end_matches('/')),
             auth: bearer_auth(settings),
         }
@@ -322,6 +338,7 @@ impl JsonEndpoint {
     ) -> Result<reqwest::RequestBuilder, TransportError> {
         let rb = self
             .resender
+            .pool()
             .client()
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -345,6 +362,11 @@ impl JsonEndpoint {
     /// Requests this endpoint re-sent on a fresh connection.
     pub(crate) fn resends(&self) -> u64 {
         self.resender.resends()
+    }
+
+    /// The pool's current idle timeout (`None` for a client the application gave).
+    pub(crate) fn pool_idle_timeout(&self) -> Option<Duration> {
+        self.resender.pool().idle_timeout()
     }
 }
 
@@ -630,7 +652,11 @@ mod examples {
     fn json_endpoint_example() {
         use crate::transport::http::JsonEndpoint;
         let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "embeddings");
+        let endpoint = JsonEndpoint::new(
+            &settings,
+            crate::transport::pool::SourcePool::given(reqwest::Client::new()),
+            "embeddings",
+        );
         // Debug shows where it posts, never the credentials.
         let shown = format!("{endpoint:?}");
         assert!(shown.contains("http://127.0.0.1:9/v1/embeddings"));
@@ -643,7 +669,11 @@ mod examples {
         use crate::transport::http::JsonEndpoint;
         // A trailing slash on BASE_URL does not double the separator.
         let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1/");
-        let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "chat/completions");
+        let endpoint = JsonEndpoint::new(
+            &settings,
+            crate::transport::pool::SourcePool::given(reqwest::Client::new()),
+            "chat/completions",
+        );
         assert_eq!(endpoint.url(), "http://127.0.0.1:9/v1/chat/completions");
     }
 
@@ -652,7 +682,11 @@ mod examples {
     fn json_endpoint_url_example() {
         use crate::transport::http::JsonEndpoint;
         let settings = crate::testkit::source_settings("https://api.example.com/v1");
-        let endpoint = JsonEndpoint::new(&settings, reqwest::Client::new(), "embeddings");
+        let endpoint = JsonEndpoint::new(
+            &settings,
+            crate::transport::pool::SourcePool::given(reqwest::Client::new()),
+            "embeddings",
+        );
         assert_eq!(endpoint.url(), "https://api.example.com/v1/embeddings");
     }
 
@@ -668,7 +702,11 @@ mod examples {
             let mock = MockUpstream::start(Behaviour::healthy()).await;
             let mut settings = crate::testkit::source_settings(&mock.base_url());
             let client = reqwest::Client::builder().no_proxy().build().unwrap();
-            let endpoint = JsonEndpoint::new(&settings, client.clone(), "embeddings");
+            let endpoint = JsonEndpoint::new(
+                &settings,
+                crate::transport::pool::SourcePool::given(client.clone()),
+                "embeddings",
+            );
             let body = br#"{"model": "test-model", "input": ["hello"]}"#.to_vec();
             let resp = endpoint.post_json(body).unwrap().send().await.unwrap();
             assert!(resp.status().is_success());
@@ -676,7 +714,11 @@ mod examples {
             assert_eq!(seen.authorization.as_deref(), Some("Bearer sk-test"));
             // A key that cannot be a header value: nothing is sent, the source is dead.
             settings.api_key = Secret::new("sk-bad\nkey");
-            let broken = JsonEndpoint::new(&settings, client, "embeddings");
+            let broken = JsonEndpoint::new(
+                &settings,
+                crate::transport::pool::SourcePool::given(client),
+                "embeddings",
+            );
             assert_eq!(
                 broken.post_json(Vec::new()).unwrap_err().class,
                 FailureClass::SourceDead

@@ -8,7 +8,8 @@
 //! and answer types, for users who run the `polygateway-actors` runtime over them or wrap them in
 //! a transport of their own. Crate-private, free to change: `http` (client construction, status
 //! and network-error classification), `quirks` (what a provider needs changed in the messages it is
-//! sent), `resend` (one re-send on a fresh connection when a pooled one
+//! sent), `pool` (a source's pooled client, whose idle timeout follows the upstream's
+//! `Keep-Alive: timeout=`), `resend` (one re-send on a fresh connection when a pooled one
 //! was found closed), `sse` (incremental SSE framing), `wire` (OpenAI JSON
 //! shapes), `think` (`<think>` tags), `watchdog` (TTFT / inter-token / total deadlines) and the
 //! MonkeyOCR readers.
@@ -18,6 +19,7 @@ pub mod chat;
 pub mod embeddings;
 pub(crate) mod http;
 pub mod ocr;
+pub(crate) mod pool;
 pub(crate) mod quirks;
 pub(crate) mod resend;
 pub(crate) mod sse;

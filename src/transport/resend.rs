@@ -28,10 +28,11 @@ use crate::config::SourceSettings;
 pub(crate) const RESENDS_TOTAL: &str = "pgw_resends_total";
 
 /// Sends a source's requests on its pooled client, and once more on a fresh connection when the
-/// pooled one turned out closed.
+/// pooled one turned out closed. Every answer is shown to the pool, which follows its
+/// `Keep-Alive: timeout=` (`pool`).
 #[derive(Debug)]
 pub(crate) struct Resender {
-    pooled: reqwest::Client,
+    pooled: super::pool::SourcePool,
     /// Keeps no idle connection: every request it sends opens its own.
     fresh: reqwest::Client,
     source: String,
@@ -40,7 +41,7 @@ pub(crate) struct Resender {
 }
 
 impl Resender {
-    pub(crate) fn new(settings: &SourceSettings, pooled: reqwest::Client) -> Self {
+    pub(crate) fn new(settings: &SourceSettings, pooled: super::pool::SourcePool) -> Self {
         Self {
             pooled,
             fresh: super::http::fresh_connection_client(settings),
@@ -50,8 +51,8 @@ impl Resender {
         }
     }
 
-    /// The pooled client (the one ordinary requests go out on).
-    pub(crate) fn client(&self) -> &reqwest::Client {
+    /// The pool ordinary requests go out on.
+    pub(crate) fn pool(&self) -> &super::pool::SourcePool {
         &self.pooled
     }
 
@@ -68,7 +69,7 @@ impl Resender {
         request: reqwest::Request,
     ) -> Result<reqwest::Response, reqwest::Error> {
         let spare = request.try_clone();
-        match self.pooled.execute(request).await {
+        let answer = match self.pooled.client().execute(request).await {
             Err(e) if closed_before_answer(&e) => match spare {
                 Some(again) => {
                     self.resends.fetch_add(1, Ordering::Relaxed);
@@ -83,7 +84,11 @@ impl Resender {
                 None => Err(e),
             },
             other => other,
+        };
+        if let Ok(response) = &answer {
+            self.pooled.observe(response.headers());
         }
+        answer
     }
 }
 
@@ -137,8 +142,9 @@ mod tests {
     async fn a_close_before_the_answer_is_recognised_and_resent_once() {
         let base = closing_server().await;
         let settings = crate::testkit::source_settings(&base);
-        let resender = Resender::new(&settings, super::super::http::build_client(&settings));
+        let resender = Resender::new(&settings, super::super::pool::SourcePool::built(&settings));
         let request = resender
+            .pool()
             .client()
             .post(format!("{base}/chat/completions"))
             .body("{}")
@@ -153,8 +159,9 @@ mod tests {
     #[tokio::test]
     async fn refused_connections_and_timeouts_are_not_resent() {
         let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        let resender = Resender::new(&settings, super::super::http::build_client(&settings));
+        let resender = Resender::new(&settings, super::super::pool::SourcePool::built(&settings));
         let request = resender
+            .pool()
             .client()
             .post("http://127.0.0.1:9/v1/chat/completions")
             .body("{}")

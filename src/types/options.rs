@@ -207,6 +207,9 @@ pub struct CallOptions {
     pub meta: BTreeMap<String, MetaValue>,
     /// Skip the cache lookup and store for this call.
     pub bypass_cache: bool,
+    /// The call's own id in telemetry (`call_group_id` of every row of the call), set once
+    /// when the call starts so its re-asks share it.
+    pub(crate) call_group: Option<String>,
 }
 
 impl Default for CallOptions {
@@ -222,6 +225,7 @@ impl Default for CallOptions {
             tenant_id: None,
             meta: BTreeMap::new(),
             bypass_cache: false,
+            call_group: None,
         }
     }
 }

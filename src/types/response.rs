@@ -163,12 +163,14 @@ pub struct LlmResponse {
     /// Cost of the final ask alone.
     #[serde(default)]
     pub last_ask_cost: Option<f64>,
-    /// The call's id in telemetry: every row of this call — each attempt, each re-ask, a cache
-    /// hit — carries it as `parent_call_id`. It is the caller's
-    /// [`CallOptions::parent_call_id`](crate::CallOptions::parent_call_id) when given (the
-    /// caller names the group), otherwise a fresh id per call. `None` outside a gateway.
+    /// The caller's [`CallOptions::parent_call_id`](crate::CallOptions::parent_call_id) (the
+    /// chain link the caller gave), as telemetry's `parent_call_id`; `None` when none was given.
     #[serde(default)]
     pub parent_call_id: Option<String>,
+    /// The call's id in telemetry: every row of this call — each attempt, each re-ask, a cache
+    /// hit — carries it as `call_group_id` (a fresh id per call). `None` outside a gateway.
+    #[serde(default)]
+    pub call_group_id: Option<String>,
     /// The tool calls of the answer, in the order of their `index`; arguments as the exact
     /// strings the model produced.
     #[serde(default)]
@@ -258,6 +260,7 @@ impl LlmResponse {
             last_ask_usage: Usage::default(),
             last_ask_cost: None,
             parent_call_id: None,
+            call_group_id: None,
             tool_calls: Vec::new(),
             function_call: None,
             finish_reason: None,

@@ -130,7 +130,9 @@ pub(crate) type AdmitAnswer = Result<AttemptAdmit, BackendError>;
 /// [`Door`] the actor publishes); shutdown waits on the runtime's task tracker directly.
 #[derive(Debug)]
 pub(crate) enum AdmissionMsg {
-    /// Chaos hook: make the actor fail, to exercise supervision.
+    /// Chaos hook: make the actor fail, to exercise supervision. Test builds only: without the
+    /// `testkit` feature the actor takes no message at all (ractor's default `handle`).
+    #[cfg(feature = "testkit")]
     Crash(String),
 }
 
@@ -456,6 +458,8 @@ pub(crate) struct AdmissionActor;
 /// State of the admission actor: the door it published (withdrawn when the state drops).
 #[derive(Debug)]
 pub(crate) struct AdmissionState {
+    // Held for its drop; only the crash hook of test builds reads it (to withdraw it first).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     published: Option<Published>,
 }
 
@@ -493,6 +497,7 @@ impl Actor for AdmissionActor {
         })
     }
 
+    #[cfg(feature = "testkit")]
     async fn handle(
         &self,
         _myself: ActorRef<Self::Msg>,

@@ -27,7 +27,9 @@ use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
 
-use super::admission::{AdmissionMsg, AdmitAnswer, AdmitRequest, Permit};
+#[cfg(feature = "testkit")]
+use super::admission::AdmissionMsg;
+use super::admission::{AdmitAnswer, AdmitRequest, Permit};
 use super::ids::new_id;
 use super::machine::{
     settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
@@ -691,12 +693,15 @@ impl<T: Transport> ScopeInner<T> {
         door.progress_age(&self.config.name).await.ok()?
     }
 
+    /// The chaos hooks' way to the scope's actors (test builds only: calls never message them).
+    #[cfg(feature = "testkit")]
     pub(crate) fn send_router(&self, message: RouterMsg<T>) {
         if let Ok(router) = self.router.get() {
             let _ = router.cast(message);
         }
     }
 
+    #[cfg(feature = "testkit")]
     pub(crate) fn send_admission(&self, message: AdmissionMsg) {
         match self.admission.actor.get() {
             Ok(admission) => {

@@ -52,7 +52,8 @@ pub(crate) enum RouterMsg<T> {
         /// Where the answer goes.
         reply: oneshot::Sender<Selection<T>>,
     },
-    /// Chaos hook: make source `index` fail.
+    /// Chaos hook: make source `index` fail (test builds only).
+    #[cfg(feature = "testkit")]
     CrashSource(usize, String),
     /// Restart a failed source actor (sent to itself after the backoff).
     Respawn(usize),
@@ -66,6 +67,7 @@ impl<T> std::fmt::Debug for RouterMsg<T> {
                 .field("exclude", exclude)
                 .field("avoid", avoid)
                 .finish(),
+            #[cfg(feature = "testkit")]
             RouterMsg::CrashSource(i, r) => write!(f, "CrashSource({i}, {r})"),
             RouterMsg::Respawn(i) => write!(f, "Respawn({i})"),
         }
@@ -236,6 +238,7 @@ impl<T: Send + Sync + 'static> Actor for ScopeRouter<T> {
                 // A caller that went away drops its ticket with the unsent answer.
                 let _ = reply.send(Self::select(state, &exclude, avoid));
             }
+            #[cfg(feature = "testkit")]
             RouterMsg::CrashSource(index, reason) => {
                 if let Some(actor) = state.children.get(index).and_then(|c| c.actor.as_ref()) {
                     let _ = actor.cast(SourceMsg::Crash(reason));

@@ -9,7 +9,9 @@ use crate::clock::Clock;
 use crate::ports::gate::Limits;
 use crate::ports::transport::{EventSink, Transport};
 
-use super::admission::{AdmissionMsg, AdmissionSlot};
+#[cfg(feature = "testkit")]
+use super::admission::AdmissionMsg;
+use super::admission::AdmissionSlot;
 use super::call::{CallFailure, CallOptions, Governed};
 use super::observer::CallObserver;
 use super::router::RouterMsg;
@@ -245,7 +247,7 @@ impl<T: Transport> Scope<T> {
         &self.inner.sources
     }
 
-    /// Chaos hook for supervision tests: make source `index`'s actor fail.
+    /// Chaos hook for supervision tests: make source `index`'s actor fail (feature `testkit`).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -262,12 +264,13 @@ impl<T: Transport> Scope<T> {
     /// # runtime.shutdown(Duration::from_secs(1)).await;
     /// # }
     /// ```
+    #[cfg(feature = "testkit")]
     pub fn crash_source(&self, index: usize, reason: &str) {
         self.inner
             .send_router(RouterMsg::CrashSource(index, reason.to_string()));
     }
 
-    /// Chaos hook for supervision tests: make the admission actor fail.
+    /// Chaos hook for supervision tests: make the admission actor fail (feature `testkit`).
     ///
     /// ```
     /// # use std::time::Duration;
@@ -285,6 +288,7 @@ impl<T: Transport> Scope<T> {
     /// # runtime.shutdown(Duration::from_secs(1)).await;
     /// # }
     /// ```
+    #[cfg(feature = "testkit")]
     pub fn crash_admission(&self, reason: &str) {
         self.inner
             .send_admission(AdmissionMsg::Crash(reason.to_string()));

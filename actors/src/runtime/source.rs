@@ -42,7 +42,8 @@ pub type PacerFactory = Arc<dyn Fn(&crate::ports::gate::Limits) -> Box<dyn Pacer
 pub(crate) enum SourceMsg {
     /// One attempt finished.
     Report(PacerObservation),
-    /// Chaos hook: make the actor fail, to exercise supervision.
+    /// Chaos hook: make the actor fail, to exercise supervision (test builds only).
+    #[cfg(feature = "testkit")]
     Crash(String),
 }
 
@@ -120,6 +121,7 @@ impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
                 state.shared.publish_pacer(state.pacer.as_ref());
                 state.shared.publish_health(state.health.value());
             }
+            #[cfg(feature = "testkit")]
             SourceMsg::Crash(reason) => return Err(reason.into()),
         }
         Ok(())
