@@ -7,9 +7,9 @@
 //! governed call (selection, limits, breakers, retries, pacing, cache, telemetry), and nothing
 //! here talks to an upstream or an actor.
 //!
-//! Parts: [`input`] (a line → a call or an error), [`runner`] (streaming admission, rescheduling,
-//! stop and cancel), [`output`] (output lines), `journal` (SQLite, feature `sqlite`),
-//! [`progress`] (counters and the snapshot).
+//! Parts: `input` (a line → a call or an error), `runner` (streaming admission, rescheduling,
+//! stop and cancel), `output` (output lines), `journal` (SQLite, feature `sqlite`), `progress`
+//! (counters and the snapshot).
 
 pub(crate) mod input;
 #[cfg(feature = "sqlite")]

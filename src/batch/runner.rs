@@ -193,6 +193,7 @@ async fn emit(shared: &Shared, tx: &mpsc::Sender<BatchResult>, result: BatchResu
     let _ = tx.send(result).await;
 }
 
+#[cfg(feature = "sqlite")]
 fn fail(shared: &Shared, message: String) {
     if let Ok(mut fatal) = shared.fatal.lock() {
         fatal.get_or_insert(message);

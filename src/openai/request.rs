@@ -9,6 +9,9 @@ use super::error::ErrorShape;
 use crate::structured::SchemaRequest;
 use crate::types::{CallOptions, Message, Structured};
 
+// Without `server`, only batch jobs read these bodies, and they route by the raw `model` and
+// write answers whole (no `stream`): those fields are then parsed (validated) but not read.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 #[derive(Deserialize)]
 pub(crate) struct ChatRequest {
     pub(crate) model: String,
@@ -27,12 +30,14 @@ pub(crate) struct ChatRequest {
     pub(crate) rest: Map<String, Value>,
 }
 
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 #[derive(Deserialize, Default)]
 pub(crate) struct StreamOptions {
     #[serde(default)]
     pub(crate) include_usage: bool,
 }
 
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 #[derive(Deserialize)]
 pub(crate) struct EmbeddingRequest {
     pub(crate) model: String,
@@ -47,7 +52,9 @@ pub(crate) struct EmbeddingRequest {
 
 /// What `response_format` asks of the call: the options (json mode sets `Structured::Json` and
 /// passes the format upstream), the caller's schema for `json_schema`, and whether the answer
-/// is structured at all.
+/// is structured at all (the server streams structured answers as one delta; batch answers are
+/// always whole).
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 pub(crate) struct Format {
     pub(crate) options: CallOptions,
     pub(crate) schema: Option<SchemaRequest>,
