@@ -378,6 +378,29 @@ async fn batch_runs_a_file_prints_plain_progress_through_a_pipe_and_resumes_from
     assert_eq!(output_ids(&dir.path().join("out.jsonl")).len(), 11);
     assert!(sent_ids(&mock).values().all(|&n| n == 1));
     assert_eq!(sent_ids(&mock).len(), 10);
+
+    // For machines: JSON progress objects on stderr, the summary as one JSON object on stdout.
+    let mut json_args = args.to_vec();
+    json_args[5] = "json";
+    let machine = cli(dir.path(), &batch_env(&mock.base_url()), &json_args).await;
+    assert_eq!(machine.code, 0, "{}", machine.stderr);
+    let last: serde_json::Value =
+        serde_json::from_str(machine.stderr.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (last["written"].as_u64(), last["read"].as_u64()),
+        (Some(11), Some(11))
+    );
+    assert_eq!(last["errors"]["invalid_json"], 1);
+    let summary: serde_json::Value = serde_json::from_str(machine.stdout.trim()).unwrap();
+    assert_eq!(summary["complete"], true);
+    assert_eq!(
+        (
+            summary["results"].as_u64(),
+            summary["from_journal"].as_u64()
+        ),
+        (Some(11), Some(10))
+    );
+    assert_eq!(summary["journal"], "out.jsonl.journal");
 }
 
 #[tokio::test]
