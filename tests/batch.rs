@@ -358,3 +358,34 @@ async fn a_journal_does_not_replay_an_answer_for_a_different_request() {
         .contains("--journal"));
     gw.shutdown().await;
 }
+
+#[tokio::test]
+async fn structured_items_go_through_the_ladder_with_their_schema() {
+    // The first answer does not fit the schema; the ladder re-asks and the second does.
+    let mock = MockUpstream::start(Behaviour::ScriptedContent(vec![
+        r#"{"verdict": "yes"}"#.into(),
+        r#"{"score": 4}"#.into(),
+    ]))
+    .await;
+    let gw = Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM")
+        .await
+        .unwrap();
+    let options = BatchOptions {
+        scope: Some("LLM".into()),
+        schema: Some(
+            json!({"type": "object", "properties": {"score": {"type": "integer"}},
+                            "required": ["score"]}),
+        ),
+        ..BatchOptions::default()
+    };
+    let results = run(&gw, vec![plain_line("s1")], options).await;
+    assert!(results[0].is_success(), "{}", results[0].line);
+    let content = parsed(&results[0])["response"]["body"]["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let value: Value = serde_json::from_str(&content).unwrap();
+    assert_eq!(value["score"], 4);
+    assert_eq!(mock.requests().len(), 2, "one re-ask");
+    gw.shutdown().await;
+}

@@ -27,6 +27,9 @@ pub(crate) struct Routing {
     pub(crate) models: BTreeMap<String, String>,
     pub(crate) kinds: BTreeMap<String, ScopeKind>,
     pub(crate) default_scope: Option<String>,
+    /// The JSON Schema answers of chat lines without a `response_format` must fit
+    /// (`--schema FILE`): they go through the typed structured ladder.
+    pub(crate) default_schema: Option<Value>,
 }
 
 /// A line that can be sent.
@@ -135,7 +138,7 @@ pub(crate) fn parse_line(line: &str, line_no: u64, routing: &Routing) -> Result<
     let (scope, model) =
         route(&body, kind, routing).map_err(|m| err(id.clone(), "model_not_found", m))?;
     let call = match kind {
-        ScopeKind::Chat => chat_call(body),
+        ScopeKind::Chat => chat_call(body, routing.default_schema.as_ref()),
         _ => embed_call(body),
     }
     .map_err(|m| err(id, "invalid_body", m))?;
@@ -186,13 +189,21 @@ fn route(
     Ok((scope.clone(), named.map_or(scope, str::to_string)))
 }
 
-fn chat_call(mut body: Map<String, Value>) -> Result<Call, String> {
+fn chat_call(mut body: Map<String, Value>, default_schema: Option<&Value>) -> Result<Call, String> {
     // The scope decides the upstream model; the request's own is only echoed back.
     body.insert("model".into(), json!(""));
-    let req: ChatRequest =
+    let mut req: ChatRequest =
         serde_json::from_value(Value::Object(body)).map_err(|e| format!("chat body: {e}"))?;
     if req.messages.is_empty() {
         return Err("messages must not be empty".into());
+    }
+    if req.response_format.is_none() {
+        if let Some(schema) = default_schema {
+            req.response_format = Some(json!({
+                "type": "json_schema",
+                "json_schema": {"name": "response", "schema": schema},
+            }));
+        }
     }
     // A batch answer is written whole: `stream` and `stream_options` are ignored.
     let Format {
@@ -246,6 +257,7 @@ mod tests {
             .into_iter()
             .collect(),
             default_scope: default.map(str::to_string),
+            default_schema: None,
         }
     }
 
@@ -280,6 +292,27 @@ mod tests {
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn a_default_schema_applies_to_chat_lines_without_a_response_format() {
+        let mut r = routing(Some("LLM"));
+        r.default_schema = Some(json!({"type": "object", "required": ["score"]}));
+        let item = parse_line(
+            r#"{"custom_id":"s","messages":[{"role":"user","content":"x"}]}"#,
+            1,
+            &r,
+        )
+        .unwrap();
+        let Call::Chat { schema, .. } = item.call else {
+            panic!("a chat call")
+        };
+        assert_eq!(schema.unwrap().schema["required"][0], "score");
+        let own = r#"{"custom_id":"t","messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}}"#;
+        let Call::Chat { schema, .. } = parse_line(own, 2, &r).unwrap().call else {
+            panic!("a chat call")
+        };
+        assert!(schema.is_none(), "the line's own response_format wins");
     }
 
     #[test]

@@ -45,13 +45,17 @@ use runner::{Job, Shared};
 ///     ..BatchOptions::default()
 /// };
 /// assert_eq!(options.max_item_age, Duration::from_secs(3600));
-/// assert!(options.journal.is_none());
+/// assert!(options.journal.is_none() && options.schema.is_none());
 /// ```
 #[derive(Debug, Clone)]
 pub struct BatchOptions {
     /// The scope of lines whose `model` names no scope or alias (plain lines usually have no
     /// `model`). `None`: such lines are error results naming the served models.
     pub scope: Option<String>,
+    /// A JSON Schema for chat lines without a `response_format` (the plain form's `--schema`):
+    /// their answers go through the typed structured ladder (repair, validation, re-ask) as a
+    /// `json_schema` response format would.
+    pub schema: Option<serde_json::Value>,
     /// Most items in flight at once (calls running or waiting for capacity inside the runtime,
     /// and items waiting to be rescheduled); also bounds how far the input is read ahead.
     /// The pacers decide how many of them reach the upstreams. Default 1024.
@@ -69,6 +73,7 @@ impl Default for BatchOptions {
     fn default() -> Self {
         Self {
             scope: None,
+            schema: None,
             max_concurrency: 1024,
             max_item_age: Duration::from_secs(3600),
             #[cfg(feature = "sqlite")]
@@ -382,6 +387,7 @@ impl Gateway {
                 models,
                 kinds,
                 default_scope: options.scope.clone(),
+                default_schema: options.schema.clone(),
             },
             max_concurrency: options.max_concurrency.max(1),
             max_item_age: options.max_item_age,

@@ -33,6 +33,10 @@ pub(crate) struct BatchArgs {
     /// Scope of lines whose `body.model` names no configured scope or alias (plain lines).
     #[arg(long)]
     scope: Option<String>,
+    /// A JSON Schema file: answers of chat lines without a `response_format` must fit it (the
+    /// structured ladder repairs, validates and re-asks).
+    #[arg(long, value_name = "FILE")]
+    schema: Option<PathBuf>,
     /// Most items in flight at once; the sources' pacers decide how many reach the upstreams.
     #[arg(long, default_value_t = 1024)]
     max_concurrency: usize,
@@ -70,6 +74,26 @@ pub(crate) async fn run(settings: Settings, args: &BatchArgs) -> Result<ExitCode
         name.push(".journal");
         PathBuf::from(name)
     });
+    let schema = match &args.schema {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read --schema {}: {e}", path.display()))?;
+            let schema: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                format!(
+                    "--schema {}: not JSON ({e}); give a JSON Schema object",
+                    path.display()
+                )
+            })?;
+            if !schema.is_object() {
+                return Err(format!(
+                    "--schema {}: must be a JSON Schema object",
+                    path.display()
+                ));
+            }
+            Some(schema)
+        }
+        None => None,
+    };
     let input = tokio::fs::File::open(&args.input)
         .await
         .map_err(|e| format!("cannot read {}: {e}", args.input.display()))?;
@@ -83,7 +107,7 @@ pub(crate) async fn run(settings: Settings, args: &BatchArgs) -> Result<ExitCode
     let gw = Gateway::from_settings(settings, &default_scope)
         .await
         .map_err(|e| e.to_string())?;
-    let result = run_job(&gw, args, input, journal).await;
+    let result = run_job(&gw, args, input, journal, schema).await;
     gw.shutdown().await;
     result
 }
@@ -93,6 +117,7 @@ async fn run_job(
     args: &BatchArgs,
     input: tokio::fs::File,
     journal: PathBuf,
+    schema: Option<serde_json::Value>,
 ) -> Result<ExitCode, String> {
     let read_error = Arc::new(Mutex::new(None::<String>));
     let lines = {
@@ -117,6 +142,7 @@ async fn run_job(
     };
     let options = BatchOptions {
         scope: args.scope.clone(),
+        schema,
         max_concurrency: args.max_concurrency,
         max_item_age: Duration::from_secs_f64(args.max_item_age),
         journal: Some(journal.clone()),
