@@ -515,3 +515,35 @@ async fn batch_ctrl_c_stops_admitting_and_says_how_to_resume() {
         sent_ids(&mock)
     );
 }
+
+#[tokio::test]
+async fn batch_on_a_terminal_redraws_one_progress_line_and_ends_with_the_summary() {
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let input = batch_input(dir.path(), 5, false);
+    // `script` runs the command on a pseudo-terminal and copies what it draws to our pipe.
+    let command = format!(
+        "{} batch {} -o out.jsonl",
+        env!("CARGO_BIN_EXE_polygateway"),
+        input.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(batch_env(&mock.base_url()))
+        .output()
+        .await
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    let drawn = screen
+        .find("\r\x1b[2Kbatch: 5 done of 5 read")
+        .expect("the line redrawn in place");
+    let summary = screen
+        .find("batch finished: 5 results")
+        .expect("the summary");
+    assert!(drawn < summary, "{screen}");
+    assert_eq!(output_ids(&dir.path().join("out.jsonl")).len(), 5);
+}

@@ -1,11 +1,12 @@
 //! `polygateway batch INPUT.jsonl -o OUTPUT.jsonl`: a thin user of `Gateway::batch`. It streams
-//! the input file in, writes each result line to the output as it arrives, prints progress
-//! (plain lines or JSON, on stderr) and a final summary (stdout), and turns Ctrl-C into
-//! `stop` (first) and `cancel` (second).
+//! the input file in, writes each result line to the output as it arrives, prints progress on
+//! stderr (a line redrawn in place on a terminal, plain lines through a pipe, or JSON) and a final
+//! summary (stdout), and turns Ctrl-C into `stop` (first) and `cancel` (second).
 //!
 //! The output is rewritten on every run: journalled items are replayed from the journal and the
 //! others sent, so a resumed run's output has every line once (docs/behaviour.md §13.2).
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -44,7 +45,8 @@ pub(crate) struct BatchArgs {
     /// written.
     #[arg(long, default_value_t = 3600.0, value_name = "SECS")]
     max_item_age: f64,
-    /// Progress on stderr: `plain` lines, `json` objects, or `auto` (plain lines).
+    /// Progress on stderr: `plain` lines, `json` objects, or `auto` (one line redrawn in place
+    /// on a terminal, plain lines otherwise).
     #[arg(long, value_enum, default_value = "auto")]
     progress: ProgressMode,
     /// Seconds between progress reports.
@@ -152,7 +154,14 @@ async fn run_job(
         .map_err(|e| format!("cannot write {}: {e}", args.output.display()))?;
     let mut out = BufWriter::new(out);
     let mut job = gw.batch(lines, options).map_err(|e| e.to_string())?;
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(args.progress_interval));
+    // On a terminal the progress line is redrawn in place, twice a second (or faster if asked).
+    let live = args.progress == ProgressMode::Auto && std::io::stderr().is_terminal();
+    let interval = if live {
+        args.progress_interval.min(0.5)
+    } else {
+        args.progress_interval
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(interval));
     tick.tick().await;
     let mut interrupts = Interrupts::new();
     let mut previous = job.progress();
@@ -169,10 +178,13 @@ async fn run_job(
             _ = tick.tick() => {
                 out.flush().await.map_err(write_failed)?;
                 let now = job.progress();
-                report(args.progress, &now, &previous);
+                report(args.progress, live, &now, &previous);
                 previous = now;
             }
             () = interrupts.next() => {
+                if live {
+                    eprintln!();
+                }
                 if job.stopped() {
                     eprintln!("polygateway batch: cancelling the calls in flight");
                     job.cancel();
@@ -189,7 +201,10 @@ async fn run_job(
     }
     out.flush().await.map_err(write_failed)?;
     // A last report, so even a job shorter than one interval shows its progress line.
-    report(args.progress, &job.progress(), &previous);
+    report(args.progress, live, &job.progress(), &previous);
+    if live {
+        eprintln!();
+    }
     let read_error = read_error.lock().ok().and_then(|e| e.clone());
     summary(args, &job, &journal, read_error.as_deref())
 }
@@ -231,9 +246,17 @@ fn errors_text(p: &BatchProgress) -> String {
         .join(" ")
 }
 
-fn report(mode: ProgressMode, now: &BatchProgress, previous: &BatchProgress) {
+/// Seconds until the remaining results are out at `per_s` results a second (known once the
+/// whole input has been read).
+fn eta_s(now: &BatchProgress, per_s: f64) -> Option<f64> {
+    (now.input_done && per_s > 0.0).then(|| (now.read - now.written) as f64 / per_s)
+}
+
+fn report(mode: ProgressMode, live: bool, now: &BatchProgress, previous: &BatchProgress) {
     let seconds = (now.elapsed - previous.elapsed).as_secs_f64().max(1e-3);
     let calls_per_s = (now.calls - previous.calls) as f64 / seconds;
+    let results_per_s = (now.written - previous.written) as f64 / seconds;
+    let eta = eta_s(now, results_per_s);
     match mode {
         ProgressMode::Json => eprintln!(
             "{}",
@@ -252,21 +275,31 @@ fn report(mode: ProgressMode, now: &BatchProgress, previous: &BatchProgress) {
                 "cost": now.cost,
                 "p50_ms": now.p50_ms,
                 "p99_ms": now.p99_ms,
+                "eta_s": eta,
                 "elapsed_s": now.elapsed.as_secs_f64(),
             })
         ),
-        ProgressMode::Auto | ProgressMode::Plain => eprintln!(
-            "batch: {} done of {}{} read | {} from journal | {calls_per_s:.1} calls/s | {} in \
-             flight | {} waiting to retry | errors: {} | cost {:.6}",
-            now.written,
-            now.read,
-            if now.input_done { "" } else { "+" },
-            now.from_journal,
-            now.in_flight,
-            now.waiting_retry,
-            errors_text(now),
-            now.cost
-        ),
+        ProgressMode::Auto | ProgressMode::Plain => {
+            let line = format!(
+                "batch: {} done of {}{} read | {} from journal | {calls_per_s:.1} calls/s | {} \
+                 in flight | {} waiting to retry | errors: {} | cost {:.6}{}",
+                now.written,
+                now.read,
+                if now.input_done { "" } else { "+" },
+                now.from_journal,
+                now.in_flight,
+                now.waiting_retry,
+                errors_text(now),
+                now.cost,
+                eta.map_or(String::new(), |s| format!(" | ETA {s:.0}s"))
+            );
+            if live {
+                // Back to the line's start and clear it: one line that updates in place.
+                eprint!("\r\x1b[2K{line}");
+            } else {
+                eprintln!("{line}");
+            }
+        }
     }
 }
 
