@@ -47,6 +47,7 @@
 #![deny(missing_docs)]
 #![deny(unreachable_pub)]
 
+pub mod batch;
 pub mod cache;
 pub mod config;
 pub mod error;
@@ -54,6 +55,7 @@ pub mod error;
 mod fuzz_parsers;
 mod gateway;
 pub mod metrics;
+mod openai;
 pub mod policy;
 pub mod ports;
 pub use gateway::{

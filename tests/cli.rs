@@ -260,3 +260,290 @@ async fn key_new_and_key_hash_print_a_key_file_hash_and_serve_needs_the_file() {
     );
     assert!(!run.stderr.contains("sk-cli-secret-value"));
 }
+
+fn batch_input(dir: &Path, n: usize, bad: bool) -> std::path::PathBuf {
+    let mut text = String::new();
+    for i in 0..n {
+        text.push_str(
+            &serde_json::json!({
+                "custom_id": format!("job-{i}"),
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": "gpt-4o-mini",
+                         "messages": [{"role": "user", "content": format!("item job-{i}")}]},
+            })
+            .to_string(),
+        );
+        text.push('\n');
+    }
+    if bad {
+        text.push_str("{\"custom_id\": \"broken\"\n");
+    }
+    let path = dir.join("input.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// custom_id → output lines carrying it.
+fn output_ids(path: &Path) -> std::collections::BTreeMap<String, usize> {
+    let mut ids = std::collections::BTreeMap::new();
+    for line in std::fs::read_to_string(path).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let id = v["custom_id"].as_str().unwrap_or("<none>").to_string();
+        *ids.entry(id).or_default() += 1;
+    }
+    ids
+}
+
+/// custom_id → chat requests the mock received for it.
+fn sent_ids(mock: &MockUpstream) -> std::collections::BTreeMap<String, usize> {
+    let mut ids = std::collections::BTreeMap::new();
+    for r in mock.requests() {
+        if let Some(content) = r.body["messages"][0]["content"].as_str() {
+            let id = content.trim_start_matches("item ").to_string();
+            *ids.entry(id).or_default() += 1;
+        }
+    }
+    ids
+}
+
+fn journalled(path: &Path) -> Vec<String> {
+    let Ok(db) = rusqlite::Connection::open(path) else {
+        return Vec::new();
+    };
+    let Ok(mut stmt) = db.prepare("SELECT custom_id FROM batch_items") else {
+        return Vec::new();
+    };
+    stmt.query_map([], |row| row.get::<_, String>(0))
+        .map(|rows| rows.filter_map(Result::ok).collect())
+        .unwrap_or_default()
+}
+
+fn batch_env(base_url: &str) -> Vec<(&'static str, String)> {
+    let mut env = env_for(base_url);
+    env.push(("PGW_TELEMETRY_BACKEND", "none".into()));
+    env.push(("PGW_SERVER_MODEL_ALIASES", "gpt-4o-mini=LLM".into()));
+    env
+}
+
+#[tokio::test]
+async fn batch_runs_a_file_prints_plain_progress_through_a_pipe_and_resumes_from_its_journal() {
+    let mock = MockUpstream::start(Behaviour::healthy_with("done")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let input = batch_input(dir.path(), 10, true);
+    let args = [
+        "batch",
+        input.to_str().unwrap(),
+        "-o",
+        "out.jsonl",
+        "--progress",
+        "plain",
+    ];
+    let run = cli(dir.path(), &batch_env(&mock.base_url()), &args).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("batch: 11 done of 11 read") && run.stderr.contains("calls/s"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stdout
+            .contains("batch finished: 11 results (10 succeeded, 1 errors; 0 from the journal)"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("journal: out.jsonl.journal"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("latency: p50 "), "{}", run.stdout);
+    let ids = output_ids(&dir.path().join("out.jsonl"));
+    assert_eq!(ids.len(), 11);
+    assert!(ids.values().all(|&n| n == 1), "{ids:?}");
+    assert!(
+        !run.stdout.contains("sk-cli-secret-value") && !run.stderr.contains("sk-cli-secret-value")
+    );
+
+    // The same command again: everything answered comes from the journal, nothing is sent.
+    let again = cli(dir.path(), &batch_env(&mock.base_url()), &args).await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert!(
+        again
+            .stdout
+            .contains("(10 succeeded, 1 errors; 10 from the journal), 0 calls"),
+        "{}",
+        again.stdout
+    );
+    assert_eq!(output_ids(&dir.path().join("out.jsonl")).len(), 11);
+    assert!(sent_ids(&mock).values().all(|&n| n == 1));
+    assert_eq!(sent_ids(&mock).len(), 10);
+
+    // For machines: JSON progress objects on stderr, the summary as one JSON object on stdout.
+    let mut json_args = args.to_vec();
+    json_args[5] = "json";
+    let machine = cli(dir.path(), &batch_env(&mock.base_url()), &json_args).await;
+    assert_eq!(machine.code, 0, "{}", machine.stderr);
+    let last: serde_json::Value =
+        serde_json::from_str(machine.stderr.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (last["written"].as_u64(), last["read"].as_u64()),
+        (Some(11), Some(11))
+    );
+    assert_eq!(last["errors"]["invalid_json"], 1);
+    let summary: serde_json::Value = serde_json::from_str(machine.stdout.trim()).unwrap();
+    assert_eq!(summary["complete"], true);
+    assert_eq!(
+        (
+            summary["results"].as_u64(),
+            summary["from_journal"].as_u64()
+        ),
+        (Some(11), Some(10))
+    );
+    assert_eq!(summary["journal"], "out.jsonl.journal");
+}
+
+#[tokio::test]
+async fn batch_killed_with_sigkill_resumes_without_resending_journalled_items() {
+    let mock = MockUpstream::start(Behaviour::Slow {
+        delay: std::time::Duration::from_millis(40),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let input = batch_input(dir.path(), 60, false);
+    let journal = dir.path().join("out.jsonl.journal");
+    let args = [
+        "batch",
+        input.to_str().unwrap(),
+        "-o",
+        "out.jsonl",
+        "--max-concurrency",
+        "4",
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_polygateway"))
+        .args(args)
+        .current_dir(dir.path())
+        .env_clear()
+        .envs(batch_env(&mock.base_url()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..600 {
+        if journalled(&journal).len() >= 8 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    child.start_kill().unwrap(); // SIGKILL: no chance to flush anything
+    child.wait().await.unwrap();
+    let answered = journalled(&journal);
+    assert!((8..60).contains(&answered.len()), "{}", answered.len());
+
+    let run = cli(dir.path(), &batch_env(&mock.base_url()), &args).await;
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let ids = output_ids(&dir.path().join("out.jsonl"));
+    assert_eq!(ids.len(), 60, "every custom_id in the output");
+    assert!(ids.values().all(|&n| n == 1), "exactly once: {ids:?}");
+    let sent = sent_ids(&mock);
+    assert_eq!(sent.len(), 60);
+    for id in &answered {
+        assert_eq!(
+            sent[id], 1,
+            "{id} was journalled as answered and sent again"
+        );
+    }
+}
+
+#[tokio::test]
+async fn batch_ctrl_c_stops_admitting_and_says_how_to_resume() {
+    let mock = MockUpstream::start(Behaviour::Slow {
+        delay: std::time::Duration::from_millis(40),
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let input = batch_input(dir.path(), 60, false);
+    let journal = dir.path().join("out.jsonl.journal");
+    let args = [
+        "batch",
+        input.to_str().unwrap(),
+        "-o",
+        "out.jsonl",
+        "--max-concurrency",
+        "4",
+    ];
+    let child = Command::new(env!("CARGO_BIN_EXE_polygateway"))
+        .args(args)
+        .current_dir(dir.path())
+        .env_clear()
+        .envs(batch_env(&mock.base_url()))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..600 {
+        if journalled(&journal).len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let pid = child.id().unwrap().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("stopping: no new items"), "{stderr}");
+    assert!(
+        stderr.contains("to resume") && stderr.contains("--journal"),
+        "{stderr}"
+    );
+    let partial = output_ids(&dir.path().join("out.jsonl"));
+    assert!(partial.len() < 60 && partial.len() == journalled(&journal).len());
+
+    let run = cli(dir.path(), &batch_env(&mock.base_url()), &args).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(output_ids(&dir.path().join("out.jsonl")).len(), 60);
+    assert!(
+        sent_ids(&mock).values().all(|&n| n == 1),
+        "{:?}",
+        sent_ids(&mock)
+    );
+}
+
+#[tokio::test]
+async fn batch_on_a_terminal_redraws_one_progress_line_and_ends_with_the_summary() {
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let input = batch_input(dir.path(), 5, false);
+    // `script` runs the command on a pseudo-terminal and copies what it draws to our pipe.
+    let command = format!(
+        "{} batch {} -o out.jsonl",
+        env!("CARGO_BIN_EXE_polygateway"),
+        input.display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(batch_env(&mock.base_url()))
+        .output()
+        .await
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    let drawn = screen
+        .find("\r\x1b[2Kbatch: 5 done of 5 read")
+        .expect("the line redrawn in place");
+    let summary = screen
+        .find("batch finished: 5 results")
+        .expect("the summary");
+    assert!(drawn < summary, "{screen}");
+    assert_eq!(output_ids(&dir.path().join("out.jsonl")).len(), 5);
+}

@@ -1,5 +1,5 @@
-//! `polygateway` — check a configuration, probe sources, make a governed call, watch the
-//! governance state, print the telemetry schema, and apply telemetry retention.
+//! `polygateway` — check a configuration, probe sources, make a governed call, run a batch job,
+//! watch the governance state, print the telemetry schema, and apply telemetry retention.
 //!
 //! Configuration comes from the environment and `./.env` (the environment wins), exactly as
 //! `Gateway::from_env` reads it. Secrets are never printed.
@@ -15,6 +15,11 @@ use polygateway::config::{
 };
 use polygateway::telemetry::{retention, telemetry_schema_sql, RetentionTarget, SchemaBackend};
 use polygateway::{CallOptions, Gateway, Message};
+
+// Beside this file's directory, not in src/bin/ (where cargo would take it for a binary).
+#[cfg(feature = "sqlite")]
+#[path = "polygateway/batch_cmd.rs"]
+mod batch_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -114,6 +119,12 @@ enum Command {
         #[arg(long, default_value_t = 5000)]
         batch: usize,
     },
+    /// Run a batch job: every line of INPUT (OpenAI's Batch API input format, or plain
+    /// `{"custom_id", "messages", …}` lines) is one governed call; results go to OUTPUT in
+    /// OpenAI's Batch API output format. Resumable: running the same command again after a
+    /// crash or Ctrl-C sends only the items the journal has no answer for.
+    #[cfg(feature = "sqlite")]
+    Batch(batch_cmd::BatchArgs),
     /// Serve the OpenAI-compatible gateway (`/v1/chat/completions`, `/v1/embeddings`,
     /// `/v1/models`, `/ocr/text`, `/parse`, `/healthz`, `/readyz`, `/metrics`, status page `/`)
     /// on PGW_SERVER_BIND with the virtual keys of PGW_SERVER_KEYS_FILE, until SIGINT or
@@ -479,6 +490,8 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                 }
             }
         }
+        #[cfg(feature = "sqlite")]
+        Command::Batch(args) => batch_cmd::run(settings(&cli)?, args).await,
         #[cfg(feature = "server")]
         Command::Serve { bind } => serve(&cli, *bind).await,
         #[cfg(feature = "server")]

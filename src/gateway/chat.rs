@@ -288,7 +288,6 @@ impl ScopeHandle<Chat> {
     /// A structured call against a JSON Schema known only at run time (the server's
     /// `response_format: json_schema`): the whole ladder, validation by
     /// [`crate::structured::shape`]. The accepted value is the answer's `structured_data`.
-    #[cfg(feature = "server")]
     pub(crate) async fn chat_with_schema(
         &self,
         messages: Vec<Message>,

@@ -5,10 +5,9 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 use crate::error::GatewayError;
-use crate::UnavailableReason;
+use crate::openai::error::ErrorShape;
 
 /// One error answer.
 #[derive(Debug)]
@@ -78,14 +77,7 @@ impl ApiError {
     }
 
     pub(crate) fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
-        let mut e = Self::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "invalid_request",
-            message.into(),
-        );
-        e.param = param;
-        e
+        ErrorShape::bad_request(message, param).into()
     }
 
     pub(crate) fn key_limited(key: &str, gate: &str, retry_after_s: f64) -> Self {
@@ -124,91 +116,27 @@ impl ApiError {
 
     /// The JSON body (also the payload of an SSE error frame).
     pub(crate) fn body(&self) -> serde_json::Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind,
-            "param": self.param,
-            "code": self.code,
-        }})
+        crate::openai::error::error_body(&self.message, self.kind, self.param, self.code)
     }
 }
 
+impl From<ErrorShape> for ApiError {
+    fn from(e: ErrorShape) -> Self {
+        Self {
+            status: StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            kind: e.kind,
+            code: e.code,
+            message: e.message,
+            param: e.param,
+            retry_after_s: e.retry_after_s,
+        }
+    }
+}
+
+/// The mapping of docs/behaviour.md §12.3, shared with batch output lines ([`ErrorShape`]).
 impl From<GatewayError> for ApiError {
     fn from(e: GatewayError) -> Self {
-        let message = e.to_string();
-        match &e {
-            GatewayError::Unavailable(u) => {
-                let quota = u.reason == UnavailableReason::QuotaExhausted;
-                let mut out = Self::new(
-                    if quota {
-                        StatusCode::TOO_MANY_REQUESTS
-                    } else {
-                        StatusCode::SERVICE_UNAVAILABLE
-                    },
-                    if quota {
-                        "rate_limit_error"
-                    } else {
-                        "service_unavailable"
-                    },
-                    u.reason.as_str(),
-                    message,
-                );
-                out.retry_after_s = Some(u.retry_after_s);
-                out
-            }
-            GatewayError::RequestRejected { body_text, .. } => Self::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "request_rejected",
-                // The upstream's own words, when the summary in the message does not carry them.
-                if body_text.is_empty() || message.contains(body_text.as_str()) {
-                    message
-                } else {
-                    format!("{message}; upstream said: {body_text}")
-                },
-            ),
-            GatewayError::InvalidInput(_) => Self::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "invalid_input",
-                message,
-            ),
-            // Not reached by the server (its structured calls return such answers whole).
-            GatewayError::ResultInvalid { .. } | GatewayError::NoStructuredValue(_) => Self::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_error",
-                "result_invalid",
-                message,
-            ),
-            GatewayError::StreamInterrupted { .. } => Self::new(
-                StatusCode::BAD_GATEWAY,
-                "upstream_error",
-                "stream_interrupted",
-                message,
-            ),
-            GatewayError::SourceNotConfigured(_) => Self::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                "model_not_found",
-                message,
-            ),
-            GatewayError::Shutdown(_) => {
-                let mut out = Self::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "service_unavailable",
-                    "shutting_down",
-                    message,
-                );
-                out.retry_after_s = Some(1.0);
-                out
-            }
-            _ => Self::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "internal",
-                message,
-            ),
-        }
+        ErrorShape::from(&e).into()
     }
 }
 
@@ -229,6 +157,7 @@ impl IntoResponse for ApiError {
 mod tests {
     use super::*;
     use crate::error::{Unavailable, UnavailableKind};
+    use crate::UnavailableReason;
 
     fn unavailable(reason: UnavailableReason, retry_after_s: f64) -> GatewayError {
         GatewayError::Unavailable(Box::new(Unavailable {

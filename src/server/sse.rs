@@ -177,7 +177,7 @@ impl ChunkHead {
                     created: self.created,
                     model: &self.model,
                     choices: &[],
-                    usage: Some(super::routes::openai::usage_json(response)),
+                    usage: Some(crate::openai::completion::usage_json(response)),
                 },
             );
         }

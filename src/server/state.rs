@@ -75,18 +75,7 @@ pub(crate) struct App {
 impl App {
     pub(crate) fn new(gw: Gateway, keys: KeyStore) -> Result<Self, crate::GatewayError> {
         let settings = gw.settings().server.clone();
-        let mut models: BTreeMap<String, String> =
-            gw.scopes().into_iter().map(|s| (s.clone(), s)).collect();
-        for (alias, scope) in &settings.model_aliases {
-            if gw.settings().scope(scope).is_err() {
-                return Err(crate::GatewayError::Config(format!(
-                    "PGW_SERVER_MODEL_ALIASES: alias {alias} names scope {scope}, which is not \
-                     configured (configured: {})",
-                    gw.scopes().join(", ")
-                )));
-            }
-            models.insert(alias.clone(), scope.clone());
-        }
+        let models = crate::openai::models::model_table(&gw)?;
         Ok(Self {
             gw,
             keys,
@@ -170,7 +159,7 @@ impl App {
     }
 
     pub(crate) fn kind_of(&self, scope: &str) -> Option<ScopeKind> {
-        self.gw.settings().scope(scope).ok().map(|s| s.kind)
+        crate::openai::models::kind_of(&self.gw, scope)
     }
 
     /// The key's per-key limits, through the runtime's limiter backend.

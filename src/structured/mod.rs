@@ -11,7 +11,6 @@ pub mod ladder;
 pub mod mode;
 pub mod repair;
 pub mod schema;
-#[cfg(feature = "server")]
 pub(crate) mod shape;
 pub(crate) mod source_mode;
 pub mod validate;

@@ -5,82 +5,23 @@
 //! selects or limits upstreams. Not OCR ([`super::ocr`]) and not the operational endpoints.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use futures::StreamExt;
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::config::ScopeKind;
+use crate::openai::completion::{completion_json, now_s};
+use crate::openai::embedding::{embedding_json, input_texts, wants_base64};
+use crate::openai::request::{options_for, response_format, ChatRequest, EmbeddingRequest, Format};
 use crate::server::errors::ApiError;
 use crate::server::sse::{self, ChunkHead, Relay};
 use crate::server::state::App;
-use crate::structured::SchemaRequest;
-use crate::types::{CallOptions, LlmResponse, Message, Structured};
-
-#[derive(Deserialize)]
-struct ChatRequest {
-    model: String,
-    messages: Vec<Message>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    response_format: Option<Value>,
-    #[serde(default)]
-    user: Option<String>,
-    /// Sampling parameters, tools, `n`, logprobs and anything else: the call's overlay
-    /// (docs/behaviour.md §2.2), passed through to the upstream.
-    #[serde(flatten)]
-    rest: Map<String, Value>,
-}
-
-#[derive(Deserialize, Default)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: bool,
-}
-
-#[derive(Deserialize)]
-struct EmbeddingRequest {
-    model: String,
-    input: Value,
-    #[serde(default)]
-    encoding_format: Option<String>,
-    #[serde(default)]
-    dimensions: Option<Value>,
-    #[serde(default)]
-    user: Option<String>,
-}
-
-pub(crate) fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// OpenAI's `usage` object of an answer.
-pub(crate) fn usage_json(r: &LlmResponse) -> Value {
-    let mut usage = json!({
-        "prompt_tokens": r.prompt_tokens,
-        "completion_tokens": r.completion_tokens,
-        "total_tokens": r.prompt_tokens + r.completion_tokens,
-    });
-    if let Some(cached) = r.cached_prompt_tokens {
-        usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
-    }
-    if let Some(reasoning) = r.reasoning_tokens {
-        usage["completion_tokens_details"] = json!({"reasoning_tokens": reasoning});
-    }
-    usage
-}
+use crate::types::LlmResponse;
 
 /// The request body, or a 413/400 in OpenAI's shape.
 pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
@@ -94,14 +35,6 @@ pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, A
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}"), None))
-}
-
-fn options_for(tenant: &str, user: Option<String>) -> CallOptions {
-    let options = CallOptions::new().tenant_id(tenant);
-    match user {
-        Some(user) => options.meta_entry("user", user),
-        None => options,
-    }
 }
 
 /// `POST /v1/chat/completions`.
@@ -124,32 +57,14 @@ async fn chat(
     let req: ChatRequest = parse(&body_bytes(body)?)?;
     let scope = app.scope_for(key, &req.model, ScopeKind::Chat)?;
     *scope_out = Some(scope.clone());
-    let mut options = options_for(key.tenant(), req.user).overlay(req.rest);
-    let mut structured = false;
-    let mut schema = None;
-    if let Some(format) = req.response_format {
-        match format.get("type").and_then(Value::as_str) {
-            Some("text") => {}
-            Some("json_object") => {
-                // The model is asked for JSON by the caller's own format; the answer is
-                // repaired into valid JSON (or refused as invalid) by the ladder.
-                options = options
-                    .overlay_param("response_format", format)
-                    .structured(Structured::Json);
-                structured = true;
-            }
-            Some("json_schema") => {
-                schema = Some(schema_request(&format)?);
-                structured = true;
-            }
-            _ => {
-                return Err(ApiError::bad_request(
-                    "response_format.type must be text, json_object or json_schema",
-                    Some("response_format"),
-                ));
-            }
-        }
-    }
+    let Format {
+        options,
+        schema,
+        structured,
+    } = response_format(
+        req.response_format,
+        options_for(Some(key.tenant()), req.user).overlay(req.rest),
+    )?;
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
     let timeout = app.settings.request_timeout;
@@ -221,39 +136,6 @@ async fn chat(
     Ok(sse_response(relay))
 }
 
-/// The schema of `response_format: {"type": "json_schema", "json_schema": {"name", "schema"}}`.
-fn schema_request(format: &Value) -> Result<SchemaRequest, ApiError> {
-    let invalid = |what: &str| {
-        ApiError::bad_request(
-            format!("response_format.json_schema{what}"),
-            Some("response_format"),
-        )
-    };
-    let spec = format
-        .get("json_schema")
-        .ok_or_else(|| invalid(" is required"))?;
-    let schema = spec
-        .get("schema")
-        .filter(|s| s.is_object())
-        .cloned()
-        .ok_or_else(|| invalid(".schema must be a JSON Schema object"))?;
-    let name: String = spec
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or("response")
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    Ok(SchemaRequest { name, schema })
-}
-
 fn sse_response(relay: Relay) -> Response {
     Response::builder()
         .status(StatusCode::OK)
@@ -263,61 +145,8 @@ fn sse_response(relay: Relay) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// The assistant message of one choice, as OpenAI writes it: `content` is `null` beside tool
-/// calls, a function call or a refusal when there is no text; `refusal` is always present.
-fn message_json(
-    content: &str,
-    thinking: &str,
-    tool_calls: &[crate::types::ToolCall],
-    function_call: Option<&crate::types::FunctionCall>,
-    refusal: Option<&str>,
-) -> Value {
-    let said_otherwise = !tool_calls.is_empty() || function_call.is_some() || refusal.is_some();
-    let content = if content.is_empty() && said_otherwise {
-        Value::Null
-    } else {
-        json!(content)
-    };
-    let mut message = json!({"role": "assistant", "content": content, "refusal": refusal});
-    if !thinking.is_empty() {
-        message["reasoning_content"] = json!(thinking);
-    }
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = json!(tool_calls);
-    }
-    if let Some(call) = function_call {
-        message["function_call"] = json!(call);
-    }
-    message
-}
-
 fn completion(head: &ChunkHead, r: &LlmResponse) -> Response {
-    let first = json!({
-        "index": 0,
-        "message": message_json(&r.content, &r.thinking, &r.tool_calls, r.function_call.as_ref(),
-            r.refusal.as_deref()),
-        "logprobs": r.logprobs,
-        "finish_reason": r.finish_reason.as_deref().unwrap_or("stop"),
-    });
-    let others = r.other_choices.iter().map(|c| {
-        json!({
-            "index": c.index,
-            "message": message_json(&c.content, &c.thinking, &c.tool_calls,
-                c.function_call.as_ref(), c.refusal.as_deref()),
-            "logprobs": c.logprobs,
-            "finish_reason": c.finish_reason.as_deref().unwrap_or("stop"),
-        })
-    });
-    let choices: Vec<Value> = std::iter::once(first).chain(others).collect();
-    let body = json!({
-        "id": head.id,
-        "object": "chat.completion",
-        "created": head.created,
-        "model": head.model,
-        "choices": choices,
-        "usage": usage_json(r),
-        "system_fingerprint": r.system_fingerprint,
-    });
+    let body = completion_json(&head.id, &head.model, head.created, r);
     let mut response = axum::Json(body).into_response();
     if let Ok(v) = r.source_name.parse() {
         response.headers_mut().insert("x-pgw-source", v);
@@ -345,75 +174,26 @@ async fn embed(
     let req: EmbeddingRequest = parse(&body_bytes(body)?)?;
     let scope = app.scope_for(key, &req.model, ScopeKind::Embeddings)?;
     *scope_out = Some(scope.clone());
-    let texts: Vec<String> = match req.input {
-        Value::String(s) => vec![s],
-        Value::Array(items) if items.iter().all(Value::is_string) => items
-            .into_iter()
-            .filter_map(|v| match v {
-                Value::String(s) => Some(s),
-                _ => None,
-            })
-            .collect(),
-        _ => {
-            return Err(ApiError::bad_request(
-                "input must be a string or an array of strings (token arrays are not served)",
-                Some("input"),
-            ))
-        }
-    };
-    if texts.is_empty() {
-        return Err(ApiError::bad_request(
-            "input must not be empty",
-            Some("input"),
-        ));
-    }
+    let texts = input_texts(req.input).map_err(|m| ApiError::bad_request(m, Some("input")))?;
     if req.dimensions.is_some() {
         return Err(ApiError::bad_request(
             "dimensions is not served: the scope's model and EXPECTED_DIM decide the dimension",
             Some("dimensions"),
         ));
     }
-    let base64 = match req.encoding_format.as_deref() {
-        None | Some("float") => false,
-        Some("base64") => true,
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "encoding_format must be float or base64",
-                Some("encoding_format"),
-            ))
-        }
-    };
+    let base64 = wants_base64(req.encoding_format.as_deref())
+        .map_err(|m| ApiError::bad_request(m, Some("encoding_format")))?;
     let lease = app.admit(key).await?;
     let handle = app.gw.embedding_scope(&scope)?;
     let timeout = app.settings.request_timeout;
     let out = tokio::time::timeout(
         timeout,
-        handle.embed(texts, options_for(key.tenant(), req.user)),
+        handle.embed(texts, options_for(Some(key.tenant()), req.user)),
     )
     .await
     .map_err(|_| ApiError::timeout(timeout))??;
     drop(lease);
-    let data: Vec<Value> = out
-        .vectors
-        .iter()
-        .enumerate()
-        .map(|(index, v)| {
-            let embedding = if base64 {
-                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
-            } else {
-                json!(v)
-            };
-            json!({"object": "embedding", "index": index, "embedding": embedding})
-        })
-        .collect();
-    Ok(axum::Json(json!({
-        "object": "list",
-        "data": data,
-        "model": req.model,
-        "usage": {"prompt_tokens": out.prompt_tokens, "total_tokens": out.prompt_tokens},
-    }))
-    .into_response())
+    Ok(axum::Json(embedding_json(&out, &req.model, base64)).into_response())
 }
 
 /// `GET /v1/models`: the scope names and aliases the key may use.

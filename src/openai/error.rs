@@ -1,0 +1,114 @@
+//! A [`GatewayError`] as the HTTP status and OpenAI error object a caller gets
+//! (docs/behaviour.md §12.3): the server answers it, a batch job writes it into the item's
+//! output line. Without HTTP types, so the batch runner needs no `server` feature.
+
+use serde_json::{json, Value};
+
+use crate::error::GatewayError;
+use crate::UnavailableReason;
+
+/// One error as a caller sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ErrorShape {
+    pub(crate) status: u16,
+    /// OpenAI's `type`.
+    pub(crate) kind: &'static str,
+    /// OpenAI's `code`.
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+    pub(crate) param: Option<&'static str>,
+    /// Seconds for `Retry-After` (429 and 503).
+    pub(crate) retry_after_s: Option<f64>,
+}
+
+impl ErrorShape {
+    pub(crate) fn new(
+        status: u16,
+        kind: &'static str,
+        code: &'static str,
+        message: String,
+    ) -> Self {
+        Self {
+            status,
+            kind,
+            code,
+            message,
+            param: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// A 400 `invalid_request_error` about `param`.
+    pub(crate) fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        let mut e = Self::new(
+            400,
+            "invalid_request_error",
+            "invalid_request",
+            message.into(),
+        );
+        e.param = param;
+        e
+    }
+
+    /// `{"error": {"message", "type", "param", "code"}}`.
+    pub(crate) fn body(&self) -> Value {
+        error_body(&self.message, self.kind, self.param, self.code)
+    }
+}
+
+/// OpenAI's error object: `{"error": {"message", "type", "param", "code"}}`.
+pub(crate) fn error_body(message: &str, kind: &str, param: Option<&str>, code: &str) -> Value {
+    json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
+}
+
+impl From<&GatewayError> for ErrorShape {
+    fn from(e: &GatewayError) -> Self {
+        let message = e.to_string();
+        match e {
+            GatewayError::Unavailable(u) => {
+                let quota = u.reason == UnavailableReason::QuotaExhausted;
+                let mut out = Self::new(
+                    if quota { 429 } else { 503 },
+                    if quota {
+                        "rate_limit_error"
+                    } else {
+                        "service_unavailable"
+                    },
+                    u.reason.as_str(),
+                    message,
+                );
+                out.retry_after_s = Some(u.retry_after_s);
+                out
+            }
+            GatewayError::RequestRejected { body_text, .. } => Self::new(
+                400,
+                "invalid_request_error",
+                "request_rejected",
+                // The upstream's own words, when the summary in the message does not carry them.
+                if body_text.is_empty() || message.contains(body_text.as_str()) {
+                    message
+                } else {
+                    format!("{message}; upstream said: {body_text}")
+                },
+            ),
+            GatewayError::InvalidInput(_) => {
+                Self::new(400, "invalid_request_error", "invalid_input", message)
+            }
+            GatewayError::ResultInvalid { .. } | GatewayError::NoStructuredValue(_) => {
+                Self::new(502, "upstream_error", "result_invalid", message)
+            }
+            GatewayError::StreamInterrupted { .. } => {
+                Self::new(502, "upstream_error", "stream_interrupted", message)
+            }
+            GatewayError::SourceNotConfigured(_) => {
+                Self::new(404, "invalid_request_error", "model_not_found", message)
+            }
+            GatewayError::Shutdown(_) => {
+                let mut out = Self::new(503, "service_unavailable", "shutting_down", message);
+                out.retry_after_s = Some(1.0);
+                out
+            }
+            _ => Self::new(500, "server_error", "internal", message),
+        }
+    }
+}
