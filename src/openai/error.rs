@@ -50,15 +50,11 @@ impl ErrorShape {
         e
     }
 
-    /// `{"error": {"message", "type", "param", "code"}}`.
+    /// OpenAI's error object: `{"error": {"message", "type", "param", "code"}}` (also the payload
+    /// of an SSE error frame).
     pub(crate) fn body(&self) -> Value {
-        error_body(&self.message, self.kind, self.param, self.code)
+        json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}})
     }
-}
-
-/// OpenAI's error object: `{"error": {"message", "type", "param", "code"}}`.
-pub(crate) fn error_body(message: &str, kind: &str, param: Option<&str>, code: &str) -> Value {
-    json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
 }
 
 impl From<&GatewayError> for ErrorShape {

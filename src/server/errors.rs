@@ -9,30 +9,26 @@ use axum::response::{IntoResponse, Response};
 use crate::error::GatewayError;
 use crate::openai::error::ErrorShape;
 
-/// One error answer.
+/// One error answer: the shape shared with batch output lines ([`ErrorShape`]), answered over
+/// HTTP. Only the server needs the conversion to a response, so it lives here.
 #[derive(Debug)]
-pub(crate) struct ApiError {
-    pub(crate) status: StatusCode,
-    /// OpenAI's `type`.
-    pub(crate) kind: &'static str,
-    /// OpenAI's `code`.
-    pub(crate) code: &'static str,
-    pub(crate) message: String,
-    pub(crate) param: Option<&'static str>,
-    /// Seconds for `Retry-After` (429 and 503).
-    pub(crate) retry_after_s: Option<f64>,
+pub(crate) struct ApiError(pub(crate) ErrorShape);
+
+impl std::ops::Deref for ApiError {
+    type Target = ErrorShape;
+    fn deref(&self) -> &ErrorShape {
+        &self.0
+    }
 }
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, code: &'static str, message: String) -> Self {
-        Self {
-            status,
-            kind,
-            code,
-            message,
-            param: None,
-            retry_after_s: None,
-        }
+        Self(ErrorShape::new(status.as_u16(), kind, code, message))
+    }
+
+    /// The HTTP status (an out-of-range code in a shape is a server error).
+    pub(crate) fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.0.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 
     pub(crate) fn missing_key() -> Self {
@@ -72,7 +68,7 @@ impl ApiError {
                 served.join(", ")
             ),
         );
-        e.param = Some("model");
+        e.0.param = Some("model");
         e
     }
 
@@ -87,7 +83,7 @@ impl ApiError {
             "key_rate_limited",
             format!("key {key} reached its {gate} limit; retry after {retry_after_s:.1}s"),
         );
-        e.retry_after_s = Some(retry_after_s);
+        e.0.retry_after_s = Some(retry_after_s);
         e
     }
 
@@ -98,7 +94,7 @@ impl ApiError {
             "governance_backend_down",
             format!("the limiter backend is unavailable ({detail}); nothing was sent upstream"),
         );
-        e.retry_after_s = Some(5.0);
+        e.0.retry_after_s = Some(5.0);
         e
     }
 
@@ -113,23 +109,11 @@ impl ApiError {
             ),
         )
     }
-
-    /// The JSON body (also the payload of an SSE error frame).
-    pub(crate) fn body(&self) -> serde_json::Value {
-        crate::openai::error::error_body(&self.message, self.kind, self.param, self.code)
-    }
 }
 
 impl From<ErrorShape> for ApiError {
     fn from(e: ErrorShape) -> Self {
-        Self {
-            status: StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            kind: e.kind,
-            code: e.code,
-            message: e.message,
-            param: e.param,
-            retry_after_s: e.retry_after_s,
-        }
+        Self(e)
     }
 }
 
@@ -142,7 +126,7 @@ impl From<GatewayError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, axum::Json(self.body())).into_response();
+        let mut response = (self.status(), axum::Json(self.body())).into_response();
         if let Some(s) = self.retry_after_s {
             let secs = crate::error::retry_after_header_secs(s);
             response
@@ -187,7 +171,7 @@ mod tests {
             body_text: "context too long".into(),
         };
         let e = ApiError::from(rejected);
-        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
         assert!(
             e.message.contains("upstream said: context too long"),
             "{}",
@@ -197,6 +181,6 @@ mod tests {
             message: "x".into(),
             details: Box::default(),
         };
-        assert_eq!(ApiError::from(invalid).status, StatusCode::BAD_GATEWAY);
+        assert_eq!(ApiError::from(invalid).status(), StatusCode::BAD_GATEWAY);
     }
 }

@@ -42,7 +42,7 @@ impl ErrorLog {
         }
         entries.push_back(RecentError {
             at: SystemTime::now(),
-            status: e.status.as_u16(),
+            status: e.status,
             code: e.code,
             message: e.message.chars().take(300).collect(),
         });

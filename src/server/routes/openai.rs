@@ -27,7 +27,7 @@ use crate::types::LlmResponse;
 pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|e| {
         let mut err = ApiError::bad_request(format!("could not read the request body: {e}"), None);
-        err.status = e.status();
+        err.0.status = e.status().as_u16();
         err
     })
 }
