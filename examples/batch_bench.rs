@@ -167,12 +167,12 @@ fn spawn_child(
 }
 
 /// Wait for a child and parse its JSON line.
-fn child_report(child: std::process::Child) -> Result<Value, Box<dyn std::error::Error>> {
-    let out = child.wait_with_output()?;
+fn child_report(child: std::process::Child) -> Result<Value, String> {
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
     if !out.status.success() {
-        return Err(format!("child job failed: {}", out.status).into());
+        return Err(format!("child job failed: {}", out.status));
     }
-    Ok(serde_json::from_slice(&out.stdout)?)
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("child job's report: {e}"))
 }
 
 async fn goodput(args: &Args, dir: &Path, input: &Path) -> Result<(), Box<dyn std::error::Error>> {
@@ -186,9 +186,7 @@ async fn goodput(args: &Args, dir: &Path, input: &Path) -> Result<(), Box<dyn st
         &urls(&mocks),
         &[],
     )?;
-    let report = tokio::task::spawn_blocking(move || child_report(child))
-        .await?
-        .map_err(|e| e.to_string())?;
+    let report = tokio::task::spawn_blocking(move || child_report(child)).await??;
     let ideal = scenario.ideal_calls_per_s.unwrap_or(f64::NAN);
     let wall = report["wall_s"].as_f64().unwrap_or(f64::NAN);
     let succeeded = report["succeeded"].as_u64().unwrap_or(0);
@@ -220,7 +218,8 @@ async fn goodput(args: &Args, dir: &Path, input: &Path) -> Result<(), Box<dyn st
 
 /// Journalled custom_id → (cost, call id of the output line), read while a child may be writing.
 fn journal_rows(path: &Path) -> HashMap<String, (f64, String)> {
-    let Ok(db) = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+    let Ok(db) =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
     else {
         return HashMap::new();
     };
@@ -233,7 +232,10 @@ fn journal_rows(path: &Path) -> HashMap<String, (f64, String)> {
             .ok()
             .and_then(|v| v["response"]["request_id"].as_str().map(str::to_string))
             .unwrap_or_default();
-        Ok((row.get::<_, String>(0)?, (row.get::<_, f64>(1)?, request_id)))
+        Ok((
+            row.get::<_, String>(0)?,
+            (row.get::<_, f64>(1)?, request_id),
+        ))
     })
     .map(|rows| rows.filter_map(Result::ok).collect())
     .unwrap_or_default()
@@ -241,8 +243,12 @@ fn journal_rows(path: &Path) -> HashMap<String, (f64, String)> {
 
 fn journal_count(path: &Path) -> usize {
     rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .and_then(|db| db.query_row("SELECT count(*) FROM batch_items", [], |r| r.get(0)))
-        .unwrap_or(0)
+        .and_then(|db| {
+            db.query_row("SELECT count(*) FROM batch_items", [], |r| {
+                r.get::<_, i64>(0)
+            })
+        })
+        .map_or(0, |n| usize::try_from(n).unwrap_or(0))
 }
 
 /// Telemetry call id → cost.
@@ -300,9 +306,7 @@ async fn kill_resume(
     let journalled_at_kill: HashSet<String> = journal_rows(&journal).into_keys().collect();
     let sent_at_kill = prompt_counts(&mocks);
     let resumed = spawn_child(args, input, &output, &journal, &urls(&mocks), &extra)?;
-    let report = tokio::task::spawn_blocking(move || child_report(resumed))
-        .await?
-        .map_err(|e| e.to_string())?;
+    let report = tokio::task::spawn_blocking(move || child_report(resumed)).await??;
     let wall = started.elapsed().as_secs_f64();
 
     let ids = output_ids(&output)?;
@@ -328,6 +332,21 @@ async fn kill_resume(
         .values()
         .filter(|(_, call)| !telemetry.contains_key(call))
         .count();
+    // The resumed run alone (it ended cleanly, so its telemetry was flushed).
+    let resumed_rows: Vec<&(f64, String)> = rows
+        .iter()
+        .filter(|(id, _)| !journalled_at_kill.contains(*id))
+        .map(|(_, row)| row)
+        .collect();
+    let resumed_journal_cost: f64 = resumed_rows.iter().map(|(cost, _)| cost).sum();
+    let resumed_telemetry_cost: f64 = resumed_rows
+        .iter()
+        .filter_map(|(_, call)| telemetry.get(call))
+        .sum();
+    let resumed_without_telemetry = resumed_rows
+        .iter()
+        .filter(|(_, call)| !telemetry.contains_key(call))
+        .count();
     println!(
         "{}",
         json!({
@@ -347,6 +366,10 @@ async fn kill_resume(
             "journal_cost_equals_telemetry_cost": (journal_cost - joined_cost).abs() < 1e-9
                 && journalled_without_telemetry == 0,
             "journalled_without_telemetry_row": journalled_without_telemetry,
+            "resumed_run_journal_cost": round9(resumed_journal_cost),
+            "resumed_run_telemetry_cost": round9(resumed_telemetry_cost),
+            "resumed_run_costs_equal": (resumed_journal_cost - resumed_telemetry_cost).abs() < 1e-9
+                && resumed_without_telemetry == 0,
             "telemetry_cost_all_calls": round9(telemetry_cost_total),
             "telemetry_calls": telemetry.len(),
             "wall_s": round3(wall),
@@ -386,9 +409,7 @@ async fn million_lines(args: &Args, dir: &Path) -> Result<(), Box<dyn std::error
         &mock.base_url(),
         &[],
     )?;
-    let report = tokio::task::spawn_blocking(move || child_report(child))
-        .await?
-        .map_err(|e| e.to_string())?;
+    let report = tokio::task::spawn_blocking(move || child_report(child)).await??;
     println!(
         "{}",
         json!({

@@ -572,6 +572,9 @@ async fn batch_on_a_terminal_draws_a_live_progress_bar_and_ends_with_the_summary
         .expect("the summary");
     assert!(last_draw < summary && counters < summary, "{screen}");
     assert!(screen[summary..].contains("latency: p50 "), "{screen}");
-    assert!(screen[summary..].contains("journal: out.jsonl.journal"), "{screen}");
+    assert!(
+        screen[summary..].contains("journal: out.jsonl.journal"),
+        "{screen}"
+    );
     assert_eq!(output_ids(&dir.path().join("out.jsonl")).len(), 41);
 }

@@ -30,6 +30,9 @@ const RESULT_BUFFER: usize = 1024;
 /// How often the progress snapshot is refreshed while no result arrives.
 const PROGRESS_REFRESH: Duration = Duration::from_millis(200);
 
+/// Set by the pump when the job ends: `(stopped, failure)`.
+type Outcome = Arc<StdMutex<Option<(bool, Option<String>)>>>;
+
 enum Control {
     Stop,
     Cancel,
@@ -41,8 +44,7 @@ struct State {
     results: Mutex<mpsc::Receiver<BatchResult>>,
     control: mpsc::UnboundedSender<Control>,
     progress: Arc<StdMutex<BatchProgress>>,
-    /// Set by the pump when the job ends: `(stopped, failure)`.
-    outcome: Arc<StdMutex<Option<(bool, Option<String>)>>>,
+    outcome: Outcome,
 }
 
 /// A running batch job read from Python.
@@ -103,7 +105,7 @@ async fn pump(
     results: mpsc::Sender<BatchResult>,
     mut control: mpsc::UnboundedReceiver<Control>,
     progress: Arc<StdMutex<BatchProgress>>,
-    outcome: Arc<StdMutex<Option<(bool, Option<String>)>>>,
+    outcome: Outcome,
 ) {
     let mut refresh = tokio::time::interval(PROGRESS_REFRESH);
     let mut control_open = true;

@@ -494,9 +494,10 @@ impl NativeGateway {
             .map(|text| serde_json::from_str::<Value>(&text))
             .transpose()
             .map_err(|e| PyValueError::new_err(format!("schema is not JSON: {e}")))?;
-        let max_item_age = std::time::Duration::try_from_secs_f64(max_item_age_s).map_err(|_| {
-            PyValueError::new_err("max_item_age_s must be a finite number of seconds >= 0")
-        })?;
+        let max_item_age =
+            std::time::Duration::try_from_secs_f64(max_item_age_s).map_err(|_| {
+                PyValueError::new_err("max_item_age_s must be a finite number of seconds >= 0")
+            })?;
         let options = BatchOptions {
             scope: Some(scope.unwrap_or_else(|| self.scope_name.clone())),
             schema,

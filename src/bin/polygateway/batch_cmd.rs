@@ -55,7 +55,6 @@ pub(crate) struct BatchArgs {
     progress_interval: f64,
 }
 
-
 pub(crate) async fn run(settings: Settings, args: &BatchArgs) -> Result<ExitCode, String> {
     if !(args.max_item_age >= 0.0 && args.max_item_age.is_finite()) {
         return Err("--max-item-age must be a number of seconds ≥ 0".into());
@@ -150,9 +149,8 @@ async fn run_job(
     let mut out = BufWriter::new(out);
     let mut job = gw.batch(lines, options).map_err(|e| e.to_string())?;
     let mut view = View::new(args.progress, &args.input);
-    let mut tick = tokio::time::interval(
-        view.interval(Duration::from_secs_f64(args.progress_interval)),
-    );
+    let mut tick =
+        tokio::time::interval(view.interval(Duration::from_secs_f64(args.progress_interval)));
     tick.tick().await;
     let mut interrupts = Interrupts::new();
     let write_failed = |e: std::io::Error| format!("cannot write {}: {e}", args.output.display());
