@@ -38,7 +38,7 @@ use tokio::io::AsyncBufReadExt;
 
 #[derive(Parser)]
 struct Args {
-    /// Items of the `goodput` and `kill_resume` jobs.
+    /// Items of the `goodput` and `kill_resume` jobs (a child: of its job).
     #[arg(long, default_value_t = 100_000)]
     items: usize,
     /// Service time of each capacity-mock request, milliseconds.
@@ -82,6 +82,16 @@ fn rss_peak_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some((kib / 1024.0 * 10.0).round() / 10.0)
+}
+
+/// The machine's 1-minute load average (the benchmark shares its cores with whatever else runs).
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn round3(v: f64) -> f64 {
@@ -142,6 +152,7 @@ fn urls(mocks: &[CapacityMock]) -> String {
 /// Start a child job; `extra` adds telemetry/pricing arguments.
 fn spawn_child(
     args: &Args,
+    items: usize,
     input: &Path,
     output: &Path,
     journal: &Path,
@@ -160,6 +171,8 @@ fn spawn_child(
         .arg(urls)
         .arg("--max-concurrency")
         .arg(args.max_concurrency.to_string())
+        .arg("--items")
+        .arg(items.to_string())
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -180,6 +193,7 @@ async fn goodput(args: &Args, dir: &Path, input: &Path) -> Result<(), Box<dyn st
     let mocks = queueing_mocks(&scenario).await;
     let child = spawn_child(
         args,
+        args.items,
         input,
         &dir.join("goodput.jsonl"),
         &dir.join("goodput.journal"),
@@ -208,6 +222,8 @@ async fn goodput(args: &Args, dir: &Path, input: &Path) -> Result<(), Box<dyn st
             "goodput_calls_per_s": goodput.round(),
             "capacity_calls_per_s": ideal,
             "goodput_ratio": round3(goodput / ideal),
+            "steady_goodput_ratio": report["steady_calls_per_s"].as_f64().map(|r| round3(r / ideal)),
+            "load_average": load_average(),
             "p50_ms": report["p50_ms"],
             "p99_ms": report["p99_ms"],
             "rss_peak_mib": report["rss_peak_mib"],
@@ -292,7 +308,7 @@ async fn kill_resume(
         pricing.display().to_string(),
     ];
     let started = Instant::now();
-    let mut first = spawn_child(args, input, &output, &journal, &urls(&mocks), &extra)?;
+    let mut first = spawn_child(args, args.items, input, &output, &journal, &urls(&mocks), &extra)?;
     let half = args.items / 2;
     while journal_count(&journal) < half {
         if let Some(status) = first.try_wait()? {
@@ -305,7 +321,7 @@ async fn kill_resume(
     let killed_after_s = started.elapsed().as_secs_f64();
     let journalled_at_kill: HashSet<String> = journal_rows(&journal).into_keys().collect();
     let sent_at_kill = prompt_counts(&mocks);
-    let resumed = spawn_child(args, input, &output, &journal, &urls(&mocks), &extra)?;
+    let resumed = spawn_child(args, args.items, input, &output, &journal, &urls(&mocks), &extra)?;
     let report = tokio::task::spawn_blocking(move || child_report(resumed)).await??;
     let wall = started.elapsed().as_secs_f64();
 
@@ -403,6 +419,7 @@ async fn million_lines(args: &Args, dir: &Path) -> Result<(), Box<dyn std::error
     .await;
     let child = spawn_child(
         args,
+        args.million,
         &input,
         &dir.join("million-out.jsonl"),
         &dir.join("million.journal"),
@@ -466,10 +483,20 @@ async fn child(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut out = BufWriter::new(std::fs::File::create(output)?);
     let mut job = gw.batch(lines, options)?;
     let (mut results, mut succeeded) = (0u64, 0u64);
+    // When 10 % and 90 % of the items were out: the rate between them is the steady state,
+    // without the pacers' start and the last items' tail.
+    let (mut at10, mut at90) = (None, None);
+    let items = args.items as u64;
     while let Some(result) = job.next().await {
         results += 1;
         succeeded += u64::from(result.is_success());
         writeln!(out, "{}", result.line)?;
+        if results == items / 10 {
+            at10 = Some(started.elapsed().as_secs_f64());
+        }
+        if results == items * 9 / 10 {
+            at90 = Some(started.elapsed().as_secs_f64());
+        }
     }
     out.flush()?;
     let wall = started.elapsed().as_secs_f64();
@@ -486,6 +513,7 @@ async fn child(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             "errors": progress.errors,
             "cost": progress.cost,
             "wall_s": round3(wall),
+            "steady_calls_per_s": at10.zip(at90).map(|(a, b)| (items * 8 / 10) as f64 / (b - a)),
             "p50_ms": progress.p50_ms,
             "p99_ms": progress.p99_ms,
             "rss_peak_mib": rss_peak_mib(),
