@@ -84,6 +84,14 @@ fn rss_peak_mib() -> Option<f64> {
     Some((kib / 1024.0 * 10.0).round() / 10.0)
 }
 
+/// The first whole second of a run whose successes reached `rate`.
+fn first_second_at(per_second: &Value, rate: f64) -> Option<usize> {
+    per_second
+        .as_array()?
+        .iter()
+        .position(|n| n.as_f64().is_some_and(|n| n >= rate))
+}
+
 /// The machine's 1-minute load average (the benchmark shares its cores with whatever else runs).
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")
@@ -223,6 +231,7 @@ async fn goodput(args: &Args, dir: &Path, input: &Path) -> Result<(), Box<dyn st
             "capacity_calls_per_s": ideal,
             "goodput_ratio": round3(goodput / ideal),
             "steady_goodput_ratio": report["steady_calls_per_s"].as_f64().map(|r| round3(r / ideal)),
+            "first_second_at_95pct": first_second_at(&report["per_second"], 0.95 * ideal),
             "load_average": load_average(),
             "p50_ms": report["p50_ms"],
             "p99_ms": report["p99_ms"],
@@ -487,9 +496,16 @@ async fn child(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // without the pacers' start and the last items' tail.
     let (mut at10, mut at90) = (None, None);
     let items = args.items as u64;
+    // Successes per second of the run, for the parent to see how long the pacers took.
+    let mut per_second: Vec<u64> = Vec::new();
     while let Some(result) = job.next().await {
         results += 1;
         succeeded += u64::from(result.is_success());
+        let second = started.elapsed().as_secs() as usize;
+        if per_second.len() <= second {
+            per_second.resize(second + 1, 0);
+        }
+        per_second[second] += u64::from(result.is_success());
         writeln!(out, "{}", result.line)?;
         if results == items / 10 {
             at10 = Some(started.elapsed().as_secs_f64());
@@ -514,6 +530,7 @@ async fn child(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             "cost": progress.cost,
             "wall_s": round3(wall),
             "steady_calls_per_s": at10.zip(at90).map(|(a, b)| (items * 8 / 10) as f64 / (b - a)),
+            "per_second": per_second,
             "p50_ms": progress.p50_ms,
             "p99_ms": progress.p99_ms,
             "rss_peak_mib": rss_peak_mib(),
