@@ -317,7 +317,15 @@ async fn kill_resume(
         pricing.display().to_string(),
     ];
     let started = Instant::now();
-    let mut first = spawn_child(args, args.items, input, &output, &journal, &urls(&mocks), &extra)?;
+    let mut first = spawn_child(
+        args,
+        args.items,
+        input,
+        &output,
+        &journal,
+        &urls(&mocks),
+        &extra,
+    )?;
     let half = args.items / 2;
     while journal_count(&journal) < half {
         if let Some(status) = first.try_wait()? {
@@ -330,7 +338,15 @@ async fn kill_resume(
     let killed_after_s = started.elapsed().as_secs_f64();
     let journalled_at_kill: HashSet<String> = journal_rows(&journal).into_keys().collect();
     let sent_at_kill = prompt_counts(&mocks);
-    let resumed = spawn_child(args, args.items, input, &output, &journal, &urls(&mocks), &extra)?;
+    let resumed = spawn_child(
+        args,
+        args.items,
+        input,
+        &output,
+        &journal,
+        &urls(&mocks),
+        &extra,
+    )?;
     let report = tokio::task::spawn_blocking(move || child_report(resumed)).await??;
     let wall = started.elapsed().as_secs_f64();
 
