@@ -437,8 +437,9 @@ fn the_public_surface_stays_within_its_ceiling() {
 /// batch jobs (issue #32): `Gateway::batch`, `batch::{BatchOptions, BatchResult (+is_success),
 /// BatchProgress, BatchJob (+progress, stop, cancel, stopped, failure, journal)}`; +4 for the one
 /// table of configuration keys (issue #33): `config::keys::{KeyDef (+pattern), KeyFamily,
-/// ValueKind, KEYS}`.
-const ROOT_CEILING: usize = 483;
+/// ValueKind, KEYS}`; +2 hidden testkit items for the doc examples' one shared set-up
+/// (`testkit::{doc_setup, DocMocks}`, issue #33).
+const ROOT_CEILING: usize = 485;
 /// Public items of `polygateway-actors` (actors/src/) allowed by the surface check; 207 with the
 /// capacity-wait metric's name and its reason vocabulary (issue #37).
 const ACTORS_CEILING: usize = 207;

@@ -69,16 +69,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url()), ("EMBED", &mock.base_url())],
-    /// #     &[
-    /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
-    /// #         ("EMBED__OPENAI__1__MODEL", "embed-model"),
-    /// #         ("EMBED__BATCH_SIZE", "16"),
-    /// #     ],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
     /// use polygateway::GatewayBuilder;
     /// let gw = GatewayBuilder::new(settings).build().await?;
     /// // Without `default_scope`, the first configured scope (in name order) is the default.
@@ -111,16 +102,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url()), ("EMBED", &mock.base_url())],
-    /// #     &[
-    /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
-    /// #         ("EMBED__OPENAI__1__MODEL", "embed-model"),
-    /// #         ("EMBED__BATCH_SIZE", "16"),
-    /// #     ],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
     /// use polygateway::{GatewayBuilder, Message};
     /// let gw = GatewayBuilder::new(settings.clone()).default_scope("LLM").build().await?;
     /// let reply = gw.chat(vec![Message::user("hi")]).await?; // served by LLM, not EMBED
@@ -189,12 +171,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::{Arc, Mutex};
     /// use polygateway::telemetry::{TelemetryRow, TelemetrySink, TelemetryStatus};
     ///
@@ -231,12 +208,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// # use std::sync::{Arc, Mutex};
     /// # use polygateway::telemetry::{TelemetryRow, TelemetrySink, TelemetryStatus};
     /// #
@@ -319,16 +291,14 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(
+    /// #     &["LLM"],
     /// #     &[
-    /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
     /// #         ("LLM__OPENAI__1__RPM", "1"),
     /// #         ("LLM__QUOTA_FULL", "fail_fast"),
     /// #     ],
-    /// # );
+    /// # )
+    /// # .await;
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use polygateway::ports::ManualClock;
@@ -423,12 +393,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::Arc;
     /// use polygateway::policy::{Pacer, PacerObservation};
     /// use polygateway::ports::Limits;
@@ -482,12 +447,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use polygateway::policy::{RestartPolicy, RuntimeOptions};
