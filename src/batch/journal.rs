@@ -1,8 +1,9 @@
 //! The job's journal: one SQLite row per finished item (`custom_id`, the fingerprint of its
 //! input line, status, error code, cost, the output line), the source of truth for resuming.
 //!
-//! Order of durability (docs/behaviour.md §13.2): an item's row is committed before its
-//! result leaves the runner, so an output line always has its journal row. A run started with a
+//! Order of durability (docs/behaviour.md §13.2): an item's telemetry rows are written before
+//! its journal row (`telemetry_barrier`), and its row is committed before its result leaves the
+//! runner, so an output line always has its journal row. A run started with a
 //! journal rewrites the whole output: journalled items are replayed from their rows, the others
 //! are sent. A `kill -9` between the commit and the write of the output line therefore loses
 //! nothing (the next run writes the line from the row), and a kill before the commit re-sends
@@ -13,10 +14,12 @@
 //! arrive together are committed in one transaction (group commit).
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
+
+use super::telemetry_barrier::TelemetryBarrier;
 
 /// Records committed per transaction at most.
 const GROUP_COMMIT: usize = 512;
@@ -48,6 +51,9 @@ pub(crate) struct Journal {
     /// `lookup` answers without a round trip to the writer thread (a first run's admission then
     /// never waits behind a group commit).
     fresh: bool,
+    /// Passed before each record (`after_telemetry`): the item's telemetry rows are durable
+    /// before its journal row.
+    telemetry: Option<Arc<TelemetryBarrier>>,
 }
 
 impl Journal {
@@ -87,7 +93,15 @@ impl Journal {
             commands,
             path: path.to_path_buf(),
             fresh,
+            telemetry: None,
         })
+    }
+
+    /// Commit each record only after the gateway's telemetry has written the rows queued
+    /// before it (see `telemetry_barrier`).
+    pub(crate) fn after_telemetry(mut self, barrier: TelemetryBarrier) -> Self {
+        self.telemetry = Some(Arc::new(barrier));
+        self
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -107,8 +121,12 @@ impl Journal {
         rx.await.map_err(|_| self.gone())?
     }
 
-    /// Commit `entry`; returns once it is durable.
+    /// Commit `entry` (after the telemetry rows queued before it, with `after_telemetry`);
+    /// returns once it is durable.
     pub(crate) async fn record(&self, entry: Entry) -> Result<(), String> {
+        if let Some(telemetry) = &self.telemetry {
+            telemetry.passed().await;
+        }
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Record(entry, tx))

@@ -8,8 +8,9 @@
 //! here talks to an upstream or an actor.
 //!
 //! Parts: `input` (a line → a call or an error), `runner` (streaming admission, rescheduling,
-//! stop and cancel), `output` (output lines), `journal` (SQLite, feature `sqlite`), `progress`
-//! (counters and the snapshot).
+//! stop and cancel), `output` (output lines), `journal` (SQLite, feature `sqlite`) and
+//! `telemetry_barrier` (the telemetry rows of an item are written before its journal row),
+//! `progress` (counters and the snapshot).
 
 pub(crate) mod input;
 #[cfg(feature = "sqlite")]
@@ -17,6 +18,8 @@ pub(crate) mod journal;
 pub(crate) mod output;
 mod progress;
 pub(crate) mod runner;
+#[cfg(feature = "sqlite")]
+mod telemetry_barrier;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -367,7 +370,11 @@ impl Gateway {
         }
         #[cfg(feature = "sqlite")]
         let journal = match &options.journal {
-            Some(path) => Some(journal::Journal::open(path).map_err(GatewayError::Config)?),
+            Some(path) => Some(
+                journal::Journal::open(path)
+                    .map_err(GatewayError::Config)?
+                    .after_telemetry(telemetry_barrier::TelemetryBarrier::new(self.clone())),
+            ),
             None => None,
         };
         let shared = Arc::new(Shared {

@@ -745,6 +745,21 @@ impl Gateway {
         )
     }
 
+    /// Write every telemetry row queued so far, bounded by 5 s (a warning says when it was not
+    /// done in time). The batch journal waits on it (`batch::telemetry_barrier`).
+    pub(crate) async fn flush_telemetry(&self) {
+        let Ok(actor) = self.core.telemetry_actor.get() else {
+            return;
+        };
+        let flushed = tokio::time::timeout(Duration::from_secs(5), async {
+            ractor::call!(actor, TelemetryMsg::Flush)
+        })
+        .await;
+        if !matches!(flushed, Ok(Ok(_))) {
+            tracing::warn!("telemetry flush did not finish within 5 s");
+        }
+    }
+
     /// Stop: calls in flight end with a shutdown error and release what they hold, the Redis
     /// bookkeeping they owe is finished, telemetry is flushed, the actor tree stops. Bounded
     /// (≈ 12 s at most) and idempotent; closes only what the gateway built itself.
@@ -769,15 +784,7 @@ impl Gateway {
         let core = &self.core;
         // Calls first (their cancelled attempts still get rows), then telemetry, then the tree.
         core.runtime.quiesce(Duration::from_secs(2)).await;
-        if let Ok(actor) = core.telemetry_actor.get() {
-            let flushed = tokio::time::timeout(Duration::from_secs(5), async {
-                ractor::call!(actor, TelemetryMsg::Flush)
-            })
-            .await;
-            if !matches!(flushed, Ok(Ok(_))) {
-                tracing::warn!("telemetry flush did not finish within 5 s");
-            }
-        }
+        self.flush_telemetry().await;
         core.runtime.shutdown(Duration::from_secs(3)).await;
         if core.owned.telemetry_sink {
             let _ =
