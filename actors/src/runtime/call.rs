@@ -79,6 +79,8 @@ pub enum ScopeReason {
     NoSources,
     /// The limiter or breaker backend is down.
     GovernanceBackendDown,
+    /// The call's deadline passed before it could be served (nothing was sent after it).
+    DeadlineExceeded,
 }
 
 impl ScopeReason {
@@ -97,6 +99,7 @@ impl ScopeReason {
             ScopeReason::QuotaExhausted => "quota_exhausted",
             ScopeReason::NoSources => "no_sources",
             ScopeReason::GovernanceBackendDown => "governance_backend_down",
+            ScopeReason::DeadlineExceeded => "deadline_exceeded",
         }
     }
 }

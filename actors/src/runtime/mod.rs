@@ -22,6 +22,7 @@ pub(crate) mod slot;
 mod source;
 mod supervisor;
 mod wait;
+pub(crate) mod waiting_room;
 
 pub use admission::{Governance, GovernanceFactory};
 pub use call::{CallFailure, CallOptions, Governed, ScopeReason};
