@@ -152,6 +152,17 @@ impl ClassQueue {
         Some(place.id)
     }
 
+    /// Undo the last [`ClassQueue::pop`] of `tenant`: its place back, the turn refunded, the
+    /// tenant at the front of the round again.
+    fn restore(&mut self, tenant: &Arc<str>, place: Place, weight: u32) {
+        let queue = self.tenants.entry(Arc::clone(tenant)).or_default();
+        queue.weight = weight.max(1);
+        queue.places.insert(place);
+        queue.deficit += 1;
+        self.ring.retain(|t| t != tenant);
+        self.ring.push_front(Arc::clone(tenant));
+    }
+
     fn remove(&mut self, tenant: &Arc<str>, place: Place) {
         let Some(queue) = self.tenants.get_mut(tenant) else {
             return;
@@ -180,6 +191,7 @@ impl WaitQueue {
         self.located.len()
     }
 
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.located.is_empty()
     }
@@ -224,6 +236,21 @@ impl WaitQueue {
         Some(id)
     }
 
+    /// Put back the call [`WaitQueue::pop`] just took, as if it had not been taken: its turn
+    /// found no capacity, so it is not charged to its tenant. Only valid before any other pop.
+    pub(crate) fn restore(&mut self, waiter: Waiter) {
+        if self.located.contains_key(&waiter.id) {
+            return;
+        }
+        let place = Place::of(&waiter);
+        self.classes[waiter.priority.index()].restore(&waiter.tenant, place, waiter.weight);
+        if let Some(deadline) = waiter.deadline {
+            self.deadlines.insert((deadline, waiter.id), ());
+        }
+        self.located
+            .insert(waiter.id, (waiter.priority, waiter.tenant, place));
+    }
+
     /// Remove a call that stopped waiting (cancelled, expired). `false` if it was not waiting.
     pub(crate) fn remove(&mut self, id: u64) -> bool {
         let Some((priority, tenant, place)) = self.located.get(&id).cloned() else {
@@ -248,6 +275,7 @@ impl WaitQueue {
     }
 
     /// The soonest deadline of a waiting call.
+    #[cfg(test)]
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.deadlines.first_key_value().map(|(&(d, _), ())| d)
     }
@@ -434,6 +462,29 @@ mod tests {
         // Its turn found no capacity: it comes back ahead of later arrivals.
         q.push(waiter(0, Priority::Normal, "a"));
         q.push(waiter(0, Priority::Normal, "a")); // twice is once
+        assert_eq!(drain(&mut q), [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_restored_turn_is_not_charged() {
+        // Weights 1:1, a and b alternate. a's turn finds no capacity twice and is put back:
+        // the order afterwards is exactly as if it had never been taken.
+        let mut q = WaitQueue::default();
+        for id in 0..6 {
+            q.push(waiter(id, Priority::Normal, if id % 2 == 0 { "a" } else { "b" }));
+        }
+        for _ in 0..2 {
+            assert_eq!(q.pop(), Some(0));
+            q.restore(waiter(0, Priority::Normal, "a"));
+        }
+        assert_eq!(drain(&mut q), [0, 1, 2, 3, 4, 5]);
+        // A tenant whose only call was taken comes back at the front with its turn.
+        let mut q = WaitQueue::default();
+        q.push(waiter(0, Priority::Normal, "solo"));
+        q.push(waiter(1, Priority::Normal, "other"));
+        assert_eq!(q.pop(), Some(0));
+        q.push(waiter(2, Priority::Normal, "late"));
+        q.restore(waiter(0, Priority::Normal, "solo"));
         assert_eq!(drain(&mut q), [0, 1, 2]);
     }
 

@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
 use crate::policy::pacer::PacerObservation;
+use crate::policy::wait_queue::Priority;
 use crate::ports::attempt::{AttemptAdmit, AttemptOutcome, BreakerAction, BreakerStatus};
 use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
@@ -39,7 +40,8 @@ use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport
 use super::router::{RouterMsg, Selection};
 use super::scope::ScopeInner;
 use super::shared::SourceTicket;
-use super::wait::CapacityWait;
+use super::wait::{CapacityWait, WaitReason};
+use super::waiting_room::Standing;
 
 /// Why a scope could not serve (docs/behaviour.md §6 scope-level reasons).
 ///
@@ -225,17 +227,50 @@ pub struct Governed<R> {
 /// Options of one governed call.
 ///
 /// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::wait_queue::Priority;
 /// use polygateway_actors::runtime::CallOptions;
 /// // An ordinary call feeds its verdict to the breaker …
 /// assert!(!CallOptions::default().breaker_exempt);
 /// // … a re-ask after unusable structured output does not.
-/// let reask = CallOptions { breaker_exempt: true };
+/// let reask = CallOptions { breaker_exempt: true, ..CallOptions::default() };
 /// assert!(reask.breaker_exempt);
+/// // An interactive call of tenant "acme" (weight 2) that must be answered within 5 s.
+/// let urgent = CallOptions {
+///     priority: Priority::Interactive,
+///     deadline: Some(Duration::from_secs(5)),
+///     tenant: Some("acme".into()),
+///     weight: 2,
+///     ..CallOptions::default()
+/// };
+/// assert_eq!(CallOptions::default().weight, 1);
+/// # let _ = urgent;
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone)]
 pub struct CallOptions {
     /// A structured-output re-ask: its verdict never counts toward the breaker (docs/behaviour.md §9.2).
     pub breaker_exempt: bool,
+    /// The call's class in the scope's waiting room (docs/behaviour.md §5.7).
+    pub priority: Priority,
+    /// How long the call may take from when it starts: past it the call ends
+    /// [`ScopeReason::DeadlineExceeded`] and nothing more is sent.
+    pub deadline: Option<Duration>,
+    /// The fair-share key among waiting calls of one class (`None`: the unattributed share).
+    pub tenant: Option<Arc<str>>,
+    /// The tenant's turns per round while tenants wait (0 counts as 1).
+    pub weight: u32,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        Self {
+            breaker_exempt: false,
+            priority: Priority::Normal,
+            deadline: None,
+            tenant: None,
+            weight: 1,
+        }
+    }
 }
 
 /// What the call's loop leaves for its caller whatever the result: whether an attempt reached a
@@ -390,6 +425,20 @@ impl<T: Transport> ScopeInner<T> {
             SmallRng::from_rng(&mut rand::rng()),
             now,
         );
+        let deadline = options.deadline.map(|d| now + d);
+        if deadline.is_some() {
+            let floors = self.sources.iter().map(|s| s.attempt_floor()).collect();
+            machine.set_deadline(deadline, floors);
+        }
+        // The call's place among waiting calls (docs/behaviour.md §5.7).
+        let mut standing = Standing::new(
+            &self.room,
+            options.priority,
+            options.tenant.clone(),
+            options.weight,
+            deadline,
+            self.config.poll_interval,
+        );
         // The pacer slot of the source just picked, then the permit admission granted for it.
         let mut picked: Option<SourceTicket<T>> = None;
         let mut permit: Option<Permit> = None;
@@ -402,6 +451,20 @@ impl<T: Transport> ScopeInner<T> {
             }
             let event = match step.action {
                 Action::Select { exclude, avoid } => {
+                    // Behind calls already waiting, in their order; free when nobody waits.
+                    let queued_at = self.clock.now();
+                    let in_time = standing.before_select().await.is_ok();
+                    machine.queued(self.clock.now().saturating_duration_since(queued_at));
+                    if !in_time {
+                        // The deadline passed in the queue: the machine ends the call.
+                        let nothing = Selected::NoneEligible {
+                            earliest_cooling: None,
+                            paced: true,
+                        };
+                        step = machine.step(Event::Selected(nothing), self.clock.now());
+                        trace.capacity_wait = machine.capacity_wait();
+                        continue;
+                    }
                     Event::Selected(match self.select(exclude, avoid).await? {
                         Selection::Picked(ticket) => {
                             let index = ticket.source().index;
@@ -458,6 +521,7 @@ impl<T: Transport> ScopeInner<T> {
                     })
                 }
                 Action::Send { attempt, .. } => {
+                    standing.admitted();
                     if attempt > 1 {
                         self.metrics.retry();
                     }
@@ -483,7 +547,7 @@ impl<T: Transport> ScopeInner<T> {
                         elapsed_ms = tracing::field::Empty,
                     );
                     let result = self
-                        .attempt(&mut guard, request, events, options)
+                        .attempt(&mut guard, request, events, options.breaker_exempt)
                         .instrument(span)
                         .await;
                     let source = Arc::clone(&guard.ticket.source().name);
@@ -515,12 +579,25 @@ impl<T: Transport> ScopeInner<T> {
                         }
                     })
                 }
+                Action::Wait(wait)
+                    if matches!(
+                        machine.wait_reason(),
+                        Some(WaitReason::Gate | WaitReason::Cooldown)
+                    ) =>
+                {
+                    // The room waits until then and only its head tries: waiters released
+                    // together would overshoot the gate.
+                    let retry_at = self.clock.now() + wait;
+                    let _ = standing.await_capacity(Some(retry_at)).await;
+                    Event::Woke
+                }
                 Action::Backoff(wait) | Action::Wait(wait) => {
                     tokio::time::sleep(wait).await;
                     Event::Woke
                 }
-                Action::AwaitSlot(at_most) => {
-                    let _ = tokio::time::timeout(at_most, self.slot_freed.notified()).await;
+                Action::AwaitSlot(_) => {
+                    // Bounded by the room's poll and the call's deadline.
+                    let _ = standing.await_capacity(None).await;
                     Event::Woke
                 }
                 Action::AskProgress => Event::Progress(self.progress_age().await),
@@ -583,7 +660,7 @@ impl<T: Transport> ScopeInner<T> {
         guard: &mut AttemptGuard<'_, T>,
         request: &T::Request,
         events: Option<&EventSink<T::Event>>,
-        options: CallOptions,
+        breaker_exempt: bool,
     ) -> Result<T::Response, T::Error> {
         let source = Arc::clone(guard.ticket.source());
         source.counters.attempts.fetch_add(1, Ordering::Relaxed);
@@ -606,7 +683,7 @@ impl<T: Transport> ScopeInner<T> {
             Ok(response) => Ok(T::tokens_used(response)),
             Err(error) => Err((verdict, error.class())),
         };
-        let (action, tokens) = settlement(answer, est, options.breaker_exempt);
+        let (action, tokens) = settlement(answer, est, breaker_exempt);
         // A failure that may be retried or end the call unavailable needs the breaker state it
         // leaves, for the `retry_after` hint.
         let retryable = result.as_ref().err().is_some_and(|e| {

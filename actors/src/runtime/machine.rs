@@ -339,6 +339,23 @@ impl CallMachine {
         self.last_attempt_wait
     }
 
+    /// Why the call waits now (`None`: it is not in a timed wait).
+    pub(crate) fn wait_reason(&self) -> Option<WaitReason> {
+        match self.state {
+            State::Waiting { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// The call queued behind waiting calls before it could look for capacity: waiting for
+    /// capacity like a pacer wait, charged to the stall clock.
+    pub(crate) fn queued(&mut self, waited: Duration) {
+        if !waited.is_zero() {
+            self.stall.record_wait(waited);
+            self.capacity_wait.add(WaitReason::Pacer, waited);
+        }
+    }
+
     /// Why each source could not serve, by source index.
     pub(crate) fn per_source(&self) -> &BTreeMap<usize, SourceReason> {
         &self.per_source
@@ -493,7 +510,7 @@ impl CallMachine {
             Selected::Picked(source) => {
                 let floor = self.attempt_floors.get(source).copied().unwrap_or_default();
                 match self.deadline {
-                    Some(deadline) if now + floor > deadline => {
+                    Some(deadline) if now + floor >= deadline => {
                         let left = deadline.saturating_duration_since(now);
                         let detail = format!(
                             "the call's deadline leaves {left:?}, less than the {floor:?} the source's recent attempts took"

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::clock::Clock;
-use crate::policy::wait_queue::{WaitQueue, Waiter};
+use crate::policy::wait_queue::{Priority, WaitQueue, Waiter};
 
 /// Why a call stopped waiting without its turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,16 +165,23 @@ impl WaitingRoom {
         let signal = Arc::new(Notify::new());
         {
             let mut state = self.lock();
+            let mut back = false;
             if let Some(mut door) = door {
                 door.id = None; // defused: going back, not passing the door on
                 if state.door == Some(id) {
                     state.door = None;
+                    back = true;
                 }
             }
             if let Some(t) = retry_at {
                 state.retry_at = Some(t);
             }
-            state.queue.push(waiter);
+            if back {
+                // Its turn found no capacity: back to its place, not charged to its tenant.
+                state.queue.restore(waiter);
+            } else {
+                state.queue.push(waiter);
+            }
             state.signals.insert(id, Arc::clone(&signal));
             self.update_occupied(&state);
             let now = self.clock.now();
@@ -313,11 +320,98 @@ impl Drop for Door<'_> {
     }
 }
 
+/// One call's standing in its scope's room, kept for the whole call: its place (arrival number,
+/// class, tenant, deadline), the door while it holds it, and what it saw of freed capacity
+/// before it last looked. The driver calls it at each wait point.
+pub(crate) struct Standing<'a> {
+    room: &'a WaitingRoom,
+    /// Taken the first time the call waits (nothing is allocated while nobody waits).
+    arrival: Option<u64>,
+    priority: Priority,
+    tenant: Option<Arc<str>>,
+    weight: u32,
+    deadline: Option<Instant>,
+    door: Option<Door<'a>>,
+    seen: u64,
+    poll: Duration,
+}
+
+impl<'a> Standing<'a> {
+    pub(crate) fn new(
+        room: &'a WaitingRoom,
+        priority: Priority,
+        tenant: Option<Arc<str>>,
+        weight: u32,
+        deadline: Option<Instant>,
+        poll: Duration,
+    ) -> Self {
+        Self {
+            room,
+            arrival: None,
+            priority,
+            tenant,
+            weight,
+            deadline,
+            door: None,
+            seen: 0,
+            poll,
+        }
+    }
+
+    fn waiter(&mut self) -> Waiter {
+        let room = self.room;
+        Waiter {
+            id: *self.arrival.get_or_insert_with(|| room.arrival()),
+            priority: self.priority,
+            tenant: self.tenant.clone().unwrap_or_else(|| Arc::from("")),
+            weight: self.weight.max(1),
+            deadline: self.deadline,
+        }
+    }
+
+    /// Before the call looks for capacity: while others wait (or hold the door), queue behind
+    /// them instead of overtaking. Free when nobody waits.
+    pub(crate) async fn before_select(&mut self) -> Result<(), DeadlinePassed> {
+        if self.door.is_none() && self.room.busy() {
+            let door = self
+                .room
+                .turn(self.waiter(), None, None, None, self.poll)
+                .await?;
+            self.door = Some(door);
+        }
+        self.seen = self.room.freed_count();
+        Ok(())
+    }
+
+    /// The call found no capacity: wait in its place until capacity comes back (a freed pacer
+    /// slot), or, with `retry_at`, until then (a gate's or cooldown's time; the whole room
+    /// waits for it and only the head tries then). `poll` bounds a wait without events.
+    pub(crate) async fn await_capacity(
+        &mut self,
+        retry_at: Option<Instant>,
+    ) -> Result<(), DeadlinePassed> {
+        let held = self.door.take();
+        let waiter = self.waiter();
+        let door = self
+            .room
+            .turn(waiter, held, Some(self.seen), retry_at, self.poll)
+            .await?;
+        self.door = Some(door);
+        Ok(())
+    }
+
+    /// The call was admitted: it leaves the room, and the next call in order gets the door.
+    pub(crate) fn admitted(&mut self) {
+        if let Some(door) = self.door.take() {
+            door.passed();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::TokioClock;
-    use crate::policy::wait_queue::Priority;
     use std::sync::Mutex as StdMutex;
 
     const POLL: Duration = Duration::from_secs(1);
@@ -521,5 +615,144 @@ mod tests {
         assert_eq!(started.elapsed(), POLL);
         door.passed();
         assert!(!room.busy());
+    }
+
+    /// The room in a running scope: one source whose pacer allows one attempt at a time.
+    #[cfg(feature = "testkit")]
+    mod in_a_scope {
+        use std::sync::atomic::Ordering;
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use crate::policy::pacer::{Pacer, Unpaced};
+        use crate::policy::select::LeastInflight;
+        use crate::policy::wait_queue::Priority;
+        use crate::ports::gate::Limits;
+        use crate::runtime::{
+            CallFailure, CallOptions, NoObserver, Runtime, RuntimeOptions, Scope, ScopeConfig,
+            ScopeReason,
+        };
+        use crate::testkit::{echo, memory_governance, Echo};
+
+        async fn one_slot() -> (Runtime, Scope<Echo>) {
+            let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
+                .await
+                .unwrap();
+            let pacer = Arc::new(|_: &Limits| Box::new(Unpaced::new(1)) as Box<dyn Pacer>);
+            let scope = runtime
+                .add_scope(
+                    ScopeConfig::new("LLM"),
+                    vec![echo("echo_1")],
+                    Box::new(LeastInflight),
+                    pacer,
+                )
+                .await
+                .unwrap();
+            (runtime, scope)
+        }
+
+        fn call(
+            scope: &Scope<Echo>,
+            text: &str,
+            options: CallOptions,
+        ) -> tokio::task::JoinHandle<Result<String, String>> {
+            let (scope, text) = (scope.clone(), text.to_string());
+            tokio::spawn(async move {
+                scope
+                    .call(&text, &NoObserver, None, options)
+                    .await
+                    .map(|g| g.response)
+                    .map_err(|f| f.kind().to_string())
+            })
+        }
+
+        async fn settle() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        #[tokio::test]
+        async fn a_deadline_that_passes_in_the_room_ends_the_call_unsent() {
+            let (runtime, scope) = one_slot().await;
+            let hang = call(&scope, "hang", CallOptions::default());
+            settle().await;
+            let options = CallOptions {
+                deadline: Some(Duration::from_millis(150)),
+                ..CallOptions::default()
+            };
+            let started = std::time::Instant::now();
+            let failure = scope
+                .call(&"late".to_string(), &NoObserver, None, options)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    failure,
+                    CallFailure::Unavailable {
+                        reason: ScopeReason::DeadlineExceeded,
+                        last_error: None,
+                        ..
+                    }
+                ),
+                "{failure:?}"
+            );
+            assert!(started.elapsed() >= Duration::from_millis(150));
+            assert!(started.elapsed() < Duration::from_millis(900), "not the 1 s poll");
+            let counters = &scope.sources()[0].counters;
+            assert_eq!(counters.attempts.load(Ordering::Relaxed), 1, "only the hanging call was sent");
+            assert!(!scope.room_busy());
+            hang.abort();
+            runtime.shutdown(Duration::from_secs(1)).await;
+        }
+
+        #[tokio::test]
+        async fn a_cancelled_waiting_call_leaves_the_room() {
+            let (runtime, scope) = one_slot().await;
+            let hang = call(&scope, "hang", CallOptions::default());
+            settle().await;
+            let waiting = call(&scope, "patient", CallOptions::default());
+            settle().await;
+            assert!(scope.room_busy());
+            waiting.abort();
+            let _ = waiting.await;
+            assert!(!scope.room_busy());
+            hang.abort();
+            let _ = hang.await;
+            // The slot is back and nobody waits: the next call goes straight through.
+            let again = call(&scope, "again", CallOptions::default()).await.unwrap();
+            assert_eq!(again.as_deref(), Ok("again"));
+            runtime.shutdown(Duration::from_secs(1)).await;
+        }
+
+        #[tokio::test]
+        async fn the_freed_slot_goes_to_the_higher_class_first() {
+            let (runtime, scope) = one_slot().await;
+            let hang = call(&scope, "hang", CallOptions::default());
+            settle().await;
+            let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let mut calls = Vec::new();
+            for (text, priority) in [
+                ("batch", Priority::Batch),
+                ("normal", Priority::Normal),
+                ("interactive", Priority::Interactive),
+            ] {
+                let (scope, order) = (scope.clone(), Arc::clone(&order));
+                let options = CallOptions {
+                    priority,
+                    ..CallOptions::default()
+                };
+                calls.push(tokio::spawn(async move {
+                    let text = text.to_string();
+                    scope.call(&text, &NoObserver, None, options).await.unwrap();
+                    order.lock().unwrap().push(text);
+                }));
+                settle().await;
+            }
+            hang.abort();
+            for c in calls {
+                c.await.unwrap();
+            }
+            assert_eq!(*order.lock().unwrap(), ["interactive", "normal", "batch"]);
+            runtime.shutdown(Duration::from_secs(1)).await;
+        }
     }
 }
