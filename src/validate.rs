@@ -191,7 +191,9 @@ pub enum ValidationError {
         value: f64,
     },
     /// A call's deadline is not a positive, finite number of seconds of at most a day.
-    #[error("deadline must be a positive number of seconds, at most {limit_s} (one day), got {value}")]
+    #[error(
+        "deadline must be a positive number of seconds, at most {limit_s} (one day), got {value}"
+    )]
     DeadlineInvalid {
         /// The value given, in seconds.
         value: f64,
@@ -223,13 +225,13 @@ pub enum ValidationError {
 }
 
 /// The longest deadline a call may carry: one day (a longer one is a unit mistake).
-pub const DEADLINE_MAX_S: u64 = 86_400;
+pub(crate) const DEADLINE_MAX_S: u64 = 86_400;
 
 /// The largest tenant weight: turns per round of the fair share (docs/behaviour.md §5.7).
-pub const WEIGHT_MAX: u32 = 1000;
+pub(crate) const WEIGHT_MAX: u32 = 1000;
 
 /// Check a deadline given in seconds (Python `deadline_s=`, the server's `x-pgw-deadline-s`
-/// header, a key's `deadline_s`): positive, finite, at most [`DEADLINE_MAX_S`].
+/// header, a key's `deadline_s`): positive, finite, at most a day (86,400 s).
 ///
 /// ```
 /// use std::time::Duration;
@@ -249,7 +251,7 @@ pub fn deadline_from_secs(seconds: f64) -> Result<std::time::Duration, Validatio
     }
 }
 
-/// Check a tenant weight: `1..=`[`WEIGHT_MAX`].
+/// Check a tenant weight: 1 to 1000.
 ///
 /// ```
 /// use polygateway::validate::{validate_weight, ValidationError};
@@ -276,11 +278,9 @@ pub fn validate_weight(weight: u64) -> Result<u32, ValidationError> {
 /// assert!(parse_priority("high").is_err());
 /// ```
 pub fn parse_priority(value: &str) -> Result<crate::types::Priority, ValidationError> {
-    value
-        .parse()
-        .map_err(|_| ValidationError::PriorityInvalid {
-            value: shorten(value),
-        })
+    value.parse().map_err(|_| ValidationError::PriorityInvalid {
+        value: shorten(value),
+    })
 }
 
 /// Shorten a value for an error message: at most [`SHOWN_CHARS`] chars, then `…`.

@@ -55,7 +55,8 @@ pub async fn run(p: &Params) -> Result<Report, GatewayError> {
     let duration = p.duration;
     let tasks: Vec<_> = (0..p.callers)
         .map(|_| {
-            let (bench, took, errors) = (Arc::clone(&bench), Arc::clone(&took), Arc::clone(&errors));
+            let (bench, took, errors) =
+                (Arc::clone(&bench), Arc::clone(&took), Arc::clone(&errors));
             tokio::spawn(async move {
                 while started.elapsed() < duration {
                     let began = started.elapsed();

@@ -118,7 +118,9 @@ pub async fn run(p: &Params) -> Result<Report, GatewayError> {
             let total = p.batch_calls;
             tokio::spawn(async move {
                 while next.fetch_add(1, Ordering::AcqRel) < total {
-                    let options = CallOptions::new().tenant_id("etl").priority(Priority::Batch);
+                    let options = CallOptions::new()
+                        .tenant_id("etl")
+                        .priority(Priority::Batch);
                     match bench.call(options).await {
                         Ok(_) => done.lock().unwrap().push(started.elapsed()),
                         Err(_) => {

@@ -109,13 +109,7 @@ pub async fn run(p: &Params) -> Result<Report, GatewayError> {
     let demand: Vec<usize> = [1, 2, 4, 8].iter().map(|m| m * p.base_callers).collect();
     let (demand_throughput, errors_a) = contend(&bench, &demand, &[1, 1, 1, 1], p.duration).await;
     let weights = vec![1, 2, 3, 4];
-    let (rates, errors_b) = contend(
-        &bench,
-        &[p.weighted_callers; 4],
-        &weights,
-        p.duration,
-    )
-    .await;
+    let (rates, errors_b) = contend(&bench, &[p.weighted_callers; 4], &weights, p.duration).await;
     let total: f64 = rates.iter().sum();
     let weight_sum: u32 = weights.iter().sum();
     let weight_shares: Vec<f64> = rates.iter().map(|r| r / total.max(1e-9)).collect();

@@ -54,7 +54,8 @@ pub(crate) fn call_order(
         options = options.priority(polygateway::validate::parse_priority(&priority).map_err(bad)?);
     }
     if let Some(seconds) = deadline_s {
-        options = options.deadline(polygateway::validate::deadline_from_secs(seconds).map_err(bad)?);
+        options =
+            options.deadline(polygateway::validate::deadline_from_secs(seconds).map_err(bad)?);
     }
     if let Some(weight) = weight {
         options = options.weight(polygateway::validate::validate_weight(weight).map_err(bad)?);

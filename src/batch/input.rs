@@ -14,9 +14,9 @@ use serde_json::{json, Map, Value};
 
 use crate::config::ScopeKind;
 use crate::openai::embedding::{input_texts, wants_base64};
-use crate::types::Priority;
 use crate::openai::request::{options_for, response_format, ChatRequest, EmbeddingRequest, Format};
 use crate::structured::SchemaRequest;
+use crate::types::Priority;
 use crate::types::{CallOptions, Message};
 
 /// The two endpoints a line may name.
@@ -211,7 +211,9 @@ fn chat_call(mut body: Map<String, Value>, default_schema: Option<&Value>) -> Re
         options, schema, ..
     } = response_format(
         req.response_format,
-        options_for(None, req.user).priority(Priority::Batch).overlay(req.rest),
+        options_for(None, req.user)
+            .priority(Priority::Batch)
+            .overlay(req.rest),
     )
     .map_err(|e| e.message)?;
     options.validate().map_err(|e| e.to_string())?;

@@ -35,8 +35,9 @@ pub(crate) fn with_call_order(
     let priority = match header(headers, PRIORITY_HEADER)? {
         None => key.priority(),
         Some(value) => {
-            let asked = crate::validate::parse_priority(value)
-                .map_err(|e| ApiError::bad_request(format!("header {PRIORITY_HEADER}: {e}"), None))?;
+            let asked = crate::validate::parse_priority(value).map_err(|e| {
+                ApiError::bad_request(format!("header {PRIORITY_HEADER}: {e}"), None)
+            })?;
             if asked < key.priority() {
                 let allowed: Vec<&str> = Priority::ALL
                     .iter()
@@ -106,7 +107,11 @@ mod tests {
 
     #[test]
     fn the_key_gives_the_defaults_and_headers_override_them() {
-        let o = order(r#", "priority": "normal", "deadline_s": 30, "weight": 3"#, &[]).unwrap();
+        let o = order(
+            r#", "priority": "normal", "deadline_s": 30, "weight": 3"#,
+            &[],
+        )
+        .unwrap();
         assert_eq!(o.priority, Priority::Normal);
         assert_eq!(o.deadline, Some(Duration::from_secs(30)));
         assert_eq!(o.weight, Some(3));
@@ -122,8 +127,11 @@ mod tests {
 
     #[test]
     fn a_request_cannot_rise_above_its_key_and_bad_values_say_what_is_allowed() {
-        let err = order(r#", "priority": "batch""#, &[(PRIORITY_HEADER, "interactive")])
-            .unwrap_err();
+        let err = order(
+            r#", "priority": "batch""#,
+            &[(PRIORITY_HEADER, "interactive")],
+        )
+        .unwrap_err();
         assert_eq!(
             err,
             "header x-pgw-priority: interactive is above this key's priority batch; allowed: batch"
@@ -133,7 +141,10 @@ mod tests {
         let err = order("", &[(DEADLINE_HEADER, "soon")]).unwrap_err();
         assert!(err.contains("\"soon\" is not a number of seconds"), "{err}");
         let err = order("", &[(DEADLINE_HEADER, "-1")]).unwrap_err();
-        assert!(err.contains("must be a positive number of seconds"), "{err}");
+        assert!(
+            err.contains("must be a positive number of seconds"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -145,9 +156,17 @@ mod tests {
             )
         };
         let err = KeyStore::from_json(&json(r#", "priority": "high""#)).unwrap_err();
-        assert!(err.to_string().contains("key k: priority: unknown priority \"high\""), "{err}");
+        assert!(
+            err.to_string()
+                .contains("key k: priority: unknown priority \"high\""),
+            "{err}"
+        );
         let err = KeyStore::from_json(&json(r#", "weight": 0"#)).unwrap_err();
-        assert!(err.to_string().contains("key k: weight must be a whole number from 1 to 1000, got 0"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("key k: weight must be a whole number from 1 to 1000, got 0"),
+            "{err}"
+        );
         let err = KeyStore::from_json(&json(r#", "deadline_s": 0"#)).unwrap_err();
         assert!(err.to_string().contains("key k: deadline_s"), "{err}");
     }

@@ -166,7 +166,8 @@ mod tests {
 
     #[test]
     fn a_missed_deadline_is_504_without_retry_after() {
-        let r = ApiError::from(unavailable(UnavailableReason::DeadlineExceeded, 0.0)).into_response();
+        let r =
+            ApiError::from(unavailable(UnavailableReason::DeadlineExceeded, 0.0)).into_response();
         assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
         assert!(r.headers().get(header::RETRY_AFTER).is_none());
         let e = ApiError::from(unavailable(UnavailableReason::DeadlineExceeded, 0.0));

@@ -42,6 +42,12 @@ pub enum Priority {
 
 impl Priority {
     /// Every class, highest first (the order they are served in).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::wait_queue::Priority;
+    /// let names: Vec<&str> = Priority::ALL.iter().map(|p| p.as_str()).collect();
+    /// assert_eq!(names, ["interactive", "normal", "batch"]);
+    /// ```
     pub const ALL: [Priority; 3] = [Priority::Interactive, Priority::Normal, Priority::Batch];
 
     /// The wire name (`interactive`, `normal`, `batch`).
@@ -443,7 +449,11 @@ mod tests {
     fn removal_keeps_the_order_of_the_rest() {
         let mut q = WaitQueue::default();
         for id in 0..4 {
-            q.push(waiter(id, Priority::Normal, if id % 2 == 0 { "a" } else { "b" }));
+            q.push(waiter(
+                id,
+                Priority::Normal,
+                if id % 2 == 0 { "a" } else { "b" },
+            ));
         }
         assert!(q.remove(0));
         assert!(!q.remove(0));
@@ -471,7 +481,11 @@ mod tests {
         // the order afterwards is exactly as if it had never been taken.
         let mut q = WaitQueue::default();
         for id in 0..6 {
-            q.push(waiter(id, Priority::Normal, if id % 2 == 0 { "a" } else { "b" }));
+            q.push(waiter(
+                id,
+                Priority::Normal,
+                if id % 2 == 0 { "a" } else { "b" },
+            ));
         }
         for _ in 0..2 {
             assert_eq!(q.pop(), Some(0));

@@ -301,7 +301,11 @@ impl CallMachine {
 
     /// Give the call a deadline (on the scope's clock) and, per source, the shortest time an
     /// attempt is expected to take (zero: unknown). Set before [`CallMachine::start`].
-    pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>, attempt_floors: Vec<Duration>) {
+    pub(crate) fn set_deadline(
+        &mut self,
+        deadline: Option<Instant>,
+        attempt_floors: Vec<Duration>,
+    ) {
         self.deadline = deadline;
         self.attempt_floors = attempt_floors;
     }
@@ -372,7 +376,9 @@ impl CallMachine {
             Event::Attempted(_) | Event::Admission(Admission::Granted)
         );
         if !in_flight && self.state != State::Done && self.deadline.is_some_and(|d| now >= d) {
-            return Step::plain(self.deadline_exceeded("the call's deadline passed while it waited".into(), now));
+            return Step::plain(
+                self.deadline_exceeded("the call's deadline passed while it waited".into(), now),
+            );
         }
         let mut step = self.step_in_time(event, now);
         if let (Some(deadline), Action::Backoff(wait) | Action::Wait(wait)) =
@@ -380,9 +386,8 @@ impl CallMachine {
         {
             // A wait that ends at or past the deadline rules every later attempt out: end now.
             if now + *wait >= deadline {
-                let detail = format!(
-                    "the call's next try would start in {wait:?}, at or past its deadline"
-                );
+                let detail =
+                    format!("the call's next try would start in {wait:?}, at or past its deadline");
                 step.action = self.deadline_exceeded(detail, now);
             }
         }

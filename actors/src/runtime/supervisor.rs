@@ -34,8 +34,8 @@ use super::router::{RouterArgs, RouterMsg, ScopeRouter};
 use super::scope::{Scope, ScopeConfig, ScopeInner};
 use super::shared::SourceShared;
 use super::slot::ActorSlot;
-use super::waiting_room::WaitingRoom;
 use super::source::{PacerFactory, SourceArgs};
+use super::waiting_room::WaitingRoom;
 
 type SpawnFuture = Pin<Box<dyn Future<Output = Result<ActorCell, String>> + Send>>;
 

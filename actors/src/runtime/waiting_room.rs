@@ -476,7 +476,10 @@ mod tests {
             settle().await;
         }
         assert!(room.busy());
-        assert!(order.lock().unwrap().is_empty(), "nobody goes before capacity frees");
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "nobody goes before capacity frees"
+        );
         room.capacity_freed();
         for task in tasks {
             task.await.unwrap().unwrap();
@@ -500,12 +503,21 @@ mod tests {
             let w = waiter(&room, Priority::Normal, "a");
             let (room, tries) = (Arc::clone(&room), Arc::clone(&tries));
             tasks.push(tokio::spawn(async move {
-                let door = room.turn(w, None, Some(0), Some(retry), POLL).await.unwrap();
+                let door = room
+                    .turn(w, None, Some(0), Some(retry), POLL)
+                    .await
+                    .unwrap();
                 tries.fetch_add(1, Ordering::SeqCst);
                 // Hold the door: the gate refused again (a long retry time).
                 let later = now() + Duration::from_secs(60);
                 let _ = room
-                    .turn(waiter_again(&door), Some(door), Some(u64::MAX), Some(later), POLL)
+                    .turn(
+                        waiter_again(&door),
+                        Some(door),
+                        Some(u64::MAX),
+                        Some(later),
+                        POLL,
+                    )
                     .await;
             }));
             settle().await;
@@ -515,7 +527,11 @@ mod tests {
         assert_eq!(tries.load(Ordering::SeqCst), 0);
         tokio::time::sleep(Duration::from_millis(2)).await;
         settle().await;
-        assert_eq!(tries.load(Ordering::SeqCst), 1, "one retry at the retry time");
+        assert_eq!(
+            tries.load(Ordering::SeqCst),
+            1,
+            "one retry at the retry time"
+        );
         for task in tasks {
             task.abort();
         }
@@ -553,7 +569,10 @@ mod tests {
         settle().await;
         let r = Arc::clone(&room);
         let two = tokio::spawn(async move {
-            r.turn(second, None, None, None, POLL).await.unwrap().passed();
+            r.turn(second, None, None, None, POLL)
+                .await
+                .unwrap()
+                .passed();
         });
         settle().await;
         room.capacity_freed(); // the first gets the door, finds nothing, goes back
@@ -571,7 +590,8 @@ mod tests {
         let w = waiter(&room, Priority::Normal, "a");
         let seen = Some(room.freed_count());
         let r = Arc::clone(&room);
-        let waiting = tokio::spawn(async move { r.turn(w, None, seen, None, POLL).await.map(drop) });
+        let waiting =
+            tokio::spawn(async move { r.turn(w, None, seen, None, POLL).await.map(drop) });
         settle().await;
         assert!(room.busy());
         waiting.abort();
@@ -696,9 +716,16 @@ mod tests {
                 "{failure:?}"
             );
             assert!(started.elapsed() >= Duration::from_millis(150));
-            assert!(started.elapsed() < Duration::from_millis(900), "not the 1 s poll");
+            assert!(
+                started.elapsed() < Duration::from_millis(900),
+                "not the 1 s poll"
+            );
             let counters = &scope.sources()[0].counters;
-            assert_eq!(counters.attempts.load(Ordering::Relaxed), 1, "only the hanging call was sent");
+            assert_eq!(
+                counters.attempts.load(Ordering::Relaxed),
+                1,
+                "only the hanging call was sent"
+            );
             assert!(!scope.room_busy());
             hang.abort();
             runtime.shutdown(Duration::from_secs(1)).await;

@@ -192,12 +192,9 @@ async fn embed(
     let lease = app.admit(key).await?;
     let handle = app.gw.embedding_scope(&scope)?;
     let timeout = app.settings.request_timeout;
-    let out = tokio::time::timeout(
-        timeout,
-        handle.embed(texts, options),
-    )
-    .await
-    .map_err(|_| ApiError::timeout(timeout))??;
+    let out = tokio::time::timeout(timeout, handle.embed(texts, options))
+        .await
+        .map_err(|_| ApiError::timeout(timeout))??;
     drop(lease);
     Ok(axum::Json(embedding_json(&out, &req.model, base64)).into_response())
 }
