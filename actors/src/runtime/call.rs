@@ -452,9 +452,14 @@ impl<T: Transport> ScopeInner<T> {
             let event = match step.action {
                 Action::Select { exclude, avoid } => {
                     // Behind calls already waiting, in their order; free when nobody waits.
-                    let queued_at = self.clock.now();
-                    let in_time = standing.before_select().await.is_ok();
-                    machine.queued(self.clock.now().saturating_duration_since(queued_at));
+                    let in_time = if self.room.busy() {
+                        let queued_at = self.clock.now();
+                        let in_time = standing.before_select().await.is_ok();
+                        machine.queued(self.clock.now().saturating_duration_since(queued_at));
+                        in_time
+                    } else {
+                        standing.before_select().await.is_ok()
+                    };
                     if !in_time {
                         // The deadline passed in the queue: the machine ends the call.
                         let nothing = Selected::NoneEligible {

@@ -370,9 +370,10 @@ impl<'a> Standing<'a> {
     }
 
     /// Before the call looks for capacity: while others wait (or hold the door), queue behind
-    /// them instead of overtaking. Free when nobody waits.
-    pub(crate) async fn before_select(&mut self) -> Result<(), DeadlinePassed> {
-        if self.door.is_none() && self.room.busy() {
+    /// them instead of overtaking (`Ok(true)`: it queued). Free when nobody waits.
+    pub(crate) async fn before_select(&mut self) -> Result<bool, DeadlinePassed> {
+        let queued = self.door.is_none() && self.room.busy();
+        if queued {
             let door = self
                 .room
                 .turn(self.waiter(), None, None, None, self.poll)
@@ -380,7 +381,7 @@ impl<'a> Standing<'a> {
             self.door = Some(door);
         }
         self.seen = self.room.freed_count();
-        Ok(())
+        Ok(queued)
     }
 
     /// The call found no capacity: wait in its place until capacity comes back (a freed pacer
