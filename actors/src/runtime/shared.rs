@@ -19,6 +19,24 @@ use super::slot::ActorSlot;
 use super::source::SourceMsg;
 use super::waiting_room::WaitingRoom;
 
+/// Told whenever a pacer slot of a source is freed: the scope's waiting room gives the next
+/// waiting call its turn; the simulator's world wakes a call waiting for a slot.
+pub(crate) trait SlotFreed: Send + Sync + std::fmt::Debug {
+    fn slot_freed(&self);
+}
+
+impl SlotFreed for WaitingRoom {
+    fn slot_freed(&self) {
+        self.capacity_freed();
+    }
+}
+
+impl SlotFreed for tokio::sync::Notify {
+    fn slot_freed(&self) {
+        self.notify_one();
+    }
+}
+
 use crate::ports::breaker::BreakerConfig;
 
 /// Counters of one source since the runtime started (monotonic).
@@ -122,8 +140,8 @@ pub struct SourceShared<T> {
     health_bits: AtomicU64,
     cooling_until_ms: AtomicU64,
     origin: Instant,
-    /// The scope's waiting room, told whenever a pacer slot of this source is freed.
-    room: Arc<WaitingRoom>,
+    /// Told whenever a pacer slot of this source is freed (the scope's waiting room).
+    freed: Arc<dyn SlotFreed>,
     /// The shortest time recent successful attempts took, in µs (`u64::MAX`: none yet).
     attempt_floor_us: AtomicU64,
     /// The source actor's current incarnation (kept by its supervisor, the router), so call
@@ -136,8 +154,8 @@ pub struct SourceShared<T> {
 
 impl<T> SourceShared<T> {
     /// Shared values of a fresh source. `origin` anchors the millisecond clock of the cooldown
-    /// memo (any instant before the first use); `room` is the scope's waiting room, told when a
-    /// pacer slot comes back (one per scope, shared by its sources).
+    /// memo (any instant before the first use); `freed` is told when a pacer slot comes back
+    /// (the scope's waiting room, one per scope, shared by its sources).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         index: usize,
@@ -148,7 +166,7 @@ impl<T> SourceShared<T> {
         est_tokens: u64,
         initial_pacer_limit: u32,
         origin: Instant,
-        room: Arc<WaitingRoom>,
+        freed: Arc<dyn SlotFreed>,
         metrics: SourceMetrics,
     ) -> Self {
         metrics.pacer_limit.set(f64::from(initial_pacer_limit));
@@ -166,7 +184,7 @@ impl<T> SourceShared<T> {
             health_bits: AtomicU64::new(1.0f64.to_bits()),
             cooling_until_ms: AtomicU64::new(0),
             origin,
-            room,
+            freed,
             attempt_floor_us: AtomicU64::new(u64::MAX),
             actor: ActorSlot::down("source actor starting"),
             metrics,
@@ -422,7 +440,7 @@ impl<T> Drop for SourceTicket<T> {
         self.source.metrics.in_flight.decrement(1.0);
         // A freed slot gives the next waiting call its turn (two atomic operations when
         // nobody waits).
-        self.source.room.capacity_freed();
+        self.source.freed.slot_freed();
     }
 }
 

@@ -537,7 +537,7 @@ impl Runtime {
                     spec.est_tokens,
                     initial,
                     origin,
-                    Arc::clone(&room),
+                    room.clone(),
                     metrics,
                 ))
             })
