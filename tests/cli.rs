@@ -342,7 +342,9 @@ async fn batch_runs_a_file_prints_plain_progress_through_a_pipe_and_resumes_from
     let run = cli(dir.path(), &batch_env(&mock.base_url()), &args).await;
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     assert!(
-        run.stderr.contains("batch: 11 done of 11 read") && run.stderr.contains("calls/s"),
+        run.stderr.contains("batch: 11 done of 11 read")
+            && run.stderr.contains("calls/s")
+            && run.stderr.contains("sources: openai_1 100%"),
         "{}",
         run.stderr
     );
@@ -391,6 +393,7 @@ async fn batch_runs_a_file_prints_plain_progress_through_a_pipe_and_resumes_from
         (Some(11), Some(11))
     );
     assert_eq!(last["errors"]["invalid_json"], 1);
+    assert_eq!(last["total"], 11);
     let summary: serde_json::Value = serde_json::from_str(machine.stdout.trim()).unwrap();
     assert_eq!(summary["complete"], true);
     assert_eq!(
@@ -517,13 +520,16 @@ async fn batch_ctrl_c_stops_admitting_and_says_how_to_resume() {
 }
 
 #[tokio::test]
-async fn batch_on_a_terminal_redraws_one_progress_line_and_ends_with_the_summary() {
-    let mock = MockUpstream::start(Behaviour::healthy()).await;
+async fn batch_on_a_terminal_draws_a_live_progress_bar_and_ends_with_the_summary() {
+    let mock = MockUpstream::start(Behaviour::Slow {
+        delay: std::time::Duration::from_millis(40),
+    })
+    .await;
     let dir = tempfile::tempdir().unwrap();
-    let input = batch_input(dir.path(), 5, false);
+    let input = batch_input(dir.path(), 40, true);
     // `script` runs the command on a pseudo-terminal and copies what it draws to our pipe.
     let command = format!(
-        "{} batch {} -o out.jsonl",
+        "{} batch {} -o out.jsonl --max-concurrency 2",
         env!("CARGO_BIN_EXE_polygateway"),
         input.display()
     );
@@ -532,18 +538,43 @@ async fn batch_on_a_terminal_redraws_one_progress_line_and_ends_with_the_summary
         .current_dir(dir.path())
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("TERM", "xterm-256color")
         .envs(batch_env(&mock.base_url()))
         .output()
         .await
         .unwrap();
     let screen = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{screen}");
-    let drawn = screen
-        .find("\r\x1b[2Kbatch: 5 done of 5 read")
-        .expect("the line redrawn in place");
+    // The bar is drawn with done/total (the input's 41 lines, counted up front), then redrawn
+    // as items finish: several positions appear before the last.
+    let positions: std::collections::BTreeSet<u64> = screen
+        .match_indices("/41 (")
+        .filter_map(|(at, _)| {
+            let digits: String = screen[..at]
+                .chars()
+                .rev()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.chars().rev().collect::<String>().parse().ok()
+        })
+        .collect();
+    assert!(positions.len() >= 3, "{positions:?}\n{screen}");
+    assert!(positions.contains(&41), "{positions:?}\n{screen}");
+    let last_draw = screen.rfind("41/41 (100%)").expect("the finished bar");
+    // The counters under the bar: rate, cost, in flight, errors by reason, each source's share.
+    assert!(screen.contains("calls/s | cost "), "{screen}");
+    assert!(screen.contains(" in flight | "), "{screen}");
+    let counters = screen
+        .rfind("errors: invalid_json=1 | sources: openai_1 100%")
+        .expect("errors and sources under the bar");
     let summary = screen
-        .find("batch finished: 5 results")
+        .find("batch finished: 41 results (40 succeeded, 1 errors")
         .expect("the summary");
-    assert!(drawn < summary, "{screen}");
-    assert_eq!(output_ids(&dir.path().join("out.jsonl")).len(), 5);
+    assert!(last_draw < summary && counters < summary, "{screen}");
+    assert!(screen[summary..].contains("latency: p50 "), "{screen}");
+    assert!(
+        screen[summary..].contains("journal: out.jsonl.journal"),
+        "{screen}"
+    );
+    assert_eq!(output_ids(&dir.path().join("out.jsonl")).len(), 41);
 }

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from . import _native
 from . import _bridge  # noqa: F401  (registers the exit and fork hooks)
-from .client import ChatStream, EmbeddingClient, GatewayClient
+from .client import BatchRun, ChatStream, EmbeddingClient, GatewayClient
 from .exceptions import (
     AllSourcesExhausted,
     CircuitOpenError,
@@ -37,6 +37,8 @@ from .pricing import ModelPrice, PricingTable
 from .providers import DEFAULT_PROFILES, ProviderProfile
 from .settings import EmbeddingSettings, GatewaySettings, OcrSettings, SourceConfig
 from .types import (
+    BatchProgress,
+    BatchResult,
     ChatDelta,
     EmbeddingResponse,
     LLMResponse,
@@ -56,6 +58,9 @@ __all__ = [
     "ToolCallDelta",
     "ChatStream",
     "ChatDelta",
+    "BatchRun",
+    "BatchResult",
+    "BatchProgress",
     "EmbeddingResponse",
     "TelemetryStatus",
     "GatewaySettings",

@@ -14,13 +14,15 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Type, Union
 
 from . import _native
 from ._bridge import submit
+from . import batch as _batch
+from .batch import BatchRun
 from .exceptions import ConfigError
 from .providers import Registry, registry_args
 from .settings import GatewaySettings
 from .structured import SchemaCall, schema_call
 from .types import ChatDelta, EmbeddingResponse, LLMResponse, TelemetryStatus, ToolCallDelta
 
-__all__ = ["GatewayClient", "EmbeddingClient", "ChatStream"]
+__all__ = ["GatewayClient", "EmbeddingClient", "ChatStream", "BatchRun"]
 
 Messages = Sequence[Mapping[str, Any]]
 EnvArg = Union[None, Mapping[str, str], "os.PathLike[str]", str]
@@ -160,7 +162,44 @@ class _Client:
         await self.aclose()
 
 
-class GatewayClient(_Client):
+class _Batches:
+    """``run_batch`` for the chat and embedding clients (OCR has no batch lines)."""
+
+    _native: "_native.NativeGateway"
+
+    def run_batch(
+        self,
+        items: "_batch.BatchItems",
+        *,
+        journal: Union[None, str, "os.PathLike[str]"] = None,
+        scope: Optional[str] = None,
+        max_concurrency: int = 1024,
+        max_item_age_s: float = 3600.0,
+        schema: Any = None,
+    ) -> "_batch.BatchRun":
+        """A batch job over ``items`` (what ``polygateway batch`` runs):
+        ``async for result in client.run_batch(items, journal="job.journal")`` yields one
+        ``BatchResult`` per item as it finishes.
+
+        Items are OpenAI Batch API input lines (``{"custom_id", "method": "POST", "url":
+        "/v1/chat/completions" | "/v1/embeddings", "body"}``) or plain ``{"custom_id",
+        "messages", …}`` lines, as dicts or JSON text, from an iterable or async iterable read
+        as the job needs them. ``body.model`` names a scope or a ``PGW_SERVER_MODEL_ALIASES``
+        alias; other lines go to ``scope`` (default: this client's). Items refused as
+        unavailable are sent again after their ``retry_after_s`` while younger than
+        ``max_item_age_s``; bad items and failed calls are results with their error, never
+        raised. ``journal``: a SQLite file recording each finished item; the same items run
+        again with it replay those instead of sending them (resume after a crash or
+        ``stop()``). ``schema`` (a JSON Schema dict or a pydantic model class): chat items
+        without a ``response_format`` go through the structured ladder. ``max_concurrency``
+        caps the items in flight; the sources' pacers decide how many reach the upstreams.
+        """
+        return _batch.start(self._native, items, journal=journal, scope=scope,
+                            max_concurrency=max_concurrency, max_item_age_s=max_item_age_s,
+                            schema=schema)
+
+
+class GatewayClient(_Batches, _Client):
     """Governed chat calls on one scope (LLM, VLM, JUDGE, …)."""
 
     _kind = "chat"
@@ -287,7 +326,7 @@ class ChatStream:
             pass
 
 
-class EmbeddingClient(_Client):
+class EmbeddingClient(_Batches, _Client):
     """Governed embeddings on one scope (batched per ``{SCOPE}__BATCH_SIZE``)."""
 
     _kind = "embedding"

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -22,6 +23,8 @@ __all__ = [
     "OcrTextResult",
     "OcrLayoutResult",
     "OcrLayoutElement",
+    "BatchResult",
+    "BatchProgress",
 ]
 
 
@@ -204,3 +207,55 @@ class OcrLayout:
 OcrTextResult = OcrText
 OcrLayoutResult = OcrLayout
 OcrLayoutElement = OcrElement
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One result of ``run_batch``: the output line of one input item (OpenAI's Batch API
+    output format).
+
+    ``status_code`` is ``None`` (and ``error_code`` set: ``invalid_json``,
+    ``missing_custom_id``, ``duplicate_custom_id``, ``invalid_url``, ``invalid_body``,
+    ``model_not_found``, ``journal_mismatch``) when the item never became a call; a failed call
+    has its HTTP status and the gateway error's code (``request_rejected``,
+    ``retry_exhausted``, …). ``from_journal``: answered by an earlier run with the same journal,
+    not sent now.
+    """
+
+    custom_id: Optional[str]
+    line: str
+    status_code: Optional[int]
+    error_code: Optional[str]
+    cost: float
+    latency_ms: Optional[float]
+    from_journal: bool
+
+    @property
+    def ok(self) -> bool:
+        """Answered with status 200."""
+        return self.status_code == 200
+
+    def output(self) -> Dict[str, Any]:
+        """The output line as a dict (``custom_id``, ``response``, ``error``)."""
+        return json.loads(self.line)
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """What a running ``run_batch`` job has done so far (``BatchRun.progress()``)."""
+
+    read: int
+    input_done: bool
+    written: int
+    succeeded: int
+    from_journal: int
+    in_flight: int
+    waiting_retry: int
+    rescheduled: int
+    calls: int
+    errors: Dict[str, int]
+    sources: Dict[str, int]
+    cost: float
+    p50_ms: Optional[float]
+    p99_ms: Optional[float]
+    elapsed_s: float

@@ -10,15 +10,18 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use serde_json::Value;
 
+use polygateway::batch::BatchOptions;
 use polygateway::config::{Settings, TelemetryBackendSettings};
 use polygateway::structured::SchemaRequest;
 use polygateway::telemetry::{telemetry_schema_sql, Pricing, SchemaBackend};
 use polygateway::{ChatHandle, EmbeddingHandle, Gateway, GatewayError, OcrHandle, Usage};
 
+use crate::batch::NativeBatch;
 use crate::bridge::{spawn, Bridge};
 use crate::convert::{self, CallArgs};
 use crate::errors;
@@ -479,6 +482,42 @@ impl NativeGateway {
                 },
             )
         }
+    }
+
+    /// Start a batch job (`Gateway::batch`): lines whose `model` names no scope or alias go to
+    /// `scope` (this client's scope when `None`); Python feeds the lines and reads the results
+    /// through the returned object. `schema` is a JSON Schema (text) for chat lines without a
+    /// `response_format`; `journal` the SQLite file that makes the job resumable.
+    #[pyo3(signature = (scope, schema, max_concurrency, max_item_age_s, journal))]
+    fn batch(
+        &self,
+        scope: Option<String>,
+        schema: Option<String>,
+        max_concurrency: usize,
+        max_item_age_s: f64,
+        journal: Option<PathBuf>,
+    ) -> PyResult<NativeBatch> {
+        let (inner, runtime) = self.inner.get()?;
+        let schema = schema
+            .map(|text| serde_json::from_str::<Value>(&text))
+            .transpose()
+            .map_err(|e| PyValueError::new_err(format!("schema is not JSON: {e}")))?;
+        let max_item_age =
+            std::time::Duration::try_from_secs_f64(max_item_age_s).map_err(|_| {
+                PyValueError::new_err("max_item_age_s must be a finite number of seconds >= 0")
+            })?;
+        let options = BatchOptions {
+            scope: Some(scope.unwrap_or_else(|| self.scope_name.clone())),
+            schema,
+            max_concurrency: max_concurrency.max(1),
+            max_item_age,
+            journal,
+        };
+        let gateway = inner.gateway.clone();
+        NativeBatch::start(&runtime, self.inner.generation(), move |lines| {
+            gateway.batch(lines, options)
+        })
+        .map_err(errors::to_py_now)
     }
 
     /// Per-source health probe of an OCR scope: `{source_name: healthy}`.

@@ -3,12 +3,14 @@
 //! The Python layer (`python/polygateway/`) owns the public API — class names, keyword
 //! arguments, defaults, the exception hierarchy, pydantic — and calls into this module, which
 //! owns the process runtime (`runtime`), the crossing of results back to asyncio (`bridge`),
-//! conversions (`convert`, `errors`) and the runtime-backed objects (`client`, `testing`).
+//! conversions (`convert`, `errors`) and the runtime-backed objects (`client`, `stream`, `batch`,
+//! `testing`).
 //!
 //! Not for: public API decisions (the `.pyi` stubs and the Python modules are the contract).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod batch;
 mod bridge;
 mod client;
 mod convert;
@@ -43,6 +45,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bridge::Bridge>()?;
     m.add_class::<client::NativeGateway>()?;
     m.add_class::<stream::NativeChatStream>()?;
+    m.add_class::<batch::NativeBatch>()?;
     m.add_class::<shared::NativeGovernance>()?;
     m.add_function(wrap_pyfunction!(client::schema_sql, m)?)?;
     m.add_function(wrap_pyfunction!(providers::default_profiles, m)?)?;

@@ -44,6 +44,10 @@ enum Command {
 pub(crate) struct Journal {
     commands: mpsc::Sender<Command>,
     path: PathBuf,
+    /// The journal had no rows when opened: no item was answered by an earlier run, so
+    /// `lookup` answers without a round trip to the writer thread (a first run's admission then
+    /// never waits behind a group commit).
+    fresh: bool,
 }
 
 impl Journal {
@@ -64,6 +68,11 @@ impl Journal {
              );",
         )
         .map_err(fail)?;
+        let fresh = conn
+            .query_row("SELECT NOT EXISTS (SELECT 1 FROM batch_items)", [], |row| {
+                row.get::<_, bool>(0)
+            })
+            .map_err(fail)?;
         let (commands, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("pgw-batch-journal".into())
@@ -77,6 +86,7 @@ impl Journal {
         Ok(Self {
             commands,
             path: path.to_path_buf(),
+            fresh,
         })
     }
 
@@ -84,8 +94,12 @@ impl Journal {
         &self.path
     }
 
-    /// The row of `custom_id`, if it finished in an earlier run.
+    /// The row of `custom_id`, if it finished in an earlier run (rows this run records are not
+    /// looked up: the runner never admits a `custom_id` twice).
     pub(crate) async fn lookup(&self, custom_id: &str) -> Result<Option<Entry>, String> {
+        if self.fresh {
+            return Ok(None);
+        }
         let (tx, rx) = oneshot::channel();
         self.commands
             .send(Command::Lookup(custom_id.to_string(), tx))
@@ -205,6 +219,28 @@ mod tests {
         drop(journal);
         let reopened = Journal::open(&path).unwrap();
         assert_eq!(reopened.lookup("a").await.unwrap(), Some(entry));
+    }
+
+    #[tokio::test]
+    async fn only_a_journal_with_rows_from_an_earlier_run_is_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.journal");
+        let first = Journal::open(&path).unwrap();
+        assert!(first.fresh);
+        let entry = Entry {
+            custom_id: "a".into(),
+            fingerprint: fingerprint("{}"),
+            status_code: 200,
+            error_code: None,
+            cost: 0.0,
+            line: "{}".into(),
+        };
+        first.record(entry.clone()).await.unwrap();
+        drop(first);
+        let second = Journal::open(&path).unwrap();
+        assert!(!second.fresh);
+        assert_eq!(second.lookup("a").await.unwrap(), Some(entry));
+        assert_eq!(second.lookup("b").await.unwrap(), None);
     }
 
     #[test]

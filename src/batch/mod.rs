@@ -182,9 +182,8 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// use futures::StreamExt;
     /// let job = gw.batch(futures::stream::iter(vec!["{}".to_string()]), Default::default())?;
     /// let results: Vec<_> = job.collect().await;
@@ -203,9 +202,8 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// use futures::StreamExt;
     /// // An input that never ends: only stop() ends the job.
     /// let lines = futures::stream::pending::<String>();
@@ -253,9 +251,8 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let job = gw.batch(futures::stream::iter(Vec::<String>::new()), Default::default())?;
     /// assert!(!job.stopped());
     /// # gw.shutdown().await;
@@ -270,9 +267,8 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let job = gw.batch(futures::stream::iter(Vec::<String>::new()), Default::default())?;
     /// assert_eq!(job.failure(), None);
     /// # gw.shutdown().await;
@@ -287,9 +283,8 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let job = gw.batch(futures::stream::iter(Vec::<String>::new()), Default::default())?;
     /// assert_eq!(job.journal(), None);
     /// # gw.shutdown().await;

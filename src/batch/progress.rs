@@ -41,6 +41,9 @@ pub struct BatchProgress {
     pub calls: u64,
     /// Error results by code (`invalid_json`, `duplicate_custom_id`, `retry_exhausted`, …).
     pub errors: BTreeMap<String, u64>,
+    /// Answers of this run by the source that served them (`openai_1`, …): each
+    /// source's share of the work.
+    pub sources: BTreeMap<String, u64>,
     /// Cost of this run's answers (what the telemetry rows price).
     pub cost: f64,
     /// Median call latency in this run, milliseconds (capacity wait included).
@@ -66,6 +69,7 @@ pub(crate) struct Progress {
     /// Cost in micro-units, so it adds up atomically.
     cost_micros: AtomicU64,
     errors: Mutex<BTreeMap<String, u64>>,
+    sources: Mutex<BTreeMap<String, u64>>,
     latencies: Mutex<Vec<u64>>,
 }
 
@@ -84,6 +88,7 @@ impl Progress {
             calls: AtomicU64::new(0),
             cost_micros: AtomicU64::new(0),
             errors: Mutex::new(BTreeMap::new()),
+            sources: Mutex::new(BTreeMap::new()),
             latencies: Mutex::new(vec![0; BUCKETS]),
         }
     }
@@ -99,6 +104,18 @@ impl Progress {
     pub(crate) fn error(&self, code: &str) {
         if let Ok(mut errors) = self.errors.lock() {
             *errors.entry(code.to_string()).or_default() += 1;
+        }
+    }
+
+    /// One answer served by `source`.
+    pub(crate) fn served_by(&self, source: &str) {
+        if let Ok(mut sources) = self.sources.lock() {
+            match sources.get_mut(source) {
+                Some(n) => *n += 1,
+                None => {
+                    sources.insert(source.to_string(), 1);
+                }
+            }
         }
     }
 
@@ -136,6 +153,7 @@ impl Progress {
             rescheduled: load(&self.rescheduled),
             calls: load(&self.calls),
             errors: self.errors.lock().map(|e| e.clone()).unwrap_or_default(),
+            sources: self.sources.lock().map(|s| s.clone()).unwrap_or_default(),
             cost: load(&self.cost_micros) as f64 / 1e6,
             p50_ms,
             p99_ms,
@@ -178,5 +196,16 @@ mod tests {
         assert!((99.0..=99.0 * GROWTH * GROWTH).contains(&p99), "{p99}");
         assert!((s.cost - 0.1).abs() < 1e-9, "{}", s.cost);
         assert_eq!(s.calls, 100);
+    }
+
+    #[test]
+    fn answers_are_counted_by_source() {
+        let p = Progress::new();
+        p.served_by("openai_1");
+        p.served_by("openai_2");
+        p.served_by("openai_1");
+        let sources = p.snapshot().sources;
+        assert_eq!(sources["openai_1"], 2);
+        assert_eq!(sources["openai_2"], 1);
     }
 }

@@ -253,8 +253,9 @@ async fn run_item(
         Progress::sub(&p.in_flight);
         let latency = started.elapsed();
         match outcome {
-            Ok((line, cost)) => {
+            Ok((line, cost, source)) => {
                 p.call(latency, cost);
+                p.served_by(&source);
                 break (line, 200, None, cost, latency, true);
             }
             Err(e) => {
@@ -319,8 +320,9 @@ async fn run_item(
     .await;
 }
 
-/// One governed call; the output line of its answer and the answer's cost.
-async fn send(gw: &Gateway, item: &Item) -> Result<(String, f64), GatewayError> {
+/// One governed call; the output line of its answer, the answer's cost and the source that
+/// served it.
+async fn send(gw: &Gateway, item: &Item) -> Result<(String, f64, String), GatewayError> {
     match &item.call {
         Call::Chat {
             messages,
@@ -342,6 +344,7 @@ async fn send(gw: &Gateway, item: &Item) -> Result<(String, f64), GatewayError> 
             Ok((
                 output::answered(&item.custom_id, 200, &answer.call_id, body),
                 cost,
+                answer.source_name,
             ))
         }
         Call::Embed {
@@ -355,6 +358,7 @@ async fn send(gw: &Gateway, item: &Item) -> Result<(String, f64), GatewayError> 
             Ok((
                 output::answered(&item.custom_id, 200, &out.call_id, body),
                 0.0,
+                out.source_name,
             ))
         }
     }

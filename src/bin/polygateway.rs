@@ -20,6 +20,9 @@ use polygateway::{CallOptions, Gateway, Message};
 #[cfg(feature = "sqlite")]
 #[path = "polygateway/batch_cmd.rs"]
 mod batch_cmd;
+#[cfg(feature = "sqlite")]
+#[path = "polygateway/batch_view.rs"]
+mod batch_view;
 
 #[derive(Parser)]
 #[command(

@@ -71,28 +71,36 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
         }
         check_source(name, source, lease_ttl)?;
     }
-
     let key = |def: &KeyDef| def.in_scope(name);
-    if scope.retry.max_attempts == 0 {
+    check_retry(&scope.retry, &key)?;
+    check_breaker(&scope.breaker, &key)?;
+    check_backpressure(scope, &key)?;
+    check_embedding(scope, &key)
+}
+
+fn check_retry(retry: &RetrySettings, key: &dyn Fn(&KeyDef) -> String) -> Result<(), ConfigError> {
+    if retry.max_attempts == 0 {
         return Err(refuse(
             key(&scope::RETRY_MAX_ATTEMPTS),
             "0",
             "at least 1 attempt (the first attempt counts; also settable via LLM_MAX_RETRIES)",
         ));
     }
-    if scope.retry.backoff_base > scope.retry.backoff_max {
+    if retry.backoff_base > retry.backoff_max {
         return Err(refuse(
             key(&scope::RETRY_BACKOFF_BASE_S),
-            secs(scope.retry.backoff_base),
+            secs(retry.backoff_base),
             format!(
                 "must be <= {}={}",
                 key(&scope::RETRY_BACKOFF_MAX_S),
-                secs(scope.retry.backoff_max)
+                secs(retry.backoff_max)
             ),
         ));
     }
+    Ok(())
+}
 
-    let b = &scope.breaker;
+fn check_breaker(b: &BreakerSettings, key: &dyn Fn(&KeyDef) -> String) -> Result<(), ConfigError> {
     if b.fail_threshold == 0 {
         return Err(refuse(
             key(&scope::BREAKER_FAIL_THRESHOLD),
@@ -133,6 +141,13 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
         }
     }
 
+    Ok(())
+}
+
+fn check_backpressure(
+    scope: &ScopeSettings,
+    key: &dyn Fn(&KeyDef) -> String,
+) -> Result<(), ConfigError> {
     let bp = &scope.backpressure;
     if bp.poll_interval.is_zero() {
         return Err(refuse(
@@ -158,13 +173,21 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
                 secs(bp.stall_window),
                 format!(
                     "the stall window must be >= the slowest source TTFT ({}={})",
-                    source_key(name, slowest, &source::TTFT_TIMEOUT_S),
+                    source_key(&scope.name, slowest, &source::TTFT_TIMEOUT_S),
                     secs(slowest.ttft_timeout)
                 ),
             ));
         }
     }
 
+    Ok(())
+}
+
+/// An embeddings scope has its knobs, and they are positive.
+fn check_embedding(
+    scope: &ScopeSettings,
+    key: &dyn Fn(&KeyDef) -> String,
+) -> Result<(), ConfigError> {
     match (&scope.kind, &scope.embedding) {
         (ScopeKind::Embeddings, None) => {
             return Err(ConfigError::Missing {
@@ -285,17 +308,25 @@ fn check_watchdog_chain(
 
 fn check_backends(settings: &Settings) -> Result<(), ConfigError> {
     let has_redis_url = settings.redis_url.as_ref().is_some_and(|u| !u.is_empty());
-    let needs_redis = |def: &KeyDef| ConfigError::Missing {
-        key: global::REDIS_URL.name.to_string(),
-        reason: format!("{}=redis needs it", def.name),
-    };
     if settings.limiter_backend == GovernanceBackendKind::Redis && !has_redis_url {
         return Err(needs_redis(&global::PGW_LIMITER_BACKEND));
     }
     if settings.breaker_backend == GovernanceBackendKind::Redis && !has_redis_url {
         return Err(needs_redis(&global::PGW_BREAKER_BACKEND));
     }
-    match &settings.cache {
+    check_cache(&settings.cache, has_redis_url)?;
+    check_telemetry(&settings.telemetry)
+}
+
+fn needs_redis(def: &KeyDef) -> ConfigError {
+    ConfigError::Missing {
+        key: global::REDIS_URL.name.to_string(),
+        reason: format!("{}=redis needs it", def.name),
+    }
+}
+
+fn check_cache(cache: &CacheSettings, has_redis_url: bool) -> Result<(), ConfigError> {
+    match cache {
         CacheSettings::None => {}
         CacheSettings::Memory { namespace, ttl } | CacheSettings::Redis { namespace, ttl } => {
             if namespace.trim().is_empty() {
@@ -311,12 +342,15 @@ fn check_backends(settings: &Settings) -> Result<(), ConfigError> {
                     "the cache TTL must be > 0 (there is no never-expiring cache)",
                 ));
             }
-            if matches!(settings.cache, CacheSettings::Redis { .. }) && !has_redis_url {
+            if matches!(cache, CacheSettings::Redis { .. }) && !has_redis_url {
                 return Err(needs_redis(&global::PGW_CACHE_BACKEND));
             }
         }
     }
-    let t = &settings.telemetry;
+    Ok(())
+}
+
+fn check_telemetry(t: &TelemetrySettings) -> Result<(), ConfigError> {
     if t.text_cap == Some(0) {
         return Err(refuse(
             global::PGW_TELEMETRY_TEXT_CAP.name,

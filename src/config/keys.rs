@@ -5,8 +5,10 @@
 //! default and one line of documentation. The parser in `env` reads keys only through these
 //! descriptors, the name lists below are derived from the table, and tests check the README's
 //! configuration reference (generated from the table), `.env.example` and `docs/behaviour.md`
-//! against it. Adding a key is adding one descriptor here (and to [`KEYS`]), then reading it in
-//! `env` and documenting it in `.env.example`.
+//! against it. Adding a key: one descriptor in the module of its family below, listed in
+//! [`KEYS`]; read it in `env` (`keys.secs(&scope::MY_KEY)` and the like); add its row to the
+//! README (`tests/docs_drift.rs` prints the table as it should read) and a line to
+//! `.env.example` (`tests/config_env.rs` checks both ways).
 //!
 //! Typed defaults live in `defaults` (the settings types' `Default` impls share them); a test
 //! checks that the default column of this table says the same.

@@ -1,54 +1,33 @@
 //! [`GatewayBuilder`]: settings plus injected ports → a running supervised runtime.
 
-use std::collections::BTreeMap;
+//!
+//! [`GatewayBuilder::build`] runs named steps, each in its own file and owning the `cfg` arms
+//! of its backends: the governance ports (`build/governance.rs`: memory or Redis), the runtime,
+//! telemetry (`build/telemetry.rs`: sink, writer actor, pricing), the response cache
+//! (`build/cache.rs`: memory or Redis) and the scopes (`build/scopes.rs`: transports, selector,
+//! pacer and router per scope).
+
+mod cache;
+mod governance;
+mod scopes;
+mod telemetry;
+
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
-use polygateway_actors::assembly::{ActorSlot, TelemetryActor, TelemetryArgs, TelemetryQueue};
-use polygateway_actors::memory::{MemoryBreakers, MemoryGate};
-use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
-use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
-use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
+use polygateway_actors::policy::select::Selector;
 use polygateway_actors::runtime::{
-    Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions, Scope, ScopeConfig,
-    SourceSpec,
+    Governance, GovernanceFactory, PacerFactory, Runtime, RuntimeOptions,
 };
 use polygateway_actors::telemetry::{TelemetryConfig, TelemetrySink};
-use polygateway_actors::{
-    AttemptBackend, BreakerBackend, BreakerConfig, Clock, GateBackend, Limits, TokioClock,
-};
-use serde_json::Map;
+use polygateway_actors::{BreakerBackend, Clock, GateBackend, TokioClock};
 
-use super::chat::ChatScope;
-use super::embed::EmbedScope;
-use super::ocr::OcrScope;
-use super::record::SourceIdentity;
-use super::{CacheLayer, Core, Gateway, Owned, ScopeEntry, Telemetry};
-use crate::cache::coalesce::Coalescer;
-use crate::cache::memory::MemoryCache;
-#[cfg(feature = "redis")]
-use crate::cache::redis::RedisCache;
+use super::{Core, Gateway, Owned};
 use crate::cache::ResponseCache;
-use crate::config::{
-    CacheSettings, GovernanceBackendKind, PacerMode, PacerSettings, ScopeKind, ScopeSettings,
-    SelectorKind, Settings, SourceSettings,
-};
+use crate::config::Settings;
 use crate::error::GatewayError;
 use crate::provider::ProviderRegistry;
-#[cfg(feature = "redis")]
-use crate::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
 use crate::telemetry::row::TelemetryRow;
-use crate::telemetry::{sink_from_settings, Pricing};
-use crate::transport::chat::ChatTransport;
-use crate::transport::embeddings::EmbeddingTransport;
-use crate::transport::ocr::OcrTransport;
-
-/// Rows the telemetry queue holds before counting overflow as dropped.
-const TELEMETRY_QUEUE_CAPACITY: usize = 65_536;
-/// Memory cache bounds.
-const MEMORY_CACHE_ENTRIES: usize = 10_000;
-const MEMORY_CACHE_BYTES: usize = 256 * 1024 * 1024;
 
 /// Builds a [`Gateway`] from [`Settings`], with every port injectable. Whatever is injected is
 /// never closed by the gateway (docs/behaviour.md §10.3); whatever it builds, it closes on shutdown.
@@ -90,16 +69,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url()), ("EMBED", &mock.base_url())],
-    /// #     &[
-    /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
-    /// #         ("EMBED__OPENAI__1__MODEL", "embed-model"),
-    /// #         ("EMBED__BATCH_SIZE", "16"),
-    /// #     ],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
     /// use polygateway::GatewayBuilder;
     /// let gw = GatewayBuilder::new(settings).build().await?;
     /// // Without `default_scope`, the first configured scope (in name order) is the default.
@@ -132,16 +102,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url()), ("EMBED", &mock.base_url())],
-    /// #     &[
-    /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
-    /// #         ("EMBED__OPENAI__1__MODEL", "embed-model"),
-    /// #         ("EMBED__BATCH_SIZE", "16"),
-    /// #     ],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
     /// use polygateway::{GatewayBuilder, Message};
     /// let gw = GatewayBuilder::new(settings.clone()).default_scope("LLM").build().await?;
     /// let reply = gw.chat(vec![Message::user("hi")]).await?; // served by LLM, not EMBED
@@ -210,12 +171,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::{Arc, Mutex};
     /// use polygateway::telemetry::{TelemetryRow, TelemetrySink, TelemetryStatus};
     ///
@@ -252,12 +208,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// # use std::sync::{Arc, Mutex};
     /// # use polygateway::telemetry::{TelemetryRow, TelemetrySink, TelemetryStatus};
     /// #
@@ -340,16 +291,14 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(
+    /// #     &["LLM"],
     /// #     &[
-    /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
     /// #         ("LLM__OPENAI__1__RPM", "1"),
     /// #         ("LLM__QUOTA_FULL", "fail_fast"),
     /// #     ],
-    /// # );
+    /// # )
+    /// # .await;
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use polygateway::ports::ManualClock;
@@ -444,12 +393,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::Arc;
     /// use polygateway::policy::{Pacer, PacerObservation};
     /// use polygateway::ports::Limits;
@@ -503,12 +447,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use polygateway::policy::{RestartPolicy, RuntimeOptions};
@@ -571,419 +510,69 @@ impl GatewayBuilder {
     /// assert!(matches!(err, GatewayError::SourceNotConfigured(_)));
     /// # Ok(()) }
     /// ```
-    pub async fn build(self) -> Result<Gateway, GatewayError> {
-        let settings = self.settings;
-        let config_err = |e: String| GatewayError::Config(e);
-        let default_scope = match self.default_scope {
-            Some(s) => s,
-            None => settings
-                .scopes
-                .keys()
-                .next()
-                .cloned()
-                .ok_or_else(|| config_err("no scope is configured".into()))?,
-        };
-        if !settings.scopes.contains_key(&default_scope) {
-            return Err(GatewayError::SourceNotConfigured(format!(
-                "scope {default_scope} has no sources configured (configured: {})",
-                settings
-                    .scopes
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
+    pub async fn build(mut self) -> Result<Gateway, GatewayError> {
+        let default_scope = self.resolve_default_scope()?;
         // Settings built by hand never went through the parser's guards: a backend whose cargo
         // feature is off is refused here too, before anything starts.
-        crate::config::features::check(&settings).map_err(|e| config_err(e.to_string()))?;
-        let clock = self.clock;
+        crate::config::features::check(&self.settings)
+            .map_err(|e| GatewayError::Config(e.to_string()))?;
         let mut owned = Owned::default();
-
-        // Governance backends: injected, or built from the settings.
-        let needs_redis = settings.limiter_backend == GovernanceBackendKind::Redis
-            || settings.breaker_backend == GovernanceBackendKind::Redis;
-        #[cfg(not(feature = "redis"))]
-        let redis: Option<std::convert::Infallible> = {
-            let _ = needs_redis; // refused above when true
-            None
-        };
-        #[cfg(feature = "redis")]
-        let redis = match (needs_redis, &settings.redis_url) {
-            (true, Some(url)) if self.gate.is_none() || self.breakers.is_none() => {
-                RedisGovernance::check_url(url)
-                    .map_err(|e| GatewayError::Config(format!("REDIS_URL: {e}")))?;
-                let redis = RedisGovernance::connect(url, &self.redis_key_prefix)
-                    .await
-                    .map_err(|e| governance_down(&default_scope, &e.message))?;
-                owned.redis.push(redis.clone());
-                Some(redis)
-            }
-            (true, None) => return Err(config_err("redis backends need REDIS_URL".into())),
-            _ => None,
-        };
-        // Both ports on the same Redis (neither injected): one script call per admission and one
-        // per finished attempt instead of one per step.
-        let attempts: Option<Arc<dyn AttemptBackend>> = match (&redis, &self.gate, &self.breakers) {
-            #[cfg(feature = "redis")]
-            (Some(r), None, None)
-                if settings.limiter_backend == GovernanceBackendKind::Redis
-                    && settings.breaker_backend == GovernanceBackendKind::Redis =>
-            {
-                Some(Arc::new(RedisAttempts::new(RedisGate::new(r.clone()))))
-            }
-            _ => None,
-        };
-        let gate: Arc<dyn GateBackend> = match (self.gate, settings.limiter_backend, &redis) {
-            (Some(g), _, _) => g,
-            #[cfg(feature = "redis")]
-            (None, GovernanceBackendKind::Redis, Some(r)) => Arc::new(RedisGate::new(r.clone())),
-            _ => Arc::new(MemoryGate::new(Arc::clone(&clock))),
-        };
-        let breakers: Arc<dyn BreakerBackend> =
-            match (self.breakers, settings.breaker_backend, &redis) {
-                (Some(b), _, _) => b,
-                #[cfg(feature = "redis")]
-                (None, GovernanceBackendKind::Redis, Some(r)) => {
-                    Arc::new(RedisBreakers::new(r.clone()))
-                }
-                _ => Arc::new(MemoryBreakers::new(Arc::clone(&clock))),
-            };
-        let governance = Governance {
-            gate,
-            breakers,
-            attempts,
-            timeout: Duration::from_secs(3),
-        };
-        let factory_gov = governance.clone();
-        // fred reconnects by itself and reloads scripts on NOSCRIPT; a restarted admission actor
-        // reuses the same clients.
-        let factory: GovernanceFactory = Arc::new(move || {
-            let gov = factory_gov.clone();
-            Box::pin(async move { Ok(gov) })
-        });
-        let runtime_options = self.runtime_options.unwrap_or(RuntimeOptions {
-            clock: Arc::clone(&clock),
-            ..RuntimeOptions::default()
-        });
-        let runtime = Runtime::start(factory, runtime_options)
-            .await
-            .map_err(GatewayError::Shutdown)?;
-
-        // Telemetry.
-        let telemetry_enabled = self.telemetry_sink.is_some()
-            || settings.telemetry.backend != crate::config::TelemetryBackendSettings::None;
-        let sink = match self.telemetry_sink {
-            Some(sink) => sink,
-            None => {
-                owned.telemetry_sink = true;
-                sink_from_settings(&settings.telemetry)
-                    .await
-                    .map_err(|e| config_err(e.to_string()))?
-            }
-        };
-        let queue = Arc::new(TelemetryQueue::new(TELEMETRY_QUEUE_CAPACITY));
-        let telemetry_actor = ActorSlot::down("telemetry actor starting");
-        let args = TelemetryArgs::new(Arc::clone(&queue), sink, self.telemetry_config);
-        runtime
-            .adopt(
-                "telemetry",
-                TelemetryActor::<TelemetryRow>::new,
-                args.clone(),
-                Some(Default::default()),
-                telemetry_actor.clone(),
-            )
-            .await
-            .map_err(GatewayError::Shutdown)?;
-        let pricing = match &settings.pricing_path {
-            Some(path) => Some(Arc::new(
-                Pricing::load(path).map_err(|e| config_err(format!("PGW_PRICING_PATH: {e}")))?,
-            )),
-            None => None,
-        };
-        let telemetry = Telemetry {
-            queue,
-            pricing,
-            text_cap: settings.telemetry.text_cap,
-            enabled: telemetry_enabled,
-        };
-
-        // Cache.
-        let cache = match (&settings.cache, self.cache) {
-            (CacheSettings::None, _) => None,
-            (
-                CacheSettings::Memory { namespace, ttl } | CacheSettings::Redis { namespace, ttl },
-                Some(backend),
-            ) => Some(CacheLayer {
-                backend,
-                namespace: namespace.clone(),
-                ttl: *ttl,
-                coalescer: Coalescer::new(),
-            }),
-            (CacheSettings::Memory { namespace, ttl }, None) => Some(CacheLayer {
-                backend: Arc::new(
-                    MemoryCache::new(MEMORY_CACHE_ENTRIES, MEMORY_CACHE_BYTES)
-                        .map_err(|e| config_err(e.to_string()))?,
-                ),
-                namespace: namespace.clone(),
-                ttl: *ttl,
-                coalescer: Coalescer::new(),
-            }),
-            #[cfg(not(feature = "redis"))]
-            (CacheSettings::Redis { .. }, None) => {
-                let refused =
-                    crate::config::features::disabled("PGW_CACHE_BACKEND", "redis", "redis");
-                return Err(config_err(refused.to_string()));
-            }
-            #[cfg(feature = "redis")]
-            (CacheSettings::Redis { namespace, ttl }, None) => {
-                let url = settings
-                    .redis_url
-                    .as_ref()
-                    .ok_or_else(|| config_err("PGW_CACHE_BACKEND=redis needs REDIS_URL".into()))?;
-                Some(CacheLayer {
-                    backend: Arc::new(
-                        RedisCache::connect(url.expose(), Duration::from_secs(1))
-                            .await
-                            .map_err(|e| config_err(format!("cache: {e}")))?,
-                    ),
-                    namespace: namespace.clone(),
-                    ttl: *ttl,
-                    coalescer: Coalescer::new(),
-                })
-            }
-        };
-
-        // Scopes.
-        let mut scopes = BTreeMap::new();
-        for (name, scope) in &settings.scopes {
-            let selector: Box<dyn Selector> = match &self.selector {
-                Some(make) => make(),
-                None => default_selector(scope.selector),
-            };
-            let config = scope_config(scope, &settings);
-            let pacer = match &self.pacer {
-                Some(make) => Arc::clone(make),
-                None => pacer_factory(scope.pacer),
-            };
-            let identities = identities(scope);
-            let entry = match scope.kind {
-                ScopeKind::Chat => {
-                    let specs = source_specs(scope, |s| {
-                        ChatTransport::new(s.clone(), self.registry.get(&s.provider).clone())
-                    });
-                    // Each source's configured mode (a fallback later only weakens how the
-                    // schema is asked for, never what is accepted); the set is part of the cache
-                    // key of typed calls.
-                    let mut structured_modes: Vec<_> = scope
-                        .sources
-                        .iter()
-                        .map(|s| s.effective_structured_mode(self.registry.get(&s.provider)))
-                        .collect();
-                    structured_modes.sort_unstable();
-                    structured_modes.dedup();
-                    let mut extra_body = Map::new();
-                    for s in &scope.sources {
-                        extra_body.extend(s.extra_body.clone());
-                    }
-                    let governed = add_scope(&runtime, config, specs, selector, pacer).await?;
-                    // Telemetry rows of typed asks name the mode their source was in.
-                    let identities = identities
-                        .into_iter()
-                        .zip(governed.sources())
-                        .map(|(identity, source)| SourceIdentity {
-                            structured_mode: Some(Arc::clone(source.transport.source_mode())),
-                            ..identity
-                        })
-                        .collect();
-                    ScopeEntry::Chat(ChatScope {
-                        scope: governed,
-                        identities,
-                        fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
-                        extra_body,
-                        structured_modes,
-                        metrics: crate::metrics::ChatMetrics::new(name),
-                    })
-                }
-                ScopeKind::Embeddings => {
-                    let specs = source_specs(scope, |s| EmbeddingTransport::new(s.clone()));
-                    let embedding = scope.embedding.clone().ok_or_else(|| {
-                        config_err(format!(
-                            "{name}__BATCH_SIZE is required for an embeddings scope"
-                        ))
-                    })?;
-                    ScopeEntry::Embeddings(EmbedScope {
-                        scope: add_scope(&runtime, config, specs, selector, pacer).await?,
-                        identities,
-                        settings: embedding,
-                    })
-                }
-                ScopeKind::Ocr => {
-                    let specs = source_specs(scope, |s| OcrTransport::new(s.clone()));
-                    ScopeEntry::Ocr(OcrScope {
-                        scope: add_scope(&runtime, config, specs, selector, pacer).await?,
-                        identities,
-                    })
-                }
-            };
-            scopes.insert(name.clone(), entry);
-        }
-
+        let governance = self.build_governance(&default_scope, &mut owned).await?;
+        let runtime = self.start_runtime(&governance).await?;
+        let telemetry = self.build_telemetry(&runtime, &mut owned).await?;
+        let cache = self.build_cache().await?;
+        let scopes = self.build_scopes(&runtime).await?;
         let core = Core {
             runtime,
             governance,
             scopes,
-            telemetry,
-            telemetry_args: args,
-            telemetry_actor,
+            telemetry: telemetry.telemetry,
+            telemetry_args: telemetry.args,
+            telemetry_actor: telemetry.actor,
             cache,
-            structured_max_retries: settings.structured_max_retries,
+            structured_max_retries: self.settings.structured_max_retries,
             owned,
             closed: AtomicBool::new(false),
-            settings,
+            settings: self.settings,
         };
         Ok(Gateway::from_core(Arc::new(core), default_scope.into()))
     }
-}
 
-/// The pacer `{SCOPE}__PACER*` asks for. A source's `MAX_CONCURRENCY` stays a hard cap (the
-/// limiter's concurrency gate enforces it whatever the pacer says).
-fn pacer_factory(settings: PacerSettings) -> PacerFactory {
-    Arc::new(move |limits: &Limits| -> Box<dyn Pacer> {
-        let max = limits.max_concurrency;
-        match settings.mode {
-            PacerMode::Adaptive => {
-                let ceiling = match (settings.ceiling, max) {
-                    (Some(c), 0) => c,
-                    (Some(c), m) => c.min(m),
-                    (None, m) => m,
-                };
-                Box::new(AdaptivePacer::new(
-                    settings.start.unwrap_or(ADAPTIVE_START),
-                    ceiling,
-                ))
-            }
-            PacerMode::Aimd => Box::new(AimdPacer::with_bounds(
-                settings.start.map_or(AIMD_START, f64::from),
-                settings.ceiling.unwrap_or(AIMD_MIN_CEILING.max(max)),
-            )),
-            PacerMode::Off => Box::new(Unpaced::new(max)),
+    /// The scope asked for, else the first configured one (in name order); it must exist.
+    fn resolve_default_scope(&mut self) -> Result<String, GatewayError> {
+        let configured = &self.settings.scopes;
+        let default_scope = match self.default_scope.take() {
+            Some(scope) => scope,
+            None => configured
+                .keys()
+                .next()
+                .cloned()
+                .ok_or_else(|| GatewayError::Config("no scope is configured".into()))?,
+        };
+        if !configured.contains_key(&default_scope) {
+            let names: Vec<&str> = configured.keys().map(String::as_str).collect();
+            return Err(GatewayError::SourceNotConfigured(format!(
+                "scope {default_scope} has no sources configured (configured: {})",
+                names.join(", ")
+            )));
         }
-    })
-}
-
-fn default_selector(kind: SelectorKind) -> Box<dyn Selector> {
-    match kind {
-        SelectorKind::HealthAware => Box::new(HealthAware::default()),
-        SelectorKind::RoundRobin => Box::new(RoundRobin::default()),
-        SelectorKind::LeastInflight => Box::new(LeastInflight),
+        Ok(default_scope)
     }
-}
 
-async fn add_scope<T: polygateway_actors::Transport>(
-    runtime: &Runtime,
-    config: ScopeConfig,
-    specs: Vec<SourceSpec<T>>,
-    selector: Box<dyn Selector>,
-    pacer: PacerFactory,
-) -> Result<Scope<T>, GatewayError> {
-    runtime
-        .add_scope(config, specs, selector, pacer)
-        .await
-        .map_err(GatewayError::Shutdown)
-}
-
-fn identities(scope: &ScopeSettings) -> Vec<SourceIdentity> {
-    scope
-        .sources
-        .iter()
-        .map(|s| SourceIdentity {
-            name: s.name.clone(),
-            model: s.model.clone(),
-            provider: s.provider.clone(),
-            structured_mode: None,
-        })
-        .collect()
-}
-
-fn scope_config(scope: &ScopeSettings, settings: &Settings) -> ScopeConfig {
-    let mut config = ScopeConfig::new(scope.name.as_str());
-    config.global = Limits {
-        max_concurrency: scope.global_max_concurrency,
-        rpm: scope.global_rpm,
-        tpm: scope.global_tpm,
-    };
-    config.max_attempts = scope.retry.max_attempts.max(1);
-    config.backoff_base = scope.retry.backoff_base;
-    config.backoff_max = scope.retry.backoff_max;
-    config.quota_full_fails_fast = scope.quota_full == crate::config::QuotaFull::FailFast;
-    config.circuit_open_waits = scope.circuit_open == crate::config::CircuitOpenPolicy::Wait;
-    config.stall_window = scope.backpressure.stall_window;
-    config.poll_interval = scope.backpressure.poll_interval;
-    config.lease_ttl = settings.lease_ttl;
-    config
-}
-
-/// Breaker parameters of one source (docs/behaviour.md §5.4 defaults resolved here).
-pub(crate) fn breaker_config(scope: &ScopeSettings, source: &SourceSettings) -> BreakerConfig {
-    let b = &scope.breaker;
-    let slowest = scope
-        .sources
-        .iter()
-        .map(|s| s.timeout)
-        .max()
-        .unwrap_or(source.timeout);
-    let probe_ttl = b.probe_ttl.unwrap_or_else(|| {
-        (2 * slowest)
-            .max(b.cooldown)
-            .max(source.timeout + Duration::from_secs(5))
-    });
-    BreakerConfig {
-        fail_threshold: b.fail_threshold,
-        max_concurrency: source.max_concurrency,
-        cooldown: b.cooldown,
-        max_cooldown: b
-            .max_cooldown
-            .unwrap_or_else(|| b.cooldown.max(Duration::from_secs(300))),
-        probe_ttl,
-        min_calls: b.min_calls,
-        fail_rate: b.fail_rate,
-        bucket: b.window,
+    /// The supervised runtime over `governance`. fred reconnects by itself and reloads scripts
+    /// on NOSCRIPT, so a restarted admission actor reuses the same clients.
+    async fn start_runtime(&mut self, governance: &Governance) -> Result<Runtime, GatewayError> {
+        let shared = governance.clone();
+        let factory: GovernanceFactory = Arc::new(move || {
+            let gov = shared.clone();
+            Box::pin(async move { Ok(gov) })
+        });
+        let options = self.runtime_options.take().unwrap_or(RuntimeOptions {
+            clock: Arc::clone(&self.clock),
+            ..RuntimeOptions::default()
+        });
+        Runtime::start(factory, options)
+            .await
+            .map_err(GatewayError::Shutdown)
     }
-}
-
-fn source_specs<T>(
-    scope: &ScopeSettings,
-    make: impl Fn(&SourceSettings) -> T,
-) -> Vec<SourceSpec<T>> {
-    scope
-        .sources
-        .iter()
-        .map(|s| SourceSpec {
-            name: s.name.as_str().into(),
-            transport: Arc::new(make(s)),
-            breaker: breaker_config(scope, s),
-            limits: Limits {
-                max_concurrency: s.max_concurrency,
-                rpm: s.rpm,
-                tpm: s.tpm,
-            },
-            est_tokens: s.effective_est_tokens(),
-        })
-        .collect()
-}
-
-/// A governance backend (Redis) that cannot be reached while the gateway is built: the
-/// fail-closed outage of docs/behaviour.md §6 (`GovernanceBackendError`, retry in 5 s), not a
-/// configuration mistake — the same URL works once the server is back.
-#[cfg(feature = "redis")]
-fn governance_down(scope: &str, message: &str) -> GatewayError {
-    GatewayError::Unavailable(Box::new(crate::error::Unavailable {
-        kind: crate::error::UnavailableKind::GovernanceBackend,
-        scope: scope.to_string(),
-        reason: crate::error::UnavailableReason::GovernanceBackendDown,
-        retry_after_s: 5.0,
-        per_source_reasons: BTreeMap::new(),
-        detail: format!("REDIS_URL: {message}"),
-    }))
 }

@@ -164,12 +164,7 @@ impl ScopeHandle<Chat> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
     /// use polygateway::{testkit::mock_llm::MOCK_CONTENT, Message};
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let llm = gw.chat_scope("LLM")?;

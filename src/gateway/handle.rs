@@ -37,16 +37,7 @@ mod sealed {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// # use polygateway::testkit::{Behaviour, MockUpstream};
-/// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// # let settings = polygateway::testkit::mock_settings(
-/// #     &[("LLM", &mock.base_url()), ("EMBED", &mock.base_url())],
-/// #     &[
-/// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
-/// #         ("EMBED__OPENAI__1__MODEL", "embed-model"),
-/// #         ("EMBED__BATCH_SIZE", "16"),
-/// #     ],
-/// # );
+/// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
 /// use polygateway::{Kind, ScopeHandle};
 /// /// Code generic over the kind of scope, for logs and dashboards.
 /// fn describe<K: Kind>(handle: &ScopeHandle<K>) -> String {
@@ -190,15 +181,7 @@ impl<K: Kind> ScopeHandle<K> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
-    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
-    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
-    /// # ).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("LLM", &mock.base_url()), ("OCR", &ocr_mock.base_url())],
-    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("OCR__MONKEY__1__MODEL", "monkeyocr")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "OCR"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let handle = gw.ocr_scope("OCR")?;
     /// assert_eq!(handle.name(), "OCR");

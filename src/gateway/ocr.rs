@@ -82,13 +82,7 @@ impl ScopeHandle<Ocr> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
-    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
-    /// # ).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("OCR", &ocr_mock.base_url())],
-    /// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["OCR"], &[]).await;
     /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_TEXT;
     /// use polygateway::CallOptions;
     /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
@@ -116,13 +110,7 @@ impl ScopeHandle<Ocr> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
-    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
-    /// # ).await;
-    /// # let settings = polygateway::testkit::mock_settings(
-    /// #     &[("OCR", &ocr_mock.base_url())],
-    /// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
-    /// # );
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["OCR"], &[]).await;
     /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_ELEMENTS;
     /// use polygateway::CallOptions;
     /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;

@@ -5,6 +5,7 @@
 //! `POST /v1/chat/completions` with a fixed completion (SSE when the body asks for
 //! `"stream":true`, JSON otherwise) and records what it saw.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -97,6 +98,13 @@ pub struct CapacityStats {
     pub served_latencies: Vec<Duration>,
 }
 
+/// The content of a request's first message (what a batch benchmark's input line says), when
+/// the body is chat JSON.
+fn first_prompt(body: &[u8]) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    value["messages"][0]["content"].as_str().map(str::to_string)
+}
+
 struct Bucket {
     tokens: f64,
     at: Instant,
@@ -109,6 +117,8 @@ struct Shared {
     served: AtomicU64,
     refused: AtomicU64,
     latencies: Mutex<Vec<Duration>>,
+    /// Requests that arrived, by the content of their first message (served or not).
+    prompts: Mutex<HashMap<String, u32>>,
 }
 
 /// A running capacity mock on 127.0.0.1; stops when dropped.
@@ -178,6 +188,7 @@ impl CapacityMock {
             served: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             latencies: Mutex::new(Vec::new()),
+            prompts: Mutex::new(HashMap::new()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(answer))
@@ -241,6 +252,32 @@ impl CapacityMock {
                 .clone(),
         }
     }
+
+    /// Requests that arrived so far, by the content of their first message: how many times each
+    /// prompt was sent (a batch benchmark checks no journalled item was sent again).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
+    /// let mock = CapacityMock::start(Regime::Unlimited { service: Duration::ZERO }).await;
+    /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    /// let url = format!("{}/chat/completions", mock.base_url());
+    /// let body = r#"{"messages": [{"role": "user", "content": "item 7"}]}"#;
+    /// for _ in 0..2 {
+    ///     client.post(&url).body(body).send().await.unwrap();
+    /// }
+    /// assert_eq!(mock.prompts()["item 7"], 2);
+    /// # }
+    /// ```
+    pub fn prompts(&self) -> HashMap<String, u32> {
+        self.shared
+            .prompts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 impl Drop for CapacityMock {
@@ -266,6 +303,14 @@ fn take_token(shared: &Shared, per_s: f64, now: Instant) -> (bool, f64, Duration
 
 async fn answer(State(shared): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
     let arrived = Instant::now();
+    if let Some(prompt) = first_prompt(&body) {
+        *shared
+            .prompts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(prompt)
+            .or_default() += 1;
+    }
     let streamed = body.windows(13).any(|w| w == b"\"stream\":true");
     let mut headers = Vec::new();
     match shared.regime {

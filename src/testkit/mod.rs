@@ -5,6 +5,7 @@
 
 pub mod capacity;
 pub mod demo;
+mod doc_setup;
 pub mod mock_capacity;
 pub mod mock_llm;
 pub mod mock_ocr;
@@ -13,6 +14,7 @@ pub mod ocr_soak;
 mod settings;
 pub mod soak;
 
+pub use doc_setup::{doc_setup, DocMocks};
 pub use mock_llm::{mock_embedding, Behaviour, MockCounts, MockUpstream, RecordedRequest};
 pub use settings::{mock_env, mock_settings, mock_sources_settings};
 

@@ -1,24 +1,25 @@
 //! `polygateway batch INPUT.jsonl -o OUTPUT.jsonl`: a thin user of `Gateway::batch`. It streams
 //! the input file in, writes each result line to the output as it arrives, prints progress on
-//! stderr (a line redrawn in place on a terminal, plain lines through a pipe, or JSON) and a final
+//! stderr (`batch_view`: a live bar on a terminal, plain lines through a pipe, or JSON) and a final
 //! summary (stdout), and turns Ctrl-C into `stop` (first) and `cancel` (second).
 //!
 //! The output is rewritten on every run: journalled items are replayed from the journal and the
 //! others sent, so a resumed run's output has every line once (docs/behaviour.md §13.2).
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use futures::StreamExt;
-use polygateway::batch::{BatchJob, BatchOptions, BatchProgress};
+use polygateway::batch::{BatchJob, BatchOptions};
 use polygateway::config::Settings;
 use polygateway::Gateway;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+
+use crate::batch_view::{errors_text, sources_text, ProgressMode, View};
 
 #[derive(Args)]
 pub(crate) struct BatchArgs {
@@ -45,20 +46,13 @@ pub(crate) struct BatchArgs {
     /// written.
     #[arg(long, default_value_t = 3600.0, value_name = "SECS")]
     max_item_age: f64,
-    /// Progress on stderr: `plain` lines, `json` objects, or `auto` (one line redrawn in place
-    /// on a terminal, plain lines otherwise).
+    /// Progress on stderr: `plain` lines, `json` objects, or `auto` (a live progress bar on a
+    /// terminal, plain lines otherwise).
     #[arg(long, value_enum, default_value = "auto")]
     progress: ProgressMode,
     /// Seconds between progress reports.
     #[arg(long, default_value_t = 5.0, value_name = "SECS")]
     progress_interval: f64,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ProgressMode {
-    Auto,
-    Plain,
-    Json,
 }
 
 pub(crate) async fn run(settings: Settings, args: &BatchArgs) -> Result<ExitCode, String> {
@@ -154,17 +148,11 @@ async fn run_job(
         .map_err(|e| format!("cannot write {}: {e}", args.output.display()))?;
     let mut out = BufWriter::new(out);
     let mut job = gw.batch(lines, options).map_err(|e| e.to_string())?;
-    // On a terminal the progress line is redrawn in place, twice a second (or faster if asked).
-    let live = args.progress == ProgressMode::Auto && std::io::stderr().is_terminal();
-    let interval = if live {
-        args.progress_interval.min(0.5)
-    } else {
-        args.progress_interval
-    };
-    let mut tick = tokio::time::interval(Duration::from_secs_f64(interval));
+    let mut view = View::new(args.progress, &args.input);
+    let mut tick =
+        tokio::time::interval(view.interval(Duration::from_secs_f64(args.progress_interval)));
     tick.tick().await;
     let mut interrupts = Interrupts::new();
-    let mut previous = job.progress();
     let write_failed = |e: std::io::Error| format!("cannot write {}: {e}", args.output.display());
     loop {
         tokio::select! {
@@ -177,34 +165,26 @@ async fn run_job(
             },
             _ = tick.tick() => {
                 out.flush().await.map_err(write_failed)?;
-                let now = job.progress();
-                report(args.progress, live, &now, &previous);
-                previous = now;
+                view.update(job.progress());
             }
             () = interrupts.next() => {
-                if live {
-                    eprintln!();
-                }
                 if job.stopped() {
-                    eprintln!("polygateway batch: cancelling the calls in flight");
+                    view.note("polygateway batch: cancelling the calls in flight");
                     job.cancel();
                 } else {
-                    eprintln!(
+                    view.note(&format!(
                         "polygateway batch: stopping: no new items; the {} call(s) in flight \
                          finish (Ctrl-C again cancels them)",
                         job.progress().in_flight
-                    );
+                    ));
                     job.stop();
                 }
             }
         }
     }
     out.flush().await.map_err(write_failed)?;
-    // A last report, so even a job shorter than one interval shows its progress line.
-    report(args.progress, live, &job.progress(), &previous);
-    if live {
-        eprintln!();
-    }
+    // A last update, so even a job shorter than one interval shows its progress.
+    view.finish(job.progress());
     let read_error = read_error.lock().ok().and_then(|e| e.clone());
     summary(args, &job, &journal, read_error.as_deref())
 }
@@ -235,74 +215,6 @@ impl Interrupts {
     }
 }
 
-fn errors_text(p: &BatchProgress) -> String {
-    if p.errors.is_empty() {
-        return "none".into();
-    }
-    p.errors
-        .iter()
-        .map(|(code, n)| format!("{code}={n}"))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Seconds until the remaining results are out at `per_s` results a second (known once the
-/// whole input has been read).
-fn eta_s(now: &BatchProgress, per_s: f64) -> Option<f64> {
-    (now.input_done && per_s > 0.0).then(|| (now.read - now.written) as f64 / per_s)
-}
-
-fn report(mode: ProgressMode, live: bool, now: &BatchProgress, previous: &BatchProgress) {
-    let seconds = (now.elapsed - previous.elapsed).as_secs_f64().max(1e-3);
-    let calls_per_s = (now.calls - previous.calls) as f64 / seconds;
-    let results_per_s = (now.written - previous.written) as f64 / seconds;
-    let eta = eta_s(now, results_per_s);
-    match mode {
-        ProgressMode::Json => eprintln!(
-            "{}",
-            json!({
-                "read": now.read,
-                "input_done": now.input_done,
-                "written": now.written,
-                "succeeded": now.succeeded,
-                "from_journal": now.from_journal,
-                "in_flight": now.in_flight,
-                "waiting_retry": now.waiting_retry,
-                "rescheduled": now.rescheduled,
-                "calls": now.calls,
-                "calls_per_s": (calls_per_s * 10.0).round() / 10.0,
-                "errors": now.errors,
-                "cost": now.cost,
-                "p50_ms": now.p50_ms,
-                "p99_ms": now.p99_ms,
-                "eta_s": eta,
-                "elapsed_s": now.elapsed.as_secs_f64(),
-            })
-        ),
-        ProgressMode::Auto | ProgressMode::Plain => {
-            let line = format!(
-                "batch: {} done of {}{} read | {} from journal | {calls_per_s:.1} calls/s | {} \
-                 in flight | {} waiting to retry | errors: {} | cost {:.6}{}",
-                now.written,
-                now.read,
-                if now.input_done { "" } else { "+" },
-                now.from_journal,
-                now.in_flight,
-                now.waiting_retry,
-                errors_text(now),
-                now.cost,
-                eta.map_or(String::new(), |s| format!(" | ETA {s:.0}s"))
-            );
-            if live {
-                // Back to the line's start and clear it: one line that updates in place.
-                eprint!("\r\x1b[2K{line}");
-            } else {
-                eprintln!("{line}");
-            }
-        }
-    }
-}
-
 fn summary(
     args: &BatchArgs,
     job: &BatchJob,
@@ -322,6 +234,7 @@ fn summary(
                 "from_journal": p.from_journal,
                 "calls": p.calls,
                 "errors": p.errors,
+                "sources": p.sources,
                 "cost": p.cost,
                 "p50_ms": p.p50_ms,
                 "p99_ms": p.p99_ms,
@@ -342,6 +255,7 @@ fn summary(
             p.calls
         );
         println!("errors: {}", errors_text(&p));
+        println!("sources: {}", sources_text(&p));
         println!("cost this run: {:.6}", p.cost);
         println!("latency: p50 {}, p99 {}", ms(p.p50_ms), ms(p.p99_ms));
         println!("wall time: {:.1} s", p.elapsed.as_secs_f64());

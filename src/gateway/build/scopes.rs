@@ -1,0 +1,267 @@
+//! Build step: the scopes — per configured scope, its transports (chat, embeddings or OCR), its
+//! selector and pacer, and its router with one actor per source, registered with the runtime.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
+use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
+use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
+use polygateway_actors::runtime::{PacerFactory, Runtime, Scope, ScopeConfig, SourceSpec};
+use polygateway_actors::{BreakerConfig, Limits};
+use serde_json::Map;
+
+use super::super::chat::ChatScope;
+use super::super::embed::EmbedScope;
+use super::super::ocr::OcrScope;
+use super::super::record::SourceIdentity;
+use super::super::ScopeEntry;
+use super::GatewayBuilder;
+use crate::config::keys::scope::BATCH_SIZE;
+use crate::config::{
+    PacerMode, PacerSettings, ScopeKind, ScopeSettings, SelectorKind, Settings, SourceSettings,
+};
+use crate::error::GatewayError;
+use crate::transport::chat::ChatTransport;
+use crate::transport::embeddings::EmbeddingTransport;
+use crate::transport::ocr::OcrTransport;
+
+/// What every kind of scope is registered with: its configuration, selector and pacer.
+struct Governed {
+    config: ScopeConfig,
+    selector: Box<dyn Selector>,
+    pacer: PacerFactory,
+}
+
+impl GatewayBuilder {
+    pub(super) async fn build_scopes(
+        &self,
+        runtime: &Runtime,
+    ) -> Result<BTreeMap<String, ScopeEntry>, GatewayError> {
+        let mut scopes = BTreeMap::new();
+        for (name, scope) in &self.settings.scopes {
+            let entry = match scope.kind {
+                ScopeKind::Chat => self.chat_scope(runtime, name, scope).await?,
+                ScopeKind::Embeddings => self.embed_scope(runtime, name, scope).await?,
+                ScopeKind::Ocr => self.ocr_scope(runtime, scope).await?,
+            };
+            scopes.insert(name.clone(), entry);
+        }
+        Ok(scopes)
+    }
+
+    /// The injected selector and pacer, else the ones the scope's settings name.
+    fn governed(&self, scope: &ScopeSettings) -> Governed {
+        Governed {
+            config: scope_config(scope, &self.settings),
+            selector: match &self.selector {
+                Some(make) => make(),
+                None => default_selector(scope.selector),
+            },
+            pacer: match &self.pacer {
+                Some(make) => Arc::clone(make),
+                None => pacer_factory(scope.pacer),
+            },
+        }
+    }
+
+    async fn chat_scope(
+        &self,
+        runtime: &Runtime,
+        name: &str,
+        scope: &ScopeSettings,
+    ) -> Result<ScopeEntry, GatewayError> {
+        let specs = source_specs(scope, |s| {
+            ChatTransport::new(s.clone(), self.registry.get(&s.provider).clone())
+        });
+        // Each source's configured mode (a fallback later only weakens how the schema is asked
+        // for, never what is accepted); the set is part of the cache key of typed calls.
+        let mut structured_modes: Vec<_> = scope
+            .sources
+            .iter()
+            .map(|s| s.effective_structured_mode(self.registry.get(&s.provider)))
+            .collect();
+        structured_modes.sort_unstable();
+        structured_modes.dedup();
+        let mut extra_body = Map::new();
+        for s in &scope.sources {
+            extra_body.extend(s.extra_body.clone());
+        }
+        let governed = add_scope(runtime, self.governed(scope), specs).await?;
+        // Telemetry rows of typed asks name the mode their source was in.
+        let identities = identities(scope)
+            .into_iter()
+            .zip(governed.sources())
+            .map(|(identity, source)| SourceIdentity {
+                structured_mode: Some(Arc::clone(source.transport.source_mode())),
+                ..identity
+            })
+            .collect();
+        Ok(ScopeEntry::Chat(ChatScope {
+            scope: governed,
+            identities,
+            fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
+            extra_body,
+            structured_modes,
+            metrics: crate::metrics::ChatMetrics::new(name),
+        }))
+    }
+
+    async fn embed_scope(
+        &self,
+        runtime: &Runtime,
+        name: &str,
+        scope: &ScopeSettings,
+    ) -> Result<ScopeEntry, GatewayError> {
+        let specs = source_specs(scope, |s| EmbeddingTransport::new(s.clone()));
+        let embedding = scope.embedding.clone().ok_or_else(|| {
+            GatewayError::Config(format!(
+                "{} is required for an embeddings scope",
+                BATCH_SIZE.in_scope(name)
+            ))
+        })?;
+        Ok(ScopeEntry::Embeddings(EmbedScope {
+            scope: add_scope(runtime, self.governed(scope), specs).await?,
+            identities: identities(scope),
+            settings: embedding,
+        }))
+    }
+
+    async fn ocr_scope(
+        &self,
+        runtime: &Runtime,
+        scope: &ScopeSettings,
+    ) -> Result<ScopeEntry, GatewayError> {
+        let specs = source_specs(scope, |s| OcrTransport::new(s.clone()));
+        Ok(ScopeEntry::Ocr(OcrScope {
+            scope: add_scope(runtime, self.governed(scope), specs).await?,
+            identities: identities(scope),
+        }))
+    }
+}
+
+/// The pacer `{SCOPE}__PACER*` asks for. A source's `MAX_CONCURRENCY` stays a hard cap (the
+/// limiter's concurrency gate enforces it whatever the pacer says).
+fn pacer_factory(settings: PacerSettings) -> PacerFactory {
+    Arc::new(move |limits: &Limits| -> Box<dyn Pacer> {
+        let max = limits.max_concurrency;
+        match settings.mode {
+            PacerMode::Adaptive => {
+                let ceiling = match (settings.ceiling, max) {
+                    (Some(c), 0) => c,
+                    (Some(c), m) => c.min(m),
+                    (None, m) => m,
+                };
+                Box::new(AdaptivePacer::new(
+                    settings.start.unwrap_or(ADAPTIVE_START),
+                    ceiling,
+                ))
+            }
+            PacerMode::Aimd => Box::new(AimdPacer::with_bounds(
+                settings.start.map_or(AIMD_START, f64::from),
+                settings.ceiling.unwrap_or(AIMD_MIN_CEILING.max(max)),
+            )),
+            PacerMode::Off => Box::new(Unpaced::new(max)),
+        }
+    })
+}
+
+fn default_selector(kind: SelectorKind) -> Box<dyn Selector> {
+    match kind {
+        SelectorKind::HealthAware => Box::new(HealthAware::default()),
+        SelectorKind::RoundRobin => Box::new(RoundRobin::default()),
+        SelectorKind::LeastInflight => Box::new(LeastInflight),
+    }
+}
+
+async fn add_scope<T: polygateway_actors::Transport>(
+    runtime: &Runtime,
+    governed: Governed,
+    specs: Vec<SourceSpec<T>>,
+) -> Result<Scope<T>, GatewayError> {
+    runtime
+        .add_scope(governed.config, specs, governed.selector, governed.pacer)
+        .await
+        .map_err(GatewayError::Shutdown)
+}
+
+fn identities(scope: &ScopeSettings) -> Vec<SourceIdentity> {
+    scope
+        .sources
+        .iter()
+        .map(|s| SourceIdentity {
+            name: s.name.clone(),
+            model: s.model.clone(),
+            provider: s.provider.clone(),
+            structured_mode: None,
+        })
+        .collect()
+}
+
+fn scope_config(scope: &ScopeSettings, settings: &Settings) -> ScopeConfig {
+    let mut config = ScopeConfig::new(scope.name.as_str());
+    config.global = Limits {
+        max_concurrency: scope.global_max_concurrency,
+        rpm: scope.global_rpm,
+        tpm: scope.global_tpm,
+    };
+    config.max_attempts = scope.retry.max_attempts.max(1);
+    config.backoff_base = scope.retry.backoff_base;
+    config.backoff_max = scope.retry.backoff_max;
+    config.quota_full_fails_fast = scope.quota_full == crate::config::QuotaFull::FailFast;
+    config.circuit_open_waits = scope.circuit_open == crate::config::CircuitOpenPolicy::Wait;
+    config.stall_window = scope.backpressure.stall_window;
+    config.poll_interval = scope.backpressure.poll_interval;
+    config.lease_ttl = settings.lease_ttl;
+    config
+}
+
+/// Breaker parameters of one source (docs/behaviour.md §5.4 defaults resolved here).
+fn breaker_config(scope: &ScopeSettings, source: &SourceSettings) -> BreakerConfig {
+    let b = &scope.breaker;
+    let slowest = scope
+        .sources
+        .iter()
+        .map(|s| s.timeout)
+        .max()
+        .unwrap_or(source.timeout);
+    let probe_ttl = b.probe_ttl.unwrap_or_else(|| {
+        (2 * slowest)
+            .max(b.cooldown)
+            .max(source.timeout + Duration::from_secs(5))
+    });
+    BreakerConfig {
+        fail_threshold: b.fail_threshold,
+        max_concurrency: source.max_concurrency,
+        cooldown: b.cooldown,
+        max_cooldown: b
+            .max_cooldown
+            .unwrap_or_else(|| b.cooldown.max(Duration::from_secs(300))),
+        probe_ttl,
+        min_calls: b.min_calls,
+        fail_rate: b.fail_rate,
+        bucket: b.window,
+    }
+}
+
+fn source_specs<T>(
+    scope: &ScopeSettings,
+    make: impl Fn(&SourceSettings) -> T,
+) -> Vec<SourceSpec<T>> {
+    scope
+        .sources
+        .iter()
+        .map(|s| SourceSpec {
+            name: s.name.as_str().into(),
+            transport: Arc::new(make(s)),
+            breaker: breaker_config(scope, s),
+            limits: Limits {
+                max_concurrency: s.max_concurrency,
+                rpm: s.rpm,
+                tpm: s.tpm,
+            },
+            est_tokens: s.effective_est_tokens(),
+        })
+        .collect()
+}
