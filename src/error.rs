@@ -40,6 +40,8 @@ pub enum UnavailableReason {
     NoSources,
     /// The limiter or breaker backend is down (fail-closed).
     GovernanceBackendDown,
+    /// The call's deadline passed before it could be served; nothing was sent after it.
+    DeadlineExceeded,
 }
 
 impl UnavailableReason {
@@ -58,6 +60,7 @@ impl UnavailableReason {
             Self::QuotaExhausted => "quota_exhausted",
             Self::NoSources => "no_sources",
             Self::GovernanceBackendDown => "governance_backend_down",
+            Self::DeadlineExceeded => "deadline_exceeded",
         }
     }
 }

@@ -190,6 +190,30 @@ pub enum ValidationError {
         /// The value.
         value: f64,
     },
+    /// A call's deadline is not a positive, finite number of seconds of at most a day.
+    #[error(
+        "deadline must be a positive number of seconds, at most {limit_s} (one day), got {value}"
+    )]
+    DeadlineInvalid {
+        /// The value given, in seconds.
+        value: f64,
+        /// The largest deadline allowed, in seconds.
+        limit_s: u64,
+    },
+    /// A tenant weight is outside `1..=MAX`.
+    #[error("weight must be a whole number from 1 to {limit}, got {value}")]
+    WeightInvalid {
+        /// The value given.
+        value: u64,
+        /// The largest weight allowed.
+        limit: u32,
+    },
+    /// A priority that is not one of the classes.
+    #[error("unknown priority {value:?}: use interactive, normal or batch")]
+    PriorityInvalid {
+        /// The value given, shortened.
+        value: String,
+    },
     /// An overlay or `extra_body` sets a key the runtime owns.
     #[error("{field} must not set the protected key {key:?} (protected: model, messages, stream, stream_options)")]
     ProtectedKey {
@@ -198,6 +222,65 @@ pub enum ValidationError {
         /// The offending key.
         key: String,
     },
+}
+
+/// The longest deadline a call may carry: one day (a longer one is a unit mistake).
+pub(crate) const DEADLINE_MAX_S: u64 = 86_400;
+
+/// The largest tenant weight: turns per round of the fair share (docs/behaviour.md §5.7).
+pub(crate) const WEIGHT_MAX: u32 = 1000;
+
+/// Check a deadline given in seconds (Python `deadline_s=`, the server's `x-pgw-deadline-s`
+/// header, a key's `deadline_s`): positive, finite, at most a day (86,400 s).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::validate::{deadline_from_secs, ValidationError};
+/// assert_eq!(deadline_from_secs(2.5), Ok(Duration::from_millis(2500)));
+/// assert!(matches!(deadline_from_secs(0.0), Err(ValidationError::DeadlineInvalid { .. })));
+/// assert!(deadline_from_secs(f64::NAN).is_err());
+/// ```
+pub fn deadline_from_secs(seconds: f64) -> Result<std::time::Duration, ValidationError> {
+    if seconds.is_finite() && seconds > 0.0 && seconds <= DEADLINE_MAX_S as f64 {
+        Ok(std::time::Duration::from_secs_f64(seconds))
+    } else {
+        Err(ValidationError::DeadlineInvalid {
+            value: seconds,
+            limit_s: DEADLINE_MAX_S,
+        })
+    }
+}
+
+/// Check a tenant weight: 1 to 1000.
+///
+/// ```
+/// use polygateway::validate::{validate_weight, ValidationError};
+/// assert_eq!(validate_weight(4), Ok(4));
+/// let err = validate_weight(0).unwrap_err();
+/// assert_eq!(err.to_string(), "weight must be a whole number from 1 to 1000, got 0");
+/// ```
+pub fn validate_weight(weight: u64) -> Result<u32, ValidationError> {
+    match u32::try_from(weight) {
+        Ok(w) if (1..=WEIGHT_MAX).contains(&w) => Ok(w),
+        _ => Err(ValidationError::WeightInvalid {
+            value: weight,
+            limit: WEIGHT_MAX,
+        }),
+    }
+}
+
+/// Read a priority class by its name (`interactive`, `normal`, `batch`).
+///
+/// ```
+/// use polygateway::types::Priority;
+/// use polygateway::validate::parse_priority;
+/// assert_eq!(parse_priority("batch"), Ok(Priority::Batch));
+/// assert!(parse_priority("high").is_err());
+/// ```
+pub fn parse_priority(value: &str) -> Result<crate::types::Priority, ValidationError> {
+    value.parse().map_err(|_| ValidationError::PriorityInvalid {
+        value: shorten(value),
+    })
 }
 
 /// Shorten a value for an error message: at most [`SHOWN_CHARS`] chars, then `…`.

@@ -219,6 +219,9 @@ class GatewayClient(_Batches, _Client):
         meta: Optional[Mapping[str, Any]] = None,
         tools: Optional[Sequence[Mapping[str, Any]]] = None,
         tool_choice: Any = None,
+        priority: Optional[str] = None,
+        deadline_s: Optional[float] = None,
+        weight: Optional[int] = None,
         **openai_params: Any,
     ) -> LLMResponse:
         """One governed chat call.
@@ -233,12 +236,18 @@ class GatewayClient(_Batches, _Client):
         ``seed=7``, ``max_completion_tokens=…``) are passed through to the upstream like
         ``overlay`` entries (and enter the cache key); the answer's ``tool_calls``,
         ``finish_reason``, ``refusal`` and ``logprobs`` are on the response.
+
+        ``priority`` (``"interactive"``, ``"normal"`` — the default — or ``"batch"``) orders the
+        call among calls waiting for capacity; ``weight`` (1–1000) is its tenant's share among
+        waiting tenants of that class; ``deadline_s`` answers within that many seconds or not at
+        all: past it the call raises ``AllSourcesExhausted`` with reason ``deadline_exceeded``
+        and nothing more is sent. Bad values raise ``ValueError``.
         """
         text = _messages_json(messages)
         overlay_json = _request_overlay(overlay, tools, tool_choice, openai_params)
         meta_dict = None if meta is None else dict(meta)
         common = (session_id, parent_call_id, cache_salt, cache_namespace, stream,
-                  overlay_json, tenant_id, meta_dict)
+                  overlay_json, tenant_id, meta_dict, priority, deadline_s, weight)
         if structured is None or structured == "json":
             return await submit(self._native.chat, text, *common, structured == "json")
         call: SchemaCall = schema_call(structured)

@@ -248,7 +248,7 @@ impl NativeGateway {
     }
 
     /// One governed chat call; `future` gets the `LLMResponse`.
-    #[pyo3(signature = (bridge, future, messages, session_id, parent_call_id, cache_salt, cache_namespace, stream, overlay, tenant_id, meta, json_mode))]
+    #[pyo3(signature = (bridge, future, messages, session_id, parent_call_id, cache_salt, cache_namespace, stream, overlay, tenant_id, meta, priority, deadline_s, weight, json_mode))]
     #[allow(clippy::too_many_arguments)]
     fn chat<'py>(
         &self,
@@ -263,11 +263,14 @@ impl NativeGateway {
         overlay: Option<String>,
         tenant_id: Option<String>,
         meta: Option<Bound<'py, PyDict>>,
+        priority: Option<String>,
+        deadline_s: Option<f64>,
+        weight: Option<u64>,
         json_mode: bool,
     ) -> PyResult<()> {
         let (handle, runtime) = self.chat_handle()?;
         let messages = convert::messages(messages)?;
-        let mut options = call_args!(
+        let options = call_args!(
             session_id,
             parent_call_id,
             cache_salt,
@@ -277,6 +280,7 @@ impl NativeGateway {
             tenant_id,
             meta
         );
+        let mut options = convert::call_order(options, priority, deadline_s, weight)?;
         if json_mode {
             options = options.structured(polygateway::Structured::Json);
         }
@@ -328,7 +332,7 @@ impl NativeGateway {
     /// One governed structured chat call against a JSON Schema; `validate(json_text)` returns
     /// `None` when the answer is accepted, else the list of validation errors (fed back on the
     /// re-ask). It runs on a runtime thread, with the GIL taken for its duration.
-    #[pyo3(signature = (bridge, future, messages, schema_name, schema, validate, session_id, parent_call_id, cache_salt, cache_namespace, stream, overlay, tenant_id, meta))]
+    #[pyo3(signature = (bridge, future, messages, schema_name, schema, validate, session_id, parent_call_id, cache_salt, cache_namespace, stream, overlay, tenant_id, meta, priority, deadline_s, weight))]
     #[allow(clippy::too_many_arguments)]
     fn chat_schema<'py>(
         &self,
@@ -346,6 +350,9 @@ impl NativeGateway {
         overlay: Option<String>,
         tenant_id: Option<String>,
         meta: Option<Bound<'py, PyDict>>,
+        priority: Option<String>,
+        deadline_s: Option<f64>,
+        weight: Option<u64>,
     ) -> PyResult<()> {
         let (handle, runtime) = self.chat_handle()?;
         let messages = convert::messages(messages)?;
@@ -359,6 +366,7 @@ impl NativeGateway {
             tenant_id,
             meta
         );
+        let options = convert::call_order(options, priority, deadline_s, weight)?;
         let schema: Value = serde_json::from_str(schema).map_err(|e| {
             pyo3::exceptions::PyValueError::new_err(format!("structured schema is not JSON: {e}"))
         })?;

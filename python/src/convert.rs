@@ -40,6 +40,29 @@ pub(crate) struct CallArgs<'py> {
     pub(crate) meta: Option<Bound<'py, PyDict>>,
 }
 
+/// `options` with the call's place among waiting calls (`priority=`, `deadline_s=`,
+/// `weight=`; docs/behaviour.md §5.7). A bad value is a `ValueError` naming it and what is
+/// allowed.
+pub(crate) fn call_order(
+    mut options: CallOptions,
+    priority: Option<String>,
+    deadline_s: Option<f64>,
+    weight: Option<u64>,
+) -> PyResult<CallOptions> {
+    let bad = |e: polygateway::validate::ValidationError| PyValueError::new_err(e.to_string());
+    if let Some(priority) = priority {
+        options = options.priority(polygateway::validate::parse_priority(&priority).map_err(bad)?);
+    }
+    if let Some(seconds) = deadline_s {
+        options =
+            options.deadline(polygateway::validate::deadline_from_secs(seconds).map_err(bad)?);
+    }
+    if let Some(weight) = weight {
+        options = options.weight(polygateway::validate::validate_weight(weight).map_err(bad)?);
+    }
+    Ok(options)
+}
+
 /// `CallOptions` from the keyword arguments. The runtime validates `tenant_id` and `meta`
 /// (docs/behaviour.md §2.2) before anything is sent; here only the Python types are checked.
 pub(crate) fn options(args: CallArgs<'_>) -> PyResult<CallOptions> {

@@ -257,3 +257,27 @@ def test_pricing_table_refuses_bad_prices_naming_the_model(tmp_path):
     price = ModelPrice(input_per_1m=2.0, output_per_1m=8.0, cached_input_per_1m=0.5)
     # (600k uncached · 2 + 400k cached · 0.5 + 1M · 8) / 1M, the runtime's formula.
     assert price.cost(1_000_000, 1_000_000, 400_000) == pytest.approx(1.2 + 0.2 + 8.0)
+
+
+def test_chat_takes_priority_deadline_and_weight_and_refuses_bad_ones(mock):
+    settings = _settings(mock.base_url)
+
+    async def scenario():
+        client = GatewayClient.from_settings(settings)
+        try:
+            ok = await client.chat(HI, priority="interactive", deadline_s=30.0, weight=2,
+                                   tenant_id="acme")
+            errors = []
+            for kwargs in ({"priority": "urgent"}, {"deadline_s": 0.0}, {"weight": 0}):
+                with pytest.raises(ValueError) as caught:
+                    await client.chat(HI, **kwargs)
+                errors.append(str(caught.value))
+            return ok, errors
+        finally:
+            await client.aclose()
+
+    ok, errors = run(scenario())
+    assert ok.source_name == "openai_1"
+    assert "use interactive, normal or batch" in errors[0]
+    assert "deadline must be a positive number of seconds" in errors[1]
+    assert "weight must be a whole number from 1 to 1000, got 0" in errors[2]

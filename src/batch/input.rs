@@ -16,6 +16,7 @@ use crate::config::ScopeKind;
 use crate::openai::embedding::{input_texts, wants_base64};
 use crate::openai::request::{options_for, response_format, ChatRequest, EmbeddingRequest, Format};
 use crate::structured::SchemaRequest;
+use crate::types::Priority;
 use crate::types::{CallOptions, Message};
 
 /// The two endpoints a line may name.
@@ -210,7 +211,9 @@ fn chat_call(mut body: Map<String, Value>, default_schema: Option<&Value>) -> Re
         options, schema, ..
     } = response_format(
         req.response_format,
-        options_for(None, req.user).overlay(req.rest),
+        options_for(None, req.user)
+            .priority(Priority::Batch)
+            .overlay(req.rest),
     )
     .map_err(|e| e.message)?;
     options.validate().map_err(|e| e.to_string())?;
@@ -235,7 +238,7 @@ fn embed_call(mut body: Map<String, Value>) -> Result<Call, String> {
     let base64 = wants_base64(req.encoding_format.as_deref())?;
     Ok(Call::Embed {
         texts,
-        options: options_for(None, req.user),
+        options: options_for(None, req.user).priority(Priority::Batch),
         base64,
     })
 }

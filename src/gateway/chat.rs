@@ -90,6 +90,43 @@ pub(crate) struct Prepared {
     pub call_group: Option<String>,
     /// The caller's `parent_call_id` (the answer carries it back).
     pub parent_call_id: Option<String>,
+    /// Its place among waiting calls, shared by its re-asks.
+    pub order: CallOrder,
+}
+
+/// What orders a call among waiting calls (docs/behaviour.md §5.7): its class, its tenant and
+/// weight, and its deadline as an instant fixed when the call starts, so a structured re-ask
+/// has what is left of it, not a fresh one.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallOrder {
+    pub priority: crate::types::Priority,
+    pub deadline_at: Option<std::time::Instant>,
+    pub tenant: Option<Arc<str>>,
+    pub weight: u32,
+}
+
+impl CallOrder {
+    pub(crate) fn of(options: &CallOptions) -> Self {
+        Self {
+            priority: options.priority,
+            deadline_at: options.deadline.map(|d| std::time::Instant::now() + d),
+            tenant: options.tenant_id.as_deref().map(Arc::from),
+            weight: options.weight.unwrap_or(1),
+        }
+    }
+
+    /// The runtime's options for one governed call of it.
+    pub(crate) fn govern(&self, breaker_exempt: bool) -> GovernOptions {
+        GovernOptions {
+            breaker_exempt,
+            priority: self.priority,
+            deadline: self
+                .deadline_at
+                .map(|at| at.saturating_duration_since(std::time::Instant::now())),
+            tenant: self.tenant.clone(),
+            weight: self.weight,
+        }
+    }
 }
 
 /// What a structured call asks for besides the conversation: the schema each attempt sends,
@@ -399,6 +436,7 @@ impl ScopeHandle<Chat> {
             cache_key,
             call_group: options.call_group.clone(),
             parent_call_id: options.parent_call_id.clone(),
+            order: CallOrder::of(options),
         })
     }
 
@@ -516,9 +554,7 @@ impl ScopeHandle<Chat> {
                 &prepared.wire,
                 &recorder,
                 sink,
-                GovernOptions {
-                    breaker_exempt: is_reask,
-                },
+                prepared.order.govern(is_reask),
             )
             .instrument(span.clone())
             .await

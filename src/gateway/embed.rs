@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
+use polygateway_actors::runtime::Scope;
 use serde_json::Value;
 
 use super::failure::to_gateway_error;
@@ -124,6 +124,7 @@ impl ScopeHandle<Embeddings> {
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
         // One id for every batch row of this call (`call_group_id`).
         let call_group = Some(polygateway_actors::assembly::new_id());
+        let order = super::chat::CallOrder::of(&options);
         let results: Vec<(EmbeddingBatch, String, String, Duration)> =
             futures::stream::iter(batches)
                 .map(|batch| {
@@ -146,6 +147,7 @@ impl ScopeHandle<Embeddings> {
                     let request = EmbeddingWireRequest {
                         inputs: Arc::new(batch),
                     };
+                    let governed_options = order.govern(false);
                     async move {
                         let recorder = Recorder {
                             telemetry: &self.core.telemetry,
@@ -154,7 +156,7 @@ impl ScopeHandle<Embeddings> {
                         };
                         let governed = scope
                             .scope
-                            .call(&request, &recorder, None, GovernOptions::default())
+                            .call(&request, &recorder, None, governed_options)
                             .await
                             .map_err(|f| to_gateway_error(&self.name, f))?;
                         Ok::<_, GatewayError>((

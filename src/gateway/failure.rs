@@ -23,6 +23,7 @@ fn classify(reason: ScopeReason, attempted: bool) -> (UnavailableKind, Unavailab
         ScopeReason::Stalled => (Exhausted, UnavailableReason::Stalled),
         ScopeReason::QuotaExhausted => (Exhausted, UnavailableReason::QuotaExhausted),
         ScopeReason::NoSources => (Exhausted, UnavailableReason::NoSources),
+        ScopeReason::DeadlineExceeded => (Exhausted, UnavailableReason::DeadlineExceeded),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
+use polygateway_actors::runtime::Scope;
 use sha2::{Digest, Sha256};
 
 use super::failure::to_gateway_error;
@@ -213,7 +213,12 @@ impl ScopeHandle<Ocr> {
         };
         let governed = scope
             .scope
-            .call(&request, &recorder, None, GovernOptions::default())
+            .call(
+                &request,
+                &recorder,
+                None,
+                super::chat::CallOrder::of(options).govern(false),
+            )
             .await
             .map_err(|f| to_gateway_error(&self.name, f))?;
         // The provenance names the attempt that produced it, as its telemetry row does.

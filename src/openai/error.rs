@@ -61,6 +61,11 @@ impl From<&GatewayError> for ErrorShape {
     fn from(e: &GatewayError) -> Self {
         let message = e.to_string();
         match e {
+            // The caller's own deadline (docs/behaviour.md §5.7): a timeout, not the scope's
+            // weather, so 504 and no Retry-After (the same deadline would be missed again).
+            GatewayError::Unavailable(u) if u.reason == UnavailableReason::DeadlineExceeded => {
+                Self::new(504, "timeout_error", "deadline_exceeded", message)
+            }
             GatewayError::Unavailable(u) => {
                 let quota = u.reason == UnavailableReason::QuotaExhausted;
                 let mut out = Self::new(

@@ -165,6 +165,17 @@ mod tests {
     }
 
     #[test]
+    fn a_missed_deadline_is_504_without_retry_after() {
+        let r =
+            ApiError::from(unavailable(UnavailableReason::DeadlineExceeded, 0.0)).into_response();
+        assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+        let e = ApiError::from(unavailable(UnavailableReason::DeadlineExceeded, 0.0));
+        assert_eq!(e.0.code, "deadline_exceeded");
+        assert_eq!(e.0.kind, "timeout_error");
+    }
+
+    #[test]
     fn rejected_is_400_and_invalid_is_502() {
         let rejected = GatewayError::RequestRejected {
             message: "HTTP 400".into(),

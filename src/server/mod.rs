@@ -46,6 +46,7 @@
 //! ```
 
 mod auth;
+mod call_order;
 mod errors;
 mod prometheus;
 mod routes;

@@ -13,6 +13,8 @@ use serde_json::{Map, Value};
 
 use crate::validate::{self, ValidationError};
 
+pub use polygateway_actors::policy::wait_queue::Priority;
+
 /// One `meta` value: a string, integer, float or bool (docs/behaviour.md §2.2). Serialises as the plain JSON
 /// value (untagged).
 ///
@@ -207,6 +209,13 @@ pub struct CallOptions {
     pub meta: BTreeMap<String, MetaValue>,
     /// Skip the cache lookup and store for this call.
     pub bypass_cache: bool,
+    /// The call's class among waiting calls (docs/behaviour.md §5.7).
+    pub priority: Priority,
+    /// Answer within this long or not at all: past it the call ends `deadline_exceeded` and
+    /// nothing more is sent (docs/behaviour.md §5.7). `None`: no deadline.
+    pub deadline: Option<std::time::Duration>,
+    /// The tenant's weight in the fair share among waiting calls of its class (`None`: 1).
+    pub weight: Option<u32>,
     /// The call's own id in telemetry (`call_group_id` of every row of the call), set once
     /// when the call starts so its re-asks share it.
     pub(crate) call_group: Option<String>,
@@ -225,6 +234,9 @@ impl Default for CallOptions {
             tenant_id: None,
             meta: BTreeMap::new(),
             bypass_cache: false,
+            priority: Priority::Normal,
+            deadline: None,
+            weight: None,
             call_group: None,
         }
     }
@@ -455,6 +467,51 @@ impl CallOptions {
         self
     }
 
+    /// The call's class among waiting calls: `Interactive` before `Normal` (the default) before
+    /// `Batch` (docs/behaviour.md §5.7).
+    ///
+    /// ```
+    /// use polygateway::types::{CallOptions, Priority};
+    /// let opts = CallOptions::new().priority(Priority::Interactive);
+    /// assert_eq!(opts.priority, Priority::Interactive);
+    /// assert_eq!(CallOptions::new().priority, Priority::Normal);
+    /// ```
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Answer within `deadline` (counted from when the call starts) or not at all: a call still
+    /// waiting for capacity then ends `Unavailable` with reason `deadline_exceeded`, and no
+    /// attempt starts that cannot end before it (docs/behaviour.md §5.7).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway::types::CallOptions;
+    /// let opts = CallOptions::new().deadline(Duration::from_secs(5));
+    /// assert_eq!(opts.deadline, Some(Duration::from_secs(5)));
+    /// assert!(CallOptions::new().deadline(Duration::ZERO).validate().is_err());
+    /// ```
+    pub fn deadline(mut self, deadline: std::time::Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The tenant's weight (1 to 1000, default 1): while tenants of one class wait, each gets
+    /// turns in proportion to its weight (docs/behaviour.md §5.7).
+    ///
+    /// ```
+    /// use polygateway::types::CallOptions;
+    /// let opts = CallOptions::new().tenant_id("acme").weight(4);
+    /// assert!(opts.validate().is_ok());
+    /// let err = CallOptions::new().weight(0).validate().unwrap_err();
+    /// assert_eq!(err.to_string(), "weight must be a whole number from 1 to 1000, got 0");
+    /// ```
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = Some(weight);
+        self
+    }
+
     /// The tenant as recorded in telemetry: the set value, or `""` when unset.
     ///
     /// ```
@@ -487,6 +544,12 @@ impl CallOptions {
         }
         validate::validate_meta(&self.meta)?;
         validate::validate_overlay("overlay", &self.overlay)?;
+        if let Some(deadline) = self.deadline {
+            validate::deadline_from_secs(deadline.as_secs_f64())?;
+        }
+        if let Some(weight) = self.weight {
+            validate::validate_weight(u64::from(weight))?;
+        }
         Ok(())
     }
 }

@@ -13,3 +13,4 @@ pub mod limiter;
 pub mod pacer;
 pub mod select;
 pub(crate) mod stall;
+pub mod wait_queue;

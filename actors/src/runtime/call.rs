@@ -23,6 +23,7 @@ use tokio::sync::oneshot;
 
 use crate::outcome::SourceReason;
 use crate::policy::pacer::PacerObservation;
+use crate::policy::wait_queue::Priority;
 use crate::ports::attempt::{AttemptOutcome, BreakerStatus};
 use crate::ports::transport::{EventSink, Transport};
 
@@ -36,6 +37,7 @@ use super::observer::CallObserver;
 use super::router::{RouterMsg, Selection};
 use super::scope::{ScopeConfig, ScopeInner};
 use super::shared::SourceShared;
+use super::waiting_room::WaitingRoom;
 
 /// Why a scope could not serve (docs/behaviour.md §6 scope-level reasons).
 ///
@@ -75,6 +77,8 @@ pub enum ScopeReason {
     NoSources,
     /// The limiter or breaker backend is down.
     GovernanceBackendDown,
+    /// The call's deadline passed before it could be served (nothing was sent after it).
+    DeadlineExceeded,
 }
 
 impl ScopeReason {
@@ -93,6 +97,7 @@ impl ScopeReason {
             ScopeReason::QuotaExhausted => "quota_exhausted",
             ScopeReason::NoSources => "no_sources",
             ScopeReason::GovernanceBackendDown => "governance_backend_down",
+            ScopeReason::DeadlineExceeded => "deadline_exceeded",
         }
     }
 }
@@ -218,17 +223,50 @@ pub struct Governed<R> {
 /// Options of one governed call.
 ///
 /// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::wait_queue::Priority;
 /// use polygateway_actors::runtime::CallOptions;
 /// // An ordinary call feeds its verdict to the breaker …
 /// assert!(!CallOptions::default().breaker_exempt);
 /// // … a re-ask after unusable structured output does not.
-/// let reask = CallOptions { breaker_exempt: true };
+/// let reask = CallOptions { breaker_exempt: true, ..CallOptions::default() };
 /// assert!(reask.breaker_exempt);
+/// // An interactive call of tenant "acme" (weight 2) that must be answered within 5 s.
+/// let urgent = CallOptions {
+///     priority: Priority::Interactive,
+///     deadline: Some(Duration::from_secs(5)),
+///     tenant: Some("acme".into()),
+///     weight: 2,
+///     ..CallOptions::default()
+/// };
+/// assert_eq!(CallOptions::default().weight, 1);
+/// # let _ = urgent;
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone)]
 pub struct CallOptions {
     /// A structured-output re-ask: its verdict never counts toward the breaker (docs/behaviour.md §9.2).
     pub breaker_exempt: bool,
+    /// The call's class in the scope's waiting room (docs/behaviour.md §5.7).
+    pub priority: Priority,
+    /// How long the call may take from when it starts: past it the call ends
+    /// [`ScopeReason::DeadlineExceeded`] and nothing more is sent.
+    pub deadline: Option<Duration>,
+    /// The fair-share key among waiting calls of one class (`None`: the unattributed share).
+    pub tenant: Option<Arc<str>>,
+    /// The tenant's turns per round while tenants wait (0 counts as 1).
+    pub weight: u32,
+}
+
+impl Default for CallOptions {
+    fn default() -> Self {
+        Self {
+            breaker_exempt: false,
+            priority: Priority::Normal,
+            deadline: None,
+            tenant: None,
+            weight: 1,
+        }
+    }
 }
 
 /// Production effects: tokio and the scope's actors. The router actor selects, the admission
@@ -330,7 +368,12 @@ impl<T: Transport> CallEffects<T> for ScopeInner<T> {
     }
 
     async fn await_slot(&self, at_most: Duration) {
-        let _ = tokio::time::timeout(at_most, self.slot_freed.notified()).await;
+        // Not reached while the scope has its room (`room` below): the driver waits there.
+        tokio::time::sleep(at_most).await;
+    }
+
+    fn room(&self) -> Option<&WaitingRoom> {
+        Some(&self.room)
     }
 
     async fn progress(&self) -> Option<Duration> {

@@ -42,7 +42,8 @@ use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport
 use super::router::Selection;
 use super::scope::ScopeConfig;
 use super::shared::{SourceShared, SourceTicket};
-use super::wait::CapacityWait;
+use super::wait::{CapacityWait, WaitReason};
+use super::waiting_room::{DeadlinePassed, Standing, WaitingRoom};
 
 /// What a call does to the world. Every method takes `&self`: the attempt guard holds the
 /// effects while the transport runs, and a world with state keeps it behind its own cell.
@@ -101,6 +102,12 @@ pub(crate) trait CallEffects<T: Transport> {
     fn wait(&self, wait: Duration) -> impl Future<Output = ()>;
     /// Wait for a pacer slot of the scope to be freed, at most `at_most`.
     fn await_slot(&self, at_most: Duration) -> impl Future<Output = ()>;
+    /// The scope's waiting room (docs/behaviour.md §5.7): when there is one, the driver waits
+    /// there in order — for a pacer slot, and out a gate's or cooldown's retry time — instead
+    /// of [`CallEffects::await_slot`] and [`CallEffects::wait`]. The simulator has none.
+    fn room(&self) -> Option<&WaitingRoom> {
+        None
+    }
     /// How long ago the scope last made progress (`None`: never, or unknown).
     fn progress(&self) -> impl Future<Output = Option<Duration>>;
 
@@ -161,6 +168,22 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
         cooling_until: s.cooling_until(now),
     });
     let mut machine = CallMachine::new(effects.config(), facts, effects.rng(), now);
+    let deadline = options.deadline.map(|d| now + d);
+    if deadline.is_some() {
+        let floors = sources.iter().map(|s| s.attempt_floor()).collect();
+        machine.set_deadline(deadline, floors);
+    }
+    // The call's place among waiting calls (docs/behaviour.md §5.7).
+    let mut standing = effects.room().map(|room| {
+        Standing::new(
+            room,
+            options.priority,
+            options.tenant.clone(),
+            options.weight,
+            deadline,
+            effects.config().poll_interval,
+        )
+    });
     // The pacer slot of the source just picked, then the permit admission granted for it.
     let mut picked: Option<SourceTicket<T>> = None;
     let mut permit: Option<Permit> = None;
@@ -171,6 +194,25 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
         effects.on_step(&step, &machine);
         if let Some((index, until)) = step.cool {
             sources[index].cool_until(until);
+        }
+        if let (Action::Select { .. }, Some(standing)) = (&step.action, standing.as_mut()) {
+            // Behind calls already waiting, in their order; free when nobody waits.
+            let queued_at = effects.now();
+            match standing.before_select().await {
+                Ok(false) => {}
+                Ok(true) => machine.queued(effects.now().saturating_duration_since(queued_at)),
+                Err(DeadlinePassed) => {
+                    machine.queued(effects.now().saturating_duration_since(queued_at));
+                    // The deadline passed in the queue: the machine ends the call.
+                    let nothing = Selected::NoneEligible {
+                        earliest_cooling: None,
+                        paced: true,
+                    };
+                    step = machine.step(Event::Selected(nothing), effects.now());
+                    trace.capacity_wait = machine.capacity_wait();
+                    continue;
+                }
+            }
         }
         let event = match step.action {
             Action::Select { exclude, avoid } => Event::Selected(
@@ -236,6 +278,9 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                 })
             }
             Action::Send { attempt, .. } => {
+                if let Some(standing) = standing.as_mut() {
+                    standing.admitted();
+                }
                 if attempt > 1 {
                     effects.metrics().retry();
                 }
@@ -260,7 +305,7 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                     class = tracing::field::Empty,
                     elapsed_ms = tracing::field::Empty,
                 );
-                let result = attempt_once(&mut guard, request, events, options)
+                let result = attempt_once(&mut guard, request, events, options.breaker_exempt)
                     .instrument(span)
                     .await;
                 let source = Arc::clone(&guard.ticket.source().name);
@@ -297,11 +342,28 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                 Event::Woke
             }
             Action::Wait(wait) => {
-                effects.wait(wait).await;
+                let room_wait = matches!(
+                    machine.wait_reason(),
+                    Some(WaitReason::Gate | WaitReason::Cooldown)
+                );
+                match standing.as_mut() {
+                    // The room waits until then and only its head tries: waiters released
+                    // together would overshoot the gate.
+                    Some(standing) if room_wait => {
+                        let _ = standing.await_capacity(Some(effects.now() + wait)).await;
+                    }
+                    _ => effects.wait(wait).await,
+                }
                 Event::Woke
             }
             Action::AwaitSlot(at_most) => {
-                effects.await_slot(at_most).await;
+                match standing.as_mut() {
+                    // Bounded by the room's poll and the call's deadline.
+                    Some(standing) => {
+                        let _ = standing.await_capacity(None).await;
+                    }
+                    None => effects.await_slot(at_most).await,
+                }
                 Event::Woke
             }
             Action::AskProgress => Event::Progress(effects.progress().await),
@@ -464,7 +526,7 @@ async fn attempt_once<T: Transport, E: CallEffects<T>>(
     guard: &mut AttemptGuard<'_, T, E>,
     request: &T::Request,
     events: Option<&EventSink<T::Event>>,
-    options: CallOptions,
+    breaker_exempt: bool,
 ) -> Result<T::Response, T::Error> {
     let effects = guard.effects;
     let source = Arc::clone(guard.ticket.source());
@@ -489,7 +551,7 @@ async fn attempt_once<T: Transport, E: CallEffects<T>>(
         Ok(response) => Ok(T::tokens_used(response)),
         Err(error) => Err((verdict, error.class())),
     };
-    let (action, tokens) = settlement(answer, est, options.breaker_exempt);
+    let (action, tokens) = settlement(answer, est, breaker_exempt);
     // A failure that may be retried or end the call unavailable needs the breaker state it
     // leaves, for the `retry_after` hint.
     let retryable = result.as_ref().err().is_some_and(|e| {

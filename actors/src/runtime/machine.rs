@@ -253,6 +253,11 @@ pub(crate) struct CallMachine {
     waited_before_last_grant: Duration,
     /// Capacity wait between the previous attempt (or the call's start) and the last one granted.
     last_attempt_wait: Duration,
+    /// The caller's deadline (docs/behaviour.md §5.7): past it nothing is sent.
+    deadline: Option<Instant>,
+    /// Per source, how long an attempt takes at the least as far as recent successes show
+    /// (zero: unknown). An attempt that cannot end before the deadline is not started.
+    attempt_floors: Vec<Duration>,
 }
 
 impl CallMachine {
@@ -289,7 +294,20 @@ impl CallMachine {
             capacity_wait: CapacityWait::default(),
             waited_before_last_grant: Duration::ZERO,
             last_attempt_wait: Duration::ZERO,
+            deadline: None,
+            attempt_floors: Vec::new(),
         }
+    }
+
+    /// Give the call a deadline (on the scope's clock) and, per source, the shortest time an
+    /// attempt is expected to take (zero: unknown). Set before [`CallMachine::start`].
+    pub(crate) fn set_deadline(
+        &mut self,
+        deadline: Option<Instant>,
+        attempt_floors: Vec<Duration>,
+    ) {
+        self.deadline = deadline;
+        self.attempt_floors = attempt_floors;
     }
 
     /// The first action of the call.
@@ -325,6 +343,23 @@ impl CallMachine {
         self.last_attempt_wait
     }
 
+    /// Why the call waits now (`None`: it is not in a timed wait).
+    pub(crate) fn wait_reason(&self) -> Option<WaitReason> {
+        match self.state {
+            State::Waiting { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// The call queued behind waiting calls before it could look for capacity: waiting for
+    /// capacity like a pacer wait, charged to the stall clock.
+    pub(crate) fn queued(&mut self, waited: Duration) {
+        if !waited.is_zero() {
+            self.stall.record_wait(waited);
+            self.capacity_wait.add(WaitReason::Pacer, waited);
+        }
+    }
+
     /// Why each source could not serve, by source index.
     pub(crate) fn per_source(&self) -> &BTreeMap<usize, SourceReason> {
         &self.per_source
@@ -333,6 +368,40 @@ impl CallMachine {
     /// Feed what happened; get the next step. An event that does not answer the last action
     /// is a driver bug and panics.
     pub(crate) fn step(&mut self, event: Event, now: Instant) -> Step {
+        // Past the deadline nothing more is tried. An attempt's own result is still read (a
+        // success is a success), and a granted admission is sent: it was asked for in time and
+        // the permit is the driver's to settle by sending.
+        let in_flight = matches!(
+            event,
+            Event::Attempted(_) | Event::Admission(Admission::Granted)
+        );
+        if !in_flight && self.state != State::Done && self.deadline.is_some_and(|d| now >= d) {
+            return Step::plain(
+                self.deadline_exceeded("the call's deadline passed while it waited".into(), now),
+            );
+        }
+        let mut step = self.step_in_time(event, now);
+        if let (Some(deadline), Action::Backoff(wait) | Action::Wait(wait)) =
+            (self.deadline, &step.action)
+        {
+            // A wait that ends at or past the deadline rules every later attempt out: end now.
+            if now + *wait >= deadline {
+                let detail =
+                    format!("the call's next try would start in {wait:?}, at or past its deadline");
+                step.action = self.deadline_exceeded(detail, now);
+            }
+        }
+        if let (Some(deadline), Action::AwaitSlot(at_most)) = (self.deadline, &mut step.action) {
+            *at_most = (*at_most).min(deadline.saturating_duration_since(now));
+        }
+        step
+    }
+
+    fn deadline_exceeded(&mut self, detail: String, now: Instant) -> Action {
+        self.unavailable(ScopeReason::DeadlineExceeded, Duration::ZERO, detail, now)
+    }
+
+    fn step_in_time(&mut self, event: Event, now: Instant) -> Step {
         match (self.state, event) {
             (State::Selecting, Event::Selected(selected)) => self.on_selected(selected, now),
             (State::Admitting(source), Event::Admission(answer)) => {
@@ -444,8 +513,20 @@ impl CallMachine {
     fn on_selected(&mut self, selected: Selected, now: Instant) -> Step {
         let action = match selected {
             Selected::Picked(source) => {
-                self.state = State::Admitting(source);
-                Action::Admit { source }
+                let floor = self.attempt_floors.get(source).copied().unwrap_or_default();
+                match self.deadline {
+                    Some(deadline) if now + floor >= deadline => {
+                        let left = deadline.saturating_duration_since(now);
+                        let detail = format!(
+                            "the call's deadline leaves {left:?}, less than the {floor:?} the source's recent attempts took"
+                        );
+                        self.deadline_exceeded(detail, now)
+                    }
+                    _ => {
+                        self.state = State::Admitting(source);
+                        Action::Admit { source }
+                    }
+                }
             }
             Selected::NoSources => self.finish(Ending::Unavailable {
                 reason: ScopeReason::NoSources,
@@ -742,6 +823,91 @@ mod tests {
             Action::Admit { source: 0 }
         ));
         m.step(Event::Admission(Admission::Granted), now).action
+    }
+
+    fn deadline_of(action: &Action) -> String {
+        match action {
+            Action::Finish(Ending::Unavailable {
+                reason: ScopeReason::DeadlineExceeded,
+                detail,
+                ..
+            }) => detail.clone(),
+            other => panic!("expected deadline_exceeded, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_deadline_passed_while_waiting_ends_the_call_before_anything_is_sent() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(Some(t0 + Duration::from_millis(300)), vec![Duration::ZERO]);
+        m.start();
+        let paced = Selected::NoneEligible {
+            earliest_cooling: None,
+            paced: true,
+        };
+        // The slot wait is cut to what is left of the deadline …
+        let step = m.step(Event::Selected(paced), t0);
+        assert_eq!(step.action, Action::AwaitSlot(Duration::from_millis(300)));
+        // … and waking at it ends the call: no select, no admission, no send.
+        let step = m.step(Event::Woke, t0 + Duration::from_millis(300));
+        assert!(deadline_of(&step.action).contains("while it waited"));
+        assert_eq!(m.attempts(), 0);
+    }
+
+    #[test]
+    fn a_wait_past_the_deadline_ends_the_call_at_once() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(Some(t0 + Duration::from_secs(2)), vec![Duration::ZERO]);
+        m.start();
+        admitted(&mut m, t0);
+        // A 429 asking for 5 s: waiting would only miss the deadline.
+        let step = m.step(
+            failed(FailureClass::Transient, true, Some(Duration::from_secs(5))),
+            t0,
+        );
+        assert!(deadline_of(&step.action).contains("at or past its deadline"));
+        // A global gate hinting past the deadline too (the poll is shorter, but the wait
+        // still ends after the deadline here).
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(Some(t0 + Duration::from_millis(100)), vec![Duration::ZERO]);
+        m.start();
+        m.step(Event::Selected(Selected::Picked(0)), t0);
+        let refused = Admission::GateRefused {
+            gate: Gate::GlobalRpm,
+            retry_after: Duration::from_secs(10),
+        };
+        let step = m.step(Event::Admission(refused), t0);
+        deadline_of(&step.action);
+    }
+
+    #[test]
+    fn an_attempt_that_cannot_end_in_time_is_not_started() {
+        let t0 = Instant::now();
+        let floor = Duration::from_millis(200);
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(Some(t0 + Duration::from_millis(150)), vec![floor]);
+        m.start();
+        let step = m.step(Event::Selected(Selected::Picked(0)), t0);
+        assert!(deadline_of(&step.action).contains("200ms"), "{step:?}");
+        // With room for the attempt it goes ahead, and its result is read even past the
+        // deadline: a late success is still the answer.
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(Some(t0 + Duration::from_millis(250)), vec![floor]);
+        m.start();
+        assert!(matches!(admitted(&mut m, t0), Action::Send { .. }));
+        let step = m.step(Event::Attempted(Outcome::Ok), t0 + Duration::from_secs(1));
+        assert_eq!(step.action, Action::Finish(Ending::Success));
+    }
+
+    #[test]
+    fn no_deadline_changes_nothing() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(None, vec![Duration::from_secs(60)]);
+        m.start();
+        assert!(matches!(admitted(&mut m, t0), Action::Send { .. }));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub(crate) mod slot;
 pub(crate) mod source;
 mod supervisor;
 mod wait;
+pub(crate) mod waiting_room;
 
 pub use admission::{Governance, GovernanceFactory};
 pub use call::{CallFailure, CallOptions, Governed, ScopeReason};

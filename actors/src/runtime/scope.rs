@@ -17,6 +17,7 @@ use super::observer::CallObserver;
 use super::router::RouterMsg;
 use super::shared::SourceShared;
 use super::slot::ActorSlot;
+use super::waiting_room::WaitingRoom;
 
 /// Governance knobs of one scope (resolved from configuration).
 ///
@@ -93,8 +94,8 @@ pub(crate) struct ScopeInner<T> {
     pub(crate) sources: Arc<[Arc<SourceShared<T>>]>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) shutdown: tokio_util::sync::CancellationToken,
-    /// Signalled whenever a pacer slot of this scope is freed.
-    pub(crate) slot_freed: Arc<tokio::sync::Notify>,
+    /// Where calls wait for capacity, in order (docs/behaviour.md §5.7).
+    pub(crate) room: Arc<WaitingRoom>,
     pub(crate) metrics: super::metrics::ScopeMetrics,
 }
 
@@ -328,5 +329,11 @@ impl<T: Transport> Scope<T> {
     /// ```
     pub fn router_status(&self) -> Result<(), String> {
         self.inner.router.get().map(|_| ())
+    }
+
+    /// Whether calls wait in the scope's room (tests of the waiting room).
+    #[cfg(test)]
+    pub(crate) fn room_busy(&self) -> bool {
+        self.inner.room.busy()
     }
 }

@@ -11,14 +11,31 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::Notify;
-
 use crate::outcome::AttemptVerdict;
 use crate::policy::pacer::{Pacer, PacerObservation, PacerSignal};
 
 use super::metrics::SourceMetrics;
 use super::slot::ActorSlot;
 use super::source::SourceMsg;
+use super::waiting_room::WaitingRoom;
+
+/// Told whenever a pacer slot of a source is freed: the scope's waiting room gives the next
+/// waiting call its turn; the simulator's world wakes a call waiting for a slot.
+pub(crate) trait SlotFreed: Send + Sync + std::fmt::Debug {
+    fn slot_freed(&self);
+}
+
+impl SlotFreed for WaitingRoom {
+    fn slot_freed(&self) {
+        self.capacity_freed();
+    }
+}
+
+impl SlotFreed for tokio::sync::Notify {
+    fn slot_freed(&self) {
+        self.notify_one();
+    }
+}
 
 use crate::ports::breaker::BreakerConfig;
 
@@ -123,8 +140,10 @@ pub struct SourceShared<T> {
     health_bits: AtomicU64,
     cooling_until_ms: AtomicU64,
     origin: Instant,
-    /// Scope-wide signal: a pacer slot was freed somewhere in the scope.
-    slot_freed: Arc<Notify>,
+    /// Told whenever a pacer slot of this source is freed (the scope's waiting room).
+    freed: Arc<dyn SlotFreed>,
+    /// The shortest time recent successful attempts took, in µs (`u64::MAX`: none yet).
+    attempt_floor_us: AtomicU64,
     /// The source actor's current incarnation (kept by its supervisor, the router), so call
     /// tasks report to it in one hop.
     actor: ActorSlot<SourceMsg>,
@@ -135,8 +154,8 @@ pub struct SourceShared<T> {
 
 impl<T> SourceShared<T> {
     /// Shared values of a fresh source. `origin` anchors the millisecond clock of the cooldown
-    /// memo (any instant before the first use); `slot_freed` is the scope's signal that a pacer
-    /// slot came back (one per scope, shared by its sources).
+    /// memo (any instant before the first use); `freed` is told when a pacer slot comes back
+    /// (the scope's waiting room, one per scope, shared by its sources).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         index: usize,
@@ -147,7 +166,7 @@ impl<T> SourceShared<T> {
         est_tokens: u64,
         initial_pacer_limit: u32,
         origin: Instant,
-        slot_freed: Arc<Notify>,
+        freed: Arc<dyn SlotFreed>,
         metrics: SourceMetrics,
     ) -> Self {
         metrics.pacer_limit.set(f64::from(initial_pacer_limit));
@@ -165,7 +184,8 @@ impl<T> SourceShared<T> {
             health_bits: AtomicU64::new(1.0f64.to_bits()),
             cooling_until_ms: AtomicU64::new(0),
             origin,
-            slot_freed,
+            freed,
+            attempt_floor_us: AtomicU64::new(u64::MAX),
             actor: ActorSlot::down("source actor starting"),
             metrics,
             counters: SourceCounters::default(),
@@ -333,9 +353,37 @@ impl<T> SourceShared<T> {
     /// start afresh anyway; the counters are not lost.
     pub(crate) fn report(&self, attempt: PacerObservation) {
         self.counters.count(attempt.verdict);
+        if attempt.verdict == AttemptVerdict::Success {
+            self.note_success_latency(attempt.latency);
+        }
         if let Ok(actor) = self.actor.get() {
             let _ = actor.cast(SourceMsg::Report(attempt));
         }
+    }
+
+    /// The shortest time an attempt on this source is expected to take: a floor that follows
+    /// the fastest recent successes (zero while none is known). A call whose deadline leaves
+    /// less does not start an attempt here (docs/behaviour.md §5.7).
+    pub(crate) fn attempt_floor(&self) -> std::time::Duration {
+        match self.attempt_floor_us.load(Ordering::Acquire) {
+            u64::MAX => std::time::Duration::ZERO,
+            us => std::time::Duration::from_micros(us),
+        }
+    }
+
+    /// A faster success lowers the floor at once; slower ones raise it by 1/16 of the gap, so
+    /// the floor follows a source that got slower without trusting one slow answer.
+    fn note_success_latency(&self, latency: std::time::Duration) {
+        let sample = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX - 1);
+        let _ = self
+            .attempt_floor_us
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |floor| {
+                Some(if floor == u64::MAX || sample <= floor {
+                    sample
+                } else {
+                    floor + (sample - floor) / 16
+                })
+            });
     }
 
     /// Skip this source locally until `until` (its breaker refused or it is dead). Written here,
@@ -390,8 +438,9 @@ impl<T> Drop for SourceTicket<T> {
     fn drop(&mut self) {
         self.source.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.source.metrics.in_flight.decrement(1.0);
-        // One freed slot wakes one call waiting on a full pacer (or is remembered for the next).
-        self.source.slot_freed.notify_one();
+        // A freed slot gives the next waiting call its turn (two atomic operations when
+        // nobody waits).
+        self.source.freed.slot_freed();
     }
 }
 
@@ -410,7 +459,7 @@ mod tests {
             0,
             limit,
             Instant::now(),
-            Arc::new(Notify::new()),
+            Arc::new(WaitingRoom::new(Arc::new(crate::clock::TokioClock))),
             SourceMetrics::new("test", "a_1"),
         ))
     }
@@ -454,6 +503,18 @@ mod tests {
         call("reject").await.unwrap_err();
         assert_eq!(counters.unusable.load(Ordering::Relaxed), 1);
         runtime.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[test]
+    fn the_attempt_floor_follows_the_fastest_successes() {
+        let s = shared(1);
+        assert_eq!(s.attempt_floor(), Duration::ZERO);
+        s.note_success_latency(Duration::from_millis(200));
+        s.note_success_latency(Duration::from_millis(100));
+        assert_eq!(s.attempt_floor(), Duration::from_millis(100));
+        // One slow answer moves it up by a sixteenth of the gap only.
+        s.note_success_latency(Duration::from_millis(1700));
+        assert_eq!(s.attempt_floor(), Duration::from_millis(200));
     }
 
     #[test]

@@ -35,6 +35,7 @@ use super::scope::{Scope, ScopeConfig, ScopeInner};
 use super::shared::SourceShared;
 use super::slot::ActorSlot;
 use super::source::{PacerFactory, SourceArgs};
+use super::waiting_room::WaitingRoom;
 
 type SpawnFuture = Pin<Box<dyn Future<Output = Result<ActorCell, String>> + Send>>;
 
@@ -519,7 +520,7 @@ impl Runtime {
         pacer: PacerFactory,
     ) -> Result<Scope<T>, String> {
         let origin = self.clock.now();
-        let slot_freed = Arc::new(tokio::sync::Notify::new());
+        let room = Arc::new(WaitingRoom::new(Arc::clone(&self.clock)));
         let scope_metrics = ScopeMetrics::new(&config.name);
         let shared: Vec<Arc<SourceShared<T>>> = sources
             .into_iter()
@@ -536,7 +537,7 @@ impl Runtime {
                     spec.est_tokens,
                     initial,
                     origin,
-                    Arc::clone(&slot_freed),
+                    room.clone(),
                     metrics,
                 ))
             })
@@ -593,7 +594,7 @@ impl Runtime {
             sources: shared.into(),
             clock: Arc::clone(&self.clock),
             shutdown: self.shutdown.clone(),
-            slot_freed,
+            room,
             metrics: scope_metrics,
         }))
     }

@@ -820,7 +820,7 @@ impl World {
                 100,
                 initial,
                 base,
-                Arc::clone(&slot_freed),
+                slot_freed.clone(),
                 SourceMetrics::new(SCOPE, &name),
             ));
             policies.push(SourcePolicies::start(&pacer, &shared));

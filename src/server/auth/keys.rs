@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::time::Duration;
 
 use rand::RngCore;
 use serde::Deserialize;
@@ -13,6 +14,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::GatewayError;
+use crate::types::Priority;
 
 const SALT_BYTES: usize = 16;
 
@@ -78,6 +80,9 @@ pub struct VirtualKey {
     scopes: Option<BTreeSet<String>>,
     rpm: u32,
     max_concurrency: u32,
+    priority: Priority,
+    deadline: Option<Duration>,
+    weight: u32,
     salt: Vec<u8>,
     hash: [u8; 32],
 }
@@ -90,6 +95,9 @@ impl std::fmt::Debug for VirtualKey {
             .field("scopes", &self.scopes)
             .field("rpm", &self.rpm)
             .field("max_concurrency", &self.max_concurrency)
+            .field("priority", &self.priority)
+            .field("deadline", &self.deadline)
+            .field("weight", &self.weight)
             .finish_non_exhaustive()
     }
 }
@@ -155,6 +163,45 @@ impl VirtualKey {
         self.max_concurrency
     }
 
+    /// The key's priority class: its calls' default, and the highest an `x-pgw-priority`
+    /// header may ask for (docs/behaviour.md §12.2).
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// use polygateway::types::Priority;
+    /// # let json = format!(r#"{{"keys": [{{"name": "etl", "hash": "{}", "scopes": ["*"], "priority": "batch"}}]}}"#, hash_key("k"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("k").unwrap().priority(), Priority::Batch);
+    /// ```
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// The deadline of the key's calls when a request sets none (`deadline_s`; `None`: none).
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// use std::time::Duration;
+    /// # let json = format!(r#"{{"keys": [{{"name": "web", "hash": "{}", "scopes": ["*"], "deadline_s": 5}}]}}"#, hash_key("k"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("k").unwrap().deadline(), Some(Duration::from_secs(5)));
+    /// ```
+    pub fn deadline(&self) -> Option<Duration> {
+        self.deadline
+    }
+
+    /// The key's tenant weight in the fair share among waiting calls (default 1).
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// # let json = format!(r#"{{"keys": [{{"name": "big", "hash": "{}", "scopes": ["*"], "weight": 4}}]}}"#, hash_key("k"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("k").unwrap().weight(), 4);
+    /// ```
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+
     fn matches(&self, presented: &str) -> subtle::Choice {
         digest(&self.salt, presented).ct_eq(&self.hash)
     }
@@ -178,17 +225,27 @@ struct KeyEntry {
     rpm: u32,
     #[serde(default)]
     max_concurrency: u32,
+    #[serde(default)]
+    priority: Option<String>,
+    #[serde(default)]
+    deadline_s: Option<f64>,
+    #[serde(default)]
+    weight: Option<u64>,
 }
 
 /// The configured virtual keys (`PGW_SERVER_KEYS_FILE`, JSON):
 ///
 /// ```json
 /// {"keys": [{"name": "team-a", "hash": "<salt>$<sha256>", "tenant": "acme",
-///            "scopes": ["LLM", "EMBED"], "rpm": 600, "max_concurrency": 16}]}
+///            "scopes": ["LLM", "EMBED"], "rpm": 600, "max_concurrency": 16,
+///            "priority": "normal", "deadline_s": 30, "weight": 2}]}
 /// ```
 ///
 /// `tenant` defaults to the name, `rpm` and `max_concurrency` to 0 (unlimited); `scopes: ["*"]`
-/// allows every scope. Names are 1–64 characters of `A-Z a-z 0-9 _ . -` and unique.
+/// allows every scope. `priority` (`interactive`, `normal` — the default — or `batch`) is the
+/// class of the key's calls and the highest a request may ask for; `deadline_s` the deadline of
+/// a request that sets none; `weight` (1–1000, default 1) the tenant's share among waiting calls
+/// (docs/behaviour.md §5.7). Names are 1–64 characters of `A-Z a-z 0-9 _ . -` and unique.
 ///
 /// ```
 /// use polygateway::server::KeyStore;
@@ -240,7 +297,7 @@ impl KeyStore {
         let file: KeyFile = serde_json::from_str(text).map_err(|e| {
             GatewayError::Config(format!(
                 "not a key file ({e}); expected {{\"keys\": [{{\"name\", \"hash\", \"scopes\", \
-                 optional \"tenant\", \"rpm\", \"max_concurrency\"}}]}}"
+                 optional \"tenant\", \"rpm\", \"max_concurrency\", \"priority\", \"deadline_s\", \"weight\"}}]}}"
             ))
         })?;
         let mut names = BTreeSet::new();
@@ -270,6 +327,18 @@ impl KeyStore {
             let tenant = entry.tenant.unwrap_or_else(|| name.clone());
             crate::validate::validate_tenant_id(&tenant)
                 .map_err(|e| GatewayError::Config(format!("key {name}: tenant: {e}")))?;
+            let priority = match entry.priority.as_deref() {
+                None => Priority::Normal,
+                Some(p) => crate::validate::parse_priority(p)
+                    .map_err(|e| GatewayError::Config(format!("key {name}: priority: {e}")))?,
+            };
+            let deadline = entry
+                .deadline_s
+                .map(crate::validate::deadline_from_secs)
+                .transpose()
+                .map_err(|e| GatewayError::Config(format!("key {name}: deadline_s: {e}")))?;
+            let weight = crate::validate::validate_weight(entry.weight.unwrap_or(1))
+                .map_err(|e| GatewayError::Config(format!("key {name}: {e}")))?;
             let scopes = if entry.scopes.iter().any(|s| s == "*") {
                 None
             } else {
@@ -281,6 +350,9 @@ impl KeyStore {
                 scopes,
                 rpm: entry.rpm,
                 max_concurrency: entry.max_concurrency,
+                priority,
+                deadline,
+                weight,
                 salt,
                 hash,
             });

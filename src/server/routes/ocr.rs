@@ -121,9 +121,13 @@ async fn serve(
     }
     let image = image
         .ok_or_else(|| ApiError::bad_request("the upload has no `file` field", Some("file")))?;
+    let options = crate::server::call_order::with_call_order(
+        CallOptions::new().tenant_id(key.tenant()),
+        key,
+        headers,
+    )?;
     let lease = app.admit(key).await?;
     let handle = app.gw.ocr_scope(&scope)?;
-    let options = CallOptions::new().tenant_id(key.tenant());
     let timeout = app.settings.request_timeout;
     let body = match task {
         Task::Text => {

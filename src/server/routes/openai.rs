@@ -18,6 +18,7 @@ use crate::config::ScopeKind;
 use crate::openai::completion::{completion_json, now_s};
 use crate::openai::embedding::{embedding_json, input_texts, wants_base64};
 use crate::openai::request::{options_for, response_format, ChatRequest, EmbeddingRequest, Format};
+use crate::server::call_order::with_call_order;
 use crate::server::errors::ApiError;
 use crate::server::sse::{self, ChunkHead, Relay};
 use crate::server::state::App;
@@ -63,7 +64,11 @@ async fn chat(
         structured,
     } = response_format(
         req.response_format,
-        options_for(Some(key.tenant()), req.user).overlay(req.rest),
+        with_call_order(
+            options_for(Some(key.tenant()), req.user).overlay(req.rest),
+            key,
+            headers,
+        )?,
     )?;
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
@@ -183,15 +188,13 @@ async fn embed(
     }
     let base64 = wants_base64(req.encoding_format.as_deref())
         .map_err(|m| ApiError::bad_request(m, Some("encoding_format")))?;
+    let options = with_call_order(options_for(Some(key.tenant()), req.user), key, headers)?;
     let lease = app.admit(key).await?;
     let handle = app.gw.embedding_scope(&scope)?;
     let timeout = app.settings.request_timeout;
-    let out = tokio::time::timeout(
-        timeout,
-        handle.embed(texts, options_for(Some(key.tenant()), req.user)),
-    )
-    .await
-    .map_err(|_| ApiError::timeout(timeout))??;
+    let out = tokio::time::timeout(timeout, handle.embed(texts, options))
+        .await
+        .map_err(|_| ApiError::timeout(timeout))??;
     drop(lease);
     Ok(axum::Json(embedding_json(&out, &req.model, base64)).into_response())
 }
