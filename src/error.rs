@@ -40,6 +40,9 @@ pub enum UnavailableReason {
     NoSources,
     /// The limiter or breaker backend is down (fail-closed).
     GovernanceBackendDown,
+    /// A spend budget of the scope, the tenant or the virtual key has no room for the call in
+    /// its current window (`Unavailable::budget` says which, and when it resets).
+    BudgetExhausted,
 }
 
 impl UnavailableReason {
@@ -58,6 +61,7 @@ impl UnavailableReason {
             Self::QuotaExhausted => "quota_exhausted",
             Self::NoSources => "no_sources",
             Self::GovernanceBackendDown => "governance_backend_down",
+            Self::BudgetExhausted => "budget_exhausted",
         }
     }
 }
@@ -141,6 +145,8 @@ pub struct Unavailable {
     pub per_source_reasons: BTreeMap<String, SourceReason>,
     /// Human detail (what ended the call, then `last error: …`), free of secrets.
     pub detail: String,
+    /// The budget that refused, when `reason` is `budget_exhausted`.
+    pub budget: Option<crate::BudgetStatus>,
 }
 
 impl Unavailable {

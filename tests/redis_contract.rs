@@ -205,6 +205,14 @@ gate_contract! {
     redis_gate_progress_freshness => gate_contract_progress_freshness,
     redis_gate_concurrent_admissions_respect_limits =>
         gate_contract_concurrent_admissions_respect_limits,
+    redis_budget_reserve_and_settle_refund => budget_contract_reserve_and_settle_refund,
+    redis_budget_settle_charges_and_overshoot_is_bounded =>
+        budget_contract_settle_charges_and_overshoot_is_bounded,
+    redis_budget_exhaustion_counts_nothing => budget_contract_exhaustion_counts_nothing,
+    redis_budget_window_reset => budget_contract_window_reset,
+    redis_budget_lease_expiry => budget_contract_lease_expiry,
+    redis_budget_concurrent_reservations_respect_the_limit =>
+        budget_contract_concurrent_reservations_respect_the_limit,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

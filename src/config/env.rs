@@ -4,7 +4,8 @@
 //!
 //! - `{SCOPE}__{PROVIDER}__{N}__{FIELD}`: one source; its name is `{provider}_{n}` lower-case.
 //! - `{SCOPE}__{SUFFIX}`: scope-level knobs (`GLOBAL__*`, `SELECTOR`, `RETRY__*`, `BREAKER__*`,
-//!   `BACKPRESSURE__*`, `QUOTA_FULL`, `CIRCUIT_OPEN`, `BATCH_SIZE`, `NORMALIZE`, `EXPECTED_DIM`).
+//!   `BACKPRESSURE__*`, `QUOTA_FULL`, `CIRCUIT_OPEN`, `BUDGET`, `BATCH_SIZE`, `NORMALIZE`,
+//!   `EXPECTED_DIM`).
 //! - `LLM_TIMEOUT`, `LLM_MAX_RETRIES`, …: flat shorthands, defaults for *every* scope; a scope or
 //!   source key wins over them.
 //! - `PGW_*` and `REDIS_URL`: runtime-wide backends and knobs.
@@ -787,6 +788,19 @@ fn build_scope(
         None
     };
 
+    let budget = match get("BUDGET") {
+        Some(entry) if kind != ScopeKind::Chat => {
+            return Err(ConfigError::WrongScopeKind {
+                key: entry.key.to_string(),
+                scope: name.to_string(),
+                kind: kind_name(kind),
+                reason: "spend budgets gate chat calls only (docs/behaviour.md §5.6)".to_string(),
+            });
+        }
+        Some(entry) => Some(super::SpendBudget::parse(entry.key, entry.value)?),
+        None => None,
+    };
+
     Ok(ScopeSettings {
         name: name.to_string(),
         kind,
@@ -860,6 +874,7 @@ fn build_scope(
             })
             .transpose()?
             .unwrap_or_default(),
+        budget,
         embedding,
     })
 }
@@ -1175,6 +1190,10 @@ fn build_settings(
             .map(parse_int::<u32>)
             .transpose()?
             .unwrap_or(defaults::STRUCTURED_MAX_RETRIES),
+        tenant_budgets: get("PGW_TENANT_BUDGETS")
+            .map(|e| super::budget::parse_tenant_budgets(e.key, e.value))
+            .transpose()?
+            .unwrap_or_default(),
         lease_ttl: secs("PGW_LEASE_TTL_S")?
             .unwrap_or(Duration::from_secs_f64(defaults::LEASE_TTL_S)),
         server: build_server(globals)?,

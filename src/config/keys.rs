@@ -59,7 +59,7 @@ pub const SOURCE_FIELDS: [&str; 17] = [
 /// .unwrap();
 /// assert_eq!(settings.scope("LLM").unwrap().retry.max_attempts, 5);
 /// ```
-pub const SCOPE_KEYS: [&str; 24] = [
+pub const SCOPE_KEYS: [&str; 25] = [
     "GLOBAL__MAX_CONCURRENCY",
     "GLOBAL__RPM",
     "GLOBAL__TPM",
@@ -81,6 +81,7 @@ pub const SCOPE_KEYS: [&str; 24] = [
     "BACKPRESSURE__POLL_INTERVAL_S",
     "QUOTA_FULL",
     "CIRCUIT_OPEN",
+    "BUDGET",
     "BATCH_SIZE",
     "NORMALIZE",
     "EXPECTED_DIM",
@@ -172,7 +173,7 @@ pub const SHORTHAND_KEYS: [&str; 8] = [
 /// let outside: Vec<_> = GLOBAL_KEYS.iter().filter(|k| !k.starts_with(GLOBAL_PREFIX)).collect();
 /// assert_eq!(outside, [&"REDIS_URL"]);
 /// ```
-pub const GLOBAL_KEYS: [&str; 22] = [
+pub const GLOBAL_KEYS: [&str; 23] = [
     "PGW_LIMITER_BACKEND",
     "PGW_BREAKER_BACKEND",
     "REDIS_URL",
@@ -189,6 +190,7 @@ pub const GLOBAL_KEYS: [&str; 22] = [
     "PGW_PRICING_PATH",
     "PGW_STRUCTURED_MAX_RETRIES",
     "PGW_LEASE_TTL_S",
+    "PGW_TENANT_BUDGETS",
     "PGW_SERVER_BIND",
     "PGW_SERVER_BODY_LIMIT_BYTES",
     "PGW_SERVER_REQUEST_TIMEOUT_S",

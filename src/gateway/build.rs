@@ -701,6 +701,7 @@ impl GatewayBuilder {
             )),
             None => None,
         };
+        let budgets = super::budget::BudgetPlan::new(&settings, pricing.as_deref())?;
         let telemetry = Telemetry {
             queue,
             pricing,
@@ -838,6 +839,7 @@ impl GatewayBuilder {
             telemetry_actor,
             cache,
             structured_max_retries: settings.structured_max_retries,
+            budgets,
             owned,
             closed: AtomicBool::new(false),
             settings,
@@ -985,5 +987,6 @@ fn governance_down(scope: &str, message: &str) -> GatewayError {
         retry_after_s: 5.0,
         per_source_reasons: BTreeMap::new(),
         detail: format!("REDIS_URL: {message}"),
+        budget: None,
     }))
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
+use polygateway_actors::runtime::{CallFailure, CallOptions as GovernOptions, Scope};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
@@ -90,6 +90,8 @@ pub(crate) struct Prepared {
     pub call_group: Option<String>,
     /// The caller's `parent_call_id` (the answer carries it back).
     pub parent_call_id: Option<String>,
+    /// The spend budgets each ask of the call counts against (empty: none configured).
+    pub budgets: Vec<polygateway_actors::BudgetClaim>,
 }
 
 /// What a structured call asks for besides the conversation: the schema each attempt sends,
@@ -404,6 +406,9 @@ impl ScopeHandle<Chat> {
             cache_key,
             call_group: options.call_group.clone(),
             parent_call_id: options.parent_call_id.clone(),
+            budgets: core
+                .budgets
+                .claims(&self.name, options.tenant(), options.key_budget.as_ref()),
         })
     }
 
@@ -515,6 +520,29 @@ impl ScopeHandle<Chat> {
             "pgw.source" = tracing::field::Empty,
             "pgw.cost" = tracing::field::Empty,
         );
+        // Spend budgets: the ask's estimate is reserved before any attempt (docs/behaviour.md
+        // §5.6); a refusal is recorded like any call that never reached a transport.
+        let reservation = if prepared.budgets.is_empty() {
+            None
+        } else {
+            let core = &self.core;
+            let reserved = core
+                .budgets
+                .reserve(
+                    &core.governance.gate,
+                    core.governance.timeout,
+                    &self.name,
+                    prepared.budgets.clone(),
+                )
+                .await;
+            match reserved {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    core.telemetry.record_refusal(&prepared.context, &e);
+                    return Err(e);
+                }
+            }
+        };
         let governed = scope
             .scope
             .call(
@@ -526,14 +554,29 @@ impl ScopeHandle<Chat> {
                 },
             )
             .instrument(span.clone())
-            .await
-            .map_err(|f| to_gateway_error(&self.name, f))?;
+            .await;
+        let governed = match governed {
+            Ok(g) => g,
+            Err(failure) => {
+                if let Some(r) = reservation {
+                    // A failed call's rows carry no cost, so it is charged nothing — except a
+                    // stream broken after deltas reached the caller: the upstream generated
+                    // them, so it keeps its estimate.
+                    let broken = matches!(failure, CallFailure::StreamBroken { .. });
+                    r.settle((!broken).then_some(0.0)).await;
+                }
+                return Err(to_gateway_error(&self.name, failure));
+            }
+        };
         let mut response = governed.response;
         response.call_id = governed.attempt_id;
         response.capacity_wait_ms = governed.capacity_wait.as_secs_f64() * 1e3;
         response.parent_call_id = prepared.parent_call_id.clone();
         response.call_group_id = prepared.call_group.clone();
         response.cost = self.core.telemetry.cost(&response.model, &response.usage());
+        if let Some(r) = reservation {
+            r.settle(response.cost).await;
+        }
         response.as_single_ask();
         if let Some(ttft) = response.ttft_ms {
             scope.metrics.ttft.record(ttft / 1e3);
