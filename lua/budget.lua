@@ -1,4 +1,4 @@
--- Spend budgets (docs/behaviour.md §5.6): the budget gate of the limiter, one atomic call per
+-- Spend budgets (docs/behaviour.md §5.7): the budget gate of the limiter, one atomic call per
 -- operation. The reference is actors/src/policy/budget.rs (BudgetLedger); the contract suite
 -- (tests/contract/) runs the same cases against both.
 --

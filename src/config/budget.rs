@@ -1,4 +1,4 @@
-//! Spend-budget values (docs/behaviour.md §5.6): `<amount>/<hour|day|month>` in the pricing
+//! Spend-budget values (docs/behaviour.md §5.7): `<amount>/<hour|day|month>` in the pricing
 //! table's currency, as the scope key `{SCOPE}__BUDGET`, the tenant map `PGW_TENANT_BUDGETS` and
 //! a server key's `budget` take them. Parsing only; the gate is the limiter's
 //! (`polygateway_actors::policy::budget`), the wiring `gateway::budget`.

@@ -794,7 +794,7 @@ fn build_scope(
                 key: entry.key.to_string(),
                 scope: name.to_string(),
                 kind: kind_name(kind),
-                reason: "spend budgets gate chat calls only (docs/behaviour.md §5.6)".to_string(),
+                reason: "spend budgets gate chat calls only (docs/behaviour.md §5.7)".to_string(),
             });
         }
         Some(entry) => Some(super::SpendBudget::parse(entry.key, entry.value)?),

@@ -1,4 +1,4 @@
-//! Spend budgets on the call path (docs/behaviour.md §5.6): which budgets a chat call counts
+//! Spend budgets on the call path (docs/behaviour.md §5.7): which budgets a chat call counts
 //! against (its scope's `{SCOPE}__BUDGET`, its tenant's `PGW_TENANT_BUDGETS` entry, its server
 //! key's `budget`), the reservation of its estimated cost before the governed call, and the
 //! settlement of its real cost — the same cost its telemetry rows record — when it ends.
@@ -104,7 +104,8 @@ pub(crate) struct BudgetPlan {
     lease_ttl: Duration,
 }
 
-fn claim(name: String, budget: SpendBudget) -> BudgetClaim {
+/// The claim of a named budget (`scope:…`, `tenant:…`, `vkey:…`).
+pub(crate) fn claim(name: String, budget: SpendBudget) -> BudgetClaim {
     BudgetClaim {
         key: name.into(),
         limit_micros: budget.micros,

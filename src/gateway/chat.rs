@@ -521,7 +521,7 @@ impl ScopeHandle<Chat> {
             "pgw.cost" = tracing::field::Empty,
         );
         // Spend budgets: the ask's estimate is reserved before any attempt (docs/behaviour.md
-        // §5.6); a refusal is recorded like any call that never reached a transport.
+        // §5.7); a refusal is recorded like any call that never reached a transport.
         let reservation = if prepared.budgets.is_empty() {
             None
         } else {

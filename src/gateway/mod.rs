@@ -11,7 +11,7 @@
 //! # Ok(()) }
 //! ```
 
-mod budget;
+pub(crate) mod budget;
 mod build;
 mod chat;
 mod embed;

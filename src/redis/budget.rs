@@ -1,4 +1,4 @@
-//! The spend-budget gate of [`RedisGate`] (docs/behaviour.md §5.6): `lua/budget.lua` does the
+//! The spend-budget gate of [`RedisGate`] (docs/behaviour.md §5.7): `lua/budget.lua` does the
 //! work atomically on the server clock; this file builds keys and arguments and decodes answers.
 //! The reference state machine is `polygateway_actors::policy::budget::BudgetLedger`.
 

@@ -1430,7 +1430,7 @@ pub async fn attempt_contract_failures_open_and_force_open(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Spend budgets (docs/behaviour.md §5.6): reserve the estimate, settle the real cost.
+// Spend budgets (docs/behaviour.md §5.7): reserve the estimate, settle the real cost.
 
 fn budget(prefix: &str, name: &str, limit_micros: u64, period: BudgetPeriod) -> BudgetClaim {
     BudgetClaim {
@@ -1440,15 +1440,14 @@ fn budget(prefix: &str, name: &str, limit_micros: u64, period: BudgetPeriod) -> 
     }
 }
 
-fn budget_request(claims: &[BudgetClaim], est_micros: u64, lease_ttl: Duration) -> BudgetRequest {
+fn budget_request(claims: Vec<BudgetClaim>, est_micros: u64, lease_ttl: Duration) -> BudgetRequest {
     let n = LEASE_SEQ.fetch_add(1, Ordering::Relaxed);
+    let first = claims.first().map_or("-", |c| &*c.key);
+    let lease_id = Arc::from(format!("budget/{first}/{n}"));
     BudgetRequest {
-        claims: claims.to_vec(),
+        claims,
         est_micros,
-        lease_id: Arc::from(format!(
-            "budget/{}/{n}",
-            claims.first().map_or("-", |c| &*c.key)
-        )),
+        lease_id,
         lease_ttl,
     }
 }
@@ -1478,17 +1477,17 @@ async fn spent(backend: &dyn GateBackend, claim: &BudgetClaim) -> u64 {
 /// Reserve counts the estimate; settling below it refunds the difference, idempotently.
 pub async fn budget_contract_reserve_and_settle_refund(backend: &dyn GateBackend, prefix: &str) {
     let day = budget(prefix, "refund", 1_000, BudgetPeriod::Day);
-    let lease = must_reserve(backend, &budget_request(&[day.clone()], 600, LONG_TTL)).await;
+    let lease = must_reserve(backend, &budget_request(vec![day.clone()], 600, LONG_TTL)).await;
     assert_eq!(lease.est_micros, 600);
     assert_eq!(spent(backend, &day).await, 600, "the estimate is reserved");
-    must_exhaust(backend, &budget_request(&[day.clone()], 600, LONG_TTL)).await;
+    must_exhaust(backend, &budget_request(vec![day.clone()], 600, LONG_TTL)).await;
     backend.settle_budget(&lease, 150).await.expect("settle");
     backend
         .settle_budget(&lease, 150)
         .await
         .expect("settle again");
     assert_eq!(spent(backend, &day).await, 150, "refunded once");
-    must_reserve(backend, &budget_request(&[day.clone()], 600, LONG_TTL)).await;
+    must_reserve(backend, &budget_request(vec![day.clone()], 600, LONG_TTL)).await;
     assert_eq!(spent(backend, &day).await, 750);
 }
 
@@ -1501,15 +1500,15 @@ pub async fn budget_contract_settle_charges_and_overshoot_is_bounded(
     let day = budget(prefix, "charge", 1_000, BudgetPeriod::Day);
     let mut leases = Vec::new();
     for _ in 0..4 {
-        leases.push(must_reserve(backend, &budget_request(&[day.clone()], 250, LONG_TTL)).await);
+        leases.push(must_reserve(backend, &budget_request(vec![day.clone()], 250, LONG_TTL)).await);
     }
-    must_exhaust(backend, &budget_request(&[day.clone()], 1, LONG_TTL)).await;
+    must_exhaust(backend, &budget_request(vec![day.clone()], 1, LONG_TTL)).await;
     for lease in &leases {
         backend.settle_budget(lease, 400).await.expect("settle");
     }
     // Four calls in flight each cost 150 more than estimated: 600 over, and no more.
     assert_eq!(spent(backend, &day).await, 1_600);
-    let e = must_exhaust(backend, &budget_request(&[day.clone()], 0, LONG_TTL)).await;
+    let e = must_exhaust(backend, &budget_request(vec![day.clone()], 0, LONG_TTL)).await;
     assert_eq!(
         (e.spent_micros, e.limit_micros, e.remaining_micros()),
         (1_600, 1_000, 0)
@@ -1523,12 +1522,12 @@ pub async fn budget_contract_exhaustion_counts_nothing(backend: &dyn GateBackend
     let tight = budget(prefix, "tight", 500, BudgetPeriod::Month);
     must_reserve(
         backend,
-        &budget_request(&[roomy.clone(), tight.clone()], 400, LONG_TTL),
+        &budget_request(vec![roomy.clone(), tight.clone()], 400, LONG_TTL),
     )
     .await;
     let e = must_exhaust(
         backend,
-        &budget_request(&[roomy.clone(), tight.clone()], 200, LONG_TTL),
+        &budget_request(vec![roomy.clone(), tight.clone()], 200, LONG_TTL),
     )
     .await;
     assert_eq!(&*e.key, &*tight.key);
@@ -1557,8 +1556,8 @@ pub async fn budget_contract_window_reset(backend: &dyn GateBackend, prefix: &st
     // Start just after a window begins, so the case has the whole window.
     let left = backend.budget_spend(&claim).await.expect("spend").resets_in;
     tokio::time::sleep(left + SLACK).await;
-    let old = must_reserve(backend, &budget_request(&[claim.clone()], 100, LONG_TTL)).await;
-    let e = must_exhaust(backend, &budget_request(&[claim.clone()], 1, LONG_TTL)).await;
+    let old = must_reserve(backend, &budget_request(vec![claim.clone()], 100, LONG_TTL)).await;
+    let e = must_exhaust(backend, &budget_request(vec![claim.clone()], 1, LONG_TTL)).await;
     assert!(
         e.retry_after <= window,
         "resets within the window: {:?}",
@@ -1566,7 +1565,7 @@ pub async fn budget_contract_window_reset(backend: &dyn GateBackend, prefix: &st
     );
     tokio::time::sleep(e.retry_after + SLACK).await;
     assert_eq!(spent(backend, &claim).await, 0, "a new window starts empty");
-    let new = must_reserve(backend, &budget_request(&[claim.clone()], 30, LONG_TTL)).await;
+    let new = must_reserve(backend, &budget_request(vec![claim.clone()], 30, LONG_TTL)).await;
     assert_ne!(old.windows, new.windows);
     backend.settle_budget(&old, 0).await.expect("late settle");
     assert_eq!(
@@ -1581,7 +1580,7 @@ pub async fn budget_contract_window_reset(backend: &dyn GateBackend, prefix: &st
 pub async fn budget_contract_lease_expiry(backend: &dyn GateBackend, prefix: &str) {
     let day = budget(prefix, "expiry", 1_000, BudgetPeriod::Day);
     let ttl = Duration::from_millis(300);
-    let lease = must_reserve(backend, &budget_request(&[day.clone()], 400, ttl)).await;
+    let lease = must_reserve(backend, &budget_request(vec![day.clone()], 400, ttl)).await;
     tokio::time::sleep(ttl + SLACK).await;
     backend.settle_budget(&lease, 0).await.expect("late settle");
     assert_eq!(
@@ -1590,7 +1589,7 @@ pub async fn budget_contract_lease_expiry(backend: &dyn GateBackend, prefix: &st
         "the estimate stays charged"
     );
     // A live reservation still settles normally.
-    let live = must_reserve(backend, &budget_request(&[day.clone()], 100, LONG_TTL)).await;
+    let live = must_reserve(backend, &budget_request(vec![day.clone()], 100, LONG_TTL)).await;
     backend.settle_budget(&live, 50).await.expect("settle");
     assert_eq!(spent(backend, &day).await, 450);
 }
@@ -1602,7 +1601,7 @@ pub async fn budget_contract_concurrent_reservations_respect_the_limit(
 ) {
     let day = budget(prefix, "concurrent", 1_000, BudgetPeriod::Day);
     let requests: Vec<_> = (0..40)
-        .map(|_| budget_request(&[day.clone()], 100, LONG_TTL))
+        .map(|_| budget_request(vec![day.clone()], 100, LONG_TTL))
         .collect();
     let decisions = join_all(requests.iter().map(|r| backend.reserve_budget(r))).await;
     let granted = decisions

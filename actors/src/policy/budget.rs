@@ -1,4 +1,4 @@
-//! The spend-budget gate (docs/behaviour.md §5.6), sans I/O: what [`crate::memory::MemoryGate`]
+//! The spend-budget gate (docs/behaviour.md §5.7), sans I/O: what [`crate::memory::MemoryGate`]
 //! runs under its lock, and the reference `lua/budget.lua` mirrors. The contract is in
 //! [`crate::ports::budget`].
 //!
@@ -236,9 +236,9 @@ mod tests {
         }
     }
 
-    fn req(id: &str, claims: &[BudgetClaim], est: u64) -> BudgetRequest {
+    fn req(id: &str, claims: Vec<BudgetClaim>, est: u64) -> BudgetRequest {
         BudgetRequest {
-            claims: claims.to_vec(),
+            claims,
             est_micros: est,
             lease_id: id.into(),
             lease_ttl: SEC,
@@ -263,8 +263,8 @@ mod tests {
     fn a_refusal_counts_nothing_in_any_claim() {
         let (a, b) = (claim("a", 100), claim("b", 50));
         let mut l = BudgetLedger::default();
-        reserved(l.reserve(&req("1", &[a.clone(), b.clone()], 40), 0));
-        let e = exhausted(l.reserve(&req("2", &[a.clone(), b.clone()], 40), 0));
+        reserved(l.reserve(&req("1", vec![a.clone(), b.clone()], 40), 0));
+        let e = exhausted(l.reserve(&req("2", vec![a.clone(), b.clone()], 40), 0));
         assert_eq!((&*e.key, e.spent_micros, e.limit_micros), ("b", 40, 50));
         assert_eq!(e.retry_after, Duration::from_secs(10));
         assert_eq!(
@@ -278,11 +278,11 @@ mod tests {
     fn an_exhausted_budget_refuses_even_a_zero_estimate() {
         let a = claim("a", 100);
         let mut l = BudgetLedger::default();
-        let lease = reserved(l.reserve(&req("1", &[a.clone()], 10), 0));
+        let lease = reserved(l.reserve(&req("1", vec![a.clone()], 10), 0));
         l.settle(&lease, 100, 0);
-        exhausted(l.reserve(&req("2", &[a.clone()], 0), 0));
+        exhausted(l.reserve(&req("2", vec![a.clone()], 0), 0));
         // An overshoot reads as spent, never wraps.
-        let lease = reserved(l.reserve(&req("3", &[claim("a", 1_000)], 0), 0));
+        let lease = reserved(l.reserve(&req("3", vec![claim("a", 1_000)], 0), 0));
         l.settle(&lease, 5_000, 0);
         assert_eq!(l.spend(&a, 0).spent_micros, 5_100);
     }
@@ -291,22 +291,22 @@ mod tests {
     fn windows_reset_and_late_settles_leave_the_new_window_alone() {
         let a = claim("a", 100);
         let mut l = BudgetLedger::default();
-        let old = reserved(l.reserve(&req("1", &[a.clone()], 100), 9_999));
-        exhausted(l.reserve(&req("2", &[a.clone()], 1), 9_999));
-        let new = reserved(l.reserve(&req("2", &[a.clone()], 30), 10_000));
+        let old = reserved(l.reserve(&req("1", vec![a.clone()], 100), 9_999));
+        exhausted(l.reserve(&req("2", vec![a.clone()], 1), 9_999));
+        let new = reserved(l.reserve(&req("2", vec![a.clone()], 30), 10_000));
         assert_eq!(new.windows, vec![(Arc::from("a"), 1)]);
         l.settle(&old, 0, 10_001);
         assert_eq!(l.spend(&a, 10_001).spent_micros, 30);
         // A reader whose clock lags does not reopen window 0.
         assert_eq!(l.spend(&a, 9_000).spent_micros, 30);
-        exhausted(l.reserve(&req("3", &[a.clone()], 71), 9_000));
+        exhausted(l.reserve(&req("3", vec![a.clone()], 71), 9_000));
     }
 
     #[test]
     fn an_expired_reservation_stays_at_its_estimate() {
         let a = claim("a", 100);
         let mut l = BudgetLedger::default();
-        let lease = reserved(l.reserve(&req("1", &[a.clone()], 60), 0));
+        let lease = reserved(l.reserve(&req("1", vec![a.clone()], 60), 0));
         l.settle(&lease, 0, 1_000); // TTL (1 s) passed: too late
         assert_eq!(l.spend(&a, 1_000).spent_micros, 60);
         assert_eq!(l.reservations(), 0);
@@ -316,8 +316,11 @@ mod tests {
     fn a_resent_reservation_is_not_counted_twice() {
         let a = claim("a", 100);
         let mut l = BudgetLedger::default();
-        let first = reserved(l.reserve(&req("1", &[a.clone()], 60), 0));
-        assert_eq!(reserved(l.reserve(&req("1", &[a.clone()], 60), 5)), first);
+        let first = reserved(l.reserve(&req("1", vec![a.clone()], 60), 0));
+        assert_eq!(
+            reserved(l.reserve(&req("1", vec![a.clone()], 60), 5)),
+            first
+        );
         assert_eq!(l.spend(&a, 5).spent_micros, 60);
     }
 
@@ -329,13 +332,13 @@ mod tests {
         let a = claim("a", 100);
         let mut l = BudgetLedger::default();
         let leases: Vec<_> = (0..10)
-            .map(|i| reserved(l.reserve(&req(&i.to_string(), &[a.clone()], 10), 0)))
+            .map(|i| reserved(l.reserve(&req(&i.to_string(), vec![a.clone()], 10), 0)))
             .collect();
-        exhausted(l.reserve(&req("late", &[a.clone()], 10), 0));
+        exhausted(l.reserve(&req("late", vec![a.clone()], 10), 0));
         for lease in &leases {
             l.settle(lease, 15, 1);
         }
         assert_eq!(l.spend(&a, 1).spent_micros, 150);
-        exhausted(l.reserve(&req("after", &[a.clone()], 0), 1));
+        exhausted(l.reserve(&req("after", vec![a.clone()], 0), 1));
     }
 }

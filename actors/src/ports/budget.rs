@@ -1,4 +1,4 @@
-//! Spend budgets (docs/behaviour.md §5.6): the types of the budget gate the limiter port
+//! Spend budgets (docs/behaviour.md §5.7): the types of the budget gate the limiter port
 //! ([`crate::GateBackend`]) carries beside its six rate gates.
 //!
 //! Contract shared by every backend (memory, Redis):

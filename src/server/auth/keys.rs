@@ -343,6 +343,11 @@ impl KeyStore {
         found
     }
 
+    /// Every key (the status page lists their spend budgets).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &VirtualKey> {
+        self.keys.iter()
+    }
+
     /// Number of configured keys.
     ///
     /// ```

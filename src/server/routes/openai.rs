@@ -65,7 +65,7 @@ async fn chat(
         req.response_format,
         options_for(Some(key.tenant()), req.user).overlay(req.rest),
     )?;
-    // The key's spend budget counts every ask of this request (docs/behaviour.md §5.6).
+    // The key's spend budget counts every ask of this request (docs/behaviour.md §5.7).
     options.key_budget = key.budget().map(|b| (key.name().to_string(), b));
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
