@@ -324,3 +324,26 @@ async fn bad_budgets_are_refused_naming_key_value_and_form() {
         "{text}"
     );
 }
+
+#[path = "../examples/fairness/budget.rs"]
+mod fairness_budget;
+
+/// The benchmark's `budget` scenario, bounded: a budget of 20 calls, 200 offered by 16 callers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_scenario_admits_exactly_the_budget() {
+    let line = fairness_budget::run(20, 16).await;
+    println!("{line}");
+    assert_eq!(line["admitted"], 20, "{line}");
+    assert_eq!(line["refused_budget"], 180, "{line}");
+    assert_eq!(line["other_errors"], 0, "{line}");
+    assert_eq!(line["upstream_served"], 20, "{line}");
+    let (spent, budget) = (
+        line["spent"].as_f64().unwrap(),
+        line["budget"].as_f64().unwrap(),
+    );
+    assert!((spent - budget).abs() < 1e-9, "{line}");
+    assert!(
+        (line["answered_cost"].as_f64().unwrap() - spent).abs() < 1e-9,
+        "{line}"
+    );
+}
