@@ -12,7 +12,7 @@ use super::ConfigError;
 
 /// Largest amount accepted, in currency units: budgets are counted in integer micro-units and
 /// the Redis backend's Lua numbers are exact up to 2^53 of them.
-pub const MAX_BUDGET_AMOUNT: f64 = 9e9;
+const MAX_BUDGET_AMOUNT: f64 = 9e9;
 
 /// What a budget value must look like (every error says it).
 const EXPECTED: &str = "<amount>/<hour|day|month>, e.g. 25/day or 0.5/hour: the amount a number \

@@ -210,13 +210,9 @@ impl BudgetLedger {
         self.next_expiry_ms = next;
     }
 
-    /// Reservations not yet settled (for invariant checks).
-    ///
-    /// ```
-    /// use polygateway_actors::policy::budget::BudgetLedger;
-    /// assert_eq!(BudgetLedger::default().reservations(), 0);
-    /// ```
-    pub fn reservations(&self) -> usize {
+    /// Reservations not yet settled.
+    #[cfg(test)]
+    fn reservations(&self) -> usize {
         self.reservations.len()
     }
 }
