@@ -1,8 +1,9 @@
 //! Spend budgets end to end (docs/behaviour.md §5.7): the gate charges exactly what telemetry
 //! records (SQLite), an exhausted budget refuses without reaching the upstream and says when it
 //! resets, overshoot stays within the calls in flight, the server answers 429 with the budget in
-//! headers, and bad configuration is refused naming the key. The gate itself (memory and Redis)
-//! is covered by the contract suite (tests/contract, `budget_contract_*`).
+//! headers, bad configuration is refused naming the key, and two gateways on one Redis share a
+//! budget. The gate itself (memory and Redis) is covered by the contract suite (tests/contract,
+//! `budget_contract_*`).
 
 mod server_support;
 
@@ -346,4 +347,63 @@ async fn the_budget_scenario_admits_exactly_the_budget() {
         (line["answered_cost"].as_f64().unwrap() - spent).abs() < 1e-9,
         "{line}"
     );
+}
+
+/// Two gateways on one Redis (two processes, as far as the gate can tell) share one budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_sharing_redis_share_the_budget() {
+    let url =
+        std::env::var("PGW_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let probe = polygateway::redis::RedisGovernance::connect(
+        &polygateway::config::Secret::new(url.clone()),
+        "pgw",
+    )
+    .await;
+    let Ok(probe) = probe else {
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "Redis is required under CI=true"
+        );
+        eprintln!("\n!!!!! SKIP: Redis unreachable; the shared-budget test did NOT run !!!!!\n");
+        return;
+    };
+    probe.close().await;
+    let dir = tempfile::tempdir().unwrap();
+    let prices = price_file(dir.path());
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    // A scope name of its own: the budget key (`pgw:{budget}:B:scope:<name>`) is unique per run.
+    let scope = format!("B{}", uuid::Uuid::new_v4().simple()).to_uppercase();
+    let model = format!("{scope}__OPENAI__1__EST_TOKENS");
+    let budget_key = format!("{scope}__BUDGET");
+    let extra = [
+        (model.as_str(), "10"),
+        (budget_key.as_str(), "0.08/day"),
+        ("PGW_PRICING_PATH", prices.as_str()),
+        ("PGW_LIMITER_BACKEND", "redis"),
+        ("PGW_BREAKER_BACKEND", "redis"),
+        ("REDIS_URL", url.as_str()),
+    ];
+    let mut gateways = Vec::new();
+    for _ in 0..2 {
+        let settings = mock_settings(&[(scope.as_str(), &mock.base_url())], &extra);
+        gateways.push(Gateway::from_settings(settings, &scope).await.unwrap());
+    }
+    let mut admitted = 0;
+    for i in 0..10 {
+        if chat(&gateways[i % 2], &scope, "t").await.is_ok() {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 4, "one budget of four calls across both gateways");
+    for gw in &gateways {
+        let spent = budget(&gw.budgets().await.unwrap(), &format!("scope:{scope}")).spent;
+        assert!(
+            (spent - 0.08).abs() < 1e-9,
+            "both read the shared spend: {spent}"
+        );
+    }
+    for gw in gateways {
+        gw.shutdown().await;
+    }
 }
