@@ -174,8 +174,10 @@ async fn overshoot_is_at_most_the_calls_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let prices = price_file(dir.path());
     for (est, limit, in_flight) in [(None, 0.03, 8), (Some("10"), 0.06, 8)] {
+        // Slow enough that all calls are in flight before any settles (a reservation would have
+        // to wait 2 s behind the others to see two settled calls).
         let mock = MockUpstream::start(Behaviour::Slow {
-            delay: Duration::from_millis(300),
+            delay: Duration::from_secs(1),
         })
         .await;
         let mut extra = vec![
