@@ -1,9 +1,11 @@
-//! The README cannot drift from the code: its configuration reference lists exactly the keys the
-//! parser accepts, its metrics table exactly the metrics the library emits, its features table
+//! The README cannot drift from the code: its configuration reference is the key table the parser
+//! reads (and the other docs name no key the table lacks), its metrics table exactly the metrics the library emits, its features table
 //! and examples index exactly what Cargo.toml declares, and its Rust blocks need only the
 //! dependencies it names.
 
 use std::collections::BTreeSet;
+
+use polygateway::config::keys::{ValueKind, KEYS};
 
 fn readme() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
@@ -29,15 +31,112 @@ fn table_keys(markdown: &str, heading: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// The README's configuration reference is generated from the key table: its rows are exactly
+/// the table's rows (pattern, meaning, default), in the table's order. On a mismatch the message
+/// holds the table as it should read, ready to paste.
 #[test]
-fn the_configuration_reference_lists_exactly_the_accepted_keys() {
-    let documented = table_keys(&readme(), "## Configuration reference");
-    let accepted: BTreeSet<String> = polygateway::config::accepted_keys().into_iter().collect();
-    let missing: Vec<_> = accepted.difference(&documented).collect();
-    let unknown: Vec<_> = documented.difference(&accepted).collect();
+fn the_configuration_reference_is_the_key_table() {
+    let readme = readme();
+    let section = readme
+        .split_once("## Configuration reference")
+        .expect("README has a configuration reference")
+        .1;
+    let documented: Vec<&str> = section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .skip(2) // the header and its rule
+        .collect();
+    let expected: Vec<String> = KEYS
+        .iter()
+        .map(|k| format!("| `{}` | {} | {} |", k.pattern(), k.doc, k.default))
+        .collect();
     assert!(
-        missing.is_empty() && unknown.is_empty(),
-        "README misses {missing:?}; README documents keys the parser rejects: {unknown:?}"
+        documented == expected,
+        "README's configuration reference differs from polygateway::config::keys::KEYS; it \
+         should read:\n| key | meaning | default |\n|---|---|---|\n{}",
+        expected.join("\n")
+    );
+    // The table is what the parser accepts.
+    let accepted: BTreeSet<String> = polygateway::config::accepted_keys().into_iter().collect();
+    let patterns: BTreeSet<String> = KEYS.iter().map(|k| k.pattern()).collect();
+    assert_eq!(accepted, patterns);
+}
+
+/// Every key the prose names is in the key table: `PGW_*` and `LLM_*` keys in the README,
+/// `.env.example`, ARCHITECTURE.md and docs/behaviour.md, and every key name or key suffix that
+/// docs/behaviour.md quotes (`TTFT_TIMEOUT_S`, `QUOTA_FULL=wait`), with a choice key's quoted
+/// value one of its words. (`.env.example`'s keys are checked both ways, one line per key, by
+/// `tests/config_env.rs`; the README's by the test above.)
+#[test]
+fn the_docs_name_no_key_the_table_lacks() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let read = |file: &str| std::fs::read_to_string(format!("{root}/{file}")).unwrap();
+    let is_name_char = |c: char| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_';
+    let mut unknown = Vec::new();
+    for file in [
+        "README.md",
+        ".env.example",
+        "ARCHITECTURE.md",
+        "docs/behaviour.md",
+    ] {
+        let text = read(file);
+        for prefix in ["PGW_", "LLM_"] {
+            for (at, _) in text.match_indices(prefix) {
+                let before = text[..at].chars().next_back();
+                if before.is_some_and(|c| is_name_char(c) || c.is_ascii_lowercase()) {
+                    continue;
+                }
+                let token: String = text[at..]
+                    .chars()
+                    .take_while(|c| is_name_char(*c))
+                    .collect();
+                // `LLM__…` is a scope key (checked elsewhere); `PGW_` alone is the namespace,
+                // `PGW_SERVER_` a family of keys.
+                if token.starts_with("LLM__") || token == prefix {
+                    continue;
+                }
+                let known = if token.ends_with('_') {
+                    KEYS.iter().any(|k| k.name.starts_with(&token))
+                } else {
+                    KEYS.iter().any(|k| k.name == token)
+                };
+                if !known {
+                    unknown.push(format!("{file}: {token}"));
+                }
+            }
+        }
+    }
+    let behaviour = read("docs/behaviour.md");
+    for quoted in behaviour.split('`').skip(1).step_by(2) {
+        let (name, value) = quoted.split_once('=').unwrap_or((quoted, ""));
+        let looks_like_key = name.contains('_')
+            && name.starts_with(|c: char| c.is_ascii_uppercase())
+            && name.chars().all(is_name_char);
+        if !looks_like_key {
+            continue;
+        }
+        // `PGW_` and `PGW_SERVER_` name the key families with that prefix.
+        if name.ends_with('_') && KEYS.iter().any(|k| k.name.starts_with(name)) {
+            continue;
+        }
+        let Some(key) = KEYS
+            .iter()
+            .find(|k| k.name == name || k.name.ends_with(&format!("__{name}")))
+        else {
+            unknown.push(format!("docs/behaviour.md: `{quoted}`"));
+            continue;
+        };
+        if let (ValueKind::Choice(words), false) = (key.value, value.is_empty()) {
+            if !words.contains(&value) {
+                unknown.push(format!("docs/behaviour.md: `{quoted}` ({words:?})"));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "keys or values the key table does not have:\n{}",
+        unknown.join("\n")
     );
 }
 
@@ -49,19 +148,6 @@ fn the_metrics_table_lists_exactly_the_emitted_metrics() {
         .map(|(name, _, _)| name.to_string())
         .collect();
     assert_eq!(documented, emitted);
-}
-
-#[test]
-fn the_env_example_mentions_every_key_family() {
-    let example =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.env.example")).unwrap();
-    for key in polygateway::config::accepted_keys() {
-        let suffix = key.rsplit("}__").next().unwrap();
-        assert!(
-            example.contains(suffix),
-            ".env.example does not mention {key}"
-        );
-    }
 }
 
 /// Text files of the repository that may cite the behaviour reference (the target dir, `.git`

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::error::ConfigError;
+use super::keys::{global, scope, source, KeyDef};
 use super::settings::*;
 use crate::validate::{shorten, validate_overlay};
 
@@ -18,13 +19,14 @@ fn secs(d: Duration) -> String {
 }
 
 /// The env key a source field comes from: `{SCOPE}__{PROVIDER}__{N}__{FIELD}`.
-fn source_key(scope: &str, source: &SourceSettings, field: &str) -> String {
+fn source_key(scope: &str, source: &SourceSettings, field: &KeyDef) -> String {
     let prefix = format!("{}_", source.provider);
     let index = source.name.strip_prefix(&prefix).unwrap_or(&source.name);
     format!(
-        "{scope}__{}__{}__{field}",
+        "{scope}__{}__{}__{}",
         source.provider.to_ascii_uppercase(),
-        index.to_ascii_uppercase()
+        index.to_ascii_uppercase(),
+        field.name
     )
 }
 
@@ -43,7 +45,11 @@ fn refuse(
 /// Check every assembly guard; the first violation is returned.
 pub(crate) fn check(settings: &Settings) -> Result<(), ConfigError> {
     if settings.lease_ttl.is_zero() {
-        return Err(refuse("PGW_LEASE_TTL_S", "0", "the lease TTL must be > 0"));
+        return Err(refuse(
+            global::PGW_LEASE_TTL_S.name,
+            "0",
+            "the lease TTL must be > 0",
+        ));
     }
     for scope in settings.scopes.values() {
         check_scope(scope, settings.lease_ttl)?;
@@ -66,21 +72,21 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
         check_source(name, source, lease_ttl)?;
     }
 
-    let key = |suffix: &str| format!("{name}__{suffix}");
+    let key = |def: &KeyDef| def.in_scope(name);
     if scope.retry.max_attempts == 0 {
         return Err(refuse(
-            key("RETRY__MAX_ATTEMPTS"),
+            key(&scope::RETRY_MAX_ATTEMPTS),
             "0",
             "at least 1 attempt (the first attempt counts; also settable via LLM_MAX_RETRIES)",
         ));
     }
     if scope.retry.backoff_base > scope.retry.backoff_max {
         return Err(refuse(
-            key("RETRY__BACKOFF_BASE_S"),
+            key(&scope::RETRY_BACKOFF_BASE_S),
             secs(scope.retry.backoff_base),
             format!(
                 "must be <= {}={}",
-                key("RETRY__BACKOFF_MAX_S"),
+                key(&scope::RETRY_BACKOFF_MAX_S),
                 secs(scope.retry.backoff_max)
             ),
         ));
@@ -88,35 +94,39 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
 
     let b = &scope.breaker;
     if b.fail_threshold == 0 {
-        return Err(refuse(key("BREAKER__FAIL_THRESHOLD"), "0", "must be >= 1"));
+        return Err(refuse(
+            key(&scope::BREAKER_FAIL_THRESHOLD),
+            "0",
+            "must be >= 1",
+        ));
     }
     if b.cooldown.is_zero() {
-        return Err(refuse(key("BREAKER__COOLDOWN_S"), "0", "must be > 0"));
+        return Err(refuse(key(&scope::BREAKER_COOLDOWN_S), "0", "must be > 0"));
     }
     if b.min_calls == 0 {
-        return Err(refuse(key("BREAKER__MIN_CALLS"), "0", "must be >= 1"));
+        return Err(refuse(key(&scope::BREAKER_MIN_CALLS), "0", "must be >= 1"));
     }
     if !(b.fail_rate > 0.0 && b.fail_rate <= 1.0) {
         return Err(refuse(
-            key("BREAKER__FAIL_RATE"),
+            key(&scope::BREAKER_FAIL_RATE),
             format!("{}", b.fail_rate),
             "must be in (0, 1]",
         ));
     }
     if b.window.is_zero() {
-        return Err(refuse(key("BREAKER__WINDOW_S"), "0", "must be > 0"));
+        return Err(refuse(key(&scope::BREAKER_WINDOW_S), "0", "must be > 0"));
     }
     if b.probe_ttl.is_some_and(|t| t.is_zero()) {
-        return Err(refuse(key("BREAKER__PROBE_TTL_S"), "0", "must be > 0"));
+        return Err(refuse(key(&scope::BREAKER_PROBE_TTL_S), "0", "must be > 0"));
     }
     if let Some(max) = b.max_cooldown {
         if max < b.cooldown {
             return Err(refuse(
-                key("BREAKER__MAX_COOLDOWN_S"),
+                key(&scope::BREAKER_MAX_COOLDOWN_S),
                 secs(max),
                 format!(
                     "must be >= {}={}",
-                    key("BREAKER__COOLDOWN_S"),
+                    key(&scope::BREAKER_COOLDOWN_S),
                     secs(b.cooldown)
                 ),
             ));
@@ -126,14 +136,14 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
     let bp = &scope.backpressure;
     if bp.poll_interval.is_zero() {
         return Err(refuse(
-            key("BACKPRESSURE__POLL_INTERVAL_S"),
+            key(&scope::BACKPRESSURE_POLL_INTERVAL_S),
             "0",
             "must be > 0",
         ));
     }
     if bp.stall_window.is_zero() {
         return Err(refuse(
-            key("BACKPRESSURE__STALL_WINDOW_S"),
+            key(&scope::BACKPRESSURE_STALL_WINDOW_S),
             "0",
             "must be > 0",
         ));
@@ -144,11 +154,11 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
     if let Some(slowest) = watched.max_by_key(|s| s.ttft_timeout) {
         if bp.stall_window < slowest.ttft_timeout {
             return Err(refuse(
-                key("BACKPRESSURE__STALL_WINDOW_S"),
+                key(&scope::BACKPRESSURE_STALL_WINDOW_S),
                 secs(bp.stall_window),
                 format!(
                     "the stall window must be >= the slowest source TTFT ({}={})",
-                    source_key(name, slowest, "TTFT_TIMEOUT_S"),
+                    source_key(name, slowest, &source::TTFT_TIMEOUT_S),
                     secs(slowest.ttft_timeout)
                 ),
             ));
@@ -158,16 +168,16 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
     match (&scope.kind, &scope.embedding) {
         (ScopeKind::Embeddings, None) => {
             return Err(ConfigError::Missing {
-                key: key("BATCH_SIZE"),
+                key: key(&scope::BATCH_SIZE),
                 reason: "embeddings scopes must set their batch size (no default)".to_string(),
             })
         }
         (_, Some(e)) => {
             if e.batch_size == 0 {
-                return Err(refuse(key("BATCH_SIZE"), "0", "must be >= 1"));
+                return Err(refuse(key(&scope::BATCH_SIZE), "0", "must be >= 1"));
             }
             if e.expected_dim == Some(0) {
-                return Err(refuse(key("EXPECTED_DIM"), "0", "must be >= 1"));
+                return Err(refuse(key(&scope::EXPECTED_DIM), "0", "must be >= 1"));
             }
         }
         _ => {}
@@ -176,20 +186,20 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
 }
 
 fn check_source(scope: &str, s: &SourceSettings, lease_ttl: Duration) -> Result<(), ConfigError> {
-    let key = |field: &str| source_key(scope, s, field);
+    let key = |field: &KeyDef| source_key(scope, s, field);
 
     match url::Url::parse(&s.base_url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") => {}
         _ => {
             return Err(refuse(
-                key("BASE_URL"),
+                key(&source::BASE_URL),
                 format!("{:?}", shorten(&redact_dsn(&s.base_url))),
                 "must be an http(s) URL such as https://api.example.com/v1",
             ))
         }
     }
     if s.model.trim().is_empty() {
-        return Err(refuse(key("MODEL"), "\"\"", "must not be empty"));
+        return Err(refuse(key(&source::MODEL), "\"\"", "must not be empty"));
     }
 
     // 0 < inter_token < ttft < timeout, unless the source has no watchdog of its own (all three
@@ -200,10 +210,11 @@ fn check_source(scope: &str, s: &SourceSettings, lease_ttl: Duration) -> Result<
     }
     if timeout > lease_ttl {
         return Err(refuse(
-            key("TIMEOUT_S"),
+            key(&source::TIMEOUT_S),
             secs(timeout),
             format!(
-                "must be <= PGW_LEASE_TTL_S={} (a concurrency lease must outlive the request)",
+                "must be <= {}={} (a concurrency lease must outlive the request)",
+                global::PGW_LEASE_TTL_S.name,
                 secs(lease_ttl)
             ),
         ));
@@ -212,20 +223,20 @@ fn check_source(scope: &str, s: &SourceSettings, lease_ttl: Duration) -> Result<
         if let Some(est) = s.est_tokens {
             if est <= 0 {
                 return Err(refuse(
-                    key("EST_TOKENS"),
+                    key(&source::EST_TOKENS),
                     est.to_string(),
                     format!(
                         "must be > 0 when {}={} (unset it to estimate tpm/60)",
-                        key("TPM"),
+                        key(&source::TPM),
                         s.tpm
                     ),
                 ));
             }
         }
     }
-    validate_overlay(&key("EXTRA_BODY"), &s.extra_body).map_err(|source| {
+    validate_overlay(&key(&source::EXTRA_BODY), &s.extra_body).map_err(|source| {
         ConfigError::Validation {
-            key: key("EXTRA_BODY"),
+            key: key(&source::EXTRA_BODY),
             source,
         }
     })?;
@@ -234,7 +245,7 @@ fn check_source(scope: &str, s: &SourceSettings, lease_ttl: Duration) -> Result<
 
 /// `0 < INTER_TOKEN_TIMEOUT_S < TTFT_TIMEOUT_S < TIMEOUT_S` of a source with a watchdog.
 fn check_watchdog_chain(
-    key: &dyn Fn(&str) -> String,
+    key: &dyn Fn(&KeyDef) -> String,
     inter: Duration,
     ttft: Duration,
     timeout: Duration,
@@ -242,27 +253,31 @@ fn check_watchdog_chain(
     let chain = "0 < INTER_TOKEN_TIMEOUT_S < TTFT_TIMEOUT_S < TIMEOUT_S";
     if inter.is_zero() {
         return Err(refuse(
-            key("INTER_TOKEN_TIMEOUT_S"),
+            key(&source::INTER_TOKEN_TIMEOUT_S),
             "0",
             format!("must be > 0 ({chain})"),
         ));
     }
     if inter >= ttft {
         return Err(refuse(
-            key("INTER_TOKEN_TIMEOUT_S"),
+            key(&source::INTER_TOKEN_TIMEOUT_S),
             secs(inter),
             format!(
                 "must be < {}={} ({chain})",
-                key("TTFT_TIMEOUT_S"),
+                key(&source::TTFT_TIMEOUT_S),
                 secs(ttft)
             ),
         ));
     }
     if ttft >= timeout {
         return Err(refuse(
-            key("TTFT_TIMEOUT_S"),
+            key(&source::TTFT_TIMEOUT_S),
             secs(ttft),
-            format!("must be < {}={} ({chain})", key("TIMEOUT_S"), secs(timeout)),
+            format!(
+                "must be < {}={} ({chain})",
+                key(&source::TIMEOUT_S),
+                secs(timeout)
+            ),
         ));
     }
     Ok(())
@@ -270,41 +285,41 @@ fn check_watchdog_chain(
 
 fn check_backends(settings: &Settings) -> Result<(), ConfigError> {
     let has_redis_url = settings.redis_url.as_ref().is_some_and(|u| !u.is_empty());
-    let needs_redis = |key: &str| ConfigError::Missing {
-        key: "REDIS_URL".to_string(),
-        reason: format!("{key}=redis needs it"),
+    let needs_redis = |def: &KeyDef| ConfigError::Missing {
+        key: global::REDIS_URL.name.to_string(),
+        reason: format!("{}=redis needs it", def.name),
     };
     if settings.limiter_backend == GovernanceBackendKind::Redis && !has_redis_url {
-        return Err(needs_redis("PGW_LIMITER_BACKEND"));
+        return Err(needs_redis(&global::PGW_LIMITER_BACKEND));
     }
     if settings.breaker_backend == GovernanceBackendKind::Redis && !has_redis_url {
-        return Err(needs_redis("PGW_BREAKER_BACKEND"));
+        return Err(needs_redis(&global::PGW_BREAKER_BACKEND));
     }
     match &settings.cache {
         CacheSettings::None => {}
         CacheSettings::Memory { namespace, ttl } | CacheSettings::Redis { namespace, ttl } => {
             if namespace.trim().is_empty() {
                 return Err(ConfigError::Missing {
-                    key: "PGW_CACHE_NAMESPACE".to_string(),
+                    key: global::PGW_CACHE_NAMESPACE.name.to_string(),
                     reason: "required when caching is on".to_string(),
                 });
             }
             if ttl.is_zero() {
                 return Err(refuse(
-                    "PGW_CACHE_TTL_S",
+                    global::PGW_CACHE_TTL_S.name,
                     "0",
                     "the cache TTL must be > 0 (there is no never-expiring cache)",
                 ));
             }
             if matches!(settings.cache, CacheSettings::Redis { .. }) && !has_redis_url {
-                return Err(needs_redis("PGW_CACHE_BACKEND"));
+                return Err(needs_redis(&global::PGW_CACHE_BACKEND));
             }
         }
     }
     let t = &settings.telemetry;
     if t.text_cap == Some(0) {
         return Err(refuse(
-            "PGW_TELEMETRY_TEXT_CAP",
+            global::PGW_TELEMETRY_TEXT_CAP.name,
             "0",
             "must be a positive number of chars (unset it for no cap)",
         ));
@@ -314,7 +329,7 @@ fn check_backends(settings: &Settings) -> Result<(), ConfigError> {
         TelemetryBackendSettings::Sqlite { path } => {
             if path.trim().is_empty() {
                 return Err(ConfigError::Missing {
-                    key: "PGW_TELEMETRY_SQLITE_PATH".to_string(),
+                    key: global::PGW_TELEMETRY_SQLITE_PATH.name.to_string(),
                     reason: "required when PGW_TELEMETRY_BACKEND=sqlite".to_string(),
                 });
             }
@@ -326,16 +341,20 @@ fn check_backends(settings: &Settings) -> Result<(), ConfigError> {
         } => {
             if dsn.expose().trim().is_empty() {
                 return Err(ConfigError::Missing {
-                    key: "PGW_TELEMETRY_PG_DSN".to_string(),
+                    key: global::PGW_TELEMETRY_PG_DSN.name.to_string(),
                     reason: "required when PGW_TELEMETRY_BACKEND=postgres".to_string(),
                 });
             }
             if *pool_max == 0 {
-                return Err(refuse("PGW_TELEMETRY_PG_POOL_MAX", "0", "must be >= 1"));
+                return Err(refuse(
+                    global::PGW_TELEMETRY_PG_POOL_MAX.name,
+                    "0",
+                    "must be >= 1",
+                ));
             }
             if write_timeout.is_zero() {
                 return Err(refuse(
-                    "PGW_TELEMETRY_PG_WRITE_TIMEOUT_S",
+                    global::PGW_TELEMETRY_PG_WRITE_TIMEOUT_S.name,
                     "0",
                     "must be > 0",
                 ));
