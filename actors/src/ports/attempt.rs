@@ -385,6 +385,13 @@ impl ComposedAttempts {
         &self,
         fut: impl std::future::Future<Output = Result<R, BackendError>>,
     ) -> Result<R, BackendError> {
+        // A step that answers on its first poll (every in-memory backend) needs no timer: the
+        // common case costs no timer registration, and a caller outside a tokio runtime (the
+        // simulator, in virtual time) can drive the memory backends.
+        let mut fut = std::pin::pin!(fut);
+        if let std::task::Poll::Ready(result) = futures::poll!(fut.as_mut()) {
+            return result;
+        }
         match tokio::time::timeout(self.step_timeout, fut).await {
             Ok(result) => result,
             Err(_) => Err(BackendError::new(format!(

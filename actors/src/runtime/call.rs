@@ -1,45 +1,41 @@
-//! The governed call path: the one retry loop that serves chat, embeddings and OCR.
+//! The governed call's public values (its result, its failure, its options) and the production
+//! effects of the call driver.
 //!
-//! It runs in the caller's task (or, for streams, in a task the stream owns), so dropping the
+//! A call runs in the caller's task (or, for streams, in a task the stream owns), so dropping the
 //! caller's future is cancellation: every resource it holds is an RAII guard — the pacer slot
 //! (`SourceTicket`), the admission `Permit` (lease and probe), timers — and is released on drop
 //! with no verdict. Actors are messaged, never awaited on I/O.
 //!
 //! Per attempt: select (router) → breaker + six gates (admission) → transport → report
-//! (source actor, admission, observer). This file is the driver: it performs those I/O steps and
-//! the sleeps; every decision (retry, switch, backoff, wait, stall, the `retry_after` hint) is
-//! made by the sans-I/O `CallMachine` in `machine.rs`.
+//! (source actor, admission, observer). `driver.rs` performs those steps in order through
+//! [`CallEffects`]; this file implements them with tokio and the scope's actors. Every decision
+//! (retry, switch, backoff, wait, stall, the `retry_after` hint) is made by the sans-I/O
+//! `CallMachine`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::oneshot;
-use tracing::Instrument;
 
-use crate::outcome::{AttemptVerdict, Classify, FailureClass, SourceReason};
+use crate::outcome::SourceReason;
 use crate::policy::pacer::PacerObservation;
-use crate::ports::attempt::{AttemptAdmit, AttemptOutcome, BreakerAction, BreakerStatus};
-use crate::ports::breaker::BreakerState;
-use crate::ports::gate::GateRequest;
+use crate::ports::attempt::{AttemptOutcome, BreakerStatus};
 use crate::ports::transport::{EventSink, Transport};
 
 #[cfg(feature = "testkit")]
 use super::admission::AdmissionMsg;
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
+use super::driver::{self, CallEffects};
 use super::ids::new_id;
-use super::machine::{
-    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
-    SourceFacts,
-};
-use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
+use super::metrics::ScopeMetrics;
+use super::observer::CallObserver;
 use super::router::{RouterMsg, Selection};
-use super::scope::ScopeInner;
-use super::shared::SourceTicket;
-use super::wait::CapacityWait;
+use super::scope::{ScopeConfig, ScopeInner};
+use super::shared::SourceShared;
 
 /// Why a scope could not serve (docs/behaviour.md §6 scope-level reasons).
 ///
@@ -235,109 +231,116 @@ pub struct CallOptions {
     pub breaker_exempt: bool,
 }
 
-/// What the call's loop leaves for its caller whatever the result: whether an attempt reached a
-/// transport, and how long the call waited for capacity.
-#[derive(Debug, Default)]
-struct CallTrace {
-    attempted: bool,
-    capacity_wait: CapacityWait,
-}
+/// Production effects: tokio and the scope's actors. The router actor selects, the admission
+/// actor's door admits and settles, the source actor hears each attempt (a cast), timers are
+/// tokio's, and time is the scope's `Clock`.
+impl<T: Transport> CallEffects<T> for ScopeInner<T> {
+    type BreakerAnswer = oneshot::Receiver<Option<BreakerStatus>>;
 
-/// What the source's pacer learns from one attempt: latency, `Retry-After` and rate-limit
-/// headers, read here so the source actor gets plain values (cheap to send per attempt).
-fn pacer_observation<T: Transport>(
-    result: &Result<T::Response, T::Error>,
-    verdict: AttemptVerdict,
-    sent: Instant,
-    now: Instant,
-    in_flight: u32,
-) -> PacerObservation {
-    let (retry_after, rate_limit) = match result {
-        Ok(response) => (None, T::rate_limit_hint(response)),
-        Err(error) => (error.retry_after(), error.rate_limit_hint()),
-    };
-    PacerObservation {
-        verdict,
-        now,
-        latency: now.saturating_duration_since(sent),
-        in_flight,
-        retry_after,
-        rate_limit,
+    fn config(&self) -> &ScopeConfig {
+        &self.config
     }
-}
 
-/// An admitted attempt in flight. Dropped without being settled it is a cancelled attempt: the
-/// permit is settled at its estimate with no breaker verdict, the observer records `cancelled`,
-/// and the pacer slot is freed.
-struct AttemptGuard<'a, T: Transport> {
-    scope: &'a ScopeInner<T>,
-    observer: &'a dyn CallObserver<T>,
-    ticket: SourceTicket<T>,
-    permit: Option<Permit>,
-    attempt_id: String,
-    attempt: u32,
-    started: Instant,
-    /// Capacity wait since the previous attempt (or the call's start).
-    capacity_wait: Duration,
-    /// The breaker state the settlement of a failed attempt left, once admission answers.
-    breaker_after: Option<oneshot::Receiver<Option<BreakerStatus>>>,
-}
+    fn sources(&self) -> &[Arc<SourceShared<T>>] {
+        &self.sources
+    }
 
-impl<T: Transport> AttemptGuard<'_, T> {
-    /// Send the permit's finish; with `answer`, keep the receiver of the breaker state it leaves.
-    fn settle(&mut self, action: BreakerAction, tokens: u64, progress: bool, answer: bool) {
-        if let Some(permit) = self.permit.take() {
-            let reply = answer.then(|| {
+    fn metrics(&self) -> &ScopeMetrics {
+        &self.metrics
+    }
+
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn rng(&self) -> SmallRng {
+        SmallRng::from_rng(&mut rand::rng())
+    }
+
+    fn new_id(&self) -> String {
+        new_id()
+    }
+
+    async fn select(
+        &self,
+        exclude: Vec<usize>,
+        avoid: Option<usize>,
+    ) -> Result<Selection<T>, String> {
+        let stopped = || format!("scope {} router stopped", self.config.name);
+        let (reply, answer) = oneshot::channel();
+        let router = self.router.get()?;
+        router
+            .cast(RouterMsg::Select {
+                exclude,
+                avoid,
+                reply,
+            })
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())
+    }
+
+    async fn admit(&self, request: AdmitRequest) -> AdmitAnswer {
+        self.admission.door()?.admit(request).await
+    }
+
+    fn send<'a>(
+        &'a self,
+        source: &'a SourceShared<T>,
+        request: &'a T::Request,
+        events: Option<&'a EventSink<T::Event>>,
+    ) -> impl Future<Output = Result<T::Response, T::Error>> + 'a {
+        source.transport.send(request, events)
+    }
+
+    fn settle(
+        &self,
+        permit: Permit,
+        outcome: AttemptOutcome,
+        answer: bool,
+    ) -> Option<Self::BreakerAnswer> {
+        let (reply, receiver) = match answer {
+            true => {
                 let (reply, receiver) = oneshot::channel();
-                self.breaker_after = Some(receiver);
-                reply
-            });
-            let outcome = AttemptOutcome {
-                action,
-                tokens,
-                progress,
-            };
-            match self.scope.admission.door() {
-                Ok(door) => door.finish(permit, outcome, reply),
-                Err(e) => tracing::warn!(scope = %self.scope.config.name, reason = %e.message,
-                    "admission down; bookkeeping dropped (lease TTL reclaims)"),
+                (Some(reply), Some(receiver))
             }
+            false => (None, None),
+        };
+        match self.admission.door() {
+            Ok(door) => door.finish(permit, outcome, reply),
+            Err(e) => tracing::warn!(scope = %self.config.name, reason = %e.message,
+                "admission down; bookkeeping dropped (lease TTL reclaims)"),
         }
+        receiver
     }
-}
 
-impl<T: Transport> Drop for AttemptGuard<'_, T> {
-    fn drop(&mut self) {
-        if self.permit.is_none() {
-            return;
-        }
-        let probe = self
-            .permit
-            .as_ref()
-            .is_some_and(|p| p.attempt.probe_id.is_some());
-        let tokens = self
-            .permit
-            .as_ref()
-            .map_or(0, |p| p.attempt.lease.est_tokens);
-        self.settle(BreakerAction::NoVerdict, tokens, false, false);
-        let source = self.ticket.source();
-        source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
-        source.metrics.attempt(None);
-        self.observer.on_attempt(&AttemptReport {
-            scope: &self.scope.config.name,
-            source: &source.name,
-            attempt_id: &self.attempt_id,
-            attempt: self.attempt,
-            elapsed: self.started.elapsed(),
-            capacity_wait: self.capacity_wait,
-            result: AttemptResult::Cancelled,
-            probe,
-        });
+    async fn breaker_after(&self, answer: Self::BreakerAnswer) -> Option<BreakerStatus> {
+        answer.await.ok().flatten()
+    }
+
+    fn report(&self, source: &SourceShared<T>, observation: PacerObservation) {
+        source.report(observation);
+    }
+
+    async fn backoff(&self, wait: Duration) {
+        tokio::time::sleep(wait).await;
+    }
+
+    async fn wait(&self, wait: Duration) {
+        tokio::time::sleep(wait).await;
+    }
+
+    async fn await_slot(&self, at_most: Duration) {
+        let _ = tokio::time::timeout(at_most, self.slot_freed.notified()).await;
+    }
+
+    async fn progress(&self) -> Option<Duration> {
+        let door = self.admission.door().ok()?;
+        door.progress_age(&self.config.name).await.ok()?
     }
 }
 
 impl<T: Transport> ScopeInner<T> {
-    /// Run one governed call. See the module docs.
+    /// Run one governed call through the driver with the production effects.
     pub(crate) async fn run(
         &self,
         request: &T::Request,
@@ -345,352 +348,7 @@ impl<T: Transport> ScopeInner<T> {
         events: Option<&EventSink<T::Event>>,
         options: CallOptions,
     ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
-        let mut trace = CallTrace::default();
-        let result = self
-            .run_loop(request, observer, events, options, &mut trace)
-            .await;
-        self.metrics.capacity_waited(&trace.capacity_wait);
-        if let Err(failure) = &result {
-            // Terminal records only for calls that never reached a transport: every attempt
-            // already has its own record.
-            if matches!(failure, CallFailure::Unavailable { .. }) && !trace.attempted {
-                let record_id = new_id();
-                observer.on_terminal(&TerminalReport {
-                    scope: &self.config.name,
-                    record_id: &record_id,
-                    failure,
-                    capacity_wait: trace.capacity_wait.total(),
-                });
-            }
-        }
-        result
-    }
-
-    /// The driver: performs the machine's actions (router, admission, transport, timers) and
-    /// feeds back what happened. Every decision is in `machine.rs`.
-    async fn run_loop(
-        &self,
-        request: &T::Request,
-        observer: &dyn CallObserver<T>,
-        events: Option<&EventSink<T::Event>>,
-        options: CallOptions,
-        trace: &mut CallTrace,
-    ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
-        let now = self.clock.now();
-        let facts = self.sources.iter().map(|s| SourceFacts {
-            cooldown: s.breaker.cooldown,
-            cooling_until: s.cooling_until(now),
-        });
-        let mut machine = CallMachine::new(
-            &self.config,
-            facts,
-            SmallRng::from_rng(&mut rand::rng()),
-            now,
-        );
-        // The pacer slot of the source just picked, then the permit admission granted for it.
-        let mut picked: Option<SourceTicket<T>> = None;
-        let mut permit: Option<Permit> = None;
-        let mut answered: Option<(T::Response, String, Arc<str>)> = None;
-        let mut last_error: Option<T::Error> = None;
-        let mut step = machine.start();
-        loop {
-            if let Some((index, until)) = step.cool {
-                self.sources[index].cool_until(until);
-            }
-            let event = match step.action {
-                Action::Select { exclude, avoid } => {
-                    Event::Selected(match self.select(exclude, avoid).await? {
-                        Selection::Picked(ticket) => {
-                            let index = ticket.source().index;
-                            picked = Some(ticket);
-                            Selected::Picked(index)
-                        }
-                        Selection::NoneEligible {
-                            no_sources: true, ..
-                        } => Selected::NoSources,
-                        Selection::NoneEligible {
-                            earliest_cooling,
-                            paced,
-                            ..
-                        } => Selected::NoneEligible {
-                            earliest_cooling,
-                            paced,
-                        },
-                    })
-                }
-                Action::Admit { .. } => {
-                    // A refused pick drops its ticket here: the pacer slot goes back at once.
-                    let ticket = picked.take().expect("admit follows a pick");
-                    let asked = Instant::now();
-                    let answer = self.admit(&ticket).await;
-                    self.metrics.admission_waited(asked.elapsed().as_secs_f64());
-                    let source = ticket.source();
-                    Event::Admission(match answer {
-                        Ok(AttemptAdmit::Admitted(attempt)) => {
-                            source.metrics.breaker.seen(if attempt.probe_id.is_some() {
-                                BreakerState::HalfOpen
-                            } else {
-                                BreakerState::Closed
-                            });
-                            permit = Some(Permit {
-                                attempt,
-                                breaker: source.breaker.clone(),
-                                gauge: Arc::clone(&source.metrics.breaker),
-                            });
-                            picked = Some(ticket);
-                            Admission::Granted
-                        }
-                        Ok(AttemptAdmit::BreakerRefused { state, retry_after }) => {
-                            source.metrics.breaker.seen(state);
-                            source
-                                .counters
-                                .breaker_refusals
-                                .fetch_add(1, Ordering::Relaxed);
-                            Admission::BreakerRefused { state, retry_after }
-                        }
-                        Ok(AttemptAdmit::GateRefused { gate, retry_after }) => {
-                            Admission::GateRefused { gate, retry_after }
-                        }
-                        Err(e) => Admission::BackendDown(e.message),
-                    })
-                }
-                Action::Send { attempt, .. } => {
-                    if attempt > 1 {
-                        self.metrics.retry();
-                    }
-                    trace.attempted = true;
-                    let mut guard = AttemptGuard {
-                        scope: self,
-                        observer,
-                        ticket: picked.take().expect("send follows a pick"),
-                        permit: permit.take(),
-                        attempt_id: new_id(),
-                        attempt,
-                        started: Instant::now(),
-                        capacity_wait: machine.last_attempt_wait(),
-                        breaker_after: None,
-                    };
-                    let span = tracing::info_span!(
-                        "pgw.attempt",
-                        source = %guard.ticket.source().name,
-                        attempt,
-                        probe = guard.permit.as_ref().is_some_and(|p| p.attempt.probe_id.is_some()),
-                        verdict = tracing::field::Empty,
-                        class = tracing::field::Empty,
-                        elapsed_ms = tracing::field::Empty,
-                    );
-                    let result = self
-                        .attempt(&mut guard, request, events, options)
-                        .instrument(span)
-                        .await;
-                    let source = Arc::clone(&guard.ticket.source().name);
-                    let attempt_id = std::mem::take(&mut guard.attempt_id);
-                    let breaker_after = guard.breaker_after.take();
-                    drop(guard);
-                    Event::Attempted(match result {
-                        Ok(response) => {
-                            answered = Some((response, attempt_id, source));
-                            Outcome::Ok
-                        }
-                        Err(error) => {
-                            // The finish was sent before the pacer and observer heard of the
-                            // attempt; its answer is usually here already.
-                            let breaker = match breaker_after {
-                                Some(answer) => answer.await.ok().flatten(),
-                                None => None,
-                            };
-                            let failure = Failure {
-                                class: error.class(),
-                                rate_limited: error.is_rate_limited(),
-                                retry_after: error.retry_after(),
-                                reason: error.source_reason(),
-                                delivered: events.map_or(0, EventSink::delivered),
-                                breaker,
-                            };
-                            last_error = Some(error);
-                            Outcome::Failed(failure)
-                        }
-                    })
-                }
-                Action::Backoff(wait) | Action::Wait(wait) => {
-                    tokio::time::sleep(wait).await;
-                    Event::Woke
-                }
-                Action::AwaitSlot(at_most) => {
-                    let _ = tokio::time::timeout(at_most, self.slot_freed.notified()).await;
-                    Event::Woke
-                }
-                Action::AskProgress => Event::Progress(self.progress_age().await),
-                Action::Finish(ending) => {
-                    return self.finish(ending, &machine, answered, last_error)
-                }
-            };
-            step = machine.step(event, self.clock.now());
-            trace.capacity_wait = machine.capacity_wait();
-        }
-    }
-
-    /// Attach the response or the last error to the machine's ending.
-    fn finish(
-        &self,
-        ending: Ending,
-        machine: &CallMachine,
-        answered: Option<(T::Response, String, Arc<str>)>,
-        last_error: Option<T::Error>,
-    ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
-        let error = |e: Option<T::Error>| e.expect("a failed ending follows a failed attempt");
-        match ending {
-            Ending::Success => {
-                let (response, attempt_id, source) =
-                    answered.expect("success follows an answered attempt");
-                Ok(Governed {
-                    response,
-                    attempt_id,
-                    source,
-                    attempts: machine.attempts(),
-                    capacity_wait: machine.capacity_wait().total(),
-                })
-            }
-            Ending::Rejected => Err(CallFailure::Rejected(error(last_error))),
-            Ending::Invalid => Err(CallFailure::Invalid(error(last_error))),
-            Ending::StreamBroken { delivered } => Err(CallFailure::StreamBroken {
-                error: error(last_error),
-                delivered,
-            }),
-            Ending::Unavailable {
-                reason,
-                retry_after,
-                detail,
-            } => Err(CallFailure::Unavailable {
-                reason,
-                retry_after,
-                per_source: machine
-                    .per_source()
-                    .iter()
-                    .map(|(&index, &reason)| (Arc::clone(&self.sources[index].name), reason))
-                    .collect(),
-                last_error,
-                detail,
-            }),
-        }
-    }
-    /// One attempt through the transport, reported to source, admission and observer.
-    async fn attempt(
-        &self,
-        guard: &mut AttemptGuard<'_, T>,
-        request: &T::Request,
-        events: Option<&EventSink<T::Event>>,
-        options: CallOptions,
-    ) -> Result<T::Response, T::Error> {
-        let source = Arc::clone(guard.ticket.source());
-        source.counters.attempts.fetch_add(1, Ordering::Relaxed);
-        let probe = guard
-            .permit
-            .as_ref()
-            .is_some_and(|p| p.attempt.probe_id.is_some());
-        let est = guard
-            .permit
-            .as_ref()
-            .map_or(0, |p| p.attempt.lease.est_tokens);
-        let sent = self.clock.now();
-        let result = source.transport.send(request, events).await;
-        let elapsed = guard.started.elapsed();
-        let verdict = match &result {
-            Ok(_) => AttemptVerdict::Success,
-            Err(error) => AttemptVerdict::of_error(error),
-        };
-        let answer = match &result {
-            Ok(response) => Ok(T::tokens_used(response)),
-            Err(error) => Err((verdict, error.class())),
-        };
-        let (action, tokens) = settlement(answer, est, options.breaker_exempt);
-        // A failure that may be retried or end the call unavailable needs the breaker state it
-        // leaves, for the `retry_after` hint.
-        let retryable = result.as_ref().err().is_some_and(|e| {
-            matches!(
-                e.class(),
-                FailureClass::Transient | FailureClass::SourceDead
-            )
-        });
-        guard.settle(
-            action,
-            tokens,
-            verdict == AttemptVerdict::Success,
-            retryable,
-        );
-        source.report(pacer_observation::<T>(
-            &result,
-            verdict,
-            sent,
-            self.clock.now(),
-            source.in_flight(),
-        ));
-        source.metrics.attempt(Some(verdict));
-        let report_result = match &result {
-            Ok(response) => AttemptResult::Ok(response),
-            Err(error) => AttemptResult::Err(error),
-        };
-        guard.observer.on_attempt(&AttemptReport {
-            scope: &self.config.name,
-            source: &source.name,
-            attempt_id: &guard.attempt_id,
-            attempt: guard.attempt,
-            elapsed,
-            capacity_wait: guard.capacity_wait,
-            result: report_result,
-            probe,
-        });
-        let span = tracing::Span::current();
-        span.record("verdict", tracing::field::debug(verdict));
-        span.record("elapsed_ms", elapsed.as_secs_f64() * 1e3);
-        if let Err(error) = &result {
-            span.record("class", error.class().as_str());
-        }
-        result
-    }
-
-    async fn select(
-        &self,
-        exclude: Vec<usize>,
-        avoid: Option<usize>,
-    ) -> Result<Selection<T>, CallFailure<T::Error>> {
-        let (reply, answer) = oneshot::channel();
-        let router = self.router.get().map_err(CallFailure::Shutdown)?;
-        router
-            .cast(RouterMsg::Select {
-                exclude,
-                avoid,
-                reply,
-            })
-            .map_err(|_| {
-                CallFailure::Shutdown(format!("scope {} router stopped", self.config.name))
-            })?;
-        answer.await.map_err(|_| {
-            CallFailure::Shutdown(format!("scope {} router stopped", self.config.name))
-        })
-    }
-
-    async fn admit(&self, ticket: &SourceTicket<T>) -> AdmitAnswer {
-        let source = ticket.source();
-        let request = AdmitRequest {
-            gate: GateRequest {
-                scope: Arc::clone(&self.config.name),
-                source: Arc::clone(&source.name),
-                global: self.config.global,
-                per_source: source.limits,
-                est_tokens: source.est_tokens,
-                lease_id: new_id().into(),
-                lease_ttl: self.config.lease_ttl,
-            },
-            breaker: source.breaker.clone(),
-            gauge: Arc::clone(&source.metrics.breaker),
-        };
-        self.admission.door()?.admit(request).await
-    }
-
-    async fn progress_age(&self) -> Option<Duration> {
-        let door = self.admission.door().ok()?;
-        door.progress_age(&self.config.name).await.ok()?
+        driver::run(self, request, observer, events, options).await
     }
 
     /// The chaos hooks' way to the scope's actors (test builds only: calls never message them).

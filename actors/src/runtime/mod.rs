@@ -8,18 +8,19 @@
 //! down. The actors, their messages and the call machine are private; the two pieces the
 //! `polygateway` crate needs beyond that (actor slots, call ids) are in [`crate::assembly`].
 
-mod admission;
+pub(crate) mod admission;
 mod call;
+pub(crate) mod driver;
 pub(crate) mod ids;
 pub(crate) mod machine;
 pub mod metrics;
 mod observer;
 mod restart;
-mod router;
+pub(crate) mod router;
 mod scope;
 mod shared;
 pub(crate) mod slot;
-mod source;
+pub(crate) mod source;
 mod supervisor;
 mod wait;
 

@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use crate::policy::select::{Candidate, Selector};
 
 use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
-use super::shared::SourceTicket;
+use super::shared::{SourceShared, SourceTicket};
 use super::source::{SourceActor, SourceArgs, SourceMsg};
 
 /// The result of a selection.
@@ -138,19 +138,53 @@ impl<T: Send + Sync + 'static> ScopeRouter<T> {
     }
 
     fn select(state: &mut RouterState<T>, exclude: &[usize], avoid: Option<usize>) -> Selection<T> {
-        if state.children.is_empty() {
+        let now = state.clock.now();
+        let mut pick = Picker {
+            selector: state.selector.as_mut(),
+            rng: &mut state.rng,
+            candidates: &mut state.candidates,
+        };
+        pick.select(
+            state.children.iter().map(|c| &c.args.shared),
+            now,
+            exclude,
+            avoid,
+        )
+    }
+}
+
+/// The selection decision over the sources' published values, shared by the router actor and
+/// the simulator: skip the excluded, the cooling and the full pacers, prefer any other source
+/// over `avoid`, let the selector choose, and take the chosen source's pacer slot.
+pub(crate) struct Picker<'a> {
+    /// The selection policy.
+    pub(crate) selector: &'a mut dyn Selector,
+    /// Its random source.
+    pub(crate) rng: &'a mut SmallRng,
+    /// A buffer reused across selections (no allocation per pick).
+    pub(crate) candidates: &'a mut Vec<Candidate>,
+}
+
+impl Picker<'_> {
+    /// Select among `sources` (in index order) at `now`.
+    pub(crate) fn select<'s, T: 's>(
+        &mut self,
+        sources: impl ExactSizeIterator<Item = &'s Arc<SourceShared<T>>> + Clone,
+        now: Instant,
+        exclude: &[usize],
+        avoid: Option<usize>,
+    ) -> Selection<T> {
+        if sources.len() == 0 {
             return Selection::NoneEligible {
                 no_sources: true,
                 earliest_cooling: None,
                 paced: false,
             };
         }
-        let now = state.clock.now();
         let mut earliest_cooling: Option<Instant> = None;
         let mut paced = false;
-        state.candidates.clear();
-        for child in &state.children {
-            let s = &child.args.shared;
+        self.candidates.clear();
+        for s in sources.clone() {
             let excluded = exclude.contains(&s.index);
             let cooling = s.cooling_until(now);
             if let (false, Some(until)) = (excluded, cooling) {
@@ -161,23 +195,23 @@ impl<T: Send + Sync + 'static> ScopeRouter<T> {
             if !excluded && cooling.is_none() && !has_slot {
                 paced = true;
             }
-            state.candidates.push(Candidate {
+            self.candidates.push(Candidate {
                 index: s.index,
                 health: s.health(),
                 in_flight,
                 eligible: !excluded && cooling.is_none() && has_slot,
             });
         }
-        let eligible_other = state
+        let eligible_other = self
             .candidates
             .iter()
             .any(|c| c.eligible && Some(c.index) != avoid);
         if let (true, Some(a)) = (eligible_other, avoid) {
-            state.candidates[a].eligible = false;
+            self.candidates[a].eligible = false;
         }
-        let picked = state.selector.select(&state.candidates, &mut state.rng);
+        let picked = self.selector.select(self.candidates, self.rng);
         if let Some(index) = picked {
-            if let Some(ticket) = state.children[index].args.shared.try_enter() {
+            if let Some(ticket) = sources.clone().nth(index).and_then(|s| s.try_enter()) {
                 return Selection::Picked(ticket);
             }
             paced = true;

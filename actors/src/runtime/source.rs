@@ -77,12 +77,41 @@ impl<T> Clone for SourceArgs<T> {
     }
 }
 
+/// A source's adaptive policies — its pacer and health EWMA — and how one attempt moves them:
+/// observe, then publish the derived values into the source's [`SourceShared`]. The source
+/// actor owns one; the simulator drives the same code in virtual time.
+#[derive(Debug)]
+pub(crate) struct SourcePolicies {
+    pub(crate) pacer: Box<dyn Pacer>,
+    pub(crate) health: HealthEwma,
+}
+
+impl SourcePolicies {
+    /// Fresh policies for `shared`, published at once.
+    pub(crate) fn start<T>(factory: &PacerFactory, shared: &SourceShared<T>) -> Self {
+        let policies = Self {
+            pacer: factory(&shared.limits),
+            health: HealthEwma::default(),
+        };
+        shared.publish_pacer(policies.pacer.as_ref());
+        shared.publish_health(policies.health.value());
+        policies
+    }
+
+    /// One finished attempt (the verdict counters were bumped by the call task).
+    pub(crate) fn observe<T>(&mut self, shared: &SourceShared<T>, attempt: &PacerObservation) {
+        self.pacer.observe(attempt);
+        self.health.observe(attempt.verdict);
+        shared.publish_pacer(self.pacer.as_ref());
+        shared.publish_health(self.health.value());
+    }
+}
+
 /// State of a source actor. A restart starts the pacer and health afresh (the reason for a
 /// restart is that this state may be corrupt); the shared counters and in-flight survive.
 pub(crate) struct SourceState<T> {
     shared: Arc<SourceShared<T>>,
-    pacer: Box<dyn Pacer>,
-    health: HealthEwma,
+    policies: SourcePolicies,
 }
 
 impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
@@ -95,14 +124,10 @@ impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
         _myself: ActorRef<Self::Msg>,
         args: SourceArgs<T>,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let pacer = (args.pacer)(&args.shared.limits);
-        let health = HealthEwma::default();
-        args.shared.publish_pacer(pacer.as_ref());
-        args.shared.publish_health(health.value());
+        let policies = SourcePolicies::start(&args.pacer, &args.shared);
         Ok(SourceState {
             shared: args.shared,
-            pacer,
-            health,
+            policies,
         })
     }
 
@@ -113,14 +138,7 @@ impl<T: Send + Sync + 'static> Actor for SourceActor<T> {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            SourceMsg::Report(attempt) => {
-                let verdict = attempt.verdict;
-                // The verdict counters were bumped by the call task (`SourceShared::report`).
-                state.pacer.observe(&attempt);
-                state.health.observe(verdict);
-                state.shared.publish_pacer(state.pacer.as_ref());
-                state.shared.publish_health(state.health.value());
-            }
+            SourceMsg::Report(attempt) => state.policies.observe(&state.shared, &attempt),
             #[cfg(feature = "testkit")]
             SourceMsg::Crash(reason) => return Err(reason.into()),
         }

@@ -1,38 +1,60 @@
 //! Deterministic simulation of governed calls (the FoundationDB / VOPR idea, at the scale of
-//! one scope): the real call machine (`runtime/machine.rs`), the real breaker and limiter state
-//! machines and the real selector, driven by a seeded fault process in virtual time. No tokio,
-//! no threads, no clock: one seed is one schedule, replayed exactly, and every step checks the
-//! invariants listed in `ARCHITECTURE.md` ("Simulation").
+//! one scope), through the production call driver.
+//!
+//! Every call runs `runtime::driver::run` — the driver every production call runs — with the
+//! simulator's [`CallEffects`]: selection is the router's [`Picker`] over real `SourceShared`
+//! values (real pacer slots, cooldown memos and the scope's `Notify`), admission and settlement
+//! are [`ComposedAttempts`] over the memory gate and breakers, each attempt feeds the real pacer
+//! and health policies ([`SourcePolicies`], what the source actor runs), and streaming calls emit
+//! their deltas into a real `EventSink`. Only the world is simulated: a seeded fault process
+//! behind a [`Transport`], timers, and a hand-rolled single-threaded executor in virtual time
+//! ([`ManualClock`]). No tokio, no threads: one seed is one schedule, replayed exactly, and the
+//! invariants listed in `ARCHITECTURE.md` ("Simulation") are checked at every step.
 //!
 //! What is modelled per seed: 1–4 sources with latency distributions, 429 bursts with and
-//! without Retry-After, dead-key windows that recover, black holes (cut by the attempt
-//! watchdog), mid-stream truncation, slow first tokens, per-source and scope gates; a
-//! governance "backend down" window (an admission actor restarting or Redis away: admits fail
-//! closed, bookkeeping sent meanwhile is lost and the lease/probe TTLs reclaim it); random caller
-//! cancellations at any point. Not modelled: the actors' mailboxes and restarts themselves
-//! (their effect on a call is the backend-down window) and the health EWMA / AIMD adaptation
-//! (pacer limits are fixed per seed).
+//! without Retry-After, a 429 fault window (every answer pushes back) that ends, dead-key
+//! windows that recover, black holes (cut by the attempt watchdog), mid-stream truncation, slow
+//! first tokens, per-source and scope gates; the adaptive or AIMD pacer; a governance "backend
+//! down" window (an admission actor restarting or Redis away: admits fail closed, bookkeeping
+//! sent meanwhile is lost and the lease/probe TTLs reclaim it); random caller cancellations at
+//! any point (the call's future is dropped, as a caller drops it). Not modelled: the actors'
+//! mailboxes and restarts themselves (their effect on a call is the backend-down window).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tokio::sync::Notify;
 
-use crate::outcome::{AttemptVerdict, FailureClass, SourceReason};
-use crate::policy::breaker::BreakerMachine;
-use crate::policy::limiter::LimiterState;
-use crate::policy::select::{Candidate, LeastInflight, Selector};
-use crate::ports::attempt::{BreakerAction, BreakerStatus};
-use crate::ports::breaker::{BreakerAdmit, BreakerConfig, BreakerState};
-use crate::ports::gate::{GateDecision, GateRequest, Lease, Limits};
-use crate::runtime::machine::{
-    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
-    SourceFacts, Step,
+use crate::clock::Clock;
+use crate::memory::{ManualClock, MemoryBreakers, MemoryGate};
+use crate::outcome::{Classify, FailureClass, SourceReason};
+use crate::policy::adaptive_pacer::AdaptivePacer;
+use crate::policy::pacer::{AimdPacer, Pacer, PacerObservation};
+use crate::policy::select::{Candidate, LeastInflight};
+use crate::ports::attempt::{AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerStatus};
+use crate::ports::breaker::{BreakerBackend, BreakerConfig, BreakerState};
+use crate::ports::gate::{GateBackend, Limits};
+use crate::ports::transport::{EventSink, Transport};
+use crate::ports::BackendError;
+use crate::runtime::admission::{AdmitAnswer, AdmitRequest, Permit};
+use crate::runtime::driver::{self, CallEffects};
+use crate::runtime::machine::{Action, CallMachine, Ending, Step};
+use crate::runtime::metrics::{ScopeMetrics, SourceMetrics};
+use crate::runtime::router::{Picker, Selection};
+use crate::runtime::source::{PacerFactory, SourcePolicies};
+use crate::runtime::{
+    AttemptReport, AttemptResult, CallFailure, CallObserver, CallOptions, ScopeConfig, ScopeReason,
+    SourceShared, TerminalReport,
 };
-use crate::runtime::{ScopeConfig, ScopeReason};
 
 /// The result of one simulated seed.
 ///
@@ -56,6 +78,13 @@ pub struct SeedReport {
     pub trace_hash: u64,
     /// With `keep_trace`, the events of the first call that broke an invariant (else empty).
     pub trace: Vec<String>,
+    /// Pacer observations made (all sources).
+    pub pacer_observations: u64,
+    /// Fault windows after which a pacer's recovery was checked.
+    pub recoveries_checked: u32,
+    /// The widest fall of a pacer's limit within a run of observations without a 429 (its
+    /// highest limit over its lowest; 1 = never fell).
+    pub widest_clean_fall: f64,
 }
 
 /// Simulate `calls` calls under the fault schedule drawn from `seed`. `keep_trace` records a
@@ -67,20 +96,28 @@ pub struct SeedReport {
 /// assert_eq!(run_seed(7, 10, false).trace_hash, run_seed(7, 10, false).trace_hash);
 /// ```
 pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
-    let mut world = World::new(seed, calls, keep_trace);
-    world.run();
-    let trace = world
+    let world = Rc::new(World::new(seed, calls, keep_trace));
+    Executor::new(Rc::clone(&world)).run();
+    world.check_quiescent();
+    let mut state = world.lock();
+    let trace = state
         .violations
         .first()
-        .map(|(call, _)| world.calls[*call].trace.clone())
+        .map(|(call, _)| state.calls[*call].trace.clone())
         .unwrap_or_default();
     SeedReport {
         seed,
         calls,
-        steps: world.steps,
-        violations: world.violations.into_iter().map(|(_, v)| v).collect(),
-        trace_hash: world.hash,
+        steps: state.steps,
+        violations: std::mem::take(&mut state.violations)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect(),
+        trace_hash: state.hash,
         trace,
+        pacer_observations: state.pacer.iter().map(|p| p.observations).sum(),
+        recoveries_checked: state.recoveries_checked,
+        widest_clean_fall: state.widest_fall,
     }
 }
 
@@ -90,6 +127,15 @@ type Ms = u64;
 const SCOPE: &str = "sim";
 /// Past this many steps a seed is a runaway (a call loops without time passing).
 const STEP_LIMIT: u64 = 2_000_000;
+/// Successes after a 429 fault window within which the pacer must have grown from its lowest
+/// limit of the window (unless it never left its pre-window limit).
+const RECOVERY_SUCCESSES: u32 = 40;
+/// The oscillation band: over any run of [`BAND_RUN`] observations without a pushback signal
+/// (no 429) the limit never falls below `1 / BAND_FACTOR` of its highest value in the run. The
+/// adaptive pacer's queueing cuts are clamped to ×0.5 at most once per round, so a clean stretch
+/// cannot saw the limit down without bound.
+const BAND_FACTOR: f64 = 1000.0;
+const BAND_RUN: usize = 32;
 
 #[derive(Debug)]
 struct Faults {
@@ -105,91 +151,169 @@ struct Faults {
     invalid: f64,
     /// The key is dead in `[from, until)`, then recovers.
     dead: Option<(Ms, Ms)>,
+    /// Every answer is a 429 in `[from, until)` (a quota exhausted for a while).
+    pushback: Option<(Ms, Ms)>,
 }
 
-#[derive(Debug)]
-struct SimSource {
-    name: Arc<str>,
-    breaker: BreakerMachine,
-    breaker_config: BreakerConfig,
-    limits: Limits,
-    pacer_limit: u32,
-    in_flight: u32,
-    /// The local cooldown memo (what `SourceShared::cool_until` writes).
-    cooling_until: Ms,
-    faults: Faults,
-    /// When this source last answered "dead key" (for the dead-key invariant).
-    dead_seen: Option<Ms>,
-    epoch: u64,
-}
-
-#[derive(Debug)]
-struct SimPermit {
-    source: usize,
-    lease: Lease,
-    epoch: u64,
-    probe: Option<Arc<str>>,
-}
-
+/// How a simulated attempt answers.
 #[derive(Debug, Clone, Copy)]
-enum Kind {
+enum Answer {
     Ok,
-    Fail(Failure),
+    Fail(SimError),
 }
 
+/// A simulated transport failure, classified as a real provider error would be.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SimError {
+    class: FailureClass,
+    reason: SourceReason,
+    rate_limited: bool,
+    retry_after: Option<Duration>,
+}
+
+impl std::fmt::Display for SimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "simulated {} ({})",
+            self.class.as_str(),
+            self.reason.as_str()
+        )
+    }
+}
+
+impl std::error::Error for SimError {}
+
+impl Classify for SimError {
+    fn class(&self) -> FailureClass {
+        self.class
+    }
+    fn is_rate_limited(&self) -> bool {
+        self.rate_limited
+    }
+    fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+    fn source_reason(&self) -> SourceReason {
+        self.reason
+    }
+}
+
+/// One simulated call's request.
 #[derive(Debug)]
-struct SimCall {
-    /// Built when the call arrives (it reads the cooldown memo then).
-    machine: Option<CallMachine>,
+pub(crate) struct SimRequest {
+    call: usize,
+    streaming: bool,
+}
+
+/// A source's upstream: answers drawn from its fault process after a virtual-time latency.
+#[derive(Debug)]
+pub(crate) struct SimTransport {
+    index: usize,
+    state: Arc<Mutex<State>>,
+}
+
+#[async_trait::async_trait]
+impl Transport for SimTransport {
+    type Request = SimRequest;
+    type Response = ();
+    type Event = u64;
+    type Error = SimError;
+
+    async fn send(
+        &self,
+        request: &SimRequest,
+        events: Option<&EventSink<u64>>,
+    ) -> Result<(), SimError> {
+        let (after, answer, deltas) = lock(&self.state).plan_attempt(request, self.index);
+        Sleep::new(Arc::clone(&self.state), after).await;
+        if let Some(events) = events {
+            for delta in 0..deltas {
+                // The consumer is the call's own receiver, alive and never full.
+                let _ = events.emit(delta).await;
+            }
+        }
+        match answer {
+            Answer::Ok => Ok(()),
+            Answer::Fail(error) => Err(error),
+        }
+    }
+
+    fn tokens_used(_response: &()) -> Option<u64> {
+        None
+    }
+}
+
+/// What one call's invariants are checked against, kept independently of the driver.
+#[derive(Debug)]
+struct CallBook {
     seed: u64,
     streaming: bool,
-    generation: u64,
-    pending: Option<Event>,
-    /// Pacer slot held (source index).
-    ticket: Option<usize>,
-    permit: Option<SimPermit>,
-    /// The attempt in flight: its source and what it will answer.
-    attempt: Option<(usize, Kind)>,
-    awaiting_slot: bool,
     done: bool,
-    // Bookkeeping kept independently of the machine, for the invariants.
     granted: u32,
     pushbacks: u32,
     rows: u32,
+    terminal_rows: u32,
     sends: u32,
+    /// Attempts the machine counted, as of its last step.
+    attempts: u32,
     /// Per source, the earliest moment it could serve as far as this call has been told.
     known_ready: Vec<Ms>,
     last_progress: Option<Option<Duration>>,
     trace: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Wake {
-    Start,
-    Deliver(u64),
-    Cancel,
+/// What the pacer invariants follow per source.
+#[derive(Debug, Default)]
+struct PacerBook {
+    observations: u64,
+    /// Limit before the 429 window began, and the lowest limit seen during it.
+    before_window: Option<u32>,
+    lowest_in_window: Option<u32>,
+    /// Successes observed after the window ended; whether the recovery was judged.
+    successes_after: u32,
+    judged: bool,
+    /// The limits of the current run of observations without a 429.
+    clean_run: VecDeque<u32>,
 }
 
-struct World {
-    base: Instant,
+/// A timer's payload.
+#[derive(Debug)]
+enum Timer {
+    Wake(Waker),
+    Start(usize),
+    Cancel(usize),
+}
+
+/// The world's mutable state, behind one lock (never held across an await or a call into the
+/// governance code).
+#[derive(Debug)]
+struct State {
     now: Ms,
     rng: SmallRng,
-    selector_rng: SmallRng,
-    config: ScopeConfig,
+    faults: Vec<Faults>,
     attempt_timeout: Ms,
-    sources: Vec<SimSource>,
-    limiter: LimiterState,
     backend_down: Option<(Ms, Ms)>,
-    calls: Vec<SimCall>,
-    queue: BinaryHeap<Reverse<(Ms, u64, usize, Wake)>>,
+    dead_seen: Vec<Option<Ms>>,
+    epochs: Vec<u64>,
+    timers: BinaryHeap<Reverse<(Ms, u64)>>,
+    timer_payloads: BTreeMap<u64, Timer>,
     seq: u64,
-    slot_waiters: VecDeque<usize>,
     ids: u64,
     probes_out: i64,
     steps: u64,
     hash: u64,
     keep_trace: bool,
+    calls: Vec<CallBook>,
+    pacer: Vec<PacerBook>,
+    recoveries_checked: u32,
+    /// The widest fall of a pacer limit within a run without a 429 (high / low).
+    widest_fall: f64,
     violations: Vec<(usize, String)>,
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn fnv(hash: u64, value: u64) -> u64 {
@@ -202,169 +326,11 @@ fn ms(d: Duration) -> Ms {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-impl World {
-    fn new(seed: u64, calls: u32, keep_trace: bool) -> Self {
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let n = rng.random_range(1..=4usize);
-        let mut config = ScopeConfig::new(SCOPE);
-        config.max_attempts = rng.random_range(1..=4);
-        config.backoff_base = Duration::from_millis(rng.random_range(50..=1_000));
-        config.backoff_max = Duration::from_millis(rng.random_range(1_000..=8_000));
-        config.quota_full_fails_fast = rng.random_bool(0.3);
-        config.circuit_open_waits = rng.random_bool(0.5);
-        config.stall_window = Duration::from_millis(rng.random_range(2_000..=60_000));
-        config.poll_interval = Duration::from_millis(rng.random_range(100..=1_000));
-        config.lease_ttl = Duration::from_secs(60);
-        config.global = Limits {
-            max_concurrency: if rng.random_bool(0.3) {
-                rng.random_range(1..=6)
-            } else {
-                0
-            },
-            rpm: if rng.random_bool(0.2) {
-                rng.random_range(20..=300)
-            } else {
-                0
-            },
-            tpm: if rng.random_bool(0.1) {
-                rng.random_range(500..=5_000)
-            } else {
-                0
-            },
-        };
-        let horizon: Ms = u64::from(calls) * rng.random_range(20..=400);
-        let sources = (0..n)
-            .map(|i| {
-                let fault_rate = [0.0, 0.05, 0.3, 0.8][rng.random_range(0..4usize)];
-                let dead = rng.random_bool(0.25).then(|| {
-                    let from = rng.random_range(0..=horizon.max(1));
-                    (from, from + rng.random_range(1_000..=120_000))
-                });
-                SimSource {
-                    name: format!("s{i}").into(),
-                    breaker: BreakerMachine::new(),
-                    breaker_config: BreakerConfig {
-                        fail_threshold: rng.random_range(1..=6),
-                        cooldown: Duration::from_millis(rng.random_range(500..=30_000)),
-                        max_cooldown: Duration::from_secs(60),
-                        probe_ttl: Duration::from_secs(30),
-                        min_calls: rng.random_range(3..=10),
-                        ..BreakerConfig::default()
-                    },
-                    limits: Limits {
-                        max_concurrency: if rng.random_bool(0.4) {
-                            rng.random_range(1..=4)
-                        } else {
-                            0
-                        },
-                        rpm: if rng.random_bool(0.2) {
-                            rng.random_range(10..=200)
-                        } else {
-                            0
-                        },
-                        tpm: 0,
-                    },
-                    pacer_limit: rng.random_range(1..=8),
-                    in_flight: 0,
-                    cooling_until: 0,
-                    faults: Faults {
-                        latency: (rng.random_range(1..=50), rng.random_range(50..=3_000)),
-                        slow_first_token: fault_rate * 0.2,
-                        transient: fault_rate * 0.4,
-                        rate_limited: fault_rate * rng.random_range(0.0..0.6),
-                        retry_after: rng.random_range(0.0..1.0),
-                        black_hole: fault_rate * 0.05,
-                        truncate: fault_rate * 0.1,
-                        rejected: 0.01,
-                        invalid: 0.01,
-                        dead,
-                    },
-                    dead_seen: None,
-                    epoch: 0,
-                }
-            })
-            .collect();
-        let backend_down = rng.random_bool(0.2).then(|| {
-            let from = rng.random_range(0..=horizon.max(1));
-            (from, from + rng.random_range(100..=20_000))
-        });
-        let mut world = World {
-            base: Instant::now(),
-            now: 0,
-            selector_rng: SmallRng::seed_from_u64(seed ^ 0x5e1e_c702),
-            attempt_timeout: rng.random_range(1_000..=20_000),
-            config,
-            sources,
-            limiter: LimiterState::new(Duration::from_secs(60)),
-            backend_down,
-            calls: Vec::new(),
-            queue: BinaryHeap::new(),
-            seq: 0,
-            slot_waiters: VecDeque::new(),
-            ids: 0,
-            probes_out: 0,
-            steps: 0,
-            hash: 0xcbf2_9ce4_8422_2325,
-            keep_trace,
-            violations: Vec::new(),
-            rng,
-        };
-        for c in 0..calls as usize {
-            let arrival = world.rng.random_range(0..=horizon);
-            let streaming = world.rng.random_bool(0.3);
-            let cancel_at = world
-                .rng
-                .random_bool(0.15)
-                .then(|| arrival + world.rng.random_range(0..=20_000));
-            world.calls.push(SimCall {
-                machine: None,
-                seed: seed.wrapping_mul(31).wrapping_add(c as u64),
-                streaming,
-                generation: 0,
-                pending: None,
-                ticket: None,
-                permit: None,
-                attempt: None,
-                awaiting_slot: false,
-                done: false,
-                granted: 0,
-                pushbacks: 0,
-                rows: 0,
-                sends: 0,
-                known_ready: vec![0; n],
-                last_progress: None,
-                trace: Vec::new(),
-            });
-            world.push(arrival, c, Wake::Start);
-            if let Some(at) = cancel_at {
-                world.push(at, c, Wake::Cancel);
-            }
-        }
-        world
-    }
-
-    fn machine(&mut self, call: usize) -> &mut CallMachine {
-        self.calls[call]
-            .machine
-            .as_mut()
-            .expect("the call has arrived")
-    }
-
-    fn at(&self, t: Ms) -> Instant {
-        self.base + Duration::from_millis(t)
-    }
-
-    fn push(&mut self, at: Ms, call: usize, wake: Wake) {
+impl State {
+    fn timer(&mut self, at: Ms, timer: Timer) {
         self.seq += 1;
-        self.queue.push(Reverse((at, self.seq, call, wake)));
-    }
-
-    fn deliver_later(&mut self, call: usize, after: Ms, event: Event) {
-        let c = &mut self.calls[call];
-        c.generation += 1;
-        c.pending = Some(event);
-        let generation = c.generation;
-        self.push(self.now + after, call, Wake::Deliver(generation));
+        self.timers.push(Reverse((at, self.seq)));
+        self.timer_payloads.insert(self.seq, timer);
     }
 
     fn violation(&mut self, call: usize, what: String) {
@@ -378,173 +344,113 @@ impl World {
             .is_some_and(|(from, until)| (from..until).contains(&self.now))
     }
 
-    fn run(&mut self) {
-        while let Some(Reverse((at, _, call, wake))) = self.queue.pop() {
-            self.now = at;
-            if self.calls[call].done {
-                continue;
-            }
-            match wake {
-                Wake::Start => {
-                    let facts: Vec<SourceFacts> = self
-                        .sources
-                        .iter()
-                        .map(|s| SourceFacts {
-                            cooldown: s.breaker_config.cooldown,
-                            cooling_until: (s.cooling_until > self.now)
-                                .then(|| self.at(s.cooling_until)),
-                        })
-                        .collect();
-                    for (i, s) in self.sources.iter().enumerate() {
-                        self.calls[call].known_ready[i] = s.cooling_until;
-                    }
-                    let rng = SmallRng::seed_from_u64(self.calls[call].seed);
-                    let machine = CallMachine::new(&self.config, facts, rng, self.at(self.now));
-                    let step = self.calls[call].machine.insert(machine).start();
-                    self.drive(call, step);
-                }
-                Wake::Deliver(generation) if generation == self.calls[call].generation => {
-                    let event = self.calls[call].pending.take().expect("a pending event");
-                    let event = self.before_delivery(call, event);
-                    self.step(call, event);
-                }
-                Wake::Deliver(_) => {}
-                Wake::Cancel => self.cancel(call),
-            }
-            if self.steps > STEP_LIMIT {
-                self.violation(call, format!("runaway: more than {STEP_LIMIT} steps"));
-                return;
-            }
+    fn trace_event(&mut self, call: usize, what: impl FnOnce() -> String) {
+        if self.keep_trace {
+            let line = format!("{} ms:   <- {}", self.now, what());
+            self.calls[call].trace.push(line);
         }
-        self.check_quiescent();
     }
 
-    /// What the driver does when an attempt ends, before the machine hears of it: the guard
-    /// settles with admission, the pacer slot goes back, the observer writes a row.
-    fn before_delivery(&mut self, call: usize, event: Event) -> Event {
-        self.calls[call].awaiting_slot = false;
-        let Event::Attempted(outcome) = event else {
-            return event;
+    /// The attempt's answer, drawn from the source's fault process: (duration, answer, stream
+    /// deltas delivered before it).
+    fn plan_attempt(&mut self, request: &SimRequest, source: usize) -> (Ms, Answer, u64) {
+        let now = self.now;
+        self.calls[request.call].sends += 1;
+        let timeout = self.attempt_timeout;
+        let rng = &mut self.rng;
+        let f = &self.faults[source];
+        let latency = rng.random_range(f.latency.0..=f.latency.1.max(f.latency.0));
+        let fail = |class, reason, rate_limited, retry_after| {
+            Answer::Fail(SimError {
+                class,
+                reason,
+                rate_limited,
+                retry_after,
+            })
         };
-        let (source, kind) = self.calls[call]
-            .attempt
-            .take()
-            .expect("an attempt in flight");
-        let est = self.calls[call]
-            .permit
-            .as_ref()
-            .map_or(0, |p| p.lease.est_tokens);
-        let answer = match kind {
-            Kind::Ok => Ok(None),
-            Kind::Fail(f) => {
-                let verdict = if f.rate_limited {
-                    AttemptVerdict::RateLimited
-                } else {
-                    match f.class {
-                        FailureClass::Transient => AttemptVerdict::Failure,
-                        FailureClass::SourceDead => AttemptVerdict::Dead,
-                        _ => AttemptVerdict::AliveButUnusable,
-                    }
-                };
-                Err((verdict, f.class))
-            }
+        let hint = |rng: &mut SmallRng| {
+            rng.random_bool(f.retry_after)
+                .then(|| Duration::from_millis(rng.random_range(100..=10_000)))
         };
-        let (action, tokens) = settlement(answer, est, false);
-        let breaker = self.settle(call, action, tokens, matches!(kind, Kind::Ok));
-        self.release_ticket(call);
-        let c = &mut self.calls[call];
-        c.rows += 1;
-        if let Kind::Fail(f) = kind {
-            if f.rate_limited {
-                c.pushbacks += 1;
-            }
-            if f.class == FailureClass::SourceDead {
-                self.sources[source].dead_seen = Some(self.now);
-            }
-            let mut ready = self.now;
-            if let Some(hint) = f.retry_after {
-                ready = ready.max(self.now + ms(hint));
-            }
-            if f.class == FailureClass::SourceDead {
-                ready = ready.max(self.now + ms(self.sources[source].breaker_config.cooldown));
-            }
-            if let Some(BreakerStatus::Open { retry_after }) = breaker {
-                ready = ready.max(self.now + ms(retry_after));
-            }
-            let known = &mut self.calls[call].known_ready[source];
-            *known = (*known).max(ready);
+        let within = |window: Option<(Ms, Ms)>| window.is_some_and(|(a, b)| (a..b).contains(&now));
+        if within(f.dead) {
+            let dead = fail(
+                FailureClass::SourceDead,
+                SourceReason::SourceDead,
+                false,
+                None,
+            );
+            return (latency.min(50), dead, 0);
         }
-        // As the driver does: the failure carries the breaker state its finish answered.
-        match outcome {
-            Outcome::Failed(failure) => {
-                Event::Attempted(Outcome::Failed(Failure { breaker, ..failure }))
-            }
-            Outcome::Ok => Event::Attempted(Outcome::Ok),
+        if within(f.pushback) {
+            let h = hint(rng);
+            let pushed = fail(FailureClass::Transient, SourceReason::RateLimited, true, h);
+            return (latency.min(100), pushed, 0);
         }
-    }
-
-    fn step(&mut self, call: usize, event: Event) {
-        let now = self.at(self.now);
-        let step = self.machine(call).step(event, now);
-        self.drive(call, step);
-    }
-
-    fn drive(&mut self, call: usize, mut step: Step) {
-        loop {
-            self.steps += 1;
-            self.record(call, &step);
-            self.check_call(call, &step.action);
-            if let Some((source, until)) = step.cool {
-                let until = ms(until.saturating_duration_since(self.base));
-                let memo = &mut self.sources[source].cooling_until;
-                *memo = (*memo).max(until);
-            }
-            let event = match step.action {
-                Action::Select { exclude, avoid } => {
-                    Event::Selected(self.select(call, &exclude, avoid))
-                }
-                Action::Admit { source } => Event::Admission(self.admit(call, source)),
-                Action::Send { source, .. } => {
-                    let (after, kind) = self.plan_attempt(call, source);
-                    self.calls[call].attempt = Some((source, kind));
-                    self.calls[call].sends += 1;
-                    let outcome = match kind {
-                        Kind::Ok => Outcome::Ok,
-                        Kind::Fail(f) => Outcome::Failed(f),
-                    };
-                    self.deliver_later(call, after, Event::Attempted(outcome));
-                    return;
-                }
-                Action::Backoff(wait) | Action::Wait(wait) => {
-                    self.deliver_later(call, ms(wait), Event::Woke);
-                    return;
-                }
-                Action::AwaitSlot(at_most) => {
-                    self.calls[call].awaiting_slot = true;
-                    self.slot_waiters.push_back(call);
-                    self.deliver_later(call, ms(at_most), Event::Woke);
-                    return;
-                }
-                Action::AskProgress => {
-                    let age = if self.down() {
-                        None
-                    } else {
-                        self.limiter.progress_age(SCOPE, self.now)
-                    };
-                    self.calls[call].last_progress = Some(age);
-                    Event::Progress(age)
-                }
-                Action::Finish(ending) => {
-                    self.finish(call, ending);
-                    return;
-                }
+        let roll: f64 = rng.random();
+        let mut edge = 0.0;
+        let mut next = |p: f64| {
+            edge += p;
+            roll < edge
+        };
+        let transient = FailureClass::Transient;
+        if next(f.black_hole) {
+            // The watchdog ends it.
+            (
+                timeout,
+                fail(transient, SourceReason::Timeout, false, None),
+                0,
+            )
+        } else if next(f.rate_limited) {
+            let h = hint(rng);
+            let pushed = fail(transient, SourceReason::RateLimited, true, h);
+            (latency.min(100), pushed, 0)
+        } else if next(f.transient) {
+            let h = hint(rng);
+            (
+                latency,
+                fail(transient, SourceReason::NetworkError, false, h),
+                0,
+            )
+        } else if next(f.truncate) {
+            let deltas = if request.streaming {
+                rng.random_range(1..=20)
+            } else {
+                0
             };
-            let now = self.at(self.now);
-            step = self.machine(call).step(event, now);
+            let cut = fail(transient, SourceReason::NetworkError, false, None);
+            (latency, cut, deltas)
+        } else if next(f.rejected) {
+            let reason = SourceReason::NetworkError;
+            (
+                latency,
+                fail(FailureClass::RequestRejected, reason, false, None),
+                0,
+            )
+        } else if next(f.invalid) {
+            let reason = SourceReason::NetworkError;
+            (
+                latency,
+                fail(FailureClass::ResultInvalid, reason, false, None),
+                0,
+            )
+        } else if next(f.slow_first_token) {
+            let slow = latency * 10;
+            if slow > timeout {
+                (
+                    timeout,
+                    fail(transient, SourceReason::Timeout, false, None),
+                    0,
+                )
+            } else {
+                (slow, Answer::Ok, 0)
+            }
+        } else {
+            (latency, Answer::Ok, 0)
         }
     }
 
-    fn record(&mut self, call: usize, step: &Step) {
+    fn record(&mut self, call: usize, step: &Step, base: Instant) {
         let (code, a, b) = match &step.action {
             Action::Select { exclude, avoid } => (
                 1,
@@ -581,7 +487,7 @@ impl World {
                 .map(|(s, t)| {
                     format!(
                         " cool s{s} until {} ms",
-                        ms(t.saturating_duration_since(self.base))
+                        ms(t.saturating_duration_since(base))
                     )
                 })
                 .unwrap_or_default();
@@ -590,437 +496,16 @@ impl World {
         }
     }
 
-    fn trace_event(&mut self, call: usize, what: impl FnOnce() -> String) {
-        if self.keep_trace {
-            let line = format!("{} ms:   <- {}", self.now, what());
-            self.calls[call].trace.push(line);
-        }
-    }
-
-    /// The router's selection over the sources (as `ScopeRouter::select` does it).
-    fn select(&mut self, call: usize, exclude: &[usize], avoid: Option<usize>) -> Selected {
-        let now = self.now;
-        let mut earliest: Option<Ms> = None;
-        let mut paced = false;
-        let mut candidates: Vec<Candidate> = self
-            .sources
-            .iter()
-            .enumerate()
-            .map(|(index, s)| {
-                let excluded = exclude.contains(&index);
-                let cooling = s.cooling_until > now;
-                if !excluded && cooling {
-                    earliest = Some(earliest.map_or(s.cooling_until, |e| e.min(s.cooling_until)));
-                }
-                let has_slot = s.in_flight < s.pacer_limit;
-                if !excluded && !cooling && !has_slot {
-                    paced = true;
-                }
-                Candidate {
-                    index,
-                    health: 1.0,
-                    in_flight: s.in_flight,
-                    eligible: !excluded && !cooling && has_slot,
-                }
-            })
-            .collect();
-        let other = candidates
-            .iter()
-            .any(|c| c.eligible && Some(c.index) != avoid);
-        if let (true, Some(a)) = (other, avoid) {
-            candidates[a].eligible = false;
-        }
-        let selected = match LeastInflight.select(&candidates, &mut self.selector_rng) {
-            Some(index) => {
-                self.sources[index].in_flight += 1;
-                self.calls[call].ticket = Some(index);
-                let s = &self.sources[index];
-                if s.in_flight > s.pacer_limit {
-                    let what = format!(
-                        "{} in flight above its pacer limit {}",
-                        s.name, s.pacer_limit
-                    );
-                    self.violation(call, what);
-                }
-                Selected::Picked(index)
-            }
-            None => Selected::NoneEligible {
-                earliest_cooling: earliest.map(|t| self.at(t)),
-                paced,
-            },
-        };
-        self.trace_event(call, || format!("{selected:?}"));
-        selected
-    }
-
-    /// The admission actor: breaker first, then the six gates; a probe the gates refuse is
-    /// handed back.
-    fn admit(&mut self, call: usize, source: usize) -> Admission {
-        let answer = self.admit_inner(call, source);
-        if !matches!(answer, Admission::Granted) {
-            self.release_ticket(call);
-        }
-        self.trace_event(call, || format!("{answer:?}"));
-        answer
-    }
-
-    fn admit_inner(&mut self, call: usize, source: usize) -> Admission {
-        if self.down() {
-            return Admission::BackendDown("simulated backend down".into());
-        }
-        let now = self.now;
-        self.ids += 1;
-        let id = self.ids;
-        let s = &mut self.sources[source];
-        let (epoch, probe) = match s
-            .breaker
-            .acquire(now, &s.breaker_config, || format!("p{id}").into())
-        {
-            BreakerAdmit::Pass { epoch } => (epoch, None),
-            BreakerAdmit::Probe { epoch, probe_id } => (epoch, Some(probe_id)),
-            BreakerAdmit::Refused { state, retry_after } => {
-                if state == BreakerState::Open {
-                    let known = &mut self.calls[call].known_ready[source];
-                    *known = (*known).max(now + ms(retry_after));
-                }
-                self.check_epoch(call, source);
-                return Admission::BreakerRefused { state, retry_after };
-            }
-        };
-        if probe.is_some() {
-            self.probes_out += 1;
-        }
-        self.check_epoch(call, source);
-        let s = &self.sources[source];
-        let request = GateRequest {
-            scope: SCOPE.into(),
-            source: Arc::clone(&s.name),
-            global: self.config.global,
-            per_source: s.limits,
-            est_tokens: 100,
-            lease_id: format!("l{id}").into(),
-            lease_ttl: self.config.lease_ttl,
-        };
-        match self.limiter.admit(&request, now) {
-            GateDecision::Admitted(lease) => {
-                self.calls[call].permit = Some(SimPermit {
-                    source,
-                    lease,
-                    epoch,
-                    probe,
-                });
-                self.calls[call].granted += 1;
-                self.check_caps(call, source);
-                if let Some(dead) = self.sources[source].dead_seen {
-                    let cooldown = ms(self.sources[source].breaker_config.cooldown);
-                    if now < dead + cooldown {
-                        let what = format!(
-                            "dead key s{source} admitted {} ms after it answered dead (cooldown {cooldown} ms)",
-                            now - dead
-                        );
-                        self.violation(call, what);
-                    }
-                }
-                Admission::Granted
-            }
-            GateDecision::Refused { gate, retry_after } => {
-                if let Some(p) = probe {
-                    self.sources[source].breaker.release_probe(&p);
-                    self.probes_out -= 1;
-                }
-                let ready = now + ms(retry_after);
-                let known = &mut self.calls[call].known_ready;
-                if gate.is_global() {
-                    known.iter_mut().for_each(|k| *k = (*k).max(ready));
-                } else {
-                    known[source] = known[source].max(ready);
-                }
-                Admission::GateRefused { gate, retry_after }
-            }
-        }
-    }
-
-    /// The attempt's answer, drawn from the source's fault process: (duration, answer).
-    fn plan_attempt(&mut self, call: usize, source: usize) -> (Ms, Kind) {
-        let now = self.now;
-        let streaming = self.calls[call].streaming;
-        let timeout = self.attempt_timeout;
-        let rng = &mut self.rng;
-        let f = &self.sources[source].faults;
-        let latency = rng.random_range(f.latency.0..=f.latency.1.max(f.latency.0));
-        let fail = |class, reason, rate_limited, retry_after, delivered| {
-            Kind::Fail(Failure {
-                class,
-                rate_limited,
-                retry_after,
-                reason,
-                delivered,
-                breaker: None,
-            })
-        };
-        let hint = |rng: &mut SmallRng| {
-            rng.random_bool(f.retry_after)
-                .then(|| Duration::from_millis(rng.random_range(100..=10_000)))
-        };
-        if f.dead
-            .is_some_and(|(from, until)| (from..until).contains(&now))
-        {
-            let reason = SourceReason::SourceDead;
-            return (
-                latency.min(50),
-                fail(FailureClass::SourceDead, reason, false, None, 0),
-            );
-        }
-        let roll: f64 = rng.random();
-        let mut edge = 0.0;
-        let mut next = |p: f64| {
-            edge += p;
-            roll < edge
-        };
-        if next(f.black_hole) {
-            // The watchdog ends it.
-            (
-                timeout,
-                fail(
-                    FailureClass::Transient,
-                    SourceReason::Timeout,
-                    false,
-                    None,
-                    0,
-                ),
-            )
-        } else if next(f.rate_limited) {
-            let h = hint(rng);
-            (
-                latency.min(100),
-                fail(
-                    FailureClass::Transient,
-                    SourceReason::RateLimited,
-                    true,
-                    h,
-                    0,
-                ),
-            )
-        } else if next(f.transient) {
-            let h = hint(rng);
-            (
-                latency,
-                fail(
-                    FailureClass::Transient,
-                    SourceReason::NetworkError,
-                    false,
-                    h,
-                    0,
-                ),
-            )
-        } else if next(f.truncate) {
-            let delivered = if streaming {
-                rng.random_range(1..=20)
-            } else {
-                0
-            };
-            (
-                latency,
-                fail(
-                    FailureClass::Transient,
-                    SourceReason::NetworkError,
-                    false,
-                    None,
-                    delivered,
-                ),
-            )
-        } else if next(f.rejected) {
-            (
-                latency,
-                fail(
-                    FailureClass::RequestRejected,
-                    SourceReason::NetworkError,
-                    false,
-                    None,
-                    0,
-                ),
-            )
-        } else if next(f.invalid) {
-            (
-                latency,
-                fail(
-                    FailureClass::ResultInvalid,
-                    SourceReason::NetworkError,
-                    false,
-                    None,
-                    0,
-                ),
-            )
-        } else if next(f.slow_first_token) {
-            let slow = latency * 10;
-            if slow > timeout {
-                (
-                    timeout,
-                    fail(
-                        FailureClass::Transient,
-                        SourceReason::Timeout,
-                        false,
-                        None,
-                        0,
-                    ),
-                )
-            } else {
-                (slow, Kind::Ok)
-            }
-        } else {
-            (latency, Kind::Ok)
-        }
-    }
-
-    /// `AdmissionMsg::Finish`: breaker verdict, TPM settle, lease release, progress; the breaker
-    /// state it left. Lost while the backend is down (the TTLs reclaim the lease and the probe).
-    fn settle(
+    fn check_call(
         &mut self,
         call: usize,
-        action: BreakerAction,
-        tokens: u64,
-        progress: bool,
-    ) -> Option<BreakerStatus> {
-        let permit = self.calls[call].permit.take()?;
-        if permit.probe.is_some() {
-            self.probes_out -= 1;
-        }
-        if self.down() {
-            return None;
-        }
-        let now = self.now;
-        if progress {
-            self.limiter.mark_progress(SCOPE, now);
-        }
-        let s = &mut self.sources[permit.source];
-        let probe = permit.probe.as_deref();
-        match action {
-            BreakerAction::Record(verdict) => {
-                s.breaker
-                    .record(now, &s.breaker_config, permit.epoch, probe, verdict);
-            }
-            BreakerAction::ForceOpen => {
-                s.breaker.force_open(now, &s.breaker_config);
-                if let Some(p) = probe {
-                    s.breaker.release_probe(p);
-                }
-            }
-            BreakerAction::NoVerdict => {
-                if let Some(p) = probe {
-                    s.breaker.release_probe(p);
-                }
-            }
-        }
-        let status = BreakerStatus::from(&s.breaker.snapshot(now));
-        self.check_epoch(call, permit.source);
-        self.limiter.settle(&permit.lease, tokens);
-        self.limiter.release(&permit.lease);
-        Some(status)
-    }
-
-    fn release_ticket(&mut self, call: usize) {
-        let Some(source) = self.calls[call].ticket.take() else {
-            return;
-        };
-        let s = &mut self.sources[source];
-        match s.in_flight.checked_sub(1) {
-            Some(n) => s.in_flight = n,
-            None => {
-                let what = format!("{} in-flight count went negative", s.name);
-                self.violation(call, what);
-            }
-        }
-        // `Notify::notify_one`: wake one call waiting for a slot.
-        while let Some(waiter) = self.slot_waiters.pop_front() {
-            if self.calls[waiter].awaiting_slot && !self.calls[waiter].done {
-                self.calls[waiter].awaiting_slot = false;
-                self.deliver_later(waiter, 0, Event::Woke);
-                break;
-            }
-        }
-    }
-
-    /// The caller dropped its future: the guards release everything, an attempt in flight is
-    /// recorded `cancelled`, and no retry continues.
-    fn cancel(&mut self, call: usize) {
-        self.trace_event(call, || "cancelled by the caller".into());
-        if self.calls[call].attempt.take().is_some() {
-            let tokens = self.calls[call]
-                .permit
-                .as_ref()
-                .map_or(0, |p| p.lease.est_tokens);
-            self.settle(call, BreakerAction::NoVerdict, tokens, false);
-            self.calls[call].rows += 1;
-        }
-        self.release_ticket(call);
-        let c = &mut self.calls[call];
-        c.done = true;
-        c.generation += 1;
-        c.awaiting_slot = false;
-        if c.permit.is_some() {
-            self.violation(call, "a permit outlived its call".into());
-        }
-    }
-
-    fn finish(&mut self, call: usize, ending: Ending) {
-        let now = self.now;
-        let c = &mut self.calls[call];
-        c.done = true;
-        if let Ending::Unavailable { .. } = ending {
-            if c.sends == 0 {
-                c.rows += 1; // the terminal row
-            }
-        }
-        let attempts = c.machine.as_ref().map_or(0, CallMachine::attempts);
-        let expected_rows =
-            attempts + u32::from(c.sends == 0 && matches!(ending, Ending::Unavailable { .. }));
-        if c.rows != expected_rows || c.sends != attempts {
-            let what = format!(
-                "{} telemetry rows and {} sends for {attempts} attempts",
-                c.rows, c.sends
-            );
-            self.violation(call, what);
-        }
-        if self.calls[call].ticket.is_some() || self.calls[call].permit.is_some() {
-            self.violation(
-                call,
-                "finished while holding a pacer slot or a permit".into(),
-            );
-        }
-        if let Ending::Unavailable {
-            reason,
-            retry_after,
-            ..
-        } = ending
-        {
-            let floor = self.calls[call]
-                .known_ready
-                .iter()
-                .map(|r| r.saturating_sub(now))
-                .min()
-                .unwrap_or(0);
-            let checked = !matches!(
-                reason,
-                ScopeReason::NoSources | ScopeReason::GovernanceBackendDown
-            );
-            if checked && ms(retry_after) < floor {
-                let what = format!(
-                    "{} with retry_after {} ms, but no source can serve for {floor} ms",
-                    reason.as_str(),
-                    ms(retry_after)
-                );
-                self.violation(call, what);
-            }
-        }
-    }
-
-    fn check_call(&mut self, call: usize, action: &Action) {
-        let max = self.config.max_attempts;
-        let window = self.config.stall_window;
+        action: &Action,
+        machine: &CallMachine,
+        config: &ScopeConfig,
+    ) {
+        let max = config.max_attempts;
+        let window = config.stall_window;
         let c = &self.calls[call];
-        let Some(machine) = c.machine.as_ref() else {
-            return;
-        };
         let used = machine.budget_used();
         let mut problems = Vec::new();
         if used > max {
@@ -1046,71 +531,944 @@ impl World {
         }
     }
 
-    fn check_caps(&mut self, call: usize, source: usize) {
-        let now = self.now;
-        let s = &self.sources[source];
-        let (cap, global_cap) = (s.limits.max_concurrency, self.config.global.max_concurrency);
-        let held = self.limiter.usage(SCOPE, Some(&s.name), now).leases;
-        let all = self.limiter.usage(SCOPE, None, now).leases;
-        if cap > 0 && held > u64::from(cap) {
-            self.violation(
-                call,
-                format!("{held} leases on s{source} above its cap {cap}"),
-            );
-        }
-        if global_cap > 0 && all > u64::from(global_cap) {
-            self.violation(
-                call,
-                format!("{all} leases in the scope above its cap {global_cap}"),
-            );
-        }
-    }
-
-    fn check_epoch(&mut self, call: usize, source: usize) {
-        let s = &mut self.sources[source];
-        let epoch = s.breaker.epoch();
-        if epoch < s.epoch {
+    fn check_epoch(&mut self, call: usize, source: usize, epoch: u64) {
+        if epoch < self.epochs[source] {
             let what = format!(
                 "breaker epoch of s{source} went back from {} to {epoch}",
-                s.epoch
+                self.epochs[source]
             );
             self.violation(call, what);
         } else {
-            s.epoch = epoch;
+            self.epochs[source] = epoch;
         }
     }
 
-    /// After the last event: every call ended, and nothing is held once the TTLs have passed.
-    fn check_quiescent(&mut self) {
-        if let Some(call) = (0..self.calls.len()).find(|&c| !self.calls[c].done) {
-            self.violation(call, "never finished (hung)".into());
+    /// The pacer invariants, after `source`'s policies observed one attempt: no limit below 1,
+    /// recovery after the 429 fault window, no oscillation beyond the band.
+    fn check_pacer(&mut self, call: usize, source: usize, limit: u32, attempt: &PacerObservation) {
+        if limit < 1 {
+            self.violation(call, format!("s{source} pacer limit {limit} below 1"));
         }
-        let last = self.calls.len().saturating_sub(1);
-        for i in 0..self.sources.len() {
-            if self.sources[i].in_flight != 0 {
-                let what = format!("s{i} leaked {} pacer slots", self.sources[i].in_flight);
-                self.violation(last, what);
+        let now = self.now;
+        let window = self.faults[source].pushback;
+        let book = &mut self.pacer[source];
+        book.observations += 1;
+        let mut problems = Vec::new();
+        if let Some((from, until)) = window {
+            if now < from {
+                book.before_window = Some(limit);
+            } else if now < until {
+                book.lowest_in_window = Some(book.lowest_in_window.map_or(limit, |l| l.min(limit)));
+            } else if !book.judged {
+                if attempt.verdict == crate::outcome::AttemptVerdict::Success {
+                    book.successes_after += 1;
+                }
+                if let (Some(lowest), Some(before)) = (book.lowest_in_window, book.before_window) {
+                    if limit > lowest || lowest >= before {
+                        book.judged = true;
+                        self.recoveries_checked += 1;
+                    } else if book.successes_after >= RECOVERY_SUCCESSES {
+                        book.judged = true;
+                        problems.push(format!(
+                            "s{source} pacer stuck at {limit} after {} successes past its 429 window (was {before} before)",
+                            book.successes_after
+                        ));
+                    }
+                }
             }
         }
-        if self.probes_out != 0 {
-            let what = format!("{} probes never handed back", self.probes_out);
-            self.violation(last, what);
+        let book = &mut self.pacer[source];
+        if attempt.verdict == crate::outcome::AttemptVerdict::RateLimited {
+            book.clean_run.clear();
+        } else {
+            book.clean_run.push_back(limit);
+            if book.clean_run.len() > BAND_RUN {
+                book.clean_run.pop_front();
+            }
+            let high = book.clean_run.iter().copied().max().unwrap_or(limit);
+            let fall = f64::from(high) / f64::from(limit.max(1));
+            self.widest_fall = self.widest_fall.max(fall);
+            if fall > BAND_FACTOR {
+                problems.push(format!(
+                    "s{source} pacer fell from {high} to {limit} within {BAND_RUN} observations without a 429"
+                ));
+                book.clean_run.clear();
+            }
         }
-        let later = self.now + ms(self.config.lease_ttl) + 1;
-        let leases = self.limiter.leases_held(SCOPE, later);
+        for p in problems {
+            self.violation(call, p);
+        }
+    }
+}
+
+/// A virtual-time sleep: ready once the world's clock reaches `at`. It always yields once (as
+/// tokio's timers do), so a loop of zero-length waits still hands control back to the executor.
+struct Sleep {
+    state: Arc<Mutex<State>>,
+    at: Ms,
+    armed: bool,
+}
+
+impl Sleep {
+    fn new(state: Arc<Mutex<State>>, after: Ms) -> Self {
+        let at = lock(&state).now.saturating_add(after);
+        Self {
+            state,
+            at,
+            armed: false,
+        }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = lock(&self.state);
+        if self.armed && state.now >= self.at {
+            return Poll::Ready(());
+        }
+        let at = self.at;
+        state.timer(at, Timer::Wake(cx.waker().clone()));
+        drop(state);
+        self.armed = true;
+        Poll::Pending
+    }
+}
+
+/// The simulated scope: its sources and governance, shared by every call of the seed.
+struct World {
+    state: Arc<Mutex<State>>,
+    clock: Arc<ManualClock>,
+    base: Instant,
+    config: ScopeConfig,
+    sources: Vec<Arc<SourceShared<SimTransport>>>,
+    policies: Mutex<Vec<SourcePolicies>>,
+    picker: Mutex<(LeastInflight, SmallRng, Vec<Candidate>)>,
+    gate: Arc<MemoryGate>,
+    breakers: Arc<MemoryBreakers>,
+    attempts: crate::ports::attempt::ComposedAttempts,
+    metrics: ScopeMetrics,
+    /// The scope's "a pacer slot was freed" signal (shared by its sources).
+    slot_freed: Arc<Notify>,
+    /// Per call, when it arrives and when its caller gives up (if it does).
+    arrivals: Vec<(Ms, Option<Ms>)>,
+}
+
+impl World {
+    fn new(seed: u64, calls: u32, keep_trace: bool) -> Self {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let n = rng.random_range(1..=4usize);
+        let mut config = ScopeConfig::new(SCOPE);
+        config.max_attempts = rng.random_range(1..=4);
+        config.backoff_base = Duration::from_millis(rng.random_range(50..=1_000));
+        config.backoff_max = Duration::from_millis(rng.random_range(1_000..=8_000));
+        config.quota_full_fails_fast = rng.random_bool(0.3);
+        config.circuit_open_waits = rng.random_bool(0.5);
+        config.stall_window = Duration::from_millis(rng.random_range(2_000..=60_000));
+        config.poll_interval = Duration::from_millis(rng.random_range(100..=1_000));
+        config.lease_ttl = Duration::from_secs(60);
+        config.global = Limits {
+            max_concurrency: if rng.random_bool(0.3) {
+                rng.random_range(1..=6)
+            } else {
+                0
+            },
+            rpm: if rng.random_bool(0.2) {
+                rng.random_range(20..=300)
+            } else {
+                0
+            },
+            tpm: if rng.random_bool(0.1) {
+                rng.random_range(500..=5_000)
+            } else {
+                0
+            },
+        };
+        let horizon: Ms = u64::from(calls) * rng.random_range(20..=400);
+        let clock = Arc::new(ManualClock::new());
+        let base = clock.now();
+        let slot_freed = Arc::new(Notify::new());
+        let mut faults = Vec::new();
+        let mut specs = Vec::new();
+        for _ in 0..n {
+            let fault_rate = [0.0, 0.05, 0.3, 0.8][rng.random_range(0..4usize)];
+            let dead = rng.random_bool(0.25).then(|| {
+                let from = rng.random_range(0..=horizon.max(1));
+                (from, from + rng.random_range(1_000..=120_000))
+            });
+            let pushback = rng.random_bool(0.3).then(|| {
+                let from = rng.random_range(0..=horizon.max(1));
+                (from, from + rng.random_range(500..=30_000))
+            });
+            let breaker = BreakerConfig {
+                fail_threshold: rng.random_range(1..=6),
+                cooldown: Duration::from_millis(rng.random_range(500..=30_000)),
+                max_cooldown: Duration::from_secs(60),
+                probe_ttl: Duration::from_secs(30),
+                min_calls: rng.random_range(3..=10),
+                ..BreakerConfig::default()
+            };
+            let limits = Limits {
+                max_concurrency: if rng.random_bool(0.4) {
+                    rng.random_range(1..=4)
+                } else {
+                    0
+                },
+                rpm: if rng.random_bool(0.2) {
+                    rng.random_range(10..=200)
+                } else {
+                    0
+                },
+                tpm: 0,
+            };
+            // The production default (adaptive) or AIMD, from a small start so the pacer is the
+            // obstacle now and then.
+            let start = rng.random_range(1..=8u32);
+            let pacer: PacerFactory = if rng.random_bool(0.7) {
+                Arc::new(move |l: &Limits| {
+                    Box::new(AdaptivePacer::new(start, l.max_concurrency)) as Box<dyn Pacer>
+                })
+            } else {
+                Arc::new(move |l: &Limits| {
+                    Box::new(AimdPacer::with_bounds(
+                        f64::from(start),
+                        l.max_concurrency.max(8),
+                    )) as Box<dyn Pacer>
+                })
+            };
+            faults.push(Faults {
+                latency: (rng.random_range(1..=50), rng.random_range(50..=3_000)),
+                slow_first_token: fault_rate * 0.2,
+                transient: fault_rate * 0.4,
+                rate_limited: fault_rate * rng.random_range(0.0..0.6),
+                retry_after: rng.random_range(0.0..1.0),
+                black_hole: fault_rate * 0.05,
+                truncate: fault_rate * 0.1,
+                rejected: 0.01,
+                invalid: 0.01,
+                dead,
+                pushback,
+            });
+            specs.push((breaker, limits, pacer));
+        }
+        let backend_down = rng.random_bool(0.2).then(|| {
+            let from = rng.random_range(0..=horizon.max(1));
+            (from, from + rng.random_range(100..=20_000))
+        });
+        let attempt_timeout = rng.random_range(1_000..=20_000);
+        let mut arrivals = Vec::new();
+        let mut books = Vec::new();
+        for c in 0..calls as usize {
+            let arrival = rng.random_range(0..=horizon);
+            let streaming = rng.random_bool(0.3);
+            let cancel_at = rng
+                .random_bool(0.15)
+                .then(|| arrival + rng.random_range(0..=20_000));
+            arrivals.push((arrival, cancel_at));
+            books.push(CallBook {
+                seed: seed.wrapping_mul(31).wrapping_add(c as u64),
+                streaming,
+                done: false,
+                granted: 0,
+                pushbacks: 0,
+                rows: 0,
+                terminal_rows: 0,
+                sends: 0,
+                attempts: 0,
+                known_ready: vec![0; n],
+                last_progress: None,
+                trace: Vec::new(),
+            });
+        }
+        let state = Arc::new(Mutex::new(State {
+            now: 0,
+            rng,
+            faults,
+            attempt_timeout,
+            backend_down,
+            dead_seen: vec![None; n],
+            epochs: vec![0; n],
+            timers: BinaryHeap::new(),
+            timer_payloads: BTreeMap::new(),
+            seq: 0,
+            ids: 0,
+            probes_out: 0,
+            steps: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+            keep_trace,
+            calls: books,
+            pacer: (0..n).map(|_| PacerBook::default()).collect(),
+            recoveries_checked: 0,
+            widest_fall: 1.0,
+            violations: Vec::new(),
+        }));
+        let mut sources = Vec::new();
+        let mut policies = Vec::new();
+        for (index, (breaker, limits, pacer)) in specs.into_iter().enumerate() {
+            let name: Arc<str> = format!("s{index}").into();
+            let initial = pacer(&limits).limit();
+            let shared = Arc::new(SourceShared::new(
+                index,
+                Arc::clone(&name),
+                Arc::new(SimTransport {
+                    index,
+                    state: Arc::clone(&state),
+                }),
+                breaker,
+                limits,
+                100,
+                initial,
+                base,
+                Arc::clone(&slot_freed),
+                SourceMetrics::new(SCOPE, &name),
+            ));
+            policies.push(SourcePolicies::start(&pacer, &shared));
+            sources.push(shared);
+        }
+        let gate = Arc::new(MemoryGate::new(clock.clone()));
+        let breakers = Arc::new(MemoryBreakers::new(clock.clone()));
+        let attempts = crate::ports::attempt::ComposedAttempts::new(
+            Arc::clone(&gate) as Arc<dyn GateBackend>,
+            Arc::clone(&breakers) as Arc<dyn BreakerBackend>,
+        );
+        World {
+            state,
+            clock,
+            base,
+            picker: Mutex::new((
+                LeastInflight,
+                SmallRng::seed_from_u64(seed ^ 0x5e1e_c702),
+                Vec::new(),
+            )),
+            config,
+            sources,
+            policies: Mutex::new(policies),
+            gate,
+            breakers,
+            attempts,
+            metrics: ScopeMetrics::new(SCOPE),
+            slot_freed,
+            arrivals,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Move the virtual clock (the memory backends and the cooldown memos read it).
+    fn advance_to(&self, t: Ms) {
+        let mut state = self.lock();
+        if t > state.now {
+            self.clock.advance(Duration::from_millis(t - state.now));
+            state.now = t;
+        }
+    }
+
+    /// A governance call the memory backends answer on their first poll.
+    fn at_once<R>(future: impl Future<Output = R>) -> R {
+        future
+            .now_or_never()
+            .expect("the memory backends answer without waiting")
+    }
+
+    /// After the last event: every call ended, and nothing is held once the TTLs have passed.
+    fn check_quiescent(&self) {
+        let mut state = self.lock();
+        if let Some(call) = (0..state.calls.len()).find(|&c| !state.calls[c].done) {
+            state.violation(call, "never finished (hung)".into());
+        }
+        let last = state.calls.len().saturating_sub(1);
+        for s in &self.sources {
+            if s.in_flight() != 0 {
+                let what = format!("{} leaked {} pacer slots", s.name, s.in_flight());
+                state.violation(last, what);
+            }
+        }
+        if state.probes_out != 0 {
+            let what = format!("{} probes never handed back", state.probes_out);
+            state.violation(last, what);
+        }
+        let now = state.now;
+        drop(state);
+        let ttl = ms(self.config.lease_ttl);
+        let probe_ttl = self.sources.iter().map(|s| ms(s.breaker.probe_ttl)).max();
+        self.advance_to(now + ttl.max(probe_ttl.unwrap_or(0)) + 1);
+        let leases = World::at_once(self.gate.leases_held(SCOPE)).unwrap_or(0);
+        let mut problems = Vec::new();
         if leases != 0 {
-            self.violation(last, format!("{leases} leases outlive their TTL"));
+            problems.push(format!("{leases} leases outlive their TTL"));
         }
-        let probe_ttl = self
+        for s in &self.sources {
+            let snapshot = World::at_once(self.breakers.snapshot(SCOPE, &s.name, &s.breaker));
+            if snapshot.is_ok_and(|b| b.probe_held) {
+                problems.push(format!("{} holds a probe past its TTL", s.name));
+            }
+        }
+        let mut state = self.lock();
+        for p in problems {
+            state.violation(last, p);
+        }
+    }
+}
+
+/// The simulator's effects for one call.
+struct SimCall {
+    world: Rc<World>,
+    call: usize,
+}
+
+impl SimCall {
+    fn sleep(&self, wait: Duration) -> Sleep {
+        Sleep::new(Arc::clone(&self.world.state), ms(wait))
+    }
+
+    /// Caps of the lease just granted on `source` (per source and scope-wide).
+    fn check_caps(&self, source: usize) -> Vec<String> {
+        let s = &self.world.sources[source];
+        let (cap, global_cap) = (
+            s.limits.max_concurrency,
+            self.world.config.global.max_concurrency,
+        );
+        let held = self
+            .world
+            .gate
+            .usage(SCOPE, Some(&s.name))
+            .map_or(0, |u| u.leases);
+        let all = self.world.gate.usage(SCOPE, None).map_or(0, |u| u.leases);
+        let mut problems = Vec::new();
+        if cap > 0 && held > u64::from(cap) {
+            problems.push(format!("{held} leases on s{source} above its cap {cap}"));
+        }
+        if global_cap > 0 && all > u64::from(global_cap) {
+            problems.push(format!(
+                "{all} leases in the scope above its cap {global_cap}"
+            ));
+        }
+        problems
+    }
+
+    fn epoch_of(&self, source: usize) -> u64 {
+        let s = &self.world.sources[source];
+        World::at_once(self.world.breakers.snapshot(SCOPE, &s.name, &s.breaker))
+            .map_or(0, |b| b.epoch)
+    }
+}
+
+impl CallEffects<SimTransport> for SimCall {
+    type BreakerAnswer = Option<BreakerStatus>;
+
+    fn config(&self) -> &ScopeConfig {
+        &self.world.config
+    }
+
+    fn sources(&self) -> &[Arc<SourceShared<SimTransport>>] {
+        &self.world.sources
+    }
+
+    fn metrics(&self) -> &ScopeMetrics {
+        &self.world.metrics
+    }
+
+    fn now(&self) -> Instant {
+        self.world.clock.now()
+    }
+
+    fn rng(&self) -> SmallRng {
+        SmallRng::seed_from_u64(self.world.lock().calls[self.call].seed)
+    }
+
+    fn new_id(&self) -> String {
+        let mut state = self.world.lock();
+        state.ids += 1;
+        format!("{}", state.ids)
+    }
+
+    async fn select(
+        &self,
+        exclude: Vec<usize>,
+        avoid: Option<usize>,
+    ) -> Result<Selection<SimTransport>, String> {
+        let now = self.now();
+        let selection = {
+            let mut picker = self.world.picker.lock().unwrap_or_else(|e| e.into_inner());
+            let (selector, rng, candidates) = &mut *picker;
+            Picker {
+                selector,
+                rng,
+                candidates,
+            }
+            .select(self.world.sources.iter(), now, &exclude, avoid)
+        };
+        let mut state = self.world.lock();
+        if let Selection::Picked(ticket) = &selection {
+            let s = ticket.source();
+            if s.in_flight() > s.pacer_limit() {
+                let what = format!(
+                    "{} in flight above its pacer limit {}",
+                    s.name,
+                    s.pacer_limit()
+                );
+                state.violation(self.call, what);
+            }
+        }
+        state.trace_event(self.call, || match &selection {
+            Selection::Picked(t) => format!("picked {}", t.source().name),
+            Selection::NoneEligible {
+                earliest_cooling,
+                paced,
+                ..
+            } => format!("none eligible (cooling {earliest_cooling:?}, paced {paced})"),
+        });
+        Ok(selection)
+    }
+
+    async fn admit(&self, request: AdmitRequest) -> AdmitAnswer {
+        let source = self
+            .world
             .sources
             .iter()
-            .map(|s| ms(s.breaker_config.probe_ttl))
-            .max();
-        let after_probes = self.now + probe_ttl.unwrap_or(0) + 1;
-        for i in 0..self.sources.len() {
-            if self.sources[i].breaker.snapshot(after_probes).probe_held {
-                self.violation(last, format!("s{i} holds a probe past its TTL"));
+            .position(|s| s.name == request.gate.source)
+            .expect("a source of the scope");
+        if self.world.lock().down() {
+            return Err(BackendError::new("simulated backend down"));
+        }
+        let answer = World::at_once(self.world.attempts.admit(&request.gate, &request.breaker));
+        let epoch = self.epoch_of(source);
+        let caps = match &answer {
+            Ok(AttemptAdmit::Admitted(_)) => self.check_caps(source),
+            _ => Vec::new(),
+        };
+        let mut state = self.world.lock();
+        let now = state.now;
+        let call = self.call;
+        state.check_epoch(call, source, epoch);
+        match &answer {
+            Ok(AttemptAdmit::Admitted(permit)) => {
+                if permit.probe_id.is_some() {
+                    state.probes_out += 1;
+                }
+                state.calls[call].granted += 1;
+                for p in caps {
+                    state.violation(call, p);
+                }
+                if let Some(dead) = state.dead_seen[source] {
+                    let cooldown = ms(self.world.sources[source].breaker.cooldown);
+                    if now < dead + cooldown {
+                        let what = format!(
+                            "dead key s{source} admitted {} ms after it answered dead (cooldown {cooldown} ms)",
+                            now - dead
+                        );
+                        state.violation(call, what);
+                    }
+                }
             }
+            Ok(AttemptAdmit::BreakerRefused {
+                state: b,
+                retry_after,
+            }) => {
+                if *b == BreakerState::Open {
+                    let known = &mut state.calls[call].known_ready[source];
+                    *known = (*known).max(now + ms(*retry_after));
+                }
+            }
+            Ok(AttemptAdmit::GateRefused { gate, retry_after }) => {
+                let ready = now + ms(*retry_after);
+                let known = &mut state.calls[call].known_ready;
+                if gate.is_global() {
+                    known.iter_mut().for_each(|k| *k = (*k).max(ready));
+                } else {
+                    known[source] = known[source].max(ready);
+                }
+            }
+            Err(_) => {}
+        }
+        state.trace_event(call, || format!("{answer:?}"));
+        answer
+    }
+
+    fn send<'a>(
+        &'a self,
+        source: &'a SourceShared<SimTransport>,
+        request: &'a SimRequest,
+        events: Option<&'a EventSink<u64>>,
+    ) -> impl Future<Output = Result<(), SimError>> + 'a {
+        source.transport.send(request, events)
+    }
+
+    fn settle(
+        &self,
+        permit: Permit,
+        outcome: AttemptOutcome,
+        answer: bool,
+    ) -> Option<Option<BreakerStatus>> {
+        let source = permit.attempt.lease.source.clone();
+        let index = self
+            .world
+            .sources
+            .iter()
+            .position(|s| s.name == source)
+            .expect("a source of the scope");
+        let down = {
+            let mut state = self.world.lock();
+            if permit.attempt.probe_id.is_some() {
+                state.probes_out -= 1;
+            }
+            state.down()
+        };
+        if down {
+            // Lost with the backend: the lease and probe TTLs reclaim them.
+            return answer.then_some(None);
+        }
+        let status = World::at_once(self.world.attempts.finish(
+            &permit.attempt,
+            &permit.breaker,
+            outcome,
+        ))
+        .ok();
+        let epoch = self.epoch_of(index);
+        let mut state = self.world.lock();
+        state.check_epoch(self.call, index, epoch);
+        if let Some(BreakerStatus::Open { retry_after }) = status {
+            let now = state.now;
+            let known = &mut state.calls[self.call].known_ready[index];
+            *known = (*known).max(now + ms(retry_after));
+        }
+        answer.then_some(status)
+    }
+
+    async fn breaker_after(&self, answer: Option<BreakerStatus>) -> Option<BreakerStatus> {
+        answer
+    }
+
+    fn report(&self, source: &SourceShared<SimTransport>, observation: PacerObservation) {
+        // As the production call task does: count, then the source's policies hear of it (here
+        // at once, where the source actor would handle the cast a moment later).
+        source.report(observation);
+        let limit = {
+            let mut policies = self
+                .world
+                .policies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let policies = &mut policies[source.index];
+            policies.observe(source, &observation);
+            policies.pacer.limit()
+        };
+        self.world
+            .lock()
+            .check_pacer(self.call, source.index, limit, &observation);
+    }
+
+    async fn backoff(&self, wait: Duration) {
+        self.sleep(wait).await;
+    }
+
+    async fn wait(&self, wait: Duration) {
+        self.sleep(wait).await;
+    }
+
+    async fn await_slot(&self, at_most: Duration) {
+        let freed = std::pin::pin!(self.world.slot_freed.notified());
+        let timeout = std::pin::pin!(self.sleep(at_most));
+        futures::future::select(freed, timeout).await;
+    }
+
+    async fn progress(&self) -> Option<Duration> {
+        let age = if self.world.lock().down() {
+            None
+        } else {
+            World::at_once(self.world.gate.progress_age(SCOPE))
+                .ok()
+                .flatten()
+        };
+        self.world.lock().calls[self.call].last_progress = Some(age);
+        age
+    }
+
+    fn on_step(&self, step: &Step, machine: &CallMachine) {
+        let mut state = self.world.lock();
+        state.steps += 1;
+        state.calls[self.call].attempts = machine.attempts();
+        state.record(self.call, step, self.world.base);
+        state.check_call(self.call, &step.action, machine, &self.world.config);
+    }
+}
+
+/// What the simulator hears from the driver per attempt: the telemetry rows it checks.
+struct SimObserver {
+    state: Arc<Mutex<State>>,
+    /// Per source, its name and breaker cooldown.
+    sources: Vec<(Arc<str>, Ms)>,
+    call: usize,
+}
+
+impl CallObserver<SimTransport> for SimObserver {
+    fn on_attempt(&self, report: &AttemptReport<'_, SimTransport>) {
+        let (source, cooldown) = self
+            .sources
+            .iter()
+            .enumerate()
+            .find(|(_, (name, _))| **name == *report.source)
+            .map(|(i, (_, cooldown))| (i, *cooldown))
+            .expect("a source of the scope");
+        let mut state = lock(&self.state);
+        let now = state.now;
+        let call = self.call;
+        state.calls[call].rows += 1;
+        if let AttemptResult::Err(error) = &report.result {
+            if error.rate_limited {
+                state.calls[call].pushbacks += 1;
+            }
+            let mut ready = now;
+            if let Some(hint) = error.retry_after {
+                ready = ready.max(now + ms(hint));
+            }
+            if error.class == FailureClass::SourceDead {
+                state.dead_seen[source] = Some(now);
+                ready = ready.max(now + cooldown);
+            }
+            let known = &mut state.calls[call].known_ready[source];
+            *known = (*known).max(ready);
+        }
+    }
+
+    fn on_terminal(&self, _report: &TerminalReport<'_, SimError>) {
+        lock(&self.state).calls[self.call].terminal_rows += 1;
+    }
+}
+
+/// One call, as a caller makes it: a streaming call brings its consumer.
+async fn one_call(world: Rc<World>, call: usize) {
+    let streaming = world.lock().calls[call].streaming;
+    let request = SimRequest { call, streaming };
+    let (sink, _consumer) = match streaming {
+        true => {
+            let (sink, consumer) = EventSink::channel(64);
+            (Some(sink), Some(consumer))
+        }
+        false => (None, None),
+    };
+    let effects = SimCall {
+        world: Rc::clone(&world),
+        call,
+    };
+    let observer = SimObserver {
+        state: Arc::clone(&world.state),
+        sources: world
+            .sources
+            .iter()
+            .map(|s| (Arc::clone(&s.name), ms(s.breaker.cooldown)))
+            .collect(),
+        call,
+    };
+    let result = driver::run(
+        &effects,
+        &request,
+        &observer,
+        sink.as_ref(),
+        CallOptions::default(),
+    )
+    .await;
+    world.finished(call, &result);
+}
+
+impl World {
+    /// The call returned: its telemetry rows, sends and `retry_after` hint.
+    fn finished(
+        &self,
+        call: usize,
+        result: &Result<crate::runtime::Governed<()>, CallFailure<SimError>>,
+    ) {
+        let mut state = self.lock();
+        let now = state.now;
+        let c = &mut state.calls[call];
+        c.done = true;
+        let attempts = c.attempts;
+        let unavailable = matches!(result, Err(CallFailure::Unavailable { .. }));
+        let expected_terminal = u32::from(c.sends == 0 && unavailable);
+        if c.rows != attempts || c.sends != attempts || c.terminal_rows != expected_terminal {
+            let what = format!(
+                "{} attempt rows, {} terminal rows and {} sends for {attempts} attempts",
+                c.rows, c.terminal_rows, c.sends
+            );
+            state.violation(call, what);
+        }
+        if let Err(CallFailure::Unavailable {
+            reason,
+            retry_after,
+            ..
+        }) = result
+        {
+            let floor = state.calls[call]
+                .known_ready
+                .iter()
+                .map(|r| r.saturating_sub(now))
+                .min()
+                .unwrap_or(0);
+            let checked = !matches!(
+                reason,
+                ScopeReason::NoSources | ScopeReason::GovernanceBackendDown
+            );
+            if checked && ms(*retry_after) < floor {
+                let what = format!(
+                    "{} with retry_after {} ms, but no source can serve for {floor} ms",
+                    reason.as_str(),
+                    ms(*retry_after)
+                );
+                state.violation(call, what);
+            }
+        }
+    }
+}
+
+/// Wakes one call: its index goes on the executor's ready queue.
+struct CallWaker {
+    call: usize,
+    ready: Arc<Mutex<VecDeque<usize>>>,
+}
+
+impl Wake for CallWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(self.call);
+    }
+}
+
+/// A call in progress: the driver's future.
+type Running = Pin<Box<dyn Future<Output = ()>>>;
+
+/// The single-threaded virtual-time executor: it polls the woken calls in the order they were
+/// woken, and when none is ready moves the clock to the next timer (ties in the order they were
+/// set). Nothing else decides the order, so a seed replays exactly.
+struct Executor {
+    world: Rc<World>,
+    ready: Arc<Mutex<VecDeque<usize>>>,
+    running: Vec<Option<Running>>,
+    wakers: Vec<Waker>,
+}
+
+impl Executor {
+    fn new(world: Rc<World>) -> Self {
+        let ready = Arc::new(Mutex::new(VecDeque::new()));
+        let calls = world.arrivals.len();
+        {
+            let mut state = world.lock();
+            for (call, &(arrival, cancel)) in world.arrivals.iter().enumerate() {
+                state.timer(arrival, Timer::Start(call));
+                if let Some(at) = cancel {
+                    state.timer(at, Timer::Cancel(call));
+                }
+            }
+        }
+        let wakers = (0..calls)
+            .map(|call| {
+                Waker::from(Arc::new(CallWaker {
+                    call,
+                    ready: Arc::clone(&ready),
+                }))
+            })
+            .collect();
+        Self {
+            world,
+            ready,
+            running: (0..calls).map(|_| None).collect(),
+            wakers,
+        }
+    }
+
+    fn run(&mut self) {
+        loop {
+            while let Some(call) = self.next_ready() {
+                self.poll(call);
+            }
+            let next = {
+                let mut state = self.world.lock();
+                if state.steps > STEP_LIMIT {
+                    let call = state.calls.iter().position(|c| !c.done).unwrap_or(0);
+                    state.violation(call, format!("runaway: more than {STEP_LIMIT} steps"));
+                    return;
+                }
+                state.timers.pop().map(|Reverse((at, seq))| {
+                    let timer = state.timer_payloads.remove(&seq);
+                    (at, timer.expect("every timer has a payload"))
+                })
+            };
+            let Some((at, timer)) = next else {
+                return;
+            };
+            self.world.advance_to(at);
+            match timer {
+                Timer::Wake(waker) => waker.wake(),
+                Timer::Start(call) => self.start(call),
+                Timer::Cancel(call) => self.cancel(call),
+            }
+        }
+    }
+
+    fn next_ready(&self) -> Option<usize> {
+        self.ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+
+    fn start(&mut self, call: usize) {
+        {
+            let now = self.world.clock.now();
+            let cooling: Vec<Ms> = self
+                .world
+                .sources
+                .iter()
+                .map(|s| {
+                    s.cooling_until(now)
+                        .map_or(0, |t| ms(t.saturating_duration_since(self.world.base)))
+                })
+                .collect();
+            self.world.lock().calls[call].known_ready = cooling;
+        }
+        self.running[call] = Some(Box::pin(one_call(Rc::clone(&self.world), call)));
+        self.poll(call);
+    }
+
+    fn poll(&mut self, call: usize) {
+        let Some(running) = self.running[call].as_mut() else {
+            return;
+        };
+        let mut cx = Context::from_waker(&self.wakers[call]);
+        if running.as_mut().poll(&mut cx).is_ready() {
+            self.running[call] = None;
+        }
+    }
+
+    /// The caller dropped its future: the driver's guards release everything, an attempt in
+    /// flight is recorded `cancelled`, and no retry continues.
+    fn cancel(&mut self, call: usize) {
+        let Some(running) = self.running[call].take() else {
+            return;
+        };
+        {
+            let mut state = self.world.lock();
+            state.trace_event(call, || "cancelled by the caller".into());
+        }
+        drop(running);
+        let mut state = self.world.lock();
+        let c = &mut state.calls[call];
+        c.done = true;
+        // A cancelled attempt still leaves its row; nothing else is owed.
+        if c.rows != c.sends {
+            let what = format!(
+                "{} attempt rows for {} sends after cancellation",
+                c.rows, c.sends
+            );
+            state.violation(call, what);
         }
     }
 }

@@ -1,0 +1,533 @@
+//! The call driver, written once for both worlds: it performs the [`CallMachine`]'s actions
+//! through a [`CallEffects`] implementation and feeds back what happened.
+//!
+//! Production implements the effects with tokio and the scope's actors (`call.rs`: the router
+//! actor selects, the admission actor's door admits and settles, the source actor hears each
+//! attempt); the simulator (`testkit::sim`) implements them in virtual time over the same
+//! selection function, the `ComposedAttempts` admission with the memory backends and the real
+//! pacer and health policies. Everything between the effects — the attempt guard, settlement,
+//! the pacer observation, the observer's rows, the failure handed back to the machine, the
+//! caller's result — is this file, so a seeded simulation runs the lines a production call runs.
+//!
+//! The wait points are distinct effects ([`CallEffects::backoff`], [`CallEffects::wait`],
+//! [`CallEffects::await_slot`]) so an ordered wait queue can take their place without touching
+//! the driver.
+//!
+//! Cancellation is dropping the driver's future: the pacer slot (`SourceTicket`), the admission
+//! permit and the attempt are RAII values here, released on drop with no verdict.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use tracing::Instrument;
+
+use crate::outcome::{AttemptVerdict, Classify, FailureClass};
+use crate::policy::pacer::PacerObservation;
+use crate::ports::attempt::{AttemptAdmit, AttemptOutcome, BreakerAction, BreakerStatus};
+use crate::ports::breaker::BreakerState;
+use crate::ports::gate::GateRequest;
+use crate::ports::transport::{EventSink, Transport};
+
+use super::admission::{AdmitAnswer, AdmitRequest, Permit};
+use super::call::{CallFailure, CallOptions, Governed};
+use super::machine::{
+    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
+    SourceFacts, Step,
+};
+use super::metrics::ScopeMetrics;
+use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
+use super::router::Selection;
+use super::scope::ScopeConfig;
+use super::shared::{SourceShared, SourceTicket};
+use super::wait::CapacityWait;
+
+/// What a call does to the world. Every method takes `&self`: the attempt guard holds the
+/// effects while the transport runs, and a world with state keeps it behind its own cell.
+pub(crate) trait CallEffects<T: Transport> {
+    /// The pending answer of a settlement whose breaker state the call waits for.
+    type BreakerAnswer;
+
+    /// The scope's configuration.
+    fn config(&self) -> &ScopeConfig;
+    /// The scope's sources, by index.
+    fn sources(&self) -> &[Arc<SourceShared<T>>];
+    /// The scope's metrics.
+    fn metrics(&self) -> &ScopeMetrics;
+    /// Now, from the scope's `Clock`.
+    fn now(&self) -> Instant;
+    /// The call's random source (backoff jitter).
+    fn rng(&self) -> SmallRng;
+    /// A fresh id (attempts, leases, terminal records).
+    fn new_id(&self) -> String;
+
+    /// Pick a source and take its pacer slot (`Err`: the scope's router is gone).
+    fn select(
+        &self,
+        exclude: Vec<usize>,
+        avoid: Option<usize>,
+    ) -> impl Future<Output = Result<Selection<T>, String>>;
+    /// The source's breaker, then the six gates.
+    fn admit(&self, request: AdmitRequest) -> impl Future<Output = AdmitAnswer>;
+    /// Run the attempt on the source's transport.
+    fn send<'a>(
+        &'a self,
+        source: &'a SourceShared<T>,
+        request: &'a T::Request,
+        events: Option<&'a EventSink<T::Event>>,
+    ) -> impl Future<Output = Result<T::Response, T::Error>> + 'a;
+    /// Settle the permit (breaker verdict, tokens, release, progress). With `answer`, return
+    /// the pending answer of the breaker state it leaves. Never awaits: a cancelled attempt
+    /// settles from `Drop`.
+    fn settle(
+        &self,
+        permit: Permit,
+        outcome: AttemptOutcome,
+        answer: bool,
+    ) -> Option<Self::BreakerAnswer>;
+    /// The breaker state a settlement left (`None`: not known).
+    fn breaker_after(
+        &self,
+        answer: Self::BreakerAnswer,
+    ) -> impl Future<Output = Option<BreakerStatus>>;
+    /// Tell the source's adaptive policies (pacer, health) how an attempt ended.
+    fn report(&self, source: &SourceShared<T>, observation: PacerObservation);
+
+    /// Back off before retrying a transient failure (not a wait for capacity).
+    fn backoff(&self, wait: Duration) -> impl Future<Output = ()>;
+    /// A non-productive wait for capacity (a full quota, every circuit open, a 429).
+    fn wait(&self, wait: Duration) -> impl Future<Output = ()>;
+    /// Wait for a pacer slot of the scope to be freed, at most `at_most`.
+    fn await_slot(&self, at_most: Duration) -> impl Future<Output = ()>;
+    /// How long ago the scope last made progress (`None`: never, or unknown).
+    fn progress(&self) -> impl Future<Output = Option<Duration>>;
+
+    /// Every step the machine takes, before it is performed (the simulator traces and checks
+    /// invariants here; production does nothing).
+    fn on_step(&self, _step: &Step, _machine: &CallMachine) {}
+}
+
+/// What the call's loop leaves for its caller whatever the result: whether an attempt reached a
+/// transport, and how long the call waited for capacity.
+#[derive(Debug, Default)]
+struct CallTrace {
+    attempted: bool,
+    capacity_wait: CapacityWait,
+}
+
+/// Run one governed call through `effects`. See the module docs.
+pub(crate) async fn run<T: Transport, E: CallEffects<T>>(
+    effects: &E,
+    request: &T::Request,
+    observer: &dyn CallObserver<T>,
+    events: Option<&EventSink<T::Event>>,
+    options: CallOptions,
+) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
+    let mut trace = CallTrace::default();
+    let result = run_loop(effects, request, observer, events, options, &mut trace).await;
+    effects.metrics().capacity_waited(&trace.capacity_wait);
+    if let Err(failure) = &result {
+        // Terminal records only for calls that never reached a transport: every attempt
+        // already has its own record.
+        if matches!(failure, CallFailure::Unavailable { .. }) && !trace.attempted {
+            let record_id = effects.new_id();
+            observer.on_terminal(&TerminalReport {
+                scope: &effects.config().name,
+                record_id: &record_id,
+                failure,
+                capacity_wait: trace.capacity_wait.total(),
+            });
+        }
+    }
+    result
+}
+
+/// The loop: performs the machine's actions and feeds back what happened. Every decision is in
+/// `machine.rs`.
+async fn run_loop<T: Transport, E: CallEffects<T>>(
+    effects: &E,
+    request: &T::Request,
+    observer: &dyn CallObserver<T>,
+    events: Option<&EventSink<T::Event>>,
+    options: CallOptions,
+    trace: &mut CallTrace,
+) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
+    let now = effects.now();
+    let sources = effects.sources();
+    let facts = sources.iter().map(|s| SourceFacts {
+        cooldown: s.breaker.cooldown,
+        cooling_until: s.cooling_until(now),
+    });
+    let mut machine = CallMachine::new(effects.config(), facts, effects.rng(), now);
+    // The pacer slot of the source just picked, then the permit admission granted for it.
+    let mut picked: Option<SourceTicket<T>> = None;
+    let mut permit: Option<Permit> = None;
+    let mut answered: Option<(T::Response, String, Arc<str>)> = None;
+    let mut last_error: Option<T::Error> = None;
+    let mut step = machine.start();
+    loop {
+        effects.on_step(&step, &machine);
+        if let Some((index, until)) = step.cool {
+            sources[index].cool_until(until);
+        }
+        let event = match step.action {
+            Action::Select { exclude, avoid } => Event::Selected(
+                match effects
+                    .select(exclude, avoid)
+                    .await
+                    .map_err(CallFailure::Shutdown)?
+                {
+                    Selection::Picked(ticket) => {
+                        let index = ticket.source().index;
+                        picked = Some(ticket);
+                        Selected::Picked(index)
+                    }
+                    Selection::NoneEligible {
+                        no_sources: true, ..
+                    } => Selected::NoSources,
+                    Selection::NoneEligible {
+                        earliest_cooling,
+                        paced,
+                        ..
+                    } => Selected::NoneEligible {
+                        earliest_cooling,
+                        paced,
+                    },
+                },
+            ),
+            Action::Admit { .. } => {
+                // A refused pick drops its ticket here: the pacer slot goes back at once.
+                let ticket = picked.take().expect("admit follows a pick");
+                let asked = effects.now();
+                let answer = effects.admit(admit_request(effects, ticket.source())).await;
+                effects
+                    .metrics()
+                    .admission_waited(effects.now().saturating_duration_since(asked).as_secs_f64());
+                let source = ticket.source();
+                Event::Admission(match answer {
+                    Ok(AttemptAdmit::Admitted(attempt)) => {
+                        source.metrics.breaker.seen(if attempt.probe_id.is_some() {
+                            BreakerState::HalfOpen
+                        } else {
+                            BreakerState::Closed
+                        });
+                        permit = Some(Permit {
+                            attempt,
+                            breaker: source.breaker.clone(),
+                            gauge: Arc::clone(&source.metrics.breaker),
+                        });
+                        picked = Some(ticket);
+                        Admission::Granted
+                    }
+                    Ok(AttemptAdmit::BreakerRefused { state, retry_after }) => {
+                        source.metrics.breaker.seen(state);
+                        source
+                            .counters
+                            .breaker_refusals
+                            .fetch_add(1, Ordering::Relaxed);
+                        Admission::BreakerRefused { state, retry_after }
+                    }
+                    Ok(AttemptAdmit::GateRefused { gate, retry_after }) => {
+                        Admission::GateRefused { gate, retry_after }
+                    }
+                    Err(e) => Admission::BackendDown(e.message),
+                })
+            }
+            Action::Send { attempt, .. } => {
+                if attempt > 1 {
+                    effects.metrics().retry();
+                }
+                trace.attempted = true;
+                let mut guard = AttemptGuard {
+                    effects,
+                    observer,
+                    ticket: picked.take().expect("send follows a pick"),
+                    permit: permit.take(),
+                    attempt_id: effects.new_id(),
+                    attempt,
+                    started: effects.now(),
+                    capacity_wait: machine.last_attempt_wait(),
+                    breaker_after: None,
+                };
+                let span = tracing::info_span!(
+                    "pgw.attempt",
+                    source = %guard.ticket.source().name,
+                    attempt,
+                    probe = guard.permit.as_ref().is_some_and(|p| p.attempt.probe_id.is_some()),
+                    verdict = tracing::field::Empty,
+                    class = tracing::field::Empty,
+                    elapsed_ms = tracing::field::Empty,
+                );
+                let result = attempt_once(&mut guard, request, events, options)
+                    .instrument(span)
+                    .await;
+                let source = Arc::clone(&guard.ticket.source().name);
+                let attempt_id = std::mem::take(&mut guard.attempt_id);
+                let breaker_after = guard.breaker_after.take();
+                drop(guard);
+                Event::Attempted(match result {
+                    Ok(response) => {
+                        answered = Some((response, attempt_id, source));
+                        Outcome::Ok
+                    }
+                    Err(error) => {
+                        // The finish was sent before the pacer and observer heard of the
+                        // attempt; its answer is usually here already.
+                        let breaker = match breaker_after {
+                            Some(answer) => effects.breaker_after(answer).await,
+                            None => None,
+                        };
+                        let failure = Failure {
+                            class: error.class(),
+                            rate_limited: error.is_rate_limited(),
+                            retry_after: error.retry_after(),
+                            reason: error.source_reason(),
+                            delivered: events.map_or(0, EventSink::delivered),
+                            breaker,
+                        };
+                        last_error = Some(error);
+                        Outcome::Failed(failure)
+                    }
+                })
+            }
+            Action::Backoff(wait) => {
+                effects.backoff(wait).await;
+                Event::Woke
+            }
+            Action::Wait(wait) => {
+                effects.wait(wait).await;
+                Event::Woke
+            }
+            Action::AwaitSlot(at_most) => {
+                effects.await_slot(at_most).await;
+                Event::Woke
+            }
+            Action::AskProgress => Event::Progress(effects.progress().await),
+            Action::Finish(ending) => {
+                return finish(effects, ending, &machine, answered, last_error);
+            }
+        };
+        step = machine.step(event, effects.now());
+        trace.capacity_wait = machine.capacity_wait();
+    }
+}
+
+/// The admission request for one attempt on `source`.
+fn admit_request<T: Transport, E: CallEffects<T>>(
+    effects: &E,
+    source: &SourceShared<T>,
+) -> AdmitRequest {
+    let config = effects.config();
+    AdmitRequest {
+        gate: GateRequest {
+            scope: Arc::clone(&config.name),
+            source: Arc::clone(&source.name),
+            global: config.global,
+            per_source: source.limits,
+            est_tokens: source.est_tokens,
+            lease_id: effects.new_id().into(),
+            lease_ttl: config.lease_ttl,
+        },
+        breaker: source.breaker.clone(),
+        gauge: Arc::clone(&source.metrics.breaker),
+    }
+}
+
+/// Attach the response or the last error to the machine's ending.
+fn finish<T: Transport, E: CallEffects<T>>(
+    effects: &E,
+    ending: Ending,
+    machine: &CallMachine,
+    answered: Option<(T::Response, String, Arc<str>)>,
+    last_error: Option<T::Error>,
+) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
+    let error = |e: Option<T::Error>| e.expect("a failed ending follows a failed attempt");
+    match ending {
+        Ending::Success => {
+            let (response, attempt_id, source) =
+                answered.expect("success follows an answered attempt");
+            Ok(Governed {
+                response,
+                attempt_id,
+                source,
+                attempts: machine.attempts(),
+                capacity_wait: machine.capacity_wait().total(),
+            })
+        }
+        Ending::Rejected => Err(CallFailure::Rejected(error(last_error))),
+        Ending::Invalid => Err(CallFailure::Invalid(error(last_error))),
+        Ending::StreamBroken { delivered } => Err(CallFailure::StreamBroken {
+            error: error(last_error),
+            delivered,
+        }),
+        Ending::Unavailable {
+            reason,
+            retry_after,
+            detail,
+        } => Err(CallFailure::Unavailable {
+            reason,
+            retry_after,
+            per_source: machine
+                .per_source()
+                .iter()
+                .map(|(&index, &reason)| (Arc::clone(&effects.sources()[index].name), reason))
+                .collect(),
+            last_error,
+            detail,
+        }),
+    }
+}
+
+/// What the source's pacer learns from one attempt: latency, `Retry-After` and rate-limit
+/// headers, read here so the source's policies get plain values (cheap to send per attempt).
+fn pacer_observation<T: Transport>(
+    result: &Result<T::Response, T::Error>,
+    verdict: AttemptVerdict,
+    sent: Instant,
+    now: Instant,
+    in_flight: u32,
+) -> PacerObservation {
+    let (retry_after, rate_limit) = match result {
+        Ok(response) => (None, T::rate_limit_hint(response)),
+        Err(error) => (error.retry_after(), error.rate_limit_hint()),
+    };
+    PacerObservation {
+        verdict,
+        now,
+        latency: now.saturating_duration_since(sent),
+        in_flight,
+        retry_after,
+        rate_limit,
+    }
+}
+
+/// An admitted attempt in flight. Dropped without being settled it is a cancelled attempt: the
+/// permit is settled at its estimate with no breaker verdict, the observer records `cancelled`,
+/// and the pacer slot is freed.
+struct AttemptGuard<'a, T: Transport, E: CallEffects<T>> {
+    effects: &'a E,
+    observer: &'a dyn CallObserver<T>,
+    ticket: SourceTicket<T>,
+    permit: Option<Permit>,
+    attempt_id: String,
+    attempt: u32,
+    started: Instant,
+    /// Capacity wait since the previous attempt (or the call's start).
+    capacity_wait: Duration,
+    /// The breaker state the settlement of a failed attempt left, once admission answers.
+    breaker_after: Option<E::BreakerAnswer>,
+}
+
+impl<T: Transport, E: CallEffects<T>> AttemptGuard<'_, T, E> {
+    /// Settle the permit; with `answer`, keep the pending answer of the breaker state it leaves.
+    fn settle(&mut self, action: BreakerAction, tokens: u64, progress: bool, answer: bool) {
+        if let Some(permit) = self.permit.take() {
+            let outcome = AttemptOutcome {
+                action,
+                tokens,
+                progress,
+            };
+            self.breaker_after = self.effects.settle(permit, outcome, answer);
+        }
+    }
+}
+
+impl<T: Transport, E: CallEffects<T>> Drop for AttemptGuard<'_, T, E> {
+    fn drop(&mut self) {
+        let Some(permit) = self.permit.as_ref() else {
+            return;
+        };
+        let probe = permit.attempt.probe_id.is_some();
+        let tokens = permit.attempt.lease.est_tokens;
+        self.settle(BreakerAction::NoVerdict, tokens, false, false);
+        let source = self.ticket.source();
+        source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+        source.metrics.attempt(None);
+        self.observer.on_attempt(&AttemptReport {
+            scope: &self.effects.config().name,
+            source: &source.name,
+            attempt_id: &self.attempt_id,
+            attempt: self.attempt,
+            elapsed: self.effects.now().saturating_duration_since(self.started),
+            capacity_wait: self.capacity_wait,
+            result: AttemptResult::Cancelled,
+            probe,
+        });
+    }
+}
+
+/// One attempt through the transport, reported to admission, the source's policies and the
+/// observer.
+async fn attempt_once<T: Transport, E: CallEffects<T>>(
+    guard: &mut AttemptGuard<'_, T, E>,
+    request: &T::Request,
+    events: Option<&EventSink<T::Event>>,
+    options: CallOptions,
+) -> Result<T::Response, T::Error> {
+    let effects = guard.effects;
+    let source = Arc::clone(guard.ticket.source());
+    source.counters.attempts.fetch_add(1, Ordering::Relaxed);
+    let probe = guard
+        .permit
+        .as_ref()
+        .is_some_and(|p| p.attempt.probe_id.is_some());
+    let est = guard
+        .permit
+        .as_ref()
+        .map_or(0, |p| p.attempt.lease.est_tokens);
+    let sent = effects.now();
+    let result = effects.send(&source, request, events).await;
+    let ended = effects.now();
+    let elapsed = ended.saturating_duration_since(guard.started);
+    let verdict = match &result {
+        Ok(_) => AttemptVerdict::Success,
+        Err(error) => AttemptVerdict::of_error(error),
+    };
+    let answer = match &result {
+        Ok(response) => Ok(T::tokens_used(response)),
+        Err(error) => Err((verdict, error.class())),
+    };
+    let (action, tokens) = settlement(answer, est, options.breaker_exempt);
+    // A failure that may be retried or end the call unavailable needs the breaker state it
+    // leaves, for the `retry_after` hint.
+    let retryable = result.as_ref().err().is_some_and(|e| {
+        matches!(
+            e.class(),
+            FailureClass::Transient | FailureClass::SourceDead
+        )
+    });
+    guard.settle(
+        action,
+        tokens,
+        verdict == AttemptVerdict::Success,
+        retryable,
+    );
+    effects.report(
+        &source,
+        pacer_observation::<T>(&result, verdict, sent, ended, source.in_flight()),
+    );
+    source.metrics.attempt(Some(verdict));
+    let report_result = match &result {
+        Ok(response) => AttemptResult::Ok(response),
+        Err(error) => AttemptResult::Err(error),
+    };
+    guard.observer.on_attempt(&AttemptReport {
+        scope: &effects.config().name,
+        source: &source.name,
+        attempt_id: &guard.attempt_id,
+        attempt: guard.attempt,
+        elapsed,
+        capacity_wait: guard.capacity_wait,
+        result: report_result,
+        probe,
+    });
+    let span = tracing::Span::current();
+    span.record("verdict", tracing::field::debug(verdict));
+    span.record("elapsed_ms", elapsed.as_secs_f64() * 1e3);
+    if let Err(error) = &result {
+        span.record("class", error.class().as_str());
+    }
+    result
+}
