@@ -42,6 +42,9 @@ pub enum UnavailableReason {
     GovernanceBackendDown,
     /// The call's deadline passed before it could be served; nothing was sent after it.
     DeadlineExceeded,
+    /// A spend budget of the scope, the tenant or the virtual key has no room for the call in
+    /// its current window (`Unavailable::budget` says which, and when it resets).
+    BudgetExhausted,
 }
 
 impl UnavailableReason {
@@ -61,6 +64,7 @@ impl UnavailableReason {
             Self::NoSources => "no_sources",
             Self::GovernanceBackendDown => "governance_backend_down",
             Self::DeadlineExceeded => "deadline_exceeded",
+            Self::BudgetExhausted => "budget_exhausted",
         }
     }
 }
@@ -144,6 +148,8 @@ pub struct Unavailable {
     pub per_source_reasons: BTreeMap<String, SourceReason>,
     /// Human detail (what ended the call, then `last error: …`), free of secrets.
     pub detail: String,
+    /// The budget that refused, when `reason` is `budget_exhausted`.
+    pub budget: Option<crate::BudgetStatus>,
 }
 
 impl Unavailable {

@@ -59,8 +59,8 @@ mod openai;
 pub mod policy;
 pub mod ports;
 pub use gateway::{
-    Chat, ChatEvent, ChatHandle, ChatStream, EmbeddingHandle, Embeddings, Gateway, GatewayBuilder,
-    Kind, Ocr, OcrHandle, ScopeHandle, SourceSnapshot,
+    BudgetStatus, Chat, ChatEvent, ChatHandle, ChatStream, EmbeddingHandle, Embeddings, Gateway,
+    GatewayBuilder, Kind, Ocr, OcrHandle, ScopeHandle, SourceSnapshot,
 };
 pub mod provider;
 #[cfg(feature = "redis")]

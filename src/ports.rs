@@ -21,7 +21,8 @@ pub use polygateway_actors::memory::{ManualClock, MemoryBreakers, MemoryGate};
 pub use polygateway_actors::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, AttemptVerdict, BackendError,
     BreakerAction, BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState,
-    BreakerStatus, BreakerVerdict, Classify, Clock, ComposedAttempts, ConsumerGone, EventSink,
-    FailureClass, Gate, GateBackend, GateDecision, GateRequest, Lease, Limits, PendingFinish,
-    SourceReason, TokioClock, Transport,
+    BreakerStatus, BreakerVerdict, BudgetClaim, BudgetDecision, BudgetExhausted, BudgetLease,
+    BudgetPeriod, BudgetRequest, BudgetSpend, BudgetWindow, Classify, Clock, ComposedAttempts,
+    ConsumerGone, EventSink, FailureClass, Gate, GateBackend, GateDecision, GateRequest, Lease,
+    Limits, PendingFinish, SourceReason, TokioClock, Transport,
 };

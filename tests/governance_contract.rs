@@ -129,3 +129,24 @@ memory_attempt_contract! {
     memory_attempt_carried_finishes_apply_before_the_admission =>
         attempt_contract_carried_finishes_apply_before_the_admission,
 }
+
+/// Run one budget case of the contract suite on a fresh memory gate.
+macro_rules! memory_budget_contract {
+    ($($test:ident => $case:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $test() {
+            contract::$case(&MemoryGate::default(), "MEM").await;
+        }
+    )*};
+}
+
+memory_budget_contract! {
+    memory_budget_reserve_and_settle_refund => budget_contract_reserve_and_settle_refund,
+    memory_budget_settle_charges_and_overshoot_is_bounded =>
+        budget_contract_settle_charges_and_overshoot_is_bounded,
+    memory_budget_exhaustion_counts_nothing => budget_contract_exhaustion_counts_nothing,
+    memory_budget_window_reset => budget_contract_window_reset,
+    memory_budget_lease_expiry => budget_contract_lease_expiry,
+    memory_budget_concurrent_reservations_respect_the_limit =>
+        budget_contract_concurrent_reservations_respect_the_limit,
+}

@@ -205,6 +205,14 @@ gate_contract! {
     redis_gate_progress_freshness => gate_contract_progress_freshness,
     redis_gate_concurrent_admissions_respect_limits =>
         gate_contract_concurrent_admissions_respect_limits,
+    redis_budget_reserve_and_settle_refund => budget_contract_reserve_and_settle_refund,
+    redis_budget_settle_charges_and_overshoot_is_bounded =>
+        budget_contract_settle_charges_and_overshoot_is_bounded,
+    redis_budget_exhaustion_counts_nothing => budget_contract_exhaustion_counts_nothing,
+    redis_budget_window_reset => budget_contract_window_reset,
+    redis_budget_lease_expiry => budget_contract_lease_expiry,
+    redis_budget_concurrent_reservations_respect_the_limit =>
+        budget_contract_concurrent_reservations_respect_the_limit,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -871,5 +879,84 @@ async fn a_resent_closed_breaker_verdict_counts_once() {
         .unwrap();
     let snap = breakers.snapshot("LLM", "a", &config).await.unwrap();
     assert_eq!(snap.state, BreakerState::Open, "the second failure opens");
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn budget_keys_share_one_tag_expire_and_a_refusal_writes_nothing() {
+    use polygateway::ports::{BudgetClaim, BudgetDecision, BudgetPeriod, BudgetRequest};
+    let Some(fx) = connect().await else { return };
+    let gate = RedisGate::new(fx.redis.clone());
+    let claim = |name: &str, limit| BudgetClaim {
+        key: name.into(),
+        limit_micros: limit,
+        period: BudgetPeriod::Hour,
+    };
+    let req = |id: &str, claims: Vec<BudgetClaim>| BudgetRequest {
+        claims,
+        est_micros: 100,
+        lease_id: id.into(),
+        lease_ttl: Duration::from_secs(60),
+    };
+    let refused = gate
+        .reserve_budget(&req(
+            "r",
+            vec![claim("scope:LLM", 1_000), claim("tenant:a", 50)],
+        ))
+        .await
+        .unwrap();
+    assert!(
+        matches!(refused, BudgetDecision::Exhausted(_)),
+        "{refused:?}"
+    );
+    assert!(fx.keys().await.is_empty(), "a refusal leaves no key behind");
+
+    let both = vec![claim("scope:LLM", 1_000), claim("tenant:a", 500)];
+    let BudgetDecision::Reserved(done) = gate
+        .reserve_budget(&req("done", both.clone()))
+        .await
+        .unwrap()
+    else {
+        panic!("room in both")
+    };
+    gate.settle_budget(&done, 70).await.unwrap();
+    let BudgetDecision::Reserved(again) = gate.reserve_budget(&req("done", both)).await.unwrap()
+    else {
+        panic!("a re-sent reservation answers the first")
+    };
+    assert_eq!(again.windows, done.windows);
+    assert_eq!(
+        gate.budget_spend(&claim("tenant:a", 500))
+            .await
+            .unwrap()
+            .spent_micros,
+        70
+    );
+
+    let mut keys = fx.keys().await;
+    keys.sort();
+    let tag = format!("{}:{{budget}}", fx.prefix);
+    let mut expected = vec![
+        format!("{tag}:B:scope:LLM"),
+        format!("{tag}:B:tenant:a"),
+        format!("{tag}:rec:done"),
+    ];
+    expected.sort();
+    assert_eq!(
+        keys, expected,
+        "every budget key carries the one {{budget}} tag"
+    );
+    let raw = fx.raw().await;
+    let rec_ttl: i64 = raw.pttl(format!("{tag}:rec:done")).await.unwrap();
+    assert!(
+        rec_ttl > 0 && rec_ttl <= 30_000,
+        "a settled record is a short tombstone: {rec_ttl}"
+    );
+    for key in &keys[..2] {
+        let ttl: i64 = raw.pttl(key).await.unwrap();
+        // Kept until an hour past the end of the current hour.
+        assert!(ttl > 3_600_000 && ttl <= 7_200_000, "{key}: {ttl}");
+    }
+    raw.quit().await.ok();
     fx.finish().await;
 }

@@ -28,6 +28,10 @@ pub use ports::attempt::{
 pub use ports::breaker::{
     BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerState, BreakerVerdict,
 };
+pub use ports::budget::{
+    BudgetClaim, BudgetDecision, BudgetExhausted, BudgetLease, BudgetPeriod, BudgetRequest,
+    BudgetSpend, BudgetWindow,
+};
 pub use ports::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease, Limits};
 pub use ports::transport::{ConsumerGone, EventSink, Transport};
 pub use ports::BackendError;

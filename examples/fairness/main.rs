@@ -5,7 +5,8 @@
 //! - `priority`: a batch flood and an interactive trickle (`priority.rs`);
 //! - `tenants`: unequal demand and unequal weights within one class (`tenants.rs`);
 //! - `fifo`: one class in steady overload (`fifo.rs`);
-//! - `deadlines`: feasible and infeasible deadlines under load (`deadlines.rs`).
+//! - `deadlines`: feasible and infeasible deadlines under load (`deadlines.rs`);
+//! - `budget`: a spend budget worth N calls, 10 N offered (`budget.rs`, docs/behaviour.md §5.8).
 //!
 //! ```text
 //! cargo run --release --features testkit --example fairness -- [--scenario NAME] [--slots 32] [--service-ms 100]
@@ -13,13 +14,12 @@
 //!
 //! The mock runs in the same process on the same cores.
 
+mod budget;
 mod common;
 mod deadlines;
 mod fifo;
 mod priority;
 mod tenants;
-// The `budget` scenario (a budget of N calls' cost, 10 N offered) is the spend budgets' own
-// file, `budget.rs`: declare it here (`mod budget;`) and run it in `main` below beside the others.
 
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use clap::Parser;
 
 #[derive(Parser)]
 struct Args {
-    /// Run only this scenario (priority, tenants, fifo, deadlines); all by default.
+    /// Run only this scenario (priority, tenants, fifo, deadlines, budget); all by default.
     #[arg(long)]
     scenario: Option<String>,
     /// Requests the upstream serves at once.
@@ -85,6 +85,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             every: Duration::from_millis(50),
         };
         println!("{}", deadlines::run(&params).await?.json());
+    }
+    if wanted("budget") {
+        println!("{}", budget::run(50, 32).await);
     }
     Ok(())
 }

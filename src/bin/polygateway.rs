@@ -90,6 +90,11 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         probe: usize,
     },
+    /// Show every spend budget (`{SCOPE}__BUDGET`, `PGW_TENANT_BUDGETS`) against its limit in
+    /// the current window: spent (settled plus the estimates of calls in flight), remaining,
+    /// and when the window resets. Read from the limiter backend: with Redis, every process's
+    /// spend; with the memory backend only this (fresh) process's, i.e. nothing.
+    Budgets,
     /// Print the SQL of the `llm_calls` table (CREATE TABLE and ADD COLUMN statements).
     SchemaSql {
         /// Database flavour.
@@ -445,6 +450,38 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
                     s.failures + s.dead + s.rate_limited,
                     s.cooling_for.as_secs_f64(),
                     structured_label(&s)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Budgets => {
+            let settings = settings(&cli)?;
+            let Some(scope) = settings.scopes.keys().next().cloned() else {
+                return Err("no scope is configured".into());
+            };
+            let gw = Gateway::from_settings(settings, &scope)
+                .await
+                .map_err(|e| e.to_string())?;
+            let budgets = gw.budgets().await.map_err(|e| e.to_string());
+            gw.shutdown().await;
+            let budgets = budgets?;
+            if budgets.is_empty() {
+                println!("no spend budget is configured ({{SCOPE}}__BUDGET, PGW_TENANT_BUDGETS)");
+            } else {
+                println!(
+                    "{:<28} {:<6} {:>16} {:>16} {:>16} {:>10}",
+                    "budget", "window", "spent", "limit", "remaining", "resets in"
+                );
+            }
+            for b in budgets {
+                println!(
+                    "{:<28} {:<6} {:>16.6} {:>16.6} {:>16.6} {:>9}s",
+                    b.name,
+                    b.period,
+                    b.spent,
+                    b.limit,
+                    b.remaining,
+                    b.resets_in.as_secs()
                 );
             }
             Ok(ExitCode::SUCCESS)

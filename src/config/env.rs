@@ -4,7 +4,8 @@
 //!
 //! - `{SCOPE}__{PROVIDER}__{N}__{FIELD}`: one source; its name is `{provider}_{n}` lower-case.
 //! - `{SCOPE}__{SUFFIX}`: scope-level knobs (`GLOBAL__*`, `SELECTOR`, `RETRY__*`, `BREAKER__*`,
-//!   `BACKPRESSURE__*`, `QUOTA_FULL`, `CIRCUIT_OPEN`, `BATCH_SIZE`, `NORMALIZE`, `EXPECTED_DIM`).
+//!   `BACKPRESSURE__*`, `QUOTA_FULL`, `CIRCUIT_OPEN`, `BUDGET`, `BATCH_SIZE`, `NORMALIZE`,
+//!   `EXPECTED_DIM`).
 //! - `LLM_TIMEOUT`, `LLM_MAX_RETRIES`, …: flat shorthands, defaults for *every* scope; a scope or
 //!   source key wins over them.
 //! - `PGW_*` and `REDIS_URL`: runtime-wide backends and knobs.

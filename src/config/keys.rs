@@ -73,6 +73,10 @@ pub enum ValueKind {
     Address,
     /// `alias=SCOPE` pairs separated by commas.
     Aliases,
+    /// A spend budget: `<amount>/<hour|day|month>` (docs/behaviour.md §5.8).
+    Budget,
+    /// `tenant=<amount>/<hour|day|month>` pairs separated by commas.
+    TenantBudgets,
 }
 
 /// One configuration key: the row of the README's configuration reference, and what the parser
@@ -190,6 +194,7 @@ pub const KEYS: &[KeyDef] = &[
     scope::BACKPRESSURE_POLL_INTERVAL_S,
     scope::QUOTA_FULL,
     scope::CIRCUIT_OPEN,
+    scope::BUDGET,
     scope::BATCH_SIZE,
     scope::NORMALIZE,
     scope::EXPECTED_DIM,
@@ -217,6 +222,7 @@ pub const KEYS: &[KeyDef] = &[
     global::PGW_PRICING_PATH,
     global::PGW_STRUCTURED_MAX_RETRIES,
     global::PGW_LEASE_TTL_S,
+    global::PGW_TENANT_BUDGETS,
     global::PGW_SERVER_BIND,
     global::PGW_SERVER_BODY_LIMIT_BYTES,
     global::PGW_SERVER_REQUEST_TIMEOUT_S,
@@ -535,6 +541,14 @@ pub(crate) mod scope {
         doc: "`wait` or `fail_fast`",
         default: "`wait`",
     };
+    pub(crate) const BUDGET: KeyDef = KeyDef {
+        name: "BUDGET",
+        family: Scope,
+        value: Budget,
+        doc: "spend budget of a chat scope: `<amount>/<hour\\|day\\|month>` in the pricing \
+              currency, calendar windows in UTC (needs a price for every source's model)",
+        default: "none",
+    };
     pub(crate) const CIRCUIT_OPEN: KeyDef = KeyDef {
         name: "CIRCUIT_OPEN",
         family: Scope,
@@ -739,6 +753,14 @@ pub(crate) mod global {
         value: Count,
         doc: "structured-output re-asks",
         default: "2",
+    };
+    pub(crate) const PGW_TENANT_BUDGETS: KeyDef = KeyDef {
+        name: "PGW_TENANT_BUDGETS",
+        family: Global,
+        value: TenantBudgets,
+        doc: "spend budgets per tenant (the call's `tenant_id`, across scopes): \
+              `tenant=<amount>/<hour\\|day\\|month>`, comma separated",
+        default: "none",
     };
     pub(crate) const PGW_LEASE_TTL_S: KeyDef = KeyDef {
         name: "PGW_LEASE_TTL_S",

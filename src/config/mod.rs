@@ -5,6 +5,7 @@
 //! assembly guards; hand-built settings are checked with [`Settings::validate`]. Nothing else in
 //! the runtime reads environment variables.
 
+pub mod budget;
 pub(crate) mod defaults;
 mod env;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod keys;
 pub mod server;
 pub mod settings;
 
+pub use budget::SpendBudget;
 pub use env::scope_kind_for;
 pub use error::ConfigError;
 pub use keys::{

@@ -628,6 +628,8 @@ pub struct ScopeSettings {
     pub quota_full: QuotaFull,
     /// All-circuits-open behaviour.
     pub circuit_open: CircuitOpenPolicy,
+    /// `BUDGET`: the scope's spend limit per window (chat scopes; `None` = unlimited).
+    pub budget: Option<super::SpendBudget>,
     /// Embeddings options (embedding scopes only).
     pub embedding: Option<EmbeddingSettings>,
 }
@@ -843,6 +845,8 @@ pub struct Settings {
     pub pricing_path: Option<String>,
     /// `PGW_STRUCTURED_MAX_RETRIES` (default 2).
     pub structured_max_retries: u32,
+    /// `PGW_TENANT_BUDGETS`: spend limits per tenant (the call's `tenant_id`), across scopes.
+    pub tenant_budgets: BTreeMap<String, super::SpendBudget>,
     /// `PGW_LEASE_TTL_S` (default 1500).
     pub lease_ttl: Duration,
     /// The `PGW_SERVER_*` keys of `polygateway serve`.

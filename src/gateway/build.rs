@@ -522,6 +522,8 @@ impl GatewayBuilder {
         let telemetry = self.build_telemetry(&runtime, &mut owned).await?;
         let cache = self.build_cache().await?;
         let scopes = self.build_scopes(&runtime).await?;
+        let budgets =
+            super::budget::BudgetPlan::new(&self.settings, telemetry.telemetry.pricing.as_deref())?;
         let core = Core {
             runtime,
             governance,
@@ -531,6 +533,7 @@ impl GatewayBuilder {
             telemetry_actor: telemetry.actor,
             cache,
             structured_max_retries: self.settings.structured_max_retries,
+            budgets,
             owned,
             closed: AtomicBool::new(false),
             settings: self.settings,

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use polygateway_actors::runtime::{CallOptions as GovernOptions, Scope};
+use polygateway_actors::runtime::{CallFailure, CallOptions as GovernOptions, Scope};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
@@ -92,6 +92,8 @@ pub(crate) struct Prepared {
     pub parent_call_id: Option<String>,
     /// Its place among waiting calls, shared by its re-asks.
     pub order: CallOrder,
+    /// The spend budgets each ask of the call counts against (empty: none configured).
+    pub budgets: Vec<polygateway_actors::BudgetClaim>,
 }
 
 /// What orders a call among waiting calls (docs/behaviour.md §5.7): its class, its tenant and
@@ -437,6 +439,9 @@ impl ScopeHandle<Chat> {
             call_group: options.call_group.clone(),
             parent_call_id: options.parent_call_id.clone(),
             order: CallOrder::of(options),
+            budgets: core
+                .budgets
+                .claims(&self.name, options.tenant(), options.key_budget.as_ref()),
         })
     }
 
@@ -548,6 +553,29 @@ impl ScopeHandle<Chat> {
             "pgw.source" = tracing::field::Empty,
             "pgw.cost" = tracing::field::Empty,
         );
+        // Spend budgets: the ask's estimate is reserved before any attempt (docs/behaviour.md
+        // §5.7); a refusal is recorded like any call that never reached a transport.
+        let reservation = if prepared.budgets.is_empty() {
+            None
+        } else {
+            let core = &self.core;
+            let reserved = core
+                .budgets
+                .reserve(
+                    &core.governance.gate,
+                    core.governance.timeout,
+                    &self.name,
+                    prepared.budgets.clone(),
+                )
+                .await;
+            match reserved {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    core.telemetry.record_refusal(&prepared.context, &e);
+                    return Err(e);
+                }
+            }
+        };
         let governed = scope
             .scope
             .call(
@@ -557,14 +585,29 @@ impl ScopeHandle<Chat> {
                 prepared.order.govern(is_reask),
             )
             .instrument(span.clone())
-            .await
-            .map_err(|f| to_gateway_error(&self.name, f))?;
+            .await;
+        let governed = match governed {
+            Ok(g) => g,
+            Err(failure) => {
+                if let Some(r) = reservation {
+                    // A failed call's rows carry no cost, so it is charged nothing — except a
+                    // stream broken after deltas reached the caller: the upstream generated
+                    // them, so it keeps its estimate.
+                    let broken = matches!(failure, CallFailure::StreamBroken { .. });
+                    r.settle((!broken).then_some(0.0)).await;
+                }
+                return Err(to_gateway_error(&self.name, failure));
+            }
+        };
         let mut response = governed.response;
         response.call_id = governed.attempt_id;
         response.capacity_wait_ms = governed.capacity_wait.as_secs_f64() * 1e3;
         response.parent_call_id = prepared.parent_call_id.clone();
         response.call_group_id = prepared.call_group.clone();
         response.cost = self.core.telemetry.cost(&response.model, &response.usage());
+        if let Some(r) = reservation {
+            r.settle(response.cost).await;
+        }
         response.as_single_ask();
         if let Some(ttft) = response.ttft_ms {
             scope.metrics.ttft.record(ttft / 1e3);

@@ -61,6 +61,7 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
                 scope: scope.to_string(),
                 reason,
                 retry_after_s,
+                budget: None,
                 per_source_reasons: per_source
                     .into_iter()
                     .map(|(source, reason)| (source.to_string(), reason))

@@ -11,6 +11,7 @@
 //! # Ok(()) }
 //! ```
 
+pub(crate) mod budget;
 mod build;
 mod chat;
 mod embed;
@@ -82,6 +83,7 @@ pub type EmbeddingHandle = ScopeHandle<Embeddings>;
 /// # Ok(()) }
 /// ```
 pub type OcrHandle = ScopeHandle<Ocr>;
+pub use budget::BudgetStatus;
 pub use snapshot::SourceSnapshot;
 #[cfg(feature = "server")]
 pub(crate) use stream::whole_answer_deltas;
@@ -147,6 +149,8 @@ pub(crate) struct Core {
     pub telemetry_actor: ActorSlot<TelemetryMsg>,
     pub cache: Option<CacheLayer>,
     pub structured_max_retries: u32,
+    /// Spend budgets: which apply to a call, and each chat scope's estimate.
+    pub budgets: budget::BudgetPlan,
     pub owned: Owned,
     pub closed: AtomicBool,
     pub settings: Settings,
@@ -608,6 +612,49 @@ impl Gateway {
     pub async fn sources(&self, name: &str) -> Result<Vec<SourceSnapshot>, GatewayError> {
         let entry = self.core.entry(name)?;
         Ok(snapshot::collect(&self.core, entry).await)
+    }
+
+    /// Spend against limit of every configured spend budget in its current window: each chat
+    /// scope's `{SCOPE}__BUDGET` (`scope:<SCOPE>`), then each entry of `PGW_TENANT_BUDGETS`
+    /// (`tenant:<id>`). Spent includes the estimates of calls in flight. Read from the limiter
+    /// backend, so with Redis it is every process's spend.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// # let dir = tempfile::tempdir()?;
+    /// # let prices = dir.path().join("prices.json");
+    /// # std::fs::write(&prices, r#"{"gpt-test": {"input_per_1m": 1.0, "output_per_1m": 1.0}}"#)?;
+    /// # let settings = polygateway::testkit::mock_settings(
+    /// #     &[("LLM", &mock.base_url())],
+    /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("PGW_PRICING_PATH", prices.to_str().unwrap()),
+    /// #       ("PGW_TENANT_BUDGETS", "acme=2/month")],
+    /// # );
+    /// use polygateway::{CallOptions, Message};
+    /// // Settings: PGW_TENANT_BUDGETS=acme=2/month and a pricing table.
+    /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+    /// let options = CallOptions::new().tenant_id("acme");
+    /// gw.chat_scope("LLM")?.chat_with(vec![Message::user("hi")], options).await?;
+    /// let acme = &gw.budgets().await?[0];
+    /// assert_eq!((acme.name.as_str(), acme.limit, acme.period.as_str()), ("tenant:acme", 2.0, "month"));
+    /// assert!(acme.spent > 0.0 && acme.remaining < 2.0);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn budgets(&self) -> Result<Vec<BudgetStatus>, GatewayError> {
+        self.budgets_with(&[]).await
+    }
+
+    /// [`Self::budgets`] followed by `extra` ones (the server's key budgets).
+    pub(crate) async fn budgets_with(
+        &self,
+        extra: &[polygateway_actors::BudgetClaim],
+    ) -> Result<Vec<BudgetStatus>, GatewayError> {
+        let gov = &self.core.governance;
+        let claims = self.core.budgets.configured().chain(extra);
+        budget::statuses(&gov.gate, gov.timeout, claims).await
     }
 
     /// Limiter leases currently held in scope `name` (0 when idle: an invariant soaks check).

@@ -114,6 +114,23 @@ impl Telemetry {
         self.emit(row);
     }
 
+    /// Record a call refused before any attempt by the gateway itself (a spend budget): one
+    /// row with the error, no source and no cost, as the runtime's terminal rows.
+    pub(crate) fn record_refusal(&self, ctx: &RowContext, error: &crate::error::GatewayError) {
+        if !self.enabled {
+            return;
+        }
+        let mut row = self.base_row(&polygateway_actors::assembly::new_id(), ctx);
+        let class = error
+            .unavailable()
+            .map_or("GatewayError", |u| u.kind.class_name());
+        row.error = Some(crate::telemetry::digest::error_text(
+            class,
+            &error.to_string(),
+        ));
+        self.emit(row);
+    }
+
     /// The columns a successful answer fills (cost included, from the row's model).
     fn fill_success(&self, row: &mut TelemetryRow, outcome: &RowOutcome<'_>) {
         row.response = outcome.response.map(|r| cap_text(r, self.text_cap));

@@ -19,6 +19,8 @@ pub(crate) struct ErrorShape {
     pub(crate) param: Option<&'static str>,
     /// Seconds for `Retry-After` (429 and 503).
     pub(crate) retry_after_s: Option<f64>,
+    /// The spend budget that refused (`budget_exhausted`): the server puts it in headers.
+    pub(crate) budget: Option<Box<crate::BudgetStatus>>,
 }
 
 impl ErrorShape {
@@ -35,6 +37,7 @@ impl ErrorShape {
             message,
             param: None,
             retry_after_s: None,
+            budget: None,
         }
     }
 
@@ -65,6 +68,13 @@ impl From<&GatewayError> for ErrorShape {
             // weather, so 504 and no Retry-After (the same deadline would be missed again).
             GatewayError::Unavailable(u) if u.reason == UnavailableReason::DeadlineExceeded => {
                 Self::new(504, "timeout_error", "deadline_exceeded", message)
+            }
+            GatewayError::Unavailable(u) if u.reason == UnavailableReason::BudgetExhausted => {
+                // OpenAI's own answer to a spent quota: 429 `insufficient_quota`.
+                let mut out = Self::new(429, "insufficient_quota", u.reason.as_str(), message);
+                out.retry_after_s = Some(u.retry_after_s);
+                out.budget = u.budget.clone().map(Box::new);
+                out
             }
             GatewayError::Unavailable(u) => {
                 let quota = u.reason == UnavailableReason::QuotaExhausted;

@@ -81,6 +81,8 @@ pub(crate) enum ScriptKind {
     Breaker,
     /// `lua/attempt.lua` over the three above.
     Attempt,
+    /// `lua/budget.lua`.
+    Budget,
 }
 
 impl ScriptKind {
@@ -90,6 +92,7 @@ impl ScriptKind {
             ScriptKind::Progress => "progress",
             ScriptKind::Breaker => "breaker",
             ScriptKind::Attempt => "attempt",
+            ScriptKind::Budget => "budget",
         }
     }
 }
@@ -98,6 +101,7 @@ const LIMITER_LUA: &str = include_str!("../../lua/limiter.lua");
 const PROGRESS_LUA: &str = include_str!("../../lua/progress.lua");
 const BREAKER_LUA: &str = include_str!("../../lua/breaker.lua");
 const ATTEMPT_LUA: &str = include_str!("../../lua/attempt.lua");
+const BUDGET_LUA: &str = include_str!("../../lua/budget.lua");
 
 /// `lua/attempt.lua` preceded by the three single-purpose scripts, each wrapped as a local
 /// function whose parameters shadow `KEYS` and `ARGV`: one state machine, callable in-script.
@@ -119,6 +123,7 @@ struct Scripts {
     progress: Script,
     breaker: Script,
     attempt: Script,
+    budget: Script,
 }
 
 impl Scripts {
@@ -128,6 +133,7 @@ impl Scripts {
             progress: Script::from_lua(PROGRESS_LUA),
             breaker: Script::from_lua(BREAKER_LUA),
             attempt: Script::from_lua(attempt_lua()),
+            budget: Script::from_lua(BUDGET_LUA),
         }
     }
 
@@ -137,15 +143,17 @@ impl Scripts {
             ScriptKind::Progress => &self.progress,
             ScriptKind::Breaker => &self.breaker,
             ScriptKind::Attempt => &self.attempt,
+            ScriptKind::Budget => &self.budget,
         }
     }
 
-    fn all(&self) -> [(ScriptKind, &Script); 4] {
+    fn all(&self) -> [(ScriptKind, &Script); 5] {
         [
             (ScriptKind::Limiter, &self.limiter),
             (ScriptKind::Progress, &self.progress),
             (ScriptKind::Breaker, &self.breaker),
             (ScriptKind::Attempt, &self.attempt),
+            (ScriptKind::Budget, &self.budget),
         ]
     }
 }

@@ -1,6 +1,7 @@
 //! [`RedisGate`]: the six-gate limiter (docs/behaviour.md §5.3) stored in Redis, shared by every process that
 //! points at the same server and prefix. The gate logic is `lua/limiter.lua` (one atomic script
-//! per operation); this file only builds keys and arguments and decodes answers.
+//! per operation); this file only builds keys and arguments and decodes answers. Its spend-budget
+//! gate is `lua/budget.lua`, driven from `budget.rs`.
 //!
 //! Not for: deciding what to do on a refusal (wait or fail fast) — the admission layer does.
 
@@ -9,7 +10,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fred::prelude::Value;
-use polygateway_actors::{BackendError, Gate, GateBackend, GateDecision, GateRequest, Lease};
+use polygateway_actors::{
+    BackendError, BudgetClaim, BudgetDecision, BudgetLease, BudgetRequest, BudgetSpend, Gate,
+    GateBackend, GateDecision, GateRequest, Lease,
+};
 
 use super::connection::{RedisGovernance, ScriptKind};
 
@@ -262,5 +266,24 @@ impl GateBackend for RedisGate {
             .eval(ScriptKind::Limiter, keys, vec![Value::from("held")])
             .await?;
         Ok(non_negative(held))
+    }
+
+    async fn reserve_budget(
+        &self,
+        request: &BudgetRequest,
+    ) -> Result<BudgetDecision, BackendError> {
+        self.reserve_budget_lua(request).await
+    }
+
+    async fn settle_budget(
+        &self,
+        lease: &BudgetLease,
+        actual_micros: u64,
+    ) -> Result<(), BackendError> {
+        self.settle_budget_lua(lease, actual_micros).await
+    }
+
+    async fn budget_spend(&self, claim: &BudgetClaim) -> Result<BudgetSpend, BackendError> {
+        self.budget_spend_lua(claim).await
     }
 }

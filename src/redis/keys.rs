@@ -13,6 +13,8 @@
 //! | `P:{S}:progress` | STRING server ms | stall guard (`mark_progress`) |
 //! | `P:{S}:src:R:breaker` | HASH | breaker state of one source |
 //! | `P:{S}:src:R:verdict:<id>` | STRING first answer | a standalone breaker verdict's id, kept 30 s: a re-sent verdict counts once |
+//! | `P:{budget}:B:<name>` | HASH `<window index>` → micro-units spent | one spend budget (`scope:S`, `tenant:T`, `vkey:K`); kept an hour past its window |
+//! | `P:{budget}:rec:<lease id>` | HASH `est`, `exp`, `settled`, `w1..wn` | a budget reservation: re-send and settle idempotency; lives for its TTL, 30 s once settled |
 //!
 //! Script calls and their keys (every key of a call carries the same `{S}` tag):
 //!
@@ -22,10 +24,13 @@
 //! | `limiter.lua` | `lease`, `src:R:lease`, `win`, `src:R:win`, `rec:<id>` | standalone gate port calls |
 //! | `breaker.lua` | `src:R:breaker` (+ `src:R:verdict:<id>` for `record`) | standalone breaker port calls |
 //! | `progress.lua` | `progress` | stall guard reads |
+//! | `budget.lua` | `{budget}:rec:<id>` + one `{budget}:B:<name>` per budget | once when a budgeted call starts, once when it ends; never without a budget |
 //!
 //! The scope is the hash tag, so every key of one scope — global and per source — lands in one
 //! cluster slot and each script call touches a single slot (a scope's gates live on one shard:
-//! spread heavy traffic across scopes). Not for: parsing keys back.
+//! spread heavy traffic across scopes). Spend budgets are the exception: a tenant's budget is
+//! shared by every scope, so all budget keys share the one `{budget}` tag (one slot; two script
+//! calls per budgeted call). Not for: parsing keys back.
 
 /// Builds key names under one prefix.
 #[derive(Debug, Clone)]
@@ -72,6 +77,16 @@ impl Keys {
     /// Admission record of one lease.
     pub(crate) fn lease_record(&self, scope: &str, lease_id: &str) -> String {
         format!("{}:rec:{}", self.scope(scope), lease_id)
+    }
+
+    /// Spend counters of one budget (`scope:LLM`, `tenant:acme`, `vkey:ci`).
+    pub(crate) fn budget(&self, name: &str) -> String {
+        format!("{}:{{budget}}:B:{}", self.prefix, name)
+    }
+
+    /// Record of one budget reservation.
+    pub(crate) fn budget_record(&self, lease_id: &str) -> String {
+        format!("{}:{{budget}}:rec:{}", self.prefix, lease_id)
     }
 
     /// Progress clock of a scope.

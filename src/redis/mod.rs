@@ -8,6 +8,7 @@
 
 mod attempt;
 mod breaker;
+mod budget;
 mod connection;
 mod gate;
 mod keys;

@@ -133,9 +133,34 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        if let Some(b) = &self.budget {
+            let headers = response.headers_mut();
+            // Amounts in the pricing table's currency, to the micro-unit the gate counts in.
+            let amount = |v: f64| HeaderValue::try_from(format!("{v:.6}")).ok();
+            if let Ok(name) = HeaderValue::try_from(b.name.as_str()) {
+                headers.insert(BUDGET_NAME, name);
+            }
+            if let Some(v) = amount(b.limit) {
+                headers.insert(BUDGET_LIMIT, v);
+            }
+            if let Some(v) = amount(b.remaining) {
+                headers.insert(BUDGET_REMAINING, v);
+            }
+            let reset = b.resets_in.as_secs() + u64::from(b.resets_in.subsec_nanos() > 0);
+            headers.insert(BUDGET_RESET_S, HeaderValue::from(reset));
+        }
         response
     }
 }
+
+/// Which spend budget refused a `budget_exhausted` answer (`scope:…`, `tenant:…`, `vkey:…`).
+pub(crate) const BUDGET_NAME: &str = "x-pgw-budget-name";
+/// Its limit per window, in the pricing table's currency.
+pub(crate) const BUDGET_LIMIT: &str = "x-pgw-budget-limit";
+/// What is left of it in this window (less than the refused call's estimate).
+pub(crate) const BUDGET_REMAINING: &str = "x-pgw-budget-remaining";
+/// Whole seconds (rounded up) until its window resets.
+pub(crate) const BUDGET_RESET_S: &str = "x-pgw-budget-reset-s";
 
 #[cfg(test)]
 mod tests {
@@ -151,7 +176,33 @@ mod tests {
             retry_after_s,
             per_source_reasons: Default::default(),
             detail: String::new(),
+            budget: None,
         }))
+    }
+
+    #[test]
+    fn an_exhausted_budget_is_429_insufficient_quota_with_its_numbers_in_headers() {
+        let status = crate::BudgetStatus::new(
+            "tenant:acme",
+            5_000_000,
+            4_999_000,
+            "day".into(),
+            std::time::Duration::from_millis(3_600_500),
+        );
+        let GatewayError::Unavailable(mut u) =
+            unavailable(UnavailableReason::BudgetExhausted, 3_600.5)
+        else {
+            unreachable!()
+        };
+        u.budget = Some(status);
+        let r = ApiError::from(GatewayError::Unavailable(u)).into_response();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        let h = r.headers();
+        assert_eq!(h[header::RETRY_AFTER], "3601");
+        assert_eq!(h[BUDGET_NAME], "tenant:acme");
+        assert_eq!(h[BUDGET_LIMIT], "5.000000");
+        assert_eq!(h[BUDGET_REMAINING], "0.001000");
+        assert_eq!(h[BUDGET_RESET_S], "3601");
     }
 
     #[test]

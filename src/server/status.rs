@@ -1,5 +1,6 @@
 //! The status page (`GET /`): every scope's sources live — breaker, pacer limit, in flight,
-//! health, counters, cooldown — and the last errors the server answered for the scope. Server
+//! health, counters, cooldown — the last errors the server answered for the scope, and every
+//! spend budget's spend against its limit. Server
 //! rendered, no scripts or external assets, refreshed by the browser every 2 s. Unauthenticated
 //! and secret-free (names and numbers only); not an API (use `/readyz` and `/metrics`).
 
@@ -112,8 +113,56 @@ pub(crate) async fn page(State(app): State<Arc<App>>) -> Html<String> {
             html.push_str("</ul>");
         }
     }
+    budgets(&app, &mut html).await;
     html.push_str("</body></html>");
     Html(html)
+}
+
+/// Spend against limit of every budget: the scopes' and tenants' (the gateway's) and each
+/// key's, read from the limiter backend (shared with every replica on Redis).
+async fn budgets(app: &App, html: &mut String) {
+    let keys: Vec<_> = app
+        .keys
+        .iter()
+        .filter_map(|k| {
+            let b = k.budget()?;
+            Some(crate::gateway::budget::claim(
+                format!("vkey:{}", k.name()),
+                b,
+            ))
+        })
+        .collect();
+    match app.gw.budgets_with(&keys).await {
+        Ok(list) if list.is_empty() => {}
+        Ok(list) => {
+            html.push_str(
+                "<h2 id=\"budgets\">spend budgets</h2><table><tr><th>budget</th><th>window</th>\
+                 <th>spent</th><th>limit</th><th>remaining</th><th>resets in</th></tr>",
+            );
+            for b in list {
+                let class = if b.remaining <= 0.0 { "open" } else { "closed" };
+                let _ = write!(
+                    html,
+                    "<tr class=\"budget\"><td>{}</td><td>{}</td><td class=\"{class}\">{:.6}</td>\
+                     <td>{:.6}</td><td>{:.6}</td><td>{}s</td></tr>",
+                    escape(&b.name),
+                    escape(&b.period),
+                    b.spent,
+                    b.limit,
+                    b.remaining,
+                    b.resets_in.as_secs()
+                );
+            }
+            html.push_str("</table>");
+        }
+        Err(e) => {
+            let _ = write!(
+                html,
+                "<p>spend budgets unavailable: {}</p>",
+                escape(&e.to_string())
+            );
+        }
+    }
 }
 
 #[cfg(test)]

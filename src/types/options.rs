@@ -219,6 +219,8 @@ pub struct CallOptions {
     /// The call's own id in telemetry (`call_group_id` of every row of the call), set once
     /// when the call starts so its re-asks share it.
     pub(crate) call_group: Option<String>,
+    /// The server key's spend budget (`vkey:<name>`), set by `polygateway serve` only.
+    pub(crate) key_budget: Option<(String, crate::config::SpendBudget)>,
 }
 
 impl Default for CallOptions {
@@ -238,6 +240,7 @@ impl Default for CallOptions {
             deadline: None,
             weight: None,
             call_group: None,
+            key_budget: None,
         }
     }
 }

@@ -26,7 +26,8 @@ use std::time::Duration;
 use futures::future::join_all;
 use polygateway_actors::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerAdmit,
-    BreakerBackend, BreakerConfig, BreakerState, BreakerStatus, BreakerVerdict, Gate, GateBackend,
+    BreakerBackend, BreakerConfig, BreakerState, BreakerStatus, BreakerVerdict, BudgetClaim,
+    BudgetDecision, BudgetExhausted, BudgetLease, BudgetPeriod, BudgetRequest, Gate, GateBackend,
     GateDecision, GateRequest, Lease, Limits, PendingFinish,
 };
 
@@ -1426,4 +1427,187 @@ pub async fn attempt_contract_failures_open_and_force_open(
         (BreakerState::Open, 2, false)
     );
     assert_eq!(store.gate.leases_held(scope).await.unwrap(), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spend budgets (docs/behaviour.md §5.8): reserve the estimate, settle the real cost.
+
+fn budget(prefix: &str, name: &str, limit_micros: u64, period: BudgetPeriod) -> BudgetClaim {
+    BudgetClaim {
+        key: Arc::from(format!("{prefix}:{name}")),
+        limit_micros,
+        period,
+    }
+}
+
+fn budget_request(claims: Vec<BudgetClaim>, est_micros: u64, lease_ttl: Duration) -> BudgetRequest {
+    let n = LEASE_SEQ.fetch_add(1, Ordering::Relaxed);
+    let first = claims.first().map_or("-", |c| &*c.key);
+    let lease_id = Arc::from(format!("budget/{first}/{n}"));
+    BudgetRequest {
+        claims,
+        est_micros,
+        lease_id,
+        lease_ttl,
+    }
+}
+
+async fn must_reserve(backend: &dyn GateBackend, req: &BudgetRequest) -> BudgetLease {
+    match backend.reserve_budget(req).await.expect("backend answers") {
+        BudgetDecision::Reserved(lease) => lease,
+        other => panic!("expected a reservation, got {other:?}"),
+    }
+}
+
+async fn must_exhaust(backend: &dyn GateBackend, req: &BudgetRequest) -> BudgetExhausted {
+    match backend.reserve_budget(req).await.expect("backend answers") {
+        BudgetDecision::Exhausted(e) => e,
+        other => panic!("expected exhaustion, got {other:?}"),
+    }
+}
+
+async fn spent(backend: &dyn GateBackend, claim: &BudgetClaim) -> u64 {
+    backend
+        .budget_spend(claim)
+        .await
+        .expect("backend answers")
+        .spent_micros
+}
+
+/// Reserve counts the estimate; settling below it refunds the difference, idempotently.
+pub async fn budget_contract_reserve_and_settle_refund(backend: &dyn GateBackend, prefix: &str) {
+    let day = budget(prefix, "refund", 1_000, BudgetPeriod::Day);
+    let lease = must_reserve(backend, &budget_request(vec![day.clone()], 600, LONG_TTL)).await;
+    assert_eq!(lease.est_micros, 600);
+    assert_eq!(spent(backend, &day).await, 600, "the estimate is reserved");
+    must_exhaust(backend, &budget_request(vec![day.clone()], 600, LONG_TTL)).await;
+    backend.settle_budget(&lease, 150).await.expect("settle");
+    backend
+        .settle_budget(&lease, 150)
+        .await
+        .expect("settle again");
+    assert_eq!(spent(backend, &day).await, 150, "refunded once");
+    must_reserve(backend, &budget_request(vec![day.clone()], 600, LONG_TTL)).await;
+    assert_eq!(spent(backend, &day).await, 750);
+}
+
+/// Settling above the estimate charges the difference; the overshoot is bounded by what was in
+/// flight and nothing more is admitted once the limit is reached.
+pub async fn budget_contract_settle_charges_and_overshoot_is_bounded(
+    backend: &dyn GateBackend,
+    prefix: &str,
+) {
+    let day = budget(prefix, "charge", 1_000, BudgetPeriod::Day);
+    let mut leases = Vec::new();
+    for _ in 0..4 {
+        leases.push(must_reserve(backend, &budget_request(vec![day.clone()], 250, LONG_TTL)).await);
+    }
+    must_exhaust(backend, &budget_request(vec![day.clone()], 1, LONG_TTL)).await;
+    for lease in &leases {
+        backend.settle_budget(lease, 400).await.expect("settle");
+    }
+    // Four calls in flight each cost 150 more than estimated: 600 over, and no more.
+    assert_eq!(spent(backend, &day).await, 1_600);
+    let e = must_exhaust(backend, &budget_request(vec![day.clone()], 0, LONG_TTL)).await;
+    assert_eq!(
+        (e.spent_micros, e.limit_micros, e.remaining_micros()),
+        (1_600, 1_000, 0)
+    );
+}
+
+/// A refusal names the first budget without room, says when its window resets, and counts
+/// nothing in any budget of the request.
+pub async fn budget_contract_exhaustion_counts_nothing(backend: &dyn GateBackend, prefix: &str) {
+    let roomy = budget(prefix, "roomy", 10_000, BudgetPeriod::Hour);
+    let tight = budget(prefix, "tight", 500, BudgetPeriod::Month);
+    must_reserve(
+        backend,
+        &budget_request(vec![roomy.clone(), tight.clone()], 400, LONG_TTL),
+    )
+    .await;
+    let e = must_exhaust(
+        backend,
+        &budget_request(vec![roomy.clone(), tight.clone()], 200, LONG_TTL),
+    )
+    .await;
+    assert_eq!(&*e.key, &*tight.key);
+    assert_eq!(
+        (e.limit_micros, e.spent_micros, e.remaining_micros()),
+        (500, 400, 100)
+    );
+    let month_left = backend.budget_spend(&tight).await.expect("spend").resets_in;
+    assert!(
+        e.retry_after <= month_left + Duration::from_secs(1)
+            && e.retry_after + Duration::from_secs(1) >= month_left,
+        "retry_after {:?} is when the month resets ({month_left:?})",
+        e.retry_after
+    );
+    assert_eq!(
+        (spent(backend, &roomy).await, spent(backend, &tight).await),
+        (400, 400)
+    );
+}
+
+/// A new window starts empty; a reservation settled after its window rolled over leaves the new
+/// window alone. `period` must be a short fixed window (≤ 2 s).
+pub async fn budget_contract_window_reset(backend: &dyn GateBackend, prefix: &str) {
+    let window = Duration::from_secs(1);
+    let claim = budget(prefix, "reset", 100, BudgetPeriod::Fixed(window));
+    // Start just after a window begins, so the case has the whole window.
+    let left = backend.budget_spend(&claim).await.expect("spend").resets_in;
+    tokio::time::sleep(left + SLACK).await;
+    let old = must_reserve(backend, &budget_request(vec![claim.clone()], 100, LONG_TTL)).await;
+    let e = must_exhaust(backend, &budget_request(vec![claim.clone()], 1, LONG_TTL)).await;
+    assert!(
+        e.retry_after <= window,
+        "resets within the window: {:?}",
+        e.retry_after
+    );
+    tokio::time::sleep(e.retry_after + SLACK).await;
+    assert_eq!(spent(backend, &claim).await, 0, "a new window starts empty");
+    let new = must_reserve(backend, &budget_request(vec![claim.clone()], 30, LONG_TTL)).await;
+    assert_ne!(old.windows, new.windows);
+    backend.settle_budget(&old, 0).await.expect("late settle");
+    assert_eq!(
+        spent(backend, &claim).await,
+        30,
+        "the late settle left the new window alone"
+    );
+}
+
+/// A reservation never settled within its TTL stays counted at its estimate; a late settle is a
+/// no-op.
+pub async fn budget_contract_lease_expiry(backend: &dyn GateBackend, prefix: &str) {
+    let day = budget(prefix, "expiry", 1_000, BudgetPeriod::Day);
+    let ttl = Duration::from_millis(300);
+    let lease = must_reserve(backend, &budget_request(vec![day.clone()], 400, ttl)).await;
+    tokio::time::sleep(ttl + SLACK).await;
+    backend.settle_budget(&lease, 0).await.expect("late settle");
+    assert_eq!(
+        spent(backend, &day).await,
+        400,
+        "the estimate stays charged"
+    );
+    // A live reservation still settles normally.
+    let live = must_reserve(backend, &budget_request(vec![day.clone()], 100, LONG_TTL)).await;
+    backend.settle_budget(&live, 50).await.expect("settle");
+    assert_eq!(spent(backend, &day).await, 450);
+}
+
+/// Concurrent reservations never exceed the budget by more than their estimates allow.
+pub async fn budget_contract_concurrent_reservations_respect_the_limit(
+    backend: &dyn GateBackend,
+    prefix: &str,
+) {
+    let day = budget(prefix, "concurrent", 1_000, BudgetPeriod::Day);
+    let requests: Vec<_> = (0..40)
+        .map(|_| budget_request(vec![day.clone()], 100, LONG_TTL))
+        .collect();
+    let decisions = join_all(requests.iter().map(|r| backend.reserve_budget(r))).await;
+    let granted = decisions
+        .iter()
+        .filter(|d| matches!(d, Ok(BudgetDecision::Reserved(_))))
+        .count();
+    assert_eq!(granted, 10, "exactly the limit / estimate");
+    assert_eq!(spent(backend, &day).await, 1_000);
 }

@@ -3,19 +3,23 @@
 //! Not for: several processes sharing quota (the Redis backend does that).
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 
 use crate::clock::{Clock, TokioClock};
+use crate::policy::budget::BudgetLedger;
 use crate::policy::limiter::{LimiterState, Usage, DEFAULT_WINDOW};
+use crate::ports::budget::{BudgetClaim, BudgetDecision, BudgetLease, BudgetRequest, BudgetSpend};
 use crate::ports::gate::{GateBackend, GateDecision, GateRequest, Lease};
 use crate::ports::BackendError;
 
 use super::millis_since;
 
 /// In-memory [`GateBackend`]. Windows are `window` long (60 s by default) and counted from the
-/// gate's construction instant; [`Lease::window`] is the window index since then.
+/// gate's construction instant; [`Lease::window`] is the window index since then. Spend budgets
+/// ([`crate::policy::budget::BudgetLedger`]) run on wall-clock Unix time, read once at
+/// construction and advanced by `clock` from there (so a [`super::ManualClock`] drives them too).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -46,7 +50,10 @@ use super::millis_since;
 pub struct MemoryGate {
     clock: Arc<dyn Clock>,
     origin: Instant,
+    /// Unix ms at `origin`.
+    origin_unix_ms: u64,
     state: Mutex<LimiterState>,
+    budgets: Mutex<BudgetLedger>,
 }
 
 impl Default for MemoryGate {
@@ -104,10 +111,15 @@ impl MemoryGate {
     /// ```
     pub fn with_window(clock: Arc<dyn Clock>, window: Duration) -> Self {
         let origin = clock.now();
+        let origin_unix_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Self {
             clock,
             origin,
+            origin_unix_ms,
             state: Mutex::new(LimiterState::new(window)),
+            budgets: Mutex::new(BudgetLedger::default()),
         }
     }
 
@@ -161,6 +173,16 @@ impl MemoryGate {
         millis_since(self.origin, self.clock.now())
     }
 
+    fn now_unix_ms(&self) -> u64 {
+        self.origin_unix_ms.saturating_add(self.now_ms())
+    }
+
+    fn budgets(&self) -> Result<MutexGuard<'_, BudgetLedger>, BackendError> {
+        self.budgets
+            .lock()
+            .map_err(|_| BackendError::new("memory budget ledger poisoned by a panic"))
+    }
+
     /// A poisoned lock means a panic mid-update: the counters are no longer trustworthy, so
     /// fail closed (docs/behaviour.md §10.6) instead of guessing.
     fn lock(&self) -> Result<MutexGuard<'_, LimiterState>, BackendError> {
@@ -205,6 +227,31 @@ impl GateBackend for MemoryGate {
         let mut s = self.lock()?;
         let now = self.now_ms();
         Ok(s.leases_held(scope, now))
+    }
+
+    async fn reserve_budget(
+        &self,
+        request: &BudgetRequest,
+    ) -> Result<BudgetDecision, BackendError> {
+        let mut b = self.budgets()?;
+        let now = self.now_unix_ms();
+        Ok(b.reserve(request, now))
+    }
+
+    async fn settle_budget(
+        &self,
+        lease: &BudgetLease,
+        actual_micros: u64,
+    ) -> Result<(), BackendError> {
+        let mut b = self.budgets()?;
+        let now = self.now_unix_ms();
+        b.settle(lease, actual_micros, now);
+        Ok(())
+    }
+
+    async fn budget_spend(&self, claim: &BudgetClaim) -> Result<BudgetSpend, BackendError> {
+        let b = self.budgets()?;
+        Ok(b.spend(claim, self.now_unix_ms()))
     }
 }
 

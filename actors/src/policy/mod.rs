@@ -2,12 +2,13 @@
 //! randomness as arguments and never perform I/O, so each is unit-testable with exact values.
 //!
 //! One file per policy. The actors hold them; the memory backends wrap
-//! [`breaker::BreakerMachine`] and [`limiter::LimiterState`] behind the ports. Not for: storage,
+//! [`breaker::BreakerMachine`], [`limiter::LimiterState`] and [`budget::BudgetLedger`] behind the ports. Not for: storage,
 //! waiting, or anything that talks to the network.
 
 pub mod adaptive_pacer;
 pub(crate) mod backoff;
 pub mod breaker;
+pub mod budget;
 pub(crate) mod health;
 pub mod limiter;
 pub mod pacer;

@@ -6,12 +6,18 @@
 //! - TPM pre-deducts `est_tokens`; `settle(actual)` refunds or charges the difference in the window
 //!   of admission. `release` and `settle` are idempotent by lease id.
 //! - `mark_progress`/`progress_age` feed the stall guard (global per scope).
+//! - Spend budgets (`reserve_budget`, `settle_budget`, `budget_spend`; contract in
+//!   [`super::budget`]) are a gate of the same store, reserved once per call rather than per
+//!   attempt. A backend without them keeps the default methods, which refuse (fail closed):
+//!   configuring a budget over such a backend is an error at the first call, never a silent
+//!   pass.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::budget::{BudgetClaim, BudgetDecision, BudgetLease, BudgetRequest, BudgetSpend};
 use super::BackendError;
 
 /// Limits of one gate pair. `0` means unlimited.
@@ -264,4 +270,30 @@ pub trait GateBackend: Send + Sync + std::fmt::Debug + 'static {
     async fn progress_age(&self, scope: &str) -> Result<Option<Duration>, BackendError>;
     /// Leases currently held in `scope` (global gate), for invariant checks and snapshots.
     async fn leases_held(&self, scope: &str) -> Result<u64, BackendError>;
+    /// Reserve a call's estimated cost in every budget it counts against, or in none.
+    async fn reserve_budget(
+        &self,
+        request: &BudgetRequest,
+    ) -> Result<BudgetDecision, BackendError> {
+        let _ = request;
+        Err(no_budgets())
+    }
+    /// Replace a reservation's estimate with the call's real cost. Idempotent.
+    async fn settle_budget(
+        &self,
+        lease: &BudgetLease,
+        actual_micros: u64,
+    ) -> Result<(), BackendError> {
+        let _ = (lease, actual_micros);
+        Err(no_budgets())
+    }
+    /// A budget's spend in its current window.
+    async fn budget_spend(&self, claim: &BudgetClaim) -> Result<BudgetSpend, BackendError> {
+        let _ = claim;
+        Err(no_budgets())
+    }
+}
+
+fn no_budgets() -> BackendError {
+    BackendError::new("this limiter backend keeps no spend budgets (implement reserve_budget, settle_budget and budget_spend)")
 }

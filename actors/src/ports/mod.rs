@@ -3,6 +3,7 @@
 
 pub mod attempt;
 pub mod breaker;
+pub mod budget;
 pub mod gate;
 pub mod transport;
 

@@ -35,6 +35,11 @@ pub(super) fn build_settings(
         structured_max_retries: globals
             .int(&global::PGW_STRUCTURED_MAX_RETRIES)?
             .unwrap_or(defaults::STRUCTURED_MAX_RETRIES),
+        tenant_budgets: globals
+            .get(&global::PGW_TENANT_BUDGETS)
+            .map(|e| crate::config::budget::parse_tenant_budgets(e.key, e.value))
+            .transpose()?
+            .unwrap_or_default(),
         lease_ttl: globals
             .secs(&global::PGW_LEASE_TTL_S)?
             .unwrap_or(Duration::from_secs_f64(defaults::LEASE_TTL_S)),

@@ -99,7 +99,28 @@ pub(super) fn build_scope(
         pacer: pacer(keys)?,
         quota_full: quota_full(keys)?,
         circuit_open: circuit_open(keys)?,
+        budget: budget(name, kind, keys)?,
     })
+}
+
+/// `BUDGET`: a chat scope's spend budget (docs/behaviour.md §5.8); other kinds refuse it.
+fn budget(
+    name: &str,
+    kind: ScopeKind,
+    keys: &Keys<'_>,
+) -> Result<Option<crate::config::SpendBudget>, ConfigError> {
+    let Some(entry) = keys.get(&scope::BUDGET) else {
+        return Ok(None);
+    };
+    if kind != ScopeKind::Chat {
+        return Err(ConfigError::WrongScopeKind {
+            key: entry.key.to_string(),
+            scope: name.to_string(),
+            kind: kind_name(kind),
+            reason: "spend budgets gate chat calls only (docs/behaviour.md §5.8)".to_string(),
+        });
+    }
+    crate::config::SpendBudget::parse(entry.key, entry.value).map(Some)
 }
 
 fn retry(keys: &Keys<'_>, shorthands: &Shorthands) -> Result<RetrySettings, ConfigError> {

@@ -147,5 +147,6 @@ fn governance_down(scope: &str, message: &str) -> GatewayError {
         retry_after_s: 5.0,
         per_source_reasons: std::collections::BTreeMap::new(),
         detail: format!("REDIS_URL: {message}"),
+        budget: None,
     }))
 }

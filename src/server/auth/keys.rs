@@ -83,6 +83,7 @@ pub struct VirtualKey {
     priority: Priority,
     deadline: Option<Duration>,
     weight: u32,
+    budget: Option<crate::config::SpendBudget>,
     salt: Vec<u8>,
     hash: [u8; 32],
 }
@@ -98,6 +99,7 @@ impl std::fmt::Debug for VirtualKey {
             .field("priority", &self.priority)
             .field("deadline", &self.deadline)
             .field("weight", &self.weight)
+            .field("budget", &self.budget)
             .finish_non_exhaustive()
     }
 }
@@ -202,6 +204,26 @@ impl VirtualKey {
         self.weight
     }
 
+    /// The key's spend budget (`"budget": "20/day"` in the key file): its chat calls count
+    /// against `vkey:<name>` besides their scope's and tenant's budgets.
+    ///
+    /// ```
+    /// use polygateway::server::{hash_key, KeyStore};
+    /// let json = format!(
+    ///     r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"], "budget": "20/day"}}]}}"#,
+    ///     hash_key("k")
+    /// );
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert_eq!(keys.authenticate("k").unwrap().budget().unwrap().to_string(), "20/day");
+    /// // A budget that does not parse names the key and what is allowed.
+    /// let bad = json.replace("20/day", "20 dollars");
+    /// let err = KeyStore::from_json(&bad).unwrap_err().to_string();
+    /// assert!(err.contains("key ci: budget") && err.contains("hour|day|month"), "{err}");
+    /// ```
+    pub fn budget(&self) -> Option<crate::config::SpendBudget> {
+        self.budget
+    }
+
     fn matches(&self, presented: &str) -> subtle::Choice {
         digest(&self.salt, presented).ct_eq(&self.hash)
     }
@@ -231,6 +253,7 @@ struct KeyEntry {
     deadline_s: Option<f64>,
     #[serde(default)]
     weight: Option<u64>,
+    budget: Option<String>,
 }
 
 /// The configured virtual keys (`PGW_SERVER_KEYS_FILE`, JSON):
@@ -297,7 +320,7 @@ impl KeyStore {
         let file: KeyFile = serde_json::from_str(text).map_err(|e| {
             GatewayError::Config(format!(
                 "not a key file ({e}); expected {{\"keys\": [{{\"name\", \"hash\", \"scopes\", \
-                 optional \"tenant\", \"rpm\", \"max_concurrency\", \"priority\", \"deadline_s\", \"weight\"}}]}}"
+                 optional \"tenant\", \"rpm\", \"max_concurrency\", \"priority\", \"deadline_s\", \"weight\", \"budget\"}}]}}"
             ))
         })?;
         let mut names = BTreeSet::new();
@@ -344,7 +367,13 @@ impl KeyStore {
             } else {
                 Some(entry.scopes.into_iter().collect())
             };
+            let budget = entry
+                .budget
+                .map(|b| crate::config::SpendBudget::parse(&format!("key {name}: budget"), &b))
+                .transpose()
+                .map_err(|e| GatewayError::Config(e.to_string()))?;
             keys.push(VirtualKey {
+                budget,
                 name,
                 tenant,
                 scopes,
@@ -383,6 +412,11 @@ impl KeyStore {
             }
         }
         found
+    }
+
+    /// Every key (the status page lists their spend budgets).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &VirtualKey> {
+        self.keys.iter()
     }
 
     /// Number of configured keys.

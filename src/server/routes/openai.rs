@@ -59,7 +59,7 @@ async fn chat(
     let scope = app.scope_for(key, &req.model, ScopeKind::Chat)?;
     *scope_out = Some(scope.clone());
     let Format {
-        options,
+        mut options,
         schema,
         structured,
     } = response_format(
@@ -70,6 +70,8 @@ async fn chat(
             headers,
         )?,
     )?;
+    // The key's spend budget counts every ask of this request (docs/behaviour.md §5.8).
+    options.key_budget = key.budget().map(|b| (key.name().to_string(), b));
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
     let timeout = app.settings.request_timeout;
