@@ -454,7 +454,9 @@ const ROOT_CEILING: usize = 501;
 /// `BudgetWindow`, `BudgetClaim`, `BudgetRequest`, `BudgetLease`, `BudgetExhausted`
 /// (+`remaining_micros`), `BudgetDecision`, `BudgetSpend`) and the sans-I/O
 /// `policy::budget::BudgetLedger` (+`reserve`, `settle`, `spend`) the Lua script mirrors.
-const ACTORS_CEILING: usize = 221;
+/// 223 measured with both parts of issue #30 on main (the two counts above were taken on
+/// branches that each lacked the other's items).
+const ACTORS_CEILING: usize = 223;
 
 #[test]
 fn every_public_item_has_a_doc_example() {
