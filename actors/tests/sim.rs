@@ -20,12 +20,21 @@ fn explain(report: &SeedReport) -> String {
 
 #[test]
 fn every_seed_keeps_every_invariant() {
-    let mut steps = 0;
+    let (mut steps, mut observed, mut recoveries) = (0, 0, 0);
     for seed in 0..CI_SEEDS {
         let report = run_seed(seed, CALLS, false);
         assert!(report.violations.is_empty(), "{}", explain(&report));
         steps += report.steps;
+        observed += report.pacer_observations;
+        recoveries += report.recoveries_checked;
     }
+    // The pacer invariants were exercised: attempts fed the pacers, and 429 fault windows ended
+    // with their recovery judged.
+    assert!(
+        observed > CI_SEEDS * u64::from(CALLS) / 2,
+        "only {observed} pacer observations"
+    );
+    assert!(recoveries > 10, "only {recoveries} recoveries judged");
     // Not a vacuous run: the schedules drive the machine through many steps.
     assert!(
         steps > CI_SEEDS * u64::from(CALLS) * 3,

@@ -32,17 +32,17 @@ use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
 
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
-use super::call::{CallFailure, CallOptions, Governed};
-use super::machine::{
-    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
-    SourceFacts, Step,
-};
+use super::governed::{CallFailure, CallOptions, Governed};
 use super::metrics::ScopeMetrics;
 use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
 use super::router::Selection;
 use super::scope::ScopeConfig;
 use super::shared::{SourceShared, SourceTicket};
-use super::wait::CapacityWait;
+use crate::machine::call::{
+    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
+    SourceFacts, Step,
+};
+use crate::machine::wait::CapacityWait;
 
 /// What a call does to the world. Every method takes `&self`: the attempt guard holds the
 /// effects while the transport runs, and a world with state keeps it behind its own cell.
@@ -145,7 +145,7 @@ pub(crate) async fn run<T: Transport, E: CallEffects<T>>(
 }
 
 /// The loop: performs the machine's actions and feeds back what happened. Every decision is in
-/// `machine.rs`.
+/// `machine/call.rs`.
 async fn run_loop<T: Transport, E: CallEffects<T>>(
     effects: &E,
     request: &T::Request,
@@ -160,7 +160,8 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
         cooldown: s.breaker.cooldown,
         cooling_until: s.cooling_until(now),
     });
-    let mut machine = CallMachine::new(effects.config(), facts, effects.rng(), now);
+    let policy = effects.config().call_policy();
+    let mut machine = CallMachine::new(&policy, facts, effects.rng(), now);
     // The pacer slot of the source just picked, then the permit admission granted for it.
     let mut picked: Option<SourceTicket<T>> = None;
     let mut permit: Option<Permit> = None;

@@ -13,12 +13,13 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
+use crate::clock::millis_since;
 use crate::outcome::AttemptVerdict;
 use crate::policy::pacer::{Pacer, PacerObservation, PacerSignal};
 
 use super::metrics::SourceMetrics;
 use super::slot::ActorSlot;
-use super::source::SourceMsg;
+use super::source_msg::SourceMsg;
 
 use crate::ports::breaker::BreakerConfig;
 
@@ -369,7 +370,7 @@ impl<T> SourceShared<T> {
     }
 
     fn millis(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.origin).as_millis() as u64
+        millis_since(self.origin, t)
     }
 }
 

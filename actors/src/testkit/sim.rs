@@ -35,11 +35,12 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::Notify;
 
 use crate::clock::Clock;
+use crate::machine::call::{Action, CallMachine, Ending, Step};
 use crate::memory::{ManualClock, MemoryBreakers, MemoryGate};
 use crate::outcome::{Classify, FailureClass, SourceReason};
 use crate::policy::adaptive_pacer::AdaptivePacer;
 use crate::policy::pacer::{AimdPacer, Pacer, PacerObservation};
-use crate::policy::select::{Candidate, LeastInflight};
+use crate::policy::select::{Candidate, LeastInflight, Selector};
 use crate::ports::attempt::{AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerStatus};
 use crate::ports::breaker::{BreakerBackend, BreakerConfig, BreakerState};
 use crate::ports::gate::{GateBackend, Limits};
@@ -47,7 +48,6 @@ use crate::ports::transport::{EventSink, Transport};
 use crate::ports::BackendError;
 use crate::runtime::admission::{AdmitAnswer, AdmitRequest, Permit};
 use crate::runtime::driver::{self, CallEffects};
-use crate::runtime::machine::{Action, CallMachine, Ending, Step};
 use crate::runtime::metrics::{ScopeMetrics, SourceMetrics};
 use crate::runtime::router::{Picker, Selection};
 use crate::runtime::source::{PacerFactory, SourcePolicies};
@@ -82,9 +82,6 @@ pub struct SeedReport {
     pub pacer_observations: u64,
     /// Fault windows after which a pacer's recovery was checked.
     pub recoveries_checked: u32,
-    /// The widest fall of a pacer's limit within a run of observations without a 429 (its
-    /// highest limit over its lowest; 1 = never fell).
-    pub widest_clean_fall: f64,
 }
 
 /// Simulate `calls` calls under the fault schedule drawn from `seed`. `keep_trace` records a
@@ -117,7 +114,6 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
         trace,
         pacer_observations: state.pacer.iter().map(|p| p.observations).sum(),
         recoveries_checked: state.recoveries_checked,
-        widest_clean_fall: state.widest_fall,
     }
 }
 
@@ -125,17 +121,18 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
 type Ms = u64;
 
 const SCOPE: &str = "sim";
+/// How long every attempt of a scripted schedule takes.
+const SCRIPT_LATENCY: Ms = 10;
 /// Past this many steps a seed is a runaway (a call loops without time passing).
 const STEP_LIMIT: u64 = 2_000_000;
 /// Successes after a 429 fault window within which the pacer must have grown from its lowest
 /// limit of the window (unless it never left its pre-window limit).
 const RECOVERY_SUCCESSES: u32 = 40;
-/// The oscillation band: over any run of [`BAND_RUN`] observations without a pushback signal
-/// (no 429) the limit never falls below `1 / BAND_FACTOR` of its highest value in the run. The
-/// adaptive pacer's queueing cuts are clamped to ×0.5 at most once per round, so a clean stretch
-/// cannot saw the limit down without bound.
-const BAND_FACTOR: f64 = 1000.0;
-const BAND_RUN: usize = 32;
+/// The oscillation band: one observation moves a pacer's limit at most down to half
+/// ([`DEEPEST_CUT`]: the adaptive pacer's cuts are clamped to ×0.5, AIMD halves) and at most up
+/// by [`STEEPEST_RISE`] (the adaptive pacer's slow-start gain; AIMD adds less).
+const DEEPEST_CUT: f64 = 0.5;
+const STEEPEST_RISE: u32 = 2;
 
 #[derive(Debug)]
 struct Faults {
@@ -225,7 +222,16 @@ impl Transport for SimTransport {
         request: &SimRequest,
         events: Option<&EventSink<u64>>,
     ) -> Result<(), SimError> {
-        let (after, answer, deltas) = lock(&self.state).plan_attempt(request, self.index);
+        let (after, answer, deltas) = {
+            let mut state = lock(&self.state);
+            if state.script.is_some() {
+                state.calls[request.call].sends += 1;
+                let answer = state.script.as_mut().and_then(VecDeque::pop_front);
+                (SCRIPT_LATENCY, answer.unwrap_or(Answer::Ok), 0)
+            } else {
+                state.plan_attempt(request, self.index)
+            }
+        };
         Sleep::new(Arc::clone(&self.state), after).await;
         if let Some(events) = events {
             for delta in 0..deltas {
@@ -261,6 +267,12 @@ struct CallBook {
     known_ready: Vec<Ms>,
     last_progress: Option<Option<Duration>>,
     trace: Vec<String>,
+    /// Each attempt as the observer saw it: (source, result) (scripted runs compare it).
+    #[cfg(test)]
+    log: AttemptLog,
+    /// How the call ended (`ok` or the failure's kind), once it returned.
+    #[cfg(test)]
+    ending: Option<&'static str>,
 }
 
 /// What the pacer invariants follow per source.
@@ -273,8 +285,8 @@ struct PacerBook {
     /// Successes observed after the window ended; whether the recovery was judged.
     successes_after: u32,
     judged: bool,
-    /// The limits of the current run of observations without a 429.
-    clean_run: VecDeque<u32>,
+    /// The limit after the previous observation.
+    last: Option<u32>,
 }
 
 /// A timer's payload.
@@ -292,6 +304,8 @@ struct State {
     now: Ms,
     rng: SmallRng,
     faults: Vec<Faults>,
+    /// A scripted schedule instead of the fault process: the answers of the attempts in order.
+    script: Option<VecDeque<Answer>>,
     attempt_timeout: Ms,
     backend_down: Option<(Ms, Ms)>,
     dead_seen: Vec<Option<Ms>>,
@@ -307,9 +321,42 @@ struct State {
     calls: Vec<CallBook>,
     pacer: Vec<PacerBook>,
     recoveries_checked: u32,
-    /// The widest fall of a pacer limit within a run without a 429 (high / low).
-    widest_fall: f64,
     violations: Vec<(usize, String)>,
+}
+
+impl State {
+    fn new(
+        rng: SmallRng,
+        faults: Vec<Faults>,
+        attempt_timeout: Ms,
+        backend_down: Option<(Ms, Ms)>,
+        calls: Vec<CallBook>,
+        keep_trace: bool,
+    ) -> Self {
+        let n = faults.len();
+        State {
+            now: 0,
+            rng,
+            faults,
+            script: None,
+            attempt_timeout,
+            backend_down,
+            dead_seen: vec![None; n],
+            epochs: vec![0; n],
+            timers: BinaryHeap::new(),
+            timer_payloads: BTreeMap::new(),
+            seq: 0,
+            ids: 0,
+            probes_out: 0,
+            steps: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+            keep_trace,
+            calls,
+            pacer: (0..n).map(|_| PacerBook::default()).collect(),
+            recoveries_checked: 0,
+            violations: Vec::new(),
+        }
+    }
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -578,21 +625,13 @@ impl State {
             }
         }
         let book = &mut self.pacer[source];
-        if attempt.verdict == crate::outcome::AttemptVerdict::RateLimited {
-            book.clean_run.clear();
-        } else {
-            book.clean_run.push_back(limit);
-            if book.clean_run.len() > BAND_RUN {
-                book.clean_run.pop_front();
-            }
-            let high = book.clean_run.iter().copied().max().unwrap_or(limit);
-            let fall = f64::from(high) / f64::from(limit.max(1));
-            self.widest_fall = self.widest_fall.max(fall);
-            if fall > BAND_FACTOR {
+        if let Some(last) = book.last.replace(limit) {
+            // Published limits are whole numbers: a cut of exactly one half may floor below it.
+            let floor = (f64::from(last) * DEEPEST_CUT).floor() as u32;
+            if limit < floor.max(1) || limit > last + STEEPEST_RISE {
                 problems.push(format!(
-                    "s{source} pacer fell from {high} to {limit} within {BAND_RUN} observations without a 429"
+                    "s{source} pacer moved from {last} to {limit} in one observation (band: ×{DEEPEST_CUT} to +{STEEPEST_RISE})"
                 ));
-                book.clean_run.clear();
             }
         }
         for p in problems {
@@ -644,7 +683,7 @@ struct World {
     config: ScopeConfig,
     sources: Vec<Arc<SourceShared<SimTransport>>>,
     policies: Mutex<Vec<SourcePolicies>>,
-    picker: Mutex<(LeastInflight, SmallRng, Vec<Candidate>)>,
+    picker: Mutex<(Box<dyn Selector>, SmallRng, Vec<Candidate>)>,
     gate: Arc<MemoryGate>,
     breakers: Arc<MemoryBreakers>,
     attempts: crate::ports::attempt::ComposedAttempts,
@@ -686,9 +725,6 @@ impl World {
             },
         };
         let horizon: Ms = u64::from(calls) * rng.random_range(20..=400);
-        let clock = Arc::new(ManualClock::new());
-        let base = clock.now();
-        let slot_freed = Arc::new(Notify::new());
         let mut faults = Vec::new();
         let mut specs = Vec::new();
         for _ in 0..n {
@@ -779,30 +815,41 @@ impl World {
                 known_ready: vec![0; n],
                 last_progress: None,
                 trace: Vec::new(),
+                #[cfg(test)]
+                log: Vec::new(),
+                #[cfg(test)]
+                ending: None,
             });
         }
-        let state = Arc::new(Mutex::new(State {
-            now: 0,
+        let state = State::new(
             rng,
             faults,
             attempt_timeout,
             backend_down,
-            dead_seen: vec![None; n],
-            epochs: vec![0; n],
-            timers: BinaryHeap::new(),
-            timer_payloads: BTreeMap::new(),
-            seq: 0,
-            ids: 0,
-            probes_out: 0,
-            steps: 0,
-            hash: 0xcbf2_9ce4_8422_2325,
+            books,
             keep_trace,
-            calls: books,
-            pacer: (0..n).map(|_| PacerBook::default()).collect(),
-            recoveries_checked: 0,
-            widest_fall: 1.0,
-            violations: Vec::new(),
-        }));
+        );
+        let picker = (
+            Box::new(LeastInflight) as Box<dyn Selector>,
+            SmallRng::seed_from_u64(seed ^ 0x5e1e_c702),
+            Vec::new(),
+        );
+        World::assemble(state, config, specs, picker, arrivals)
+    }
+
+    /// The scope over `specs` (breaker, limits, pacer per source), its governance on the memory
+    /// backends and a fresh virtual clock.
+    fn assemble(
+        state: State,
+        config: ScopeConfig,
+        specs: Vec<(BreakerConfig, Limits, PacerFactory)>,
+        picker: (Box<dyn Selector>, SmallRng, Vec<Candidate>),
+        arrivals: Vec<(Ms, Option<Ms>)>,
+    ) -> Self {
+        let clock = Arc::new(ManualClock::new());
+        let base = clock.now();
+        let slot_freed = Arc::new(Notify::new());
+        let state = Arc::new(Mutex::new(state));
         let mut sources = Vec::new();
         let mut policies = Vec::new();
         for (index, (breaker, limits, pacer)) in specs.into_iter().enumerate() {
@@ -836,11 +883,7 @@ impl World {
             state,
             clock,
             base,
-            picker: Mutex::new((
-                LeastInflight,
-                SmallRng::seed_from_u64(seed ^ 0x5e1e_c702),
-                Vec::new(),
-            )),
+            picker: Mutex::new(picker),
             config,
             sources,
             policies: Mutex::new(policies),
@@ -995,7 +1038,7 @@ impl CallEffects<SimTransport> for SimCall {
             let mut picker = self.world.picker.lock().unwrap_or_else(|e| e.into_inner());
             let (selector, rng, candidates) = &mut *picker;
             Picker {
-                selector,
+                selector: selector.as_mut(),
                 rng,
                 candidates,
             }
@@ -1217,6 +1260,17 @@ impl CallObserver<SimTransport> for SimObserver {
         let now = state.now;
         let call = self.call;
         state.calls[call].rows += 1;
+        #[cfg(test)]
+        {
+            let result = match &report.result {
+                AttemptResult::Ok(()) => "ok".to_string(),
+                AttemptResult::Err(error) => error.to_string(),
+                AttemptResult::Cancelled => "cancelled".to_string(),
+            };
+            state.calls[call]
+                .log
+                .push((report.source.to_string(), result));
+        }
         if let AttemptResult::Err(error) = &report.result {
             if error.rate_limited {
                 state.calls[call].pushbacks += 1;
@@ -1285,6 +1339,10 @@ impl World {
         let now = state.now;
         let c = &mut state.calls[call];
         c.done = true;
+        #[cfg(test)]
+        {
+            c.ending = Some(result.as_ref().map_or_else(CallFailure::kind, |_| "ok"));
+        }
         let attempts = c.attempts;
         let unavailable = matches!(result, Err(CallFailure::Unavailable { .. }));
         let expected_terminal = u32::from(c.sends == 0 && unavailable);
@@ -1469,6 +1527,222 @@ impl Executor {
                 c.rows, c.sends
             );
             state.violation(call, what);
+        }
+    }
+}
+
+/// Attempts of a scripted call, as its observer saw them: (source, result).
+#[cfg(test)]
+type AttemptLog = Vec<(String, String)>;
+
+/// One call through the simulator on a scripted schedule: `sources` sources (default breakers,
+/// no limits, AIMD pacers, round-robin selection) whose attempts answer `script` in order (then
+/// `Ok`), 10 ms each. Returns the attempts, how the call ended, and any broken invariant.
+#[cfg(test)]
+fn run_script(
+    config: ScopeConfig,
+    sources: usize,
+    script: Vec<Answer>,
+) -> (AttemptLog, &'static str, Vec<String>) {
+    let book = CallBook {
+        seed: 1,
+        streaming: false,
+        done: false,
+        granted: 0,
+        pushbacks: 0,
+        rows: 0,
+        terminal_rows: 0,
+        sends: 0,
+        attempts: 0,
+        known_ready: vec![0; sources],
+        last_progress: None,
+        trace: Vec::new(),
+        log: Vec::new(),
+        ending: None,
+    };
+    let faults = (0..sources)
+        .map(|_| Faults {
+            latency: (SCRIPT_LATENCY, SCRIPT_LATENCY),
+            slow_first_token: 0.0,
+            transient: 0.0,
+            rate_limited: 0.0,
+            retry_after: 0.0,
+            black_hole: 0.0,
+            truncate: 0.0,
+            rejected: 0.0,
+            invalid: 0.0,
+            dead: None,
+            pushback: None,
+        })
+        .collect();
+    let mut state = State::new(
+        SmallRng::seed_from_u64(0),
+        faults,
+        60_000,
+        None,
+        vec![book],
+        true,
+    );
+    state.script = Some(script.into());
+    let specs = (0..sources)
+        .map(|_| {
+            (
+                BreakerConfig::default(),
+                Limits::default(),
+                crate::testkit::aimd(),
+            )
+        })
+        .collect();
+    let picker = (
+        Box::new(crate::policy::select::RoundRobin::default()) as Box<dyn Selector>,
+        SmallRng::seed_from_u64(0),
+        Vec::new(),
+    );
+    let world = Rc::new(World::assemble(
+        state,
+        config,
+        specs,
+        picker,
+        vec![(0, None)],
+    ));
+    Executor::new(Rc::clone(&world)).run();
+    world.check_quiescent();
+    let mut state = world.lock();
+    let violations = state.violations.iter().map(|(_, v)| v.clone()).collect();
+    let call = &mut state.calls[0];
+    let ending = call.ending.unwrap_or("never returned");
+    (std::mem::take(&mut call.log), ending, violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Runtime, RuntimeOptions, SourceSpec};
+
+    /// The production transport on the same script: each attempt answers the next entry.
+    #[derive(Debug)]
+    struct Scripted(Arc<Mutex<VecDeque<Answer>>>);
+
+    #[async_trait::async_trait]
+    impl Transport for Scripted {
+        type Request = ();
+        type Response = ();
+        type Event = u64;
+        type Error = SimError;
+
+        async fn send(&self, _: &(), _: Option<&EventSink<u64>>) -> Result<(), SimError> {
+            tokio::time::sleep(Duration::from_millis(SCRIPT_LATENCY)).await;
+            let answer = self.0.lock().unwrap().pop_front();
+            match answer.unwrap_or(Answer::Ok) {
+                Answer::Ok => Ok(()),
+                Answer::Fail(error) => Err(error),
+            }
+        }
+
+        fn tokens_used(_: &()) -> Option<u64> {
+            None
+        }
+    }
+
+    #[derive(Default)]
+    struct Log(Mutex<AttemptLog>);
+
+    impl CallObserver<Scripted> for Log {
+        fn on_attempt(&self, report: &AttemptReport<'_, Scripted>) {
+            let result = match &report.result {
+                AttemptResult::Ok(()) => "ok".to_string(),
+                AttemptResult::Err(error) => error.to_string(),
+                AttemptResult::Cancelled => "cancelled".to_string(),
+            };
+            self.0
+                .lock()
+                .unwrap()
+                .push((report.source.to_string(), result));
+        }
+        fn on_terminal(&self, _: &TerminalReport<'_, SimError>) {}
+    }
+
+    /// The same script through the production runtime (actors, tokio, paused time).
+    async fn run_production(
+        config: ScopeConfig,
+        sources: usize,
+        script: Vec<Answer>,
+    ) -> (AttemptLog, &'static str) {
+        let runtime = Runtime::start(
+            crate::testkit::memory_governance(),
+            RuntimeOptions::default(),
+        )
+        .await
+        .unwrap();
+        let answers = Arc::new(Mutex::new(VecDeque::from(script)));
+        let specs = (0..sources)
+            .map(|i| SourceSpec {
+                name: format!("s{i}").into(),
+                transport: Arc::new(Scripted(Arc::clone(&answers))),
+                breaker: BreakerConfig::default(),
+                limits: Limits::default(),
+                est_tokens: 100,
+            })
+            .collect();
+        let scope = runtime
+            .add_scope(
+                config,
+                specs,
+                Box::new(crate::policy::select::RoundRobin::default()),
+                crate::testkit::aimd(),
+            )
+            .await
+            .unwrap();
+        let log = Log::default();
+        let result = scope.call(&(), &log, None, CallOptions::default()).await;
+        runtime.shutdown(Duration::from_secs(1)).await;
+        let ending = result.as_ref().map_or_else(CallFailure::kind, |_| "ok");
+        (log.0.into_inner().unwrap(), ending)
+    }
+
+    fn error(class: FailureClass, reason: SourceReason, retry_after: Option<u64>) -> Answer {
+        Answer::Fail(SimError {
+            class,
+            reason,
+            rate_limited: reason == SourceReason::RateLimited,
+            retry_after: retry_after.map(Duration::from_millis),
+        })
+    }
+
+    /// Same events in, same attempts and ending out: the simulator and production run the same
+    /// driver, so they must agree on every scripted schedule.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn production_and_the_simulator_agree_on_scripted_schedules() {
+        use FailureClass::{RequestRejected, SourceDead, Transient};
+        use SourceReason::{NetworkError, RateLimited, Timeout};
+        let scripts = [
+            // A 429 with Retry-After, a 503, a dead key, then an answer.
+            vec![
+                error(Transient, RateLimited, Some(300)),
+                error(Transient, NetworkError, None),
+                error(SourceDead, SourceReason::SourceDead, None),
+            ],
+            // The budget spent on transient failures.
+            vec![
+                error(Transient, Timeout, None),
+                error(Transient, NetworkError, Some(50)),
+                error(Transient, Timeout, None),
+                error(Transient, NetworkError, None),
+            ],
+            // A rejected request ends the call at once.
+            vec![error(RequestRejected, NetworkError, None)],
+        ];
+        for (i, script) in scripts.into_iter().enumerate() {
+            let mut config = ScopeConfig::new(SCOPE);
+            config.max_attempts = 3;
+            config.backoff_base = Duration::from_millis(100);
+            config.backoff_max = Duration::from_secs(1);
+            let (sim_log, sim_ending, violations) = run_script(config.clone(), 3, script.clone());
+            assert!(violations.is_empty(), "script {i}: {violations:?}");
+            let (prod_log, prod_ending) = run_production(config, 3, script).await;
+            assert!(!prod_log.is_empty(), "script {i}: no attempt made");
+            assert_eq!(sim_log, prod_log, "script {i}: attempts differ");
+            assert_eq!(sim_ending, prod_ending, "script {i}: endings differ");
         }
     }
 }
