@@ -125,8 +125,9 @@ const SCOPE: &str = "sim";
 const SCRIPT_LATENCY: Ms = 10;
 /// Past this many steps a seed is a runaway (a call loops without time passing).
 const STEP_LIMIT: u64 = 2_000_000;
-/// Successes after a 429 fault window within which the pacer must have grown from its lowest
-/// limit of the window (unless it never left its pre-window limit).
+/// Successes after a 429 fault window (counted from the last cut, if a later signal cut again)
+/// within which the pacer must have grown from its lowest limit of the window (unless the window
+/// never brought it below its pre-window limit).
 const RECOVERY_SUCCESSES: u32 = 40;
 /// The oscillation band: one observation moves a pacer's limit at most down to half
 /// ([`DEEPEST_CUT`]: the adaptive pacer's cuts are clamped to ×0.5, AIMD halves) and at most up
@@ -607,6 +608,11 @@ impl State {
             } else if now < until {
                 book.lowest_in_window = Some(book.lowest_in_window.map_or(limit, |l| l.min(limit)));
             } else if !book.judged {
+                // A cut after the window answers a new signal (a 429 burst, queueing): the
+                // recovery from the window is counted from the last cut.
+                if book.last.is_some_and(|last| limit < last) {
+                    book.successes_after = 0;
+                }
                 if attempt.verdict == crate::outcome::AttemptVerdict::Success {
                     book.successes_after += 1;
                 }
