@@ -99,8 +99,6 @@ fn main() {
     }
     let distinct: HashSet<u64> = reports.iter().map(|r| r.trace_hash).collect();
     let steps: u64 = reports.iter().map(|r| r.steps).sum();
-    let falls: Vec<f64> = reports.iter().map(|r| r.widest_clean_fall).collect();
-    let widest_fall = falls.iter().copied().fold(1.0, f64::max);
     let json = serde_json::json!({
         "seeds": reports.len(),
         "calls": reports.iter().map(|r| u64::from(r.calls)).sum::<u64>(),
@@ -109,7 +107,8 @@ fn main() {
         "distinct_schedules": distinct.len(),
         "pacer_observations": reports.iter().map(|r| r.pacer_observations).sum::<u64>(),
         "pacer_recoveries_checked": reports.iter().map(|r| u64::from(r.recoveries_checked)).sum::<u64>(),
-        "pacer_widest_clean_fall": (widest_fall * 100.0).round() / 100.0,
+        "room_turns_checked": reports.iter().map(|r| u64::from(r.room_turns_checked)).sum::<u64>(),
+        "deadline_sends_checked": reports.iter().map(|r| u64::from(r.deadline_sends_checked)).sum::<u64>(),
         "wall_s": (wall_s * 1000.0).round() / 1000.0,
         "trace_hash": format!("{:016x}", combine(&reports)),
     });

@@ -13,7 +13,7 @@
 //! use polygateway::policy::{AdaptivePacer, Pacer, PacerObservation};
 //! use polygateway::ports::AttemptVerdict;
 //! let mut pacer = AdaptivePacer::new(4, 64);
-//! pacer.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+//! pacer.observe(&PacerObservation::new(AttemptVerdict::RateLimited, std::time::Instant::now()));
 //! assert!(pacer.limit() < 4);
 //! ```
 

@@ -10,6 +10,7 @@
 #![deny(unreachable_pub)]
 
 pub mod clock;
+pub(crate) mod machine;
 pub mod memory;
 pub mod outcome;
 pub mod policy;

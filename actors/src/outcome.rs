@@ -162,7 +162,7 @@ pub trait Classify {
     /// let hint = RateLimitHint { remaining: Some(0), ..RateLimitHint::default() };
     /// assert_eq!(Refused(hint).rate_limit_hint().unwrap().remaining, Some(0));
     /// ```
-    fn rate_limit_hint(&self) -> Option<crate::policy::pacer::RateLimitHint> {
+    fn rate_limit_hint(&self) -> Option<RateLimitHint> {
         None
     }
     /// `true` when the upstream answered with a real non-2xx response that proves it is alive
@@ -184,7 +184,7 @@ pub trait Classify {
 /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
 /// let mut pacer = AimdPacer::new(0);
 /// for v in [AttemptVerdict::AliveButUnusable, AttemptVerdict::RateLimited] {
-///     pacer.observe(&PacerObservation::verdict_only(v));
+///     pacer.observe(&PacerObservation::new(v, std::time::Instant::now()));
 /// }
 /// // The unusable answer is no pushback; the 429 halved the pacer.
 /// assert_eq!(pacer.limit(), 4);
@@ -240,5 +240,47 @@ impl AttemptVerdict {
                 }
             }
         }
+    }
+}
+
+/// Rate-limit headers an upstream sent with an answer (OpenAI's `x-ratelimit-*-requests`).
+/// Each part is optional: providers send some, all or none of them.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::policy::pacer::RateLimitHint;
+/// // `x-ratelimit-limit-requests: 1000`, `…-remaining-requests: 400`, `…-reset-requests: 600ms`:
+/// let hint = RateLimitHint {
+///     limit: Some(1000),
+///     remaining: Some(400),
+///     reset: Some(Duration::from_millis(600)),
+/// };
+/// // 600 spent requests come back in 600 ms: the upstream refills 1,000 requests per second.
+/// assert_eq!(hint.refill_per_s(), Some(1000.0));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RateLimitHint {
+    /// `x-ratelimit-limit-requests`: the bucket's size.
+    pub limit: Option<u64>,
+    /// `x-ratelimit-remaining-requests`: requests left before 429.
+    pub remaining: Option<u64>,
+    /// `x-ratelimit-reset-requests`: time until the bucket is full again.
+    pub reset: Option<Duration>,
+}
+
+impl RateLimitHint {
+    /// The refill rate the headers imply: the spent part of the bucket (`limit − remaining`)
+    /// comes back within `reset`. `None` unless all three are present and something is spent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use polygateway_actors::policy::pacer::RateLimitHint;
+    /// let full = RateLimitHint { limit: Some(60), remaining: Some(60), reset: Some(Duration::ZERO) };
+    /// assert_eq!(full.refill_per_s(), None); // nothing spent: no rate to learn
+    /// ```
+    pub fn refill_per_s(&self) -> Option<f64> {
+        let (limit, remaining, reset) = (self.limit?, self.remaining?, self.reset?);
+        (limit > remaining && !reset.is_zero())
+            .then(|| (limit - remaining) as f64 / reset.as_secs_f64())
     }
 }

@@ -159,7 +159,7 @@ pub fn echo(name: &str) -> SourceSpec<Echo> {
 /// let make = polygateway_actors::testkit::aimd();
 /// let mut pacer = make(&Limits { max_concurrency: 100, ..Limits::default() });
 /// assert_eq!(pacer.limit(), 8);
-/// pacer.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+/// pacer.observe(&PacerObservation::new(AttemptVerdict::RateLimited, std::time::Instant::now()));
 /// assert_eq!(pacer.limit(), 4);
 /// ```
 pub fn aimd() -> PacerFactory {

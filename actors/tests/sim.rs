@@ -20,12 +20,34 @@ fn explain(report: &SeedReport) -> String {
 
 #[test]
 fn every_seed_keeps_every_invariant() {
-    let mut steps = 0;
+    let (mut steps, mut observed, mut recoveries) = (0, 0, 0);
+    let (mut room_turns, mut deadline_sends) = (0, 0);
     for seed in 0..CI_SEEDS {
         let report = run_seed(seed, CALLS, false);
         assert!(report.violations.is_empty(), "{}", explain(&report));
         steps += report.steps;
+        observed += report.pacer_observations;
+        recoveries += report.recoveries_checked;
+        room_turns += report.room_turns_checked;
+        deadline_sends += report.deadline_sends_checked;
     }
+    // The pacer invariants were exercised: attempts fed the pacers, and 429 fault windows ended
+    // with their recovery judged.
+    assert!(
+        observed > CI_SEEDS * u64::from(CALLS) / 2,
+        "only {observed} pacer observations"
+    );
+    assert!(recoveries > 10, "only {recoveries} recoveries judged");
+    // The waiting room ordered calls (first sends after a wait, checked against its order), and
+    // calls with deadlines sent attempts (checked against them).
+    assert!(
+        room_turns > 1_000,
+        "only {room_turns} turns from the room checked"
+    );
+    assert!(
+        deadline_sends > 1_000,
+        "only {deadline_sends} sends with a deadline checked"
+    );
     // Not a vacuous run: the schedules drive the machine through many steps.
     assert!(
         steps > CI_SEEDS * u64::from(CALLS) * 3,

@@ -17,7 +17,7 @@ use crate::ports::breaker::{
 };
 use crate::ports::BackendError;
 
-use super::millis_since;
+use crate::clock::millis_since;
 
 type Machines = HashMap<Arc<str>, HashMap<Arc<str>, BreakerMachine>>;
 

@@ -14,7 +14,7 @@ use crate::ports::budget::{BudgetClaim, BudgetDecision, BudgetLease, BudgetReque
 use crate::ports::gate::{GateBackend, GateDecision, GateRequest, Lease};
 use crate::ports::BackendError;
 
-use super::millis_since;
+use crate::clock::millis_since;
 
 /// In-memory [`GateBackend`]. Windows are `window` long (60 s by default) and counted from the
 /// gate's construction instant; [`Lease::window`] is the window index since then. Spend budgets

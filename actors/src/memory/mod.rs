@@ -20,11 +20,6 @@ use crate::clock::Clock;
 pub use breaker::MemoryBreakers;
 pub use gate::MemoryGate;
 
-/// Milliseconds from `origin` to `now` (0 if `now` is earlier).
-pub(crate) fn millis_since(origin: Instant, now: Instant) -> u64 {
-    u64::try_from(now.saturating_duration_since(origin).as_millis()).unwrap_or(u64::MAX)
-}
-
 /// A clock that only moves when told to: deterministic tests of clock-driven components.
 ///
 /// ```

@@ -28,7 +28,7 @@ pub const AIMD_START: f64 = 8.0;
 /// use polygateway_actors::AttemptVerdict;
 /// let mut p = AimdPacer::new(0);
 /// for _ in 0..10 {
-///     p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+///     p.observe(&PacerObservation::new(AttemptVerdict::RateLimited, std::time::Instant::now()));
 /// }
 /// // However hard the pushback, one attempt at a time still goes.
 /// assert_eq!(p.exact_limit(), AIMD_FLOOR);
@@ -45,47 +45,9 @@ pub const AIMD_FLOOR: f64 = 1.0;
 /// ```
 pub const AIMD_MIN_CEILING: u32 = 64;
 
-/// Rate-limit headers an upstream sent with an answer (OpenAI's `x-ratelimit-*-requests`).
-/// Each part is optional: providers send some, all or none of them.
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway_actors::policy::pacer::RateLimitHint;
-/// // `x-ratelimit-limit-requests: 1000`, `…-remaining-requests: 400`, `…-reset-requests: 600ms`:
-/// let hint = RateLimitHint {
-///     limit: Some(1000),
-///     remaining: Some(400),
-///     reset: Some(Duration::from_millis(600)),
-/// };
-/// // 600 spent requests come back in 600 ms: the upstream refills 1,000 requests per second.
-/// assert_eq!(hint.refill_per_s(), Some(1000.0));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RateLimitHint {
-    /// `x-ratelimit-limit-requests`: the bucket's size.
-    pub limit: Option<u64>,
-    /// `x-ratelimit-remaining-requests`: requests left before 429.
-    pub remaining: Option<u64>,
-    /// `x-ratelimit-reset-requests`: time until the bucket is full again.
-    pub reset: Option<Duration>,
-}
-
-impl RateLimitHint {
-    /// The refill rate the headers imply: the spent part of the bucket (`limit − remaining`)
-    /// comes back within `reset`. `None` unless all three are present and something is spent.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway_actors::policy::pacer::RateLimitHint;
-    /// let full = RateLimitHint { limit: Some(60), remaining: Some(60), reset: Some(Duration::ZERO) };
-    /// assert_eq!(full.refill_per_s(), None); // nothing spent: no rate to learn
-    /// ```
-    pub fn refill_per_s(&self) -> Option<f64> {
-        let (limit, remaining, reset) = (self.limit?, self.remaining?, self.reset?);
-        (limit > remaining && !reset.is_zero())
-            .then(|| (limit - remaining) as f64 / reset.as_secs_f64())
-    }
-}
+// Read from an attempt's outcome, so it lives with the outcome classification (`Classify`
+// returns it); re-exported here, where pacers read it.
+pub use crate::outcome::RateLimitHint;
 
 /// Everything a pacer learns from one finished attempt. Time comes in as a value (`now`): no
 /// pacer reads the OS clock.
@@ -137,19 +99,6 @@ impl PacerObservation {
             retry_after: None,
             rate_limit: None,
         }
-    }
-
-    /// An observation for pacers that read only the verdict (the time is arbitrary).
-    ///
-    /// ```
-    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
-    /// use polygateway_actors::AttemptVerdict;
-    /// let mut p = AimdPacer::new(0);
-    /// p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
-    /// assert_eq!(p.limit(), 4);
-    /// ```
-    pub fn verdict_only(verdict: AttemptVerdict) -> Self {
-        Self::new(verdict, Instant::now())
     }
 }
 
@@ -241,9 +190,9 @@ impl PacerSignal {
 /// }
 ///
 /// let mut pacer: Box<dyn Pacer> = Box::new(Cautious { cap: 4 });
-/// pacer.observe(&PacerObservation::verdict_only(AttemptVerdict::Success));
+/// pacer.observe(&PacerObservation::new(AttemptVerdict::Success, std::time::Instant::now()));
 /// assert_eq!(pacer.limit(), 4);
-/// pacer.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+/// pacer.observe(&PacerObservation::new(AttemptVerdict::RateLimited, std::time::Instant::now()));
 /// assert_eq!(pacer.limit(), 1);
 /// assert_eq!(pacer.mode(), "custom");
 /// ```
@@ -271,7 +220,7 @@ pub trait Pacer: Send + std::fmt::Debug {
 /// use polygateway_actors::AttemptVerdict;
 /// let mut p = AimdPacer::new(0);
 /// assert_eq!(p.limit(), 8);
-/// p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+/// p.observe(&PacerObservation::new(AttemptVerdict::RateLimited, std::time::Instant::now()));
 /// assert_eq!(p.limit(), 4);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -317,7 +266,7 @@ impl AimdPacer {
     /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
     /// use polygateway_actors::AttemptVerdict;
     /// let mut p = AimdPacer::new(0);
-    /// p.observe(&PacerObservation::verdict_only(AttemptVerdict::Success));
+    /// p.observe(&PacerObservation::new(AttemptVerdict::Success, std::time::Instant::now()));
     /// // +1/8: the fraction accumulates while the integer cap stays put.
     /// assert_eq!(p.exact_limit(), 8.125);
     /// assert_eq!(p.limit(), 8);
@@ -333,7 +282,7 @@ impl AimdPacer {
     /// use polygateway_actors::AttemptVerdict;
     /// let mut p = AimdPacer::new(0);
     /// for _ in 0..10_000 {
-    ///     p.observe(&PacerObservation::verdict_only(AttemptVerdict::Success));
+    ///     p.observe(&PacerObservation::new(AttemptVerdict::Success, std::time::Instant::now()));
     /// }
     /// assert_eq!(p.limit(), p.ceiling());
     /// assert_eq!(p.ceiling(), 64);
@@ -377,7 +326,7 @@ impl Pacer for AimdPacer {
 /// use polygateway_actors::policy::pacer::{Pacer, PacerObservation, Unpaced};
 /// use polygateway_actors::AttemptVerdict;
 /// let mut p = Unpaced::new(0);
-/// p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+/// p.observe(&PacerObservation::new(AttemptVerdict::RateLimited, std::time::Instant::now()));
 /// assert_eq!(p.limit(), u32::MAX);
 /// assert_eq!(Unpaced::new(50).limit(), 50);
 /// ```
@@ -421,7 +370,7 @@ mod tests {
     use super::*;
 
     fn saw(p: &mut impl Pacer, verdict: AttemptVerdict) {
-        p.observe(&PacerObservation::verdict_only(verdict));
+        p.observe(&PacerObservation::new(verdict, std::time::Instant::now()));
     }
 
     #[test]
@@ -485,7 +434,10 @@ mod tests {
     #[test]
     fn usable_as_trait_object() {
         let mut p: Box<dyn Pacer> = Box::new(AimdPacer::new(0));
-        p.observe(&PacerObservation::verdict_only(AttemptVerdict::RateLimited));
+        p.observe(&PacerObservation::new(
+            AttemptVerdict::RateLimited,
+            std::time::Instant::now(),
+        ));
         assert_eq!((p.limit(), p.mode()), (4, "aimd"));
     }
 

@@ -280,6 +280,14 @@ impl WaitQueue {
         expired
     }
 
+    /// The ids of the waiting calls, smallest first (the simulator checks the order by them).
+    #[cfg(feature = "testkit")]
+    pub(crate) fn waiting(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.located.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// The soonest deadline of a waiting call.
     #[cfg(test)]
     pub(crate) fn next_deadline(&self) -> Option<Instant> {

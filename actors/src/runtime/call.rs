@@ -1,5 +1,4 @@
-//! The governed call's public values (its result, its failure, its options) and the production
-//! effects of the call driver.
+//! The production effects of the call driver.
 //!
 //! A call runs in the caller's task (or, for streams, in a task the stream owns), so dropping the
 //! caller's future is cancellation: every resource it holds is an RAII guard — the pacer slot
@@ -12,7 +11,6 @@
 //! (retry, switch, backoff, wait, stall, the `retry_after` hint) is made by the sans-I/O
 //! `CallMachine`.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,9 +19,7 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tokio::sync::oneshot;
 
-use crate::outcome::SourceReason;
 use crate::policy::pacer::PacerObservation;
-use crate::policy::wait_queue::Priority;
 use crate::ports::attempt::{AttemptOutcome, BreakerStatus};
 use crate::ports::transport::{EventSink, Transport};
 
@@ -31,6 +27,7 @@ use crate::ports::transport::{EventSink, Transport};
 use super::admission::AdmissionMsg;
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
 use super::driver::{self, CallEffects};
+use super::governed::{CallFailure, CallOptions, Governed};
 use super::ids::new_id;
 use super::metrics::ScopeMetrics;
 use super::observer::CallObserver;
@@ -38,236 +35,6 @@ use super::router::{RouterMsg, Selection};
 use super::scope::{ScopeConfig, ScopeInner};
 use super::shared::SourceShared;
 use super::waiting_room::WaitingRoom;
-
-/// Why a scope could not serve (docs/behaviour.md §6 scope-level reasons).
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway_actors::runtime::{CallFailure, ScopeReason};
-/// // Worth retrying later: an open circuit or a full quota clears with time.
-/// fn should_retry_later<E>(failure: &CallFailure<E>) -> Option<Duration> {
-///     use ScopeReason::{CircuitOpen, QuotaExhausted};
-///     match failure {
-///         CallFailure::Unavailable { reason: CircuitOpen | QuotaExhausted, retry_after, .. } => {
-///             Some(*retry_after)
-///         }
-///         _ => None,
-///     }
-/// }
-/// let failure = CallFailure::<std::io::Error>::Unavailable {
-///     reason: ScopeReason::QuotaExhausted,
-///     retry_after: Duration::from_secs(2),
-///     per_source: Default::default(),
-///     last_error: None,
-///     detail: "scope quota full".into(),
-/// };
-/// assert_eq!(should_retry_later(&failure), Some(Duration::from_secs(2)));
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ScopeReason {
-    /// Every breaker refused.
-    CircuitOpen,
-    /// The attempt budget is spent.
-    RetryExhausted,
-    /// Waited past the stall window while the scope made no progress.
-    Stalled,
-    /// A quota gate is full and the scope fails fast.
-    QuotaExhausted,
-    /// No sources configured.
-    NoSources,
-    /// The limiter or breaker backend is down.
-    GovernanceBackendDown,
-    /// The call's deadline passed before it could be served (nothing was sent after it).
-    DeadlineExceeded,
-}
-
-impl ScopeReason {
-    /// The wire name (`circuit_open`, `retry_exhausted`, …).
-    ///
-    /// ```
-    /// use polygateway_actors::runtime::ScopeReason;
-    /// assert_eq!(ScopeReason::RetryExhausted.as_str(), "retry_exhausted");
-    /// assert_eq!(ScopeReason::GovernanceBackendDown.as_str(), "governance_backend_down");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ScopeReason::CircuitOpen => "circuit_open",
-            ScopeReason::RetryExhausted => "retry_exhausted",
-            ScopeReason::Stalled => "stalled",
-            ScopeReason::QuotaExhausted => "quota_exhausted",
-            ScopeReason::NoSources => "no_sources",
-            ScopeReason::GovernanceBackendDown => "governance_backend_down",
-            ScopeReason::DeadlineExceeded => "deadline_exceeded",
-        }
-    }
-}
-
-/// How a governed call failed.
-///
-/// Scope-level failures carry the reason of every source that was tried:
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway_actors::runtime::{CallFailure, ScopeReason};
-/// use polygateway_actors::SourceReason;
-/// let failure = CallFailure::<std::io::Error>::Unavailable {
-///     reason: ScopeReason::RetryExhausted,
-///     retry_after: Duration::ZERO,
-///     per_source: [("openai_1".into(), SourceReason::Timeout)].into_iter().collect(),
-///     last_error: Some(std::io::Error::other("deadline")),
-///     detail: "3 attempt(s) failed".into(),
-/// };
-/// if let CallFailure::Unavailable { per_source, last_error, .. } = &failure {
-///     assert_eq!(per_source["openai_1"], SourceReason::Timeout);
-///     assert_eq!(last_error.as_ref().unwrap().to_string(), "deadline");
-/// }
-/// ```
-#[derive(Debug)]
-pub enum CallFailure<E> {
-    /// The scope cannot serve now.
-    Unavailable {
-        /// Scope-level reason.
-        reason: ScopeReason,
-        /// When trying again makes sense (0 = now).
-        retry_after: Duration,
-        /// Why each source could not serve.
-        per_source: BTreeMap<Arc<str>, SourceReason>,
-        /// The last attempt error, if any attempt was made.
-        last_error: Option<E>,
-        /// Human detail (e.g. the backend's error).
-        detail: String,
-    },
-    /// The request was rejected (no retry, no switch).
-    Rejected(E),
-    /// The answer was unusable.
-    Invalid(E),
-    /// A streaming attempt failed after deltas reached the consumer: it cannot be retried.
-    StreamBroken {
-        /// The failure.
-        error: E,
-        /// Deltas delivered before it.
-        delivered: u64,
-    },
-    /// The runtime or the scope's actors are gone.
-    Shutdown(String),
-}
-
-impl<E> CallFailure<E> {
-    /// A short name of the failure for spans and metrics (`circuit_open`, `rejected`, …).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway_actors::runtime::{CallFailure, ScopeReason};
-    /// let rejected = CallFailure::Rejected(std::io::Error::other("400 bad request"));
-    /// assert_eq!(rejected.kind(), "rejected");
-    /// // Scope-level failures are named by their reason.
-    /// let open = CallFailure::<std::io::Error>::Unavailable {
-    ///     reason: ScopeReason::CircuitOpen,
-    ///     retry_after: Duration::from_secs(30),
-    ///     per_source: Default::default(),
-    ///     last_error: None,
-    ///     detail: String::new(),
-    /// };
-    /// assert_eq!(open.kind(), "circuit_open");
-    /// ```
-    pub fn kind(&self) -> &'static str {
-        match self {
-            CallFailure::Unavailable { reason, .. } => reason.as_str(),
-            CallFailure::Rejected(_) => "rejected",
-            CallFailure::Invalid(_) => "invalid",
-            CallFailure::StreamBroken { .. } => "stream_broken",
-            CallFailure::Shutdown(_) => "shutdown",
-        }
-    }
-}
-
-/// A successful governed call.
-///
-/// ```
-/// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
-/// # use polygateway_actors::testkit::{echo, start};
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
-/// use polygateway_actors::runtime::Governed;
-/// let Governed { response, source, attempts, attempt_id, capacity_wait } = scope
-///     .call(&"hello".to_string(), &NoObserver, None, CallOptions::default())
-///     .await
-///     .unwrap();
-/// assert_eq!(response, "hello");
-/// assert_eq!(&*source, "echo_1");
-/// assert_eq!(attempts, 1);
-/// assert!(!attempt_id.is_empty());
-/// // An idle scope had capacity at once.
-/// assert_eq!(capacity_wait, Duration::ZERO);
-/// # runtime.shutdown(Duration::from_secs(1)).await;
-/// # }
-/// ```
-#[derive(Debug)]
-pub struct Governed<R> {
-    /// The transport's answer.
-    pub response: R,
-    /// Id of the attempt that produced it.
-    pub attempt_id: String,
-    /// Source that answered.
-    pub source: Arc<str>,
-    /// Attempts made (all, including 429 pushbacks).
-    pub attempts: u32,
-    /// Time the call waited for capacity before its attempts were sent: a pacer slot, a quota
-    /// gate, sources cooling down, a 429 pushback. The back-off before retrying a transient
-    /// failure is not counted (it is the retry's, not a wait for capacity).
-    pub capacity_wait: Duration,
-}
-
-/// Options of one governed call.
-///
-/// ```
-/// use std::time::Duration;
-/// use polygateway_actors::policy::wait_queue::Priority;
-/// use polygateway_actors::runtime::CallOptions;
-/// // An ordinary call feeds its verdict to the breaker …
-/// assert!(!CallOptions::default().breaker_exempt);
-/// // … a re-ask after unusable structured output does not.
-/// let reask = CallOptions { breaker_exempt: true, ..CallOptions::default() };
-/// assert!(reask.breaker_exempt);
-/// // An interactive call of tenant "acme" (weight 2) that must be answered within 5 s.
-/// let urgent = CallOptions {
-///     priority: Priority::Interactive,
-///     deadline: Some(Duration::from_secs(5)),
-///     tenant: Some("acme".into()),
-///     weight: 2,
-///     ..CallOptions::default()
-/// };
-/// assert_eq!(CallOptions::default().weight, 1);
-/// # let _ = urgent;
-/// ```
-#[derive(Debug, Clone)]
-pub struct CallOptions {
-    /// A structured-output re-ask: its verdict never counts toward the breaker (docs/behaviour.md §9.2).
-    pub breaker_exempt: bool,
-    /// The call's class in the scope's waiting room (docs/behaviour.md §5.7).
-    pub priority: Priority,
-    /// How long the call may take from when it starts: past it the call ends
-    /// [`ScopeReason::DeadlineExceeded`] and nothing more is sent.
-    pub deadline: Option<Duration>,
-    /// The fair-share key among waiting calls of one class (`None`: the unattributed share).
-    pub tenant: Option<Arc<str>>,
-    /// The tenant's turns per round while tenants wait (0 counts as 1).
-    pub weight: u32,
-}
-
-impl Default for CallOptions {
-    fn default() -> Self {
-        Self {
-            breaker_exempt: false,
-            priority: Priority::Normal,
-            deadline: None,
-            tenant: None,
-            weight: 1,
-        }
-    }
-}
 
 /// Production effects: tokio and the scope's actors. The router actor selects, the admission
 /// actor's door admits and settles, the source actor hears each attempt (a cast), timers are
@@ -367,13 +134,8 @@ impl<T: Transport> CallEffects<T> for ScopeInner<T> {
         tokio::time::sleep(wait).await;
     }
 
-    async fn await_slot(&self, at_most: Duration) {
-        // Not reached while the scope has its room (`room` below): the driver waits there.
-        tokio::time::sleep(at_most).await;
-    }
-
-    fn room(&self) -> Option<&WaitingRoom> {
-        Some(&self.room)
+    fn room(&self) -> &WaitingRoom {
+        &self.room
     }
 
     async fn progress(&self) -> Option<Duration> {

@@ -9,9 +9,9 @@
 //! the pacer observation, the observer's rows, the failure handed back to the machine, the
 //! caller's result — is this file, so a seeded simulation runs the lines a production call runs.
 //!
-//! The wait points are distinct effects ([`CallEffects::backoff`], [`CallEffects::wait`],
-//! [`CallEffects::await_slot`]) so an ordered wait queue can take their place without touching
-//! the driver.
+//! Waits for capacity go through the scope's [`WaitingRoom`] (a call's [`Standing`] in it), in
+//! the order of docs/behaviour.md §5.7; the room sleeps with [`CallEffects::wait`], so the
+//! simulator runs the same room in virtual time.
 //!
 //! Cancellation is dropping the driver's future: the pacer slot (`SourceTicket`), the admission
 //! permit and the attempt are RAII values here, released on drop with no verdict.
@@ -24,6 +24,11 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use tracing::Instrument;
 
+use crate::machine::call::{
+    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
+    SourceFacts, Step,
+};
+use crate::machine::wait::{CapacityWait, WaitReason};
 use crate::outcome::{AttemptVerdict, Classify, FailureClass};
 use crate::policy::pacer::PacerObservation;
 use crate::ports::attempt::{AttemptAdmit, AttemptOutcome, BreakerAction, BreakerStatus};
@@ -32,17 +37,12 @@ use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
 
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
-use super::call::{CallFailure, CallOptions, Governed};
-use super::machine::{
-    settlement, Action, Admission, CallMachine, Ending, Event, Failure, Outcome, Selected,
-    SourceFacts, Step,
-};
+use super::governed::{CallFailure, CallOptions, Governed};
 use super::metrics::ScopeMetrics;
 use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
 use super::router::Selection;
 use super::scope::ScopeConfig;
 use super::shared::{SourceShared, SourceTicket};
-use super::wait::{CapacityWait, WaitReason};
 use super::waiting_room::{DeadlinePassed, Standing, WaitingRoom};
 
 /// What a call does to the world. Every method takes `&self`: the attempt guard holds the
@@ -100,14 +100,10 @@ pub(crate) trait CallEffects<T: Transport> {
     fn backoff(&self, wait: Duration) -> impl Future<Output = ()>;
     /// A non-productive wait for capacity (a full quota, every circuit open, a 429).
     fn wait(&self, wait: Duration) -> impl Future<Output = ()>;
-    /// Wait for a pacer slot of the scope to be freed, at most `at_most`.
-    fn await_slot(&self, at_most: Duration) -> impl Future<Output = ()>;
-    /// The scope's waiting room (docs/behaviour.md §5.7): when there is one, the driver waits
-    /// there in order — for a pacer slot, and out a gate's or cooldown's retry time — instead
-    /// of [`CallEffects::await_slot`] and [`CallEffects::wait`]. The simulator has none.
-    fn room(&self) -> Option<&WaitingRoom> {
-        None
-    }
+    /// The scope's waiting room (docs/behaviour.md §5.7): the driver waits there in order for
+    /// a pacer slot, and out a gate's or cooldown's retry time (sleeping with
+    /// [`CallEffects::wait`]).
+    fn room(&self) -> &WaitingRoom;
     /// How long ago the scope last made progress (`None`: never, or unknown).
     fn progress(&self) -> impl Future<Output = Option<Duration>>;
 
@@ -152,7 +148,7 @@ pub(crate) async fn run<T: Transport, E: CallEffects<T>>(
 }
 
 /// The loop: performs the machine's actions and feeds back what happened. Every decision is in
-/// `machine.rs`.
+/// `machine/call.rs`.
 async fn run_loop<T: Transport, E: CallEffects<T>>(
     effects: &E,
     request: &T::Request,
@@ -167,23 +163,23 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
         cooldown: s.breaker.cooldown,
         cooling_until: s.cooling_until(now),
     });
-    let mut machine = CallMachine::new(effects.config(), facts, effects.rng(), now);
+    let policy = effects.config().call_policy();
+    let mut machine = CallMachine::new(&policy, facts, effects.rng(), now);
     let deadline = options.deadline.map(|d| now + d);
     if deadline.is_some() {
         let floors = sources.iter().map(|s| s.attempt_floor()).collect();
         machine.set_deadline(deadline, floors);
     }
     // The call's place among waiting calls (docs/behaviour.md §5.7).
-    let mut standing = effects.room().map(|room| {
-        Standing::new(
-            room,
-            options.priority,
-            options.tenant.clone(),
-            options.weight,
-            deadline,
-            effects.config().poll_interval,
-        )
-    });
+    let mut standing = Standing::new(
+        effects.room(),
+        options.priority,
+        options.tenant.clone(),
+        options.weight,
+        deadline,
+        effects.config().poll_interval,
+        |wait| effects.wait(wait),
+    );
     // The pacer slot of the source just picked, then the permit admission granted for it.
     let mut picked: Option<SourceTicket<T>> = None;
     let mut permit: Option<Permit> = None;
@@ -195,7 +191,7 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
         if let Some((index, until)) = step.cool {
             sources[index].cool_until(until);
         }
-        if let (Action::Select { .. }, Some(standing)) = (&step.action, standing.as_mut()) {
+        if let Action::Select { .. } = &step.action {
             // Behind calls already waiting, in their order; free when nobody waits.
             let queued_at = effects.now();
             match standing.before_select().await {
@@ -278,9 +274,7 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                 })
             }
             Action::Send { attempt, .. } => {
-                if let Some(standing) = standing.as_mut() {
-                    standing.admitted();
-                }
+                standing.admitted();
                 if attempt > 1 {
                     effects.metrics().retry();
                 }
@@ -346,24 +340,18 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                     machine.wait_reason(),
                     Some(WaitReason::Gate | WaitReason::Cooldown)
                 );
-                match standing.as_mut() {
+                if room_wait {
                     // The room waits until then and only its head tries: waiters released
                     // together would overshoot the gate.
-                    Some(standing) if room_wait => {
-                        let _ = standing.await_capacity(Some(effects.now() + wait)).await;
-                    }
-                    _ => effects.wait(wait).await,
+                    let _ = standing.await_capacity(Some(effects.now() + wait)).await;
+                } else {
+                    effects.wait(wait).await;
                 }
                 Event::Woke
             }
-            Action::AwaitSlot(at_most) => {
-                match standing.as_mut() {
-                    // Bounded by the room's poll and the call's deadline.
-                    Some(standing) => {
-                        let _ = standing.await_capacity(None).await;
-                    }
-                    None => effects.await_slot(at_most).await,
-                }
+            Action::AwaitSlot(_) => {
+                // Bounded by the room's poll and the call's deadline.
+                let _ = standing.await_capacity(None).await;
                 Event::Woke
             }
             Action::AskProgress => Event::Progress(effects.progress().await),

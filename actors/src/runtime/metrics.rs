@@ -13,7 +13,7 @@ use metrics::{Counter, Gauge, Histogram};
 use crate::outcome::AttemptVerdict;
 use crate::ports::breaker::BreakerState;
 
-use super::wait::{CapacityWait, WaitReason};
+use crate::machine::wait::{CapacityWait, WaitReason};
 
 /// Governed calls finished, by `scope` and `outcome` (`ok` or a failure kind).
 ///

@@ -11,8 +11,8 @@
 pub(crate) mod admission;
 mod call;
 pub(crate) mod driver;
+mod governed;
 pub(crate) mod ids;
-pub(crate) mod machine;
 pub mod metrics;
 mod observer;
 mod restart;
@@ -21,12 +21,13 @@ mod scope;
 mod shared;
 pub(crate) mod slot;
 pub(crate) mod source;
+mod source_msg;
 mod supervisor;
-mod wait;
 pub(crate) mod waiting_room;
 
+pub use crate::machine::reason::ScopeReason;
 pub use admission::{Governance, GovernanceFactory};
-pub use call::{CallFailure, CallOptions, Governed, ScopeReason};
+pub use governed::{CallFailure, CallOptions, Governed};
 pub use observer::{AttemptReport, AttemptResult, CallObserver, NoObserver, TerminalReport};
 pub use restart::RestartPolicy;
 pub use scope::{Scope, ScopeConfig};

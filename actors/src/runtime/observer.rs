@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::ports::transport::Transport;
 
-use super::call::CallFailure;
+use super::governed::CallFailure;
 
 /// How one attempt ended.
 ///

@@ -22,7 +22,8 @@ use crate::policy::select::{Candidate, Selector};
 
 use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
 use super::shared::{SourceShared, SourceTicket};
-use super::source::{SourceActor, SourceArgs, SourceMsg};
+use super::source::{SourceActor, SourceArgs};
+use super::source_msg::SourceMsg;
 
 /// The result of a selection.
 #[derive(Debug)]

@@ -6,13 +6,14 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::clock::Clock;
+use crate::machine::policy::CallPolicy;
 use crate::ports::gate::Limits;
 use crate::ports::transport::{EventSink, Transport};
 
 #[cfg(feature = "testkit")]
 use super::admission::AdmissionMsg;
 use super::admission::AdmissionSlot;
-use super::call::{CallFailure, CallOptions, Governed};
+use super::governed::{CallFailure, CallOptions, Governed};
 use super::observer::CallObserver;
 use super::router::RouterMsg;
 use super::shared::SourceShared;
@@ -55,6 +56,22 @@ pub struct ScopeConfig {
     pub poll_interval: Duration,
     /// Lease TTL.
     pub lease_ttl: Duration,
+}
+
+impl ScopeConfig {
+    /// The call machine's slice of this configuration.
+    pub(crate) fn call_policy(&self) -> CallPolicy {
+        CallPolicy {
+            scope: Arc::clone(&self.name),
+            max_attempts: self.max_attempts,
+            backoff_base: self.backoff_base,
+            backoff_max: self.backoff_max,
+            quota_full_fails_fast: self.quota_full_fails_fast,
+            circuit_open_waits: self.circuit_open_waits,
+            stall_window: self.stall_window,
+            poll_interval: self.poll_interval,
+        }
+    }
 }
 
 impl ScopeConfig {
@@ -193,7 +210,7 @@ impl<T: Transport> Scope<T> {
                 result = self.inner.run(request, observer, events, options) => result,
             }
         };
-        let started = std::time::Instant::now();
+        let started = self.inner.clock.now();
         let result = call.instrument(span.clone()).await;
         let outcome = match &result {
             Ok(governed) => {
@@ -203,9 +220,14 @@ impl<T: Transport> Scope<T> {
             Err(failure) => failure.kind(),
         };
         span.record("outcome", outcome);
-        self.inner
-            .metrics
-            .call_finished(outcome, started.elapsed().as_secs_f64());
+        self.inner.metrics.call_finished(
+            outcome,
+            self.inner
+                .clock
+                .now()
+                .saturating_duration_since(started)
+                .as_secs_f64(),
+        );
         result
     }
 

@@ -11,31 +11,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::clock::millis_since;
 use crate::outcome::AttemptVerdict;
 use crate::policy::pacer::{Pacer, PacerObservation, PacerSignal};
 
 use super::metrics::SourceMetrics;
 use super::slot::ActorSlot;
-use super::source::SourceMsg;
+use super::source_msg::SourceMsg;
 use super::waiting_room::WaitingRoom;
-
-/// Told whenever a pacer slot of a source is freed: the scope's waiting room gives the next
-/// waiting call its turn; the simulator's world wakes a call waiting for a slot.
-pub(crate) trait SlotFreed: Send + Sync + std::fmt::Debug {
-    fn slot_freed(&self);
-}
-
-impl SlotFreed for WaitingRoom {
-    fn slot_freed(&self) {
-        self.capacity_freed();
-    }
-}
-
-impl SlotFreed for tokio::sync::Notify {
-    fn slot_freed(&self) {
-        self.notify_one();
-    }
-}
 
 use crate::ports::breaker::BreakerConfig;
 
@@ -141,7 +124,7 @@ pub struct SourceShared<T> {
     cooling_until_ms: AtomicU64,
     origin: Instant,
     /// Told whenever a pacer slot of this source is freed (the scope's waiting room).
-    freed: Arc<dyn SlotFreed>,
+    freed: Arc<WaitingRoom>,
     /// The shortest time recent successful attempts took, in µs (`u64::MAX`: none yet).
     attempt_floor_us: AtomicU64,
     /// The source actor's current incarnation (kept by its supervisor, the router), so call
@@ -166,7 +149,7 @@ impl<T> SourceShared<T> {
         est_tokens: u64,
         initial_pacer_limit: u32,
         origin: Instant,
-        freed: Arc<dyn SlotFreed>,
+        freed: Arc<WaitingRoom>,
         metrics: SourceMetrics,
     ) -> Self {
         metrics.pacer_limit.set(f64::from(initial_pacer_limit));
@@ -417,7 +400,7 @@ impl<T> SourceShared<T> {
     }
 
     fn millis(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.origin).as_millis() as u64
+        millis_since(self.origin, t)
     }
 }
 
@@ -440,7 +423,7 @@ impl<T> Drop for SourceTicket<T> {
         self.source.metrics.in_flight.decrement(1.0);
         // A freed slot gives the next waiting call its turn (two atomic operations when
         // nobody waits).
-        self.source.freed.slot_freed();
+        self.source.freed.capacity_freed();
     }
 }
 

@@ -15,6 +15,7 @@ use crate::policy::health::HealthEwma;
 use crate::policy::pacer::{Pacer, PacerObservation};
 
 use super::shared::SourceShared;
+use super::source_msg::SourceMsg;
 
 /// Builds a fresh pacer for a source (injectable; the gateway's default follows `{SCOPE}__PACER`).
 ///
@@ -36,16 +37,6 @@ use super::shared::SourceShared;
 /// assert_eq!(fixed(&Limits::default()).limit(), 1);
 /// ```
 pub type PacerFactory = Arc<dyn Fn(&crate::ports::gate::Limits) -> Box<dyn Pacer> + Send + Sync>;
-
-/// Messages of a source actor.
-#[derive(Debug)]
-pub(crate) enum SourceMsg {
-    /// One attempt finished.
-    Report(PacerObservation),
-    /// Chaos hook: make the actor fail, to exercise supervision (test builds only).
-    #[cfg(feature = "testkit")]
-    Crash(String),
-}
 
 /// The source actor.
 pub(crate) struct SourceActor<T> {

@@ -20,6 +20,7 @@
 //! either removes the call (and passes the door on).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -102,6 +103,18 @@ impl WaitingRoom {
         self.dispatch(&mut state);
     }
 
+    /// The arrival numbers of the calls waiting now (not the one at the door).
+    #[cfg(feature = "testkit")]
+    pub(crate) fn waiting(&self) -> Vec<u64> {
+        self.lock().queue.waiting()
+    }
+
+    /// Arrival numbers handed out so far (the next call that waits gets this one).
+    #[cfg(feature = "testkit")]
+    pub(crate) fn arrivals_taken(&self) -> u64 {
+        self.arrivals.load(Ordering::Relaxed)
+    }
+
     fn lock(&self) -> MutexGuard<'_, RoomState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -151,15 +164,21 @@ impl WaitingRoom {
     /// in the queue). `seen` is [`WaitingRoom::freed_count`] before the call looked for
     /// capacity and found none (`None`: it did not look, it queues because others wait).
     /// `retry_at`: no call should try before then (a gate's or cooldown's hint). `poll` bounds
-    /// how long the head waits without any event before it tries again.
-    pub(crate) async fn turn<'a>(
+    /// how long the head waits without any event before it tries again. `sleep` is the world's
+    /// timer (tokio's in production, virtual time in the simulator).
+    pub(crate) async fn turn<'a, S, F>(
         &'a self,
         waiter: Waiter,
         door: Option<Door<'a>>,
         seen: Option<u64>,
         retry_at: Option<Instant>,
         poll: Duration,
-    ) -> Result<Door<'a>, DeadlinePassed> {
+        sleep: &S,
+    ) -> Result<Door<'a>, DeadlinePassed>
+    where
+        S: Fn(Duration) -> F,
+        F: Future<Output = ()>,
+    {
         let id = waiter.id;
         let deadline = waiter.deadline;
         let signal = Arc::new(Notify::new());
@@ -221,10 +240,12 @@ impl WaitingRoom {
                 }
                 wake
             };
-            let sleep = tokio::time::sleep(wake.saturating_duration_since(now));
+            let timer = sleep(wake.saturating_duration_since(now));
+            // Biased: no random branch order, so a seeded simulation replays exactly.
             tokio::select! {
+                biased;
                 () = signal.notified() => continue,
-                () = sleep => {}
+                () = timer => {}
             }
             let now = self.clock.now();
             let mut state = self.lock();
@@ -322,8 +343,9 @@ impl Drop for Door<'_> {
 
 /// One call's standing in its scope's room, kept for the whole call: its place (arrival number,
 /// class, tenant, deadline), the door while it holds it, and what it saw of freed capacity
-/// before it last looked. The driver calls it at each wait point.
-pub(crate) struct Standing<'a> {
+/// before it last looked, and the world's timer (`sleep`). The driver calls it at each wait
+/// point.
+pub(crate) struct Standing<'a, S> {
     room: &'a WaitingRoom,
     /// Taken the first time the call waits (nothing is allocated while nobody waits).
     arrival: Option<u64>,
@@ -334,9 +356,14 @@ pub(crate) struct Standing<'a> {
     door: Option<Door<'a>>,
     seen: u64,
     poll: Duration,
+    sleep: S,
 }
 
-impl<'a> Standing<'a> {
+impl<'a, S, F> Standing<'a, S>
+where
+    S: Fn(Duration) -> F,
+    F: Future<Output = ()>,
+{
     pub(crate) fn new(
         room: &'a WaitingRoom,
         priority: Priority,
@@ -344,6 +371,7 @@ impl<'a> Standing<'a> {
         weight: u32,
         deadline: Option<Instant>,
         poll: Duration,
+        sleep: S,
     ) -> Self {
         Self {
             room,
@@ -355,6 +383,7 @@ impl<'a> Standing<'a> {
             door: None,
             seen: 0,
             poll,
+            sleep,
         }
     }
 
@@ -374,9 +403,10 @@ impl<'a> Standing<'a> {
     pub(crate) async fn before_select(&mut self) -> Result<bool, DeadlinePassed> {
         let queued = self.door.is_none() && self.room.busy();
         if queued {
+            let waiter = self.waiter();
             let door = self
                 .room
-                .turn(self.waiter(), None, None, None, self.poll)
+                .turn(waiter, None, None, None, self.poll, &self.sleep)
                 .await?;
             self.door = Some(door);
         }
@@ -395,7 +425,14 @@ impl<'a> Standing<'a> {
         let waiter = self.waiter();
         let door = self
             .room
-            .turn(waiter, held, Some(self.seen), retry_at, self.poll)
+            .turn(
+                waiter,
+                held,
+                Some(self.seen),
+                retry_at,
+                self.poll,
+                &self.sleep,
+            )
             .await?;
         self.door = Some(door);
         Ok(())
@@ -448,7 +485,9 @@ mod tests {
         let (room, order) = (Arc::clone(room), Arc::clone(order));
         let seen = Some(room.freed_count());
         tokio::spawn(async move {
-            let door = room.turn(w, None, seen, retry_at, POLL).await?;
+            let door = room
+                .turn(w, None, seen, retry_at, POLL, &tokio::time::sleep)
+                .await?;
             order.lock().unwrap().push(name);
             door.passed();
             Ok(())
@@ -505,7 +544,7 @@ mod tests {
             let (room, tries) = (Arc::clone(&room), Arc::clone(&tries));
             tasks.push(tokio::spawn(async move {
                 let door = room
-                    .turn(w, None, Some(0), Some(retry), POLL)
+                    .turn(w, None, Some(0), Some(retry), POLL, &tokio::time::sleep)
                     .await
                     .unwrap();
                 tries.fetch_add(1, Ordering::SeqCst);
@@ -518,6 +557,7 @@ mod tests {
                         Some(u64::MAX),
                         Some(later),
                         POLL,
+                        &tokio::time::sleep,
                     )
                     .await;
             }));
@@ -558,11 +598,21 @@ mod tests {
         let r = Arc::clone(&room);
         let f = first.clone();
         let one = tokio::spawn(async move {
-            let door = r.turn(f, None, Some(seen), None, POLL).await.unwrap();
+            let door = r
+                .turn(f, None, Some(seen), None, POLL, &tokio::time::sleep)
+                .await
+                .unwrap();
             // At the door, still no capacity: back to its place.
             let seen = r.freed_count();
             let door = r
-                .turn(first, Some(door), Some(seen), None, POLL)
+                .turn(
+                    first,
+                    Some(door),
+                    Some(seen),
+                    None,
+                    POLL,
+                    &tokio::time::sleep,
+                )
                 .await
                 .unwrap();
             door.passed();
@@ -570,7 +620,7 @@ mod tests {
         settle().await;
         let r = Arc::clone(&room);
         let two = tokio::spawn(async move {
-            r.turn(second, None, None, None, POLL)
+            r.turn(second, None, None, None, POLL, &tokio::time::sleep)
                 .await
                 .unwrap()
                 .passed();
@@ -591,8 +641,11 @@ mod tests {
         let w = waiter(&room, Priority::Normal, "a");
         let seen = Some(room.freed_count());
         let r = Arc::clone(&room);
-        let waiting =
-            tokio::spawn(async move { r.turn(w, None, seen, None, POLL).await.map(drop) });
+        let waiting = tokio::spawn(async move {
+            r.turn(w, None, seen, None, POLL, &tokio::time::sleep)
+                .await
+                .map(drop)
+        });
         settle().await;
         assert!(room.busy());
         waiting.abort();
@@ -600,10 +653,17 @@ mod tests {
         assert!(!room.busy());
         // A door dropped without passing hands the room on: the next waiter gets it.
         let a = waiter(&room, Priority::Normal, "a");
-        let door = room.turn(a, None, None, None, POLL).await.unwrap();
+        let door = room
+            .turn(a, None, None, None, POLL, &tokio::time::sleep)
+            .await
+            .unwrap();
         let b = waiter(&room, Priority::Normal, "a");
         let r = Arc::clone(&room);
-        let next = tokio::spawn(async move { r.turn(b, None, None, None, POLL).await.map(drop) });
+        let next = tokio::spawn(async move {
+            r.turn(b, None, None, None, POLL, &tokio::time::sleep)
+                .await
+                .map(drop)
+        });
         settle().await;
         assert!(!next.is_finished());
         drop(door);
@@ -618,7 +678,9 @@ mod tests {
         w.deadline = Some(now() + Duration::from_millis(250));
         let seen = Some(room.freed_count());
         let started = tokio::time::Instant::now();
-        let result = room.turn(w, None, seen, None, POLL).await;
+        let result = room
+            .turn(w, None, seen, None, POLL, &tokio::time::sleep)
+            .await;
         assert_eq!(result.map(drop), Err(DeadlinePassed));
         // Timers fire on the millisecond after.
         assert!(started.elapsed() >= Duration::from_millis(250));
@@ -632,7 +694,10 @@ mod tests {
         let w = waiter(&room, Priority::Normal, "a");
         let seen = Some(room.freed_count());
         let started = tokio::time::Instant::now();
-        let door = room.turn(w, None, seen, None, POLL).await.unwrap();
+        let door = room
+            .turn(w, None, seen, None, POLL, &tokio::time::sleep)
+            .await
+            .unwrap();
         assert_eq!(started.elapsed(), POLL);
         door.passed();
         assert!(!room.busy());

@@ -29,17 +29,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-use tokio::sync::Notify;
-
 use crate::clock::Clock;
+use crate::machine::call::{Action, CallMachine, Ending, Step};
 use crate::memory::{ManualClock, MemoryBreakers, MemoryGate};
 use crate::outcome::{Classify, FailureClass, SourceReason};
 use crate::policy::adaptive_pacer::AdaptivePacer;
 use crate::policy::pacer::{AimdPacer, Pacer, PacerObservation};
-use crate::policy::select::{Candidate, LeastInflight};
+use crate::policy::select::{Candidate, LeastInflight, Selector};
+use crate::policy::wait_queue::Priority;
 use crate::ports::attempt::{AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerStatus};
 use crate::ports::breaker::{BreakerBackend, BreakerConfig, BreakerState};
 use crate::ports::gate::{GateBackend, Limits};
@@ -47,14 +44,17 @@ use crate::ports::transport::{EventSink, Transport};
 use crate::ports::BackendError;
 use crate::runtime::admission::{AdmitAnswer, AdmitRequest, Permit};
 use crate::runtime::driver::{self, CallEffects};
-use crate::runtime::machine::{Action, CallMachine, Ending, Step};
 use crate::runtime::metrics::{ScopeMetrics, SourceMetrics};
 use crate::runtime::router::{Picker, Selection};
 use crate::runtime::source::{PacerFactory, SourcePolicies};
+use crate::runtime::waiting_room::WaitingRoom;
 use crate::runtime::{
     AttemptReport, AttemptResult, CallFailure, CallObserver, CallOptions, ScopeConfig, ScopeReason,
     SourceShared, TerminalReport,
 };
+use futures::FutureExt;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 /// The result of one simulated seed.
 ///
@@ -82,9 +82,11 @@ pub struct SeedReport {
     pub pacer_observations: u64,
     /// Fault windows after which a pacer's recovery was checked.
     pub recoveries_checked: u32,
-    /// The widest fall of a pacer's limit within a run of observations without a 429 (its
-    /// highest limit over its lowest; 1 = never fell).
-    pub widest_clean_fall: f64,
+    /// First sends of calls that had waited in the scope's waiting room (each checked against
+    /// the room's order).
+    pub room_turns_checked: u32,
+    /// Sends of calls with a deadline (each checked against it).
+    pub deadline_sends_checked: u32,
 }
 
 /// Simulate `calls` calls under the fault schedule drawn from `seed`. `keep_trace` records a
@@ -117,7 +119,8 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
         trace,
         pacer_observations: state.pacer.iter().map(|p| p.observations).sum(),
         recoveries_checked: state.recoveries_checked,
-        widest_clean_fall: state.widest_fall,
+        room_turns_checked: state.room_turns_checked,
+        deadline_sends_checked: state.deadline_sends_checked,
     }
 }
 
@@ -125,17 +128,19 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
 type Ms = u64;
 
 const SCOPE: &str = "sim";
+/// How long every attempt of a scripted schedule takes.
+const SCRIPT_LATENCY: Ms = 10;
 /// Past this many steps a seed is a runaway (a call loops without time passing).
 const STEP_LIMIT: u64 = 2_000_000;
-/// Successes after a 429 fault window within which the pacer must have grown from its lowest
-/// limit of the window (unless it never left its pre-window limit).
+/// Successes after a 429 fault window (counted from the last cut, if a later signal cut again)
+/// within which the pacer must have grown from its lowest limit of the window (unless the window
+/// never brought it below its pre-window limit).
 const RECOVERY_SUCCESSES: u32 = 40;
-/// The oscillation band: over any run of [`BAND_RUN`] observations without a pushback signal
-/// (no 429) the limit never falls below `1 / BAND_FACTOR` of its highest value in the run. The
-/// adaptive pacer's queueing cuts are clamped to ×0.5 at most once per round, so a clean stretch
-/// cannot saw the limit down without bound.
-const BAND_FACTOR: f64 = 1000.0;
-const BAND_RUN: usize = 32;
+/// The oscillation band: one observation moves a pacer's limit at most down to half
+/// ([`DEEPEST_CUT`]: the adaptive pacer's cuts are clamped to ×0.5, AIMD halves) and at most up
+/// by [`STEEPEST_RISE`] (the adaptive pacer's slow-start gain; AIMD adds less).
+const DEEPEST_CUT: f64 = 0.5;
+const STEEPEST_RISE: u32 = 2;
 
 #[derive(Debug)]
 struct Faults {
@@ -225,7 +230,16 @@ impl Transport for SimTransport {
         request: &SimRequest,
         events: Option<&EventSink<u64>>,
     ) -> Result<(), SimError> {
-        let (after, answer, deltas) = lock(&self.state).plan_attempt(request, self.index);
+        let (after, answer, deltas) = {
+            let mut state = lock(&self.state);
+            if state.script.is_some() {
+                state.calls[request.call].sends += 1;
+                let answer = state.script.as_mut().and_then(VecDeque::pop_front);
+                (SCRIPT_LATENCY, answer.unwrap_or(Answer::Ok), 0)
+            } else {
+                state.plan_attempt(request, self.index)
+            }
+        };
         Sleep::new(Arc::clone(&self.state), after).await;
         if let Some(events) = events {
             for delta in 0..deltas {
@@ -261,6 +275,20 @@ struct CallBook {
     known_ready: Vec<Ms>,
     last_progress: Option<Option<Duration>>,
     trace: Vec<String>,
+    /// Its class, tenant and weight in the waiting room, and its deadline (virtual ms).
+    priority: Priority,
+    tenant: Option<Arc<str>>,
+    weight: u32,
+    deadline: Option<Ms>,
+    /// Its arrival number in the room, once it has waited; whether it was ever admitted.
+    place: Option<u64>,
+    admitted: bool,
+    /// Each attempt as the observer saw it: (source, result) (scripted runs compare it).
+    #[cfg(test)]
+    log: AttemptLog,
+    /// How the call ended (`ok` or the failure's kind), once it returned.
+    #[cfg(test)]
+    ending: Option<&'static str>,
 }
 
 /// What the pacer invariants follow per source.
@@ -273,8 +301,8 @@ struct PacerBook {
     /// Successes observed after the window ended; whether the recovery was judged.
     successes_after: u32,
     judged: bool,
-    /// The limits of the current run of observations without a 429.
-    clean_run: VecDeque<u32>,
+    /// The limit after the previous observation.
+    last: Option<u32>,
 }
 
 /// A timer's payload.
@@ -292,6 +320,8 @@ struct State {
     now: Ms,
     rng: SmallRng,
     faults: Vec<Faults>,
+    /// A scripted schedule instead of the fault process: the answers of the attempts in order.
+    script: Option<VecDeque<Answer>>,
     attempt_timeout: Ms,
     backend_down: Option<(Ms, Ms)>,
     dead_seen: Vec<Option<Ms>>,
@@ -307,9 +337,46 @@ struct State {
     calls: Vec<CallBook>,
     pacer: Vec<PacerBook>,
     recoveries_checked: u32,
-    /// The widest fall of a pacer limit within a run without a 429 (high / low).
-    widest_fall: f64,
+    room_turns_checked: u32,
+    deadline_sends_checked: u32,
     violations: Vec<(usize, String)>,
+}
+
+impl State {
+    fn new(
+        rng: SmallRng,
+        faults: Vec<Faults>,
+        attempt_timeout: Ms,
+        backend_down: Option<(Ms, Ms)>,
+        calls: Vec<CallBook>,
+        keep_trace: bool,
+    ) -> Self {
+        let n = faults.len();
+        State {
+            now: 0,
+            rng,
+            faults,
+            script: None,
+            attempt_timeout,
+            backend_down,
+            dead_seen: vec![None; n],
+            epochs: vec![0; n],
+            timers: BinaryHeap::new(),
+            timer_payloads: BTreeMap::new(),
+            seq: 0,
+            ids: 0,
+            probes_out: 0,
+            steps: 0,
+            hash: 0xcbf2_9ce4_8422_2325,
+            keep_trace,
+            calls,
+            pacer: (0..n).map(|_| PacerBook::default()).collect(),
+            recoveries_checked: 0,
+            room_turns_checked: 0,
+            deadline_sends_checked: 0,
+            violations: Vec::new(),
+        }
+    }
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -531,6 +598,49 @@ impl State {
         }
     }
 
+    /// At each send: nothing goes out past the call's deadline. At a call's first send, the
+    /// waiting room's order (docs/behaviour.md §5.7): no call that was waiting before it and
+    /// never admitted since still waits while it is ahead in the order (a higher class, or the
+    /// same class and tenant with an earlier deadline or arrival). Such a call was queued when
+    /// this one got its turn, so the turn was not the head's.
+    fn check_send(&mut self, call: usize, waiting: &[u64]) {
+        let now = self.now;
+        let c = &self.calls[call];
+        let mut problems = Vec::new();
+        if let Some(deadline) = c.deadline {
+            self.deadline_sends_checked += 1;
+            if now > deadline {
+                problems.push(format!(
+                    "sent at {now} ms, past its deadline at {deadline} ms"
+                ));
+            }
+        }
+        if let (false, Some(mine)) = (c.admitted, c.place) {
+            self.room_turns_checked += 1;
+            let key = |b: &CallBook| (b.deadline.is_none(), b.deadline, b.place);
+            for &w in waiting.iter().filter(|&&w| w < mine) {
+                let Some(other) = self.calls.iter().position(|b| b.place == Some(w)) else {
+                    continue;
+                };
+                let b = &self.calls[other];
+                let higher = b.priority < c.priority;
+                let ahead_in_tenant =
+                    b.priority == c.priority && b.tenant == c.tenant && key(b) < key(c);
+                if !b.admitted && (higher || ahead_in_tenant) {
+                    problems.push(format!(
+                        "first sent (arrival {mine}, {}) while call {other} (arrival {w}, {}) \
+                         waits ahead of it",
+                        c.priority, b.priority
+                    ));
+                }
+            }
+        }
+        self.calls[call].admitted = true;
+        for p in problems {
+            self.violation(call, p);
+        }
+    }
+
     fn check_epoch(&mut self, call: usize, source: usize, epoch: u64) {
         if epoch < self.epochs[source] {
             let what = format!(
@@ -560,6 +670,11 @@ impl State {
             } else if now < until {
                 book.lowest_in_window = Some(book.lowest_in_window.map_or(limit, |l| l.min(limit)));
             } else if !book.judged {
+                // A cut after the window answers a new signal (a 429 burst, queueing): the
+                // recovery from the window is counted from the last cut.
+                if book.last.is_some_and(|last| limit < last) {
+                    book.successes_after = 0;
+                }
                 if attempt.verdict == crate::outcome::AttemptVerdict::Success {
                     book.successes_after += 1;
                 }
@@ -578,21 +693,13 @@ impl State {
             }
         }
         let book = &mut self.pacer[source];
-        if attempt.verdict == crate::outcome::AttemptVerdict::RateLimited {
-            book.clean_run.clear();
-        } else {
-            book.clean_run.push_back(limit);
-            if book.clean_run.len() > BAND_RUN {
-                book.clean_run.pop_front();
-            }
-            let high = book.clean_run.iter().copied().max().unwrap_or(limit);
-            let fall = f64::from(high) / f64::from(limit.max(1));
-            self.widest_fall = self.widest_fall.max(fall);
-            if fall > BAND_FACTOR {
+        if let Some(last) = book.last.replace(limit) {
+            // Published limits are whole numbers: a cut of exactly one half may floor below it.
+            let floor = (f64::from(last) * DEEPEST_CUT).floor() as u32;
+            if limit < floor.max(1) || limit > last + STEEPEST_RISE {
                 problems.push(format!(
-                    "s{source} pacer fell from {high} to {limit} within {BAND_RUN} observations without a 429"
+                    "s{source} pacer moved from {last} to {limit} in one observation (band: ×{DEEPEST_CUT} to +{STEEPEST_RISE})"
                 ));
-                book.clean_run.clear();
             }
         }
         for p in problems {
@@ -644,13 +751,14 @@ struct World {
     config: ScopeConfig,
     sources: Vec<Arc<SourceShared<SimTransport>>>,
     policies: Mutex<Vec<SourcePolicies>>,
-    picker: Mutex<(LeastInflight, SmallRng, Vec<Candidate>)>,
+    picker: Mutex<(Box<dyn Selector>, SmallRng, Vec<Candidate>)>,
     gate: Arc<MemoryGate>,
     breakers: Arc<MemoryBreakers>,
     attempts: crate::ports::attempt::ComposedAttempts,
     metrics: ScopeMetrics,
-    /// The scope's "a pacer slot was freed" signal (shared by its sources).
-    slot_freed: Arc<Notify>,
+    /// The scope's waiting room (the production one, sleeping in virtual time); its sources tell
+    /// it when a pacer slot is freed.
+    room: Arc<WaitingRoom>,
     /// Per call, when it arrives and when its caller gives up (if it does).
     arrivals: Vec<(Ms, Option<Ms>)>,
 }
@@ -686,9 +794,6 @@ impl World {
             },
         };
         let horizon: Ms = u64::from(calls) * rng.random_range(20..=400);
-        let clock = Arc::new(ManualClock::new());
-        let base = clock.now();
-        let slot_freed = Arc::new(Notify::new());
         let mut faults = Vec::new();
         let mut specs = Vec::new();
         for _ in 0..n {
@@ -766,6 +871,17 @@ impl World {
                 .random_bool(0.15)
                 .then(|| arrival + rng.random_range(0..=20_000));
             arrivals.push((arrival, cancel_at));
+            let priority = [
+                Priority::Interactive,
+                Priority::Normal,
+                Priority::Normal,
+                Priority::Batch,
+            ][rng.random_range(0..4usize)];
+            let tenant = [None, Some("a"), Some("b")][rng.random_range(0..3usize)].map(Arc::from);
+            let weight = rng.random_range(1..=3);
+            let deadline = rng
+                .random_bool(0.3)
+                .then(|| arrival + rng.random_range(200..=30_000));
             books.push(CallBook {
                 seed: seed.wrapping_mul(31).wrapping_add(c as u64),
                 streaming,
@@ -779,30 +895,47 @@ impl World {
                 known_ready: vec![0; n],
                 last_progress: None,
                 trace: Vec::new(),
+                priority,
+                tenant,
+                weight,
+                deadline,
+                place: None,
+                admitted: false,
+                #[cfg(test)]
+                log: Vec::new(),
+                #[cfg(test)]
+                ending: None,
             });
         }
-        let state = Arc::new(Mutex::new(State {
-            now: 0,
+        let state = State::new(
             rng,
             faults,
             attempt_timeout,
             backend_down,
-            dead_seen: vec![None; n],
-            epochs: vec![0; n],
-            timers: BinaryHeap::new(),
-            timer_payloads: BTreeMap::new(),
-            seq: 0,
-            ids: 0,
-            probes_out: 0,
-            steps: 0,
-            hash: 0xcbf2_9ce4_8422_2325,
+            books,
             keep_trace,
-            calls: books,
-            pacer: (0..n).map(|_| PacerBook::default()).collect(),
-            recoveries_checked: 0,
-            widest_fall: 1.0,
-            violations: Vec::new(),
-        }));
+        );
+        let picker = (
+            Box::new(LeastInflight) as Box<dyn Selector>,
+            SmallRng::seed_from_u64(seed ^ 0x5e1e_c702),
+            Vec::new(),
+        );
+        World::assemble(state, config, specs, picker, arrivals)
+    }
+
+    /// The scope over `specs` (breaker, limits, pacer per source), its governance on the memory
+    /// backends and a fresh virtual clock.
+    fn assemble(
+        state: State,
+        config: ScopeConfig,
+        specs: Vec<(BreakerConfig, Limits, PacerFactory)>,
+        picker: (Box<dyn Selector>, SmallRng, Vec<Candidate>),
+        arrivals: Vec<(Ms, Option<Ms>)>,
+    ) -> Self {
+        let clock = Arc::new(ManualClock::new());
+        let base = clock.now();
+        let room = Arc::new(WaitingRoom::new(clock.clone()));
+        let state = Arc::new(Mutex::new(state));
         let mut sources = Vec::new();
         let mut policies = Vec::new();
         for (index, (breaker, limits, pacer)) in specs.into_iter().enumerate() {
@@ -820,7 +953,7 @@ impl World {
                 100,
                 initial,
                 base,
-                slot_freed.clone(),
+                Arc::clone(&room),
                 SourceMetrics::new(SCOPE, &name),
             ));
             policies.push(SourcePolicies::start(&pacer, &shared));
@@ -836,11 +969,7 @@ impl World {
             state,
             clock,
             base,
-            picker: Mutex::new((
-                LeastInflight,
-                SmallRng::seed_from_u64(seed ^ 0x5e1e_c702),
-                Vec::new(),
-            )),
+            picker: Mutex::new(picker),
             config,
             sources,
             policies: Mutex::new(policies),
@@ -848,7 +977,7 @@ impl World {
             breakers,
             attempts,
             metrics: ScopeMetrics::new(SCOPE),
-            slot_freed,
+            room,
             arrivals,
         }
     }
@@ -888,6 +1017,10 @@ impl World {
         }
         if state.probes_out != 0 {
             let what = format!("{} probes never handed back", state.probes_out);
+            state.violation(last, what);
+        }
+        if self.room.busy() {
+            let what = format!("the waiting room still holds {:?}", self.room.waiting());
             state.violation(last, what);
         }
         let now = state.now;
@@ -995,7 +1128,7 @@ impl CallEffects<SimTransport> for SimCall {
             let mut picker = self.world.picker.lock().unwrap_or_else(|e| e.into_inner());
             let (selector, rng, candidates) = &mut *picker;
             Picker {
-                selector,
+                selector: selector.as_mut(),
                 rng,
                 candidates,
             }
@@ -1169,10 +1302,8 @@ impl CallEffects<SimTransport> for SimCall {
         self.sleep(wait).await;
     }
 
-    async fn await_slot(&self, at_most: Duration) {
-        let freed = std::pin::pin!(self.world.slot_freed.notified());
-        let timeout = std::pin::pin!(self.sleep(at_most));
-        futures::future::select(freed, timeout).await;
+    fn room(&self) -> &WaitingRoom {
+        &self.world.room
     }
 
     async fn progress(&self) -> Option<Duration> {
@@ -1188,11 +1319,18 @@ impl CallEffects<SimTransport> for SimCall {
     }
 
     fn on_step(&self, step: &Step, machine: &CallMachine) {
+        let waiting = match step.action {
+            Action::Send { .. } => self.world.room.waiting(),
+            _ => Vec::new(),
+        };
         let mut state = self.world.lock();
         state.steps += 1;
         state.calls[self.call].attempts = machine.attempts();
         state.record(self.call, step, self.world.base);
         state.check_call(self.call, &step.action, machine, &self.world.config);
+        if let Action::Send { .. } = step.action {
+            state.check_send(self.call, &waiting);
+        }
     }
 }
 
@@ -1217,6 +1355,17 @@ impl CallObserver<SimTransport> for SimObserver {
         let now = state.now;
         let call = self.call;
         state.calls[call].rows += 1;
+        #[cfg(test)]
+        {
+            let result = match &report.result {
+                AttemptResult::Ok(()) => "ok".to_string(),
+                AttemptResult::Err(error) => error.to_string(),
+                AttemptResult::Cancelled => "cancelled".to_string(),
+            };
+            state.calls[call]
+                .log
+                .push((report.source.to_string(), result));
+        }
         if let AttemptResult::Err(error) = &report.result {
             if error.rate_limited {
                 state.calls[call].pushbacks += 1;
@@ -1250,6 +1399,19 @@ async fn one_call(world: Rc<World>, call: usize) {
         }
         false => (None, None),
     };
+    let options = {
+        let state = world.lock();
+        let c = &state.calls[call];
+        CallOptions {
+            priority: c.priority,
+            deadline: c
+                .deadline
+                .map(|d| Duration::from_millis(d.saturating_sub(state.now))),
+            tenant: c.tenant.clone(),
+            weight: c.weight,
+            ..CallOptions::default()
+        }
+    };
     let effects = SimCall {
         world: Rc::clone(&world),
         call,
@@ -1263,14 +1425,7 @@ async fn one_call(world: Rc<World>, call: usize) {
             .collect(),
         call,
     };
-    let result = driver::run(
-        &effects,
-        &request,
-        &observer,
-        sink.as_ref(),
-        CallOptions::default(),
-    )
-    .await;
+    let result = driver::run(&effects, &request, &observer, sink.as_ref(), options).await;
     world.finished(call, &result);
 }
 
@@ -1285,6 +1440,10 @@ impl World {
         let now = state.now;
         let c = &mut state.calls[call];
         c.done = true;
+        #[cfg(test)]
+        {
+            c.ending = Some(result.as_ref().map_or_else(CallFailure::kind, |_| "ok"));
+        }
         let attempts = c.attempts;
         let unavailable = matches!(result, Err(CallFailure::Unavailable { .. }));
         let expected_terminal = u32::from(c.sends == 0 && unavailable);
@@ -1443,7 +1602,14 @@ impl Executor {
             return;
         };
         let mut cx = Context::from_waker(&self.wakers[call]);
-        if running.as_mut().poll(&mut cx).is_ready() {
+        // One call runs at a time, so an arrival number the room hands out during this poll is
+        // this call's: its place, for the order invariant.
+        let taken = self.world.room.arrivals_taken();
+        let ready = running.as_mut().poll(&mut cx).is_ready();
+        if self.world.room.arrivals_taken() > taken {
+            self.world.lock().calls[call].place = Some(taken);
+        }
+        if ready {
             self.running[call] = None;
         }
     }
@@ -1469,6 +1635,228 @@ impl Executor {
                 c.rows, c.sends
             );
             state.violation(call, what);
+        }
+    }
+}
+
+/// Attempts of a scripted call, as its observer saw them: (source, result).
+#[cfg(test)]
+type AttemptLog = Vec<(String, String)>;
+
+/// One call through the simulator on a scripted schedule: `sources` sources (default breakers,
+/// no limits, AIMD pacers, round-robin selection) whose attempts answer `script` in order (then
+/// `Ok`), 10 ms each. Returns the attempts, how the call ended, and any broken invariant.
+#[cfg(test)]
+fn run_script(
+    config: ScopeConfig,
+    sources: usize,
+    script: Vec<Answer>,
+) -> (AttemptLog, &'static str, Vec<String>) {
+    let book = CallBook {
+        seed: 1,
+        streaming: false,
+        done: false,
+        granted: 0,
+        pushbacks: 0,
+        rows: 0,
+        terminal_rows: 0,
+        sends: 0,
+        attempts: 0,
+        known_ready: vec![0; sources],
+        last_progress: None,
+        trace: Vec::new(),
+        priority: Priority::Normal,
+        tenant: None,
+        weight: 1,
+        deadline: None,
+        place: None,
+        admitted: false,
+        log: Vec::new(),
+        ending: None,
+    };
+    let faults = (0..sources)
+        .map(|_| Faults {
+            latency: (SCRIPT_LATENCY, SCRIPT_LATENCY),
+            slow_first_token: 0.0,
+            transient: 0.0,
+            rate_limited: 0.0,
+            retry_after: 0.0,
+            black_hole: 0.0,
+            truncate: 0.0,
+            rejected: 0.0,
+            invalid: 0.0,
+            dead: None,
+            pushback: None,
+        })
+        .collect();
+    let mut state = State::new(
+        SmallRng::seed_from_u64(0),
+        faults,
+        60_000,
+        None,
+        vec![book],
+        true,
+    );
+    state.script = Some(script.into());
+    let specs = (0..sources)
+        .map(|_| {
+            (
+                BreakerConfig::default(),
+                Limits::default(),
+                crate::testkit::aimd(),
+            )
+        })
+        .collect();
+    let picker = (
+        Box::new(crate::policy::select::RoundRobin::default()) as Box<dyn Selector>,
+        SmallRng::seed_from_u64(0),
+        Vec::new(),
+    );
+    let world = Rc::new(World::assemble(
+        state,
+        config,
+        specs,
+        picker,
+        vec![(0, None)],
+    ));
+    Executor::new(Rc::clone(&world)).run();
+    world.check_quiescent();
+    let mut state = world.lock();
+    let violations = state.violations.iter().map(|(_, v)| v.clone()).collect();
+    let call = &mut state.calls[0];
+    let ending = call.ending.unwrap_or("never returned");
+    (std::mem::take(&mut call.log), ending, violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Runtime, RuntimeOptions, SourceSpec};
+
+    /// The production transport on the same script: each attempt answers the next entry.
+    #[derive(Debug)]
+    struct Scripted(Arc<Mutex<VecDeque<Answer>>>);
+
+    #[async_trait::async_trait]
+    impl Transport for Scripted {
+        type Request = ();
+        type Response = ();
+        type Event = u64;
+        type Error = SimError;
+
+        async fn send(&self, _: &(), _: Option<&EventSink<u64>>) -> Result<(), SimError> {
+            tokio::time::sleep(Duration::from_millis(SCRIPT_LATENCY)).await;
+            let answer = self.0.lock().unwrap().pop_front();
+            match answer.unwrap_or(Answer::Ok) {
+                Answer::Ok => Ok(()),
+                Answer::Fail(error) => Err(error),
+            }
+        }
+
+        fn tokens_used(_: &()) -> Option<u64> {
+            None
+        }
+    }
+
+    #[derive(Default)]
+    struct Log(Mutex<AttemptLog>);
+
+    impl CallObserver<Scripted> for Log {
+        fn on_attempt(&self, report: &AttemptReport<'_, Scripted>) {
+            let result = match &report.result {
+                AttemptResult::Ok(()) => "ok".to_string(),
+                AttemptResult::Err(error) => error.to_string(),
+                AttemptResult::Cancelled => "cancelled".to_string(),
+            };
+            self.0
+                .lock()
+                .unwrap()
+                .push((report.source.to_string(), result));
+        }
+        fn on_terminal(&self, _: &TerminalReport<'_, SimError>) {}
+    }
+
+    /// The same script through the production runtime (actors, tokio, paused time).
+    async fn run_production(
+        config: ScopeConfig,
+        sources: usize,
+        script: Vec<Answer>,
+    ) -> (AttemptLog, &'static str) {
+        let runtime = Runtime::start(
+            crate::testkit::memory_governance(),
+            RuntimeOptions::default(),
+        )
+        .await
+        .unwrap();
+        let answers = Arc::new(Mutex::new(VecDeque::from(script)));
+        let specs = (0..sources)
+            .map(|i| SourceSpec {
+                name: format!("s{i}").into(),
+                transport: Arc::new(Scripted(Arc::clone(&answers))),
+                breaker: BreakerConfig::default(),
+                limits: Limits::default(),
+                est_tokens: 100,
+            })
+            .collect();
+        let scope = runtime
+            .add_scope(
+                config,
+                specs,
+                Box::new(crate::policy::select::RoundRobin::default()),
+                crate::testkit::aimd(),
+            )
+            .await
+            .unwrap();
+        let log = Log::default();
+        let result = scope.call(&(), &log, None, CallOptions::default()).await;
+        runtime.shutdown(Duration::from_secs(1)).await;
+        let ending = result.as_ref().map_or_else(CallFailure::kind, |_| "ok");
+        (log.0.into_inner().unwrap(), ending)
+    }
+
+    fn error(class: FailureClass, reason: SourceReason, retry_after: Option<u64>) -> Answer {
+        Answer::Fail(SimError {
+            class,
+            reason,
+            rate_limited: reason == SourceReason::RateLimited,
+            retry_after: retry_after.map(Duration::from_millis),
+        })
+    }
+
+    /// Same events in, same attempts and ending out: the simulator and production run the same
+    /// driver, so they must agree on every scripted schedule.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn production_and_the_simulator_agree_on_scripted_schedules() {
+        use FailureClass::{RequestRejected, SourceDead, Transient};
+        use SourceReason::{NetworkError, RateLimited, Timeout};
+        let scripts = [
+            // A 429 with Retry-After, a 503, a dead key, then an answer.
+            vec![
+                error(Transient, RateLimited, Some(300)),
+                error(Transient, NetworkError, None),
+                error(SourceDead, SourceReason::SourceDead, None),
+            ],
+            // The budget spent on transient failures.
+            vec![
+                error(Transient, Timeout, None),
+                error(Transient, NetworkError, Some(50)),
+                error(Transient, Timeout, None),
+                error(Transient, NetworkError, None),
+            ],
+            // A rejected request ends the call at once.
+            vec![error(RequestRejected, NetworkError, None)],
+        ];
+        for (i, script) in scripts.into_iter().enumerate() {
+            let mut config = ScopeConfig::new(SCOPE);
+            config.max_attempts = 3;
+            config.backoff_base = Duration::from_millis(100);
+            config.backoff_max = Duration::from_secs(1);
+            let (sim_log, sim_ending, violations) = run_script(config.clone(), 3, script.clone());
+            assert!(violations.is_empty(), "script {i}: {violations:?}");
+            let (prod_log, prod_ending) = run_production(config, 3, script).await;
+            assert!(!prod_log.is_empty(), "script {i}: no attempt made");
+            assert_eq!(sim_log, prod_log, "script {i}: attempts differ");
+            assert_eq!(sim_ending, prod_ending, "script {i}: endings differ");
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The decisions of one governed call, without I/O: the call loop as a state machine.
 //!
-//! `call.rs` is the driver: it performs each [`Action`] (ask the router, ask admission, run the
-//! transport, sleep) and feeds what happened back as an [`Event`], with `now` from the scope's
-//! `Clock`. Everything that decides — budget, switching, backoff and jitter, the circuit-open and
+//! `runtime/driver.rs` is the driver: it performs each [`Action`] (ask the router, ask admission,
+//! run the transport, sleep) and feeds what happened back as an [`Event`], with `now` from the
+//! scope's `Clock`. Everything that decides — budget, switching, backoff and jitter, the circuit-open and
 //! quota paths, the stall guard, the `retry_after` hint — lives here, so it runs in unit tests and
 //! in the simulator (`testkit::sim`) without a runtime. Randomness comes from the injected RNG.
 //!
@@ -33,8 +33,8 @@ use crate::policy::stall::StallClock;
 use crate::ports::breaker::{BreakerState, BreakerVerdict};
 use crate::ports::gate::Gate;
 
-use super::call::ScopeReason;
-use super::scope::ScopeConfig;
+use super::policy::CallPolicy;
+use super::reason::ScopeReason;
 use super::wait::{CapacityWait, WaitReason};
 use crate::ports::attempt::{BreakerAction, BreakerStatus};
 
@@ -262,7 +262,7 @@ pub(crate) struct CallMachine {
 
 impl CallMachine {
     pub(crate) fn new(
-        config: &ScopeConfig,
+        config: &CallPolicy,
         sources: impl IntoIterator<Item = SourceFacts>,
         rng: SmallRng,
         now: Instant,
@@ -272,7 +272,7 @@ impl CallMachine {
             .map(|s| (s.cooldown, s.cooling_until))
             .unzip();
         Self {
-            scope: std::sync::Arc::clone(&config.name),
+            scope: std::sync::Arc::clone(&config.scope),
             max_attempts: config.max_attempts,
             backoff: Backoff::new(config.backoff_base, config.backoff_max),
             quota_full_fails_fast: config.quota_full_fails_fast,
@@ -754,6 +754,7 @@ impl CallMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::ScopeConfig;
     use rand::SeedableRng;
 
     const COOLDOWN: Duration = Duration::from_secs(30);
@@ -769,6 +770,7 @@ mod tests {
     }
 
     fn machine(config: &ScopeConfig, sources: usize, t0: Instant) -> CallMachine {
+        let config = &config.call_policy();
         let facts = (0..sources).map(|_| SourceFacts {
             cooldown: COOLDOWN,
             cooling_until: None,
