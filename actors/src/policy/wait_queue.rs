@@ -3,7 +3,7 @@
 //! deadline first, then arrival order (FIFO).
 //!
 //! Sans-I/O: time (`now`) comes in as an argument, nothing here waits. The runtime's waiting room
-//! (`runtime/waiting_room.rs`) wraps it with the wake-ups; the simulator uses it directly.
+//! (`runtime/waiting_room.rs`) wraps it with the wake-ups, in production and in the simulator.
 //!
 //! Why deficit round robin with unit cost: every waiter asks for one turn (one attempt), so the
 //! weighted round robin DRR degenerates to is exact — while tenants stay backlogged, each gets
