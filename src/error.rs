@@ -149,7 +149,7 @@ pub struct Unavailable {
     /// Human detail (what ended the call, then `last error: …`), free of secrets.
     pub detail: String,
     /// The budget that refused, when `reason` is `budget_exhausted`.
-    pub budget: Option<crate::BudgetStatus>,
+    pub budget: Option<crate::types::BudgetStatus>,
 }
 
 impl Unavailable {

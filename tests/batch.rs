@@ -279,6 +279,40 @@ async fn an_item_past_its_age_is_written_with_its_error_and_sent_again_by_the_ne
 }
 
 #[tokio::test]
+async fn an_item_never_waits_inside_the_runtime_past_its_age() {
+    // One request a minute: the second item would wait ~60 s for the gate. Its age (2 s) is its
+    // deadline, so it ends `deadline_exceeded` at once, without reaching the upstream.
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let settings = mock_settings(&[("LLM", &mock.base_url())], &[("LLM__GLOBAL__RPM", "1")]);
+    let gw = Gateway::from_settings(settings, "LLM").await.unwrap();
+    let options = BatchOptions {
+        scope: Some("LLM".into()),
+        max_concurrency: 1,
+        max_item_age: std::time::Duration::from_secs(2),
+        ..BatchOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let results = run(&gw, vec![plain_line("a"), plain_line("b")], options).await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "the job waited for the gate"
+    );
+    assert_eq!(results.len(), 2);
+    let late = results
+        .iter()
+        .find(|r| !r.is_success())
+        .expect("one item is refused");
+    assert_eq!(
+        late.error_code.as_deref(),
+        Some("deadline_exceeded"),
+        "{late:?}"
+    );
+    assert_eq!(late.status_code, Some(504));
+    assert_eq!(sends_per_id(&mock.requests()).values().sum::<usize>(), 1);
+    gw.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_stopped_job_resumes_from_its_journal_without_sending_an_answered_item_again() {
     let mock = MockUpstream::start(Behaviour::Slow {
         delay: std::time::Duration::from_millis(30),

@@ -64,7 +64,9 @@ pub struct BatchOptions {
     /// The pacers decide how many of them reach the upstreams. Default 1024.
     pub max_concurrency: usize,
     /// An item refused as unavailable is sent again after its `retry_after_s` only while it is
-    /// younger than this (counted from its first send); then its error is written. Default 1 h.
+    /// younger than this (counted from its first send); then its error is written. What is left
+    /// of it is each send's deadline, so an item never waits inside the runtime past it (0: send
+    /// once, no deadline). Default 1 h.
     pub max_item_age: Duration,
     /// The journal (SQLite file, created when absent): finished items are recorded there, and a
     /// job run again with the same journal replays them instead of sending them.

@@ -1,7 +1,8 @@
 //! The scheduler: reads input lines one at a time (never the whole input), admits an item only
 //! when one of `max_concurrency` permits is free (so at most that many items are in memory),
 //! runs each as one governed call of the gateway's handles, reschedules items refused as
-//! unavailable after their `retry_after_s` (while younger than `max_item_age`), commits each
+//! unavailable after their `retry_after_s` (while younger than `max_item_age`, which is also
+//! each send's deadline), commits each
 //! finished item to the journal and only then hands its result out.
 //!
 //! How many calls actually reach the upstreams at once is the runtime's decision: each source's
@@ -31,6 +32,7 @@ use super::BatchResult;
 use crate::error::GatewayError;
 use crate::openai::completion::{completion_json, now_s};
 use crate::openai::embedding::embedding_json;
+use crate::types::CallOptions;
 use crate::Gateway;
 
 /// Shortest wait before an item refused as unavailable is sent again: a hint of 0 after a call
@@ -248,7 +250,7 @@ async fn run_item(
                 Progress::sub(&p.in_flight);
                 return;
             }
-            outcome = send(&job.gw, &item) => outcome,
+            outcome = send(&job.gw, &item, item_deadline(job.max_item_age, first_sent)) => outcome,
         };
         Progress::sub(&p.in_flight);
         let latency = started.elapsed();
@@ -320,23 +322,39 @@ async fn run_item(
     .await;
 }
 
-/// One governed call; the output line of its answer, the answer's cost and the source that
-/// served it.
-async fn send(gw: &Gateway, item: &Item) -> Result<(String, f64, String), GatewayError> {
+/// What is left of an item's age, as the deadline of its next send: an item never waits inside
+/// the runtime (for a pacer slot, a gate, a cooldown) past its `max_item_age`. `None` with an age
+/// of 0 (send once, no deadline) or when nothing is left.
+fn item_deadline(max_item_age: Duration, first_sent: Instant) -> Option<Duration> {
+    Some(max_item_age.saturating_sub(first_sent.elapsed())).filter(|left| !left.is_zero())
+}
+
+/// One governed call with the item's `deadline`; the output line of its answer, the answer's
+/// cost and the source that served it.
+async fn send(
+    gw: &Gateway,
+    item: &Item,
+    deadline: Option<Duration>,
+) -> Result<(String, f64, String), GatewayError> {
+    let with_deadline = |options: &CallOptions| match deadline {
+        Some(deadline) => options.clone().deadline(deadline),
+        None => options.clone(),
+    };
     match &item.call {
         Call::Chat {
             messages,
             options,
             schema,
         } => {
+            let options = with_deadline(options);
             let handle = gw.chat_scope(&item.scope)?;
             let answer = match schema {
                 Some(schema) => {
                     handle
-                        .chat_with_schema(messages.clone(), options.clone(), schema.clone())
+                        .chat_with_schema(messages.clone(), options, schema.clone())
                         .await?
                 }
-                None => handle.chat_with(messages.clone(), options.clone()).await?,
+                None => handle.chat_with(messages.clone(), options).await?,
             };
             let id = format!("chatcmpl-{}", polygateway_actors::assembly::new_id());
             let body = completion_json(&id, &item.model, now_s(), &answer);
@@ -353,7 +371,7 @@ async fn send(gw: &Gateway, item: &Item) -> Result<(String, f64, String), Gatewa
             base64,
         } => {
             let handle = gw.embedding_scope(&item.scope)?;
-            let out = handle.embed(texts.clone(), options.clone()).await?;
+            let out = handle.embed(texts.clone(), with_deadline(options)).await?;
             let body = embedding_json(&out, &item.model, *base64);
             Ok((
                 output::answered(&item.custom_id, 200, &out.call_id, body),

@@ -1,14 +1,14 @@
 //! Spend-budget values (docs/behaviour.md §5.8): `<amount>/<hour|day|month>` in the pricing
 //! table's currency, as the scope key `{SCOPE}__BUDGET`, the tenant map `PGW_TENANT_BUDGETS` and
-//! a server key's `budget` take them. Parsing only; the gate is the limiter's
+//! a server key's `budget` take them. Parsing only (the value is `types::budget`'s); the gate is the limiter's
 //! (`polygateway_actors::policy::budget`), the wiring `gateway::budget`.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use polygateway_actors::BudgetPeriod;
 
 use super::ConfigError;
+use crate::types::budget::SpendBudget;
 
 /// Largest amount accepted, in currency units: budgets are counted in integer micro-units and
 /// the Redis backend's Lua numbers are exact up to 2^53 of them.
@@ -18,26 +18,6 @@ const MAX_BUDGET_AMOUNT: f64 = 9e9;
 const EXPECTED: &str = "<amount>/<hour|day|month>, e.g. 25/day or 0.5/hour: the amount a number \
                         >= 0 and <= 9000000000 in the pricing table's currency, the window a \
                         calendar hour, day or month in UTC";
-
-/// A spend limit per window.
-///
-/// ```
-/// use polygateway::config::SpendBudget;
-/// use polygateway::ports::BudgetPeriod;
-/// let b = SpendBudget::parse("LLM__BUDGET", "12.5/day")?;
-/// assert_eq!((b.micros, b.period), (12_500_000, BudgetPeriod::Day));
-/// assert_eq!(b.to_string(), "12.5/day");
-/// let err = SpendBudget::parse("LLM__BUDGET", "12.5 per day").unwrap_err();
-/// assert!(err.to_string().contains("LLM__BUDGET"), "{err}");
-/// # Ok::<(), polygateway::config::ConfigError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpendBudget {
-    /// The limit per window in micro-units of the pricing currency (1 = 0.000001).
-    pub micros: u64,
-    /// The window: a calendar hour, day or month in UTC.
-    pub period: BudgetPeriod,
-}
 
 impl SpendBudget {
     /// Parse `<amount>/<hour|day|month>`; `key` names the setting in the error.
@@ -73,23 +53,6 @@ impl SpendBudget {
             micros: (amount * 1e6).round() as u64,
             period,
         })
-    }
-
-    /// The limit in currency units.
-    ///
-    /// ```
-    /// use polygateway::config::SpendBudget;
-    /// assert_eq!(SpendBudget::parse("K", "0.25/hour")?.amount(), 0.25);
-    /// # Ok::<(), polygateway::config::ConfigError>(())
-    /// ```
-    pub fn amount(&self) -> f64 {
-        self.micros as f64 / 1e6
-    }
-}
-
-impl fmt::Display for SpendBudget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.amount(), self.period.name())
     }
 }
 

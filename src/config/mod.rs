@@ -15,7 +15,7 @@ pub mod keys;
 pub mod server;
 pub mod settings;
 
-pub use budget::SpendBudget;
+pub use crate::types::budget::SpendBudget;
 pub use env::scope_kind_for;
 pub use error::ConfigError;
 pub use keys::{

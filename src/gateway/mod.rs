@@ -83,7 +83,7 @@ pub type EmbeddingHandle = ScopeHandle<Embeddings>;
 /// # Ok(()) }
 /// ```
 pub type OcrHandle = ScopeHandle<Ocr>;
-pub use budget::BudgetStatus;
+pub use crate::types::BudgetStatus;
 pub use snapshot::SourceSnapshot;
 #[cfg(feature = "server")]
 pub(crate) use stream::whole_answer_deltas;

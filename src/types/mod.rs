@@ -1,5 +1,6 @@
 //! Public value types: messages, tools, responses, usage.
 
+pub mod budget;
 pub mod embedding;
 pub mod message;
 pub mod ocr;
@@ -7,6 +8,7 @@ pub mod options;
 pub mod response;
 pub mod tool;
 
+pub use budget::BudgetStatus;
 pub use embedding::EmbeddingResponse;
 pub use message::{Content, ContentPart, ImageUrl, Message, Role};
 pub use ocr::{OcrLayoutElement, OcrLayoutResult, OcrProvenance, OcrTextResult};

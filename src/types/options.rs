@@ -220,7 +220,7 @@ pub struct CallOptions {
     /// when the call starts so its re-asks share it.
     pub(crate) call_group: Option<String>,
     /// The server key's spend budget (`vkey:<name>`), set by `polygateway serve` only.
-    pub(crate) key_budget: Option<(String, crate::config::SpendBudget)>,
+    pub(crate) key_budget: Option<(String, super::budget::SpendBudget)>,
 }
 
 impl Default for CallOptions {

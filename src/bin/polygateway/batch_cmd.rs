@@ -43,7 +43,7 @@ pub(crate) struct BatchArgs {
     #[arg(long, default_value_t = 1024)]
     max_concurrency: usize,
     /// Seconds an item refused as unavailable keeps being rescheduled before its error is
-    /// written.
+    /// written; what is left of it is also each send's deadline (0: send once, no deadline).
     #[arg(long, default_value_t = 3600.0, value_name = "SECS")]
     max_item_age: f64,
     /// Progress on stderr: `plain` lines, `json` objects, or `auto` (a live progress bar on a
