@@ -5,7 +5,7 @@
 //! default [`TokioClock`] follows `tokio::time::pause`, so paused-time tests see the same clock.
 //!
 //! One time type: `Instant` everywhere in the call path (the machine, the pacers, the stall
-//! clock, the driver). The one conversion is [`millis_since`], where time is stored as a
+//! clock, the driver). The one conversion is `millis_since`, where time is stored as a
 //! number: the breaker and limiter state machines count milliseconds since their backend's
 //! origin (the same machines run as Redis scripts, where time is milliseconds), and the cooldown
 //! memo is an atomic millisecond count.

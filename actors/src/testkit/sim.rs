@@ -2,10 +2,10 @@
 //! one scope), through the production call driver.
 //!
 //! Every call runs `runtime::driver::run` — the driver every production call runs — with the
-//! simulator's [`CallEffects`]: selection is the router's [`Picker`] over real `SourceShared`
+//! simulator's `CallEffects`: selection is the router's `Picker` over real `SourceShared`
 //! values (real pacer slots, cooldown memos and the scope's `Notify`), admission and settlement
-//! are [`ComposedAttempts`] over the memory gate and breakers, each attempt feeds the real pacer
-//! and health policies ([`SourcePolicies`], what the source actor runs), and streaming calls emit
+//! are `ComposedAttempts` over the memory gate and breakers, each attempt feeds the real pacer
+//! and health policies (`SourcePolicies`, what the source actor runs), and streaming calls emit
 //! their deltas into a real `EventSink`. Only the world is simulated: a seeded fault process
 //! behind a [`Transport`], timers, and a hand-rolled single-threaded executor in virtual time
 //! ([`ManualClock`]). No tokio, no threads: one seed is one schedule, replayed exactly, and the
