@@ -6,7 +6,11 @@
 //!    concurrency 4, callers wait) and scope `RPM` (global 120 requests per minute, callers fail
 //!    fast); the mocks count what actually arrived, per minute and at once;
 //! 2. breaker — worker 0 calls a source whose key is dead (401: the breaker force-opens in Redis),
-//!    then every other worker calls it and must be refused without reaching it.
+//!    then every other worker calls it and must be refused without reaching it;
+//! 3. reserve — all workers but one flood a shared four-slot gate with batch calls, and once they
+//!    hold what batch may hold, the last one sends interactive calls one after another: in scope
+//!    `RESERVED` (the default batch reserve of a Redis limiter, docs/behaviour.md §5.7) none of
+//!    them may wait for the gate; scope `UNRESERVED` (`BATCH_RESERVE=0`) shows the wait without.
 //!
 //! The last line is one JSON object.
 //!
@@ -21,13 +25,22 @@ use std::time::Duration;
 use futures::StreamExt;
 use polygateway::config::Settings;
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
-use polygateway::{Gateway, Message};
+use polygateway::types::Priority;
+use polygateway::{CallOptions, Gateway, Message};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 const WORKER_ENV: &str = "PGW_MULTI_PROCESS_WORKER";
 const RPM_LIMIT: u32 = 120;
 const CONCURRENCY_LIMIT: u32 = 4;
+/// How long the reserve phase's upstream takes to answer.
+const SERVICE: Duration = Duration::from_millis(100);
+/// Batch calls of each flooding process in the reserve phase (about 4 s at three at a time with
+/// two flooders), and how many each keeps in flight.
+const FLOOD_CALLS: usize = 60;
+const FLOOD_IN_FLIGHT: usize = 16;
+/// Interactive calls of the reserve phase, one after another.
+const INTERACTIVE_CALLS: usize = 8;
 
 #[derive(Serialize, Deserialize)]
 struct Worker {
@@ -37,6 +50,8 @@ struct Worker {
     conc_url: String,
     rpm_url: String,
     dead_url: String,
+    reserved_url: String,
+    unreserved_url: String,
 }
 
 #[derive(Serialize, Deserialize, Default)]
@@ -46,6 +61,10 @@ struct Report {
     rpm_refused: usize,
     other_errors: usize,
     dead_reason: Option<String>,
+    /// Reserve phase: each interactive call's gate/pacer wait, in order.
+    capacity_waits_ms: Vec<f64>,
+    /// Reserve phase: when the worker's last call ended (ms since the Unix epoch).
+    ended_ms: u64,
 }
 
 async fn gateway(w: &Worker) -> Gateway {
@@ -65,10 +84,25 @@ async fn gateway(w: &Worker) -> Gateway {
     set("RPM__GLOBAL__RPM", RPM_LIMIT.to_string());
     set("RPM__QUOTA_FULL", "fail_fast".into());
     set("DEAD__BREAKER__COOLDOWN_S", "60".into());
+    for scope in ["RESERVED", "UNRESERVED"] {
+        set(
+            &format!("{scope}__GLOBAL__MAX_CONCURRENCY"),
+            CONCURRENCY_LIMIT.to_string(),
+        );
+        set(
+            &format!("{scope}__BACKPRESSURE__POLL_INTERVAL_S"),
+            "0.01".into(),
+        );
+        // The pacer is not what is measured: only the shared gate limits the flood.
+        set(&format!("{scope}__PACER"), "off".into());
+    }
+    set("UNRESERVED__BACKPRESSURE__BATCH_RESERVE", "0".into());
     for (scope, url) in [
         ("CONC", &w.conc_url),
         ("RPM", &w.rpm_url),
         ("DEAD", &w.dead_url),
+        ("RESERVED", &w.reserved_url),
+        ("UNRESERVED", &w.unreserved_url),
     ] {
         set(&format!("{scope}__MOCK__1__BASE_URL"), url.clone());
         set(&format!("{scope}__MOCK__1__API_KEY"), "sk-multi".into());
@@ -117,7 +151,7 @@ async fn run_worker(w: Worker) -> Report {
                 }
             }
         }
-        _ => {
+        "breaker" => {
             let err = gw
                 .chat_scope("DEAD")
                 .unwrap()
@@ -129,9 +163,78 @@ async fn run_worker(w: Worker) -> Report {
                     u.reason.as_str().to_string()
                 }));
         }
+        phase => {
+            let (kind, scope) = phase.split_once(':').expect("phase kind:SCOPE");
+            let scope = gw.chat_scope(scope).unwrap();
+            if kind == "flood" {
+                let batch = CallOptions::new().priority(Priority::Batch);
+                let results = futures::stream::iter(0..FLOOD_CALLS)
+                    .map(|_| scope.chat_with(vec![Message::user("b")], batch.clone()))
+                    .buffer_unordered(FLOOD_IN_FLIGHT)
+                    .collect::<Vec<_>>()
+                    .await;
+                report.other_errors = results.iter().filter(|r| r.is_err()).count();
+            } else {
+                let interactive = CallOptions::new().priority(Priority::Interactive);
+                for _ in 0..INTERACTIVE_CALLS {
+                    match scope
+                        .chat_with(vec![Message::user("i")], interactive.clone())
+                        .await
+                    {
+                        Ok(answer) => report.capacity_waits_ms.push(answer.capacity_wait_ms),
+                        Err(_) => report.other_errors += 1,
+                    }
+                }
+            }
+            report.ended_ms = unix_ms();
+        }
     }
     gw.shutdown().await;
     report
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+/// Phase 3 on one scope: a batch flood from `flooders` processes, and once they hold what batch
+/// may hold of the gate, interactive calls from another. The interactive calls' waits, whether
+/// the flood was still running when the last of them ended (else nothing was proved), and the
+/// errors.
+async fn reserve_phase(
+    flooders: usize,
+    scope: &str,
+    mock: &MockUpstream,
+    worker: impl Fn(&str) -> Worker,
+) -> (Vec<f64>, bool, usize) {
+    let batch_share = if scope == "RESERVED" {
+        CONCURRENCY_LIMIT as usize - 1
+    } else {
+        CONCURRENCY_LIMIT as usize
+    };
+    let mut floods = Vec::new();
+    for _ in 0..flooders {
+        floods.push(spawn(&worker(&format!("flood:{scope}"))).await);
+    }
+    let saturated = tokio::time::timeout(Duration::from_secs(60), async {
+        while mock.in_flight() < batch_share {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .is_ok();
+    let interactive = collect(spawn(&worker(&format!("interactive:{scope}"))).await).await;
+    let mut errors = interactive.other_errors;
+    let mut overlapped = saturated;
+    for flood in floods {
+        let flood = collect(flood).await;
+        overlapped &= flood.ended_ms > interactive.ended_ms;
+        errors += flood.other_errors;
+    }
+    (interactive.capacity_waits_ms, overlapped, errors)
 }
 
 async fn spawn(worker: &Worker) -> tokio::process::Child {
@@ -182,6 +285,15 @@ async fn main() {
     .await;
     let rpm = MockUpstream::start(Behaviour::healthy()).await;
     let dead = MockUpstream::start(Behaviour::Unauthorized).await;
+    let slow = || {
+        MockUpstream::start(Behaviour::Healthy {
+            ttft: SERVICE,
+            inter_token: Duration::ZERO,
+            chunks: 1,
+            content: "s".into(),
+        })
+    };
+    let (reserved, unreserved) = (slow().await, slow().await);
     let worker = |phase: &str| Worker {
         phase: phase.into(),
         redis_url: std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
@@ -189,6 +301,8 @@ async fn main() {
         conc_url: conc.base_url(),
         rpm_url: rpm.base_url(),
         dead_url: dead.base_url(),
+        reserved_url: reserved.base_url(),
+        unreserved_url: unreserved.base_url(),
     };
 
     // The limiter's RPM gate counts per fixed minute of the Redis server's clock, the mock per
@@ -225,11 +339,20 @@ async fn main() {
         seen.push(collect(child).await.dead_reason);
     }
 
+    // Phase 3: interactive calls through a shared gate that batch work in another process holds.
+    let (reserved_waits, reserved_overlapped, reserved_errors) =
+        reserve_phase(processes - 1, "RESERVED", &reserved, worker).await;
+    let (unreserved_waits, unreserved_overlapped, unreserved_errors) =
+        reserve_phase(processes - 1, "UNRESERVED", &unreserved, worker).await;
+    let waited = |waits: &[f64]| waits.iter().filter(|&&w| w > 0.0).count();
+    let max_wait = |waits: &[f64]| waits.iter().copied().fold(0.0, f64::max);
+
     let per_minute = rpm.requests_per_minute();
     let max_window = per_minute.values().copied().max().unwrap_or(0);
     let rpm_ok: usize = load.iter().map(|r| r.rpm_ok).sum();
     let conc_ok: usize = load.iter().map(|r| r.conc_ok).sum();
-    let other_errors: usize = load.iter().map(|r| r.other_errors).sum();
+    let other_errors: usize =
+        load.iter().map(|r| r.other_errors).sum::<usize>() + reserved_errors + unreserved_errors;
     let breaker_seen_by_all =
         dead.counts().chat == 1 && seen.iter().all(|r| r.as_deref() == Some("circuit_open"));
     println!("RPM scope: {rpm_ok} admitted of {} attempted; requests per minute window at the mock: {per_minute:?}", processes * 60);
@@ -252,12 +375,27 @@ async fn main() {
         "concurrency_calls_served": conc_ok,
         "unexpected_errors": other_errors,
         "breaker_seen_by_all": breaker_seen_by_all,
+        "reserve": {
+            "gate_slots": CONCURRENCY_LIMIT,
+            "service_ms": SERVICE.as_millis() as u64,
+            "interactive_calls": INTERACTIVE_CALLS,
+            "flood_held_gate_throughout": reserved_overlapped && unreserved_overlapped,
+            "with_reserve_calls_that_waited": waited(&reserved_waits),
+            "with_reserve_max_wait_ms": max_wait(&reserved_waits),
+            "max_in_flight_with_reserve": reserved.max_in_flight(),
+            "without_reserve_calls_that_waited": waited(&unreserved_waits),
+            "without_reserve_max_wait_ms": max_wait(&unreserved_waits),
+        },
     });
     println!("{summary}");
     let ok = max_window <= u64::from(RPM_LIMIT)
         && conc.max_in_flight() <= CONCURRENCY_LIMIT as usize
         && breaker_seen_by_all
-        && other_errors == 0;
+        && other_errors == 0
+        && reserved_overlapped
+        && reserved_waits.len() == INTERACTIVE_CALLS
+        && waited(&reserved_waits) == 0
+        && reserved.max_in_flight() <= CONCURRENCY_LIMIT as usize;
     if !ok {
         std::process::exit(1);
     }

@@ -38,6 +38,9 @@ pub(crate) const MAX_COOLDOWN_FLOOR_S: f64 = 300.0;
 pub(crate) const STALL_WINDOW_S: f64 = 300.0;
 /// `BACKPRESSURE__POLL_INTERVAL_S`.
 pub(crate) const POLL_INTERVAL_S: f64 = 1.0;
+/// `BACKPRESSURE__BATCH_RESERVE` when the limiter is shared (Redis); a process's own memory
+/// gate has no other process to hold it, and its waiting room already orders the classes.
+pub(crate) const BATCH_RESERVE_SHARED: f64 = 0.1;
 /// `PGW_TELEMETRY_PG_POOL_MAX`.
 pub(crate) const PG_POOL_MAX: usize = 4;
 /// `PGW_TELEMETRY_PG_WRITE_TIMEOUT_S`.

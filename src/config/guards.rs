@@ -9,6 +9,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use polygateway_actors::policy::reserve::BatchReserve;
+
 use super::error::ConfigError;
 use super::keys::{global, scope, source, KeyDef};
 use super::settings::*;
@@ -155,6 +157,15 @@ fn check_backpressure(
             "0",
             "must be > 0",
         ));
+    }
+    if let Some(share) = bp.batch_reserve {
+        if BatchReserve::new(share).is_none() {
+            return Err(refuse(
+                key(&scope::BACKPRESSURE_BATCH_RESERVE),
+                format!("{share}"),
+                "must be a share from 0 to 0.9",
+            ));
+        }
     }
     if bp.stall_window.is_zero() {
         return Err(refuse(

@@ -192,6 +192,7 @@ pub const KEYS: &[KeyDef] = &[
     scope::BREAKER_MAX_COOLDOWN_S,
     scope::BACKPRESSURE_STALL_WINDOW_S,
     scope::BACKPRESSURE_POLL_INTERVAL_S,
+    scope::BACKPRESSURE_BATCH_RESERVE,
     scope::QUOTA_FULL,
     scope::CIRCUIT_OPEN,
     scope::BUDGET,
@@ -533,6 +534,14 @@ pub(crate) mod scope {
         value: Seconds,
         doc: "quota-wait polling",
         default: "1.0",
+    };
+    pub(crate) const BACKPRESSURE_BATCH_RESERVE: KeyDef = KeyDef {
+        name: "BACKPRESSURE__BATCH_RESERVE",
+        family: Scope,
+        value: Number,
+        doc: "share of each gate limit that batch calls leave to the higher classes, so \
+              interactive calls get through gates that batch processes saturate (0 to 0.9)",
+        default: "0.1 with a Redis limiter, else 0",
     };
     pub(crate) const QUOTA_FULL: KeyDef = KeyDef {
         name: "QUOTA_FULL",

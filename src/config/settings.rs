@@ -538,6 +538,8 @@ pub struct BackpressureSettings {
     pub stall_window: Duration,
     /// `POLL_INTERVAL_S` for quota waits.
     pub poll_interval: Duration,
+    /// `BATCH_RESERVE`, when set; unset, 0.1 with a Redis limiter and 0 with the memory one.
+    pub batch_reserve: Option<f64>,
 }
 
 /// Embeddings options of a scope.
@@ -964,11 +966,12 @@ impl BreakerSettings {
 }
 
 impl Default for BackpressureSettings {
-    /// Stall window 300 s, poll interval 1 s.
+    /// Stall window 300 s, poll interval 1 s, batch reserve by limiter backend.
     fn default() -> Self {
         Self {
             stall_window: Duration::from_secs_f64(super::defaults::STALL_WINDOW_S),
             poll_interval: Duration::from_secs_f64(super::defaults::POLL_INTERVAL_S),
+            batch_reserve: None,
         }
     }
 }

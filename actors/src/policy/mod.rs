@@ -12,6 +12,7 @@ pub mod budget;
 pub(crate) mod health;
 pub mod limiter;
 pub mod pacer;
+pub mod reserve;
 pub mod select;
 pub(crate) mod stall;
 pub mod wait_queue;

@@ -31,6 +31,7 @@ use crate::machine::call::{
 use crate::machine::wait::{CapacityWait, WaitReason};
 use crate::outcome::{AttemptVerdict, Classify, FailureClass};
 use crate::policy::pacer::PacerObservation;
+use crate::policy::wait_queue::Priority;
 use crate::ports::attempt::{AttemptAdmit, AttemptOutcome, BreakerAction, BreakerStatus};
 use crate::ports::breaker::BreakerState;
 use crate::ports::gate::GateRequest;
@@ -239,7 +240,9 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                 // A refused pick drops its ticket here: the pacer slot goes back at once.
                 let ticket = picked.take().expect("admit follows a pick");
                 let asked = effects.now();
-                let answer = effects.admit(admit_request(effects, ticket.source())).await;
+                let answer = effects
+                    .admit(admit_request(effects, ticket.source(), options.priority))
+                    .await;
                 effects
                     .metrics()
                     .admission_waited(effects.now().saturating_duration_since(asked).as_secs_f64());
@@ -364,18 +367,21 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
     }
 }
 
-/// The admission request for one attempt on `source`.
+/// The admission request for one attempt on `source`: a batch call is admitted against the
+/// limits less the scope's batch reserve (`policy/reserve.rs`).
 fn admit_request<T: Transport, E: CallEffects<T>>(
     effects: &E,
     source: &SourceShared<T>,
+    priority: Priority,
 ) -> AdmitRequest {
     let config = effects.config();
+    let reserve = config.batch_reserve;
     AdmitRequest {
         gate: GateRequest {
             scope: Arc::clone(&config.name),
             source: Arc::clone(&source.name),
-            global: config.global,
-            per_source: source.limits,
+            global: reserve.limits(config.global, priority),
+            per_source: reserve.limits(source.limits, priority),
             est_tokens: source.est_tokens,
             lease_id: effects.new_id().into(),
             lease_ttl: config.lease_ttl,

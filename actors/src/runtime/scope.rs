@@ -7,6 +7,7 @@ use tracing::Instrument;
 
 use crate::clock::Clock;
 use crate::machine::policy::CallPolicy;
+use crate::policy::reserve::BatchReserve;
 use crate::ports::gate::Limits;
 use crate::ports::transport::{EventSink, Transport};
 
@@ -56,6 +57,8 @@ pub struct ScopeConfig {
     pub poll_interval: Duration,
     /// Lease TTL.
     pub lease_ttl: Duration,
+    /// The share of each gate batch calls leave to the higher classes (`BATCH_RESERVE`).
+    pub batch_reserve: BatchReserve,
 }
 
 impl ScopeConfig {
@@ -76,7 +79,8 @@ impl ScopeConfig {
 
 impl ScopeConfig {
     /// Defaults of the library for a scope named `name` (3 attempts, backoff 1 s..30 s,
-    /// wait on full quota, fail fast on open circuits, 300 s stall window, 1 s poll, 1500 s lease).
+    /// wait on full quota, fail fast on open circuits, 300 s stall window, 1 s poll, 1500 s lease,
+    /// no batch reserve).
     ///
     /// ```
     /// use std::time::Duration;
@@ -100,6 +104,7 @@ impl ScopeConfig {
             stall_window: Duration::from_secs(300),
             poll_interval: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(1500),
+            batch_reserve: BatchReserve::NONE,
         }
     }
 }

@@ -174,6 +174,7 @@ fn backpressure(keys: &Keys<'_>) -> Result<BackpressureSettings, ConfigError> {
         poll_interval: keys
             .secs(&scope::BACKPRESSURE_POLL_INTERVAL_S)?
             .unwrap_or(default.poll_interval),
+        batch_reserve: keys.number(&scope::BACKPRESSURE_BATCH_RESERVE)?,
     })
 }
 

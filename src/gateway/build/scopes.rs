@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
 use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
+use polygateway_actors::policy::reserve::BatchReserve;
 use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
 use polygateway_actors::runtime::{PacerFactory, Runtime, Scope, ScopeConfig, SourceSpec};
 use polygateway_actors::{BreakerConfig, Limits};
@@ -18,9 +19,11 @@ use super::super::ocr::OcrScope;
 use super::super::record::SourceIdentity;
 use super::super::ScopeEntry;
 use super::GatewayBuilder;
+use crate::config::defaults;
 use crate::config::keys::scope::BATCH_SIZE;
 use crate::config::{
-    PacerMode, PacerSettings, ScopeKind, ScopeSettings, SelectorKind, Settings, SourceSettings,
+    GovernanceBackendKind, PacerMode, PacerSettings, ScopeKind, ScopeSettings, SelectorKind,
+    Settings, SourceSettings,
 };
 use crate::error::GatewayError;
 use crate::transport::chat::ChatTransport;
@@ -214,6 +217,14 @@ fn scope_config(scope: &ScopeSettings, settings: &Settings) -> ScopeConfig {
     config.stall_window = scope.backpressure.stall_window;
     config.poll_interval = scope.backpressure.poll_interval;
     config.lease_ttl = settings.lease_ttl;
+    // Only a shared gate needs a reserve: another process may hold it (docs/behaviour.md §5.7).
+    let shared = settings.limiter_backend == GovernanceBackendKind::Redis;
+    let reserve = scope.backpressure.batch_reserve.unwrap_or(if shared {
+        defaults::BATCH_RESERVE_SHARED
+    } else {
+        0.0
+    });
+    config.batch_reserve = BatchReserve::new(reserve).expect("guarded at parse (config/guards.rs)");
     config
 }
 
