@@ -298,8 +298,11 @@ struct PacerBook {
     /// Limit before the 429 window began, and the lowest limit seen during it.
     before_window: Option<u32>,
     lowest_in_window: Option<u32>,
-    /// Successes observed after the window ended; whether the recovery was judged.
+    /// Successes observed after the window ended (and after any later 429's `Retry-After`, which
+    /// freezes growth); whether the recovery was judged.
     successes_after: u32,
+    /// Until when the 429s seen so far froze the pacer's growth (their `Retry-After`).
+    frozen_until: Ms,
     judged: bool,
     /// The limit after the previous observation.
     last: Option<u32>,
@@ -664,6 +667,13 @@ impl State {
         let book = &mut self.pacer[source];
         book.observations += 1;
         let mut problems = Vec::new();
+        let rate_limited = attempt.verdict == crate::outcome::AttemptVerdict::RateLimited;
+        if rate_limited {
+            // `Retry-After` freezes growth until it passes (a 429 inside the window may freeze
+            // it well past the window's end).
+            let freeze = attempt.retry_after.map_or(0, |d| d.as_millis() as Ms);
+            book.frozen_until = book.frozen_until.max(now + freeze);
+        }
         if let Some((from, until)) = window {
             if now < from {
                 book.before_window = Some(limit);
@@ -671,11 +681,15 @@ impl State {
                 book.lowest_in_window = Some(book.lowest_in_window.map_or(limit, |l| l.min(limit)));
             } else if !book.judged {
                 // A cut after the window answers a new signal (a 429 burst, queueing): the
-                // recovery from the window is counted from the last cut.
-                if book.last.is_some_and(|last| limit < last) {
+                // recovery from the window is counted from the last cut. So does a later 429 —
+                // at the floor its cut is invisible (1 stays 1) — and its `Retry-After` freezes
+                // growth, so successes count from the end of that freeze.
+                if book.last.is_some_and(|last| limit < last) || rate_limited {
                     book.successes_after = 0;
                 }
-                if attempt.verdict == crate::outcome::AttemptVerdict::Success {
+                if attempt.verdict == crate::outcome::AttemptVerdict::Success
+                    && now >= book.frozen_until
+                {
                     book.successes_after += 1;
                 }
                 if let (Some(lowest), Some(before)) = (book.lowest_in_window, book.before_window) {
