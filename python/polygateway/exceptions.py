@@ -99,8 +99,10 @@ class GatewayUnavailableError(PolyGatewayError):
     """The whole scope cannot serve now: reschedule the job after ``retry_after_s`` seconds.
 
     ``reason`` is one of ``circuit_open``, ``retry_exhausted``, ``stalled``, ``quota_exhausted``,
-    ``no_sources``, ``governance_backend_down``; ``per_source_reasons`` maps each source to why
-    it could not serve.
+    ``no_sources``, ``governance_backend_down``, ``deadline_exceeded`` (the call's ``deadline_s``
+    passed while it waited; it was never sent) and ``budget_exhausted`` (a spend budget has no room
+    for the call; ``retry_after_s`` is when its window resets); ``per_source_reasons`` maps each
+    source to why it could not serve.
     """
 
     scope: str
@@ -135,7 +137,8 @@ class CircuitOpenError(GatewayUnavailableError):
 
 
 class AllSourcesExhausted(GatewayUnavailableError):
-    """The retry budget or the stall window ran out; transient and dead sources end here."""
+    """The retry budget, the stall window, the call's deadline or a spend budget ran out;
+    transient and dead sources end here."""
 
 
 class GovernanceBackendError(GatewayUnavailableError):
