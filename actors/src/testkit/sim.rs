@@ -291,6 +291,36 @@ struct CallBook {
     ending: Option<&'static str>,
 }
 
+impl CallBook {
+    /// A call not yet started, over `sources` sources.
+    fn new(seed: u64, streaming: bool, sources: usize) -> Self {
+        Self {
+            seed,
+            streaming,
+            done: false,
+            granted: 0,
+            pushbacks: 0,
+            rows: 0,
+            terminal_rows: 0,
+            sends: 0,
+            attempts: 0,
+            known_ready: vec![0; sources],
+            last_progress: None,
+            trace: Vec::new(),
+            priority: Priority::Normal,
+            tenant: None,
+            weight: 1,
+            deadline: None,
+            place: None,
+            admitted: false,
+            #[cfg(test)]
+            log: Vec::new(),
+            #[cfg(test)]
+            ending: None,
+        }
+    }
+}
+
 /// What the pacer invariants follow per source.
 #[derive(Debug, Default)]
 struct PacerBook {
@@ -897,28 +927,11 @@ impl World {
                 .random_bool(0.3)
                 .then(|| arrival + rng.random_range(200..=30_000));
             books.push(CallBook {
-                seed: seed.wrapping_mul(31).wrapping_add(c as u64),
-                streaming,
-                done: false,
-                granted: 0,
-                pushbacks: 0,
-                rows: 0,
-                terminal_rows: 0,
-                sends: 0,
-                attempts: 0,
-                known_ready: vec![0; n],
-                last_progress: None,
-                trace: Vec::new(),
                 priority,
                 tenant,
                 weight,
                 deadline,
-                place: None,
-                admitted: false,
-                #[cfg(test)]
-                log: Vec::new(),
-                #[cfg(test)]
-                ending: None,
+                ..CallBook::new(seed.wrapping_mul(31).wrapping_add(c as u64), streaming, n)
             });
         }
         let state = State::new(
@@ -1666,28 +1679,7 @@ fn run_script(
     sources: usize,
     script: Vec<Answer>,
 ) -> (AttemptLog, &'static str, Vec<String>) {
-    let book = CallBook {
-        seed: 1,
-        streaming: false,
-        done: false,
-        granted: 0,
-        pushbacks: 0,
-        rows: 0,
-        terminal_rows: 0,
-        sends: 0,
-        attempts: 0,
-        known_ready: vec![0; sources],
-        last_progress: None,
-        trace: Vec::new(),
-        priority: Priority::Normal,
-        tenant: None,
-        weight: 1,
-        deadline: None,
-        place: None,
-        admitted: false,
-        log: Vec::new(),
-        ending: None,
-    };
+    let book = CallBook::new(1, false, sources);
     let faults = (0..sources)
         .map(|_| Faults {
             latency: (SCRIPT_LATENCY, SCRIPT_LATENCY),
