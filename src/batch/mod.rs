@@ -10,7 +10,7 @@
 //! Parts: `input` (a line → a call or an error), `runner` (streaming admission, rescheduling,
 //! stop and cancel), `output` (output lines), `journal` (SQLite, feature `sqlite`) and
 //! `telemetry_barrier` (the telemetry rows of an item are written before its journal row),
-//! `progress` (counters and the snapshot).
+//! `progress` (counters and the snapshot), `seen_ids` (duplicate `custom_id`s in flat memory).
 
 pub(crate) mod input;
 #[cfg(feature = "sqlite")]
@@ -18,6 +18,7 @@ pub(crate) mod journal;
 pub(crate) mod output;
 mod progress;
 pub(crate) mod runner;
+mod seen_ids;
 #[cfg(feature = "sqlite")]
 mod telemetry_barrier;
 

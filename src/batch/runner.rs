@@ -12,8 +12,6 @@
 //! Stopping: `stop` ends admission and lets calls in flight finish (items waiting to be
 //! rescheduled are left for the next run); `cancel` also drops the calls in flight.
 
-use std::collections::HashSet;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +26,7 @@ use super::input::{parse_line, Call, Item, LineError, Routing};
 use super::journal::{fingerprint, Entry, Journal};
 use super::output;
 use super::progress::Progress;
+use super::seen_ids::SeenIds;
 use super::BatchResult;
 use crate::error::GatewayError;
 use crate::openai::completion::{completion_json, now_s};
@@ -77,10 +76,7 @@ async fn drive(
 ) {
     let permits = Arc::new(Semaphore::new(job.max_concurrency.max(1)));
     let mut tasks = JoinSet::new();
-    // custom_ids seen so far, as 64-bit hashes: flat memory for millions of lines. Two ids
-    // colliding (odds ~n²/2⁶⁵, 3·10⁻⁸ for a million lines) would report the second as duplicate.
-    let hasher = RandomState::new();
-    let mut seen: HashSet<u64> = HashSet::new();
+    let mut seen = SeenIds::new();
     let mut line_no = 0u64;
     let p = &shared.progress;
     loop {
@@ -114,7 +110,7 @@ async fn drive(
                 continue;
             }
         };
-        if !seen.insert(hasher.hash_one(&item.custom_id)) {
+        if !seen.insert(&item.custom_id) {
             let e = LineError {
                 code: "duplicate_custom_id",
                 message: format!(

@@ -17,49 +17,55 @@
 use crate::policy::wait_queue::Priority;
 use crate::ports::gate::Limits;
 
-/// The share of every configured limit that batch calls may not take (0 ≤ share ≤ 0.9).
+/// The largest share a reserve may take: batch work must keep most of a gate.
+const MAX_SHARE: f64 = 0.9;
+
+/// The share of every configured limit that batch calls may not take (0 ≤ share ≤ 0.9). The
+/// default reserves nothing.
 ///
 /// ```
 /// use polygateway_actors::policy::reserve::BatchReserve;
 /// use polygateway_actors::policy::wait_queue::Priority;
 /// use polygateway_actors::Limits;
 /// let gate = Limits { max_concurrency: 10, rpm: 600, tpm: 0 };
-/// let reserve = BatchReserve::new(0.2).unwrap();
-/// // Batch calls get 8 slots and 480 requests a minute; an unlimited TPM stays unlimited.
-/// assert_eq!(
-///     reserve.limits(gate, Priority::Batch),
-///     Limits { max_concurrency: 8, rpm: 480, tpm: 0 }
-/// );
-/// // Every other class sees the whole gate.
-/// assert_eq!(reserve.limits(gate, Priority::Interactive), gate);
-/// // A gate of one slot cannot be split: batch keeps it (it must make progress).
-/// let one = Limits { max_concurrency: 1, ..Limits::default() };
-/// assert_eq!(reserve.limits(one, Priority::Batch), one);
-/// // Out of range is refused, naming the range.
-/// assert!(BatchReserve::new(0.95).is_none());
+/// assert_eq!(BatchReserve::default().limits(gate, Priority::Batch), gate);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct BatchReserve(f64);
 
 impl BatchReserve {
-    /// No reserve: batch calls see the whole gate.
-    pub const NONE: Self = Self(0.0);
-    /// The largest share a reserve may take: batch work must keep most of a gate.
-    pub const MAX_SHARE: f64 = 0.9;
-
-    /// A reserve of `share` of each limit; `None` outside `0.0..=0.9` (or not a number).
+    /// A reserve of `share` of each limit; `None` outside `0.0..=0.9` (or not a number), so the
+    /// caller can name the allowed range.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::reserve::BatchReserve;
+    /// assert!(BatchReserve::new(0.2).is_some());
+    /// assert!(BatchReserve::new(0.95).is_none());
+    /// assert_eq!(BatchReserve::new(0.0), Some(BatchReserve::default()));
+    /// ```
     pub fn new(share: f64) -> Option<Self> {
-        (0.0..=Self::MAX_SHARE)
-            .contains(&share)
-            .then_some(Self(share))
-    }
-
-    /// The share reserved.
-    pub fn share(self) -> f64 {
-        self.0
+        (0.0..=MAX_SHARE).contains(&share).then_some(Self(share))
     }
 
     /// The limits a call of class `priority` is admitted against.
+    ///
+    /// ```
+    /// use polygateway_actors::policy::reserve::BatchReserve;
+    /// use polygateway_actors::policy::wait_queue::Priority;
+    /// use polygateway_actors::Limits;
+    /// let gate = Limits { max_concurrency: 10, rpm: 600, tpm: 0 };
+    /// let reserve = BatchReserve::new(0.2).unwrap();
+    /// // Batch calls get 8 slots and 480 requests a minute; an unlimited TPM stays unlimited.
+    /// assert_eq!(
+    ///     reserve.limits(gate, Priority::Batch),
+    ///     Limits { max_concurrency: 8, rpm: 480, tpm: 0 }
+    /// );
+    /// // Every other class sees the whole gate.
+    /// assert_eq!(reserve.limits(gate, Priority::Interactive), gate);
+    /// // A gate of one slot cannot be split: batch keeps it (it must make progress).
+    /// let one = Limits { max_concurrency: 1, ..Limits::default() };
+    /// assert_eq!(reserve.limits(one, Priority::Batch), one);
+    /// ```
     pub fn limits(self, limits: Limits, priority: Priority) -> Limits {
         if priority != Priority::Batch || self.0 == 0.0 {
             return limits;
@@ -92,7 +98,7 @@ mod tests {
         for (limit, batch) in [(0, 0), (1, 1), (2, 1), (4, 3), (10, 9), (11, 9), (100, 90)] {
             assert_eq!(r.lower(limit), batch, "limit {limit}");
         }
-        let most = BatchReserve::new(BatchReserve::MAX_SHARE).unwrap();
+        let most = BatchReserve::new(MAX_SHARE).unwrap();
         assert_eq!(most.lower(10), 1);
         assert_eq!(most.lower(1_000_000), 100_000);
     }
@@ -104,7 +110,7 @@ mod tests {
             rpm: 3,
             tpm: 12_345,
         };
-        assert_eq!(BatchReserve::NONE.limits(gate, Priority::Batch), gate);
+        assert_eq!(BatchReserve::default().limits(gate, Priority::Batch), gate);
         let r = BatchReserve::new(0.5).unwrap();
         assert_eq!(r.limits(gate, Priority::Normal), gate);
         assert_eq!(r.limits(gate, Priority::Interactive), gate);
@@ -123,6 +129,6 @@ mod tests {
         for bad in [-0.1, 0.91, 1.0, f64::NAN, f64::INFINITY] {
             assert!(BatchReserve::new(bad).is_none(), "{bad}");
         }
-        assert_eq!(BatchReserve::new(0.0), Some(BatchReserve::NONE));
+        assert_eq!(BatchReserve::new(0.0), Some(BatchReserve::default()));
     }
 }

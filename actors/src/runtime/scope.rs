@@ -104,7 +104,7 @@ impl ScopeConfig {
             stall_window: Duration::from_secs(300),
             poll_interval: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(1500),
-            batch_reserve: BatchReserve::NONE,
+            batch_reserve: BatchReserve::default(),
         }
     }
 }
