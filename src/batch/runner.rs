@@ -326,7 +326,9 @@ fn item_deadline(max_item_age: Duration, first_sent: Instant) -> Option<Duration
 }
 
 /// One governed call with the item's `deadline`; the output line of its answer, the answer's
-/// cost and the source that served it.
+/// cost and the source that served it. Each kind of call is boxed, so an item in flight holds
+/// the future of its own kind only (a structured call's ladder is twice a plain call's; inline,
+/// every item would hold the largest): the job's memory is `max_concurrency` of these.
 async fn send(
     gw: &Gateway,
     item: &Item,
@@ -346,11 +348,10 @@ async fn send(
             let handle = gw.chat_scope(&item.scope)?;
             let answer = match schema {
                 Some(schema) => {
-                    handle
-                        .chat_with_schema(messages.clone(), options, schema.clone())
+                    Box::pin(handle.chat_with_schema(messages.clone(), options, schema.clone()))
                         .await?
                 }
-                None => handle.chat_with(messages.clone(), options).await?,
+                None => Box::pin(handle.chat_with(messages.clone(), options)).await?,
             };
             let id = format!("chatcmpl-{}", polygateway_actors::assembly::new_id());
             let body = completion_json(&id, &item.model, now_s(), &answer);
@@ -367,7 +368,7 @@ async fn send(
             base64,
         } => {
             let handle = gw.embedding_scope(&item.scope)?;
-            let out = handle.embed(texts.clone(), with_deadline(options)).await?;
+            let out = Box::pin(handle.embed(texts.clone(), with_deadline(options))).await?;
             let body = embedding_json(&out, &item.model, *base64);
             Ok((
                 output::answered(&item.custom_id, 200, &out.call_id, body),

@@ -210,10 +210,13 @@ impl ScopeHandle<Chat> {
     ) -> Result<LlmResponse, GatewayError> {
         let options = with_call_group(options);
         match options.structured {
-            Structured::Json => self
-                .laddered(messages, options, LadderPlan::json(), None, Ok::<Value, _>)
-                .await
-                .map(|(response, _)| response),
+            // Boxed: the ladder's future is several times a plain call's, and inline it would
+            // size every call's future (what a caller holds per call in flight) to the ladder.
+            Structured::Json => {
+                Box::pin(self.laddered(messages, options, LadderPlan::json(), None, Ok::<Value, _>))
+                    .await
+                    .map(|(response, _)| response)
+            }
             _ => {
                 let prepared = self.prepare(messages, &options, &Asked::default())?;
                 self.cached(&prepared, || self.governed(&prepared, false))
