@@ -458,21 +458,28 @@ impl ScopeHandle<Chat> {
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<LlmResponse, GatewayError>>,
     {
+        // The call's future is boxed on both paths: inline, it would be copied into each layer's
+        // frame (the coalescer's argument, its pinned copy, this future's) and size every call
+        // at several times the call itself (100 KB against 9 KB) — what each caller holds and
+        // moves per call in flight.
         let (Some(cache), Some(key)) = (&self.core.cache, &prepared.cache_key) else {
-            return produce().await;
+            return Box::pin(produce()).await;
         };
         if let Some(hit) = self.lookup(prepared).await {
             return Ok(hit);
         }
         let (response, role) = cache
             .coalescer
-            .run_with_role(key.clone(), async {
-                let response = produce().await?;
-                if response.is_cacheable() {
-                    cache.backend.put(key, &response, cache.ttl).await;
-                }
-                Ok::<_, GatewayError>(response)
-            })
+            .run_with_role(
+                key.clone(),
+                Box::pin(async {
+                    let response = produce().await?;
+                    if response.is_cacheable() {
+                        cache.backend.put(key, &response, cache.ttl).await;
+                    }
+                    Ok::<_, GatewayError>(response)
+                }),
+            )
             .await?;
         if role == crate::cache::coalesce::Role::Follower {
             // A follower did not pay: it is served like a cache hit, with its own record.
@@ -562,15 +569,15 @@ impl ScopeHandle<Chat> {
             None
         } else {
             let core = &self.core;
-            let reserved = core
-                .budgets
-                .reserve(
-                    &core.governance.gate,
-                    core.governance.timeout,
-                    &self.name,
-                    prepared.budgets.clone(),
-                )
-                .await;
+            // Boxed, like the settlements below: only calls under a budget pay for them, and
+            // inline they would size every call's future.
+            let reserved = Box::pin(core.budgets.reserve(
+                &core.governance.gate,
+                core.governance.timeout,
+                &self.name,
+                prepared.budgets.clone(),
+            ))
+            .await;
             match reserved {
                 Ok(r) => Some(r),
                 Err(e) => {
@@ -597,7 +604,7 @@ impl ScopeHandle<Chat> {
                     // stream broken after deltas reached the caller: the upstream generated
                     // them, so it keeps its estimate.
                     let broken = matches!(failure, CallFailure::StreamBroken { .. });
-                    r.settle((!broken).then_some(0.0)).await;
+                    Box::pin(r.settle((!broken).then_some(0.0))).await;
                 }
                 return Err(to_gateway_error(&self.name, failure));
             }
@@ -609,7 +616,7 @@ impl ScopeHandle<Chat> {
         response.call_group_id = prepared.call_group.clone();
         response.cost = self.core.telemetry.cost(&response.model, &response.usage());
         if let Some(r) = reservation {
-            r.settle(response.cost).await;
+            Box::pin(r.settle(response.cost)).await;
         }
         response.as_single_ask();
         if let Some(ttft) = response.ttft_ms {
