@@ -35,6 +35,7 @@ use crate::memory::{ManualClock, MemoryBreakers, MemoryGate};
 use crate::outcome::{Classify, FailureClass, SourceReason};
 use crate::policy::adaptive_pacer::AdaptivePacer;
 use crate::policy::pacer::{AimdPacer, Pacer, PacerObservation};
+use crate::policy::reserve::BatchReserve;
 use crate::policy::select::{Candidate, LeastInflight, Selector};
 use crate::policy::wait_queue::Priority;
 use crate::ports::attempt::{AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerStatus};
@@ -837,6 +838,13 @@ impl World {
                 0
             },
         };
+        // Half the seeds leave batch calls a share of every gate (`BACKPRESSURE__BATCH_RESERVE`).
+        let share = if rng.random_bool(0.5) {
+            rng.random_range(0.1..=0.5)
+        } else {
+            0.0
+        };
+        config.batch_reserve = BatchReserve::new(share).expect("within the allowed range");
         let horizon: Ms = u64::from(calls) * rng.random_range(20..=400);
         let mut faults = Vec::new();
         let mut specs = Vec::new();
@@ -1084,12 +1092,17 @@ impl SimCall {
         Sleep::new(Arc::clone(&self.world.state), ms(wait))
     }
 
-    /// Caps of the lease just granted on `source` (per source and scope-wide).
-    fn check_caps(&self, source: usize) -> Vec<String> {
+    /// Caps of the lease just granted on `source` (per source and scope-wide) to a call of
+    /// class `priority`: a batch call is admitted only while the leases held leave the batch
+    /// reserve free, so with its own lease they are within the reserve-lowered cap.
+    fn check_caps(&self, source: usize, priority: Priority) -> Vec<String> {
         let s = &self.world.sources[source];
+        let reserve = self.world.config.batch_reserve;
         let (cap, global_cap) = (
-            s.limits.max_concurrency,
-            self.world.config.global.max_concurrency,
+            reserve.limits(s.limits, priority).max_concurrency,
+            reserve
+                .limits(self.world.config.global, priority)
+                .max_concurrency,
         );
         let held = self
             .world
@@ -1099,11 +1112,13 @@ impl SimCall {
         let all = self.world.gate.usage(SCOPE, None).map_or(0, |u| u.leases);
         let mut problems = Vec::new();
         if cap > 0 && held > u64::from(cap) {
-            problems.push(format!("{held} leases on s{source} above its cap {cap}"));
+            problems.push(format!(
+                "{held} leases on s{source} above its cap {cap} for a {priority} call"
+            ));
         }
         if global_cap > 0 && all > u64::from(global_cap) {
             problems.push(format!(
-                "{all} leases in the scope above its cap {global_cap}"
+                "{all} leases in the scope above its cap {global_cap} for a {priority} call"
             ));
         }
         problems
@@ -1196,8 +1211,9 @@ impl CallEffects<SimTransport> for SimCall {
         }
         let answer = World::at_once(self.world.attempts.admit(&request.gate, &request.breaker));
         let epoch = self.epoch_of(source);
+        let priority = self.world.lock().calls[self.call].priority;
         let caps = match &answer {
-            Ok(AttemptAdmit::Admitted(_)) => self.check_caps(source),
+            Ok(AttemptAdmit::Admitted(_)) => self.check_caps(source, priority),
             _ => Vec::new(),
         };
         let mut state = self.world.lock();
