@@ -1,23 +1,28 @@
 //! A scope's waiting room: calls that cannot be served yet (full pacers, a refusing gate, every
-//! source cooling down) wait here and get their turn one at a time, in the order of
-//! [`WaitQueue`] (priority class, tenants by weight, deadline, arrival). docs/behaviour.md §5.7.
+//! source cooling down) wait here and get their turns in the order of [`WaitQueue`] (priority
+//! class, tenants by weight, deadline, arrival). docs/behaviour.md §5.7.
 //!
-//! Why one door: before, every waiting call slept on its own (a `Notify` for pacer slots, a
+//! Why a door: before, every waiting call slept on its own (a `Notify` for pacer slots, a
 //! timer for gates and cooldowns), so waiters woke in no order and all the waiters of a gate
-//! retried together at the hinted instant, overshooting it. Here only the call at the door
-//! tries: it selects a source and asks admission; when it is admitted (it is about to send) it
-//! leaves and the next call in order gets the door at once (a cascade, so a freed burst of
-//! capacity is used without waiting for further events). A call at the door that finds no
-//! capacity goes back to its place (its arrival number keeps it), and the room waits for
-//! capacity: a freed pacer slot, or the retry time a gate or cooldown gave. Only then does the
-//! head get the door again.
+//! retried together at the hinted instant, overshooting it. Here only calls given a turn try:
+//! they select a source and ask admission; one admitted (about to send) leaves and hands its
+//! turn to the next call in order at once (a cascade, so a freed burst of capacity is used
+//! without waiting for further events). A call whose turn finds no capacity goes back to its
+//! place (its arrival number keeps it) and the cascade stops there.
 //!
-//! The fast path costs two atomic reads: a call selects directly when nobody waits and nobody is
-//! at the door. Once anyone waits, new calls queue too (no overtaking), unless their class puts
-//! them at the head, in which case they get the door at once if it is free.
+//! How many turns at once: each freed pacer slot gives one more turn, even while other calls
+//! hold theirs. Handing turns on one at a time would put a task wake-up, a router round trip
+//! and an admission round trip between any two calls of a pacer-bound scope, serialising them
+//! (a 64-way streaming load ran at half its speed that way). A gate's or a cooldown's retry time
+//! gives no turns until it passes; then the head alone tries, and the cascade follows its
+//! success, so a refusing gate is probed by one call, not by all its waiters.
+//!
+//! The fast path costs two atomic reads: a call selects directly when nobody waits and nobody
+//! holds a turn. Once anyone waits, new calls queue too (no overtaking), unless their class puts
+//! them at the head, in which case they get a turn at once if nobody holds one.
 //!
 //! Cancellation: the future of [`WaitingRoom::turn`] and the [`Door`] are guards; dropping
-//! either removes the call (and passes the door on).
+//! either removes the call (and hands its turn on).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -39,15 +44,25 @@ struct RoomState {
     queue: WaitQueue,
     /// Each waiting call's wake-up.
     signals: HashMap<u64, Arc<Notify>>,
-    /// The call whose turn it is (out of the queue, selecting or being admitted).
-    door: Option<u64>,
+    /// The calls whose turn it is (out of the queue, selecting or being admitted): one per
+    /// pacer slot that came back while calls waited, so a burst of freed slots is tried in
+    /// parallel instead of one handoff at a time.
+    doors: Vec<u64>,
     /// No call gets the door before this (a gate's or a cooldown's retry time).
     retry_at: Option<Instant>,
 }
 
+impl RoomState {
+    /// Take `id` from the door; `false` when it held no turn.
+    fn leave_door(&mut self, id: u64) -> bool {
+        let at = self.doors.iter().position(|&d| d == id);
+        at.map(|at| self.doors.swap_remove(at)).is_some()
+    }
+}
+
 /// One scope's waiting room. See the module docs.
 pub(crate) struct WaitingRoom {
-    /// Waiting calls plus the one at the door: 0 is the fast path.
+    /// Waiting calls plus those at the door: 0 is the fast path.
     occupied: AtomicUsize,
     /// Bumped whenever capacity may have come back (a pacer slot freed).
     freed: AtomicU64,
@@ -93,17 +108,18 @@ impl WaitingRoom {
         self.freed.load(Ordering::Acquire)
     }
 
-    /// A pacer slot came back: the head gets the door if it is free (and no retry time holds it).
+    /// A pacer slot came back: the head gets a turn, even while other calls hold theirs (each
+    /// freed slot is one more chance of capacity), unless a retry time holds the door.
     pub(crate) fn capacity_freed(&self) {
         self.freed.fetch_add(1, Ordering::AcqRel);
         if self.occupied.load(Ordering::Acquire) == 0 {
             return;
         }
         let mut state = self.lock();
-        self.dispatch(&mut state);
+        self.let_in(&mut state);
     }
 
-    /// The arrival numbers of the calls waiting now (not the one at the door).
+    /// The arrival numbers of the calls waiting now (not those holding a turn).
     #[cfg(feature = "testkit")]
     pub(crate) fn waiting(&self) -> Vec<u64> {
         self.lock().queue.waiting()
@@ -120,16 +136,20 @@ impl WaitingRoom {
     }
 
     fn update_occupied(&self, state: &RoomState) {
-        let n = state.queue.len() + usize::from(state.door.is_some());
+        let n = state.queue.len() + state.doors.len();
         self.occupied.store(n, Ordering::Release);
     }
 
-    /// Give the door to the head if it is free and no retry time holds it; when a retry time
-    /// holds it, wake the head so it sleeps until then.
+    /// Give the head a turn if nobody holds one (see [`Self::let_in`]).
     fn dispatch(&self, state: &mut RoomState) {
-        if state.door.is_some() {
-            return;
+        if state.doors.is_empty() {
+            self.let_in(state);
         }
+    }
+
+    /// Give the head a turn unless a retry time holds the door; when one does, wake the head so
+    /// it sleeps until then.
+    fn let_in(&self, state: &mut RoomState) {
         let Some(head) = state.queue.head() else {
             return;
         };
@@ -146,7 +166,7 @@ impl WaitingRoom {
 
     fn grant(&self, state: &mut RoomState) {
         if let Some(id) = state.queue.pop() {
-            state.door = Some(id);
+            state.doors.push(id);
             if let Some(signal) = state.signals.remove(&id) {
                 signal.notify_one();
             }
@@ -187,10 +207,7 @@ impl WaitingRoom {
             let mut back = false;
             if let Some(mut door) = door {
                 door.id = None; // defused: going back, not passing the door on
-                if state.door == Some(id) {
-                    state.door = None;
-                    back = true;
-                }
+                back = state.leave_door(id);
             }
             if let Some(t) = retry_at {
                 state.retry_at = Some(t);
@@ -205,7 +222,7 @@ impl WaitingRoom {
             self.update_occupied(&state);
             let now = self.clock.now();
             let capacity_back = seen.is_none_or(|s| s != self.freed_count());
-            if state.door.is_none()
+            if state.doors.is_empty()
                 && state.queue.head() == Some(id)
                 && state.retry_at.is_none_or(|t| t <= now)
                 && capacity_back
@@ -220,7 +237,7 @@ impl WaitingRoom {
             let now = self.clock.now();
             let wake = {
                 let state = self.lock();
-                if state.door == Some(id) {
+                if state.doors.contains(&id) {
                     leave.id = None;
                     return Ok(Door::new(self, id));
                 }
@@ -229,7 +246,7 @@ impl WaitingRoom {
                     leave.id = None;
                     return Err(DeadlinePassed);
                 }
-                let head = state.queue.head() == Some(id) && state.door.is_none();
+                let head = state.queue.head() == Some(id) && state.doors.is_empty();
                 let mut wake = if head {
                     state.retry_at.map_or(now + poll, |t| t.min(now + poll))
                 } else {
@@ -249,7 +266,7 @@ impl WaitingRoom {
             }
             let now = self.clock.now();
             let mut state = self.lock();
-            if state.door == Some(id) {
+            if state.doors.contains(&id) {
                 drop(state);
                 leave.id = None;
                 return Ok(Door::new(self, id));
@@ -267,7 +284,7 @@ impl WaitingRoom {
                 return Err(DeadlinePassed);
             }
             // The head's retry time came, or it waited a whole poll without any event.
-            if state.door.is_none() && state.queue.head() == Some(id) {
+            if state.doors.is_empty() && state.queue.head() == Some(id) {
                 state.retry_at = None;
                 self.grant(&mut state);
                 drop(state);
@@ -297,14 +314,15 @@ impl Drop for Leave<'_> {
         };
         let mut state = self.room.lock();
         state.signals.remove(&id);
-        if state.door == Some(id) {
-            // Granted while being dropped: pass the door on.
-            state.door = None;
+        if state.leave_door(id) {
+            // Granted while being dropped: its turn goes to the next call.
+            self.room.update_occupied(&state);
+            self.room.let_in(&mut state);
         } else {
             state.queue.remove(id);
+            self.room.update_occupied(&state);
+            self.room.dispatch(&mut state);
         }
-        self.room.update_occupied(&state);
-        self.room.dispatch(&mut state);
     }
 }
 
@@ -333,11 +351,12 @@ impl Drop for Door<'_> {
             return;
         };
         let mut state = self.room.lock();
-        if state.door == Some(id) {
-            state.door = None;
-        }
+        // Admitted or cancelled, the turn it held goes to the next call (a cascade: a burst
+        // of capacity is used without waiting for further events; a try that finds none ends
+        // the cascade by going back to its place).
+        state.leave_door(id);
         self.room.update_occupied(&state);
-        self.room.dispatch(&mut state);
+        self.room.let_in(&mut state);
     }
 }
 
@@ -529,6 +548,55 @@ mod tests {
             *order.lock().unwrap(),
             ["interactive", "normal", "batch-1", "batch-2"]
         );
+        assert!(!room.busy());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_freed_slot_gives_one_more_turn_while_others_hold_theirs() {
+        let room = room();
+        let (turns_tx, mut turns) = tokio::sync::mpsc::unbounded_channel();
+        let mut tasks = Vec::new();
+        for name in ["first", "second", "third"] {
+            let (room, turns_tx) = (Arc::clone(&room), turns_tx.clone());
+            let w = waiter(&room, Priority::Normal, "t");
+            let seen = Some(room.freed_count());
+            tasks.push(tokio::spawn(async move {
+                let door = room
+                    .turn(w, None, seen, None, POLL, &tokio::time::sleep)
+                    .await
+                    .unwrap();
+                let (release, released) = tokio::sync::oneshot::channel::<()>();
+                turns_tx.send((name, release)).unwrap();
+                // Holds its turn (selecting, being admitted) until the test lets it pass.
+                let _ = released.await;
+                door.passed();
+            }));
+            settle().await;
+        }
+        room.capacity_freed();
+        room.capacity_freed();
+        settle().await;
+        let mut holding = Vec::new();
+        while let Ok(turn) = turns.try_recv() {
+            holding.push(turn);
+        }
+        let names: Vec<_> = holding.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            ["first", "second"],
+            "two freed slots: two turns at once, in order, without waiting for a handoff"
+        );
+        assert_eq!(room.waiting().len(), 1, "the third still waits");
+        for (_, release) in holding {
+            release.send(()).unwrap();
+        }
+        // Each admitted call hands its turn on: the third gets one.
+        let (name, release) = turns.recv().await.unwrap();
+        assert_eq!(name, "third");
+        release.send(()).unwrap();
+        for task in tasks {
+            task.await.unwrap();
+        }
         assert!(!room.busy());
     }
 
