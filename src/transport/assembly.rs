@@ -7,6 +7,7 @@
 //! Arguments are concatenated exactly as they arrived: never parsed, repaired or reordered. A
 //! model that produced invalid JSON gets its invalid JSON back to the caller.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
@@ -45,15 +46,18 @@ impl Assembly {
 
     /// Fold one frame in; the first choice's new deltas are appended to `out`. Returns `true`
     /// when the frame carried a token (text, reasoning, tool-call or refusal output).
-    pub(crate) fn apply(&mut self, frame: ChunkFrame, out: &mut Vec<ChatDelta>) -> bool {
+    pub(crate) fn apply(&mut self, frame: ChunkFrame<'_>, out: &mut Vec<ChatDelta>) -> bool {
         if self.model_reported.is_none() {
-            self.model_reported = frame.model;
+            self.model_reported = frame.model.map(Cow::into_owned);
         }
         if frame.usage.is_some() {
             self.usage = frame.usage;
         }
-        if frame.system_fingerprint.is_some() {
-            self.system_fingerprint = frame.system_fingerprint;
+        // The last one reported wins; copied only when it changes.
+        if let Some(fingerprint) = frame.system_fingerprint {
+            if self.system_fingerprint.as_deref() != Some(&*fingerprint) {
+                self.system_fingerprint = Some(fingerprint.into_owned());
+            }
         }
         let mut token = false;
         for choice in frame.choices {

@@ -492,7 +492,8 @@ impl ChatTransport {
                     .send(self.post(self.body(request, mode)?, false)?),
             )
             .await?;
-        let frame = decode_completion(&String::from_utf8_lossy(&bytes))?;
+        let body = String::from_utf8_lossy(&bytes);
+        let frame = decode_completion(&body)?;
         let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
         let mut deltas = Vec::new();
         acc.apply(frame, &mut deltas);

@@ -8,6 +8,7 @@ use polygateway_actors::{FailureClass, SourceReason};
 use reqwest::header::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 use super::http::classify_status;
 use crate::error::{summarize_body, TransportError};
@@ -25,20 +26,22 @@ pub(crate) struct WireUsage {
     pub(crate) reasoning_tokens: Option<u64>,
 }
 
-/// What one stream chunk (or a whole non-streaming completion) carried.
+/// What one stream chunk (or a whole non-streaming completion) carried. `model` and
+/// `system_fingerprint` borrow from the frame: every chunk repeats them and the assembly keeps
+/// one copy, so a stream allocates them once, not once per chunk.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct ChunkFrame {
+pub(crate) struct ChunkFrame<'a> {
     /// Top-level `model`.
-    pub(crate) model: Option<String>,
+    pub(crate) model: Option<Cow<'a, str>>,
     /// Top-level `usage`, when present and not null.
     pub(crate) usage: Option<WireUsage>,
     /// Top-level `system_fingerprint`.
-    pub(crate) system_fingerprint: Option<String>,
+    pub(crate) system_fingerprint: Option<Cow<'a, str>>,
     /// The choices the frame carried (one per chunk usually; all of them in a completion).
     pub(crate) choices: Vec<ChoiceFrame>,
 }
 
-impl ChunkFrame {
+impl ChunkFrame<'_> {
     /// The frame's choice with index 0, if it carried one.
     #[cfg(test)]
     pub(crate) fn first(&self) -> Option<&ChoiceFrame> {
@@ -96,18 +99,23 @@ pub(crate) struct WireFunction {
 }
 
 #[derive(Deserialize)]
-struct RawChunk {
+struct RawChunk<'a> {
     #[serde(default)]
     choices: Option<Vec<RawChoice>>,
-    #[serde(default)]
-    model: Option<String>,
+    #[serde(default, borrow)]
+    model: Option<Text<'a>>,
     #[serde(default)]
     usage: Option<RawUsage>,
-    #[serde(default)]
-    system_fingerprint: Option<String>,
+    #[serde(default, borrow)]
+    system_fingerprint: Option<Text<'a>>,
     #[serde(default)]
     error: Option<serde_json::Value>,
 }
+
+/// A string borrowed from the frame when it has no escapes. (A `Cow` directly inside an
+/// `Option` is always deserialised owned; its own derive borrows.)
+#[derive(Deserialize)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 #[derive(Deserialize)]
 struct RawChoice {
@@ -184,18 +192,18 @@ impl From<RawUsage> for WireUsage {
 /// - malformed JSON → Transient `network_error` carrying the summarised frame;
 /// - an in-band `{"error": …}` object → classified like the HTTP status it names (a numeric
 ///   `code`/`status`), SourceDead when it says `insufficient_quota`, else Transient.
-pub(crate) fn decode_chunk(data: &str) -> Result<ChunkFrame, TransportError> {
+pub(crate) fn decode_chunk(data: &str) -> Result<ChunkFrame<'_>, TransportError> {
     decode(data, "malformed SSE frame")
 }
 
 /// Decode a whole non-streaming completion body (`choices[0].message`); same rules as
 /// [`decode_chunk`].
-pub(crate) fn decode_completion(body: &str) -> Result<ChunkFrame, TransportError> {
+pub(crate) fn decode_completion(body: &str) -> Result<ChunkFrame<'_>, TransportError> {
     decode(body, "malformed completion body")
 }
 
-fn decode(data: &str, label: &str) -> Result<ChunkFrame, TransportError> {
-    let raw: RawChunk = serde_json::from_str(data).map_err(|e| malformed(label, data, &e))?;
+fn decode<'a>(data: &'a str, label: &str) -> Result<ChunkFrame<'a>, TransportError> {
+    let raw: RawChunk<'a> = serde_json::from_str(data).map_err(|e| malformed(label, data, &e))?;
     if let Some(err) = raw.error.filter(|e| !e.is_null()) {
         return Err(in_band_error(&err, data));
     }
@@ -207,9 +215,12 @@ fn decode(data: &str, label: &str) -> Result<ChunkFrame, TransportError> {
         .map(|(position, choice)| choice_frame(position, choice))
         .collect();
     Ok(ChunkFrame {
-        model: raw.model.filter(|m| !m.is_empty()),
+        model: raw.model.map(|m| m.0).filter(|m| !m.is_empty()),
         usage: raw.usage.map(WireUsage::from),
-        system_fingerprint: raw.system_fingerprint.filter(|f| !f.is_empty()),
+        system_fingerprint: raw
+            .system_fingerprint
+            .map(|f| f.0)
+            .filter(|f| !f.is_empty()),
         choices,
     })
 }
@@ -275,6 +286,22 @@ fn in_band_error(err: &serde_json::Value, frame: &str) -> TransportError {
 mod tests {
     use super::*;
     use polygateway_actors::Classify;
+
+    #[test]
+    fn model_and_fingerprint_borrow_from_the_frame_unless_escaped() {
+        let f =
+            decode_chunk(r#"{"model":"gpt-x","system_fingerprint":"fp_1","choices":[]}"#).unwrap();
+        assert!(
+            matches!(f.model, Some(Cow::Borrowed("gpt-x"))),
+            "{:?}",
+            f.model
+        );
+        assert!(matches!(f.system_fingerprint, Some(Cow::Borrowed("fp_1"))));
+        let f = decode_chunk(r#"{"model":"a\u00e9b","choices":[]}"#).unwrap();
+        assert_eq!(f.model.as_deref(), Some("a\u{e9}b"));
+        let f = decode_chunk(r#"{"model":"","system_fingerprint":null,"choices":[]}"#).unwrap();
+        assert_eq!((f.model, f.system_fingerprint), (None, None));
+    }
 
     #[test]
     fn usage_details_and_empty_choices() {
