@@ -101,7 +101,7 @@ pub(crate) struct WireFunction {
 #[derive(Deserialize)]
 struct RawChunk<'a> {
     #[serde(default)]
-    choices: Option<Vec<RawChoice>>,
+    choices: Option<ChoiceFrames>,
     #[serde(default, borrow)]
     model: Option<Text<'a>>,
     #[serde(default)]
@@ -123,8 +123,10 @@ struct RawChoice {
     index: Option<u32>,
     #[serde(default)]
     delta: Option<RawDelta>,
+    /// Boxed: only a non-streaming answer has it, and inline it would double the size of every
+    /// stream chunk's choice (decoded, moved and dropped per chunk).
     #[serde(default)]
-    message: Option<RawDelta>,
+    message: Option<Box<RawDelta>>,
     #[serde(default)]
     logprobs: Option<Value>,
     #[serde(default)]
@@ -207,13 +209,7 @@ fn decode<'a>(data: &'a str, label: &str) -> Result<ChunkFrame<'a>, TransportErr
     if let Some(err) = raw.error.filter(|e| !e.is_null()) {
         return Err(in_band_error(&err, data));
     }
-    let choices = raw
-        .choices
-        .unwrap_or_default()
-        .into_iter()
-        .enumerate()
-        .map(|(position, choice)| choice_frame(position, choice))
-        .collect();
+    let choices = raw.choices.map(|c| c.0).unwrap_or_default();
     Ok(ChunkFrame {
         model: raw.model.map(|m| m.0).filter(|m| !m.is_empty()),
         usage: raw.usage.map(WireUsage::from),
@@ -225,6 +221,33 @@ fn decode<'a>(data: &'a str, label: &str) -> Result<ChunkFrame<'a>, TransportErr
     })
 }
 
+/// A frame's `choices`, each turned into its [`ChoiceFrame`] as it is read: one vector per
+/// frame instead of a vector of raw choices and a second one of frames.
+struct ChoiceFrames(Vec<ChoiceFrame>);
+
+impl<'de> Deserialize<'de> for ChoiceFrames {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Choices;
+        impl<'de> serde::de::Visitor<'de> for Choices {
+            type Value = ChoiceFrames;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<ChoiceFrames, A::Error> {
+                let mut frames = Vec::with_capacity(seq.size_hint().unwrap_or(1).min(16));
+                while let Some(choice) = seq.next_element::<RawChoice>()? {
+                    frames.push(choice_frame(frames.len(), choice));
+                }
+                Ok(ChoiceFrames(frames))
+            }
+        }
+        deserializer.deserialize_seq(Choices)
+    }
+}
+
 fn choice_frame(position: usize, choice: RawChoice) -> ChoiceFrame {
     let mut frame = ChoiceFrame {
         index: choice
@@ -234,7 +257,7 @@ fn choice_frame(position: usize, choice: RawChoice) -> ChoiceFrame {
         finish_reason: choice.finish_reason,
         ..ChoiceFrame::default()
     };
-    if let Some(d) = choice.delta.or(choice.message) {
+    if let Some(d) = choice.delta.or(choice.message.map(|m| *m)) {
         frame.content = d.content;
         frame.reasoning = d.reasoning_content.or(d.reasoning);
         frame.tool_calls = d.tool_calls.unwrap_or_default();
@@ -299,8 +322,9 @@ mod tests {
         assert!(matches!(f.system_fingerprint, Some(Cow::Borrowed("fp_1"))));
         let f = decode_chunk(r#"{"model":"a\u00e9b","choices":[]}"#).unwrap();
         assert_eq!(f.model.as_deref(), Some("a\u{e9}b"));
-        let f = decode_chunk(r#"{"model":"","system_fingerprint":null,"choices":[]}"#).unwrap();
+        let f = decode_chunk(r#"{"model":"","system_fingerprint":null,"choices":null}"#).unwrap();
         assert_eq!((f.model, f.system_fingerprint), (None, None));
+        assert!(f.choices.is_empty());
     }
 
     #[test]
