@@ -300,6 +300,9 @@ fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, Transpo
 pub(crate) struct JsonEndpoint {
     resender: std::sync::Arc<super::resend::Resender>,
     url: String,
+    /// `url` parsed once: parsing it per request (host, IDNA) cost more than the clone. `None`
+    /// when it does not parse; each request then reports why, as before.
+    parsed: Option<reqwest::Url>,
     auth: Result<Option<HeaderValue>, TransportError>,
 }
 
@@ -318,9 +321,11 @@ impl JsonEndpoint {
         pool: super::pool::SourcePool,
         path: &str,
     ) -> Self {
+        let url = format!("{}/{path}", settings.base_url.trim_end_matches('/'));
         Self {
             resender: std::sync::Arc::new(super::resend::Resender::new(settings, pool)),
-            url: format!("{}/{path}", settings.base_url.trim_end_matches('/')),
+            parsed: reqwest::Url::parse(&url).ok(),
+            url,
             auth: bearer_auth(settings),
         }
     }
@@ -336,11 +341,12 @@ impl JsonEndpoint {
         &self,
         body: Vec<u8>,
     ) -> Result<reqwest::RequestBuilder, TransportError> {
-        let rb = self
-            .resender
-            .pool()
-            .client()
-            .post(&self.url)
+        let client = self.resender.pool().client();
+        let rb = match &self.parsed {
+            Some(url) => client.post(url.clone()),
+            None => client.post(&self.url),
+        };
+        let rb = rb
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         match &self.auth {
@@ -675,6 +681,28 @@ mod examples {
             "chat/completions",
         );
         assert_eq!(endpoint.url(), "http://127.0.0.1:9/v1/chat/completions");
+    }
+
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn requests_go_to_the_url_parsed_once_and_a_bad_url_still_says_why() {
+        use crate::transport::http::JsonEndpoint;
+        let endpoint = |base: &str| {
+            JsonEndpoint::new(
+                &crate::testkit::source_settings(base),
+                crate::transport::pool::SourcePool::given(reqwest::Client::new()),
+                "chat/completions",
+            )
+        };
+        let good = endpoint("http://Example.COM:8080/v1");
+        let request = good.post_json(b"{}".to_vec()).unwrap().build().unwrap();
+        assert_eq!(
+            request.url().as_str(),
+            "http://example.com:8080/v1/chat/completions"
+        );
+        let bad = endpoint("not a url");
+        let err = bad.post_json(b"{}".to_vec()).unwrap().build().unwrap_err();
+        assert!(err.is_builder(), "{err:?}");
     }
 
     #[cfg(feature = "testkit")]
