@@ -1,0 +1,198 @@
+//! Streamed calls per second through the runtime against an upstream that is byte-for-byte the
+//! same in every build: the tool for comparing two builds (or two commits) side by side.
+//!
+//! `overhead` measures against the built-in mock, which changes as the mock learns new
+//! behaviours (tool calls, logprobs, `n` choices); its cost lands in both columns of one run but
+//! differs between builds, so two builds' `overhead` figures also compare two mocks. Here the
+//! upstream is a fixed OpenAI-style stream (role chunk, four content chunks, finish chunk, usage
+//! chunk, `[DONE]`, with `system_fingerprint` and `logprobs: null` as OpenAI sends them) served by
+//! a bare axum route that does no work per request, so what differs between two builds' figures
+//! is the runtime.
+//!
+//! ```text
+//! cargo run --release --features testkit --example stream_ab -- [--calls N] [--rounds R] [--source-limit L]
+//! ```
+//!
+//! 64 callers, memory governance, no telemetry, no cache. `--source-limit` is the source's
+//! `MAX_CONCURRENCY` (default 512: the adaptive pacer, warmed first, is the only bound; 32: a
+//! pacer-bound scope, where calls wait in the waiting room). Each round runs `chat()` streamed,
+//! then `chat_stream()`. One JSON line per round, then one with the medians over the rounds.
+//! To compare builds, run each build's binary in turn, several times, and compare medians: on a
+//! shared 2-core machine single rounds vary by ±25 %.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use axum::routing::post;
+use futures::StreamExt;
+use polygateway::config::Settings;
+use polygateway::{CallOptions, ChatEvent, Gateway, Message};
+use serde_json::json;
+
+const CALLERS: usize = 64;
+
+/// The stream every request gets.
+fn fixed_stream() -> String {
+    let chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"chatcmpl-ab\",\"object\":\"chat.completion.chunk\",\"created\":0,\
+             \"model\":\"ab-model\",\"system_fingerprint\":\"fp_ab\",\"choices\":[{{\"index\":0,\
+             \"delta\":{delta},\"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    };
+    let mut body = chunk(r#"{"role":"assistant","content":""}"#, "null");
+    for piece in ["a sh", "ort ", "answ", "er"] {
+        body += &chunk(&json!({ "content": piece }).to_string(), "null");
+    }
+    body += &chunk("{}", r#""stop""#);
+    body += "data: {\"id\":\"chatcmpl-ab\",\"object\":\"chat.completion.chunk\",\"created\":0,\
+             \"model\":\"ab-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\
+             \"completion_tokens\":4,\"total_tokens\":9}}\n\n";
+    body + "data: [DONE]\n\n"
+}
+
+/// CPU time (user + sys, seconds) this process has used: `/proc/self/stat` fields 14 and 15.
+fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<f64>().ok();
+    Some((ticks(14)? + ticks(15)?) / 100.0)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Api {
+    /// `chat_with(…, stream(true))`: streamed upstream, one answer.
+    Chat,
+    /// `chat_stream()`: every delta to the caller, then the answer.
+    ChatStream,
+}
+
+async fn one_call(gw: &Gateway, api: Api) {
+    let hi = vec![Message::user("hi")];
+    match api {
+        Api::Chat => {
+            gw.chat_with(hi, CallOptions::new().stream(true))
+                .await
+                .expect("the fixed upstream always answers");
+        }
+        Api::ChatStream => {
+            let events: Vec<_> = gw
+                .chat_stream(hi, CallOptions::new())
+                .expect("a valid call")
+                .collect()
+                .await;
+            assert!(matches!(events.last(), Some(Ok(ChatEvent::Done(_)))));
+        }
+    }
+}
+
+/// `calls` calls by [`CALLERS`] concurrent callers: (calls per second, CPU µs per call).
+async fn measure(gw: &Gateway, api: Api, calls: usize) -> (f64, Option<f64>) {
+    let (cpu0, t0) = (process_cpu_s(), Instant::now());
+    futures::stream::iter(0..calls)
+        .for_each_concurrent(CALLERS, |_| one_call(gw, api))
+        .await;
+    let rate = calls as f64 / t0.elapsed().as_secs_f64();
+    let cpu = match (cpu0, process_cpu_s()) {
+        (Some(a), Some(b)) => Some((b - a) * 1e6 / calls as f64),
+        _ => None,
+    };
+    (rate, cpu)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    let (mut calls, mut rounds, mut source_limit) = (15_000usize, 3usize, 512usize);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().and_then(|v| v.parse::<usize>().ok());
+        match (flag.as_str(), value) {
+            ("--calls", Some(n)) if n >= 100 => calls = n,
+            ("--rounds", Some(n)) if n >= 1 => rounds = n,
+            ("--source-limit", Some(n)) if n >= 1 => source_limit = n,
+            _ => {
+                eprintln!("usage: stream_ab [--calls N≥100] [--rounds R≥1] [--source-limit L≥1]");
+                std::process::exit(2);
+            }
+        }
+    }
+    let body = fixed_stream();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move || {
+            let body = body.clone();
+            async move { ([("content-type", "text/event-stream")], body) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let env: BTreeMap<String, String> = [
+        ("PGW_LIMITER_BACKEND", "memory".to_string()),
+        ("PGW_BREAKER_BACKEND", "memory".into()),
+        ("PGW_TELEMETRY_BACKEND", "none".into()),
+        ("PGW_CACHE_BACKEND", "none".into()),
+        ("LLM__AB__1__MODEL", "ab-model".into()),
+        ("LLM__AB__1__API_KEY", "sk-ab".into()),
+        ("LLM__AB__1__BASE_URL", format!("http://{upstream}/v1")),
+        ("LLM__AB__1__MAX_CONCURRENCY", source_limit.to_string()),
+        ("LLM__GLOBAL__MAX_CONCURRENCY", "1024".into()),
+        ("LLM__GLOBAL__RPM", "100000000".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let gw = Gateway::builder(Settings::from_map(&env).expect("valid settings"))
+        .default_scope("LLM")
+        .build()
+        .await
+        .expect("gateway");
+    // Warm the pacer up to what the source allows, so rounds measure the steady state.
+    let ceiling = source_limit.min(CALLERS) as u32;
+    for _ in 0..50 {
+        measure(&gw, Api::Chat, 2_000).await;
+        if gw.sources("LLM").await.unwrap()[0].pacer_limit >= ceiling {
+            break;
+        }
+    }
+    let mut per_api: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for round in 1..=rounds {
+        for (name, api) in [("chat", Api::Chat), ("chat_stream", Api::ChatStream)] {
+            let (rate, cpu) = measure(&gw, api, calls).await;
+            let pacer_limit = gw.sources("LLM").await.unwrap()[0].pacer_limit;
+            println!(
+                "{}",
+                json!({"round": round, "api": name, "calls": calls, "callers": CALLERS,
+                    "source_limit": source_limit, "calls_per_s": rate,
+                    "process_cpu_us_per_call": cpu, "pacer_limit": pacer_limit})
+            );
+            let entry = per_api.entry(name).or_default();
+            entry.0.push(rate);
+            entry.1.extend(cpu);
+        }
+    }
+    let medians: BTreeMap<&str, serde_json::Value> = per_api
+        .into_iter()
+        .map(|(name, (rates, cpus))| {
+            let cpu = (!cpus.is_empty()).then(|| median(cpus));
+            (
+                name,
+                json!({"calls_per_s": median(rates), "process_cpu_us_per_call": cpu}),
+            )
+        })
+        .collect();
+    println!(
+        "{}",
+        json!({"medians_over_rounds": medians, "rounds": rounds, "callers": CALLERS,
+            "source_limit": source_limit})
+    );
+    gw.shutdown().await;
+}
