@@ -34,6 +34,9 @@
 //! cores, so absolute figures include its cost; compare the columns. Point
 //! `REDIS_URL` at a server nobody else uses: the counters are server-wide.
 
+#[path = "support/process_cpu.rs"]
+mod process_cpu;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +53,7 @@ use polygateway::ports::{
 use polygateway::redis::{RedisAttempts, RedisGate, RedisGovernance};
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, ChatEvent, Gateway, Message};
+use process_cpu::process_cpu_s;
 use serde_json::{json, Value};
 
 #[derive(Clone, Copy)]
@@ -88,19 +92,6 @@ impl Run {
             "process_cpu_us_per_call": self.process_cpu_us_per_call,
         })
     }
-}
-
-/// CPU time (user + sys, seconds) this process has used so far: `/proc/self/stat` fields 14 and
-/// 15, in clock ticks (100 per second on Linux). `None` where there is no procfs.
-fn process_cpu_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name (which may hold spaces), starting at field 3.
-    let fields: Vec<&str> = stat
-        .get(stat.rfind(')')? + 1..)?
-        .split_whitespace()
-        .collect();
-    let ticks = |field: usize| fields.get(field - 3)?.parse::<f64>().ok();
-    Some((ticks(14)? + ticks(15)?) / 100.0)
 }
 
 /// Counters of the Redis primaries behind `REDIS_URL`, read with `INFO` (server-side truth).

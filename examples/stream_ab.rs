@@ -20,6 +20,9 @@
 //! To compare builds, run each build's binary in turn, several times, and compare medians: on a
 //! shared 2-core machine single rounds vary by ±25 %.
 
+#[path = "support/process_cpu.rs"]
+mod process_cpu;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -27,6 +30,7 @@ use axum::routing::post;
 use futures::StreamExt;
 use polygateway::config::Settings;
 use polygateway::{CallOptions, ChatEvent, Gateway, Message};
+use process_cpu::process_cpu_s;
 use serde_json::json;
 
 const CALLERS: usize = 64;
@@ -49,17 +53,6 @@ fn fixed_stream() -> String {
              \"model\":\"ab-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\
              \"completion_tokens\":4,\"total_tokens\":9}}\n\n";
     body + "data: [DONE]\n\n"
-}
-
-/// CPU time (user + sys, seconds) this process has used: `/proc/self/stat` fields 14 and 15.
-fn process_cpu_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let fields: Vec<&str> = stat
-        .get(stat.rfind(')')? + 1..)?
-        .split_whitespace()
-        .collect();
-    let ticks = |field: usize| fields.get(field - 3)?.parse::<f64>().ok();
-    Some((ticks(14)? + ticks(15)?) / 100.0)
 }
 
 #[derive(Clone, Copy, PartialEq)]
