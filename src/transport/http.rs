@@ -685,7 +685,7 @@ mod examples {
 
     #[cfg(feature = "testkit")]
     #[test]
-    fn requests_go_to_the_url_parsed_once_and_a_bad_url_still_says_why() {
+    fn requests_go_to_the_endpoint_url_and_a_bad_url_still_says_why() {
         use crate::transport::http::JsonEndpoint;
         let endpoint = |base: &str| {
             JsonEndpoint::new(
@@ -694,6 +694,8 @@ mod examples {
                 "chat/completions",
             )
         };
+        // The URL parsed at construction and the one reqwest parses from the string agree
+        // (normalised host included); a URL that does not parse still fails at build, naming why.
         let good = endpoint("http://Example.COM:8080/v1");
         let request = good.post_json(b"{}".to_vec()).unwrap().build().unwrap();
         assert_eq!(
