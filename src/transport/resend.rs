@@ -21,6 +21,7 @@
 
 use std::error::Error as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use crate::config::SourceSettings;
 
@@ -33,9 +34,12 @@ pub(crate) const RESENDS_TOTAL: &str = "pgw_resends_total";
 #[derive(Debug)]
 pub(crate) struct Resender {
     pooled: super::pool::SourcePool,
-    /// Keeps no idle connection: every request it sends opens its own.
-    fresh: reqwest::Client,
-    source: String,
+    /// Keeps no idle connection: every request it sends opens its own. Built at the first
+    /// re-send, from `settings`: building a client sets up its TLS backend (the system's CA
+    /// store read and parsed, about 36 ms and 1 MB each on a 2-core CI machine), and most sources
+    /// never re-send — built with the pooled one, it doubled every source's start-up cost.
+    fresh: OnceLock<reqwest::Client>,
+    settings: SourceSettings,
     resends: AtomicU64,
     counter: metrics::Counter,
 }
@@ -44,8 +48,8 @@ impl Resender {
     pub(crate) fn new(settings: &SourceSettings, pooled: super::pool::SourcePool) -> Self {
         Self {
             pooled,
-            fresh: super::http::fresh_connection_client(settings),
-            source: settings.name.clone(),
+            fresh: OnceLock::new(),
+            settings: settings.clone(),
             resends: AtomicU64::new(0),
             counter: metrics::counter!(RESENDS_TOTAL, "source" => settings.name.clone()),
         }
@@ -59,6 +63,12 @@ impl Resender {
     /// Requests re-sent so far.
     pub(crate) fn resends(&self) -> u64 {
         self.resends.load(Ordering::Relaxed)
+    }
+
+    /// Whether the fresh-connection client has been built (only a re-send builds it).
+    #[cfg(test)]
+    fn fresh_client_built(&self) -> bool {
+        self.fresh.get().is_some()
     }
 
     /// Send `request`; when it fails before any answer because its connection was closed, send
@@ -75,11 +85,16 @@ impl Resender {
                     self.resends.fetch_add(1, Ordering::Relaxed);
                     self.counter.increment(1);
                     tracing::debug!(
-                        source = %self.source,
+                        source = %self.settings.name,
                         error = %super::http::error_chain(&e),
                         "the connection was closed before any answer; re-sending on a fresh one"
                     );
-                    self.fresh.execute(again).await
+                    // Built here on the worker thread, once per source: a pause of one
+                    // client build on the first re-send, instead of one at every start.
+                    let fresh = self
+                        .fresh
+                        .get_or_init(|| super::http::fresh_connection_client(&self.settings));
+                    fresh.execute(again).await
                 }
                 None => Err(e),
             },
@@ -150,10 +165,12 @@ mod tests {
             .body("{}")
             .build()
             .unwrap();
+        assert!(!resender.fresh_client_built(), "built before any re-send");
         let err = resender.execute(request).await.unwrap_err();
         assert!(closed_before_answer(&err), "{err:?}");
         // Once: the fresh connection was closed too, and that is the result.
         assert_eq!(resender.resends(), 1);
+        assert!(resender.fresh_client_built());
     }
 
     #[tokio::test]
@@ -170,5 +187,7 @@ mod tests {
         let err = resender.execute(request).await.unwrap_err();
         assert!(err.is_connect() && !closed_before_answer(&err), "{err:?}");
         assert_eq!(resender.resends(), 0);
+        // Nothing was re-sent, so no second client (and no second TLS setup) was built.
+        assert!(!resender.fresh_client_built());
     }
 }
