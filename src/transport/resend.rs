@@ -66,7 +66,7 @@ impl Resender {
     }
 
     /// Whether the fresh-connection client has been built (only a re-send builds it).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "testkit"))]
     fn fresh_client_built(&self) -> bool {
         self.fresh.get().is_some()
     }
