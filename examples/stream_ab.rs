@@ -28,7 +28,6 @@ use std::time::Instant;
 
 use axum::routing::post;
 use futures::StreamExt;
-use polygateway::config::Settings;
 use polygateway::{CallOptions, ChatEvent, Gateway, Message};
 use process_cpu::process_cpu_s;
 use serde_json::json;
@@ -128,22 +127,18 @@ async fn main() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let env: BTreeMap<String, String> = [
-        ("PGW_LIMITER_BACKEND", "memory".to_string()),
-        ("PGW_BREAKER_BACKEND", "memory".into()),
-        ("PGW_TELEMETRY_BACKEND", "none".into()),
-        ("PGW_CACHE_BACKEND", "none".into()),
-        ("LLM__AB__1__MODEL", "ab-model".into()),
-        ("LLM__AB__1__API_KEY", "sk-ab".into()),
-        ("LLM__AB__1__BASE_URL", format!("http://{upstream}/v1")),
-        ("LLM__AB__1__MAX_CONCURRENCY", source_limit.to_string()),
-        ("LLM__GLOBAL__MAX_CONCURRENCY", "1024".into()),
-        ("LLM__GLOBAL__RPM", "100000000".into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let gw = Gateway::builder(Settings::from_map(&env).expect("valid settings"))
+    // The testkit's governance (memory limiter and breaker, no telemetry, no cache): the same
+    // helper and the same settings in every build this example is compiled against.
+    let source_limit_value = source_limit.to_string();
+    let settings = polygateway::testkit::mock_settings(
+        &[("LLM", &format!("http://{upstream}/v1"))],
+        &[
+            ("LLM__OPENAI__1__MAX_CONCURRENCY", &source_limit_value),
+            ("LLM__GLOBAL__MAX_CONCURRENCY", "1024"),
+            ("LLM__GLOBAL__RPM", "100000000"),
+        ],
+    );
+    let gw = Gateway::builder(settings)
         .default_scope("LLM")
         .build()
         .await
