@@ -16,6 +16,63 @@ use serde_json::{json, Map, Value};
 
 use crate::structured::StructuredMode;
 
+/// The wire protocol a chat source speaks: which API its requests and answers follow. Each
+/// dialect is a codec behind the one chat transport (docs/behaviour.md §7.3); the governance
+/// stack above it sees only the canonical call model (messages, `LlmResponse`, `Usage`).
+///
+/// ```
+/// use polygateway::provider::{Dialect, ProviderRegistry};
+/// let registry = ProviderRegistry::with_defaults();
+/// // Chosen by the provider name; a source's `DIALECT` key overrides it.
+/// assert_eq!(registry.get("anthropic").dialect, Dialect::Anthropic);
+/// assert_eq!(registry.get("gemini").dialect, Dialect::Gemini);
+/// assert_eq!(registry.get("deepseek").dialect, Dialect::OpenAi);
+/// assert_eq!(Dialect::parse("anthropic"), Some(Dialect::Anthropic));
+/// assert_eq!(Dialect::Gemini.as_str(), "gemini");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Dialect {
+    /// OpenAI's chat completions API (`POST {base}/chat/completions`), spoken by OpenAI and
+    /// most other providers and servers.
+    #[default]
+    OpenAi,
+    /// Anthropic's Messages API (`POST {base}/messages`).
+    Anthropic,
+    /// Google's Gemini API (`POST {base}/models/{model}:generateContent`).
+    Gemini,
+}
+
+impl Dialect {
+    /// Every dialect, in the order the configuration documents them.
+    pub const ALL: [Dialect; 3] = [Dialect::OpenAi, Dialect::Anthropic, Dialect::Gemini];
+
+    /// The configuration value (`DIALECT`).
+    ///
+    /// ```
+    /// use polygateway::provider::Dialect;
+    /// assert_eq!(Dialect::OpenAi.as_str(), "openai");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::OpenAi => "openai",
+            Dialect::Anthropic => "anthropic",
+            Dialect::Gemini => "gemini",
+        }
+    }
+
+    /// The dialect a configuration value names, if any.
+    ///
+    /// ```
+    /// use polygateway::provider::Dialect;
+    /// assert_eq!(Dialect::parse("gemini"), Some(Dialect::Gemini));
+    /// assert_eq!(Dialect::parse("bedrock"), None);
+    /// ```
+    pub fn parse(value: &str) -> Option<Dialect> {
+        Dialect::ALL.into_iter().find(|d| d.as_str() == value)
+    }
+}
+
 /// How a provider's request body switches thinking (reasoning) on or off.
 ///
 /// ```
@@ -162,6 +219,8 @@ pub struct ProviderProfile {
     /// `true` when an assistant turn with tool calls and no content must say `"content": ""`
     /// instead of `null` (see [`ProviderProfile::with_empty_content_beside_tool_calls`]).
     pub empty_content_beside_tool_calls: bool,
+    /// The wire protocol the provider speaks (see [`ProviderProfile::with_dialect`]).
+    pub dialect: Dialect,
 }
 
 impl ProviderProfile {
@@ -187,7 +246,22 @@ impl ProviderProfile {
             schema_under_value: false,
             developer_role: true,
             empty_content_beside_tool_calls: false,
+            dialect: Dialect::OpenAi,
         }
+    }
+
+    /// The provider speaks `dialect` instead of OpenAI's chat API.
+    ///
+    /// ```
+    /// use polygateway::provider::{Dialect, ProviderProfile, ReasoningForm, ThinkingForm};
+    /// // A second Anthropic account under a provider name of its own.
+    /// let claude = ProviderProfile::new("claude-eu", ThinkingForm::None, ReasoningForm::Field, true)
+    ///     .with_dialect(Dialect::Anthropic);
+    /// assert_eq!(claude.dialect, Dialect::Anthropic);
+    /// ```
+    pub fn with_dialect(mut self, dialect: Dialect) -> Self {
+        self.dialect = dialect;
+        self
     }
 
     /// The provider refuses (or silently drops) the `developer` role, which only OpenAI
@@ -374,6 +448,11 @@ impl ProviderRegistry {
             ProviderProfile::new("minimax", T::None, ThinkTags, true),
             ProviderProfile::new("glm", T::DeepSeek, Field, false).with_json_object(true),
             ProviderProfile::new("moonshot", T::None, Field, false).with_json_object(true),
+            // The native dialects: thinking is switched by the dialect's own request fields
+            // (`thinking` / `thinkingConfig`), reasoning arrives as thinking blocks or parts.
+            ProviderProfile::new("anthropic", T::None, Field, true)
+                .with_dialect(Dialect::Anthropic),
+            ProviderProfile::new("gemini", T::None, Field, true).with_dialect(Dialect::Gemini),
         ];
         let self_hosted = [
             // Self-hosted servers. Reasoning arrives in `reasoning_content` / `reasoning` when

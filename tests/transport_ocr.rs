@@ -37,6 +37,7 @@ fn settings(base_url: &str, timeout: Duration) -> SourceSettings {
         trust_env: false,
         stream: true,
         structured_mode: None,
+        dialect: None,
         pool_idle_timeout: Duration::from_secs(4),
         extra_body: Default::default(),
     }

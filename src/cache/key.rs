@@ -192,6 +192,7 @@ fn message_digest(message: &Message) -> Value {
         function_call,
         tool_call_id,
         refusal,
+        thinking_blocks,
         extra,
     } = message;
     let content = match content {
@@ -225,6 +226,14 @@ fn message_digest(message: &Message) -> Value {
     );
     add("tool_call_id", tool_call_id.clone().map(Value::String));
     add("refusal", refusal.clone().map(Value::String));
+    // Replayed thinking is part of what the source reads (and signs): a turn with other
+    // thinking is another conversation.
+    add(
+        "thinking_blocks",
+        (!thinking_blocks.is_empty())
+            .then(|| serde_json::to_value(thinking_blocks).ok())
+            .flatten(),
+    );
     add(
         "extra",
         (!extra.is_empty()).then(|| Value::Object(extra.clone())),

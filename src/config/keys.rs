@@ -172,6 +172,7 @@ pub const KEYS: &[KeyDef] = &[
     source::STREAM,
     source::POOL_IDLE_TIMEOUT_S,
     source::STRUCTURED_MODE,
+    source::DIALECT,
     source::EXTRA_BODY,
     scope::GLOBAL_MAX_CONCURRENCY,
     scope::GLOBAL_RPM,
@@ -386,6 +387,13 @@ pub(crate) mod source {
         value: Choice(&["json_schema", "json_object", "prompt"]),
         doc: "how typed calls send their schema to this source: `json_schema`, `json_object` or `prompt` (chat sources; ignored elsewhere)",
         default: "the provider's strongest mode",
+    };
+    pub(crate) const DIALECT: KeyDef = KeyDef {
+        name: "DIALECT",
+        family: Source,
+        value: Choice(&["openai", "anthropic", "gemini"]),
+        doc: "the wire protocol of a chat source: `openai` (chat completions), `anthropic` (Messages API) or `gemini` (generateContent); chat sources only",
+        default: "the provider's (`anthropic` and `gemini` speak their own, every other provider `openai`)",
     };
     pub(crate) const EXTRA_BODY: KeyDef = KeyDef {
         name: "EXTRA_BODY",

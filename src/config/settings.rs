@@ -340,6 +340,9 @@ pub struct SourceSettings {
     /// `STRUCTURED_MODE`: how typed calls carry their schema to this source, overriding the
     /// provider registry (`None` = the provider's strongest mode). Chat sources only.
     pub structured_mode: Option<crate::structured::StructuredMode>,
+    /// `DIALECT`: the wire protocol of this chat source, overriding the provider registry
+    /// (`None` = the provider's, [`ProviderProfile::dialect`](crate::provider::ProviderProfile::dialect)).
+    pub dialect: Option<crate::provider::Dialect>,
     /// `POOL_IDLE_TIMEOUT_S` (default 4 s): how long an idle pooled connection to this source is
     /// kept. Keep it below the server's keep-alive timeout.
     pub pool_idle_timeout: Duration,
@@ -395,6 +398,25 @@ impl SourceSettings {
         self.structured_mode
             .unwrap_or_else(|| profile.structured_mode())
     }
+
+    /// The wire protocol this source speaks: `DIALECT` when set, else its provider's.
+    ///
+    /// ```
+    /// use polygateway::provider::{Dialect, ProviderRegistry};
+    /// let registry = ProviderRegistry::with_defaults();
+    /// let mut source = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// source.provider = "anthropic".into();
+    /// assert_eq!(source.effective_dialect(registry.get(&source.provider)), Dialect::Anthropic);
+    /// // An Anthropic model behind an OpenAI-compatible proxy.
+    /// source.dialect = Some(Dialect::OpenAi);
+    /// assert_eq!(source.effective_dialect(registry.get(&source.provider)), Dialect::OpenAi);
+    /// ```
+    pub fn effective_dialect(
+        &self,
+        profile: &crate::provider::ProviderProfile,
+    ) -> crate::provider::Dialect {
+        self.dialect.unwrap_or(profile.dialect)
+    }
 }
 
 impl fmt::Debug for SourceSettings {
@@ -417,6 +439,7 @@ impl fmt::Debug for SourceSettings {
             .field("trust_env", &self.trust_env)
             .field("stream", &self.stream)
             .field("structured_mode", &self.structured_mode)
+            .field("dialect", &self.dialect)
             .field("pool_idle_timeout", &self.pool_idle_timeout)
             .field("extra_body", &self.extra_body)
             .finish()

@@ -34,9 +34,8 @@ impl Recorded for EmbeddingTransport {
             usage: Usage {
                 prompt_tokens: batch.prompt_tokens,
                 completion_tokens: 0,
-                cached_prompt_tokens: None,
-                reasoning_tokens: None,
                 source: batch.usage_source,
+                ..Usage::default()
             },
             ttft_ms: None,
             max_inter_token_ms: None,

@@ -245,8 +245,8 @@ mod tests {
             prompt_tokens: prompt,
             completion_tokens: completion,
             cached_prompt_tokens: cached,
-            reasoning_tokens: None,
             source: UsageSource::Measured,
+            ..Usage::default()
         }
     }
 

@@ -52,6 +52,7 @@ pub fn source_settings(base_url: &str) -> SourceSettings {
         trust_env: false,
         stream: true,
         structured_mode: None,
+        dialect: None,
         pool_idle_timeout: Duration::from_secs(4),
         extra_body: Map::new(),
     }

@@ -521,6 +521,8 @@ impl ChatTransport {
             r.prompt_tokens = u.prompt_tokens;
             r.completion_tokens = u.completion_tokens;
             r.cached_prompt_tokens = u.cached_prompt_tokens;
+            r.cache_write_5m_tokens = u.cache_write_5m_tokens;
+            r.cache_write_1h_tokens = u.cache_write_1h_tokens;
             r.reasoning_tokens = u.reasoning_tokens;
         }
         r

@@ -23,6 +23,9 @@ pub(crate) fn adapt<'a>(
         if empty_content_wanted(profile, message) {
             message.content = Some(Content::Text(String::new()));
         }
+        // OpenAI's chat API has no thinking blocks (a reasoning model's thinking is not sent
+        // back there): a turn answered earlier by an Anthropic or Gemini source loses them.
+        message.thinking_blocks.clear();
     }
     Cow::Owned(owned)
 }
@@ -30,6 +33,7 @@ pub(crate) fn adapt<'a>(
 fn needs_change(profile: &ProviderProfile, message: &Message) -> bool {
     (!profile.developer_role && message.role == Role::Developer)
         || empty_content_wanted(profile, message)
+        || !message.thinking_blocks.is_empty()
 }
 
 fn empty_content_wanted(profile: &ProviderProfile, message: &Message) -> bool {
@@ -52,6 +56,24 @@ mod tests {
             Message::assistant_tool_calls(vec![ToolCall::function("c1", "weather", "{}")]),
             Message::tool_result("c1", "sunny"),
         ]
+    }
+
+    #[test]
+    fn thinking_blocks_are_left_out_of_openai_chat() {
+        let registry = ProviderRegistry::with_defaults();
+        let mut turn = Message::assistant("It is sunny.");
+        turn.thinking_blocks
+            .push(crate::types::ThinkingBlock::Thinking {
+                thinking: "Check the tool result.".into(),
+                signature: Some("sig".into()),
+            });
+        let messages = vec![Message::user("weather?"), turn];
+        let sent = adapt(registry.get("openai"), Cow::Borrowed(&messages));
+        assert!(matches!(sent, Cow::Owned(_)));
+        assert!(sent.iter().all(|m| m.thinking_blocks.is_empty()));
+        assert_eq!(sent[1].content, messages[1].content);
+        let json = serde_json::to_value(&sent[1]).unwrap();
+        assert!(json.get("thinking_blocks").is_none());
     }
 
     #[test]

@@ -22,6 +22,10 @@ pub(crate) struct WireUsage {
     pub(crate) completion_tokens: u64,
     /// `prompt_tokens_details.cached_tokens` (or DeepSeek's `prompt_cache_hit_tokens`).
     pub(crate) cached_prompt_tokens: Option<u64>,
+    /// Prompt tokens written to a 5-minute prompt cache (native dialects; OpenAI reports none).
+    pub(crate) cache_write_5m_tokens: Option<u64>,
+    /// Prompt tokens written to a 1-hour prompt cache (native dialects).
+    pub(crate) cache_write_1h_tokens: Option<u64>,
     /// `completion_tokens_details.reasoning_tokens`.
     pub(crate) reasoning_tokens: Option<u64>,
 }
@@ -185,6 +189,7 @@ impl From<RawUsage> for WireUsage {
                 .and_then(|d| d.cached_tokens)
                 .or(u.prompt_cache_hit_tokens),
             reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+            ..WireUsage::default()
         }
     }
 }
@@ -342,7 +347,8 @@ mod tests {
                 prompt_tokens: 10,
                 completion_tokens: 4,
                 cached_prompt_tokens: Some(6),
-                reasoning_tokens: Some(2)
+                reasoning_tokens: Some(2),
+                ..WireUsage::default()
             })
         );
     }
@@ -456,6 +462,7 @@ mod examples {
                 completion_tokens: 3,
                 cached_prompt_tokens: Some(8),
                 reasoning_tokens: None,
+                ..WireUsage::default()
             })
         );
     }

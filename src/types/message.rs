@@ -209,6 +209,10 @@ pub struct Message {
     /// An assistant turn's refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
+    /// An assistant turn's thinking with its signatures, replayed verbatim to dialects that
+    /// take it back (Anthropic, Gemini) and left out for those that do not (OpenAI chat).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thinking_blocks: Vec<super::ThinkingBlock>,
     /// Fields not modelled here, kept as they came.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -244,6 +248,7 @@ impl Message {
             function_call: None,
             tool_call_id: None,
             refusal: None,
+            thinking_blocks: Vec::new(),
             extra: Map::new(),
         }
     }

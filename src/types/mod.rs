@@ -6,6 +6,7 @@ pub mod message;
 pub mod ocr;
 pub mod options;
 pub mod response;
+pub mod thinking;
 pub mod tool;
 
 pub use budget::BudgetStatus;
@@ -14,4 +15,5 @@ pub use message::{Content, ContentPart, ImageUrl, Message, Role};
 pub use ocr::{OcrLayoutElement, OcrLayoutResult, OcrProvenance, OcrTextResult};
 pub use options::*;
 pub use response::{Choice, LlmResponse, Usage, UsageSource};
+pub use thinking::ThinkingBlock;
 pub use tool::{FunctionCall, Tool, ToolCall, ToolCallDelta, ToolChoice};

@@ -52,22 +52,34 @@ impl UsageSource {
 ///     prompt_tokens: 1_200,
 ///     completion_tokens: 300,
 ///     cached_prompt_tokens: Some(1_024),
+///     cache_write_5m_tokens: Some(100),
+///     cache_write_1h_tokens: None,
 ///     reasoning_tokens: None,
 ///     source: UsageSource::Measured,
 /// };
-/// let uncached = usage.prompt_tokens - usage.cached_prompt_tokens.unwrap_or(0);
-/// assert_eq!(uncached, 176);
+/// // Prompt tokens billed at the plain input price: neither read from nor written to a cache.
+/// assert_eq!(usage.uncached_prompt_tokens(), 76);
+/// assert_eq!(usage.cache_write_tokens(), Some(100));
 /// assert_eq!(Usage::default().source, UsageSource::Unavailable);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, all of them: those read from the provider's prompt cache and those
+    /// written to it included (OpenAI's meaning; Anthropic's `input_tokens` is only the rest).
     pub prompt_tokens: u64,
-    /// Completion tokens.
+    /// Completion tokens, reasoning included (it is billed as output).
     pub completion_tokens: u64,
-    /// Provider prompt-cache hits; `None` = not reported, `Some(0)` = reported zero.
+    /// Prompt tokens read from the provider's prompt cache (cache hits); `None` = not
+    /// reported, `Some(0)` = reported zero.
     pub cached_prompt_tokens: Option<u64>,
-    /// Reasoning tokens, when reported.
+    /// Prompt tokens written to the provider's prompt cache with a 5-minute lifetime
+    /// (Anthropic's `cache_creation.ephemeral_5m_input_tokens`; billed above plain input).
+    #[serde(default)]
+    pub cache_write_5m_tokens: Option<u64>,
+    /// Prompt tokens written to the provider's prompt cache with a 1-hour lifetime.
+    #[serde(default)]
+    pub cache_write_1h_tokens: Option<u64>,
+    /// Reasoning tokens, when reported (a part of `completion_tokens`).
     pub reasoning_tokens: Option<u64>,
     /// Where the numbers came from.
     pub source: UsageSource,
@@ -83,6 +95,41 @@ impl Usage {
     /// ```
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
+    }
+
+    /// Prompt tokens written to the prompt cache, either lifetime; `None` when neither was
+    /// reported.
+    ///
+    /// ```
+    /// use polygateway::Usage;
+    /// let usage = Usage { cache_write_1h_tokens: Some(2_048), ..Usage::default() };
+    /// assert_eq!(usage.cache_write_tokens(), Some(2_048));
+    /// assert_eq!(Usage::default().cache_write_tokens(), None);
+    /// ```
+    pub fn cache_write_tokens(&self) -> Option<u64> {
+        add_optional(self.cache_write_5m_tokens, self.cache_write_1h_tokens)
+    }
+
+    /// Prompt tokens neither read from nor written to the prompt cache: the ones billed at the
+    /// plain input price.
+    ///
+    /// ```
+    /// use polygateway::Usage;
+    /// let usage = Usage { prompt_tokens: 1_000, cached_prompt_tokens: Some(800), ..Usage::default() };
+    /// assert_eq!(usage.uncached_prompt_tokens(), 200);
+    /// ```
+    pub fn uncached_prompt_tokens(&self) -> u64 {
+        self.prompt_tokens
+            .saturating_sub(self.cached_prompt_tokens.unwrap_or(0))
+            .saturating_sub(self.cache_write_tokens().unwrap_or(0))
+    }
+}
+
+/// The sum of two counts that may be unreported: unreported only when both are.
+fn add_optional(x: Option<u64>, y: Option<u64>) -> Option<u64> {
+    match (x, y) {
+        (None, None) => None,
+        (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
     }
 }
 
@@ -104,8 +151,13 @@ impl Usage {
 pub struct LlmResponse {
     /// The answer text (reasoning stripped out).
     pub content: String,
-    /// Reasoning text (`reasoning_content` or `<think>` blocks), empty when none.
+    /// Reasoning text (`reasoning_content`, `<think>` blocks, or the text of the thinking
+    /// blocks), empty when none.
     pub thinking: String,
+    /// The thinking as blocks with their signatures, when the dialect has them (Anthropic,
+    /// Gemini): what a tool loop must send back unchanged ([`LlmResponse::to_message`]).
+    #[serde(default)]
+    pub thinking_blocks: Vec<super::ThinkingBlock>,
     /// The configured model of the source that answered.
     pub model: String,
     /// Provider name (registry key).
@@ -137,8 +189,16 @@ pub struct LlmResponse {
     pub usage_source: UsageSource,
     /// Parsed structured output, when requested.
     pub structured_data: Option<serde_json::Value>,
-    /// Provider prompt-cache hits over the whole call.
+    /// Provider prompt-cache hits (prompt tokens read from the cache) over the whole call.
     pub cached_prompt_tokens: Option<u64>,
+    /// Prompt tokens written to the provider's prompt cache with a 5-minute lifetime, over the
+    /// whole call (Anthropic; `None` = not reported).
+    #[serde(default)]
+    pub cache_write_5m_tokens: Option<u64>,
+    /// Prompt tokens written to the provider's prompt cache with a 1-hour lifetime, over the
+    /// whole call.
+    #[serde(default)]
+    pub cache_write_1h_tokens: Option<u64>,
     /// The `model` field the API reported.
     pub model_reported: Option<String>,
     /// Reasoning tokens over the whole call, when reported.
@@ -218,9 +278,45 @@ impl LlmResponse {
             prompt_tokens: self.prompt_tokens,
             completion_tokens: self.completion_tokens,
             cached_prompt_tokens: self.cached_prompt_tokens,
+            cache_write_5m_tokens: self.cache_write_5m_tokens,
+            cache_write_1h_tokens: self.cache_write_1h_tokens,
             reasoning_tokens: self.reasoning_tokens,
             source: self.usage_source,
         }
+    }
+
+    /// The assistant turn this answer makes in a conversation: its text (or `null` when it only
+    /// called tools), its tool calls, its refusal and its thinking blocks with their signatures.
+    /// A tool loop appends it before the tool results, and the same loop runs on every dialect.
+    ///
+    /// ```
+    /// use polygateway::{LlmResponse, Message, Role, ThinkingBlock, ToolCall};
+    /// let mut answer = LlmResponse::new("");
+    /// answer.tool_calls.push(ToolCall::function("toolu_1", "weather", r#"{"city":"Paris"}"#));
+    /// answer.thinking_blocks.push(ThinkingBlock::Thinking {
+    ///     thinking: "Look it up.".into(),
+    ///     signature: Some("sig".into()),
+    /// });
+    /// let turn = answer.to_message();
+    /// assert_eq!((turn.role, turn.content.clone()), (Role::Assistant, None));
+    /// assert_eq!(turn.tool_calls.as_ref().unwrap()[0].id, "toolu_1");
+    /// assert_eq!(turn.thinking_blocks, answer.thinking_blocks);
+    /// let conversation = vec![Message::user("Weather in Paris?"), turn, Message::tool_result("toolu_1", "18 °C")];
+    /// assert_eq!(conversation.len(), 3);
+    /// ```
+    pub fn to_message(&self) -> super::Message {
+        let mut turn = super::Message::assistant(self.content.clone());
+        if self.content.is_empty() && (!self.tool_calls.is_empty() || self.function_call.is_some())
+        {
+            turn.content = None;
+        }
+        if !self.tool_calls.is_empty() {
+            turn.tool_calls = Some(self.tool_calls.clone());
+        }
+        turn.function_call = self.function_call.clone();
+        turn.refusal = self.refusal.clone();
+        turn.thinking_blocks = self.thinking_blocks.clone();
+        turn
     }
 
     /// A response with the given content and everything else empty; the transport and the
@@ -238,6 +334,7 @@ impl LlmResponse {
         Self {
             content: content.into(),
             thinking: String::new(),
+            thinking_blocks: Vec::new(),
             model: String::new(),
             provider: String::new(),
             source_name: String::new(),
@@ -252,6 +349,8 @@ impl LlmResponse {
             usage_source: UsageSource::Unavailable,
             structured_data: None,
             cached_prompt_tokens: None,
+            cache_write_5m_tokens: None,
+            cache_write_1h_tokens: None,
             model_reported: None,
             reasoning_tokens: None,
             cost: None,
@@ -398,6 +497,8 @@ impl EarlierAsks {
         last.prompt_tokens = total.prompt_tokens;
         last.completion_tokens = total.completion_tokens;
         last.cached_prompt_tokens = total.cached_prompt_tokens;
+        last.cache_write_5m_tokens = total.cache_write_5m_tokens;
+        last.cache_write_1h_tokens = total.cache_write_1h_tokens;
         last.reasoning_tokens = total.reasoning_tokens;
         last.usage_source = total.source;
         // Unknown is not free: one unpriced ask makes the total unknown.
@@ -412,10 +513,7 @@ impl EarlierAsks {
 
 /// The sum of two usages; the source is the less certain of the two.
 fn add_usage(a: Usage, b: Usage) -> Usage {
-    let add = |x: Option<u64>, y: Option<u64>| match (x, y) {
-        (None, None) => None,
-        (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
-    };
+    let add = add_optional;
     let certainty = |s: UsageSource| match s {
         UsageSource::Measured => 2,
         UsageSource::Estimated => 1,
@@ -425,6 +523,8 @@ fn add_usage(a: Usage, b: Usage) -> Usage {
         prompt_tokens: a.prompt_tokens + b.prompt_tokens,
         completion_tokens: a.completion_tokens + b.completion_tokens,
         cached_prompt_tokens: add(a.cached_prompt_tokens, b.cached_prompt_tokens),
+        cache_write_5m_tokens: add(a.cache_write_5m_tokens, b.cache_write_5m_tokens),
+        cache_write_1h_tokens: add(a.cache_write_1h_tokens, b.cache_write_1h_tokens),
         reasoning_tokens: add(a.reasoning_tokens, b.reasoning_tokens),
         source: if certainty(a.source) <= certainty(b.source) {
             a.source

@@ -11,6 +11,7 @@ use crate::config::defaults;
 use crate::config::error::ConfigError;
 use crate::config::keys::{scope, shorthand, source, KeyDef, KeyFamily, KEYS};
 use crate::config::settings::*;
+use crate::provider::Dialect;
 use crate::structured::StructuredMode;
 
 /// The keys set for one scope: its own, and each source's.
@@ -293,6 +294,7 @@ fn build_source(
     let timeout = timeout(at, fields, shorthands, rules)?;
     let (ttft_timeout, inter_token_timeout) = watchdog(at, fields, shorthands, rules, timeout)?;
     let structured_modes = StructuredMode::ALL.map(|m| (m.as_str(), m));
+    let dialects = Dialect::ALL.map(|d| (d.as_str(), d));
     let missing_done = [
         ("retry", MissingDone::Retry),
         ("salvage", MissingDone::Salvage),
@@ -317,6 +319,7 @@ fn build_source(
         trust_env: fields.boolean(&source::TRUST_ENV)?.unwrap_or(true),
         stream: fields.boolean(&source::STREAM)?.unwrap_or(true),
         structured_mode: fields.choice(&source::STRUCTURED_MODE, &structured_modes)?,
+        dialect: fields.choice(&source::DIALECT, &dialects)?,
         pool_idle_timeout: fields
             .secs(&source::POOL_IDLE_TIMEOUT_S)?
             .unwrap_or(secs_default(defaults::POOL_IDLE_TIMEOUT_S)),
