@@ -27,7 +27,6 @@ use crate::structured::StructuredMode;
 /// assert_eq!(registry.get("anthropic").dialect, Dialect::Anthropic);
 /// assert_eq!(registry.get("gemini").dialect, Dialect::Gemini);
 /// assert_eq!(registry.get("deepseek").dialect, Dialect::OpenAi);
-/// assert_eq!(Dialect::parse("anthropic"), Some(Dialect::Anthropic));
 /// assert_eq!(Dialect::Gemini.as_str(), "gemini");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -45,7 +44,7 @@ pub enum Dialect {
 
 impl Dialect {
     /// Every dialect, in the order the configuration documents them.
-    pub const ALL: [Dialect; 3] = [Dialect::OpenAi, Dialect::Anthropic, Dialect::Gemini];
+    pub(crate) const ALL: [Dialect; 3] = [Dialect::OpenAi, Dialect::Anthropic, Dialect::Gemini];
 
     /// The configuration value (`DIALECT`).
     ///
@@ -59,17 +58,6 @@ impl Dialect {
             Dialect::Anthropic => "anthropic",
             Dialect::Gemini => "gemini",
         }
-    }
-
-    /// The dialect a configuration value names, if any.
-    ///
-    /// ```
-    /// use polygateway::provider::Dialect;
-    /// assert_eq!(Dialect::parse("gemini"), Some(Dialect::Gemini));
-    /// assert_eq!(Dialect::parse("bedrock"), None);
-    /// ```
-    pub fn parse(value: &str) -> Option<Dialect> {
-        Dialect::ALL.into_iter().find(|d| d.as_str() == value)
     }
 }
 

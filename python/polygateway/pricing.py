@@ -26,32 +26,44 @@ def _price(name: str, value: Any) -> float:
     return float(value)
 
 
+_OPTIONAL = ("cached_input_per_1m", "cache_write_5m_per_1m", "cache_write_1h_per_1m")
+
+
 @dataclass(frozen=True)
 class ModelPrice:
     """Prices of one model per million tokens; ``cached_input_per_1m`` prices prompt tokens the
-    provider served from its prompt cache (unset: they cost ``input_per_1m``)."""
+    provider served from its prompt cache, ``cache_write_5m_per_1m`` / ``cache_write_1h_per_1m``
+    prompt tokens written to it by lifetime (Anthropic); each unset one costs ``input_per_1m``."""
 
     input_per_1m: float
     output_per_1m: float
     cached_input_per_1m: Optional[float] = None
+    cache_write_5m_per_1m: Optional[float] = None
+    cache_write_1h_per_1m: Optional[float] = None
 
     def __post_init__(self) -> None:
         for name in ("input_per_1m", "output_per_1m"):
             object.__setattr__(self, name, _price(name, getattr(self, name)))
-        if self.cached_input_per_1m is not None:
-            object.__setattr__(self, "cached_input_per_1m",
-                               _price("cached_input_per_1m", self.cached_input_per_1m))
+        for name in _OPTIONAL:
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _price(name, getattr(self, name)))
 
     def cost(self, prompt_tokens: int, completion_tokens: int,
-             cached_prompt_tokens: int = 0) -> float:
-        """The runtime's formula: ``(prompt − cached)·input + cached·cached_input +
-        completion·output``, per million tokens."""
-        cached = min(max(cached_prompt_tokens, 0), prompt_tokens)
-        if self.cached_input_per_1m is None or cached == 0:
-            cached_cost, prompt = 0.0, prompt_tokens
-        else:
-            cached_cost, prompt = cached * self.cached_input_per_1m, prompt_tokens - cached
-        return (prompt * self.input_per_1m + cached_cost
+             cached_prompt_tokens: int = 0, cache_write_5m_tokens: int = 0,
+             cache_write_1h_tokens: int = 0) -> float:
+        """The runtime's formula, per million tokens: ``uncached·input + cached·cached_input +
+        write_5m·cache_write_5m + write_1h·cache_write_1h + completion·output``, where
+        ``prompt_tokens`` counts every prompt token (cached and written included) and the cache
+        counts are clamped, in that order, to what is left of it."""
+        left = max(prompt_tokens, 0)
+        total = 0.0
+        for tokens, price in ((cached_prompt_tokens, self.cached_input_per_1m),
+                              (cache_write_5m_tokens, self.cache_write_5m_per_1m),
+                              (cache_write_1h_tokens, self.cache_write_1h_per_1m)):
+            taken = min(max(tokens or 0, 0), left)
+            left -= taken
+            total += taken * (self.input_per_1m if price is None else price)
+        return (left * self.input_per_1m + total
                 + completion_tokens * self.output_per_1m) / 1e6
 
 
@@ -88,8 +100,9 @@ class PricingTable:
         out: Dict[str, Dict[str, float]] = {}
         for model, p in self.prices.items():
             entry = {"input_per_1m": p.input_per_1m, "output_per_1m": p.output_per_1m}
-            if p.cached_input_per_1m is not None:
-                entry["cached_input_per_1m"] = p.cached_input_per_1m
+            for name in _OPTIONAL:
+                if getattr(p, name) is not None:
+                    entry[name] = getattr(p, name)
             out[model] = entry
         return json.dumps(out, ensure_ascii=False, indent=2)
 
@@ -104,9 +117,11 @@ class PricingTable:
         return self.prices.get(model)
 
     def cost(self, model: str, prompt_tokens: int, completion_tokens: int,
-             cached_prompt_tokens: int = 0) -> Optional[float]:
+             cached_prompt_tokens: int = 0, cache_write_5m_tokens: int = 0,
+             cache_write_1h_tokens: int = 0) -> Optional[float]:
         """What a call cost, ``None`` for a model without prices."""
         price = self.price(model)
         if price is None:
             return None
-        return price.cost(prompt_tokens, completion_tokens, cached_prompt_tokens)
+        return price.cost(prompt_tokens, completion_tokens, cached_prompt_tokens,
+                          cache_write_5m_tokens, cache_write_1h_tokens)

@@ -75,6 +75,33 @@ class LLMResponse:
     # carries it as ``call_group_id``; ``parent_call_id`` is the caller's chain link, as in the
     # original library (``None`` when none was given).
     call_group_id: Optional[str] = None
+    # Native dialects (Anthropic, Gemini): the thinking as blocks with their signatures
+    # (``{"type": "thinking", "thinking", "signature"}`` or ``{"type": "redacted_thinking",
+    # "data"}``), which a tool loop sends back unchanged (``to_message()``), and the prompt tokens
+    # written to the provider's prompt cache by lifetime (``cached_prompt_tokens`` are the reads).
+    thinking_blocks: Tuple[Dict[str, Any], ...] = ()
+    cache_write_5m_tokens: Optional[int] = None
+    cache_write_1h_tokens: Optional[int] = None
+
+    def to_message(self) -> Dict[str, Any]:
+        """The assistant turn this answer makes in a conversation, as a message dict: its text
+        (``None`` when it only called tools), its tool calls, its refusal and its thinking blocks
+        with their signatures. A tool loop appends it before the tool results, and the same loop
+        runs on OpenAI-compatible, Anthropic and Gemini sources (OpenAI chat leaves the thinking
+        blocks out)."""
+        message: Dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            if not self.content:
+                message["content"] = None
+            message["tool_calls"] = [
+                {"id": c.id, "type": c.type, "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        if self.refusal:
+            message["refusal"] = self.refusal
+        if self.thinking_blocks:
+            message["thinking_blocks"] = [dict(b) for b in self.thinking_blocks]
+        return message
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,11 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
         .iter()
         .map(|c| json_to_py(py, &serde_json::to_value(c).unwrap_or_default()))
         .collect::<PyResult<Vec<_>>>()?;
+    let thinking_blocks = r
+        .thinking_blocks
+        .iter()
+        .map(|b| json_to_py(py, &serde_json::to_value(b).unwrap_or_default()))
+        .collect::<PyResult<Vec<_>>>()?;
     let args = PyTuple::new(
         py,
         [
@@ -238,6 +243,9 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
             PyTuple::new(py, other_choices)?.into_any(),
             r.capacity_wait_ms.into_pyobject(py)?.into_any(),
             r.call_group_id.into_pyobject(py)?.into_any(),
+            PyTuple::new(py, thinking_blocks)?.into_any(),
+            r.cache_write_5m_tokens.into_pyobject(py)?.into_any(),
+            r.cache_write_1h_tokens.into_pyobject(py)?.into_any(),
         ],
     )?;
     Ok(class(py, &LLM_RESPONSE, "LLMResponse")?

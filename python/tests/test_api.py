@@ -259,6 +259,21 @@ def test_pricing_table_refuses_bad_prices_naming_the_model(tmp_path):
     assert price.cost(1_000_000, 1_000_000, 400_000) == pytest.approx(1.2 + 0.2 + 8.0)
 
 
+def test_cache_write_prices_by_lifetime_round_trip_and_price_writes(tmp_path):
+    claude = ModelPrice(input_per_1m=3.0, output_per_1m=15.0, cached_input_per_1m=0.3,
+                        cache_write_5m_per_1m=3.75, cache_write_1h_per_1m=6.0)
+    table = PricingTable({"c": claude})
+    assert PricingTable.load(table.save(tmp_path / "p.json")) == table
+    # 10k prompt tokens: 6k read, 2k written for 5 min, 1k for 1 h, 1k plain; 100 out.
+    expected = (1_000 * 3.0 + 6_000 * 0.3 + 2_000 * 3.75 + 1_000 * 6.0 + 100 * 15.0) / 1e6
+    assert table.cost("c", 10_000, 100, 6_000, 2_000, 1_000) == pytest.approx(expected)
+    # Without write prices, writes cost plain input.
+    plain = ModelPrice(input_per_1m=3.0, output_per_1m=15.0)
+    assert plain.cost(10_000, 0, 0, 2_000) == pytest.approx(10_000 * 3.0 / 1e6)
+    with pytest.raises(ValueError, match="cache_write_1h_per_1m"):
+        ModelPrice(input_per_1m=1.0, output_per_1m=1.0, cache_write_1h_per_1m=-2)
+
+
 def test_chat_takes_priority_deadline_and_weight_and_refuses_bad_ones(mock):
     settings = _settings(mock.base_url)
 

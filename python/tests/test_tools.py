@@ -100,3 +100,21 @@ def test_a_structured_call_answered_with_tool_calls_returns_them_as_is(mock):
         assert [c.name for c in r.tool_calls] == ["get_weather"]
         assert json.loads(r.tool_calls[0].arguments) == {"query": "weather?"}
         assert r.finish_reason == "tool_calls"
+
+
+def test_a_tool_loop_appends_the_answer_with_to_message(mock):
+    first = call(mock, ASK, tools=[WEATHER])
+    turn = first.to_message()
+    assert turn["role"] == "assistant" and turn["content"] is None
+    assert [c["function"]["name"] for c in turn["tool_calls"]] == ["get_weather"]
+    # Thinking blocks from a native-dialect source ride on the turn; OpenAI chat leaves them out.
+    turn["thinking_blocks"] = [{"type": "thinking", "thinking": "Look it up.", "signature": "sig"}]
+    history = ASK + [turn, {"role": "tool", "tool_call_id": turn["tool_calls"][0]["id"],
+                            "content": "-3C"}]
+    second = call(mock, history, tools=[WEATHER])
+    sent = mock.request_bodies()[-1]["messages"]
+    assert "thinking_blocks" not in sent[1]
+    assert sent[1]["tool_calls"] == turn["tool_calls"]
+    assert second.content == "tool said: -3C"
+    assert second.to_message() == {"role": "assistant", "content": "tool said: -3C"}
+    assert second.thinking_blocks == () and second.cache_write_5m_tokens is None

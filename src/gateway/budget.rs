@@ -54,7 +54,7 @@ fn estimate(scope: &ScopeSettings, pricing: Option<&Pricing>) -> Option<u64> {
     let mut est = 0.0_f64;
     for s in &scope.sources {
         let price = pricing.price(&s.model)?;
-        let dearest = price.input_per_1m.max(price.output_per_1m);
+        let dearest = price.dearest_per_1m();
         est = est.max(s.effective_est_tokens() as f64 * dearest);
     }
     // Finite and non-negative (prices are checked at load); `as` saturates absurd values.

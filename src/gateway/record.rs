@@ -143,7 +143,11 @@ impl Telemetry {
         row.usage_source = outcome.usage.source.as_str().to_string();
         row.ttft_ms = outcome.ttft_ms;
         row.max_inter_token_ms = outcome.max_inter_token_ms;
-        row.cached_prompt_tokens = outcome.usage.cached_prompt_tokens.map(|n| n as i64);
+        let count = |n: Option<u64>| n.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        row.cached_prompt_tokens = count(outcome.usage.cached_prompt_tokens);
+        row.cache_read_tokens = row.cached_prompt_tokens;
+        row.cache_write_tokens = count(outcome.usage.cache_write_tokens());
+        row.cache_write_1h_tokens = count(outcome.usage.cache_write_1h_tokens);
         row.reasoning_tokens = outcome.usage.reasoning_tokens.map(|n| n as i64);
         row.model_reported = outcome.model_reported.map(str::to_string);
         row.finish_reason = outcome.finish_reason.map(str::to_string);

@@ -2,6 +2,8 @@
 //!
 //! The pricing file is the original library's JSON, so price files carry over:
 //! `{"MiniMax-M3": {"input_per_1m": 2.1, "output_per_1m": 8.4, "cached_input_per_1m": 0.42}}`.
+//! Prompt-cache writes (Anthropic bills them above plain input, by lifetime) have prices of
+//! their own: `cache_write_5m_per_1m`, `cache_write_1h_per_1m`.
 //! This module computes the cost of one real call. A cache hit costs `0.0` — that is the
 //! caller's rule (no call was made), not this module's: do not call [`Pricing::cost`] for hit rows.
 
@@ -20,19 +22,47 @@ use crate::types::{Usage, UsageSource};
 /// let p = Pricing::from_json(r#"{"MiniMax-M3": {"input_per_1m": 2.1, "output_per_1m": 8.4}}"#)?;
 /// assert_eq!(
 ///     p.price("MiniMax-M3"),
-///     Some(&ModelPrice { input_per_1m: 2.1, output_per_1m: 8.4, cached_input_per_1m: None })
+///     Some(&ModelPrice { input_per_1m: 2.1, output_per_1m: 8.4, ..ModelPrice::default() })
 /// );
+/// // Anthropic's prompt caching: reads at a tenth of input, writes above it.
+/// let p = Pricing::from_json(r#"{"claude-sonnet-4-5": {"input_per_1m": 3.0, "output_per_1m": 15.0,
+///     "cached_input_per_1m": 0.3, "cache_write_5m_per_1m": 3.75, "cache_write_1h_per_1m": 6.0}}"#)?;
+/// assert_eq!(p.price("claude-sonnet-4-5").unwrap().cache_write_1h_per_1m, Some(6.0));
 /// # Ok::<(), polygateway::telemetry::PricingError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
 pub struct ModelPrice {
     /// Price of a million prompt tokens.
     pub input_per_1m: f64,
-    /// Price of a million completion tokens.
+    /// Price of a million completion tokens (reasoning included).
     pub output_per_1m: f64,
-    /// Price of a million prompt tokens served from the provider's prompt cache (optional).
+    /// Price of a million prompt tokens read from the provider's prompt cache (optional; absent,
+    /// they are billed at `input_per_1m`).
     #[serde(default)]
     pub cached_input_per_1m: Option<f64>,
+    /// Price of a million prompt tokens written to the prompt cache with a 5-minute lifetime
+    /// (optional; absent, they are billed at `input_per_1m`, with a warning).
+    #[serde(default)]
+    pub cache_write_5m_per_1m: Option<f64>,
+    /// Price of a million prompt tokens written to the prompt cache with a 1-hour lifetime
+    /// (optional; absent, they are billed at `input_per_1m`, with a warning).
+    #[serde(default)]
+    pub cache_write_1h_per_1m: Option<f64>,
+}
+
+impl ModelPrice {
+    /// The highest price per million tokens of any kind: what a budget reserves per estimated
+    /// token, so that no mix of input, output and cache writes costs more than it reserved.
+    pub(crate) fn dearest_per_1m(&self) -> f64 {
+        [
+            self.cached_input_per_1m,
+            self.cache_write_5m_per_1m,
+            self.cache_write_1h_per_1m,
+        ]
+        .into_iter()
+        .flatten()
+        .fold(self.input_per_1m.max(self.output_per_1m), f64::max)
+    }
 }
 
 /// Why a pricing file could not be loaded.
@@ -78,7 +108,10 @@ pub enum PricingError {
 #[derive(Debug, Default)]
 pub struct Pricing {
     prices: HashMap<String, ModelPrice>,
+    /// Models asked for without a price (warned once each).
     warned: Mutex<HashSet<String>>,
+    /// Models whose prompt-cache writes had no price (warned once each).
+    warned_writes: Mutex<HashSet<String>>,
 }
 
 impl Pricing {
@@ -115,14 +148,21 @@ impl Pricing {
         let prices: HashMap<String, ModelPrice> = serde_json::from_str(text)?;
         for (model, p) in &prices {
             let ok = |v: f64| v.is_finite() && v >= 0.0;
-            if !ok(p.input_per_1m) || !ok(p.output_per_1m) || !p.cached_input_per_1m.is_none_or(ok)
+            let optional = [
+                p.cached_input_per_1m,
+                p.cache_write_5m_per_1m,
+                p.cache_write_1h_per_1m,
+            ];
+            if !ok(p.input_per_1m)
+                || !ok(p.output_per_1m)
+                || !optional.into_iter().all(|v| v.is_none_or(ok))
             {
                 return Err(PricingError::InvalidPrice(model.clone()));
             }
         }
         Ok(Self {
             prices,
-            warned: Mutex::new(HashSet::new()),
+            ..Self::default()
         })
     }
 
@@ -139,14 +179,16 @@ impl Pricing {
         self.prices.get(model)
     }
 
-    /// Cost of one real call of `model` with `usage`:
-    /// `(prompt − cached)·input + cached·cached_input + completion·output` per million tokens.
+    /// Cost of one real call of `model` with `usage`, per million tokens:
+    /// `uncached·input + cache_read·cached_input + write_5m·cache_write_5m +
+    /// write_1h·cache_write_1h + completion·output`, where `uncached` is the prompt tokens
+    /// neither read from nor written to the prompt cache.
     ///
     /// - usage `unavailable` → `None` (unknown is not free);
     /// - unknown model → `None`, with one warning per model;
-    /// - the cached price applies only when configured and hits > 0; otherwise every prompt token
-    ///   is billed at the input price;
-    /// - hits above the prompt count are clamped to it, with a warning.
+    /// - a cache price that is not configured bills those tokens at the input price (a cache
+    ///   write without its price warns once per model: the cost is then below the bill);
+    /// - cache reads and writes above the prompt count are clamped to it, with a warning.
     ///
     /// ```
     /// use polygateway::telemetry::Pricing;
@@ -167,6 +209,21 @@ impl Pricing {
     /// // Unknown usage is not free: no cost at all.
     /// let unknown = Usage { source: UsageSource::Unavailable, ..usage };
     /// assert_eq!(pricing.cost("m", &unknown), None);
+    ///
+    /// // Anthropic-style caching: 10k prompt tokens, 8k read from the cache, 1k written for 1 h.
+    /// let claude = Pricing::from_json(r#"{"c": {"input_per_1m": 3.0, "output_per_1m": 15.0,
+    ///     "cached_input_per_1m": 0.3, "cache_write_1h_per_1m": 6.0}}"#)?;
+    /// let usage = Usage {
+    ///     prompt_tokens: 10_000,
+    ///     completion_tokens: 500,
+    ///     cached_prompt_tokens: Some(8_000),
+    ///     cache_write_1h_tokens: Some(1_000),
+    ///     source: UsageSource::Measured,
+    ///     ..Usage::default()
+    /// };
+    /// let cost = claude.cost("c", &usage).unwrap();
+    /// let expected = (1_000.0 * 3.0 + 8_000.0 * 0.3 + 1_000.0 * 6.0 + 500.0 * 15.0) / 1e6;
+    /// assert!((cost - expected).abs() < 1e-12);
     /// # Ok::<(), polygateway::telemetry::PricingError>(())
     /// ```
     pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
@@ -174,7 +231,7 @@ impl Pricing {
             return None;
         }
         let Some(price) = self.prices.get(model) else {
-            self.warn_once(model, || {
+            warn_once(&self.warned, model, || {
                 tracing::warn!(
                     model,
                     "no price for model in the pricing table: cost left NULL"
@@ -182,33 +239,45 @@ impl Pricing {
             });
             return None;
         };
-        let prompt = usage.prompt_tokens as f64;
-        let completion = usage.completion_tokens as f64;
-        let mut cached = usage.cached_prompt_tokens.unwrap_or(0);
-        if cached > usage.prompt_tokens {
+        // Reads first, then 5-minute and 1-hour writes, each clamped to what is left of the
+        // prompt: a count the upstream over-reports can never make the uncached part negative.
+        let mut left = usage.prompt_tokens;
+        let mut take = |n: Option<u64>| {
+            let n = n.unwrap_or(0);
+            let taken = n.min(left);
+            left -= taken;
+            (taken, n > taken)
+        };
+        let (read, read_clamped) = take(usage.cached_prompt_tokens);
+        let (write_5m, w5_clamped) = take(usage.cache_write_5m_tokens);
+        let (write_1h, w1h_clamped) = take(usage.cache_write_1h_tokens);
+        if read_clamped || w5_clamped || w1h_clamped {
             tracing::warn!(
                 model,
-                cached,
                 prompt = usage.prompt_tokens,
-                "cached prompt tokens exceed prompt tokens: clamped"
+                cache_read = usage.cached_prompt_tokens,
+                cache_write_5m = usage.cache_write_5m_tokens,
+                cache_write_1h = usage.cache_write_1h_tokens,
+                "prompt-cache tokens exceed prompt tokens: clamped"
             );
-            cached = usage.prompt_tokens;
         }
-        let cached = cached as f64;
-        let input = match price.cached_input_per_1m {
-            Some(cached_price) if cached > 0.0 => {
-                (prompt - cached) * price.input_per_1m + cached * cached_price
-            }
-            _ => prompt * price.input_per_1m,
-        };
-        Some((input + completion * price.output_per_1m) / 1_000_000.0)
-    }
-
-    fn warn_once(&self, model: &str, warn: impl FnOnce()) {
-        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
-        if warned.insert(model.to_owned()) {
-            warn();
+        let writes_unpriced = (write_5m > 0 && price.cache_write_5m_per_1m.is_none())
+            || (write_1h > 0 && price.cache_write_1h_per_1m.is_none());
+        if writes_unpriced {
+            warn_once(&self.warned_writes, model, || {
+                tracing::warn!(
+                    model,
+                    "prompt-cache writes without a cache-write price: billed at the input price"
+                );
+            });
         }
+        let at =
+            |tokens: u64, per_1m: Option<f64>| tokens as f64 * per_1m.unwrap_or(price.input_per_1m);
+        let input = left as f64 * price.input_per_1m
+            + at(read, price.cached_input_per_1m)
+            + at(write_5m, price.cache_write_5m_per_1m)
+            + at(write_1h, price.cache_write_1h_per_1m);
+        Some((input + usage.completion_tokens as f64 * price.output_per_1m) / 1_000_000.0)
     }
 
     /// Models that were asked for but had no price (each warned once).
@@ -228,6 +297,14 @@ impl Pricing {
         let mut v: Vec<String> = warned.iter().cloned().collect();
         v.sort();
         v
+    }
+}
+
+/// Run `warn` the first time `model` enters `seen`.
+fn warn_once(seen: &Mutex<HashSet<String>>, model: &str, warn: impl FnOnce()) {
+    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    if seen.insert(model.to_owned()) {
+        warn();
     }
 }
 
@@ -277,6 +354,50 @@ mod tests {
         close(
             p.cost("MiniMax-M3", &usage(1000, 200, None)),
             (1000.0 * 2.1 + 200.0 * 8.4) / 1e6,
+        );
+    }
+
+    #[test]
+    fn cache_writes_have_prices_of_their_own_by_lifetime() {
+        let p = Pricing::from_json(
+            r#"{"c": {"input_per_1m": 3.0, "output_per_1m": 15.0, "cached_input_per_1m": 0.3,
+                      "cache_write_5m_per_1m": 3.75, "cache_write_1h_per_1m": 6.0}}"#,
+        )
+        .unwrap();
+        let mut u = usage(10_000, 100, Some(6_000));
+        u.cache_write_5m_tokens = Some(2_000);
+        u.cache_write_1h_tokens = Some(1_000);
+        let expected =
+            (1_000.0 * 3.0 + 6_000.0 * 0.3 + 2_000.0 * 3.75 + 1_000.0 * 6.0 + 100.0 * 15.0) / 1e6;
+        close(p.cost("c", &u), expected);
+    }
+
+    #[test]
+    fn unpriced_cache_writes_bill_at_input_and_are_not_unknown_models() {
+        let p = Pricing::from_json(TABLE).unwrap();
+        let mut u = usage(1000, 200, Some(400));
+        u.cache_write_5m_tokens = Some(100);
+        close(
+            p.cost("MiniMax-M3", &u),
+            (500.0 * 2.1 + 400.0 * 0.42 + 100.0 * 2.1 + 200.0 * 8.4) / 1e6,
+        );
+        assert!(p.unknown_models_seen().is_empty());
+    }
+
+    #[test]
+    fn reads_and_writes_above_the_prompt_are_clamped_in_order() {
+        let p = Pricing::from_json(
+            r#"{"c": {"input_per_1m": 1.0, "output_per_1m": 1.0, "cached_input_per_1m": 0.1,
+                      "cache_write_5m_per_1m": 2.0, "cache_write_1h_per_1m": 4.0}}"#,
+        )
+        .unwrap();
+        let mut u = usage(100, 0, Some(60));
+        u.cache_write_5m_tokens = Some(30);
+        u.cache_write_1h_tokens = Some(50);
+        // 60 read, 30 written for 5 min, the 10 left written for 1 h; nothing at plain input.
+        close(
+            p.cost("c", &u),
+            (60.0 * 0.1 + 30.0 * 2.0 + 10.0 * 4.0) / 1e6,
         );
     }
 

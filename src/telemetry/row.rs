@@ -67,7 +67,8 @@ pub struct TelemetryRow {
     pub error: Option<String>,
     /// Cost, `None` when unknown (no price, usage unavailable); 0.0 on cache hits.
     pub cost: Option<f64>,
-    /// Provider prompt-cache hits, when reported.
+    /// Provider prompt-cache hits, when reported (the original library's column; the same
+    /// count as `cache_read_tokens`).
     pub cached_prompt_tokens: Option<i64>,
     /// The `model` the API reported.
     pub model_reported: Option<String>,
@@ -95,6 +96,14 @@ pub struct TelemetryRow {
     /// The call this row belongs to (attempts, re-asks and a cache hit of one call share it);
     /// `parent_call_id` is the caller's chain link.
     pub call_group_id: Option<String>,
+    /// Prompt tokens read from the provider's prompt cache, when reported (billed at the
+    /// cached-input price).
+    pub cache_read_tokens: Option<i64>,
+    /// Prompt tokens written to the provider's prompt cache, either lifetime, when reported
+    /// (billed at the cache-write prices).
+    pub cache_write_tokens: Option<i64>,
+    /// The part of `cache_write_tokens` written with a 1-hour lifetime.
+    pub cache_write_1h_tokens: Option<i64>,
 }
 
 impl TelemetryRow {
@@ -140,11 +149,14 @@ impl TelemetryRow {
             tool_call_count: None,
             capacity_wait_ms: 0.0,
             call_group_id: None,
+            cache_read_tokens: None,
+            cache_write_tokens: None,
+            cache_write_1h_tokens: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 29] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 32] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -179,6 +191,9 @@ impl TelemetryRow {
             Int(self.tool_call_count),
             Real(Some(self.capacity_wait_ms)),
             s(&self.call_group_id),
+            Int(self.cache_read_tokens),
+            Int(self.cache_write_tokens),
+            Int(self.cache_write_1h_tokens),
         ]
     }
 }

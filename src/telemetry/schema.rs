@@ -97,9 +97,9 @@ const fn col(
 /// assert_eq!(COLUMNS[0].name, "call_id");
 /// assert!(COLUMNS[0].primary_key);
 /// assert_eq!(COLUMNS.iter().filter(|c| c.primary_key).count(), 1);
-/// assert_eq!(COLUMNS.last().unwrap().name, "call_group_id");
+/// assert_eq!(COLUMNS.last().unwrap().name, "cache_write_1h_tokens");
 /// ```
-pub const COLUMNS: [Column; 30] = [
+pub const COLUMNS: [Column; 33] = [
     Column {
         primary_key: true,
         ..col("call_id", "TEXT", "TEXT", "text")
@@ -151,6 +151,9 @@ pub const COLUMNS: [Column; 30] = [
     col("tool_call_count", "INTEGER", "INTEGER", "int8"),
     col("capacity_wait_ms", "DOUBLE PRECISION", "REAL", "float8"),
     col("call_group_id", "TEXT", "TEXT", "text"),
+    col("cache_read_tokens", "INTEGER", "INTEGER", "int8"),
+    col("cache_write_tokens", "INTEGER", "INTEGER", "int8"),
+    col("cache_write_1h_tokens", "INTEGER", "INTEGER", "int8"),
 ];
 
 /// The columns the library INSERTs, in order (every column but `created_at`); the order of
@@ -233,7 +236,7 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
 /// assert!(sql.contains("created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,"));
 /// assert!(sql.contains("meta TEXT NOT NULL DEFAULT '{}',"));
 /// assert!(sql.contains("structured_mode TEXT,\n    finish_reason TEXT,"));
-/// assert!(sql.ends_with("tool_call_count INTEGER,\n    capacity_wait_ms REAL,\n    call_group_id TEXT\n)"));
+/// assert!(sql.ends_with("call_group_id TEXT,\n    cache_read_tokens INTEGER,\n    cache_write_tokens INTEGER,\n    cache_write_1h_tokens INTEGER\n)"));
 /// ```
 pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
     let mut sql = format!("CREATE TABLE IF NOT EXISTS {table} (\n");
@@ -463,10 +466,13 @@ mod tests {
                 "finish_reason",
                 "tool_call_count",
                 "capacity_wait_ms",
-                "call_group_id"
+                "call_group_id",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "cache_write_1h_tokens"
             ]
         );
-        assert_eq!(insert_columns().count(), 29);
+        assert_eq!(insert_columns().count(), 32);
     }
 
     #[test]
@@ -475,7 +481,7 @@ mod tests {
         assert!(pg.starts_with("-- polygateway telemetry table"));
         assert!(pg.contains("call_id TEXT PRIMARY KEY,"));
         assert!(pg.contains("created_at TIMESTAMPTZ NOT NULL DEFAULT now()"));
-        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 11);
+        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 14);
         let lite = telemetry_schema_sql(SchemaBackend::Sqlite);
         assert!(lite
             .contains("-- ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';"));
@@ -525,7 +531,10 @@ mod tests {
                 "finish_reason",
                 "tool_call_count",
                 "capacity_wait_ms",
-                "call_group_id"
+                "call_group_id",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "cache_write_1h_tokens"
             ]
         );
         assert_eq!(present, (0..18).collect::<Vec<_>>());

@@ -57,8 +57,6 @@ impl UsageSource {
 ///     reasoning_tokens: None,
 ///     source: UsageSource::Measured,
 /// };
-/// // Prompt tokens billed at the plain input price: neither read from nor written to a cache.
-/// assert_eq!(usage.uncached_prompt_tokens(), 76);
 /// assert_eq!(usage.cache_write_tokens(), Some(100));
 /// assert_eq!(Usage::default().source, UsageSource::Unavailable);
 /// ```
@@ -108,20 +106,6 @@ impl Usage {
     /// ```
     pub fn cache_write_tokens(&self) -> Option<u64> {
         add_optional(self.cache_write_5m_tokens, self.cache_write_1h_tokens)
-    }
-
-    /// Prompt tokens neither read from nor written to the prompt cache: the ones billed at the
-    /// plain input price.
-    ///
-    /// ```
-    /// use polygateway::Usage;
-    /// let usage = Usage { prompt_tokens: 1_000, cached_prompt_tokens: Some(800), ..Usage::default() };
-    /// assert_eq!(usage.uncached_prompt_tokens(), 200);
-    /// ```
-    pub fn uncached_prompt_tokens(&self) -> u64 {
-        self.prompt_tokens
-            .saturating_sub(self.cached_prompt_tokens.unwrap_or(0))
-            .saturating_sub(self.cache_write_tokens().unwrap_or(0))
     }
 }
 
