@@ -556,8 +556,20 @@ mod tests {
         assert_eq!(
             reg.names(),
             [
-                "deepseek", "glm", "llamacpp", "lmstudio", "minimax", "moonshot", "ollama",
-                "openai", "qwen", "sglang", "tgi", "vllm"
+                "anthropic",
+                "deepseek",
+                "gemini",
+                "glm",
+                "llamacpp",
+                "lmstudio",
+                "minimax",
+                "moonshot",
+                "ollama",
+                "openai",
+                "qwen",
+                "sglang",
+                "tgi",
+                "vllm"
             ]
         );
         assert_eq!(

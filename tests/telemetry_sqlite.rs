@@ -172,7 +172,15 @@ async fn auto_mode_adds_missing_columns_to_an_old_table() {
         upgraded.iter().any(|c| c == "structured_mode"),
         "{upgraded:?}"
     );
-    assert_eq!(upgraded.last().unwrap(), "call_group_id");
+    assert!(
+        upgraded.iter().any(|c| c == "call_group_id"),
+        "{upgraded:?}"
+    );
+    assert!(
+        upgraded.iter().any(|c| c == "cache_read_tokens"),
+        "{upgraded:?}"
+    );
+    assert_eq!(upgraded.last().unwrap(), "cache_write_1h_tokens");
     let tenant: String = Connection::open(&path)
         .unwrap()
         .query_row("SELECT tenant_id FROM llm_calls", [], |r| r.get(0))
