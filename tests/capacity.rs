@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use polygateway::policy::PacerSignal;
-use polygateway::testkit::capacity::{run_scenario, CapacityReport, Scenario};
+use polygateway::testkit::capacity::{run_cold_start, run_scenario, CapacityReport, Scenario};
 use polygateway::testkit::mock_capacity::Regime;
 
 const RUN: Duration = Duration::from_secs(4);
@@ -94,4 +94,24 @@ async fn queueing_upstream_keeps_its_queue_short() {
             .any(|s| s.pacer_signal == PacerSignal::Queueing),
         "{why}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_makes_no_call_wait_for_the_pacer() {
+    // 256 callers at once at a fresh gateway whose upstream answers in 500 ms whatever the
+    // concurrency: the default (open) pacer has seen no strain, so no call waits for a slot.
+    let service = Duration::from_millis(500);
+    let window = Duration::from_secs(3);
+    let open = run_cold_start(256, service, window, "adaptive")
+        .await
+        .unwrap();
+    println!("{}", open.json());
+    assert_eq!(open.errors, 0, "{}", open.json());
+    assert!(open.calls >= 256, "{}", open.json());
+    assert_eq!(open.pacer_waits, 0, "{}", open.json());
+    // The original library's AIMD pacer (start 8) on the same cold start does make calls wait:
+    // what the assertion above rules out is what a learning pacer costs.
+    let aimd = run_cold_start(256, service, window, "aimd").await.unwrap();
+    println!("{}", aimd.json());
+    assert!(aimd.pacer_waits > 0, "{}", aimd.json());
 }

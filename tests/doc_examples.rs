@@ -449,7 +449,9 @@ fn the_public_surface_stays_within_its_ceiling() {
 /// +8 for the canonical call model of the native dialects (issue #45): `ThinkingBlock` (+`text`),
 /// `LlmResponse::to_message`, `Usage::cache_write_tokens`, `provider::Dialect` (+`as_str`),
 /// `ProviderProfile::with_dialect`, `SourceSettings::effective_dialect`.
-const ROOT_CEILING: usize = 509;
+/// +3 for the cold-start benchmark (issue #48): `testkit::capacity::{run_cold_start,
+/// ColdStartReport}` and its `json`.
+const ROOT_CEILING: usize = 512;
 /// Public items of `polygateway-actors` (actors/src/) allowed by the surface check; 207 with the
 /// capacity-wait metric's name and its reason vocabulary (issue #37); 208 with the priority
 /// classes of waiting calls (issue #30: `policy::wait_queue::Priority`, its `ALL` and `as_str`).
@@ -460,8 +462,9 @@ const ROOT_CEILING: usize = 509;
 /// 223 measured with both parts of issue #30 on main (the two counts above were taken on
 /// branches that each lacked the other's items). 225 with the batch reserve across processes
 /// (issue #30: `policy::reserve::BatchReserve` with `new` and `limits`, and
-/// `ScopeConfig::batch_reserve`).
-const ACTORS_CEILING: usize = 225;
+/// `ScopeConfig::batch_reserve`). 226 with the open start of the adaptive pacer (issue #48:
+/// `AdaptivePacer::{open, is_open}`, the constant `ADAPTIVE_START` gone).
+const ACTORS_CEILING: usize = 226;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

@@ -449,8 +449,8 @@ pub(crate) mod scope {
         name: "PACER__START",
         family: Scope,
         value: Positive,
-        doc: "the pacer's starting limit",
-        default: "adaptive 16, aimd 8",
+        doc: "the pacer's starting limit (adaptive: slow start from it instead of starting open)",
+        default: "adaptive open (the ceiling, or none, until the first sign of strain), aimd 8",
     };
     pub(crate) const PACER_CEILING: KeyDef = KeyDef {
         name: "PACER__CEILING",

@@ -412,6 +412,139 @@ pub async fn run_scenario(
     })
 }
 
+/// What a cold start measured: `callers` arriving at once at a fresh gateway whose one source
+/// answers in a constant time whatever the concurrency (an upstream that is never strained),
+/// over the first seconds. [`ColdStartReport::json`] is the benchmark's output line.
+///
+/// ```
+/// use polygateway::testkit::capacity::ColdStartReport;
+/// let r = ColdStartReport { pacer: "adaptive".into(), calls_per_s: 190.0, p50_ms: 1302.0,
+///     p99_ms: 1390.0, calls: 1900, errors: 0, pacer_waits: 0, pacer_signal: "none" };
+/// assert_eq!(r.json()["pacer"], "adaptive");
+/// assert_eq!(r.json()["pacer_waits"], 0);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ColdStartReport {
+    /// `{SCOPE}__PACER` of the run.
+    pub pacer: String,
+    /// Successful calls per second over the window.
+    pub calls_per_s: f64,
+    /// Median call time of the calls that ended in the window.
+    pub p50_ms: f64,
+    /// 99th percentile of the same.
+    pub p99_ms: f64,
+    /// Successful calls.
+    pub calls: u64,
+    /// Failed calls.
+    pub errors: u64,
+    /// Calls whose answer says they waited for a pacer slot (`capacity_wait_ms` > 0 with no
+    /// gate, cooldown or 429 in this scenario).
+    pub pacer_waits: u64,
+    /// The source's pacer at the end: its last signal (`none` when it never saw strain).
+    pub pacer_signal: &'static str,
+}
+
+impl ColdStartReport {
+    /// The JSON line.
+    ///
+    /// ```
+    /// # use polygateway::testkit::capacity::ColdStartReport;
+    /// # let r = ColdStartReport { pacer: "off".into(), calls_per_s: 190.0, p50_ms: 1302.0,
+    /// #     p99_ms: 1390.0, calls: 1900, errors: 0, pacer_waits: 0, pacer_signal: "none" };
+    /// assert_eq!(r.json()["scenario"], "cold_start");
+    /// ```
+    pub fn json(&self) -> Value {
+        let round = |x: f64| (x * 1000.0).round() / 1000.0;
+        json!({
+            "scenario": "cold_start",
+            "pacer": self.pacer,
+            "calls_per_s": round(self.calls_per_s),
+            "p50_ms": round(self.p50_ms),
+            "p99_ms": round(self.p99_ms),
+            "calls": self.calls,
+            "errors": self.errors,
+            "pacer_waits": self.pacer_waits,
+            "pacer_signal": self.pacer_signal,
+        })
+    }
+}
+
+/// `callers` arrive at once at a fresh gateway (one source, `{SCOPE}__PACER=pacer`) whose
+/// upstream answers in `service` whatever the concurrency; measured over `window` from the
+/// first call (docs/behaviour.md §5.2: a pacer that has seen no strain makes no call wait).
+///
+/// # Errors
+/// When the gateway cannot be built.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), polygateway::GatewayError> {
+/// use std::time::Duration;
+/// use polygateway::testkit::capacity::run_cold_start;
+/// let on = run_cold_start(256, Duration::from_millis(1300), Duration::from_secs(10), "adaptive").await?;
+/// let off = run_cold_start(256, Duration::from_millis(1300), Duration::from_secs(10), "off").await?;
+/// println!("{}\n{}", on.json(), off.json());
+/// # Ok(()) }
+/// ```
+pub async fn run_cold_start(
+    callers: usize,
+    service: Duration,
+    window: Duration,
+    pacer: &str,
+) -> Result<ColdStartReport, GatewayError> {
+    let mock = CapacityMock::start(Regime::Unlimited { service }).await;
+    let mut env = mock_env();
+    env.insert("LLM__OPENAI__1__BASE_URL".into(), mock.base_url());
+    env.insert("LLM__OPENAI__1__API_KEY".into(), "sk-test".into());
+    env.insert("LLM__OPENAI__1__MODEL".into(), "test-model".into());
+    env.insert("LLM__OPENAI__1__TIMEOUT_S".into(), "60".into());
+    env.insert("LLM__PACER".into(), pacer.to_string());
+    let settings = Settings::from_map(&env).map_err(|e| GatewayError::Config(e.to_string()))?;
+    let gateway = Arc::new(Gateway::from_settings(settings, "LLM").await?);
+    let waits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (gw, counted) = (Arc::clone(&gateway), Arc::clone(&waits));
+    let calls = drive(callers, window, move || {
+        let (gw, counted) = (Arc::clone(&gw), Arc::clone(&counted));
+        async move {
+            let answer = gw
+                .chat(vec![Message::user("hi")])
+                .await
+                .map_err(|e| e.to_string())?;
+            if answer.capacity_wait_ms > 0.0 {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(())
+        }
+    })
+    .await;
+    let pacer_signal = gateway
+        .sources("LLM")
+        .await?
+        .first()
+        .map_or("none", |s| s.pacer_signal.as_str());
+    if let Ok(gateway) = Arc::try_unwrap(gateway) {
+        gateway.shutdown().await;
+    }
+    // The callers' last calls end after the window: only the calls that ended in it count.
+    let secs = window.as_secs_f64();
+    let mut took: Vec<f64> = calls
+        .done_at
+        .iter()
+        .zip(&calls.took)
+        .filter(|(done, _)| **done <= secs)
+        .map(|(_, took)| took * 1e3)
+        .collect();
+    Ok(ColdStartReport {
+        pacer: pacer.to_string(),
+        calls_per_s: took.len() as f64 / secs,
+        p50_ms: percentile(&mut took, 0.5),
+        p99_ms: percentile(&mut took, 0.99),
+        calls: calls.done_at.len() as u64,
+        errors: calls.errors,
+        pacer_waits: waits.load(std::sync::atomic::Ordering::Relaxed),
+        pacer_signal,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,9 +1,16 @@
-//! The default pacer (`PACER=adaptive`): TCP-style slow start, then additive increase with a
-//! Little's-law decrease on pushback (429 or rate-limit headers) and on queueing (latency above
-//! its baseline, in the spirit of Vegas / Gradient2).
+//! The default pacer (`PACER=adaptive`): open until the first sign of strain, then additive
+//! increase with a Little's-law decrease on pushback (429 or rate-limit headers) and on queueing
+//! (latency above its baseline, in the spirit of Vegas / Gradient2).
 //!
 //! Why each part:
-//! - **Slow start** (+2 per success, so the limit triples every round trip) keeps the cold-start
+//! - **Open start** ([`AdaptivePacer::open`], the default): until the source shows strain, its
+//!   limit is the configured ceiling, or none, so no call waits for a pacer that has learned
+//!   nothing yet. Slow start from 16 needed five round trips to admit 256 callers — minutes of
+//!   queueing after every deploy when a round trip is a 5–30 s LLM call — against an upstream
+//!   that was never strained. The first signal closes it: the cut starts from what was really
+//!   in flight (the peak of the current and the previous round), not from the open limit, so it
+//!   lands where the source was when it pushed back.
+//! - **Slow start** (with `PACER__START`) (+2 per success, so the limit triples every round trip) keeps the cold-start
 //!   protection of a small start without the cost: 16 → 500 takes about three round trips, not
 //!   hours. Tripling rather than TCP's doubling because a round trip here is a whole LLM call
 //!   (seconds): the overshoot it risks is undone by the first signal's cut within a few rounds.
@@ -32,14 +39,6 @@ use crate::outcome::AttemptVerdict;
 
 use super::pacer::{Pacer, PacerObservation, PacerSignal, RateLimitHint};
 
-/// Default starting limit of [`AdaptivePacer`].
-///
-/// ```
-/// use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
-/// use polygateway_actors::policy::pacer::Pacer;
-/// assert_eq!(AdaptivePacer::new(ADAPTIVE_START, 0).limit(), 16);
-/// ```
-pub const ADAPTIVE_START: u32 = 16;
 /// Limit added per success during slow start (the limit triples per round trip).
 const SLOW_START_GAIN: f64 = 2.0;
 
@@ -91,6 +90,12 @@ const QUOTA_LOW_SHARE: f64 = 0.1;
 pub struct AdaptivePacer {
     limit: f64,
     ceiling: f64,
+    /// No sign of strain yet: the limit is the ceiling, and the in-flight peak stands in for it
+    /// when the first signal arrives.
+    open: bool,
+    /// The most attempts in flight reported in the previous round (the current round's is in
+    /// `round`).
+    previous_peak: u32,
     slow_start: bool,
     round: Option<Round>,
     /// Mean latency of the last complete round with successes.
@@ -124,6 +129,8 @@ impl AdaptivePacer {
         Self {
             limit: f64::from(start.max(1)).min(ceiling),
             ceiling,
+            open: false,
+            previous_peak: 0,
             slow_start: true,
             round: None,
             recent: None,
@@ -134,6 +141,52 @@ impl AdaptivePacer {
             no_cut_until: None,
             signal: PacerSignal::None,
         }
+    }
+
+    /// A pacer that starts open: its limit is `ceiling` (0 = none) until the source shows strain
+    /// — a 429, nearly spent rate-limit headers, latency rising over its baseline — and the
+    /// first such signal cuts it from the number of attempts actually in flight. The default
+    /// when `PACER__START` is not set.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
+    /// use polygateway_actors::policy::pacer::{Pacer, PacerObservation};
+    /// use polygateway_actors::AttemptVerdict;
+    ///
+    /// let mut p = AdaptivePacer::open(0);
+    /// assert_eq!(p.limit(), u32::MAX); // nothing waits for it
+    /// assert!(p.is_open());
+    /// let t0 = Instant::now();
+    /// // 300 calls in flight, then the upstream refuses one: the cut starts from the 300.
+    /// p.observe(&PacerObservation {
+    ///     latency: Duration::from_millis(800),
+    ///     in_flight: 300,
+    ///     ..PacerObservation::new(AttemptVerdict::Success, t0)
+    /// });
+    /// p.observe(&PacerObservation {
+    ///     in_flight: 300,
+    ///     ..PacerObservation::new(AttemptVerdict::RateLimited, t0 + Duration::from_millis(5))
+    /// });
+    /// assert!(!p.is_open());
+    /// assert!((150..=285).contains(&p.limit()), "{}", p.limit());
+    /// // With a ceiling, open means the ceiling.
+    /// assert_eq!(AdaptivePacer::open(64).limit(), 64);
+    /// ```
+    pub fn open(ceiling: u32) -> Self {
+        let mut pacer = Self::new(u32::MAX, ceiling);
+        pacer.open = true;
+        pacer
+    }
+
+    /// `true` until the first sign of strain of a pacer that started [open](Self::open).
+    ///
+    /// ```
+    /// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
+    /// assert!(!AdaptivePacer::new(8, 0).is_open());
+    /// ```
+    pub fn is_open(&self) -> bool {
+        self.open
     }
 
     /// The ceiling, `None` when there is none.
@@ -166,17 +219,27 @@ impl AdaptivePacer {
         self.baseline.value()
     }
 
-    fn close_round_if_due(&mut self, now: Instant, latency_hint: Duration) {
-        let length = self
-            .recent
-            .unwrap_or(latency_hint)
-            .clamp(MIN_ROUND, MAX_ROUND);
-        let round = self.round.get_or_insert_with(|| Round::starting(now));
+    fn close_round_if_due(&mut self, now: Instant, success_latency: Option<Duration>) {
+        // A round is one recent latency long, fixed when it starts. Before any round closed,
+        // the first success's latency sets it: under a cold burst the first answers are the
+        // unqueued ones, and a length that followed later, queued answers would stretch the
+        // first round over the whole queue and take the queue for the baseline. (A refusal's
+        // latency says nothing about the round trip.)
+        let recent = self.recent;
+        let round = self
+            .round
+            .get_or_insert_with(|| Round::starting(now, recent));
+        if round.length.is_none() {
+            round.length = success_latency.map(|l| l.clamp(MIN_ROUND, MAX_ROUND));
+        }
+        let Some(length) = round.length else { return };
         let elapsed = now.saturating_duration_since(round.start);
         if elapsed < length {
             return;
         }
-        let done = std::mem::replace(round, Round::starting(now));
+        let next = round.mean().or(recent);
+        let done = std::mem::replace(round, Round::starting(now, next));
+        self.previous_peak = done.peak_in_flight;
         self.success_rate = f64::from(done.successes) / elapsed.as_secs_f64();
         let Some(mean) = done.mean() else { return };
         self.recent = Some(mean);
@@ -204,11 +267,28 @@ impl AdaptivePacer {
 
     /// One round from `now`.
     fn round_from(&self, now: Instant) -> Instant {
-        now + self.recent.unwrap_or(MIN_ROUND).clamp(MIN_ROUND, MAX_ROUND)
+        // Before any round closed, the first round's length (its first success's latency)
+        // is the best guess: answers to attempts sent before a cut keep arriving for that long.
+        let length = self
+            .recent
+            .or_else(|| self.round.as_ref().and_then(|r| r.length))
+            .unwrap_or(MIN_ROUND);
+        now + length.clamp(MIN_ROUND, MAX_ROUND)
     }
 
     /// Cut towards `target`, keeping at most `keep` of the limit.
     fn cut(&mut self, signal: PacerSignal, target: f64, keep: f64, now: Instant) {
+        if self.open {
+            // The open limit was never in use: what was in flight is where the source stood
+            // when it pushed back, and the cut is relative to that.
+            self.open = false;
+            let in_use = self
+                .round
+                .as_ref()
+                .map_or(0, |r| r.peak_in_flight)
+                .max(self.previous_peak);
+            self.limit = f64::from(in_use).clamp(1.0, self.ceiling);
+        }
         self.signal = signal;
         self.slow_start = false;
         if self.no_cut_until.is_some_and(|t| now < t) {
@@ -269,7 +349,11 @@ impl Pacer for AdaptivePacer {
 
     fn observe(&mut self, attempt: &PacerObservation) {
         let now = attempt.now;
-        self.close_round_if_due(now, attempt.latency);
+        let success = attempt.verdict == AttemptVerdict::Success;
+        self.close_round_if_due(now, success.then_some(attempt.latency));
+        if let Some(round) = &mut self.round {
+            round.peak_in_flight = round.peak_in_flight.max(attempt.in_flight);
+        }
         if let Some(hint) = &attempt.rate_limit {
             self.read_headers(hint, now);
         }
@@ -307,16 +391,23 @@ impl Pacer for AdaptivePacer {
 #[derive(Debug, Clone)]
 struct Round {
     start: Instant,
+    /// How long the round lasts: one recent latency, decided when it starts (or by its first
+    /// success, before any round closed).
+    length: Option<Duration>,
     successes: u32,
     latency_sum: Duration,
+    /// The most attempts in flight any observation of the round reported.
+    peak_in_flight: u32,
 }
 
 impl Round {
-    fn starting(start: Instant) -> Self {
+    fn starting(start: Instant, length: Option<Duration>) -> Self {
         Self {
             start,
+            length: length.map(|l| l.clamp(MIN_ROUND, MAX_ROUND)),
             successes: 0,
             latency_sum: Duration::ZERO,
+            peak_in_flight: 0,
         }
     }
 
@@ -365,6 +456,8 @@ mod tests {
     struct Sim {
         pacer: AdaptivePacer,
         now: Instant,
+        /// Callers: at most this many attempts are in flight, whatever the limit.
+        demand: u32,
     }
 
     impl Sim {
@@ -372,12 +465,22 @@ mod tests {
             Self {
                 pacer: AdaptivePacer::new(start, ceiling),
                 now: Instant::now(),
+                demand: u32::MAX,
             }
         }
 
-        /// One round: `answer(limit)` gives the latency, the verdicts and optional headers.
+        /// An open pacer under `demand` callers.
+        fn open(ceiling: u32, demand: u32) -> Self {
+            Self {
+                pacer: AdaptivePacer::open(ceiling),
+                now: Instant::now(),
+                demand,
+            }
+        }
+
+        /// One round: `answer(in flight)` gives the latency, the verdicts and optional headers.
         fn round(&mut self, answer: &Upstream) -> u32 {
-            let limit = self.pacer.limit();
+            let limit = self.pacer.limit().min(self.demand);
             let (latency, ok, refused, hint) = answer(limit);
             let n = ok + refused;
             let step = latency / n.max(1);
@@ -398,7 +501,7 @@ mod tests {
                         MS
                     },
                     // Demand fills every slot the pacer opens, as in a batch job.
-                    in_flight: self.pacer.limit(),
+                    in_flight: self.pacer.limit().min(self.demand),
                     retry_after: (verdict == AttemptVerdict::RateLimited)
                         .then_some(Duration::from_secs(1)),
                     rate_limit: hint,
@@ -416,6 +519,68 @@ mod tests {
             let latency = service.mul_f64((f64::from(limit) / f64::from(slots)).max(1.0));
             (latency, limit, 0, None)
         })
+    }
+
+    /// A FIFO server as a cold burst meets it: in the first round only the first `slots`
+    /// answers come back, at the bare service time; from then on every answer has waited its
+    /// turn (`queueing`).
+    fn cold_queueing(slots: u32, service: Duration) -> Box<Upstream> {
+        let first = std::cell::Cell::new(true);
+        let warm = queueing(slots, service);
+        Box::new(move |limit| {
+            if first.replace(false) {
+                (service, limit.min(slots), 0, None)
+            } else {
+                warm(limit)
+            }
+        })
+    }
+
+    #[test]
+    fn an_open_pacer_never_holds_calls_back_from_an_unstrained_upstream() {
+        // 256 callers against a constant 1.3 s upstream: nothing waits for the pacer.
+        let mut sim = Sim::open(0, 256);
+        for _ in 0..20 {
+            assert_eq!(sim.round(&|l| (1300 * MS, l, 0, None)), u32::MAX);
+        }
+        assert!(sim.pacer.is_open());
+        assert_eq!(sim.pacer.last_signal(), PacerSignal::None);
+        // Under a configured ceiling it is open up to the ceiling.
+        let mut sim = Sim::open(100, 256);
+        assert_eq!(sim.round(&|l| (1300 * MS, l, 0, None)), 100);
+    }
+
+    #[test]
+    fn an_open_pacer_closes_on_a_queue_and_holds_it_short() {
+        let mut sim = Sim::open(0, 512);
+        let upstream = cold_queueing(64, 200 * MS);
+        let mut limits = Vec::new();
+        for _ in 0..200 {
+            limits.push(sim.round(&upstream));
+        }
+        assert!(!sim.pacer.is_open());
+        assert_eq!(sim.pacer.last_signal(), PacerSignal::Queueing);
+        let late = &limits[100..];
+        let (lo, hi) = (late.iter().min().unwrap(), late.iter().max().unwrap());
+        // The same band as from slow start: every slot busy, at most half the slots waiting.
+        assert!(*lo >= 60 && *hi <= 96, "{lo}..{hi}: {late:?}");
+        // The first cut started from the 512 in flight, not from the open limit.
+        let first_cut = limits.iter().find(|l| **l < u32::MAX).unwrap();
+        assert!((256..=486).contains(first_cut), "{limits:?}");
+    }
+
+    #[test]
+    fn an_open_pacer_finds_a_rate_limit_with_and_without_headers() {
+        for (headers, max_refused) in [(true, 0.02), (false, 0.05)] {
+            let mut sim = Sim::open(0, 1024);
+            let (goodput, refused) = steady_state(&mut sim, &rate_limited(1000, headers));
+            assert!(goodput >= 0.9, "headers {headers}: goodput {goodput}");
+            assert!(
+                refused <= max_refused,
+                "headers {headers}: refused share {refused}"
+            );
+            assert!(!sim.pacer.is_open());
+        }
     }
 
     #[test]

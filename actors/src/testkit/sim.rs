@@ -337,6 +337,11 @@ struct PacerBook {
     judged: bool,
     /// The limit after the previous observation.
     last: Option<u32>,
+    /// The pacer started open (`AdaptivePacer::open`) and has not cut yet: its first cut starts
+    /// from what was in flight, not from its limit.
+    open: bool,
+    /// The most attempts in flight any observation reported while the pacer was open.
+    open_peak: u32,
 }
 
 /// A timer's payload.
@@ -738,13 +743,34 @@ impl State {
             }
         }
         let book = &mut self.pacer[source];
+        if book.open {
+            book.open_peak = book.open_peak.max(attempt.in_flight);
+        }
         if let Some(last) = book.last.replace(limit) {
-            // Published limits are whole numbers: a cut of exactly one half may floor below it.
-            let floor = (f64::from(last) * DEEPEST_CUT).floor() as u32;
-            if limit < floor.max(1) || limit > last + STEEPEST_RISE {
-                problems.push(format!(
-                    "s{source} pacer moved from {last} to {limit} in one observation (band: ×{DEEPEST_CUT} to +{STEEPEST_RISE})"
-                ));
+            if book.open {
+                // An open pacer holds its limit until its first cut, which starts from what was
+                // in flight: it lands at or below the most that ever was (plus the growth step
+                // the success that closed the round may add in the same observation).
+                if limit < last {
+                    book.open = false;
+                    if limit > book.open_peak.max(1).saturating_add(STEEPEST_RISE) {
+                        problems.push(format!(
+                            "s{source} open pacer's first cut went to {limit}, above the {} ever in flight",
+                            book.open_peak
+                        ));
+                    }
+                } else if limit > last {
+                    problems.push(format!("s{source} open pacer grew from {last} to {limit}"));
+                }
+            } else {
+                // Published limits are whole numbers: a cut of exactly one half may floor below
+                // it.
+                let floor = (f64::from(last) * DEEPEST_CUT).floor() as u32;
+                if limit < floor.max(1) || limit > last.saturating_add(STEEPEST_RISE) {
+                    problems.push(format!(
+                        "s{source} pacer moved from {last} to {limit} in one observation (band: ×{DEEPEST_CUT} to +{STEEPEST_RISE})"
+                    ));
+                }
             }
         }
         for p in problems {
@@ -848,6 +874,7 @@ impl World {
         let horizon: Ms = u64::from(calls) * rng.random_range(20..=400);
         let mut faults = Vec::new();
         let mut specs = Vec::new();
+        let mut opens = Vec::new();
         for _ in 0..n {
             let fault_rate = [0.0, 0.05, 0.3, 0.8][rng.random_range(0..4usize)];
             let dead = rng.random_bool(0.25).then(|| {
@@ -879,10 +906,17 @@ impl World {
                 },
                 tpm: 0,
             };
-            // The production default (adaptive) or AIMD, from a small start so the pacer is the
-            // obstacle now and then.
+            // The production default (adaptive, open until the first sign of strain), adaptive
+            // from a small start (`PACER__START`) so the pacer is the obstacle now and then, or
+            // AIMD.
             let start = rng.random_range(1..=8u32);
-            let pacer: PacerFactory = if rng.random_bool(0.7) {
+            let kind = rng.random_range(0..10u32);
+            opens.push(kind < 3);
+            let pacer: PacerFactory = if kind < 3 {
+                Arc::new(move |l: &Limits| {
+                    Box::new(AdaptivePacer::open(l.max_concurrency)) as Box<dyn Pacer>
+                })
+            } else if kind < 7 {
                 Arc::new(move |l: &Limits| {
                     Box::new(AdaptivePacer::new(start, l.max_concurrency)) as Box<dyn Pacer>
                 })
@@ -942,7 +976,7 @@ impl World {
                 ..CallBook::new(seed.wrapping_mul(31).wrapping_add(c as u64), streaming, n)
             });
         }
-        let state = State::new(
+        let mut state = State::new(
             rng,
             faults,
             attempt_timeout,
@@ -950,6 +984,9 @@ impl World {
             books,
             keep_trace,
         );
+        for (book, open) in state.pacer.iter_mut().zip(opens) {
+            book.open = open;
+        }
         let picker = (
             Box::new(LeastInflight) as Box<dyn Selector>,
             SmallRng::seed_from_u64(seed ^ 0x5e1e_c702),
@@ -976,6 +1013,8 @@ impl World {
         for (index, (breaker, limits, pacer)) in specs.into_iter().enumerate() {
             let name: Arc<str> = format!("s{index}").into();
             let initial = pacer(&limits).limit();
+            // The first observation is judged against the limit the pacer started with.
+            lock(&state).pacer[index].last = Some(initial);
             let shared = Arc::new(SourceShared::new(
                 index,
                 Arc::clone(&name),

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use polygateway_actors::policy::adaptive_pacer::{AdaptivePacer, ADAPTIVE_START};
+use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
 use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
 use polygateway_actors::policy::reserve::BatchReserve;
 use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
@@ -156,10 +156,12 @@ fn pacer_factory(settings: PacerSettings) -> PacerFactory {
                     (Some(c), m) => c.min(m),
                     (None, m) => m,
                 };
-                Box::new(AdaptivePacer::new(
-                    settings.start.unwrap_or(ADAPTIVE_START),
-                    ceiling,
-                ))
+                // Open until the source shows strain, unless a start was configured (then slow
+                // start from it, as before the open start existed).
+                Box::new(match settings.start {
+                    Some(start) => AdaptivePacer::new(start, ceiling),
+                    None => AdaptivePacer::open(ceiling),
+                })
             }
             PacerMode::Aimd => Box::new(AimdPacer::with_bounds(
                 settings.start.map_or(AIMD_START, f64::from),
