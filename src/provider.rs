@@ -404,8 +404,9 @@ impl ProviderRegistry {
     }
 
     /// The built-in entries: the hosted APIs `openai`, `deepseek`, `qwen`, `minimax`, `glm`,
-    /// `moonshot`, and the self-hosted servers `vllm`, `sglang`, `llamacpp`, `ollama`, `lmstudio`,
-    /// `tgi` (each checked against its server's documentation: docs/behaviour.md §7.2).
+    /// `moonshot`, the native dialects `anthropic` and `gemini`, and the self-hosted servers
+    /// `vllm`, `sglang`, `llamacpp`, `ollama`, `lmstudio`, `tgi` (each checked against its
+    /// server's documentation: docs/behaviour.md §7.2).
     ///
     /// ```
     /// use polygateway::provider::{ProviderRegistry, ThinkingForm};
@@ -414,8 +415,8 @@ impl ProviderRegistry {
     /// assert_eq!(
     ///     reg.names(),
     ///     [
-    ///         "deepseek", "glm", "llamacpp", "lmstudio", "minimax", "moonshot", "ollama",
-    ///         "openai", "qwen", "sglang", "tgi", "vllm"
+    ///         "anthropic", "deepseek", "gemini", "glm", "llamacpp", "lmstudio", "minimax",
+    ///         "moonshot", "ollama", "openai", "qwen", "sglang", "tgi", "vllm"
     ///     ]
     /// );
     /// assert_eq!(reg.get("glm").thinking, ThinkingForm::DeepSeek);
