@@ -1,6 +1,6 @@
 //! A mock of Anthropic's Messages API (`POST /v1/messages`), written from Anthropic's API
 //! reference rather than from this crate's translation: it checks a request as the API does
-//! (`x-api-key`, `anthropic-version`, a required `max_tokens`, alternating roles, every
+//! (the key as `x-api-key` or a bearer token, `anthropic-version`, a required `max_tokens`, alternating roles, every
 //! `tool_result` answering a `tool_use` of the turn before, thinking blocks sent back with the
 //! signature it gave them, a tool call of a thinking turn preceded by its thinking) and refuses
 //! with the API's error shape and status; it answers with the API's message and its event
@@ -277,7 +277,10 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: S
         }
         _ => {}
     }
-    if header("x-api-key").as_deref() != Some(MOCK_ANTHROPIC_KEY) {
+    // The API takes the key as `x-api-key` or, as the official SDKs now send it, as a bearer
+    // token.
+    let bearer = header("authorization").and_then(|a| a.strip_prefix("Bearer ").map(str::to_owned));
+    if header("x-api-key").or(bearer).as_deref() != Some(MOCK_ANTHROPIC_KEY) {
         return error(401, "authentication_error", "invalid x-api-key");
     }
     if header("anthropic-version").is_none() {
