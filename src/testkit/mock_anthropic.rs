@@ -27,6 +27,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// The API key the mock accepts.
+///
+/// ```
+/// use polygateway::testkit::mock_anthropic::MOCK_ANTHROPIC_KEY;
+/// assert!(MOCK_ANTHROPIC_KEY.starts_with("sk-ant-"));
+/// ```
 pub const MOCK_ANTHROPIC_KEY: &str = "sk-ant-mock";
 
 /// How the mock answers the requests that pass its checks.
@@ -125,6 +130,14 @@ impl Drop for MockAnthropic {
 
 impl MockAnthropic {
     /// A healthy mock on a free loopback port.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
+    /// assert!(mock.requests().is_empty());
+    /// # }
+    /// ```
     pub async fn start() -> Self {
         let listener = TcpListener::bind(("127.0.0.1", 0))
             .await
@@ -156,6 +169,15 @@ impl MockAnthropic {
     }
 
     /// The base URL a source names (`…/v1`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
+    /// // LLM__ANTHROPIC__1__BASE_URL
+    /// assert!(mock.base_url().ends_with("/v1"));
+    /// # }
+    /// ```
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
@@ -201,6 +223,20 @@ impl MockAnthropic {
     }
 
     /// Every request received so far, in order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mock = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
+    /// let _ = reqwest::Client::new()
+    ///     .post(format!("{}/messages", mock.base_url()))
+    ///     .body("{}")
+    ///     .send()
+    ///     .await;
+    /// // Recorded even when refused (here: no key).
+    /// assert_eq!(mock.requests().len(), 1);
+    /// # }
+    /// ```
     pub fn requests(&self) -> Vec<AnthropicRequest> {
         lock(&self.shared.requests).clone()
     }

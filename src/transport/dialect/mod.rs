@@ -1,4 +1,4 @@
-//! The wire dialects of chat sources behind the one chat transport (docs/behaviour.md §7.3).
+//! The wire dialects of chat sources behind the one chat transport (docs/behaviour.md §7.5).
 //!
 //! `transport::chat::ChatTransport` owns HTTP, the watchdog, SSE framing, the assembly of an
 //! answer and its end-of-stream verdicts; a dialect owns what differs between APIs: the

@@ -1,4 +1,4 @@
-//! Anthropic's Messages API (`POST {base_url}/messages`, docs/behaviour.md §7.3): `x-api-key`,
+//! Anthropic's Messages API (`POST {base_url}/messages`, docs/behaviour.md §7.5): `x-api-key`,
 //! `anthropic-version`, an optional `anthropic-beta`; the request body ([`request`]), the answer
 //! and its stream ([`response`]), the `anthropic-ratelimit-*` headers (here).
 //!

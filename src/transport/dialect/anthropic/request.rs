@@ -1,4 +1,4 @@
-//! The Messages API request body from the canonical call (docs/behaviour.md §7.3).
+//! The Messages API request body from the canonical call (docs/behaviour.md §7.5).
 //!
 //! The canonical conversation is OpenAI-shaped; Anthropic's differs in ways that each need a
 //! rule here: the system prompt is a top-level list of blocks, tool results are `tool_result`

@@ -1,4 +1,4 @@
-//! Anthropic's answers as the assembly's frames (docs/behaviour.md §7.3): the streamed events
+//! Anthropic's answers as the assembly's frames (docs/behaviour.md §7.5): the streamed events
 //! (`message_start`, `content_block_start` / `_delta` / `_stop`, `message_delta`,
 //! `message_stop`, `ping`, `error`) one at a time, and a whole non-streamed message.
 //!
