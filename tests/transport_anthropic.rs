@@ -173,9 +173,14 @@ async fn cache_breakpoints_reach_the_api_and_cache_usage_is_priced() {
             "cache_write_5m_per_1m": 3.75, "cache_write_1h_per_1m": 6.0}}"#,
     )
     .unwrap();
+    let db = dir.path().join("telemetry.sqlite");
     let gw = gateway(env(
         &[&mock],
-        &[("PGW_PRICING_PATH", prices.to_str().unwrap())],
+        &[
+            ("PGW_PRICING_PATH", prices.to_str().unwrap()),
+            ("PGW_TELEMETRY_BACKEND", "sqlite"),
+            ("PGW_TELEMETRY_SQLITE_PATH", db.to_str().unwrap()),
+        ],
     ))
     .await;
     let long = "The rules of the game. ".repeat(200);
@@ -217,6 +222,40 @@ async fn cache_breakpoints_reach_the_api_and_cache_usage_is_priced() {
         "{second:?}"
     );
     gw.shutdown().await;
+
+    // The rows: the cache columns and the cost each answer reported.
+    type Row = (i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>, f64);
+    let rows: Vec<Row> = rusqlite::Connection::open(&db)
+        .unwrap()
+        .prepare(
+            "SELECT prompt_tokens, cached_prompt_tokens, cache_read_tokens, cache_write_tokens, \
+             cache_write_1h_tokens, cost FROM llm_calls ORDER BY rowid",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let w = written as i64;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let (p1, p2) = (first.prompt_tokens as i64, second.prompt_tokens as i64);
+    assert_eq!(
+        rows[0],
+        (p1, Some(0), Some(0), Some(w), Some(w), first.cost.unwrap())
+    );
+    assert_eq!(
+        rows[1],
+        (p2, Some(w), Some(w), Some(0), Some(0), second.cost.unwrap())
+    );
 }
 
 #[tokio::test]
