@@ -13,6 +13,10 @@
 //! cargo run --release --features testkit --example stream_ab -- [--calls N] [--rounds R] [--source-limit L]
 //! ```
 //!
+//! The same answer also comes as Anthropic's event stream (`message_start`, four `text_delta`s,
+//! `message_delta` with usage, `message_stop`) to a native Anthropic source of scope `CLAUDE`:
+//! the `anthropic_*` rows measure that path beside the OpenAI rows, in the same run.
+//!
 //! 64 callers, memory governance, no telemetry, no cache. `--source-limit` is the source's
 //! `MAX_CONCURRENCY` (default 512: the adaptive pacer, warmed first, is the only bound; 32: a
 //! pacer-bound scope, where calls wait in the waiting room). Each round runs `chat()` streamed,
@@ -28,7 +32,7 @@ use std::time::Instant;
 
 use axum::routing::post;
 use futures::StreamExt;
-use polygateway::{CallOptions, ChatEvent, Gateway, Message};
+use polygateway::{CallOptions, ChatEvent, ChatHandle, Gateway, Message};
 use process_cpu::process_cpu_s;
 use serde_json::json;
 
@@ -54,6 +58,38 @@ fn fixed_stream() -> String {
     body + "data: [DONE]\n\n"
 }
 
+/// The same answer as Anthropic streams it.
+fn fixed_anthropic_stream() -> String {
+    let event = |name: &str, data: serde_json::Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut body = event(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_ab", "type": "message",
+            "role": "assistant", "model": "ab-model", "content": [], "stop_reason": null,
+            "stop_sequence": null, "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+    );
+    body += &event(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    );
+    for piece in ["a sh", "ort ", "answ", "er"] {
+        body += &event(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": piece}}),
+        );
+    }
+    body += &event(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    );
+    body += &event(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+            "usage": {"output_tokens": 4}}),
+    );
+    body + &event("message_stop", json!({"type": "message_stop"}))
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Api {
     /// `chat_with(…, stream(true))`: streamed upstream, one answer.
@@ -62,7 +98,18 @@ enum Api {
     ChatStream,
 }
 
-async fn one_call(gw: &Gateway, api: Api) {
+/// Who a round calls: the gateway's default scope (the OpenAI source) or a scope's handle.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    Gateway(&'a Gateway),
+    Scope(&'a ChatHandle),
+}
+
+async fn one_call(target: Target<'_>, api: Api) {
+    let gw = match target {
+        Target::Gateway(gw) => gw,
+        Target::Scope(scope) => return one_scope_call(scope, api).await,
+    };
     let hi = vec![Message::user("hi")];
     match api {
         Api::Chat => {
@@ -81,11 +128,27 @@ async fn one_call(gw: &Gateway, api: Api) {
     }
 }
 
+async fn one_scope_call(scope: &ChatHandle, api: Api) {
+    let hi = vec![Message::user("hi")];
+    match api {
+        Api::Chat => {
+            scope
+                .chat_with(hi, CallOptions::new().stream(true))
+                .await
+                .expect("the fixed upstream always answers");
+        }
+        Api::ChatStream => {
+            let events: Vec<_> = scope.chat_stream(hi, CallOptions::new()).collect().await;
+            assert!(matches!(events.last(), Some(Ok(ChatEvent::Done(_)))));
+        }
+    }
+}
+
 /// `calls` calls by [`CALLERS`] concurrent callers: (calls per second, CPU µs per call).
-async fn measure(gw: &Gateway, api: Api, calls: usize) -> (f64, Option<f64>) {
+async fn measure(target: Target<'_>, api: Api, calls: usize) -> (f64, Option<f64>) {
     let (cpu0, t0) = (process_cpu_s(), Instant::now());
     futures::stream::iter(0..calls)
-        .for_each_concurrent(CALLERS, |_| one_call(gw, api))
+        .for_each_concurrent(CALLERS, |_| one_call(target, api))
         .await;
     let rate = calls as f64 / t0.elapsed().as_secs_f64();
     let cpu = match (cpu0, process_cpu_s()) {
@@ -117,25 +180,39 @@ async fn main() {
         }
     }
     let body = fixed_stream();
-    let app = axum::Router::new().route(
-        "/v1/chat/completions",
-        post(move || {
-            let body = body.clone();
-            async move { ([("content-type", "text/event-stream")], body) }
-        }),
-    );
+    let anthropic_body = fixed_anthropic_stream();
+    let app = axum::Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(move || {
+                let body = body.clone();
+                async move { ([("content-type", "text/event-stream")], body) }
+            }),
+        )
+        .route(
+            "/v1/messages",
+            post(move || {
+                let body = anthropic_body.clone();
+                async move { ([("content-type", "text/event-stream")], body) }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     // The testkit's governance (memory limiter and breaker, no telemetry, no cache): the same
     // helper and the same settings in every build this example is compiled against.
     let source_limit_value = source_limit.to_string();
+    let base = format!("http://{upstream}/v1");
     let settings = polygateway::testkit::mock_settings(
-        &[("LLM", &format!("http://{upstream}/v1"))],
+        &[("LLM", &base), ("CLAUDE", &base)],
         &[
             ("LLM__OPENAI__1__MAX_CONCURRENCY", &source_limit_value),
             ("LLM__GLOBAL__MAX_CONCURRENCY", "1024"),
             ("LLM__GLOBAL__RPM", "100000000"),
+            ("CLAUDE__OPENAI__1__DIALECT", "anthropic"),
+            ("CLAUDE__OPENAI__1__MAX_CONCURRENCY", &source_limit_value),
+            ("CLAUDE__GLOBAL__MAX_CONCURRENCY", "1024"),
+            ("CLAUDE__GLOBAL__RPM", "100000000"),
         ],
     );
     let gw = Gateway::builder(settings)
@@ -143,19 +220,41 @@ async fn main() {
         .build()
         .await
         .expect("gateway");
-    // Warm the pacer up to what the source allows, so rounds measure the steady state.
+    let claude = gw.chat_scope("CLAUDE").expect("the Anthropic scope");
+    // Warm the pacers up to what the sources allow, so rounds measure the steady state.
     let ceiling = source_limit.min(CALLERS) as u32;
-    for _ in 0..50 {
-        measure(&gw, Api::Chat, 2_000).await;
-        if gw.sources("LLM").await.unwrap()[0].pacer_limit >= ceiling {
-            break;
+    for (scope, target) in [
+        ("LLM", Target::Gateway(&gw)),
+        ("CLAUDE", Target::Scope(&claude)),
+    ] {
+        for _ in 0..50 {
+            measure(target, Api::Chat, 2_000).await;
+            if gw.sources(scope).await.unwrap()[0].pacer_limit >= ceiling {
+                break;
+            }
         }
     }
+    let rows = [
+        ("chat", "LLM", Target::Gateway(&gw), Api::Chat),
+        ("chat_stream", "LLM", Target::Gateway(&gw), Api::ChatStream),
+        (
+            "anthropic_chat",
+            "CLAUDE",
+            Target::Scope(&claude),
+            Api::Chat,
+        ),
+        (
+            "anthropic_chat_stream",
+            "CLAUDE",
+            Target::Scope(&claude),
+            Api::ChatStream,
+        ),
+    ];
     let mut per_api: BTreeMap<&str, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for round in 1..=rounds {
-        for (name, api) in [("chat", Api::Chat), ("chat_stream", Api::ChatStream)] {
-            let (rate, cpu) = measure(&gw, api, calls).await;
-            let pacer_limit = gw.sources("LLM").await.unwrap()[0].pacer_limit;
+        for (name, scope, target, api) in rows {
+            let (rate, cpu) = measure(target, api, calls).await;
+            let pacer_limit = gw.sources(scope).await.unwrap()[0].pacer_limit;
             println!(
                 "{}",
                 json!({"round": round, "api": name, "calls": calls, "callers": CALLERS,

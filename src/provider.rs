@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::structured::StructuredMode;
 
 /// The wire protocol a chat source speaks: which API its requests and answers follow. Each
-/// dialect is a codec behind the one chat transport (docs/behaviour.md §7.3); the governance
+/// dialect is a codec behind the one chat transport (docs/behaviour.md §7.5); the governance
 /// stack above it sees only the canonical call model (messages, `LlmResponse`, `Usage`).
 ///
 /// ```

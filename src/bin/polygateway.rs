@@ -149,7 +149,7 @@ enum Command {
         #[command(subcommand)]
         action: KeyAction,
     },
-    /// Run the built-in mock upstreams (OpenAI-compatible and MonkeyOCR) until killed, printing
+    /// Run the built-in mock upstreams (OpenAI-compatible, Anthropic and MonkeyOCR) until killed, printing
     /// their base URLs; for trying `serve` and for its end-to-end tests.
     #[cfg(feature = "testkit")]
     Mock {
@@ -654,7 +654,9 @@ async fn mock(ttft_ms: u64, inter_token_ms: u64, chunks: usize) -> Result<ExitCo
     })
     .await;
     let ocr = MockOcr::start(OcrFault::None).await;
+    let anthropic = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
     println!("LLM_BASE_URL={}", llm.base_url());
+    println!("ANTHROPIC_BASE_URL={}", anthropic.base_url());
     println!("OCR_BASE_URL={}", ocr.base_url());
     use std::io::Write;
     let _ = std::io::stdout().flush();

@@ -89,7 +89,9 @@ pub(crate) fn refuses_mode(error: &TransportError, sent: StructuredMode) -> bool
         return false;
     }
     let body = error.body_text.to_ascii_lowercase();
-    body.contains("response_format") || body.contains(sent.as_str())
+    // Anthropic carries the schema mode as a forced tool, which it refuses beside extended
+    // thinking ("… when tool_choice forces tool use").
+    body.contains("response_format") || body.contains(sent.as_str()) || body.contains("tool_choice")
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 pub mod capacity;
 pub mod demo;
 mod doc_setup;
+pub mod mock_anthropic;
 pub mod mock_capacity;
 pub mod mock_llm;
 pub mod mock_ocr;

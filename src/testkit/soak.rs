@@ -1,7 +1,9 @@
 //! The fault-mix soak: the main job's engine, shared by `examples/soak.rs` and a bounded test.
 //!
 //! Starts one mock upstream per source — three healthy ones and the seeds' fault mix (bad key,
-//! black hole, slow, 429 with Retry-After, 90 % transient failures) — builds a gateway over them on
+//! black hole, slow, 429 with Retry-After, 90 % transient failures), and three native Anthropic
+//! sources in the same scope (one healthy, one answering `529 overloaded_error`, one cutting its
+//! streams with an `error` event after content) — builds a gateway over them on
 //! embedded defaults (memory governance, SQLite telemetry when a path is given), runs the calls at
 //! the requested concurrency and reports success, where attempts went, breaker openings, latency,
 //! throughput and whether every counter came back to zero. Traffic goes to 127.0.0.1 only; the
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
+use super::mock_anthropic::{AnthropicFault, MockAnthropic, MOCK_ANTHROPIC_KEY};
 use super::mock_llm::{Behaviour, MockUpstream};
 use crate::config::Settings;
 use crate::{CallOptions, Gateway, GatewayError, Message, SourceSnapshot};
@@ -50,8 +53,14 @@ pub struct SoakConfig {
 /// One source of the mix.
 struct MixSource {
     name: &'static str,
-    behaviour: Behaviour,
+    upstream: Upstream,
     healthy: bool,
+}
+
+/// The mock behind a source of the mix, in the dialect the source speaks.
+enum Upstream {
+    OpenAi(Behaviour),
+    Anthropic(AnthropicFault),
 }
 
 fn fault_mix(seed: u64) -> Vec<MixSource> {
@@ -63,7 +72,12 @@ fn fault_mix(seed: u64) -> Vec<MixSource> {
     };
     let source = |name, behaviour, healthy| MixSource {
         name,
-        behaviour,
+        upstream: Upstream::OpenAi(behaviour),
+        healthy,
+    };
+    let claude = |name, fault, healthy| MixSource {
+        name,
+        upstream: Upstream::Anthropic(fault),
         healthy,
     };
     vec![
@@ -96,6 +110,9 @@ fn fault_mix(seed: u64) -> Vec<MixSource> {
             },
             false,
         ),
+        claude("claudeok", AnthropicFault::None, true),
+        claude("claudebusy", AnthropicFault::Overloaded, false),
+        claude("claudecut", AnthropicFault::ErrorEventAfterContent, false),
     ]
 }
 
@@ -425,17 +442,29 @@ pub async fn run_soak(config: &SoakConfig) -> Result<SoakReport, GatewayError> {
             env.insert("PGW_TELEMETRY_BACKEND".into(), "none".into());
         }
     }
-    let mut mocks = Vec::new();
+    let (mut mocks, mut claude_mocks) = (Vec::new(), Vec::new());
     for source in &mix {
-        let mock = MockUpstream::start(source.behaviour.clone()).await;
         let p = format!("LLM__{}__1", source.name.to_uppercase());
-        env.insert(format!("{p}__BASE_URL"), mock.base_url());
-        env.insert(format!("{p}__API_KEY"), format!("sk-soak-{}", source.name));
+        match &source.upstream {
+            Upstream::OpenAi(behaviour) => {
+                let mock = MockUpstream::start(behaviour.clone()).await;
+                env.insert(format!("{p}__BASE_URL"), mock.base_url());
+                env.insert(format!("{p}__API_KEY"), format!("sk-soak-{}", source.name));
+                mocks.push(mock);
+            }
+            Upstream::Anthropic(fault) => {
+                let mock = MockAnthropic::start().await;
+                mock.set_fault(fault.clone());
+                env.insert(format!("{p}__BASE_URL"), mock.base_url());
+                env.insert(format!("{p}__API_KEY"), MOCK_ANTHROPIC_KEY.into());
+                env.insert(format!("{p}__DIALECT"), "anthropic".into());
+                claude_mocks.push(mock);
+            }
+        }
         env.insert(format!("{p}__MODEL"), format!("mock-{}", source.name));
         env.insert(format!("{p}__TIMEOUT_S"), "10".into());
         env.insert(format!("{p}__TTFT_TIMEOUT_S"), "1".into());
         env.insert(format!("{p}__INTER_TOKEN_TIMEOUT_S"), "0.5".into());
-        mocks.push(mock);
     }
     let settings = Settings::from_map(&env).map_err(|e| GatewayError::Config(e.to_string()))?;
     let gw = Gateway::from_settings(settings, "LLM").await?;
@@ -499,6 +528,7 @@ pub async fn run_soak(config: &SoakConfig) -> Result<SoakReport, GatewayError> {
     for mock in mocks {
         mock.shutdown().await;
     }
+    drop(claude_mocks);
     Ok(SoakReport {
         calls: config.calls,
         succeeded: outcomes.iter().filter(|(o, _)| o.is_ok()).count(),

@@ -17,14 +17,17 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::assembly::Assembly;
-use super::http::{classify_reqwest, classify_response, parse_rate_limit, JsonEndpoint};
+use super::dialect::anthropic;
+use super::http::{
+    classify_reqwest, classify_response, parse_rate_limit, Credentials, JsonEndpoint,
+};
 use super::pool::SourcePool;
 use super::sse::{FrameTooLarge, SseEvent, SseParser};
 use super::watchdog::{now, StallLimits, Watchdog};
 use super::wire::{decode_chunk, decode_completion, WireUsage};
 use crate::config::{MissingDone, SourceSettings};
 use crate::error::TransportError;
-use crate::provider::ProviderProfile;
+use crate::provider::{Dialect, ProviderProfile};
 use crate::structured::source_mode::{refuses_mode, SourceMode};
 use crate::structured::{SchemaRequest, StructuredMode};
 use crate::types::{LlmResponse, Message, ToolCallDelta, UsageSource};
@@ -155,6 +158,8 @@ impl ChatWireRequest {
 pub struct ChatTransport {
     settings: SourceSettings,
     profile: ProviderProfile,
+    /// The wire protocol of this source (`DIALECT`, else the provider's).
+    dialect: Dialect,
     endpoint: JsonEndpoint,
     /// The structured mode typed calls are sent in, shared with snapshots and telemetry.
     mode: Arc<SourceMode>,
@@ -166,6 +171,7 @@ impl std::fmt::Debug for ChatTransport {
             .field("source", &self.settings.name)
             .field("url", &self.endpoint.url())
             .field("provider", &self.profile.name)
+            .field("dialect", &self.dialect)
             .finish_non_exhaustive()
     }
 }
@@ -227,11 +233,24 @@ impl ChatTransport {
     }
 
     fn with_pool(settings: SourceSettings, profile: ProviderProfile, pool: SourcePool) -> Self {
-        let endpoint = JsonEndpoint::new(&settings, pool, "chat/completions");
+        let dialect = settings.effective_dialect(&profile);
+        let endpoint = match dialect {
+            Dialect::Anthropic => JsonEndpoint::with_credentials(
+                &settings,
+                pool,
+                "messages",
+                Credentials {
+                    key_header: Some("x-api-key"),
+                    fixed: &[("anthropic-version", anthropic::VERSION)],
+                },
+            ),
+            _ => JsonEndpoint::new(&settings, pool, "chat/completions"),
+        };
         let mode = SourceMode::new(&settings.name, settings.effective_structured_mode(&profile));
         Self {
             settings,
             profile,
+            dialect,
             endpoint,
             mode: Arc::new(mode),
         }
@@ -352,18 +371,77 @@ impl ChatTransport {
             .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))
     }
 
+    /// What one attempt sends in this source's dialect: the body (a typed call's schema in
+    /// `mode`) and, for Anthropic, the `anthropic-beta` header and the forced answer tool.
+    fn outgoing(
+        &self,
+        request: &ChatWireRequest,
+        mode: StructuredMode,
+    ) -> Result<Outgoing, TransportError> {
+        if self.dialect != Dialect::Anthropic {
+            return Ok(Outgoing {
+                body: self.body(request, mode)?,
+                beta: None,
+                forced_tool: None,
+            });
+        }
+        let mut params = self.settings.extra_body.clone();
+        params.extend(request.overlay.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(rf) = &request.response_format {
+            params.insert("response_format".into(), rf.clone());
+        }
+        for key in PROTECTED_KEYS {
+            params.remove(key);
+        }
+        let (messages, structured) = match &request.schema {
+            Some(schema) => {
+                // JSON-object mode has no Anthropic equivalent: its prompt is what remains.
+                let (messages, _) = schema.for_mode(mode, &request.messages);
+                (messages, Some((schema.as_ref(), mode)))
+            }
+            None => (
+                std::borrow::Cow::Borrowed(request.messages.as_slice()),
+                None,
+            ),
+        };
+        let built = anthropic::request::build(
+            &self.settings.model,
+            &messages,
+            params,
+            self.streams(request),
+            structured,
+            self.settings.enable_thinking,
+        )?;
+        Ok(Outgoing {
+            body: built.body,
+            beta: built.beta,
+            forced_tool: built.forced_tool,
+        })
+    }
+
     /// Whether an attempt streams: the call can refuse streaming, and so can the source
     /// (`STREAM=false`, for servers that do not stream or stream badly).
     fn streams(&self, request: &ChatWireRequest) -> bool {
         request.stream && self.settings.stream
     }
 
-    fn post(&self, body: Vec<u8>, stream: bool) -> Result<reqwest::RequestBuilder, TransportError> {
-        let mut rb = self.endpoint.post_json(body)?;
+    fn post(&self, out: Outgoing, stream: bool) -> Result<reqwest::RequestBuilder, TransportError> {
+        let mut rb = self.endpoint.post_json(out.body)?;
         if stream {
             rb = rb.header(ACCEPT, "text/event-stream");
         }
+        if let Some(beta) = out.beta {
+            rb = rb.header("anthropic-beta", beta);
+        }
         Ok(rb)
+    }
+
+    /// How this source's dialect states its rate limits in an answer's headers.
+    fn rate_limit_reader(&self) -> fn(&reqwest::header::HeaderMap) -> Option<RateLimitHint> {
+        match self.dialect {
+            Dialect::Anthropic => anthropic::rate_limit,
+            _ => parse_rate_limit,
+        }
     }
 
     async fn send_streaming(
@@ -373,7 +451,10 @@ impl ChatTransport {
         sink: Option<&EventSink<ChatDelta>>,
     ) -> Result<LlmResponse, TransportError> {
         let mut wd = Watchdog::start(StallLimits::from_settings(&self.settings));
-        let rb = self.post(self.body(request, mode)?, true)?;
+        let out = self.outgoing(request, mode)?;
+        let mut native = (self.dialect == Dialect::Anthropic)
+            .then(|| anthropic::response::StreamState::new(out.forced_tool.clone()));
+        let rb = self.post(out, true)?;
         let resp = wd
             .guard(self.endpoint.send(rb))
             .await?
@@ -381,7 +462,7 @@ impl ChatTransport {
         if !resp.status().is_success() {
             return Err(classify_response(resp, wd.clock().total_deadline()).await);
         }
-        let rate_limit = parse_rate_limit(resp.headers());
+        let rate_limit = self.rate_limit_reader()(resp.headers());
         let mut stream = resp.bytes_stream();
         let mut parser = SseParser::new();
         let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
@@ -415,20 +496,37 @@ impl ChatTransport {
                     }
                     SseEvent::Data(d) => d,
                 };
-                if acc.apply(decode_chunk(&data)?, &mut deltas) {
+                let frame = match &mut native {
+                    None => Some(decode_chunk(&data)?),
+                    Some(state) => {
+                        let fed = state.feed(&data)?;
+                        if let Some(error) = fed.error {
+                            // The source gave up mid-answer: judged like a stream cut here.
+                            ending = StreamEnd::ErrorEvent(error);
+                            break;
+                        }
+                        done = fed.done;
+                        fed.frame
+                    }
+                };
+                if frame.is_some_and(|frame| acc.apply(frame, &mut deltas)) {
                     wd.on_token();
                 }
                 emit_all(&wd, sink, &mut deltas).await?;
+                if done {
+                    break;
+                }
             }
-            if eof {
+            if eof || matches!(ending, StreamEnd::ErrorEvent(_)) {
                 break;
             }
         }
         acc.finish(&mut deltas);
         emit_all(&wd, sink, &mut deltas).await?;
         let clock = wd.clock();
-        let usage_source = self.stream_verdict(&acc, done, ending)?;
+        let usage_source = self.stream_verdict(&acc, done, &ending)?;
         let mut resp = self.response(acc, usage_source);
+        resp.thinking_blocks = native.map(|s| s.into_thinking()).unwrap_or_default();
         resp.truncated = !done;
         resp.rate_limit = rate_limit;
         resp.latency_ms = ms_since(clock.start());
@@ -443,9 +541,14 @@ impl ChatTransport {
         &self,
         acc: &Assembly,
         done: bool,
-        ending: StreamEnd,
+        ending: &StreamEnd,
     ) -> Result<UsageSource, TransportError> {
-        let transient = |m: String| Err(TransportError::transient(SourceReason::NetworkError, m));
+        let reason = match ending {
+            // The source itself reported a failure: reachable but failing.
+            StreamEnd::ErrorEvent(_) => SourceReason::ServerError,
+            _ => SourceReason::NetworkError,
+        };
+        let transient = |m: String| Err(TransportError::transient(reason, m));
         let chars = acc.content_chars();
         match (done, acc.has_answer()) {
             (true, false) => {
@@ -458,6 +561,9 @@ impl ChatTransport {
                 StreamEnd::ConnectionClosed => {
                     "early_eof: connection closed before any content".into()
                 }
+                StreamEnd::ErrorEvent(e) => {
+                    format!("the stream's error event before any content: {e}")
+                }
             }),
             (false, true) => match self.settings.missing_done {
                 MissingDone::Retry => transient(match ending {
@@ -467,6 +573,9 @@ impl ChatTransport {
                     StreamEnd::ConnectionClosed => format!(
                         "truncated stream: connection closed after {chars} chars of content, \
                          without [DONE]"
+                    ),
+                    StreamEnd::ErrorEvent(e) => format!(
+                        "truncated stream: an error event after {chars} chars of content: {e}"
                     ),
                 }),
                 MissingDone::Salvage => Ok(if acc.usage.is_some() {
@@ -486,14 +595,21 @@ impl ChatTransport {
     ) -> Result<LlmResponse, TransportError> {
         // A non-streaming answer arrives whole: only the total deadline applies.
         let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
+        let out = self.outgoing(request, mode)?;
+        let forced_tool = out.forced_tool.clone();
         let (bytes, rate_limit) = wd
-            .whole_body(
-                self.endpoint
-                    .send(self.post(self.body(request, mode)?, false)?),
+            .whole_body_with(
+                self.endpoint.send(self.post(out, false)?),
+                self.rate_limit_reader(),
             )
             .await?;
         let body = String::from_utf8_lossy(&bytes);
-        let frame = decode_completion(&body)?;
+        let (frame, thinking_blocks) = match self.dialect {
+            Dialect::Anthropic => {
+                anthropic::response::decode_message(&body, forced_tool.as_deref())?
+            }
+            _ => (decode_completion(&body)?, Vec::new()),
+        };
         let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
         let mut deltas = Vec::new();
         acc.apply(frame, &mut deltas);
@@ -504,6 +620,7 @@ impl ChatTransport {
         emit_all(&wd, sink, &mut deltas).await?;
         let usage_source = measured_or_unavailable(acc.usage);
         let mut resp = self.response(acc, usage_source);
+        resp.thinking_blocks = thinking_blocks;
         resp.rate_limit = rate_limit;
         resp.latency_ms = ms_since(wd.clock().start());
         Ok(resp)
@@ -539,8 +656,9 @@ impl ChatTransport {
 fn nothing_said(acc: &Assembly, what: &str) -> Result<(), TransportError> {
     match acc.finish_reason() {
         Some("length") => Ok(()),
-        Some("content_filter") => Err(TransportError::rejected(format!(
-            "content_filter: {what} was withheld by the provider's content filter"
+        // Anthropic's `refusal`: its classifiers declined the request, as a filter does.
+        Some(reason @ ("content_filter" | "refusal")) => Err(TransportError::rejected(format!(
+            "{reason}: {what} was withheld by the provider's content filter"
         ))),
         _ => Err(TransportError::transient(
             SourceReason::NetworkError,
@@ -555,13 +673,24 @@ fn frame_too_large(e: FrameTooLarge) -> TransportError {
     TransportError::transient(SourceReason::NetworkError, format!("malformed stream: {e}"))
 }
 
-/// How a stream without `[DONE]` ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a stream without its end marker (`[DONE]`, Anthropic's `message_stop`) ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum StreamEnd {
     /// The body ended properly (final chunk received).
     Clean,
     /// The connection dropped mid-body.
     ConnectionClosed,
+    /// The source sent an `error` event (Anthropic) and stopped: its type and message.
+    ErrorEvent(String),
+}
+
+/// One attempt's request in the source's dialect.
+struct Outgoing {
+    body: Vec<u8>,
+    /// Anthropic's `anthropic-beta` header.
+    beta: Option<String>,
+    /// A typed call's answer tool (Anthropic): its input is the answer's text.
+    forced_tool: Option<String>,
 }
 
 fn measured_or_unavailable(usage: Option<WireUsage>) -> UsageSource {

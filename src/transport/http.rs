@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use polygateway_actors::policy::pacer::RateLimitHint;
 use polygateway_actors::{FailureClass, SourceReason};
-use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
@@ -271,17 +271,52 @@ pub(crate) fn classify_reqwest(err: &reqwest::Error) -> TransportError {
     TransportError::transient(reason, message)
 }
 
-/// The `Authorization: Bearer …` header of a source, marked sensitive; `None` for an empty key
-/// (keyless services). A key that cannot be an HTTP header value makes the source unable to serve
-/// anything: SourceDead, with a message that does not echo the key.
-fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, TransportError> {
+/// How a source's key is sent: `Authorization: Bearer …` (OpenAI and most others), or under a
+/// header of the API's own (Anthropic's `x-api-key`, Gemini's `x-goog-api-key`), with the fixed
+/// headers the API requires beside it (Anthropic's `anthropic-version`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Credentials {
+    /// The key's header; `None` = `Authorization: Bearer`.
+    pub(crate) key_header: Option<&'static str>,
+    /// Headers every request carries.
+    pub(crate) fixed: &'static [(&'static str, &'static str)],
+}
+
+/// The credential headers of a source, the key marked sensitive; none for an empty key
+/// (keyless services) besides the fixed ones. A key that cannot be an HTTP header value makes
+/// the source unable to serve anything: SourceDead, with a message that does not echo the key.
+fn auth_headers(
+    settings: &SourceSettings,
+    credentials: Credentials,
+) -> Result<Vec<(HeaderName, HeaderValue)>, TransportError> {
+    let mut headers: Vec<(HeaderName, HeaderValue)> = credentials
+        .fixed
+        .iter()
+        .map(|(name, value)| {
+            (
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            )
+        })
+        .collect();
     if settings.api_key.is_empty() {
-        return Ok(None);
+        return Ok(headers);
     }
-    match HeaderValue::from_str(&format!("Bearer {}", settings.api_key.expose())) {
+    let (name, value) = match credentials.key_header {
+        None => (
+            reqwest::header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {}", settings.api_key.expose())),
+        ),
+        Some(name) => (
+            HeaderName::from_static(name),
+            HeaderValue::from_str(settings.api_key.expose()),
+        ),
+    };
+    match value {
         Ok(mut v) => {
             v.set_sensitive(true);
-            Ok(Some(v))
+            headers.push((name, v));
+            Ok(headers)
         }
         Err(_) => Err(TransportError::new(
             FailureClass::SourceDead,
@@ -303,7 +338,7 @@ pub(crate) struct JsonEndpoint {
     /// `url` parsed once: parsing it per request (host, IDNA) cost more than the clone. `None`
     /// when it does not parse; each request then reports why, as before.
     parsed: Option<reqwest::Url>,
-    auth: Result<Option<HeaderValue>, TransportError>,
+    auth: Result<Vec<(HeaderName, HeaderValue)>, TransportError>,
 }
 
 impl std::fmt::Debug for JsonEndpoint {
@@ -321,12 +356,22 @@ impl JsonEndpoint {
         pool: super::pool::SourcePool,
         path: &str,
     ) -> Self {
+        Self::with_credentials(settings, pool, path, Credentials::default())
+    }
+
+    /// `{base_url}/{path}` of `settings`, its key sent as `credentials` say.
+    pub(crate) fn with_credentials(
+        settings: &SourceSettings,
+        pool: super::pool::SourcePool,
+        path: &str,
+        credentials: Credentials,
+    ) -> Self {
         let url = format!("{}/{path}", settings.base_url.trim_end_matches('/'));
         Self {
             resender: std::sync::Arc::new(super::resend::Resender::new(settings, pool)),
             parsed: reqwest::Url::parse(&url).ok(),
             url,
-            auth: bearer_auth(settings),
+            auth: auth_headers(settings, credentials),
         }
     }
 
@@ -350,8 +395,9 @@ impl JsonEndpoint {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         match &self.auth {
-            Ok(Some(v)) => Ok(rb.header(reqwest::header::AUTHORIZATION, v.clone())),
-            Ok(None) => Ok(rb),
+            Ok(headers) => Ok(headers
+                .iter()
+                .fold(rb, |rb, (name, value)| rb.header(name, value.clone()))),
             Err(e) => Err(e.clone()),
         }
     }

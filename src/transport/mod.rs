@@ -11,11 +11,12 @@
 //! sent), `pool` (a source's pooled client, whose idle timeout follows the upstream's
 //! `Keep-Alive: timeout=`), `resend` (one re-send on a fresh connection when a pooled one
 //! was found closed), `sse` (incremental SSE framing), `wire` (OpenAI JSON
-//! shapes), `think` (`<think>` tags), `watchdog` (TTFT / inter-token / total deadlines) and the
+//! shapes), `dialect` (the other chat APIs: Anthropic's Messages), `think` (`<think>` tags), `watchdog` (TTFT / inter-token / total deadlines) and the
 //! MonkeyOCR readers.
 
 pub(crate) mod assembly;
 pub mod chat;
+pub(crate) mod dialect;
 pub mod embeddings;
 pub(crate) mod http;
 pub mod ocr;

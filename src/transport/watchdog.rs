@@ -210,6 +210,16 @@ impl Watchdog {
         &self,
         sent: impl Future<Output = Result<reqwest::Response, reqwest::Error>>,
     ) -> Result<(bytes::Bytes, Option<RateLimitHint>), TransportError> {
+        self.whole_body_with(sent, super::http::parse_rate_limit)
+            .await
+    }
+
+    /// [`Self::whole_body`], the rate-limit headers read by `rate_limit` (a dialect's own).
+    pub(crate) async fn whole_body_with(
+        &self,
+        sent: impl Future<Output = Result<reqwest::Response, reqwest::Error>>,
+        rate_limit: fn(&reqwest::header::HeaderMap) -> Option<RateLimitHint>,
+    ) -> Result<(bytes::Bytes, Option<RateLimitHint>), TransportError> {
         let resp = self
             .guard_total(sent)
             .await?
@@ -217,7 +227,7 @@ impl Watchdog {
         if !resp.status().is_success() {
             return Err(super::http::classify_response(resp, self.clock.total_deadline()).await);
         }
-        let rate_limit = super::http::parse_rate_limit(resp.headers());
+        let rate_limit = rate_limit(resp.headers());
         let bytes = self
             .guard_total(resp.bytes())
             .await?

@@ -6,7 +6,7 @@
 //! answer's blocks are on [`LlmResponse::thinking_blocks`](crate::LlmResponse::thinking_blocks);
 //! [`LlmResponse::to_message`](crate::LlmResponse::to_message) puts them on the assistant turn a
 //! tool loop replays. Dialects that cannot take them back (OpenAI chat) drop them on the way out
-//! (docs/behaviour.md §7.3).
+//! (docs/behaviour.md §7.5).
 
 use serde::{Deserialize, Serialize};
 

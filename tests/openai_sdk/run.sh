@@ -2,6 +2,8 @@
 # End-to-end check of `polygateway serve` with real clients:
 #   1. the unchanged OpenAI Python SDK (pip, in a venv under the cargo target dir) runs
 #      tests/openai_sdk/test_sdk.py: chat, streaming, embeddings, models, errors, virtual keys;
+#      and tests/openai_sdk/test_anthropic.py: the official `anthropic` SDK against the Anthropic
+#      mock (the mock speaks the published API), the OpenAI SDK through `serve` onto it;
 #   2. headless Chromium (Debian's `chromium`) renders the status page: the DOM must show every
 #      source of every scope, and a screenshot must be produced;
 #   3. SIGTERM shuts the server down gracefully (exit code 0).
@@ -26,9 +28,9 @@ if [ ! -x "$VENV/bin/python" ]; then
     step "creating $VENV"
     python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import openai, pytest' 2>/dev/null; then
-    step "pip install openai pytest"
-    "$VENV/bin/pip" install --quiet openai pytest
+if ! "$VENV/bin/python" -c 'import openai, anthropic, pytest' 2>/dev/null; then
+    step "pip install openai anthropic pytest"
+    "$VENV/bin/pip" install --quiet openai "anthropic>=0.60,<3" pytest
 fi
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROMIUM" ]; then
@@ -67,8 +69,9 @@ done
 PIDS+=($!)
 for _ in $(seq 100); do grep -q OCR_BASE_URL "$WORK/mock.out" && break; sleep 0.1; done
 LLM_URL=$(sed -n 's/^LLM_BASE_URL=//p' "$WORK/mock.out")
+ANTHROPIC_URL=$(sed -n 's/^ANTHROPIC_BASE_URL=//p' "$WORK/mock.out")
 OCR_URL=$(sed -n 's/^OCR_BASE_URL=//p' "$WORK/mock.out")
-[ -n "$LLM_URL" ] && [ -n "$OCR_URL" ] || { cat "$WORK/mock.out"; exit 1; }
+[ -n "$LLM_URL" ] && [ -n "$ANTHROPIC_URL" ] && [ -n "$OCR_URL" ] || { cat "$WORK/mock.out"; exit 1; }
 
 KEY=$("$BIN" key new | sed -n 's/^key: *//p')
 LLM_ONLY_KEY=$("$BIN" key new | sed -n 's/^key: *//p')
@@ -97,6 +100,9 @@ EMBED__OPENAI__1__BASE_URL=$LLM_URL
 EMBED__OPENAI__1__API_KEY=sk-mock-upstream
 EMBED__OPENAI__1__MODEL=mock-embed
 EMBED__BATCH_SIZE=16
+CLAUDE__ANTHROPIC__1__BASE_URL=$ANTHROPIC_URL
+CLAUDE__ANTHROPIC__1__API_KEY=sk-ant-mock
+CLAUDE__ANTHROPIC__1__MODEL=claude-mock
 OCR__MONKEY__1__BASE_URL=$OCR_URL
 OCR__MONKEY__1__MODEL=monkeyocr
 DOWN__OPENAI__1__BASE_URL=http://127.0.0.1:9/v1
@@ -104,7 +110,7 @@ DOWN__OPENAI__1__API_KEY=sk-mock-upstream
 DOWN__OPENAI__1__MODEL=nowhere
 DOWN__RETRY__MAX_ATTEMPTS=1
 ENV
-SOURCES="openai_1 backup_1 monkey_1"
+SOURCES="openai_1 backup_1 anthropic_1 monkey_1"
 
 "$BIN" --env-file "$WORK/.env" serve >"$WORK/serve.out" 2>&1 &
 SERVE=$!
@@ -121,8 +127,8 @@ curl -fsS "$BASE/readyz" >/dev/null
 step "server at $BASE"
 
 # --- 1. the OpenAI SDK -------------------------------------------------------------------------
-PGW_BASE_URL=$BASE PGW_UPSTREAM_URL=$LLM_URL PGW_KEY=$KEY PGW_LLM_ONLY_KEY=$LLM_ONLY_KEY PGW_LIMITED_KEY=$LIMITED_KEY \
-    "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/openai_sdk/test_sdk.py"
+PGW_BASE_URL=$BASE PGW_UPSTREAM_URL=$LLM_URL PGW_ANTHROPIC_URL=$ANTHROPIC_URL PGW_KEY=$KEY PGW_LLM_ONLY_KEY=$LLM_ONLY_KEY PGW_LIMITED_KEY=$LIMITED_KEY \
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/openai_sdk/test_sdk.py" "$ROOT/tests/openai_sdk/test_anthropic.py"
 
 # --- 2. the status page in a real browser ------------------------------------------------------
 if [ -n "$CHROMIUM" ]; then
