@@ -108,6 +108,7 @@ fn main() {
         "pacer_observations": reports.iter().map(|r| r.pacer_observations).sum::<u64>(),
         "pacer_recoveries_checked": reports.iter().map(|r| u64::from(r.recoveries_checked)).sum::<u64>(),
         "room_turns_checked": reports.iter().map(|r| u64::from(r.room_turns_checked)).sum::<u64>(),
+        "overloaded_answers": reports.iter().map(|r| u64::from(r.overloaded_answers)).sum::<u64>(),
         "deadline_sends_checked": reports.iter().map(|r| u64::from(r.deadline_sends_checked)).sum::<u64>(),
         "wall_s": (wall_s * 1000.0).round() / 1000.0,
         "trace_hash": format!("{:016x}", combine(&reports)),

@@ -21,7 +21,7 @@ fn explain(report: &SeedReport) -> String {
 #[test]
 fn every_seed_keeps_every_invariant() {
     let (mut steps, mut observed, mut recoveries) = (0, 0, 0);
-    let (mut room_turns, mut deadline_sends) = (0, 0);
+    let (mut room_turns, mut deadline_sends, mut overloaded) = (0, 0, 0);
     for seed in 0..CI_SEEDS {
         let report = run_seed(seed, CALLS, false);
         assert!(report.violations.is_empty(), "{}", explain(&report));
@@ -30,7 +30,10 @@ fn every_seed_keeps_every_invariant() {
         recoveries += report.recoveries_checked;
         room_turns += report.room_turns_checked;
         deadline_sends += report.deadline_sends_checked;
+        overloaded += report.overloaded_answers;
     }
+    // Overload storms (Anthropic's 529) answered attempts, and every invariant held through them.
+    assert!(overloaded > 100, "only {overloaded} overloaded answers");
     // The pacer invariants were exercised: attempts fed the pacers, and 429 fault windows ended
     // with their recovery judged.
     assert!(

@@ -12,7 +12,10 @@
 //! invariants listed in `ARCHITECTURE.md` ("Simulation") are checked at every step.
 //!
 //! What is modelled per seed: 1–4 sources with latency distributions, 429 bursts with and
-//! without Retry-After, a 429 fault window (every answer pushes back) that ends, dead-key
+//! without Retry-After (Anthropic's `rate_limit_error`, Gemini's `RESOURCE_EXHAUSTED` with its
+//! `RetryInfo` delay: the same class), a 429 fault window (every answer pushes back) that ends,
+//! an overload storm (Anthropic's `529 overloaded_error`: every answer a fast transient server
+//! error without a hint, for a while), dead-key
 //! windows that recover, black holes (cut by the attempt watchdog), mid-stream truncation, slow
 //! first tokens, per-source and scope gates; the adaptive or AIMD pacer; a governance "backend
 //! down" window (an admission actor restarting or Redis away: admits fail closed, bookkeeping
@@ -88,6 +91,8 @@ pub struct SeedReport {
     pub room_turns_checked: u32,
     /// Sends of calls with a deadline (each checked against it).
     pub deadline_sends_checked: u32,
+    /// Attempts answered by an overload storm (`529 overloaded_error`).
+    pub overloaded_answers: u32,
 }
 
 /// Simulate `calls` calls under the fault schedule drawn from `seed`. `keep_trace` records a
@@ -122,6 +127,7 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
         recoveries_checked: state.recoveries_checked,
         room_turns_checked: state.room_turns_checked,
         deadline_sends_checked: state.deadline_sends_checked,
+        overloaded_answers: state.overloaded_answers,
     }
 }
 
@@ -159,6 +165,9 @@ struct Faults {
     dead: Option<(Ms, Ms)>,
     /// Every answer is a 429 in `[from, until)` (a quota exhausted for a while).
     pushback: Option<(Ms, Ms)>,
+    /// Every answer is a fast `529 overloaded_error` in `[from, until)` (a provider too busy to
+    /// serve: transient, no Retry-After).
+    overloaded: Option<(Ms, Ms)>,
 }
 
 /// How a simulated attempt answers.
@@ -378,6 +387,7 @@ struct State {
     recoveries_checked: u32,
     room_turns_checked: u32,
     deadline_sends_checked: u32,
+    overloaded_answers: u32,
     violations: Vec<(usize, String)>,
 }
 
@@ -413,6 +423,7 @@ impl State {
             recoveries_checked: 0,
             room_turns_checked: 0,
             deadline_sends_checked: 0,
+            overloaded_answers: 0,
             violations: Vec::new(),
         }
     }
@@ -492,6 +503,16 @@ impl State {
             let h = hint(rng);
             let pushed = fail(FailureClass::Transient, SourceReason::RateLimited, true, h);
             return (latency.min(100), pushed, 0);
+        }
+        if within(f.overloaded) {
+            let busy = fail(
+                FailureClass::Transient,
+                SourceReason::ServerError,
+                false,
+                None,
+            );
+            self.overloaded_answers += 1;
+            return (latency.min(50), busy, 0);
         }
         let roll: f64 = rng.random();
         let mut edge = 0.0;
@@ -885,6 +906,13 @@ impl World {
                 let from = rng.random_range(0..=horizon.max(1));
                 (from, from + rng.random_range(500..=30_000))
             });
+            // Drawn from a generator of its own, so the rest of every seed's schedule stays
+            // what it was before overload storms were modelled.
+            let mut storms = SmallRng::seed_from_u64(seed ^ 0x0529_0529 ^ faults.len() as u64);
+            let overloaded = storms.random_bool(0.25).then(|| {
+                let from = storms.random_range(0..=horizon.max(1));
+                (from, from + storms.random_range(500..=20_000))
+            });
             let breaker = BreakerConfig {
                 fail_threshold: rng.random_range(1..=6),
                 cooldown: Duration::from_millis(rng.random_range(500..=30_000)),
@@ -940,6 +968,7 @@ impl World {
                 invalid: 0.01,
                 dead,
                 pushback,
+                overloaded,
             });
             specs.push((breaker, limits, pacer));
         }
@@ -1748,6 +1777,7 @@ fn run_script(
             invalid: 0.0,
             dead: None,
             pushback: None,
+            overloaded: None,
         })
         .collect();
     let mut state = State::new(
