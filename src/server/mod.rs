@@ -150,6 +150,11 @@ impl Server {
                 "/v1/chat/completions",
                 post(routes::openai::chat_completions),
             )
+            .route("/v1/messages", post(routes::messages::messages))
+            .route(
+                "/v1/messages/count_tokens",
+                post(routes::messages::count_tokens),
+            )
             .route("/v1/embeddings", post(routes::openai::embeddings))
             .route("/v1/models", get(routes::openai::models))
             .route("/ocr/text", post(routes::ocr::ocr_text))
@@ -158,6 +163,7 @@ impl Server {
             .route("/readyz", get(routes::health::readyz))
             .route("/metrics", get(routes::health::metrics))
             .route("/", get(status::page))
+            .fallback(routes::not_found)
             .layer(DefaultBodyLimit::max(self.app.settings.body_limit_bytes))
             .with_state(Arc::clone(&self.app))
     }
