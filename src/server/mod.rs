@@ -155,6 +155,8 @@ impl Server {
                 "/v1/messages/count_tokens",
                 post(routes::messages::count_tokens),
             )
+            .route("/v1/responses", post(routes::responses::responses))
+            .route("/v1/responses/{id}", get(routes::responses::retrieve))
             .route("/v1/embeddings", post(routes::openai::embeddings))
             .route("/v1/models", get(routes::openai::models))
             .route("/ocr/text", post(routes::ocr::ocr_text))

@@ -4,6 +4,7 @@ pub(crate) mod health;
 pub(crate) mod messages;
 pub(crate) mod ocr;
 pub(crate) mod openai;
+pub(crate) mod responses;
 
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
