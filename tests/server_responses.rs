@@ -105,9 +105,8 @@ async fn a_stream_is_the_responses_event_sequence_with_sequence_numbers() {
     }
     let text: String = evs
         .iter()
-        .filter_map(|e| {
-            (e["type"] == "response.output_text.delta").then(|| e["delta"].as_str().unwrap())
-        })
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
         .collect();
     assert_eq!(text, MOCK_CONTENT);
     let done = &evs.last().unwrap()["response"];
