@@ -266,8 +266,13 @@ pub(crate) fn output_items(id: &str, r: &LlmResponse) -> Vec<Value> {
     if !r.thinking.is_empty() {
         out.push(reasoning_item(&format!("rs_{id}"), &r.thinking));
     }
-    if !r.content.is_empty() || r.tool_calls.is_empty() {
-        out.push(message_item(&format!("msg_{id}"), &r.content));
+    // A `text.format` answer is the ladder's validated JSON, not the raw text it came in.
+    let text = r
+        .structured_data
+        .as_ref()
+        .map_or_else(|| r.content.clone(), Value::to_string);
+    if !text.is_empty() || r.tool_calls.is_empty() {
+        out.push(message_item(&format!("msg_{id}"), &text));
     }
     for (i, c) in r.tool_calls.iter().enumerate() {
         out.push(call_item(&format!("fc_{id}_{i}"), c));
@@ -336,9 +341,12 @@ async fn create(
                 None => handle.chat_with(call.messages, options).await,
             }
         };
-        let response = tokio::time::timeout_at(deadline, answer)
+        let mut response = tokio::time::timeout_at(deadline, answer)
             .await
             .map_err(|_| ApiError::timeout(timeout))??;
+        if let Some(data) = &response.structured_data {
+            response.content = data.to_string();
+        }
         if !call.stream {
             drop(lease);
             return Ok(
