@@ -2,8 +2,9 @@
 //! `server`).
 //!
 //! Any language's OpenAI SDK calls `POST /v1/chat/completions` (streamed or not),
-//! `POST /v1/embeddings` and `GET /v1/models`; MonkeyOCR clients call `POST /ocr/text` and
-//! `POST /parse`. Callers authenticate with virtual keys ([`KeyStore`]: salted hashes, per-key
+//! `POST /v1/responses`, `POST /v1/embeddings` and `GET /v1/models`; Anthropic's SDKs and Claude
+//! Code call `POST /v1/messages` (docs/behaviour.md §12.5–§12.6); MonkeyOCR clients call
+//! `POST /ocr/text` and `POST /parse`. Callers authenticate with virtual keys ([`KeyStore`]: salted hashes, per-key
 //! tenant, scopes and limits); the request's `model` names a scope (or an alias of one,
 //! `PGW_SERVER_MODEL_ALIASES`). Errors come back in OpenAI's error shape with the HTTP status of
 //! docs/behaviour.md §12. `GET /healthz`, `GET /readyz`, `GET /metrics` and the status page

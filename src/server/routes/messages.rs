@@ -1,6 +1,6 @@
 //! Anthropic's Messages API: `POST /v1/messages` (streamed and not) and
 //! `POST /v1/messages/count_tokens`. A request is translated into the canonical call (OpenAI-shaped
-//! [`Message`]s and overlay, docs/behaviour.md §12.6) and then goes through exactly the governed
+//! [`Message`]s and overlay, docs/behaviour.md §12.5) and then goes through exactly the governed
 //! path of `/v1/chat/completions` — key, model → scope, key limits, one call of the scope's
 //! handle; the answer is translated back into Anthropic's `message` object or its event stream.
 //! Errors are in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`). Not the
