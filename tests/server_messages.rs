@@ -266,3 +266,46 @@ async fn an_unknown_path_is_a_json_404_in_its_paths_dialect() {
     assert_eq!(e["error"]["code"], "unknown_url");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn metrics_and_the_status_page_count_requests_by_ingress() {
+    assert!(polygateway::server::install_metrics_recorder());
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
+    for _ in 0..2 {
+        assert_eq!(
+            post(&server, "/v1/messages", &body(false)).await.status(),
+            200
+        );
+    }
+    let resp = reqwest::Client::new()
+        .post(server.url("/v1/responses"))
+        .bearer_auth(KEY)
+        .json(&json!({"model": "LLM", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"pgw_server_requests_total{ingress="messages"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"pgw_server_requests_total{ingress="responses"} 1"#),
+        "{metrics}"
+    );
+    let page = reqwest::get(server.url("/"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("chat 0 · messages 2 · responses 1"), "{page}");
+    server.stop().await;
+}

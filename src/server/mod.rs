@@ -49,6 +49,7 @@
 mod auth;
 mod call_order;
 mod errors;
+mod ingress;
 mod prometheus;
 mod routes;
 mod sse;
@@ -167,6 +168,10 @@ impl Server {
             .route("/metrics", get(routes::health::metrics))
             .route("/", get(status::page))
             .fallback(routes::not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&self.app),
+                routes::count_ingress,
+            ))
             .layer(DefaultBodyLimit::max(self.app.settings.body_limit_bytes))
             .with_state(Arc::clone(&self.app))
     }

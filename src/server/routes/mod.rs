@@ -20,3 +20,14 @@ pub(crate) async fn not_found(uri: Uri) -> Response {
         e.into_response()
     }
 }
+
+/// Middleware: count the request against its ingress (`pgw_server_requests_total`, the status
+/// page), then serve it.
+pub(crate) async fn count_ingress(
+    axum::extract::State(app): axum::extract::State<std::sync::Arc<crate::server::state::App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    app.ingress.record(request.uri().path());
+    next.run(request).await
+}
