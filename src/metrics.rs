@@ -48,6 +48,10 @@ pub const TTFT_SECONDS: &str = "pgw_ttft_seconds";
 /// ```
 pub const TELEMETRY_DROPPED_ROWS_TOTAL: &str = "pgw_telemetry_dropped_rows_total";
 
+/// Requests `polygateway serve` received, by ingress (`chat`, `messages`, `responses`,
+/// `embeddings`, `ocr`): the server's own counter, not the runtime's.
+pub(crate) const SERVER_REQUESTS_TOTAL: &str = "pgw_server_requests_total";
+
 /// Every metric the library emits: `(name, kind, labels)`.
 ///
 /// ```
@@ -61,6 +65,7 @@ pub fn all() -> Vec<(&'static str, &'static str, &'static str)> {
         (TTFT_SECONDS, "histogram", "scope"),
         (TELEMETRY_DROPPED_ROWS_TOTAL, "counter", ""),
         (crate::transport::resend::RESENDS_TOTAL, "counter", "source"),
+        (SERVER_REQUESTS_TOTAL, "counter", "ingress"),
     ]);
     all
 }

@@ -72,6 +72,16 @@ impl ApiError {
         e
     }
 
+    /// A path (or method) the server does not serve.
+    pub(crate) fn not_found(path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            "unknown_url",
+            format!("no route {path} here (see docs/behaviour.md §12)"),
+        )
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
         ErrorShape::bad_request(message, param).into()
     }

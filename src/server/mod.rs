@@ -2,8 +2,9 @@
 //! `server`).
 //!
 //! Any language's OpenAI SDK calls `POST /v1/chat/completions` (streamed or not),
-//! `POST /v1/embeddings` and `GET /v1/models`; MonkeyOCR clients call `POST /ocr/text` and
-//! `POST /parse`. Callers authenticate with virtual keys ([`KeyStore`]: salted hashes, per-key
+//! `POST /v1/responses`, `POST /v1/embeddings` and `GET /v1/models`; Anthropic's SDKs and Claude
+//! Code call `POST /v1/messages` (docs/behaviour.md §12.5–§12.6); MonkeyOCR clients call
+//! `POST /ocr/text` and `POST /parse`. Callers authenticate with virtual keys ([`KeyStore`]: salted hashes, per-key
 //! tenant, scopes and limits); the request's `model` names a scope (or an alias of one,
 //! `PGW_SERVER_MODEL_ALIASES`). Errors come back in OpenAI's error shape with the HTTP status of
 //! docs/behaviour.md §12. `GET /healthz`, `GET /readyz`, `GET /metrics` and the status page
@@ -48,6 +49,7 @@
 mod auth;
 mod call_order;
 mod errors;
+mod ingress;
 mod prometheus;
 mod routes;
 mod sse;
@@ -150,6 +152,13 @@ impl Server {
                 "/v1/chat/completions",
                 post(routes::openai::chat_completions),
             )
+            .route("/v1/messages", post(routes::messages::messages))
+            .route(
+                "/v1/messages/count_tokens",
+                post(routes::messages::count_tokens),
+            )
+            .route("/v1/responses", post(routes::responses::responses))
+            .route("/v1/responses/{id}", get(routes::responses::retrieve))
             .route("/v1/embeddings", post(routes::openai::embeddings))
             .route("/v1/models", get(routes::openai::models))
             .route("/ocr/text", post(routes::ocr::ocr_text))
@@ -158,6 +167,11 @@ impl Server {
             .route("/readyz", get(routes::health::readyz))
             .route("/metrics", get(routes::health::metrics))
             .route("/", get(status::page))
+            .fallback(routes::not_found)
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(&self.app),
+                routes::count_ingress,
+            ))
             .layer(DefaultBodyLimit::max(self.app.settings.body_limit_bytes))
             .with_state(Arc::clone(&self.app))
     }

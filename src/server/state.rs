@@ -70,6 +70,8 @@ pub(crate) struct App {
     /// Cancelled when the drain timeout passes: whatever still runs ends, cancelling its call.
     pub(crate) stop: CancellationToken,
     pub(crate) errors: ErrorLog,
+    /// Requests per ingress (chat, messages, responses, embeddings, ocr).
+    pub(crate) ingress: super::ingress::IngressCounts,
 }
 
 impl App {
@@ -84,6 +86,7 @@ impl App {
             draining: AtomicBool::new(false),
             stop: CancellationToken::new(),
             errors: ErrorLog::default(),
+            ingress: Default::default(),
         })
     }
 

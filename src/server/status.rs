@@ -51,6 +51,17 @@ pub(crate) async fn page(State(app): State<Arc<App>>) -> Html<String> {
             "serving"
         }
     );
+    let by_ingress: Vec<String> = app
+        .ingress
+        .snapshot()
+        .into_iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect();
+    let _ = write!(
+        html,
+        "<p>requests by ingress: {}</p>",
+        by_ingress.join(" · ")
+    );
     for scope in app.gw.scopes() {
         let kind = app.kind_of(&scope).map_or("?", |k| match k {
             crate::config::ScopeKind::Chat => "chat",

@@ -2,8 +2,10 @@
 # End-to-end check of `polygateway serve` with real clients:
 #   1. the unchanged OpenAI Python SDK (pip, in a venv under the cargo target dir) runs
 #      tests/openai_sdk/test_sdk.py: chat, streaming, embeddings, models, errors, virtual keys;
-#      and tests/openai_sdk/test_anthropic.py: the official `anthropic` SDK against the Anthropic
+#      tests/openai_sdk/test_anthropic.py: the official `anthropic` SDK against the Anthropic
 #      mock (the mock speaks the published API), the OpenAI SDK through `serve` onto it;
+#      and the unchanged `anthropic` SDK with the OpenAI SDK's Responses client run
+#      tests/openai_sdk/test_ingress.py: /v1/messages and /v1/responses on the same source;
 #   2. headless Chromium (Debian's `chromium`) renders the status page: the DOM must show every
 #      source of every scope, and a screenshot must be produced;
 #   3. SIGTERM shuts the server down gracefully (exit code 0).
@@ -30,7 +32,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 if ! "$VENV/bin/python" -c 'import openai, anthropic, pytest' 2>/dev/null; then
     step "pip install openai anthropic pytest"
-    "$VENV/bin/pip" install --quiet openai "anthropic>=0.60,<3" pytest
+    "$VENV/bin/pip" install --quiet openai "anthropic>=0.40,<3" pytest
 fi
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$CHROMIUM" ]; then
@@ -128,7 +130,8 @@ step "server at $BASE"
 
 # --- 1. the OpenAI SDK -------------------------------------------------------------------------
 PGW_BASE_URL=$BASE PGW_UPSTREAM_URL=$LLM_URL PGW_ANTHROPIC_URL=$ANTHROPIC_URL PGW_KEY=$KEY PGW_LLM_ONLY_KEY=$LLM_ONLY_KEY PGW_LIMITED_KEY=$LIMITED_KEY \
-    "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/openai_sdk/test_sdk.py" "$ROOT/tests/openai_sdk/test_anthropic.py"
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/openai_sdk/test_sdk.py" \
+    "$ROOT/tests/openai_sdk/test_anthropic.py" "$ROOT/tests/openai_sdk/test_ingress.py"
 
 # --- 2. the status page in a real browser ------------------------------------------------------
 if [ -n "$CHROMIUM" ]; then

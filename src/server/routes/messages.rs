@@ -1,0 +1,746 @@
+//! Anthropic's Messages API: `POST /v1/messages` (streamed and not) and
+//! `POST /v1/messages/count_tokens`. A request is translated into the canonical call (OpenAI-shaped
+//! [`Message`]s and overlay, docs/behaviour.md §12.5) and then goes through exactly the governed
+//! path of `/v1/chat/completions` — key, model → scope, key limits, one call of the scope's
+//! handle; the answer is translated back into Anthropic's `message` object or its event stream.
+//! Errors are in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`). Not the
+//! upstream codec: what the source speaks is the transport's business.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
+use serde_json::{json, Map, Value};
+
+use crate::config::ScopeKind;
+use crate::gateway::ChatEvent;
+use crate::openai::request::options_for;
+use crate::server::call_order::with_call_order;
+use crate::server::errors::ApiError;
+use crate::server::routes::openai::body_bytes;
+use crate::server::state::App;
+use crate::types::{
+    Content, ContentPart, ImageUrl, LlmResponse, Message, Role, ThinkingBlock, ToolCall,
+};
+
+/// `POST /v1/messages`.
+pub(crate) async fn messages(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    // As `App::answer`, with the error in Anthropic's shape.
+    let mut scope = None;
+    let done = tokio::select! {
+        done = create(&app, &headers, body, &mut scope) => done,
+        () = app.stop.cancelled() => Err(ApiError::from(crate::GatewayError::Shutdown(
+            "the server's drain timeout passed; the call was cancelled".into(),
+        ))),
+    };
+    match done {
+        Ok(response) => response,
+        Err(e) => {
+            if let Some(scope) = scope {
+                app.errors.record(&scope, &e);
+            }
+            anthropic_error(e).into_response()
+        }
+    }
+}
+
+/// `POST /v1/messages/count_tokens`: the gateway's own estimate (not the provider's count),
+/// said so in `x-pgw-token-estimate: chars/4` (four characters of text per token).
+pub(crate) async fn count_tokens(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let counted = (|| {
+        let key = authenticate(&app, &headers)?;
+        let req: Value = parse(&body_bytes(body)?)?;
+        let model = req.get("model").and_then(Value::as_str).unwrap_or_default();
+        app.scope_for(key, model, ScopeKind::Chat)?;
+        let call = to_canonical(&req)?;
+        let mut chars: usize = call.messages.iter().map(|m| m.text().chars().count()).sum();
+        chars += call.overlay.get("tools").map_or(0, |t| t.to_string().len());
+        Ok::<_, ApiError>(chars.div_ceil(CHARS_PER_TOKEN))
+    })();
+    match counted {
+        Ok(n) => {
+            let mut r = axum::Json(json!({"input_tokens": n})).into_response();
+            r.headers_mut()
+                .insert("x-pgw-token-estimate", HeaderValue::from_static("chars/4"));
+            r
+        }
+        Err(e) => anthropic_error(e).into_response(),
+    }
+}
+
+/// The estimate `count_tokens` answers: characters of text (and tool definitions) per token.
+const CHARS_PER_TOKEN: usize = 4;
+
+/// The caller's virtual key: Anthropic SDKs send `x-api-key`, OpenAI-style clients
+/// `Authorization: Bearer`.
+fn authenticate<'a>(
+    app: &'a App,
+    headers: &HeaderMap,
+) -> Result<&'a crate::server::VirtualKey, ApiError> {
+    match headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        Some(presented) if !presented.trim().is_empty() => app
+            .keys
+            .authenticate(presented.trim())
+            .ok_or_else(ApiError::unknown_key),
+        _ => app.authenticate(headers),
+    }
+}
+
+fn parse(body: &[u8]) -> Result<Value, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}"), None))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be a JSON object",
+            None,
+        ));
+    }
+    Ok(v)
+}
+
+/// An error answered in Anthropic's shape and status vocabulary.
+pub(crate) struct AnthropicError(ApiError);
+
+pub(crate) fn anthropic_error(e: ApiError) -> AnthropicError {
+    AnthropicError(e)
+}
+
+/// Anthropic's error `type` and status for one of the server's errors: 529 `overloaded_error`
+/// when no source could take the call (every one overloaded or unavailable: 503), 429
+/// `rate_limit_error`, 401/403/404/400 by status, `api_error` otherwise.
+pub(crate) fn anthropic_kind(status: u16) -> (u16, &'static str) {
+    match status {
+        400 | 413 | 422 => (status, "invalid_request_error"),
+        401 => (401, "authentication_error"),
+        403 => (403, "permission_error"),
+        404 => (404, "not_found_error"),
+        429 => (429, "rate_limit_error"),
+        503 => (529, "overloaded_error"),
+        504 => (504, "timeout_error"),
+        _ => (status, "api_error"),
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let e = self.0;
+        let (status, kind) = anthropic_kind(e.status);
+        let retry_after = e.retry_after_s;
+        let body = json!({"type": "error", "error": {"type": kind, "message": e.message}});
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut r = (status, axum::Json(body)).into_response();
+        if let Some(s) = retry_after {
+            let secs = crate::error::retry_after_header_secs(s);
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        r
+    }
+}
+
+/// The canonical form of an Anthropic request: messages and the overlay.
+pub(crate) struct Canonical {
+    pub(crate) model: String,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) overlay: Map<String, Value>,
+    pub(crate) stream: bool,
+    pub(crate) user: Option<String>,
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request(message, None)
+}
+
+/// Text of a `tool_result` content (a string or blocks).
+fn result_text(content: Option<&Value>) -> Content {
+    match content {
+        None | Some(Value::Null) => Content::Text(String::new()),
+        Some(Value::String(s)) => Content::Text(s.clone()),
+        Some(Value::Array(blocks)) => {
+            Content::Parts(blocks.iter().map(|b| part_of(b.clone())).collect())
+        }
+        Some(other) => Content::Text(other.to_string()),
+    }
+}
+
+/// A user content block as a canonical part: text stays text, a base64 or URL image becomes an
+/// `image_url` part; anything else (documents, blocks with `cache_control`) is kept verbatim.
+fn part_of(block: Value) -> ContentPart {
+    let plain_keys = |allowed: &[&str]| {
+        block
+            .as_object()
+            .is_some_and(|o| o.keys().all(|k| allowed.contains(&k.as_str())))
+    };
+    if block["type"] == "image" && plain_keys(&["type", "source"]) {
+        let src = &block["source"];
+        let url = match src["type"].as_str() {
+            Some("base64") => Some(format!(
+                "data:{};base64,{}",
+                src["media_type"].as_str().unwrap_or("image/png"),
+                src["data"].as_str().unwrap_or_default()
+            )),
+            Some("url") => src["url"].as_str().map(str::to_string),
+            _ => None,
+        };
+        if let Some(url) = url {
+            return ContentPart::ImageUrl {
+                image_url: ImageUrl { url, detail: None },
+            };
+        }
+    }
+    serde_json::from_value(block.clone()).unwrap_or(ContentPart::Other(block))
+}
+
+fn system_message(system: &Value) -> Result<Option<Message>, ApiError> {
+    Ok(match system {
+        Value::Null => None,
+        Value::String(s) => Some(Message::system(s.clone())),
+        Value::Array(blocks) => Some(Message::with_content(
+            Role::System,
+            Content::Parts(blocks.iter().map(|b| part_of(b.clone())).collect()),
+        )),
+        _ => {
+            return Err(invalid(
+                "system must be a string or an array of text blocks",
+            ))
+        }
+    })
+}
+
+/// Translate an Anthropic Messages request body into the canonical call.
+pub(crate) fn to_canonical(req: &Value) -> Result<Canonical, ApiError> {
+    let model = req["model"]
+        .as_str()
+        .ok_or_else(|| invalid("model: a string is required"))?
+        .to_string();
+    let mut messages: Vec<Message> = system_message(&req["system"])?.into_iter().collect();
+    let turns = req["messages"]
+        .as_array()
+        .ok_or_else(|| invalid("messages: an array is required"))?;
+    for turn in turns {
+        let role = match turn["role"].as_str() {
+            Some("user") => Role::User,
+            Some("assistant") => Role::Assistant,
+            other => return Err(invalid(format!("messages: unknown role {other:?}"))),
+        };
+        let blocks = match &turn["content"] {
+            Value::String(s) => {
+                messages.push(Message::new(role, s.clone()));
+                continue;
+            }
+            Value::Array(blocks) => blocks,
+            _ => return Err(invalid("messages: content must be a string or an array")),
+        };
+        let mut parts = Vec::new();
+        let mut calls = Vec::new();
+        let mut thinking = Vec::new();
+        for block in blocks {
+            match block["type"].as_str() {
+                Some("tool_use") if role == Role::Assistant => calls.push(ToolCall::function(
+                    block["id"].as_str().unwrap_or_default(),
+                    block["name"].as_str().unwrap_or_default(),
+                    block.get("input").cloned().unwrap_or(json!({})).to_string(),
+                )),
+                Some("thinking" | "redacted_thinking") if role == Role::Assistant => thinking.push(
+                    serde_json::from_value::<ThinkingBlock>(block.clone())
+                        .map_err(|e| invalid(format!("messages: thinking block: {e}")))?,
+                ),
+                Some("tool_result") if role == Role::User => {
+                    if !parts.is_empty() {
+                        messages.push(Message::with_content(
+                            role,
+                            Content::Parts(std::mem::take(&mut parts)),
+                        ));
+                    }
+                    let mut m =
+                        Message::with_content(Role::Tool, result_text(block.get("content")));
+                    m.tool_call_id = block["tool_use_id"].as_str().map(str::to_string);
+                    if block["is_error"] == true {
+                        m.extra.insert("is_error".into(), json!(true));
+                    }
+                    messages.push(m);
+                }
+                Some(_) => parts.push(part_of(block.clone())),
+                None => return Err(invalid("messages: a content block needs a type")),
+            }
+        }
+        if parts.is_empty() && calls.is_empty() && thinking.is_empty() {
+            continue;
+        }
+        let mut m = Message::with_content(role, Content::Parts(parts));
+        if role == Role::Assistant {
+            // A plain-text assistant turn is sent as a string, as OpenAI sources expect.
+            if let Some(Content::Parts(p)) = &m.content {
+                if p.iter().all(|p| matches!(p, ContentPart::Text { .. })) {
+                    let text: String = p
+                        .iter()
+                        .filter_map(|p| match p {
+                            ContentPart::Text { text } => Some(text.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    m.content = (!text.is_empty()).then_some(Content::Text(text));
+                }
+            }
+            if !calls.is_empty() {
+                m.tool_calls = Some(calls);
+            }
+            m.thinking_blocks = thinking;
+        }
+        messages.push(m);
+    }
+    let mut overlay = Map::new();
+    if let Some(n) = req.get("max_tokens").filter(|v| !v.is_null()) {
+        overlay.insert("max_tokens".into(), n.clone());
+    }
+    if let Some(stop) = req.get("stop_sequences").filter(|v| !v.is_null()) {
+        overlay.insert("stop".into(), stop.clone());
+    }
+    for k in ["temperature", "top_p", "top_k", "thinking"] {
+        if let Some(v) = req.get(k).filter(|v| !v.is_null()) {
+            overlay.insert(k.into(), v.clone());
+        }
+    }
+    if let Some(tools) = req["tools"].as_array() {
+        let tools: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                let mut function = json!({
+                    "name": t["name"],
+                    "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"})),
+                });
+                if let Some(d) = t.get("description") {
+                    function["description"] = d.clone();
+                }
+                let mut tool = json!({"type": "function", "function": function});
+                if let Some(c) = t.get("cache_control") {
+                    tool["cache_control"] = c.clone();
+                }
+                tool
+            })
+            .collect();
+        overlay.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(choice) = req.get("tool_choice").filter(|v| !v.is_null()) {
+        let mapped = match choice["type"].as_str() {
+            Some("auto") => json!("auto"),
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => json!({"type": "function", "function": {"name": choice["name"]}}),
+            _ => return Err(invalid("tool_choice.type must be auto, any, tool or none")),
+        };
+        overlay.insert("tool_choice".into(), mapped);
+        if choice["disable_parallel_tool_use"] == true {
+            overlay.insert("parallel_tool_calls".into(), json!(false));
+        }
+    }
+    Ok(Canonical {
+        model,
+        messages,
+        overlay,
+        stream: req["stream"] == true,
+        user: req["metadata"]["user_id"].as_str().map(str::to_string),
+    })
+}
+
+/// Anthropic's `stop_reason` for a canonical `finish_reason`.
+pub(crate) fn stop_reason(r: &LlmResponse) -> &str {
+    match r.finish_reason.as_deref() {
+        None | Some("stop") => {
+            if r.tool_calls.is_empty() {
+                "end_turn"
+            } else {
+                "tool_use"
+            }
+        }
+        Some("length") => "max_tokens",
+        Some("tool_calls") => "tool_use",
+        Some("content_filter") => "refusal",
+        Some(other) => other,
+    }
+}
+
+/// Anthropic's `usage`: `input_tokens` are the uncached ones (all input less reads and writes).
+pub(crate) fn usage(r: &LlmResponse) -> Value {
+    let reads = r.cached_prompt_tokens.unwrap_or(0);
+    let w5 = r.cache_write_5m_tokens.unwrap_or(0);
+    let w1 = r.cache_write_1h_tokens.unwrap_or(0);
+    json!({
+        "input_tokens": r.prompt_tokens.saturating_sub(reads + w5 + w1),
+        "cache_creation_input_tokens": w5 + w1,
+        "cache_read_input_tokens": reads,
+        "cache_creation": {"ephemeral_5m_input_tokens": w5, "ephemeral_1h_input_tokens": w1},
+        "output_tokens": r.completion_tokens,
+    })
+}
+
+fn thinking_blocks(r: &LlmResponse) -> Vec<Value> {
+    if !r.thinking_blocks.is_empty() {
+        r.thinking_blocks
+            .iter()
+            .map(|b| match b {
+                ThinkingBlock::Thinking {
+                    thinking,
+                    signature,
+                } => json!({
+                    "type": "thinking", "thinking": thinking,
+                    "signature": signature.clone().unwrap_or_default(),
+                }),
+                ThinkingBlock::Redacted { data } => {
+                    json!({"type": "redacted_thinking", "data": data})
+                }
+            })
+            .collect()
+    } else if !r.thinking.is_empty() {
+        vec![json!({"type": "thinking", "thinking": r.thinking, "signature": ""})]
+    } else {
+        Vec::new()
+    }
+}
+
+fn tool_use(call: &ToolCall) -> Value {
+    let input: Value = serde_json::from_str(&call.function.arguments).unwrap_or(json!({}));
+    json!({"type": "tool_use", "id": call.id, "name": call.function.name, "input": input})
+}
+
+/// The content blocks of an answer: thinking, text, tool uses.
+pub(crate) fn content_blocks(r: &LlmResponse) -> Vec<Value> {
+    let mut blocks = thinking_blocks(r);
+    if !r.content.is_empty() {
+        blocks.push(json!({"type": "text", "text": r.content}));
+    }
+    blocks.extend(r.tool_calls.iter().map(tool_use));
+    blocks
+}
+
+/// An answer as Anthropic's `message` object. `model` is what the caller asked for.
+pub(crate) fn message_json(id: &str, model: &str, r: &LlmResponse) -> Value {
+    json!({
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content_blocks(r),
+        "stop_reason": stop_reason(r),
+        "stop_sequence": Value::Null,
+        "usage": usage(r),
+    })
+}
+
+async fn create(
+    app: &App,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    scope_out: &mut Option<String>,
+) -> Result<Response, ApiError> {
+    let key = authenticate(app, headers)?;
+    let req = parse(&body_bytes(body)?)?;
+    let call = to_canonical(&req)?;
+    let scope = app.scope_for(key, &call.model, ScopeKind::Chat)?;
+    *scope_out = Some(scope.clone());
+    let mut options = with_call_order(
+        options_for(Some(key.tenant()), call.user).overlay(call.overlay),
+        key,
+        headers,
+    )?;
+    options.key_budget = key.budget().map(|b| (key.name().to_string(), b));
+    let lease = app.admit(key).await?;
+    let handle = app.gw.chat_scope(&scope)?;
+    let timeout = app.settings.request_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
+    let id = format!("msg_{}", polygateway_actors::assembly::new_id());
+    if !call.stream {
+        let response = tokio::time::timeout_at(deadline, handle.chat_with(call.messages, options))
+            .await
+            .map_err(|_| ApiError::timeout(timeout))??;
+        drop(lease);
+        let mut r = axum::Json(message_json(&id, &call.model, &response)).into_response();
+        if let Ok(v) = response.source_name.parse() {
+            r.headers_mut().insert("x-pgw-source", v);
+        }
+        return Ok(r);
+    }
+    let mut stream = handle.chat_stream(call.messages, options);
+    let first = match tokio::time::timeout_at(deadline, stream.next()).await {
+        Err(_) => return Err(ApiError::timeout(timeout)),
+        Ok(Some(Err(e))) => return Err(e.into()),
+        Ok(Some(Ok(first))) => Some(first),
+        Ok(None) => None,
+    };
+    let events = futures::stream::iter(first.map(Ok)).chain(stream);
+    let body = event_stream(id, call.model, events, deadline, app.stop.clone(), lease);
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+}
+
+fn frame(event: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+}
+
+/// Which content block is open in a stream.
+#[derive(PartialEq, Clone, Copy)]
+enum Open {
+    None,
+    Thinking,
+    Text,
+    Tool(u32),
+}
+
+/// The Anthropic event stream of one governed stream: `message_start`, then per block
+/// `content_block_start` / deltas / `content_block_stop`, `message_delta` with the stop reason
+/// and usage, `message_stop`; a `ping` every 10 s of silence; an `error` event on failure.
+struct Writer {
+    open: Open,
+    index: i64,
+}
+
+impl Writer {
+    fn switch(&mut self, to: Open, start: Value, out: &mut Vec<Bytes>) {
+        if self.open == to {
+            return;
+        }
+        self.close(out);
+        self.index += 1;
+        self.open = to;
+        out.push(frame(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": self.index, "content_block": start}),
+        ));
+    }
+
+    fn close(&mut self, out: &mut Vec<Bytes>) {
+        if self.open != Open::None {
+            out.push(frame(
+                "content_block_stop",
+                &json!({"type": "content_block_stop", "index": self.index}),
+            ));
+            self.open = Open::None;
+        }
+    }
+
+    fn delta(&self, delta: Value, out: &mut Vec<Bytes>) {
+        out.push(frame(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": self.index, "delta": delta}),
+        ));
+    }
+
+    fn event(&mut self, ev: ChatEvent, out: &mut Vec<Bytes>) {
+        match ev {
+            ChatEvent::Reasoning(t) => {
+                self.switch(
+                    Open::Thinking,
+                    json!({"type": "thinking", "thinking": "", "signature": ""}),
+                    out,
+                );
+                self.delta(json!({"type": "thinking_delta", "thinking": t}), out);
+            }
+            ChatEvent::Content(t) | ChatEvent::Refusal(t) => {
+                self.switch(Open::Text, json!({"type": "text", "text": ""}), out);
+                self.delta(json!({"type": "text_delta", "text": t}), out);
+            }
+            ChatEvent::ToolCall(d) => {
+                self.switch(
+                    Open::Tool(d.index),
+                    json!({"type": "tool_use", "id": d.id.clone().unwrap_or_default(),
+                           "name": d.name.clone().unwrap_or_default(), "input": {}}),
+                    out,
+                );
+                if !d.arguments.is_empty() {
+                    self.delta(
+                        json!({"type": "input_json_delta", "partial_json": d.arguments}),
+                        out,
+                    );
+                }
+            }
+            ChatEvent::Done(r) => self.done(&r, out),
+        }
+    }
+
+    fn done(&mut self, r: &LlmResponse, out: &mut Vec<Bytes>) {
+        // Signatures arrive with the whole answer: the open thinking block gets its own before
+        // it closes; blocks the stream never showed (a replayed cache hit) are sent whole.
+        if self.open == Open::Thinking {
+            if let Some(ThinkingBlock::Thinking {
+                signature: Some(s), ..
+            }) = r.thinking_blocks.first()
+            {
+                self.delta(json!({"type": "signature_delta", "signature": s}), out);
+            }
+        }
+        self.close(out);
+        out.push(frame(
+            "message_delta",
+            &json!({"type": "message_delta",
+                    "delta": {"stop_reason": stop_reason(r), "stop_sequence": Value::Null},
+                    "usage": usage(r)}),
+        ));
+        out.push(frame("message_stop", &json!({"type": "message_stop"})));
+    }
+}
+
+fn event_stream(
+    id: String,
+    model: String,
+    events: impl Stream<Item = Result<ChatEvent, crate::GatewayError>> + Send + 'static,
+    deadline: tokio::time::Instant,
+    stop: tokio_util::sync::CancellationToken,
+    lease: Option<crate::server::auth::limits::KeyLease>,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
+    let start = frame(
+        "message_start",
+        &json!({"type": "message_start", "message": {
+            "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": Value::Null, "stop_sequence": Value::Null,
+            "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+    );
+    struct St<S> {
+        events: std::pin::Pin<Box<S>>,
+        writer: Writer,
+        finished: bool,
+        _lease: Option<crate::server::auth::limits::KeyLease>,
+    }
+    let st = St {
+        events: Box::pin(events),
+        writer: Writer {
+            open: Open::None,
+            index: -1,
+        },
+        finished: false,
+        _lease: lease,
+    };
+    let body = futures::stream::unfold(st, move |mut st| {
+        let stop = stop.clone();
+        async move {
+            if st.finished {
+                return None;
+            }
+            let mut out = Vec::new();
+            let ping = tokio::time::sleep(std::time::Duration::from_secs(10));
+            let next = tokio::select! {
+                next = tokio::time::timeout_at(deadline, st.events.next()) => next,
+                () = ping => return Some((vec![frame("ping", &json!({"type": "ping"}))], st)),
+                () = stop.cancelled() => Ok(Some(Err(crate::GatewayError::Shutdown(
+                    "the server's drain timeout passed".into())))),
+            };
+            match next {
+                Ok(Some(Ok(ev))) => {
+                    let done = matches!(ev, ChatEvent::Done(_));
+                    st.writer.event(ev, &mut out);
+                    st.finished = done;
+                }
+                Ok(None) => {
+                    st.finished = true;
+                    out.push(error_frame(
+                        "api_error",
+                        "the stream ended without an answer",
+                    ));
+                }
+                Ok(Some(Err(e))) => {
+                    st.finished = true;
+                    let e = ApiError::from(e);
+                    let (_, kind) = anthropic_kind(e.status);
+                    out.push(error_frame(kind, &e.message));
+                }
+                Err(_) => {
+                    st.finished = true;
+                    out.push(error_frame("timeout_error", "the request timed out"));
+                }
+            }
+            Some((out, st))
+        }
+    });
+    futures::stream::iter([Ok(start)])
+        .chain(body.flat_map(|frames| futures::stream::iter(frames.into_iter().map(Ok))))
+}
+
+fn error_frame(kind: &str, message: &str) -> Bytes {
+    frame(
+        "error",
+        &json!({"type": "error", "error": {"type": kind, "message": message}}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_loop_request_becomes_canonical_messages() {
+        let req = json!({
+            "model": "LLM", "max_tokens": 64, "system": "be brief",
+            "stop_sequences": ["END"], "tool_choice": {"type": "any"},
+            "tools": [{"name": "w", "input_schema": {"type": "object"}}],
+            "messages": [
+                {"role": "user", "content": "weather?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "call w", "signature": "sig"},
+                    {"type": "tool_use", "id": "tu_1", "name": "w", "input": {"city": "Oslo"}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "tu_1", "content": "rain"},
+                    {"type": "text", "text": "and?", "cache_control": {"type": "ephemeral"}}]}
+            ]
+        });
+        let c = to_canonical(&req).unwrap();
+        assert_eq!(c.messages.len(), 5);
+        assert_eq!(c.messages[0].role, Role::System);
+        let call = &c.messages[2].tool_calls.as_ref().unwrap()[0];
+        assert_eq!(call.function.arguments, r#"{"city":"Oslo"}"#);
+        assert_eq!(c.messages[2].thinking_blocks.len(), 1);
+        assert_eq!(c.messages[3].role, Role::Tool);
+        assert_eq!(c.messages[3].tool_call_id.as_deref(), Some("tu_1"));
+        // The cache_control block survives verbatim.
+        let Some(Content::Parts(p)) = &c.messages[4].content else {
+            panic!("parts")
+        };
+        assert!(
+            matches!(&p[0], ContentPart::Other(v) if v["cache_control"]["type"] == "ephemeral")
+        );
+        assert_eq!(c.overlay["stop"], json!(["END"]));
+        assert_eq!(c.overlay["tool_choice"], "required");
+        assert_eq!(c.overlay["tools"][0]["function"]["name"], "w");
+    }
+
+    #[test]
+    fn usage_splits_reads_and_writes_out_of_input() {
+        let mut r = LlmResponse::new("hi");
+        r.prompt_tokens = 100;
+        r.cached_prompt_tokens = Some(30);
+        r.cache_write_5m_tokens = Some(20);
+        r.cache_write_1h_tokens = Some(10);
+        r.completion_tokens = 5;
+        let u = usage(&r);
+        assert_eq!(u["input_tokens"], 40);
+        assert_eq!(u["cache_creation_input_tokens"], 30);
+        assert_eq!(u["cache_read_input_tokens"], 30);
+        assert_eq!(u["output_tokens"], 5);
+        r.tool_calls = vec![ToolCall::function("t", "w", "{\"a\":1}")];
+        r.finish_reason = Some("tool_calls".into());
+        let m = message_json("msg_1", "LLM", &r);
+        assert_eq!(m["stop_reason"], "tool_use");
+        assert_eq!(m["content"][1]["input"]["a"], 1);
+    }
+
+    #[test]
+    fn errors_map_to_anthropic_statuses() {
+        assert_eq!(anthropic_kind(503), (529, "overloaded_error"));
+        assert_eq!(anthropic_kind(401), (401, "authentication_error"));
+        assert_eq!(anthropic_kind(429), (429, "rate_limit_error"));
+    }
+}
