@@ -16,6 +16,7 @@
 
 pub(crate) mod assembly;
 pub mod chat;
+pub(crate) mod dialect;
 pub mod embeddings;
 pub(crate) mod http;
 pub mod ocr;
