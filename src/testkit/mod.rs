@@ -7,6 +7,7 @@ pub mod capacity;
 pub mod demo;
 mod doc_setup;
 pub mod mock_capacity;
+pub mod mock_gemini;
 pub mod mock_llm;
 pub mod mock_ocr;
 #[cfg(feature = "redis")]
