@@ -399,41 +399,50 @@ async fn models_action(
         _ => Duration::ZERO,
     };
     let abrupt = fault == Some(GeminiFault::AbruptClose);
-    if !stream {
-        let mut whole = merge(chunks);
-        if abrupt {
-            whole = json!({"candidates": whole["candidates"]});
-        }
-        tokio::time::sleep(delay).await;
-        return (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            whole.to_string(),
-        )
-            .into_response();
-    }
-    let mut frames: Vec<Result<Bytes, std::io::Error>> = chunks
-        .iter()
-        .map(|c| Ok(Bytes::from(format!("data: {c}\r\n\r\n"))))
-        .collect();
+    let mut frames: Vec<Result<Bytes, std::io::Error>> = if stream {
+        chunks
+            .iter()
+            .map(|c| Ok(Bytes::from(format!("data: {c}\r\n\r\n"))))
+            .collect()
+    } else {
+        vec![Ok(Bytes::from(merge(chunks).to_string()))]
+    };
     if abrupt {
         frames.truncate(1);
+        if !stream {
+            // Half of the JSON body, then the cut.
+            if let Some(Ok(whole)) = frames.first_mut() {
+                *whole = whole.slice(..whole.len() / 2);
+            }
+        }
         frames.push(Err(std::io::Error::new(
             std::io::ErrorKind::ConnectionAborted,
             "mock: abrupt close",
         )));
     }
-    let stream =
+    let stream_body =
         futures::stream::unfold((frames.into_iter(), delay), |(mut it, delay)| async move {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            it.next().map(|f| (f, (it, Duration::ZERO)))
+            let next = it.next()?;
+            if next.is_err() {
+                // Let what was sent reach the client first: the server drops its unflushed
+                // buffer with the connection, and a cut before the response head would read as
+                // a stale pooled connection (re-sent), not a cut answer.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Some((next, (it, Duration::ZERO)))
         });
+    let kind = if stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
     Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from_stream(stream))
+        .header(header::CONTENT_TYPE, kind)
+        .body(Body::from_stream(stream_body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 

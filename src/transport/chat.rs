@@ -17,6 +17,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::assembly::Assembly;
+use super::dialect::gemini::refuses_structured;
+use super::dialect::gemini::send::{send as gemini_send, GeminiEndpoints};
 use super::http::{classify_reqwest, classify_response, parse_rate_limit, JsonEndpoint};
 use super::pool::SourcePool;
 use super::sse::{FrameTooLarge, SseEvent, SseParser};
@@ -24,7 +26,7 @@ use super::watchdog::{now, StallLimits, Watchdog};
 use super::wire::{decode_chunk, decode_completion, WireUsage};
 use crate::config::{MissingDone, SourceSettings};
 use crate::error::TransportError;
-use crate::provider::ProviderProfile;
+use crate::provider::{Dialect, ProviderProfile};
 use crate::structured::source_mode::{refuses_mode, SourceMode};
 use crate::structured::{SchemaRequest, StructuredMode};
 use crate::types::{LlmResponse, Message, ToolCallDelta, UsageSource};
@@ -158,6 +160,8 @@ pub struct ChatTransport {
     endpoint: JsonEndpoint,
     /// The structured mode typed calls are sent in, shared with snapshots and telemetry.
     mode: Arc<SourceMode>,
+    /// A Gemini source's endpoints (its dialect is Gemini): attempts go there instead.
+    gemini: Option<GeminiEndpoints>,
 }
 
 impl std::fmt::Debug for ChatTransport {
@@ -227,13 +231,19 @@ impl ChatTransport {
     }
 
     fn with_pool(settings: SourceSettings, profile: ProviderProfile, pool: SourcePool) -> Self {
-        let endpoint = JsonEndpoint::new(&settings, pool, "chat/completions");
+        let (endpoint, gemini) = if settings.effective_dialect(&profile) == Dialect::Gemini {
+            let gemini = GeminiEndpoints::new(&settings, pool);
+            (gemini.plain().clone(), Some(gemini))
+        } else {
+            (JsonEndpoint::new(&settings, pool, "chat/completions"), None)
+        };
         let mode = SourceMode::new(&settings.name, settings.effective_structured_mode(&profile));
         Self {
             settings,
             profile,
             endpoint,
             mode: Arc::new(mode),
+            gemini,
         }
     }
 
@@ -551,7 +561,7 @@ fn nothing_said(acc: &Assembly, what: &str) -> Result<(), TransportError> {
 
 /// An upstream that sends a line or event past the SSE cap is broken (or hostile): Transient,
 /// the next attempt may go elsewhere.
-fn frame_too_large(e: FrameTooLarge) -> TransportError {
+pub(crate) fn frame_too_large(e: FrameTooLarge) -> TransportError {
     TransportError::transient(SourceReason::NetworkError, format!("malformed stream: {e}"))
 }
 
@@ -572,13 +582,13 @@ fn measured_or_unavailable(usage: Option<WireUsage>) -> UsageSource {
     }
 }
 
-fn ms_since(start: std::time::Instant) -> f64 {
+pub(crate) fn ms_since(start: std::time::Instant) -> f64 {
     now().saturating_duration_since(start).as_secs_f64() * 1000.0
 }
 
 /// Push pending deltas to the consumer. Bounded by the total deadline (a consumer that stops
 /// reading without dropping must not hold the attempt forever).
-async fn emit_all(
+pub(crate) async fn emit_all(
     wd: &Watchdog,
     sink: Option<&EventSink<ChatDelta>>,
     deltas: &mut Vec<ChatDelta>,
@@ -613,7 +623,10 @@ impl Transport for ChatTransport {
         let mut mode = self.mode.current();
         // Bounded: each pass sends a strictly weaker mode, and the prompt mode is never refused.
         loop {
-            let result = if self.streams(request) {
+            let result = if let Some(gemini) = &self.gemini {
+                let stream = self.streams(request);
+                gemini_send(gemini, &self.settings, request, mode, stream, events).await
+            } else if self.streams(request) {
                 self.send_streaming(request, mode, events).await
             } else {
                 self.send_plain(request, mode, events).await
@@ -621,7 +634,13 @@ impl Transport for ChatTransport {
             match result {
                 // The source speaks less than it was told: not its fault, not the call's. The
                 // refusal arrives before any delta, so the consumer has seen nothing yet.
-                Err(e) if request.schema.is_some() && refuses_mode(&e, mode) => {
+                Err(e)
+                    if request.schema.is_some()
+                        && (refuses_mode(&e, mode)
+                            || (self.gemini.is_some()
+                                && mode != StructuredMode::Prompt
+                                && refuses_structured(&e))) =>
+                {
                     match self.mode.fall_back(mode, &e.body_text) {
                         Some(weaker) => mode = weaker,
                         None => return Err(e),
@@ -649,7 +668,7 @@ mod examples {
     #[cfg(feature = "testkit")]
     #[test]
     fn protected_keys_example() {
-        use crate::provider::ProviderProfile;
+        use crate::provider::{Dialect, ProviderProfile};
         use crate::transport::chat::{ChatTransport, ChatWireRequest, PROTECTED_KEYS};
         let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
         let transport = ChatTransport::new(settings, ProviderProfile::generic());
@@ -683,7 +702,7 @@ mod examples {
     #[cfg(feature = "testkit")]
     #[test]
     fn chat_transport_body_example() {
-        use crate::provider::ProviderProfile;
+        use crate::provider::{Dialect, ProviderProfile};
         use crate::transport::chat::{ChatTransport, ChatWireRequest};
         use serde_json::Value;
         let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");

@@ -294,6 +294,27 @@ fn bearer_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, Transpo
     }
 }
 
+/// The bare key as a sensitive header value (an API-key header).
+fn key_auth(settings: &SourceSettings) -> Result<Option<HeaderValue>, TransportError> {
+    if settings.api_key.is_empty() {
+        return Ok(None);
+    }
+    match HeaderValue::from_str(settings.api_key.expose()) {
+        Ok(mut v) => {
+            v.set_sensitive(true);
+            Ok(Some(v))
+        }
+        Err(_) => Err(TransportError::new(
+            FailureClass::SourceDead,
+            SourceReason::SourceDead,
+            format!(
+                "source {}: API key contains characters not allowed in an HTTP header",
+                settings.name
+            ),
+        )),
+    }
+}
+
 /// One JSON endpoint of a source: its pool (`pool::SourcePool`), URL and `Authorization` header. Chat and
 /// embeddings post through it, so both build requests the same way.
 #[derive(Clone)]
@@ -304,6 +325,8 @@ pub(crate) struct JsonEndpoint {
     /// when it does not parse; each request then reports why, as before.
     parsed: Option<reqwest::Url>,
     auth: Result<Option<HeaderValue>, TransportError>,
+    /// The header the key goes in: `Authorization` (bearer), or an API-key header.
+    auth_header: reqwest::header::HeaderName,
 }
 
 impl std::fmt::Debug for JsonEndpoint {
@@ -327,6 +350,33 @@ impl JsonEndpoint {
             parsed: reqwest::Url::parse(&url).ok(),
             url,
             auth: bearer_auth(settings),
+            auth_header: reqwest::header::AUTHORIZATION,
+        }
+    }
+
+    /// An endpoint at `path` whose key goes, bare, in the header `header` (Gemini's
+    /// `x-goog-api-key`): never in the URL, where it would reach logs.
+    pub(crate) fn keyed(
+        settings: &SourceSettings,
+        pool: super::pool::SourcePool,
+        path: &str,
+        header: &'static str,
+    ) -> Self {
+        let mut endpoint = Self::new(settings, pool, path);
+        endpoint.auth = key_auth(settings);
+        endpoint.auth_header = reqwest::header::HeaderName::from_static(header);
+        endpoint
+    }
+
+    /// The same pool and key at another path of the same base URL.
+    pub(crate) fn sibling(&self, settings: &SourceSettings, path: &str) -> Self {
+        let url = format!("{}/{path}", settings.base_url.trim_end_matches('/'));
+        Self {
+            resender: self.resender.clone(),
+            parsed: reqwest::Url::parse(&url).ok(),
+            url,
+            auth: self.auth.clone(),
+            auth_header: self.auth_header.clone(),
         }
     }
 
@@ -350,7 +400,7 @@ impl JsonEndpoint {
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body);
         match &self.auth {
-            Ok(Some(v)) => Ok(rb.header(reqwest::header::AUTHORIZATION, v.clone())),
+            Ok(Some(v)) => Ok(rb.header(self.auth_header.clone(), v.clone())),
             Ok(None) => Ok(rb),
             Err(e) => Err(e.clone()),
         }
@@ -387,6 +437,16 @@ pub(crate) async fn classify_response(
     resp: reqwest::Response,
     deadline: std::time::Instant,
 ) -> TransportError {
+    let (status, headers, body) = read_error(resp, deadline).await;
+    classify_status(status, &headers, &body)
+}
+
+/// An error answer's status, headers and body (at most `MAX_ERROR_BODY` bytes, read until
+/// `deadline`), for a dialect that classifies its own error bodies.
+pub(crate) async fn read_error(
+    resp: reqwest::Response,
+    deadline: std::time::Instant,
+) -> (u16, HeaderMap, String) {
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let mut resp = resp;
@@ -401,7 +461,7 @@ pub(crate) async fn classify_response(
         }
     };
     let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), read).await;
-    classify_status(status, &headers, &String::from_utf8_lossy(&body))
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `err: cause: cause…`, skipping causes whose text repeats the previous one.

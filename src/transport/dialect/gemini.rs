@@ -327,6 +327,18 @@ fn generation_config(
         }
         _ => {}
     }
+    match overlay.get("response_format") {
+        Some(f) if f["type"] == "json_object" => {
+            g.insert("responseMimeType".into(), json!("application/json"));
+        }
+        Some(f) if f["type"] == "json_schema" => {
+            g.insert("responseMimeType".into(), json!("application/json"));
+            if let Some(schema) = f.pointer("/json_schema/schema") {
+                g.insert("responseJsonSchema".into(), schema.clone());
+            }
+        }
+        _ => {}
+    }
     let from_overlay = overlay.get("thinking").map(|t| {
         let enabled = t.get("type").and_then(Value::as_str) != Some("disabled");
         ThinkingAsk {
@@ -645,11 +657,30 @@ pub(crate) fn classify_error(status: u16, headers: &HeaderMap, body: &str) -> Tr
     e
 }
 
+/// `true` when a 400 refuses the structured output the request asked (`responseJsonSchema`,
+/// `responseMimeType`): the source's structured mode steps down.
+pub(crate) fn refuses_structured(error: &TransportError) -> bool {
+    if error.status != Some(400) {
+        return false;
+    }
+    let body = error.body_text.to_ascii_lowercase();
+    [
+        "response_json_schema",
+        "responsejsonschema",
+        "response_mime_type",
+        "responsemimetype",
+        "response_schema",
+    ]
+    .iter()
+    .any(|needle| body.contains(needle))
+}
+
 /// A protobuf `Duration` in JSON: `"12s"`, `"1.5s"`.
 fn parse_delay(raw: &str) -> Option<Duration> {
     let secs: f64 = raw.trim().strip_suffix('s')?.parse().ok()?;
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
+pub(crate) mod send;
 #[cfg(test)]
 mod tests;
