@@ -8,6 +8,7 @@ pub mod demo;
 mod doc_setup;
 pub mod mock_anthropic;
 pub mod mock_capacity;
+pub mod mock_gemini;
 pub mod mock_llm;
 pub mod mock_ocr;
 #[cfg(feature = "redis")]

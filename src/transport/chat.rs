@@ -18,6 +18,8 @@ use serde_json::{Map, Value};
 
 use super::assembly::Assembly;
 use super::dialect::anthropic;
+use super::dialect::gemini::refuses_structured;
+use super::dialect::gemini::send::{send as gemini_send, GeminiEndpoints};
 use super::http::{
     classify_reqwest, classify_response, parse_rate_limit, Credentials, JsonEndpoint,
 };
@@ -163,6 +165,8 @@ pub struct ChatTransport {
     endpoint: JsonEndpoint,
     /// The structured mode typed calls are sent in, shared with snapshots and telemetry.
     mode: Arc<SourceMode>,
+    /// A Gemini source's endpoints (its dialect is Gemini): attempts go there instead.
+    gemini: Option<GeminiEndpoints>,
 }
 
 impl std::fmt::Debug for ChatTransport {
@@ -234,6 +238,7 @@ impl ChatTransport {
 
     fn with_pool(settings: SourceSettings, profile: ProviderProfile, pool: SourcePool) -> Self {
         let dialect = settings.effective_dialect(&profile);
+        let mut gemini = None;
         let endpoint = match dialect {
             Dialect::Anthropic => JsonEndpoint::with_credentials(
                 &settings,
@@ -244,6 +249,12 @@ impl ChatTransport {
                     fixed: &[("anthropic-version", anthropic::VERSION)],
                 },
             ),
+            Dialect::Gemini => {
+                let endpoints = GeminiEndpoints::new(&settings, pool);
+                let plain = endpoints.plain().clone();
+                gemini = Some(endpoints);
+                plain
+            }
             _ => JsonEndpoint::new(&settings, pool, "chat/completions"),
         };
         let mode = SourceMode::new(&settings.name, settings.effective_structured_mode(&profile));
@@ -253,6 +264,7 @@ impl ChatTransport {
             dialect,
             endpoint,
             mode: Arc::new(mode),
+            gemini,
         }
     }
 
@@ -669,7 +681,7 @@ fn nothing_said(acc: &Assembly, what: &str) -> Result<(), TransportError> {
 
 /// An upstream that sends a line or event past the SSE cap is broken (or hostile): Transient,
 /// the next attempt may go elsewhere.
-fn frame_too_large(e: FrameTooLarge) -> TransportError {
+pub(crate) fn frame_too_large(e: FrameTooLarge) -> TransportError {
     TransportError::transient(SourceReason::NetworkError, format!("malformed stream: {e}"))
 }
 
@@ -701,13 +713,13 @@ fn measured_or_unavailable(usage: Option<WireUsage>) -> UsageSource {
     }
 }
 
-fn ms_since(start: std::time::Instant) -> f64 {
+pub(crate) fn ms_since(start: std::time::Instant) -> f64 {
     now().saturating_duration_since(start).as_secs_f64() * 1000.0
 }
 
 /// Push pending deltas to the consumer. Bounded by the total deadline (a consumer that stops
 /// reading without dropping must not hold the attempt forever).
-async fn emit_all(
+pub(crate) async fn emit_all(
     wd: &Watchdog,
     sink: Option<&EventSink<ChatDelta>>,
     deltas: &mut Vec<ChatDelta>,
@@ -742,7 +754,10 @@ impl Transport for ChatTransport {
         let mut mode = self.mode.current();
         // Bounded: each pass sends a strictly weaker mode, and the prompt mode is never refused.
         loop {
-            let result = if self.streams(request) {
+            let result = if let Some(gemini) = &self.gemini {
+                let stream = self.streams(request);
+                gemini_send(gemini, &self.settings, request, mode, stream, events).await
+            } else if self.streams(request) {
                 self.send_streaming(request, mode, events).await
             } else {
                 self.send_plain(request, mode, events).await
@@ -750,7 +765,13 @@ impl Transport for ChatTransport {
             match result {
                 // The source speaks less than it was told: not its fault, not the call's. The
                 // refusal arrives before any delta, so the consumer has seen nothing yet.
-                Err(e) if request.schema.is_some() && refuses_mode(&e, mode) => {
+                Err(e)
+                    if request.schema.is_some()
+                        && (refuses_mode(&e, mode)
+                            || (self.gemini.is_some()
+                                && mode != StructuredMode::Prompt
+                                && refuses_structured(&e))) =>
+                {
                     match self.mode.fall_back(mode, &e.body_text) {
                         Some(weaker) => mode = weaker,
                         None => return Err(e),

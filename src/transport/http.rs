@@ -375,6 +375,32 @@ impl JsonEndpoint {
         }
     }
 
+    /// An endpoint at `path` whose key goes, bare, in the header `header` (Gemini's
+    /// `x-goog-api-key`): never in the URL, where it would reach logs.
+    pub(crate) fn keyed(
+        settings: &SourceSettings,
+        pool: super::pool::SourcePool,
+        path: &str,
+        header: &'static str,
+    ) -> Self {
+        let credentials = Credentials {
+            key_header: Some(header),
+            fixed: &[],
+        };
+        Self::with_credentials(settings, pool, path, credentials)
+    }
+
+    /// The same pool and key at another path of the same base URL.
+    pub(crate) fn sibling(&self, settings: &SourceSettings, path: &str) -> Self {
+        let url = format!("{}/{path}", settings.base_url.trim_end_matches('/'));
+        Self {
+            resender: self.resender.clone(),
+            parsed: reqwest::Url::parse(&url).ok(),
+            url,
+            auth: self.auth.clone(),
+        }
+    }
+
     /// The endpoint URL.
     pub(crate) fn url(&self) -> &str {
         &self.url
@@ -433,6 +459,16 @@ pub(crate) async fn classify_response(
     resp: reqwest::Response,
     deadline: std::time::Instant,
 ) -> TransportError {
+    let (status, headers, body) = read_error(resp, deadline).await;
+    classify_status(status, &headers, &body)
+}
+
+/// An error answer's status, headers and body (at most `MAX_ERROR_BODY` bytes, read until
+/// `deadline`), for a dialect that classifies its own error bodies.
+pub(crate) async fn read_error(
+    resp: reqwest::Response,
+    deadline: std::time::Instant,
+) -> (u16, HeaderMap, String) {
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let mut resp = resp;
@@ -447,7 +483,7 @@ pub(crate) async fn classify_response(
         }
     };
     let _ = tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), read).await;
-    classify_status(status, &headers, &String::from_utf8_lossy(&body))
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `err: cause: cause…`, skipping causes whose text repeats the previous one.

@@ -5,6 +5,10 @@
 //! endpoint and its credentials, the request body built from the canonical call, the answer and
 //! its streamed events turned into the assembly's frames, and the rate-limit headers. OpenAI's
 //! codec is `transport::wire` (the canonical model is its superset); the others live here, one
-//! module each. A dialect is chosen once per source ([`crate::provider::Dialect`]).
+//! module each. A dialect is chosen once per source ([`crate::provider::Dialect`]). Anthropic
+//! plugs into the transport's own send loop; Gemini, whose stream has no end marker and whose
+//! URL depends on streaming, runs its exchange in `gemini::send` over the same pieces (folding
+//! the two into one exchange per dialect is the layered call path's work, issue #50).
 
 pub(crate) mod anthropic;
+pub(crate) mod gemini;
