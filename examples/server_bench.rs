@@ -14,7 +14,9 @@
 //!
 //! One JSON line per configuration (concurrency × streaming): `direct_calls_per_s`,
 //! `server_calls_per_s`, `added_p50_ms`, `added_p99_ms`, `server_cpu_ms_per_call`,
-//! `server_rss_mb`, with the underlying percentiles.
+//! `server_rss_mb`, with the underlying percentiles. Then one line per ingress (`chat`,
+//! `messages`, `responses`): streamed calls per second at the top concurrency and `vs_chat`, the
+//! ratio to the chat ingress on the same source.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -162,11 +164,34 @@ async fn run(
     concurrency: usize,
     calls: usize,
 ) -> Measured {
-    let body = Arc::new(json!({
+    let body = json!({
         "model": "LLM",
         "messages": [{"role": "user", "content": "hello"}],
         "stream": stream,
-    }));
+    });
+    run_body(
+        client,
+        url,
+        auth,
+        body,
+        stream.then_some("data: [DONE]\n\n"),
+        concurrency,
+        calls,
+    )
+    .await
+}
+
+/// `run` with any request body; a streamed response's last frame must contain `end`.
+async fn run_body(
+    client: &reqwest::Client,
+    url: &str,
+    auth: Option<&str>,
+    body: Value,
+    end: Option<&'static str>,
+    concurrency: usize,
+    calls: usize,
+) -> Measured {
+    let body = Arc::new(body);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();
     let mut workers = Vec::new();
@@ -193,8 +218,9 @@ async fn run(
                 while let Some(chunk) = bytes.next().await {
                     tail = chunk.expect("the body is read").to_vec();
                 }
-                if stream {
-                    assert!(tail.ends_with(b"data: [DONE]\n\n"), "stream ended cleanly");
+                if let Some(end) = end {
+                    let last = String::from_utf8_lossy(&tail);
+                    assert!(last.contains(end), "stream ended cleanly: {last}");
                 }
                 latencies.push(t.elapsed().as_secs_f64() * 1e3);
             }
@@ -273,6 +299,44 @@ async fn bench(calls: usize, levels: &[usize]) {
             });
             println!("{line}");
         }
+    }
+    // Streamed calls through each ingress at the top concurrency, against the chat ingress on
+    // the same source (the target is ≥ 0.9× chat).
+    let hello = json!([{"role": "user", "content": "hello"}]);
+    let ingresses: [(&str, &str, Value, &'static str); 3] = [
+        (
+            "chat",
+            "/v1/chat/completions",
+            json!({"model": "LLM", "messages": hello, "stream": true}),
+            "data: [DONE]\n\n",
+        ),
+        (
+            "messages",
+            "/v1/messages",
+            json!({"model": "LLM", "max_tokens": 64, "messages": hello, "stream": true}),
+            "\"message_stop\"}\n\n",
+        ),
+        (
+            "responses",
+            "/v1/responses",
+            json!({"model": "LLM", "input": "hello", "stream": true}),
+            "\"type\":\"response.completed\"}",
+        ),
+    ];
+    let mut chat_rate = None;
+    for (ingress, path, body, end) in ingresses {
+        let url = format!("{}{path}", server.base);
+        let warm = (calls / 10).max(200);
+        run_body(&client, &url, Some(KEY), body.clone(), Some(end), top, warm).await;
+        let m = run_body(&client, &url, Some(KEY), body, Some(end), top, calls).await;
+        let chat = *chat_rate.get_or_insert(m.calls_per_s);
+        let line = json!({
+            "ingress": ingress, "concurrency": top, "stream": true, "calls": calls,
+            "server_calls_per_s": m.calls_per_s.round(),
+            "vs_chat": (m.calls_per_s / chat * 1e3).round() / 1e3,
+            "server_p50_ms": round3(m.p50_ms), "server_p99_ms": round3(m.p99_ms),
+        });
+        println!("{line}");
     }
 }
 
