@@ -39,6 +39,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// The key the mock accepts (`x-goog-api-key`).
+///
+/// ```
+/// assert!(!polygateway::testkit::mock_gemini::MOCK_GEMINI_KEY.is_empty());
+/// ```
 pub const MOCK_GEMINI_KEY: &str = "gemini-test-key";
 
 /// One injected fault, taken by the next `generateContent` / `streamGenerateContent` request.
