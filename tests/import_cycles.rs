@@ -365,7 +365,6 @@ const KNOWN_ROOT_CYCLES: &[&str] = &[
     "config::env ↔ config::env::scope",
     "gateway::chat ↔ gateway::embed ↔ gateway::handle ↔ gateway::ocr",
     "structured::mode ↔ structured::schema",
-    "transport::assembly ↔ transport::chat ↔ transport::think",
     "transport::http ↔ transport::pool ↔ transport::resend",
     "types::options ↔ validate",
 ];

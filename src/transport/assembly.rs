@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::chat::ChatDelta;
+use super::exchange::ChatDelta;
 use super::think::ThinkSplitter;
 use super::wire::{ChoiceFrame, ChunkFrame, WireFunction, WireToolCall, WireUsage};
 use crate::types::{Choice, FunctionCall, LlmResponse, ToolCall, ToolCallDelta};

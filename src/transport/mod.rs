@@ -18,6 +18,7 @@ pub(crate) mod assembly;
 pub mod chat;
 pub(crate) mod dialect;
 pub mod embeddings;
+pub(crate) mod exchange;
 pub(crate) mod http;
 pub mod ocr;
 pub(crate) mod pool;

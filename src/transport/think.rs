@@ -5,7 +5,7 @@
 //! (the customary `\n\n`) is dropped so the answer does not start with blank lines. The
 //! concatenation of the emitted pieces does not depend on how the input was chunked.
 
-use super::chat::ChatDelta;
+use super::exchange::ChatDelta;
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";

@@ -14,7 +14,7 @@ use crate::config::{MissingDone, SourceSettings};
 use crate::error::TransportError;
 use crate::structured::StructuredMode;
 use crate::transport::assembly::Assembly;
-use crate::transport::chat::{emit_all, frame_too_large, ms_since, ChatDelta, ChatWireRequest};
+use crate::transport::exchange::{emit_all, frame_too_large, ms_since, ChatDelta, ChatWireRequest};
 use crate::transport::http::{classify_reqwest, parse_rate_limit, read_error, JsonEndpoint};
 use crate::transport::pool::SourcePool;
 use crate::transport::sse::{SseEvent, SseParser};
