@@ -1,6 +1,6 @@
 //! The Gemini dialect (`generateContent` / `streamGenerateContent?alt=sse`): the canonical,
 //! OpenAI-shaped call model encoded as a Gemini request, Gemini answers decoded into the
-//! assembly's frames, Gemini's error bodies classified (docs/behaviour.md §7.3).
+//! assembly's frames, Gemini's error bodies classified (docs/behaviour.md §7.5).
 //!
 //! Pure codec: no I/O. The transport that sends these bodies (auth by the `x-goog-api-key`
 //! header, never the `?key=` query string) plugs in at the dialect seam.
