@@ -3,7 +3,8 @@
 //! Starts one mock upstream per source — three healthy ones and the seeds' fault mix (bad key,
 //! black hole, slow, 429 with Retry-After, 90 % transient failures), and three native Anthropic
 //! sources in the same scope (one healthy, one answering `529 overloaded_error`, one cutting its
-//! streams with an `error` event after content) — builds a gateway over them on
+//! streams with an `error` event after content) and a native Gemini source — builds a gateway
+//! over them on
 //! embedded defaults (memory governance, SQLite telemetry when a path is given), runs the calls at
 //! the requested concurrency and reports success, where attempts went, breaker openings, latency,
 //! throughput and whether every counter came back to zero. Traffic goes to 127.0.0.1 only; the
@@ -17,6 +18,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::mock_anthropic::{AnthropicFault, MockAnthropic, MOCK_ANTHROPIC_KEY};
+use super::mock_gemini::{MockGemini, MOCK_GEMINI_KEY};
 use super::mock_llm::{Behaviour, MockUpstream};
 use crate::config::Settings;
 use crate::{CallOptions, Gateway, GatewayError, Message, SourceSnapshot};
@@ -61,6 +63,7 @@ struct MixSource {
 enum Upstream {
     OpenAi(Behaviour),
     Anthropic(AnthropicFault),
+    Gemini,
 }
 
 fn fault_mix(seed: u64) -> Vec<MixSource> {
@@ -113,6 +116,11 @@ fn fault_mix(seed: u64) -> Vec<MixSource> {
         claude("claudeok", AnthropicFault::None, true),
         claude("claudebusy", AnthropicFault::Overloaded, false),
         claude("claudecut", AnthropicFault::ErrorEventAfterContent, false),
+        MixSource {
+            name: "geminiok",
+            upstream: Upstream::Gemini,
+            healthy: true,
+        },
     ]
 }
 
@@ -442,7 +450,7 @@ pub async fn run_soak(config: &SoakConfig) -> Result<SoakReport, GatewayError> {
             env.insert("PGW_TELEMETRY_BACKEND".into(), "none".into());
         }
     }
-    let (mut mocks, mut claude_mocks) = (Vec::new(), Vec::new());
+    let (mut mocks, mut claude_mocks, mut gemini_mocks) = (Vec::new(), Vec::new(), Vec::new());
     for source in &mix {
         let p = format!("LLM__{}__1", source.name.to_uppercase());
         match &source.upstream {
@@ -459,6 +467,13 @@ pub async fn run_soak(config: &SoakConfig) -> Result<SoakReport, GatewayError> {
                 env.insert(format!("{p}__API_KEY"), MOCK_ANTHROPIC_KEY.into());
                 env.insert(format!("{p}__DIALECT"), "anthropic".into());
                 claude_mocks.push(mock);
+            }
+            Upstream::Gemini => {
+                let mock = MockGemini::start().await;
+                env.insert(format!("{p}__BASE_URL"), mock.base_url());
+                env.insert(format!("{p}__API_KEY"), MOCK_GEMINI_KEY.into());
+                env.insert(format!("{p}__DIALECT"), "gemini".into());
+                gemini_mocks.push(mock);
             }
         }
         env.insert(format!("{p}__MODEL"), format!("mock-{}", source.name));
@@ -528,7 +543,7 @@ pub async fn run_soak(config: &SoakConfig) -> Result<SoakReport, GatewayError> {
     for mock in mocks {
         mock.shutdown().await;
     }
-    drop(claude_mocks);
+    drop((claude_mocks, gemini_mocks));
     Ok(SoakReport {
         calls: config.calls,
         succeeded: outcomes.iter().filter(|(o, _)| o.is_ok()).count(),
