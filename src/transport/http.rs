@@ -101,24 +101,38 @@ pub(crate) fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// present. Unparsable parts are left out; the reset takes OpenAI's duration forms
 /// ([`parse_reset_duration`]). Read on every answer, so it only looks up three headers.
 pub(crate) fn parse_rate_limit(headers: &HeaderMap) -> Option<RateLimitHint> {
+    rate_limit_headers(
+        headers,
+        [
+            "x-ratelimit-limit-requests",
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+        ],
+        parse_reset_duration,
+    )
+}
+
+/// A request bucket's `[limit, remaining, reset]` headers as the pacer's hint, the reset read by
+/// `reset` (each API spells it its own way); `None` when none of the three is present.
+pub(crate) fn rate_limit_headers(
+    headers: &HeaderMap,
+    names: [&str; 3],
+    reset: impl Fn(&str) -> Option<Duration>,
+) -> Option<RateLimitHint> {
     let text = |name: &str| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
-    let (limit, remaining, reset) = (
-        text("x-ratelimit-limit-requests"),
-        text("x-ratelimit-remaining-requests"),
-        text("x-ratelimit-reset-requests"),
-    );
-    if limit.is_none() && remaining.is_none() && reset.is_none() {
+    let [limit, remaining, reset_at] = names.map(text);
+    if limit.is_none() && remaining.is_none() && reset_at.is_none() {
         return None;
     }
     Some(RateLimitHint {
         limit: limit.and_then(|v| v.parse().ok()),
         remaining: remaining.and_then(|v| v.parse().ok()),
-        reset: reset.and_then(parse_reset_duration),
+        reset: reset_at.and_then(reset),
     })
 }
 

@@ -21,30 +21,18 @@ pub(crate) const VERSION: &str = "2023-06-01";
 /// `anthropic-ratelimit-requests-{limit,remaining,reset}` as the pacer's hint (the request
 /// bucket, like OpenAI's `x-ratelimit-*-requests`); `None` when none is present.
 pub(crate) fn rate_limit(headers: &HeaderMap) -> Option<RateLimitHint> {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
-    let (limit, remaining, reset) = (
-        text("anthropic-ratelimit-requests-limit"),
-        text("anthropic-ratelimit-requests-remaining"),
-        text("anthropic-ratelimit-requests-reset"),
-    );
-    if limit.is_none() && remaining.is_none() && reset.is_none() {
-        return None;
-    }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    Some(RateLimitHint {
-        limit: limit.and_then(|v| v.parse().ok()),
-        remaining: remaining.and_then(|v| v.parse().ok()),
-        reset: reset
-            .and_then(rfc3339_unix)
-            .map(|at| at.saturating_sub(now)),
-    })
+    crate::transport::http::rate_limit_headers(
+        headers,
+        [
+            "anthropic-ratelimit-requests-limit",
+            "anthropic-ratelimit-requests-remaining",
+            "anthropic-ratelimit-requests-reset",
+        ],
+        |reset| rfc3339_unix(reset).map(|at| at.saturating_sub(now)),
+    )
 }
 
 /// An RFC 3339 UTC time (`2025-06-01T12:00:30Z`, fractional seconds allowed) as time since the
