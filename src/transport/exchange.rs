@@ -76,7 +76,7 @@ pub struct ChatWireRequest {
     pub response_format: Option<Value>,
     /// A typed call's schema. Each attempt sends it in its source's structured mode
     /// (`STRUCTURED_MODE`, else the strongest its provider supports,
-    /// [`ProviderProfile::structured_mode`]): strict `json_schema`, else `json_object` plus the
+    /// [`ProviderProfile::structured_mode`](crate::provider::ProviderProfile::structured_mode)): strict `json_schema`, else `json_object` plus the
     /// schema in the prompt, else the prompt alone; a source that refuses its mode falls back to
     /// a weaker one for good. Its `response_format` wins over every other layer.
     pub schema: Option<Arc<SchemaRequest>>,
