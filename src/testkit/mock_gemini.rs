@@ -45,7 +45,9 @@ use tokio_util::sync::CancellationToken;
 /// ```
 pub const MOCK_GEMINI_KEY: &str = "gemini-test-key";
 
-/// One injected fault, taken by the next `generateContent` / `streamGenerateContent` request.
+/// One injected fault, taken by the next `generateContent` / `streamGenerateContent` request
+/// (the error faults — rate limited, unavailable, internal, invalid argument, permission denied —
+/// by the next embeddings request too, when one comes first).
 ///
 /// ```
 /// use polygateway::testkit::mock_gemini::{GeminiFault, MockGemini};
@@ -334,8 +336,21 @@ async fn models_action(
         );
     };
     match method {
-        "embedContent" => return embed_one(&body),
-        "batchEmbedContents" => return embed_batch(model, &body),
+        "embedContent" | "batchEmbedContents" => {
+            // The error faults answer embeddings too; the others shape chat answers only and
+            // stay queued for them.
+            let mut faults = lock(&shared.faults);
+            if let Some(refusal) = faults.front().and_then(fault_error) {
+                faults.pop_front();
+                return refusal;
+            }
+            drop(faults);
+            return if method == "embedContent" {
+                embed_one(&body)
+            } else {
+                embed_batch(model, &body)
+            };
+        }
         "generateContent" | "streamGenerateContent" => {}
         _ => {
             return error(
@@ -354,47 +369,8 @@ async fn models_action(
         return invalid(&message);
     }
     let fault = lock(&shared.faults).pop_front();
-    match &fault {
-        Some(GeminiFault::RateLimited { retry_delay_s }) => {
-            return error(
-                StatusCode::TOO_MANY_REQUESTS,
-                "RESOURCE_EXHAUSTED",
-                "You exceeded your current quota, please check your plan and billing details.",
-                json!([
-                    {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
-                        {"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
-                         "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},
-                    {"@type": "type.googleapis.com/google.rpc.RetryInfo",
-                     "retryDelay": format!("{retry_delay_s}s")}
-                ]),
-            )
-        }
-        Some(GeminiFault::Unavailable) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "UNAVAILABLE",
-                "The model is overloaded. Please try again later.",
-                json!([]),
-            )
-        }
-        Some(GeminiFault::Internal) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "INTERNAL",
-                "An internal error has occurred.",
-                json!([]),
-            )
-        }
-        Some(GeminiFault::InvalidArgument) => {
-            return invalid("* GenerateContentRequest.contents: contents is not specified")
-        }
-        Some(GeminiFault::PermissionDenied) => return error(
-            StatusCode::FORBIDDEN,
-            "PERMISSION_DENIED",
-            "Generative Language API has not been used in this project before or it is disabled.",
-            json!([]),
-        ),
-        _ => {}
+    if let Some(refusal) = fault.as_ref().and_then(fault_error) {
+        return refusal;
     }
     let script = lock(&shared.script).clone();
     let chunks = answer(&shared, &script, &body, model, fault.as_ref());
@@ -448,6 +424,46 @@ async fn models_action(
         .header(header::CONTENT_TYPE, kind)
         .body(Body::from_stream(stream_body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The error answer of an error fault (`None` for a fault that shapes a 2xx answer).
+fn fault_error(fault: &GeminiFault) -> Option<Response> {
+    Some(match fault {
+        GeminiFault::RateLimited { retry_delay_s } => error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "RESOURCE_EXHAUSTED",
+            "You exceeded your current quota, please check your plan and billing details.",
+            json!([
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                    {"quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+                     "quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"}]},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                 "retryDelay": format!("{retry_delay_s}s")}
+            ]),
+        ),
+        GeminiFault::Unavailable => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "UNAVAILABLE",
+            "The model is overloaded. Please try again later.",
+            json!([]),
+        ),
+        GeminiFault::Internal => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            "An internal error has occurred.",
+            json!([]),
+        ),
+        GeminiFault::InvalidArgument => {
+            invalid("* GenerateContentRequest.contents: contents is not specified")
+        }
+        GeminiFault::PermissionDenied => error(
+            StatusCode::FORBIDDEN,
+            "PERMISSION_DENIED",
+            "Generative Language API has not been used in this project before or it is disabled.",
+            json!([]),
+        ),
+        _ => return None,
+    })
 }
 
 const KNOWN_FIELDS: [&str; 7] = [
@@ -565,7 +581,11 @@ fn answer(
     fault: Option<&GeminiFault>,
 ) -> Vec<Value> {
     let contents = body["contents"].as_array().cloned().unwrap_or_default();
-    let prompt_chars: usize = contents.iter().map(|c| c.to_string().len()).sum();
+    // The prompt is every turn and the system instruction (the API counts both).
+    let prompt_chars: usize = contents.iter().map(|c| c.to_string().len()).sum::<usize>()
+        + body
+            .get("systemInstruction")
+            .map_or(0, |s| s.to_string().len());
     let prompt_tokens = (prompt_chars / 4).max(1) as u64;
     let include_thoughts = body
         .pointer("/generationConfig/thinkingConfig/includeThoughts")
@@ -679,16 +699,46 @@ fn merge(chunks: Vec<Value>) -> Value {
     last
 }
 
-/// The mock's embedding of `text` (deterministic, dimension 8).
-fn vector(text: &str) -> Vec<f64> {
-    (0..8)
+/// The mock's embedding of `text`: deterministic, of dimension `dim` (the request's
+/// `outputDimensionality`, else [`EMBEDDING_DIM`]); a smaller dimension is a prefix of the full
+/// vector, as Gemini's truncatable embeddings are.
+///
+/// ```
+/// use polygateway::testkit::mock_gemini::{embedding, EMBEDDING_DIM};
+/// let full = embedding("hello", EMBEDDING_DIM);
+/// assert_eq!(full.len(), EMBEDDING_DIM);
+/// assert_eq!(embedding("hello", 3), full[..3]);
+/// ```
+pub fn embedding(text: &str, dim: usize) -> Vec<f32> {
+    (0..dim)
         .map(|i| {
             let h = text.bytes().fold(i as u64 + 1, |h, b| {
                 h.wrapping_mul(31).wrapping_add(b as u64)
             });
-            (h % 2001) as f64 / 1000.0 - 1.0
+            ((h % 2001) as f64 / 1000.0 - 1.0) as f32
         })
         .collect()
+}
+
+/// The dimension of the mock's embeddings when a request asks none.
+///
+/// ```
+/// assert_eq!(polygateway::testkit::mock_gemini::EMBEDDING_DIM, 8);
+/// ```
+pub const EMBEDDING_DIM: usize = 8;
+
+/// The embedding an `EmbedContentRequest` asks for, or the API's message for what is missing.
+fn embed_request(request: &Value) -> Result<Value, String> {
+    let text = content_text(&request["content"]).ok_or("content is not specified")?;
+    let dim = match request.get("outputDimensionality") {
+        None => EMBEDDING_DIM,
+        Some(d) => d
+            .as_u64()
+            .filter(|d| (1..=EMBEDDING_DIM as u64).contains(d))
+            .ok_or(format!("outputDimensionality must be 1 to {EMBEDDING_DIM}"))?
+            as usize,
+    };
+    Ok(json!({"values": embedding(&text, dim)}))
 }
 
 fn content_text(content: &Value) -> Option<String> {
@@ -697,14 +747,14 @@ fn content_text(content: &Value) -> Option<String> {
 }
 
 fn embed_one(body: &Value) -> Response {
-    match content_text(&body["content"]) {
-        Some(text) => (
+    match embed_request(body) {
+        Ok(values) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
-            json!({"embedding": {"values": vector(&text)}}).to_string(),
+            json!({ "embedding": values }).to_string(),
         )
             .into_response(),
-        None => invalid("* EmbedContentRequest.content: content is not specified"),
+        Err(message) => invalid(&format!("* EmbedContentRequest: {message}")),
     }
 }
 
@@ -712,6 +762,11 @@ fn embed_batch(model: &str, body: &Value) -> Response {
     let Some(requests) = body["requests"].as_array().filter(|r| !r.is_empty()) else {
         return invalid("* BatchEmbedContentsRequest.requests: requests is not specified");
     };
+    if requests.len() > 100 {
+        return invalid(
+            "* BatchEmbedContentsRequest.requests: at most 100 requests can be in one batch",
+        );
+    }
     let mut embeddings = Vec::new();
     for (i, request) in requests.iter().enumerate() {
         if request["model"].as_str() != Some(&format!("models/{model}")) {
@@ -719,9 +774,9 @@ fn embed_batch(model: &str, body: &Value) -> Response {
                 "requests[{i}].model: the model of every request must be models/{model}"
             ));
         }
-        match content_text(&request["content"]) {
-            Some(text) => embeddings.push(json!({"values": vector(&text)})),
-            None => return invalid(&format!("requests[{i}].content is not specified")),
+        match embed_request(request) {
+            Ok(values) => embeddings.push(values),
+            Err(message) => return invalid(&format!("requests[{i}]: {message}")),
         }
     }
     (

@@ -22,9 +22,7 @@ use super::dialect::gemini::refuses_structured;
 use super::dialect::gemini::send::{send as gemini_send, GeminiEndpoints};
 use super::exchange::{emit_all, frame_too_large, ms_since};
 pub use super::exchange::{ChatDelta, ChatWireRequest};
-use super::http::{
-    classify_reqwest, classify_response, parse_rate_limit, Credentials, JsonEndpoint,
-};
+use super::http::{classify_reqwest, AnswerReader, Credentials, JsonEndpoint};
 use super::pool::SourcePool;
 use super::sse::{SseEvent, SseParser};
 use super::watchdog::{StallLimits, Watchdog};
@@ -358,11 +356,14 @@ impl ChatTransport {
         Ok(rb)
     }
 
-    /// How this source's dialect states its rate limits in an answer's headers.
-    fn rate_limit_reader(&self) -> fn(&reqwest::header::HeaderMap) -> Option<RateLimitHint> {
+    /// How this source's dialect states its rate limits and errors in an answer.
+    fn answer_reader(&self) -> AnswerReader {
         match self.dialect {
-            Dialect::Anthropic => anthropic::rate_limit,
-            _ => parse_rate_limit,
+            Dialect::Anthropic => AnswerReader {
+                rate_limit: anthropic::rate_limit,
+                ..AnswerReader::OPENAI
+            },
+            _ => AnswerReader::OPENAI,
         }
     }
 
@@ -381,10 +382,11 @@ impl ChatTransport {
             .guard(self.endpoint.send(rb))
             .await?
             .map_err(|e| classify_reqwest(&e))?;
+        let reader = self.answer_reader();
         if !resp.status().is_success() {
-            return Err(classify_response(resp, wd.clock().total_deadline()).await);
+            return Err(reader.classify(resp, wd.clock().total_deadline()).await);
         }
-        let rate_limit = self.rate_limit_reader()(resp.headers());
+        let rate_limit = (reader.rate_limit)(resp.headers());
         let mut stream = resp.bytes_stream();
         let mut parser = SseParser::new();
         let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
@@ -520,9 +522,9 @@ impl ChatTransport {
         let out = self.outgoing(request, mode)?;
         let forced_tool = out.forced_tool.clone();
         let (bytes, rate_limit) = wd
-            .whole_body_with(
+            .whole_body(
                 self.endpoint.send(self.post(out, false)?),
-                self.rate_limit_reader(),
+                self.answer_reader(),
             )
             .await?;
         let body = String::from_utf8_lossy(&bytes);

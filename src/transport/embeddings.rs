@@ -10,11 +10,13 @@ use async_trait::async_trait;
 use polygateway_actors::{EventSink, SourceReason, Transport};
 use serde::{Deserialize, Serialize};
 
-use super::http::JsonEndpoint;
+use super::dialect::gemini::{self, embed as gemini_embed};
+use super::http::{AnswerReader, JsonEndpoint};
 use super::pool::SourcePool;
 use super::watchdog::{now, StallLimits, Watchdog};
 use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
+use crate::provider::{Dialect, ProviderProfile};
 use crate::types::UsageSource;
 
 /// One batch of texts to embed.
@@ -94,6 +96,17 @@ pub struct EmbeddingBatch {
 pub struct EmbeddingTransport {
     settings: SourceSettings,
     endpoint: JsonEndpoint,
+    wire: Wire,
+}
+
+/// The API a source's embeddings speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// `POST {base}/embeddings` with `{model, input}` (OpenAI and every compatible server).
+    OpenAi,
+    /// `POST {base}/models/{model}:batchEmbedContents`; `dimensions` is the scope's
+    /// `EXPECTED_DIM`, asked of the model as `outputDimensionality`.
+    Gemini { dimensions: Option<usize> },
 }
 
 impl std::fmt::Debug for EmbeddingTransport {
@@ -101,6 +114,7 @@ impl std::fmt::Debug for EmbeddingTransport {
         f.debug_struct("EmbeddingTransport")
             .field("source", &self.settings.name)
             .field("url", &self.endpoint.url())
+            .field("wire", &self.wire)
             .finish_non_exhaustive()
     }
 }
@@ -145,7 +159,22 @@ impl EmbeddingTransport {
     /// ```
     pub fn new(settings: SourceSettings) -> Self {
         let pool = SourcePool::built(&settings);
-        Self::with_pool(settings, pool)
+        let dialect = settings.dialect.unwrap_or_default();
+        Self::with_pool(settings, pool, dialect, None)
+    }
+
+    /// The transport of a configured source: its dialect from the source or its provider
+    /// (`DIALECT`, [`ProviderProfile::dialect`]), and the scope's `EXPECTED_DIM`, which a Gemini
+    /// source is asked for. An Anthropic source has no embeddings API: it is refused when the
+    /// scope is built, before this.
+    pub(crate) fn for_source(
+        settings: SourceSettings,
+        profile: &ProviderProfile,
+        expected_dim: Option<usize>,
+    ) -> Self {
+        let pool = SourcePool::built(&settings);
+        let dialect = settings.effective_dialect(profile);
+        Self::with_pool(settings, pool, dialect, expected_dim)
     }
 
     /// A transport using a given client, used as it is (its idle timeout does not follow the
@@ -161,12 +190,38 @@ impl EmbeddingTransport {
     /// assert_ne!(a.url(), b.url());
     /// ```
     pub fn with_client(settings: SourceSettings, client: reqwest::Client) -> Self {
-        Self::with_pool(settings, SourcePool::given(client))
+        let dialect = settings.dialect.unwrap_or_default();
+        Self::with_pool(settings, SourcePool::given(client), dialect, None)
     }
 
-    fn with_pool(settings: SourceSettings, pool: SourcePool) -> Self {
-        let endpoint = JsonEndpoint::new(&settings, pool, "embeddings");
-        Self { settings, endpoint }
+    fn with_pool(
+        settings: SourceSettings,
+        pool: SourcePool,
+        dialect: Dialect,
+        expected_dim: Option<usize>,
+    ) -> Self {
+        let (endpoint, wire) = match dialect {
+            Dialect::Gemini => (
+                JsonEndpoint::keyed(
+                    &settings,
+                    pool,
+                    &gemini_embed::path(gemini::model_id(&settings)),
+                    gemini::KEY_HEADER,
+                ),
+                Wire::Gemini {
+                    dimensions: expected_dim,
+                },
+            ),
+            _ => (
+                JsonEndpoint::new(&settings, pool, "embeddings"),
+                Wire::OpenAi,
+            ),
+        };
+        Self {
+            settings,
+            endpoint,
+            wire,
+        }
     }
 
     /// The source's pool idle timeout now (`POOL_IDLE_TIMEOUT_S`, or lower after the upstream
@@ -198,6 +253,18 @@ impl EmbeddingTransport {
     pub fn url(&self) -> &str {
         self.endpoint.url()
     }
+}
+
+/// An answer body of another shape than `what`'s: a malformed answer of the source (transient:
+/// another attempt or source may answer well), its summary kept.
+pub(crate) fn malformed_body(what: &str, e: &serde_json::Error, body: &[u8]) -> TransportError {
+    let summary = summarize_body(&String::from_utf8_lossy(body));
+    let mut err = TransportError::transient(
+        SourceReason::NetworkError,
+        format!("malformed {what} body ({e}): {summary}"),
+    );
+    err.body_text = summary;
+    err
 }
 
 /// Order the answer's items by `index` and check there is exactly one per input.
@@ -285,25 +352,50 @@ impl Transport for EmbeddingTransport {
                 latency_ms: 0.0,
             });
         }
-        let body = serde_json::to_vec(&WireBody {
-            model: &self.settings.model,
-            input: &request.inputs,
-        })
-        .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))?;
+        let (body, reader) = match self.wire {
+            Wire::OpenAi => (
+                serde_json::to_vec(&WireBody {
+                    model: &self.settings.model,
+                    input: &request.inputs,
+                }),
+                AnswerReader::OPENAI,
+            ),
+            Wire::Gemini { dimensions } => (
+                serde_json::to_vec(&gemini_embed::encode(
+                    gemini::model_id(&self.settings),
+                    &request.inputs,
+                    dimensions,
+                )),
+                gemini::READER,
+            ),
+        };
+        let body = body
+            .map_err(|e| TransportError::rejected(format!("request body not serialisable: {e}")))?;
         let (bytes, _rate_limit) = wd
-            .whole_body(self.endpoint.send(self.endpoint.post_json(body)?))
+            .whole_body(self.endpoint.send(self.endpoint.post_json(body)?), reader)
             .await?;
-        let answer: WireAnswer = serde_json::from_slice(&bytes).map_err(|e| {
-            let summary = summarize_body(&String::from_utf8_lossy(&bytes));
-            let mut err = TransportError::transient(
-                SourceReason::NetworkError,
-                format!("malformed embeddings body ({e}): {summary}"),
-            );
-            err.body_text = summary;
-            err
-        })?;
-        let vectors = into_vectors(answer.data, request.inputs.len())?;
-        let prompt_tokens = answer.usage.as_ref().and_then(|u| u.prompt_tokens);
+        let (items, prompt_tokens, model_reported) = match self.wire {
+            Wire::OpenAi => {
+                let answer: WireAnswer = serde_json::from_slice(&bytes)
+                    .map_err(|e| malformed_body("embeddings", &e, &bytes))?;
+                let tokens = answer.usage.as_ref().and_then(|u| u.prompt_tokens);
+                (answer.data, tokens, answer.model.filter(|m| !m.is_empty()))
+            }
+            Wire::Gemini { .. } => {
+                let answer = gemini_embed::decode(&bytes)?;
+                // Gemini answers in request order and names no model.
+                let items = answer
+                    .vectors
+                    .into_iter()
+                    .map(|embedding| WireItem {
+                        index: None,
+                        embedding,
+                    })
+                    .collect();
+                (items, answer.prompt_tokens, None)
+            }
+        };
+        let vectors = into_vectors(items, request.inputs.len())?;
         Ok(EmbeddingBatch {
             vectors,
             prompt_tokens: prompt_tokens.unwrap_or(0),
@@ -312,7 +404,7 @@ impl Transport for EmbeddingTransport {
             } else {
                 UsageSource::Unavailable
             },
-            model_reported: answer.model.filter(|m| !m.is_empty()),
+            model_reported,
             latency_ms: now()
                 .saturating_duration_since(wd.clock().start())
                 .as_secs_f64()

@@ -96,6 +96,35 @@ pub(crate) fn parse_retry_after(headers: &HeaderMap) -> Option<Duration> {
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
+/// How a dialect reads an answer besides its body: the rate-limit headers (for the pacer) and an
+/// error answer's status, headers and body (each API puts its error details its own way).
+#[derive(Clone, Copy)]
+pub(crate) struct AnswerReader {
+    /// The answer's rate-limit headers as the pacer's hint.
+    pub(crate) rate_limit: fn(&HeaderMap) -> Option<RateLimitHint>,
+    /// A non-2xx answer classified.
+    pub(crate) error: fn(u16, &HeaderMap, &str) -> TransportError,
+}
+
+impl AnswerReader {
+    /// OpenAI's headers and the generic status rules ([`classify_status`]).
+    pub(crate) const OPENAI: AnswerReader = AnswerReader {
+        rate_limit: parse_rate_limit,
+        error: classify_status,
+    };
+
+    /// A non-2xx answer classified: its body (at most `MAX_ERROR_BODY` bytes, read until
+    /// `deadline`) summarised into the error.
+    pub(crate) async fn classify(
+        self,
+        resp: reqwest::Response,
+        deadline: std::time::Instant,
+    ) -> TransportError {
+        let (status, headers, body) = read_error(resp, deadline).await;
+        (self.error)(status, &headers, &body)
+    }
+}
+
 /// OpenAI-style request rate-limit headers (`x-ratelimit-limit-requests`,
 /// `x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests`), `None` when none is
 /// present. Unparsable parts are left out; the reset takes OpenAI's duration forms
@@ -465,17 +494,6 @@ impl JsonEndpoint {
 /// Most bytes of an error body read for classification; a larger body is cut here (the summary
 /// keeps far less, and `insufficient_quota` sits near the top of real error bodies).
 pub(crate) const MAX_ERROR_BODY: usize = 1 << 20;
-
-/// Read a non-2xx response's body (at most [`MAX_ERROR_BODY`] bytes, until `deadline`) and
-/// classify it with [`classify_status`]. A body that cannot be read in time is classified as
-/// empty: the status alone decides.
-pub(crate) async fn classify_response(
-    resp: reqwest::Response,
-    deadline: std::time::Instant,
-) -> TransportError {
-    let (status, headers, body) = read_error(resp, deadline).await;
-    classify_status(status, &headers, &body)
-}
 
 /// An error answer's status, headers and body (at most `MAX_ERROR_BODY` bytes, read until
 /// `deadline`), for a dialect that classifies its own error bodies.
@@ -862,11 +880,11 @@ mod examples {
 
     #[cfg(feature = "testkit")]
     #[test]
-    fn classify_response_example() {
+    fn answer_reader_classify_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
             use crate::testkit::{Behaviour, MockUpstream};
-            use crate::transport::http::classify_response;
+            use crate::transport::http::AnswerReader;
             use std::time::{Duration, Instant};
             let mock = MockUpstream::start(Behaviour::RateLimited {
                 retry_after_s: Some(3),
@@ -880,7 +898,8 @@ mod examples {
                 .await
                 .unwrap();
             assert_eq!(resp.status(), 429);
-            let err = classify_response(resp, Instant::now() + Duration::from_secs(5)).await;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let err = AnswerReader::OPENAI.classify(resp, deadline).await;
             assert!(err.rate_limited);
             assert_eq!(err.retry_after, Some(Duration::from_secs(3)));
         }

@@ -204,30 +204,21 @@ impl Watchdog {
     }
 
     /// Send `request` and read its whole 2xx body under the total deadline; a non-2xx answer is
-    /// classified with its body summary. The non-streaming exchange of every JSON transport.
-    /// Also returns the answer's rate-limit headers (for the pacer).
+    /// classified by the dialect's `reader`, with its body summary. The non-streaming exchange of
+    /// every JSON transport. Also returns the answer's rate-limit headers (for the pacer).
     pub(crate) async fn whole_body(
         &self,
         sent: impl Future<Output = Result<reqwest::Response, reqwest::Error>>,
-    ) -> Result<(bytes::Bytes, Option<RateLimitHint>), TransportError> {
-        self.whole_body_with(sent, super::http::parse_rate_limit)
-            .await
-    }
-
-    /// [`Self::whole_body`], the rate-limit headers read by `rate_limit` (a dialect's own).
-    pub(crate) async fn whole_body_with(
-        &self,
-        sent: impl Future<Output = Result<reqwest::Response, reqwest::Error>>,
-        rate_limit: fn(&reqwest::header::HeaderMap) -> Option<RateLimitHint>,
+        reader: super::http::AnswerReader,
     ) -> Result<(bytes::Bytes, Option<RateLimitHint>), TransportError> {
         let resp = self
             .guard_total(sent)
             .await?
             .map_err(|e| super::http::classify_reqwest(&e))?;
         if !resp.status().is_success() {
-            return Err(super::http::classify_response(resp, self.clock.total_deadline()).await);
+            return Err(reader.classify(resp, self.clock.total_deadline()).await);
         }
-        let rate_limit = rate_limit(resp.headers());
+        let rate_limit = (reader.rate_limit)(resp.headers());
         let bytes = self
             .guard_total(resp.bytes())
             .await?
@@ -808,6 +799,7 @@ mod examples {
         async fn main() {
             use crate::ports::FailureClass;
             use crate::testkit::{Behaviour, MockUpstream};
+            use crate::transport::http::AnswerReader;
             use crate::transport::watchdog::{StallLimits, Watchdog};
             let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
             let settings = crate::testkit::source_settings(&mock.base_url());
@@ -820,7 +812,7 @@ mod examples {
             let url = format!("{}/chat/completions", mock.base_url());
             let wd = Watchdog::start(StallLimits::from_settings(&settings));
             let (bytes, _rate_limit) = wd
-                .whole_body(client.post(&url).json(&body).send())
+                .whole_body(client.post(&url).json(&body).send(), AnswerReader::OPENAI)
                 .await
                 .unwrap();
             let frame =
@@ -830,7 +822,7 @@ mod examples {
             // A non-2xx answer comes back classified.
             mock.set_behaviour(Behaviour::Unauthorized);
             let err = wd
-                .whole_body(client.post(&url).json(&body).send())
+                .whole_body(client.post(&url).json(&body).send(), AnswerReader::OPENAI)
                 .await
                 .unwrap_err();
             assert_eq!(err.status, Some(401));

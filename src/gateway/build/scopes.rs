@@ -26,7 +26,9 @@ use crate::config::{
     Settings, SourceSettings,
 };
 use crate::error::GatewayError;
+use crate::provider::Dialect;
 use crate::transport::chat::ChatTransport;
+use crate::transport::dialect::gemini::embed as gemini_embed;
 use crate::transport::embeddings::EmbeddingTransport;
 use crate::transport::ocr::OcrTransport;
 
@@ -117,13 +119,41 @@ impl GatewayBuilder {
         name: &str,
         scope: &ScopeSettings,
     ) -> Result<ScopeEntry, GatewayError> {
-        let specs = source_specs(scope, |s| EmbeddingTransport::new(s.clone()));
         let embedding = scope.embedding.clone().ok_or_else(|| {
             GatewayError::Config(format!(
                 "{} is required for an embeddings scope",
                 BATCH_SIZE.in_scope(name)
             ))
         })?;
+        for s in &scope.sources {
+            match s.effective_dialect(self.registry.get(&s.provider)) {
+                Dialect::Anthropic => {
+                    return Err(GatewayError::Config(format!(
+                        "source {} of embeddings scope {name} speaks Anthropic's Messages API, \
+                         which has no embeddings; an embeddings source speaks openai or gemini",
+                        s.name
+                    )))
+                }
+                Dialect::Gemini if embedding.batch_size > gemini_embed::MAX_BATCH => {
+                    return Err(GatewayError::Config(format!(
+                        "{} is {}, but source {} is a Gemini source, whose batchEmbedContents \
+                         takes at most {} texts a request",
+                        BATCH_SIZE.in_scope(name),
+                        embedding.batch_size,
+                        s.name,
+                        gemini_embed::MAX_BATCH
+                    )))
+                }
+                _ => {}
+            }
+        }
+        let specs = source_specs(scope, |s| {
+            EmbeddingTransport::for_source(
+                s.clone(),
+                self.registry.get(&s.provider),
+                embedding.expected_dim,
+            )
+        });
         Ok(ScopeEntry::Embeddings(EmbedScope {
             scope: add_scope(runtime, self.governed(scope), specs).await?,
             identities: identities(scope),

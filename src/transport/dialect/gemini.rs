@@ -30,10 +30,27 @@ use polygateway_actors::SourceReason;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Map, Value};
 
+use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
-use crate::transport::http::classify_status;
+use crate::transport::http::{classify_status, AnswerReader};
 use crate::transport::wire::{ChoiceFrame, ChunkFrame, WireFunction, WireToolCall, WireUsage};
 use crate::types::{Content, ContentPart, Message, Role, ThinkingBlock};
+
+/// The header Gemini takes its key in (never the `?key=` query string, which reaches logs).
+pub(crate) const KEY_HEADER: &str = "x-goog-api-key";
+
+/// How Gemini answers are read besides their body: OpenAI-style rate-limit headers where a proxy
+/// adds them, and Gemini's error bodies ([`classify_error`]).
+pub(crate) const READER: AnswerReader = AnswerReader {
+    rate_limit: crate::transport::http::parse_rate_limit,
+    error: classify_error,
+};
+
+/// The source's model as Gemini's paths name it (`models/{id}`): the id, with a configured
+/// `models/` prefix taken off.
+pub(crate) fn model_id(settings: &SourceSettings) -> &str {
+    settings.model.trim_start_matches("models/")
+}
 
 /// Where a tool call's thought signature is kept (LiteLLM's field for provider extras).
 const PROVIDER_FIELDS: &str = "provider_specific_fields";
@@ -681,6 +698,7 @@ fn parse_delay(raw: &str) -> Option<Duration> {
     (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
+pub(crate) mod embed;
 pub(crate) mod send;
 #[cfg(test)]
 mod tests;

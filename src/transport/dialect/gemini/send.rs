@@ -9,20 +9,20 @@ use polygateway_actors::{EventSink, SourceReason};
 use reqwest::header::ACCEPT;
 use serde_json::{Map, Value};
 
-use super::{classify_error, encode_request, finish_verdict, merge_blocks, Decoder, ThinkingAsk};
+use super::{
+    encode_request, finish_verdict, merge_blocks, model_id, Decoder, ThinkingAsk, KEY_HEADER,
+    READER,
+};
 use crate::config::{MissingDone, SourceSettings};
 use crate::error::TransportError;
 use crate::structured::StructuredMode;
 use crate::transport::assembly::Assembly;
 use crate::transport::exchange::{emit_all, frame_too_large, ms_since, ChatDelta, ChatWireRequest};
-use crate::transport::http::{classify_reqwest, parse_rate_limit, read_error, JsonEndpoint};
+use crate::transport::http::{classify_reqwest, JsonEndpoint};
 use crate::transport::pool::SourcePool;
 use crate::transport::sse::{SseEvent, SseParser};
 use crate::transport::watchdog::{StallLimits, Watchdog};
 use crate::types::{LlmResponse, ThinkingBlock, UsageSource};
-
-/// The header Gemini takes its key in.
-const KEY_HEADER: &str = "x-goog-api-key";
 
 /// A Gemini source's two endpoints, on one pool.
 #[derive(Clone)]
@@ -33,7 +33,7 @@ pub(crate) struct GeminiEndpoints {
 
 impl GeminiEndpoints {
     pub(crate) fn new(settings: &SourceSettings, pool: SourcePool) -> Self {
-        let model = settings.model.trim_start_matches("models/");
+        let model = model_id(settings);
         let plain = JsonEndpoint::keyed(
             settings,
             pool,
@@ -109,10 +109,9 @@ pub(crate) async fn send(
     }
     .map_err(|e| classify_reqwest(&e))?;
     if !resp.status().is_success() {
-        let (status, headers, text) = read_error(resp, wd.clock().total_deadline()).await;
-        return Err(classify_error(status, &headers, &text));
+        return Err(READER.classify(resp, wd.clock().total_deadline()).await);
     }
-    let rate_limit = parse_rate_limit(resp.headers());
+    let rate_limit = (READER.rate_limit)(resp.headers());
     let mut decoder = Decoder::default();
     let mut acc = Assembly::new(false);
     let mut blocks: Vec<ThinkingBlock> = Vec::new();
