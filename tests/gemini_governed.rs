@@ -2,7 +2,8 @@
 //! (`testkit::mock_gemini`): native embeddings (`batchEmbedContents`) batched, dimensioned,
 //! retried and classified; chat usage with implicit-cache reads priced and written to telemetry;
 //! a scope mixing a Gemini source with an OpenAI-compatible one, switching away from Gemini's
-//! `429 RESOURCE_EXHAUSTED` and `503 UNAVAILABLE`.
+//! `429 RESOURCE_EXHAUSTED` and `503 UNAVAILABLE`; a tool loop written once on an OpenAI, an
+//! Anthropic and a Gemini scope of one gateway, and crossing between them mid-conversation.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,12 +12,14 @@ use std::time::Duration;
 use polygateway::config::{Secret, Settings};
 use polygateway::ports::{FailureClass, SourceReason, Transport};
 use polygateway::provider::Dialect;
+use polygateway::testkit::mock_anthropic::{MockAnthropic, MOCK_ANTHROPIC_KEY};
 use polygateway::testkit::mock_gemini::{
     embedding, GeminiFault, MockGemini, EMBEDDING_DIM, MOCK_GEMINI_KEY,
 };
 use polygateway::testkit::{mock_env, source_settings, Behaviour, MockUpstream};
 use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
-use polygateway::{Gateway, GatewayError, Message, UsageSource};
+use polygateway::{CallOptions, Gateway, GatewayError, LlmResponse, Message, Tool, UsageSource};
+use serde_json::json;
 
 /// A scope `scope` with one Gemini source on `mock` (model `model`), and `extra` keys.
 fn env(
@@ -280,5 +283,97 @@ async fn a_mixed_scope_switches_away_from_geminis_pushback_and_outages() {
             "{fault:?}: Gemini was tried"
         );
     }
+    gw.shutdown().await;
+}
+
+fn weather_tool() -> Tool {
+    Tool::function(
+        "weather",
+        "The weather in a city.",
+        json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    )
+}
+
+/// The tool loop an application writes once: ask, run every tool the answer calls, append the
+/// answer's turn and the results, ask again; turn `n` goes to `scopes[n % len]` (one scope: a
+/// plain loop; several: a conversation crossing dialects mid-way, as a failover would).
+async fn tool_loop(gw: &Gateway, scopes: &[&str]) -> (Vec<Message>, LlmResponse) {
+    let mut conversation = vec![Message::user("Weather in Paris?")];
+    for scope in scopes.iter().cycle().take(4) {
+        let answer = gw
+            .chat_scope(scope)
+            .unwrap()
+            .chat_with(
+                conversation.clone(),
+                CallOptions::new().tools([weather_tool()]),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{scope}: {e}"));
+        if answer.tool_calls.is_empty() {
+            return (conversation, answer);
+        }
+        conversation.push(answer.to_message());
+        for call in &answer.tool_calls {
+            assert_eq!(call.function.name, "weather", "{scope}");
+            conversation.push(Message::tool_result(&call.id, r#"{"temp_c": 18}"#));
+        }
+    }
+    panic!("no final answer after four turns of {scopes:?}");
+}
+
+#[tokio::test]
+async fn a_tool_loop_written_once_runs_on_every_dialect_and_crosses_between_them() {
+    let claude = MockAnthropic::start().await;
+    let gemini = MockGemini::start().await;
+    gemini.script(
+        "In Paris:",
+        None,
+        Some(("weather", json!({"city": "Paris"}))),
+        None,
+    );
+    // The OpenAI-compatible mock calls the offered tool, and answers a tool result with it.
+    let openai = MockUpstream::start(Behaviour::healthy()).await;
+    let mut keys = env("GEMINI", &gemini, "gemini-2.5-flash", &[]);
+    for (k, v) in [
+        ("CLAUDE__ANTHROPIC__1__BASE_URL", claude.base_url()),
+        ("CLAUDE__ANTHROPIC__1__API_KEY", MOCK_ANTHROPIC_KEY.into()),
+        ("CLAUDE__ANTHROPIC__1__MODEL", "claude-mock".into()),
+        ("OPENAI__OPENAI__1__BASE_URL", openai.base_url()),
+        ("OPENAI__OPENAI__1__API_KEY", "sk-openai".into()),
+        ("OPENAI__OPENAI__1__MODEL", "gpt-mock".into()),
+    ] {
+        keys.insert(k.into(), v);
+    }
+    let gw = gateway(&keys, "GEMINI").await.unwrap();
+
+    // Written once, run on each dialect alone.
+    let (_, on_claude) = tool_loop(&gw, &["CLAUDE"]).await;
+    assert_eq!(on_claude.content, r#"tool said: {"temp_c": 18}"#);
+    let (_, on_gemini) = tool_loop(&gw, &["GEMINI"]).await;
+    assert_eq!(on_gemini.content, r#"In Paris: {"temp_c":18}"#);
+    let (_, on_openai) = tool_loop(&gw, &["OPENAI"]).await;
+    assert_eq!(on_openai.content, r#"tool said: {"temp_c": 18}"#);
+
+    // Crossing: the call Anthropic made, answered on Gemini (which has issued signatures of
+    // its own by now, so it checks the call's): the stand-in signature lets it through.
+    let (conversation, crossed) = tool_loop(&gw, &["CLAUDE", "GEMINI"]).await;
+    assert_eq!(crossed.content, r#"In Paris: {"temp_c":18}"#);
+    assert!(conversation[1].tool_calls.as_ref().unwrap()[0]
+        .id
+        .starts_with("toolu_"));
+    let sent = gemini.requests().pop().unwrap();
+    assert_eq!(
+        sent["body"]["contents"][1]["parts"][0]["thoughtSignature"],
+        "skip_thought_signature_validator"
+    );
+    // Gemini's signed call answered on Anthropic (the signature stays Gemini's business), and on
+    // the OpenAI-compatible source.
+    let (_, crossed) = tool_loop(&gw, &["GEMINI", "CLAUDE"]).await;
+    assert_eq!(crossed.content, r#"tool said: {"temp_c": 18}"#);
+    let sent = claude.requests().pop().unwrap().body;
+    assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use");
+    assert!(!sent.to_string().contains("thought_signature"), "{sent}");
+    let (_, crossed) = tool_loop(&gw, &["GEMINI", "OPENAI"]).await;
+    assert_eq!(crossed.content, r#"tool said: {"temp_c": 18}"#);
     gw.shutdown().await;
 }

@@ -15,7 +15,8 @@
 //! - the mock signs the first `functionCall` part of each answer (`thoughtSignature`, as
 //!   Gemini 3 does); a later request whose `model` turn calls functions must carry that exact
 //!   signature on its first `functionCall` part ("Function call is missing a
-//!   thought_signature");
+//!   thought_signature"), or one of the stand-ins the API documents for calls it did not make
+//!   (`skip_thought_signature_validator`, `context_engineering_is_the_way_to_go`);
 //! - function declarations' `parameters` (the OpenAPI subset) refuse `additionalProperties`;
 //!   `parametersJsonSchema` takes JSON Schema as is.
 //!
@@ -466,6 +467,13 @@ fn fault_error(fault: &GeminiFault) -> Option<Response> {
     })
 }
 
+/// The signatures Gemini's thought-signature guide gives for function calls it did not
+/// generate (a conversation moved from another model): the check is skipped.
+const FOREIGN_SIGNATURES: [&str; 2] = [
+    "skip_thought_signature_validator",
+    "context_engineering_is_the_way_to_go",
+];
+
 const KNOWN_FIELDS: [&str; 7] = [
     "contents",
     "systemInstruction",
@@ -528,10 +536,12 @@ fn validate(shared: &Shared, body: &Value) -> Result<(), String> {
                 called.push(call["name"].as_str().unwrap_or_default().to_owned());
                 if first_call && issued > 0 {
                     let signature = part["thoughtSignature"].as_str().unwrap_or_default();
-                    let known = signature
-                        .strip_prefix("mock-sig-")
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .is_some_and(|n| n < issued);
+                    // The API's documented stand-ins for a call Gemini did not make pass.
+                    let known = FOREIGN_SIGNATURES.contains(&signature)
+                        || signature
+                            .strip_prefix("mock-sig-")
+                            .and_then(|n| n.parse::<u64>().ok())
+                            .is_some_and(|n| n < issued);
                     if !known {
                         return Err(format!(
                             "Function call is missing a thought_signature in functionCall parts. (contents[{i}].parts[{j}])"

@@ -52,6 +52,10 @@ pub(crate) fn model_id(settings: &SourceSettings) -> &str {
     settings.model.trim_start_matches("models/")
 }
 
+/// The signature Gemini's API documents for a function call it did not generate (a
+/// conversation moved from another model): it skips the signature check of that call.
+pub(crate) const FOREIGN_CALL_SIGNATURE: &str = "skip_thought_signature_validator";
+
 /// Where a tool call's thought signature is kept (LiteLLM's field for provider extras).
 const PROVIDER_FIELDS: &str = "provider_specific_fields";
 const SIGNATURE_FIELD: &str = "thought_signature";
@@ -219,16 +223,22 @@ fn model_parts(message: &Message) -> Result<Vec<Value>, TransportError> {
         }
         parts.push(part);
     }
-    for call in message.tool_calls.iter().flatten() {
+    for (n, call) in message.tool_calls.iter().flatten().enumerate() {
         let args = parse_args(&call.function.arguments)?;
         let mut part = json!({"functionCall": {"name": call.function.name, "args": args}});
-        if let Some(sig) = call
+        let signature = call
             .extra
             .get(PROVIDER_FIELDS)
             .and_then(|f| f.get(SIGNATURE_FIELD))
-            .and_then(Value::as_str)
-        {
-            part["thoughtSignature"] = json!(sig);
+            .and_then(Value::as_str);
+        match signature {
+            Some(sig) => part["thoughtSignature"] = json!(sig),
+            // The turn's first call carries the step's signature. A call Gemini did not make
+            // (the turn was answered by another dialect's source, or written by the caller) has
+            // none, and Gemini 3 refuses an unsigned call: the API's documented stand-in for a
+            // foreign call's signature lets the conversation cross over.
+            None if n == 0 => part["thoughtSignature"] = json!(FOREIGN_CALL_SIGNATURE),
+            None => {}
         }
         parts.push(part);
     }
