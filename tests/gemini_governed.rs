@@ -373,6 +373,8 @@ async fn a_tool_loop_written_once_runs_on_every_dialect_and_crosses_between_them
     let sent = claude.requests().pop().unwrap().body;
     assert_eq!(sent["messages"][1]["content"][0]["type"], "tool_use");
     assert!(!sent.to_string().contains("thought_signature"), "{sent}");
+    let (_, crossed) = tool_loop(&gw, &["CLAUDE", "OPENAI"]).await;
+    assert_eq!(crossed.content, r#"tool said: {"temp_c": 18}"#);
     let (_, crossed) = tool_loop(&gw, &["GEMINI", "OPENAI"]).await;
     assert_eq!(crossed.content, r#"tool said: {"temp_c": 18}"#);
     gw.shutdown().await;
