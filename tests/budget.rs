@@ -328,6 +328,56 @@ async fn bad_budgets_are_refused_naming_key_value_and_form() {
     );
 }
 
+#[tokio::test]
+async fn a_key_budget_that_cannot_be_counted_is_refused_at_start() {
+    // Two chat scopes: LLM priced, JUDGE (another model) not.
+    let dir = tempfile::tempdir().unwrap();
+    let prices = price_file(dir.path());
+    let settings = |extra: &[(&str, &str)]| {
+        let mut pairs = vec![
+            ("PGW_PRICING_PATH", prices.as_str()),
+            ("JUDGE__OPENAI__1__BASE_URL", "http://127.0.0.1:9/v1"),
+            ("JUDGE__OPENAI__1__MODEL", "a-model-without-a-price"),
+        ];
+        pairs.extend_from_slice(extra);
+        parse(&pairs).unwrap()
+    };
+    let keys = |scopes: &[&str]| {
+        polygateway::server::KeyStore::from_json(&key_file(&[
+            key_entry("ops", KEY, &["*"], ""),
+            key_entry("ci", "sk-ci", scopes, r#""budget": "5/day""#),
+        ]))
+        .unwrap()
+    };
+    let gw = Gateway::from_settings(settings(&[]), "LLM").await.unwrap();
+    // A budget on a key that may call the unpriced scope: refused, naming key, budget and scope.
+    for scopes in [&["*"][..], &["LLM", "JUDGE"]] {
+        let err = polygateway::server::Server::new(gw.clone(), keys(scopes)).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, GatewayError::Config(_)), "{err:?}");
+        assert!(
+            text.contains("key ci: budget 5/day")
+                && text.contains("JUDGE")
+                && text.contains("PGW_PRICING_PATH"),
+            "{text}"
+        );
+    }
+    // The same budget on a key kept to priced scopes starts.
+    assert!(polygateway::server::Server::new(gw.clone(), keys(&["LLM"])).is_ok());
+    gw.shutdown().await;
+
+    // A tenant budget reaches every chat scope: refused when the gateway is built.
+    let with_tenants = settings(&[("PGW_TENANT_BUDGETS", "acme=5/day")]);
+    let Err(e) = Gateway::from_settings(with_tenants, "LLM").await else {
+        panic!("a tenant budget over an unpriced scope must be refused")
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains("PGW_TENANT_BUDGETS") && text.contains("JUDGE"),
+        "{text}"
+    );
+}
+
 #[path = "../examples/fairness/budget.rs"]
 mod fairness_budget;
 

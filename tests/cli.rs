@@ -259,6 +259,25 @@ async fn key_new_and_key_hash_print_a_key_file_hash_and_serve_needs_the_file() {
         run.stderr
     );
     assert!(!run.stderr.contains("sk-cli-secret-value"));
+
+    // A key budget on a scope without prices: `serve` exits at start with the reason, instead
+    // of answering each of that key's calls with a configuration error.
+    let keys_path = dir.path().join("keys.json");
+    let json = format!(
+        r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"], "budget": "5/day"}}]}}"#,
+        polygateway::server::hash_key(key)
+    );
+    std::fs::write(&keys_path, json).unwrap();
+    let mut env = env_for(&mock.base_url());
+    env.push(("PGW_SERVER_KEYS_FILE", keys_path.display().to_string()));
+    env.push(("PGW_SERVER_BIND", "127.0.0.1:0".into()));
+    let run = cli(dir.path(), &env, &["serve"]).await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("key ci: budget 5/day") && run.stderr.contains("PGW_PRICING_PATH"),
+        "{}",
+        run.stderr
+    );
 }
 
 fn batch_input(dir: &Path, n: usize, bad: bool) -> std::path::PathBuf {

@@ -125,6 +125,15 @@ impl BudgetPlan {
         claims
     }
 
+    /// The chat scopes a spend budget cannot count (a source's model has no price): a budget
+    /// that reaches one of them is refused when it is configured, not one call at a time.
+    pub(crate) fn unpriced_scopes(&self) -> impl Iterator<Item = &str> {
+        self.estimates
+            .iter()
+            .filter(|(_, est)| est.is_none())
+            .map(|(scope, _)| scope.as_str())
+    }
+
     /// Every configured budget (scope, then tenant), for snapshots.
     pub(crate) fn configured(&self) -> impl Iterator<Item = &BudgetClaim> {
         self.scopes.values().chain(self.tenants.values())

@@ -657,6 +657,11 @@ impl Gateway {
         budget::statuses(&gov.gate, gov.timeout, claims).await
     }
 
+    /// The chat scopes a spend budget cannot count (a source's model has no price).
+    pub(crate) fn unpriced_scopes(&self) -> impl Iterator<Item = &str> {
+        self.core.budgets.unpriced_scopes()
+    }
+
     /// Limiter leases currently held in scope `name` (0 when idle: an invariant soaks check).
     ///
     /// ```

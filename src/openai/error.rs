@@ -119,7 +119,28 @@ impl From<&GatewayError> for ErrorShape {
                 out.retry_after_s = Some(1.0);
                 out
             }
+            // A configuration problem is the operator's, not the caller's nor an internal
+            // fault: the service is unavailable until it is fixed (the server refuses every
+            // one it can find at start, docs/behaviour.md §12).
+            GatewayError::Config(_) => {
+                Self::new(503, "service_unavailable", "misconfigured", message)
+            }
             _ => Self::new(500, "server_error", "internal", message),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configuration_problem_is_unavailable_not_internal() {
+        let shape = ErrorShape::from(&GatewayError::Config("no price for model m".into()));
+        assert_eq!(
+            (shape.status, shape.kind, shape.code),
+            (503, "service_unavailable", "misconfigured")
+        );
+        assert!(shape.message.contains("no price for model m"));
     }
 }

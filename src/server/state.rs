@@ -78,6 +78,7 @@ impl App {
     pub(crate) fn new(gw: Gateway, keys: KeyStore) -> Result<Self, crate::GatewayError> {
         let settings = gw.settings().server.clone();
         let models = crate::openai::models::model_table(&gw)?;
+        refuse_uncountable_budgets(&gw, &keys)?;
         Ok(Self {
             gw,
             keys,
@@ -177,4 +178,21 @@ impl App {
                 KeyRefusal::BackendDown(detail) => ApiError::governance_down(&detail),
             })
     }
+}
+
+/// A key's spend budget must be countable on every chat scope the key may call: refused at
+/// start, naming the key and the scope, instead of a configuration error on each of its calls.
+fn refuse_uncountable_budgets(gw: &Gateway, keys: &KeyStore) -> Result<(), crate::GatewayError> {
+    for key in keys.iter() {
+        let Some(budget) = key.budget() else { continue };
+        if let Some(scope) = gw.unpriced_scopes().find(|s| key.may_use(s)) {
+            return Err(crate::GatewayError::Config(format!(
+                "key {}: budget {budget} reaches chat scope {scope}, which has a source without \
+                 a price (PGW_PRICING_PATH): a spend budget cannot count its calls; price every \
+                 model of the scope, or narrow the key's scopes, or drop its budget",
+                key.name()
+            )));
+        }
+    }
+    Ok(())
 }
