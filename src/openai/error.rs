@@ -125,7 +125,6 @@ impl From<&GatewayError> for ErrorShape {
             GatewayError::Config(_) => {
                 Self::new(503, "service_unavailable", "misconfigured", message)
             }
-            _ => Self::new(500, "server_error", "internal", message),
         }
     }
 }
