@@ -326,6 +326,18 @@ impl TransportError {
         e.answered = true;
         e
     }
+
+    /// A 2xx body of another shape than `what`'s: a malformed answer of the source (transient:
+    /// another attempt or source may answer well), its summary kept.
+    pub(crate) fn malformed_body(what: &str, e: &serde_json::Error, body: &[u8]) -> Self {
+        let summary = summarize_body(&String::from_utf8_lossy(body));
+        let mut err = Self::transient(
+            SourceReason::NetworkError,
+            format!("malformed {what} body ({e}): {summary}"),
+        );
+        err.body_text = summary;
+        err
+    }
 }
 
 impl fmt::Display for TransportError {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use polygateway_actors::{EventSink, SourceReason, Transport};
+use polygateway_actors::{EventSink, Transport};
 use serde::{Deserialize, Serialize};
 
 use super::dialect::gemini::{self, embed as gemini_embed};
@@ -15,7 +15,7 @@ use super::http::{AnswerReader, JsonEndpoint};
 use super::pool::SourcePool;
 use super::watchdog::{now, StallLimits, Watchdog};
 use crate::config::SourceSettings;
-use crate::error::{summarize_body, TransportError};
+use crate::error::TransportError;
 use crate::provider::{Dialect, ProviderProfile};
 use crate::types::UsageSource;
 
@@ -255,18 +255,6 @@ impl EmbeddingTransport {
     }
 }
 
-/// An answer body of another shape than `what`'s: a malformed answer of the source (transient:
-/// another attempt or source may answer well), its summary kept.
-pub(crate) fn malformed_body(what: &str, e: &serde_json::Error, body: &[u8]) -> TransportError {
-    let summary = summarize_body(&String::from_utf8_lossy(body));
-    let mut err = TransportError::transient(
-        SourceReason::NetworkError,
-        format!("malformed {what} body ({e}): {summary}"),
-    );
-    err.body_text = summary;
-    err
-}
-
 /// Order the answer's items by `index` and check there is exactly one per input.
 fn into_vectors(items: Vec<WireItem>, expected: usize) -> Result<Vec<Vec<f32>>, TransportError> {
     if items.len() != expected {
@@ -377,7 +365,7 @@ impl Transport for EmbeddingTransport {
         let (items, prompt_tokens, model_reported) = match self.wire {
             Wire::OpenAi => {
                 let answer: WireAnswer = serde_json::from_slice(&bytes)
-                    .map_err(|e| malformed_body("embeddings", &e, &bytes))?;
+                    .map_err(|e| TransportError::malformed_body("embeddings", &e, &bytes))?;
                 let tokens = answer.usage.as_ref().and_then(|u| u.prompt_tokens);
                 (answer.data, tokens, answer.model.filter(|m| !m.is_empty()))
             }

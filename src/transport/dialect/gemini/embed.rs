@@ -9,7 +9,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::TransportError;
-use crate::transport::embeddings::malformed_body;
 
 /// The most texts one `batchEmbedContents` request may carry (the API refuses more); an
 /// embeddings scope with a Gemini source keeps `BATCH_SIZE` at or below it.
@@ -71,8 +70,8 @@ struct Usage {
 /// Decode a 2xx answer. A body that is not the answer's shape is a malformed answer of the
 /// source (transient: another attempt or source may answer well), its summary kept.
 pub(crate) fn decode(body: &[u8]) -> Result<Embedded, TransportError> {
-    let answer: Answer =
-        serde_json::from_slice(body).map_err(|e| malformed_body("Gemini embeddings", &e, body))?;
+    let answer: Answer = serde_json::from_slice(body)
+        .map_err(|e| TransportError::malformed_body("Gemini embeddings", &e, body))?;
     Ok(Embedded {
         vectors: answer.embeddings.into_iter().map(|e| e.values).collect(),
         prompt_tokens: answer.usage.and_then(|u| u.prompt_token_count),
