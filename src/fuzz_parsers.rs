@@ -202,6 +202,103 @@ proptest! {
     }
 }
 
+// ---------------------------------------------------------------- native dialects' stream decoders
+
+/// One streamed event of a native dialect as a hostile or broken upstream might send it: the
+/// real event and block types with any field values (any index, any type where a string is due),
+/// or any JSON at all, or text that is not JSON.
+fn dialect_event() -> impl Strategy<Value = String> {
+    let kind = prop_oneof![
+        Just("message_start"),
+        Just("content_block_start"),
+        Just("content_block_delta"),
+        Just("content_block_stop"),
+        Just("message_delta"),
+        Just("message_stop"),
+        Just("ping"),
+        Just("error"),
+    ];
+    let block = prop_oneof![
+        Just("text"),
+        Just("tool_use"),
+        Just("thinking"),
+        Just("redacted_thinking"),
+        Just("text_delta"),
+        Just("input_json_delta"),
+        Just("thinking_delta"),
+        Just("signature_delta"),
+    ];
+    let field = prop_oneof![
+        any::<u64>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        "\\PC{0,8}".prop_map(Value::from),
+        json_value(),
+    ];
+    let anthropic = (kind, block.clone(), field.clone(), field.clone(), block).prop_map(
+        |(kind, block, index, value, delta)| {
+            json!({"type": kind, "index": index,
+                   "content_block": {"type": block, "text": value, "name": value, "id": value,
+                                     "thinking": value, "signature": value, "data": value},
+                   "delta": {"type": delta, "text": value, "partial_json": value,
+                             "thinking": value, "signature": value, "stop_reason": value},
+                   "message": {"model": value, "usage": {"input_tokens": index}},
+                   "usage": {"output_tokens": index, "cache_creation": value},
+                   "error": {"type": value, "message": value}})
+            .to_string()
+        },
+    );
+    let part = prop_oneof![
+        field.clone().prop_map(|v| json!({"text": v})),
+        field
+            .clone()
+            .prop_map(|v| json!({"text": "t", "thought": v, "thoughtSignature": v})),
+        (field.clone(), field.clone()).prop_map(
+            |(n, a)| json!({"functionCall": {"name": n, "args": a}, "thoughtSignature": n})
+        ),
+        json_value(),
+    ];
+    let gemini = (proptest::collection::vec(part, 0..4), field.clone(), field).prop_map(
+        |(parts, reason, count)| {
+            json!({"candidates": [{"content": {"role": "model", "parts": parts},
+                                   "finishReason": reason, "index": count}],
+                   "usageMetadata": {"promptTokenCount": count, "thoughtsTokenCount": count,
+                                     "cachedContentTokenCount": count},
+                   "promptFeedback": {"blockReason": reason}})
+            .to_string()
+        },
+    );
+    prop_oneof![
+        4 => anthropic,
+        4 => gemini,
+        1 => json_value().prop_map(|v| v.to_string()),
+        1 => "\\PC{0,40}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// Any sequence of events, to either dialect's stream decoder: frames or a transient error,
+    /// never a panic, and no allocation sized by a number the upstream sent (an Anthropic block
+    /// `index` of 4 000 000 000 once sized a vector).
+    #[test]
+    fn dialect_stream_decoders_never_panic(events in proptest::collection::vec(dialect_event(), 0..16)) {
+        let mut anthropic = crate::transport::dialect::anthropic::response::StreamState::new(
+            Some("answer".into()),
+        );
+        let mut gemini = crate::transport::dialect::gemini::Decoder::default();
+        for event in &events {
+            if let Err(e) = anthropic.feed(event) {
+                prop_assert_eq!(e.class, FailureClass::Transient);
+            }
+            if let Err(e) = gemini.decode(event) {
+                prop_assert!(e.class != FailureClass::SourceDead, "{}", e.message);
+            }
+        }
+        let _ = anthropic.into_thinking();
+    }
+}
+
 // ---------------------------------------------------------------- structured-output repair ladder
 
 fn json_value() -> impl Strategy<Value = Value> {

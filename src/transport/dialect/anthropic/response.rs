@@ -9,6 +9,7 @@
 //! is the answer's text.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use polygateway_actors::SourceReason;
 use serde::Deserialize;
@@ -47,7 +48,9 @@ enum Block {
 #[derive(Debug, Default)]
 pub(crate) struct StreamState {
     forced_tool: Option<String>,
-    blocks: Vec<Block>,
+    /// The blocks started so far by the event's `index`: a map, not a vector sized by it, so
+    /// that a hostile or broken upstream's `index: 4000000000` costs one entry, not the memory.
+    blocks: BTreeMap<u64, Block>,
     tool_calls: u32,
     thinking: Vec<ThinkingBlock>,
     usage: UsageParts,
@@ -190,14 +193,14 @@ impl StreamState {
                 fed.frame = choice.map(frame_of);
             }
             "content_block_delta" => {
-                let index = event["index"].as_u64().unwrap_or(0) as usize;
+                let index = event["index"].as_u64().unwrap_or(0);
                 fed.frame = self.delta(index, &event["delta"]).map(frame_of);
             }
             "message_delta" => {
                 if let Ok(usage) = UsageParts::deserialize(&event["usage"]) {
                     self.usage.merge(usage);
                 }
-                let forced = self.blocks.iter().any(|b| matches!(b, Block::Answer));
+                let forced = self.blocks.values().any(|b| matches!(b, Block::Answer));
                 let choice = ChoiceFrame {
                     finish_reason: event["delta"]["stop_reason"]
                         .as_str()
@@ -224,11 +227,8 @@ impl StreamState {
     }
 
     fn set_block(&mut self, index: Option<u64>, kind: Block) {
-        let index = index.map_or(self.blocks.len(), |i| i as usize);
-        if self.blocks.len() <= index {
-            self.blocks.resize_with(index + 1, || Block::Other);
-        }
-        self.blocks[index] = kind;
+        let index = index.unwrap_or(self.blocks.len() as u64);
+        self.blocks.insert(index, kind);
     }
 
     /// A block's start: what it is, and what it already carries.
@@ -289,9 +289,9 @@ impl StreamState {
         }
     }
 
-    fn delta(&mut self, index: usize, delta: &Value) -> Option<ChoiceFrame> {
+    fn delta(&mut self, index: u64, delta: &Value) -> Option<ChoiceFrame> {
         let text = |key: &str| delta[key].as_str().map(str::to_owned);
-        match (self.blocks.get(index)?, delta["type"].as_str()?) {
+        match (self.blocks.get(&index)?, delta["type"].as_str()?) {
             (Block::Text, "text_delta") => Some(ChoiceFrame {
                 content: text("text"),
                 ..ChoiceFrame::default()
@@ -382,9 +382,9 @@ pub(crate) fn decode_message(
             ),
             Block::Other => {}
         }
-        state.blocks.push(kind);
+        state.set_block(None, kind);
     }
-    let forced = state.blocks.iter().any(|b| matches!(b, Block::Answer));
+    let forced = state.blocks.values().any(|b| matches!(b, Block::Answer));
     choice.finish_reason = message["stop_reason"]
         .as_str()
         .map(|r| finish_reason(r, forced));
@@ -437,6 +437,23 @@ mod tests {
     fn start(usage: Value) -> Value {
         serde_json::json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
             "model": "claude-test", "content": [], "stop_reason": null, "usage": usage}})
+    }
+
+    #[test]
+    fn a_block_index_from_far_away_costs_one_entry() {
+        use serde_json::json;
+        let far = 4_000_000_000u64;
+        let events = [
+            start(json!({"input_tokens": 5, "output_tokens": 1})),
+            json!({"type": "content_block_start", "index": far, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": far, "delta": {"type": "text_delta", "text": "still read"}}),
+            json!({"type": "content_block_start", "index": u64::MAX, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+            json!({"type": "message_stop"}),
+        ];
+        let (answer, done, _) = assemble(&events, None);
+        assert!(done);
+        assert_eq!(answer.content, "still read");
     }
 
     #[test]
