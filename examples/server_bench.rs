@@ -17,6 +17,14 @@
 //! `server_rss_mb`, with the underlying percentiles. Then one line per ingress (`chat`,
 //! `messages`, `responses`): streamed calls per second at the top concurrency and `vs_chat`, the
 //! ratio to the chat ingress on the same source.
+//!
+//! Then the sustained-load sweep (`--sweep`, default `64,128,256,512,1024`): a second server on a
+//! mock that answers after 20 ms (a real upstream's shape: the server holds every request while
+//! it waits), non-streamed calls at each concurrency, one line each (`sweep`), then a summary
+//! line (`sweep_summary`): the highest concurrency whose p99 stays under 1 s and its calls/s,
+//! the server's CPU per call there, and its RSS idle (before the sweep), at 512 concurrent
+//! requests, at its peak (`VmHWM`) and 6 s after the callers hung up (`rss_after_mb`, `after_vs_idle`: past the upstream pool's
+//! idle timeout).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -41,6 +49,9 @@ struct Args {
     /// Concurrency levels.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     concurrency: Vec<usize>,
+    /// Concurrency levels of the sustained-load sweep against a 20 ms upstream (empty: none).
+    #[arg(long, value_delimiter = ',', default_value = "64,128,256,512,1024")]
+    sweep: Vec<usize>,
     /// Internal: run the server for MOCK_URL with the keys file KEYS.
     #[arg(long, num_args = 2, value_names = ["MOCK_URL", "KEYS"], hide = true)]
     child: Option<Vec<String>>,
@@ -51,7 +62,12 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     match args.child {
         Some(child) => runtime.block_on(serve_child(&child[0], &child[1])),
-        None => runtime.block_on(bench(args.calls, &args.concurrency)),
+        None => runtime.block_on(async {
+            bench(args.calls, &args.concurrency).await;
+            if !args.sweep.is_empty() {
+                sweep(&args.sweep).await;
+            }
+        }),
     }
 }
 
@@ -133,10 +149,19 @@ impl ChildServer {
     }
 
     fn rss_mb(&self) -> f64 {
+        self.status_mb("VmRSS:")
+    }
+
+    /// The server's peak resident set so far (`VmHWM`).
+    fn peak_rss_mb(&self) -> f64 {
+        self.status_mb("VmHWM:")
+    }
+
+    fn status_mb(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
             .map_or(0.0, |kb| kb / 1024.0)
     }
@@ -241,9 +266,17 @@ async fn run_body(
     }
 }
 
-async fn bench(calls: usize, levels: &[usize]) {
+/// A mock upstream answering after `ttft`, the bench's keys file, and a server child on them.
+async fn setup(
+    ttft: Duration,
+) -> (
+    MockUpstream,
+    tempfile::TempDir,
+    ChildServer,
+    reqwest::Client,
+) {
     let mock = MockUpstream::start(Behaviour::Healthy {
-        ttft: Duration::ZERO,
+        ttft,
         inter_token: Duration::ZERO,
         chunks: 4,
         content: "Hello from the mock upstream.".into(),
@@ -261,10 +294,15 @@ async fn bench(calls: usize, levels: &[usize]) {
     .unwrap();
     let server = ChildServer::start(&mock.base_url(), keys.to_str().unwrap());
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(256)
+        .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)
         .build()
         .unwrap();
+    (mock, dir, server, client)
+}
+
+async fn bench(calls: usize, levels: &[usize]) {
+    let (mock, _dir, server, client) = setup(Duration::ZERO).await;
     let direct_url = format!("{}/chat/completions", mock.base_url());
     let server_url = format!("{}/v1/chat/completions", server.base);
     let top = levels.iter().copied().max().unwrap_or(1);
@@ -338,6 +376,68 @@ async fn bench(calls: usize, levels: &[usize]) {
         });
         println!("{line}");
     }
+}
+
+/// Sustained load on a 20 ms upstream: what the server costs while it holds many requests.
+async fn sweep(levels: &[usize]) {
+    let (_mock, _dir, server, client) = setup(Duration::from_millis(20)).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    // Idle: the server has started and answered a few calls (its pools and tables exist).
+    run(&client, &url, Some(KEY), false, 4, 200).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = server.rss_mb();
+    let mut best: Option<Value> = None;
+    let mut at_512 = None;
+    for &concurrency in levels {
+        // About two seconds of calls at the upstream's pace (50 calls/s per caller).
+        let calls = (concurrency * 100).max(2_000);
+        run(
+            &client,
+            &url,
+            Some(KEY),
+            false,
+            concurrency,
+            concurrency * 10,
+        )
+        .await;
+        let cpu_before = server.cpu_s();
+        let m = run(&client, &url, Some(KEY), false, concurrency, calls).await;
+        let cpu_us = (server.cpu_s() - cpu_before) * 1e6 / calls as f64;
+        let rss = server.rss_mb();
+        if concurrency == 512 {
+            at_512 = Some(rss);
+        }
+        let line = json!({
+            "sweep": concurrency, "upstream_ms": 20, "stream": false, "calls": calls,
+            "server_calls_per_s": m.calls_per_s.round(),
+            "server_p50_ms": round3(m.p50_ms), "server_p99_ms": round3(m.p99_ms),
+            "server_cpu_us_per_call": cpu_us.round(),
+            "server_rss_mb": (rss * 10.0).round() / 10.0,
+        });
+        println!("{line}");
+        if m.p99_ms < 1_000.0 {
+            best = Some(line);
+        }
+    }
+    // The load ends: the callers hang up, and the server's idle upstream connections pass their
+    // idle timeout (`POOL_IDLE_TIMEOUT_S`, 4 s).
+    drop(client);
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let after = server.rss_mb();
+    let fds_after =
+        std::fs::read_dir(format!("/proc/{}/fd", server.child.id())).map_or(0, Iterator::count);
+    let mb = |x: f64| (x * 10.0).round() / 10.0;
+    let summary = json!({
+        "sweep_summary": true,
+        "best_under_1s_p99": best,
+        "rss_idle_mb": mb(idle),
+        "rss_at_512_mb": at_512.map(mb),
+        "rss_peak_mb": mb(server.peak_rss_mb()),
+        "rss_after_mb": mb(after),
+        "after_vs_idle": (after / idle * 1e3).round() / 1e3,
+        "server_fds_after": fds_after,
+    });
+    println!("{summary}");
 }
 
 fn round3(x: f64) -> f64 {

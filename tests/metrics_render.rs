@@ -31,3 +31,19 @@ async fn the_installed_recorder_renders_the_gateways_metrics_after_a_call() {
     );
     gw.shutdown().await;
 }
+
+/// The recorder keeps histogram samples until it is rendered or upkept: without a thread that
+/// upkeeps it, a server nobody scrapes grows by every call's samples.
+#[test]
+fn the_recorder_is_upkept_when_nobody_scrapes() {
+    assert!(polygateway::server::install_metrics_recorder());
+    let threads: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    assert!(
+        threads.iter().any(|name| name == "pgw-metrics"),
+        "no upkeep thread among {threads:?}"
+    );
+}

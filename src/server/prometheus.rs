@@ -3,6 +3,7 @@
 //! (`crate::metrics`).
 
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -19,8 +20,31 @@ static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 /// ```
 pub fn install_metrics_recorder() -> bool {
     HANDLE
-        .get_or_init(|| PrometheusBuilder::new().install_recorder().ok())
+        .get_or_init(|| {
+            let handle = PrometheusBuilder::new().install_recorder().ok()?;
+            spawn_upkeep(handle.clone());
+            Some(handle)
+        })
         .is_some()
+}
+
+/// How often the recorder's histograms are drained when nobody scrapes `/metrics`.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The recorder keeps every histogram sample until it is rendered or upkept: a server nobody
+/// scrapes (or scrapes once a minute) would grow by every call's latency samples. A thread of
+/// its own drains them every few seconds (the exporter's own `install` does the same on its
+/// runtime; this recorder may be installed before any runtime exists).
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name("pgw-metrics".into())
+        .spawn(move || loop {
+            std::thread::sleep(UPKEEP_INTERVAL);
+            handle.run_upkeep();
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "metrics upkeep thread not started: histogram samples are drained only when /metrics is scraped");
+    }
 }
 
 /// The Prometheus text the server's `GET /metrics` answers, for a service that embeds the
