@@ -23,8 +23,8 @@
 //! it waits), non-streamed calls at each concurrency, one line each (`sweep`), then a summary
 //! line (`sweep_summary`): the highest concurrency whose p99 stays under 1 s and its calls/s,
 //! the server's CPU per call there, and its RSS idle (before the sweep), at 512 concurrent
-//! requests, at its peak (`VmHWM`) and 6 s after the callers hung up (`rss_after_mb`, `after_vs_idle`: past the upstream pool's
-//! idle timeout).
+//! requests, at its peak (`VmHWM`) and 6 s after the callers hung up (`rss_after_mb`,
+//! `after_vs_idle`: past the upstream pool's idle timeout), with its open descriptors then.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -422,7 +422,7 @@ async fn sweep(levels: &[usize]) {
     // The load ends: the callers hang up, and the server's idle upstream connections pass their
     // idle timeout (`POOL_IDLE_TIMEOUT_S`, 4 s).
     drop(client);
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
     let after = server.rss_mb();
     let fds_after =
         std::fs::read_dir(format!("/proc/{}/fd", server.child.id())).map_or(0, Iterator::count);
