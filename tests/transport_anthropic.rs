@@ -259,26 +259,59 @@ async fn cache_breakpoints_reach_the_api_and_cache_usage_is_priced() {
 }
 
 #[tokio::test]
-async fn a_typed_call_answers_through_a_forced_tool() {
+async fn a_typed_call_answers_through_structured_outputs_or_a_forced_tool() {
     #[derive(serde::Deserialize, schemars::JsonSchema, Debug)]
     struct City {
         name: String,
         population: u64,
     }
+    // A model with structured outputs: the schema goes as `output_config.format`, the answer's
+    // text is the JSON, thinking may stay on.
     let mock = MockAnthropic::start().await;
-    let gw = gateway(env(&[&mock], &[])).await;
+    let gw = gateway(env(
+        &[&mock],
+        &[("LLM__ANTHROPIC__1__ENABLE_THINKING", "true")],
+    ))
+    .await;
     let (answer, city): (_, City) = gw
         .chat_structured(vec![Message::user("Lyon")], CallOptions::new())
         .await
         .unwrap();
-    assert!(
-        answer.tool_calls.is_empty(),
-        "the forced tool is the answer, not a call"
-    );
     assert_eq!((city.name.as_str(), city.population), ("Lyon", 42));
+    assert!(answer.tool_calls.is_empty());
     let sent = mock.requests().pop().unwrap().body;
-    assert_eq!(sent["tool_choice"]["type"], "tool");
-    assert_eq!(sent["tools"][0]["name"], sent["tool_choice"]["name"]);
+    assert_eq!(sent["output_config"]["format"]["type"], "json_schema");
+    assert!(sent.get("tool_choice").is_none());
+    assert_eq!(mock.requests().len(), 1, "one request, no step down");
+    gw.shutdown().await;
+
+    // A model without them refuses; the source steps down to a forced tool and keeps it.
+    let old = MockAnthropic::start().await;
+    let mut keys = env(&[&old], &[]);
+    keys.insert(
+        "LLM__ANTHROPIC__1__MODEL".into(),
+        "claude-3-haiku-mock".into(),
+    );
+    let gw = gateway(keys).await;
+    for _ in 0..2 {
+        let (answer, city): (_, City) = gw
+            .chat_structured(vec![Message::user("Lyon")], CallOptions::new())
+            .await
+            .unwrap();
+        assert!(
+            answer.tool_calls.is_empty(),
+            "the forced tool is the answer, not a call"
+        );
+        assert_eq!((city.name.as_str(), city.population), ("Lyon", 42));
+    }
+    let sent: Vec<Value> = old.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(sent.len(), 3, "one refusal, then two forced-tool answers");
+    assert!(sent[0].get("output_config").is_some());
+    for body in &sent[1..] {
+        assert_eq!(body["tool_choice"]["type"], "tool");
+        assert_eq!(body["tools"][0]["name"], body["tool_choice"]["name"]);
+        assert!(body.get("output_config").is_none());
+    }
     gw.shutdown().await;
 }
 

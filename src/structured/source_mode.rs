@@ -89,9 +89,17 @@ pub(crate) fn refuses_mode(error: &TransportError, sent: StructuredMode) -> bool
         return false;
     }
     let body = error.body_text.to_ascii_lowercase();
-    // Anthropic carries the schema mode as a forced tool, which it refuses beside extended
-    // thinking ("… when tool_choice forces tool use").
-    body.contains("response_format") || body.contains(sent.as_str()) || body.contains("tool_choice")
+    // Anthropic carries the schema mode as `output_config.format` (structured outputs, which
+    // older models refuse) and the object mode as a forced tool, which it refuses beside
+    // extended thinking ("… when tool_choice forces tool use").
+    [
+        "response_format",
+        sent.as_str(),
+        "tool_choice",
+        "output_config",
+    ]
+    .iter()
+    .any(|needle| body.contains(needle))
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 //! signature it gave them, a tool call of a thinking turn preceded by its thinking) and refuses
 //! with the API's error shape and status; it answers with the API's message and its event
 //! stream, counting prompt-cache writes and reads of the prefixes marked with `cache_control`.
+//! Structured outputs (`output_config.format` with a JSON schema) answer JSON text of the schema,
+//! except on the Claude 3 models (`claude-3…`), which refuse them as the older models do.
 //! Faults: the API's error statuses (`429 rate_limit_error` with `retry-after`, `529
 //! overloaded_error`, `400`, `401`, `403`), an `error` event after content, a connection cut
 //! mid-block, a stream that never sends `message_stop`, a slow first event.
@@ -433,6 +435,22 @@ fn check(request: &Value) -> Result<(), String> {
     if thinking_on && request["tool_choice"]["type"] == "tool" {
         return Err("Thinking may not be enabled when tool_choice forces tool use.".into());
     }
+    if let Some(format) = request.get("output_config").and_then(|c| c.get("format")) {
+        // Structured outputs (`output_config.format`): a JSON schema, on the models that have
+        // them (the Claude 3 family does not).
+        let model = request["model"].as_str().unwrap_or_default();
+        if model.starts_with("claude-3") {
+            return Err(format!(
+                "output_config.format: structured outputs are not supported by {model}"
+            ));
+        }
+        if format["type"] != "json_schema" || !format["schema"].is_object() {
+            return Err(
+                "output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}"
+                    .into(),
+            );
+        }
+    }
     Ok(())
 }
 
@@ -483,6 +501,10 @@ fn answer(shared: &Shared, request: &Value, seq: u64) -> Value {
             "name": tool["name"], "input": input}),
         );
         stop_reason = "tool_use";
+    } else if let Some(schema) = request.pointer("/output_config/format/schema") {
+        // Structured outputs: the answer's text is JSON of the schema.
+        content.push(json!({"type": "text", "text": fill(schema, &last_text).to_string()}));
+        stop_reason = "end_turn";
     } else {
         content.push(json!({"type": "text", "text": *lock(&shared.text)}));
         stop_reason = "end_turn";

@@ -140,8 +140,24 @@ pub(crate) fn build(
                 .to_owned();
             (name, f["json_schema"]["schema"].clone())
         });
+    // A typed call: `json_schema` mode is Anthropic's structured outputs (the answer's text is
+    // JSON of the schema, beside thinking too); `json_object` mode, a step down for the models
+    // without them, forces a tool that carries the schema. An explicit `response_format` keeps
+    // the forced tool, which every model has.
     let schema = match structured {
         Some((schema, StructuredMode::JsonSchema)) => {
+            let mut config = match params.remove("output_config") {
+                Some(Value::Object(config)) => config,
+                _ => Map::new(),
+            };
+            config.insert(
+                "format".into(),
+                json!({"type": "json_schema", "schema": schema.schema}),
+            );
+            body.insert("output_config".into(), Value::Object(config));
+            None
+        }
+        Some((schema, StructuredMode::JsonObject)) => {
             Some((schema.name.clone(), schema.schema.clone()))
         }
         _ => explicit,
@@ -523,11 +539,52 @@ mod tests {
             body["messages"][0]["content"][1]["source"]["media_type"],
             "image/png"
         );
-        assert_eq!(r.forced_tool.as_deref(), Some("Answer_v1"));
+        // The schema mode is structured outputs: no forced tool, thinking allowed beside it.
+        assert_eq!(r.forced_tool, None);
+        assert!(body.get("tool_choice").is_none());
         assert_eq!(
-            body["tool_choice"],
+            body["output_config"]["format"],
+            json!({"type": "json_schema", "schema": {"type": "object"}})
+        );
+        // The object mode (a step down) forces a tool carrying the schema; an `output_config`
+        // the caller gave (`effort`) keeps its other fields in the schema mode.
+        let forced = build(
+            "claude-test",
+            &[Message::user("hi")],
+            Map::new(),
+            false,
+            Some((&schema, StructuredMode::JsonObject)),
+            None,
+        )
+        .unwrap();
+        let forced_body: Value = serde_json::from_slice(&forced.body).unwrap();
+        assert_eq!(forced.forced_tool.as_deref(), Some("Answer_v1"));
+        assert_eq!(
+            forced_body["tool_choice"],
             json!({"type": "tool", "name": "Answer_v1"})
         );
-        assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+        assert_eq!(
+            forced_body["tools"][0]["input_schema"],
+            json!({"type": "object"})
+        );
+        assert!(forced_body.get("output_config").is_none());
+        let effort = build(
+            "claude-test",
+            &[Message::user("hi")],
+            json!({"output_config": {"effort": "low"}})
+                .as_object()
+                .cloned()
+                .unwrap(),
+            false,
+            Some((&schema, StructuredMode::JsonSchema)),
+            None,
+        )
+        .unwrap();
+        let effort_body: Value = serde_json::from_slice(&effort.body).unwrap();
+        assert_eq!(effort_body["output_config"]["effort"], "low");
+        assert_eq!(
+            effort_body["output_config"]["format"]["type"],
+            "json_schema"
+        );
     }
 }
