@@ -548,7 +548,11 @@ async fn waiting_on_a_sources_own_concurrency_limit_stays_the_default() {
         delay: Duration::from_millis(300),
     })
     .await;
-    let gw = gateway(&[("only", &mock)], &[("LLM__ONLY__1__MAX_CONCURRENCY", "1")]).await;
+    let gw = gateway(
+        &[("only", &mock)],
+        &[("LLM__ONLY__1__MAX_CONCURRENCY", "1")],
+    )
+    .await;
     let results = three_at_once(&gw).await;
     assert!(results.iter().all(|(r, _)| r.is_ok()), "{results:?}");
     let longest = results.iter().map(|(_, took)| *took).max().unwrap();

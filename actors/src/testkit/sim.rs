@@ -1280,7 +1280,11 @@ impl CallEffects<SimTransport> for SimCall {
         // next step must end it `quota_exhausted` (checked in `check_call`).
         state.calls[self.call].capped_only = matches!(
             selection,
-            Selection::NoneEligible { paced: false, capped: true, .. }
+            Selection::NoneEligible {
+                paced: false,
+                capped: true,
+                ..
+            }
         ) && self.world.config.quota_full_fails_fast;
         state.trace_event(self.call, || match &selection {
             Selection::Picked(t) => format!("picked {}", t.source().name),
