@@ -78,7 +78,7 @@ def test_an_answer_carries_latency_as_whole_milliseconds(mock):
 # --- QUOTA_FULL=fail_fast on a source's own limits -------------------------------------------
 
 
-def _three_at_once(env, mock):
+def _three_at_once(env):
     """Three concurrent calls; each one's result (answer or exception) and seconds taken."""
 
     async def one(client):
@@ -112,7 +112,7 @@ def _quota_failures(results):
 def test_fail_fast_on_a_sources_own_concurrency(mock):
     mock.set_behaviour("slow", delay_ms=1500)
     env = llm_env(mock.base_url, LLM__QUOTA_FULL="fail_fast", LLM__OPENAI__1__MAX_CONCURRENCY=1)
-    ok, failed = _quota_failures(_three_at_once(env, mock))
+    ok, failed = _quota_failures(_three_at_once(env))
     assert (len(ok), len(failed)) == (1, 2)
     assert mock.counts()["chat"] == 1
     for exc, _ in failed:
@@ -122,7 +122,7 @@ def test_fail_fast_on_a_sources_own_concurrency(mock):
 def test_waiting_on_a_sources_own_concurrency_is_still_the_default(mock):
     mock.set_behaviour("slow", delay_ms=300)
     env = llm_env(mock.base_url, LLM__OPENAI__1__MAX_CONCURRENCY=1)
-    results = _three_at_once(env, mock)
+    results = _three_at_once(env)
     assert all(not isinstance(r, Exception) for r, _ in results)
     assert max(took for _, took in results) >= 0.85  # they took turns: 3 × 300 ms
     assert mock.counts()["chat"] == 3
@@ -131,7 +131,7 @@ def test_waiting_on_a_sources_own_concurrency_is_still_the_default(mock):
 def test_fail_fast_on_a_sources_own_rpm(mock):
     mock.set_behaviour("slow", delay_ms=500)
     env = llm_env(mock.base_url, LLM__QUOTA_FULL="fail_fast", LLM__OPENAI__1__RPM=1)
-    ok, failed = _quota_failures(_three_at_once(env, mock))
+    ok, failed = _quota_failures(_three_at_once(env))
     assert (len(ok), len(failed)) == (1, 2)
     assert mock.counts()["chat"] == 1
     for exc, _ in failed:
@@ -143,7 +143,7 @@ def test_fail_fast_on_a_sources_own_tpm(mock):
     mock.set_behaviour("slow", delay_ms=500)
     env = llm_env(mock.base_url, LLM__QUOTA_FULL="fail_fast", LLM__OPENAI__1__TPM=1000,
                   LLM__OPENAI__1__EST_TOKENS=600)
-    ok, failed = _quota_failures(_three_at_once(env, mock))
+    ok, failed = _quota_failures(_three_at_once(env))
     assert (len(ok), len(failed)) == (1, 2)
     assert mock.counts()["chat"] == 1
 
