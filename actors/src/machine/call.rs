@@ -1376,8 +1376,9 @@ mod tests {
     }
 
     /// A pacer full below the source's limit is the pacer's backpressure, not a quota: even a
-    /// fail-fast scope waits for the slot (one capped source beside it does not change that
-    /// unless a gate refused too).
+    /// fail-fast scope waits for the slot. A full quota anywhere in the round (a source's gate
+    /// refused, or a source at its own concurrency limit) ends a fail-fast call, as a refusing
+    /// gate beside a full pacer always did, with the earliest of their hints.
     #[test]
     fn a_pacer_below_the_limit_is_waited_for_even_when_failing_fast() {
         let t0 = Instant::now();
