@@ -84,6 +84,11 @@ struct PrivateRedis {
 
 impl PrivateRedis {
     fn start(port: u16) -> std::io::Result<Self> {
+        Self::start_with(port, &[])
+    }
+
+    /// A server with `extra` arguments (e.g. `--requirepass`).
+    fn start_with(port: u16, extra: &[&str]) -> std::io::Result<Self> {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -96,6 +101,7 @@ impl PrivateRedis {
                 "no",
             ])
             .args(["--daemonize", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
@@ -1346,4 +1352,122 @@ fn topology_url(var: &str, script: &str, what: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// A gateway built while its governance Redis is down (issue #51, the original library's
+/// behaviour): the build succeeds, every call fails closed at once with `GovernanceBackendError`
+/// (`governance_backend_down`, retry in 5 s) and sends nothing upstream, and once a server
+/// starts on that address the same gateway serves within one retry interval, with no restart
+/// and no lease left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_built_while_redis_is_down_fails_closed_then_serves_once_it_starts() {
+    let port = free_port();
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let url = format!("redis://127.0.0.1:{port}");
+    let started = Instant::now();
+    let gw = redis_gateway(&url, &mock, "sk-late-redis", &[]).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the build waited {:?} for a server that is not there",
+        started.elapsed()
+    );
+    for _ in 0..3 {
+        let began = Instant::now();
+        let err = gw.chat(vec![Message::user("x")]).await.unwrap_err();
+        let u = err
+            .unavailable()
+            .unwrap_or_else(|| panic!("fail closed, got {err}"));
+        assert_eq!(
+            (u.kind, u.reason, u.retry_after_s),
+            (
+                polygateway::UnavailableKind::GovernanceBackend,
+                UnavailableReason::GovernanceBackendDown,
+                5.0
+            )
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(1),
+            "a call while Redis is down took {:?}",
+            began.elapsed()
+        );
+    }
+    assert_eq!(mock.counts().chat, 0, "nothing went through ungoverned");
+
+    let server = match PrivateRedis::start(port) {
+        Ok(s) => s,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("redis-server needed under CI=true: {e}")
+        }
+        Err(e) => {
+            eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); the late-Redis test did NOT run to its end !!!!!\n");
+            gw.shutdown().await;
+            return;
+        }
+    };
+    assert!(server.ready().await, "private redis-server did not start");
+    let back = Instant::now();
+    loop {
+        match gw.chat(vec![Message::user("x")]).await {
+            Ok(_) => break,
+            Err(e) if back.elapsed() < Duration::from_secs(5) => {
+                assert!(e.unavailable().is_some(), "{e}");
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("not serving 5 s after Redis started: {e}"),
+        }
+    }
+    println!("serving {:?} after Redis started", back.elapsed());
+    for _ in 0..5 {
+        gw.chat(vec![Message::user("x")]).await.unwrap();
+    }
+    assert_eq!(mock.counts().chat, 6);
+    no_lease_left(&gw, port, Duration::from_secs(10), "after the late start").await;
+    gw.shutdown().await;
+    drop(server);
+}
+
+/// What a Redis that is up but refuses the gateway says is the configuration's to fix, not an
+/// outage to wait out: a wrong password is refused at build (a `ConfigError` naming
+/// `REDIS_URL`, the password never echoed), unlike a server that is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_governance_redis_that_refuses_the_password_is_a_build_error() {
+    let port = free_port();
+    let server = match PrivateRedis::start_with(port, &["--requirepass", "right-pw"]) {
+        Ok(s) => s,
+        Err(e) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("redis-server needed under CI=true: {e}")
+        }
+        Err(e) => {
+            eprintln!("\n!!!!! SKIP: cannot start a private redis-server ({e}); the wrong-password test did NOT run !!!!!\n");
+            return;
+        }
+    };
+    assert!(server.ready().await, "private redis-server did not start");
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let env: std::collections::BTreeMap<String, String> = [
+        ("PGW_LIMITER_BACKEND", "redis"),
+        ("PGW_BREAKER_BACKEND", "redis"),
+        ("PGW_TELEMETRY_BACKEND", "none"),
+        ("LLM__OPENAI__1__BASE_URL", mock.base_url().as_str()),
+        ("LLM__OPENAI__1__API_KEY", "sk-x"),
+        ("LLM__OPENAI__1__MODEL", "m"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .chain([(
+        "REDIS_URL".to_string(),
+        format!("redis://:wrong-pw@127.0.0.1:{port}"),
+    )])
+    .collect();
+    let settings = polygateway::config::Settings::from_map(&env).unwrap();
+    let started = Instant::now();
+    let Err(err) = Gateway::from_settings(settings, "LLM").await else {
+        panic!("a gateway was built on a Redis that refuses its password")
+    };
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(matches!(err, GatewayError::Config(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("REDIS_URL"), "{text}");
+    assert!(!text.contains("wrong-pw"), "{text}");
+    drop(server);
 }

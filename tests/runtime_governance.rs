@@ -462,3 +462,153 @@ async fn a_dead_only_source_hints_its_cooldown_whatever_the_budget() {
         gw.shutdown().await;
     }
 }
+
+/// Three concurrent calls on one source: each one's result and how long it took.
+async fn three_at_once(
+    gw: &polygateway::Gateway,
+) -> Vec<(
+    Result<polygateway::LlmResponse, GatewayError>,
+    std::time::Duration,
+)> {
+    let one = || async {
+        let started = std::time::Instant::now();
+        let result = gw.chat(vec![Message::user("hi")]).await;
+        (result, started.elapsed())
+    };
+    let (a, b, c) = tokio::join!(one(), one(), one());
+    vec![a, b, c]
+}
+
+/// `QUOTA_FULL=fail_fast` on a source's own limit (issue #51): one call is served, the other two
+/// fail at once with `quota_exhausted` instead of waiting their turn; nothing more reaches the
+/// upstream. Returns the failures' `retry_after_s`.
+async fn source_limit_fails_fast(limit: &[(&str, &str)]) -> Vec<f64> {
+    let mock = MockUpstream::start(Behaviour::Slow {
+        delay: Duration::from_millis(1_500),
+    })
+    .await;
+    let mut extra = vec![("LLM__QUOTA_FULL", "fail_fast")];
+    extra.extend_from_slice(limit);
+    let gw = gateway(&[("only", &mock)], &extra).await;
+    let results = three_at_once(&gw).await;
+    let served = results.iter().filter(|(r, _)| r.is_ok()).count();
+    assert_eq!(served, 1, "{limit:?}: {results:?}");
+    let mut hints = Vec::new();
+    for (result, took) in &results {
+        let Err(err) = result else { continue };
+        let u = err.unavailable().unwrap_or_else(|| panic!("{err}"));
+        assert_eq!(
+            (u.kind, u.reason),
+            (
+                UnavailableKind::AllSourcesExhausted,
+                UnavailableReason::QuotaExhausted
+            ),
+            "{limit:?}"
+        );
+        assert!(
+            *took < Duration::from_millis(600),
+            "{limit:?}: a fail-fast call waited {took:?}"
+        );
+        hints.push(u.retry_after_s);
+    }
+    assert_eq!(mock.counts().chat, 1, "{limit:?}");
+    gw.shutdown().await;
+    hints
+}
+
+#[tokio::test]
+async fn fail_fast_covers_a_sources_own_concurrency_limit() {
+    let hints = source_limit_fails_fast(&[("LLM__ONLY__1__MAX_CONCURRENCY", "1")]).await;
+    // A slot can come back any moment: the lease poll, not a window.
+    assert!(hints.iter().all(|h| *h > 0.0 && *h <= 1.0), "{hints:?}");
+}
+
+#[tokio::test]
+async fn fail_fast_covers_a_sources_own_rpm_limit() {
+    let hints = source_limit_fails_fast(&[("LLM__ONLY__1__RPM", "1")]).await;
+    // The minute window's end.
+    assert!(hints.iter().all(|h| *h > 1.0), "{hints:?}");
+}
+
+#[tokio::test]
+async fn fail_fast_covers_a_sources_own_tpm_limit() {
+    let hints = source_limit_fails_fast(&[
+        ("LLM__ONLY__1__TPM", "1000"),
+        ("LLM__ONLY__1__EST_TOKENS", "600"),
+    ])
+    .await;
+    assert!(hints.iter().all(|h| *h > 1.0), "{hints:?}");
+}
+
+/// With the default `QUOTA_FULL=wait`, calls on a source at its own concurrency limit still take
+/// turns (they wait for the freed slot).
+#[tokio::test]
+async fn waiting_on_a_sources_own_concurrency_limit_stays_the_default() {
+    let mock = MockUpstream::start(Behaviour::Slow {
+        delay: Duration::from_millis(300),
+    })
+    .await;
+    let gw = gateway(
+        &[("only", &mock)],
+        &[("LLM__ONLY__1__MAX_CONCURRENCY", "1")],
+    )
+    .await;
+    let results = three_at_once(&gw).await;
+    assert!(results.iter().all(|(r, _)| r.is_ok()), "{results:?}");
+    let longest = results.iter().map(|(_, took)| *took).max().unwrap();
+    assert!(longest >= Duration::from_millis(850), "{longest:?}");
+    assert_eq!(mock.counts().chat, 3);
+    gw.shutdown().await;
+}
+
+/// The unavailable family as a downstream retry loop sees it (issue #51), as the original
+/// raises it: breakers opened by the call's own failed attempts end it `AllSourcesExhausted`;
+/// the next call, refused at the gate without an attempt, is `CircuitOpen` — so a loop that
+/// retries must name the whole family (`GatewayUnavailableError`), not `AllSourcesExhausted`.
+#[tokio::test]
+async fn breakers_opened_by_the_calls_own_retries_end_it_exhausted_and_the_next_call_circuit_open()
+{
+    let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
+    let gw = gateway(
+        &[("only", &mock)],
+        &[
+            ("LLM__RETRY__MAX_ATTEMPTS", "3"),
+            ("LLM__BREAKER__FAIL_THRESHOLD", "2"),
+        ],
+    )
+    .await;
+    let kinds: Vec<_> = futures_kinds(&gw, 3).await;
+    // First call: two 503s open the only breaker, the third attempt is refused at the gate.
+    assert_eq!(
+        kinds[0],
+        (
+            UnavailableKind::AllSourcesExhausted,
+            UnavailableReason::CircuitOpen
+        )
+    );
+    assert_eq!(mock.counts().chat, 2);
+    // The next ones send nothing.
+    for kind in &kinds[1..] {
+        assert_eq!(
+            *kind,
+            (UnavailableKind::CircuitOpen, UnavailableReason::CircuitOpen)
+        );
+    }
+    assert_eq!(mock.counts().chat, 2);
+    gw.shutdown().await;
+}
+
+/// `n` calls in a row, each failing unavailable with a positive hint: their kind and reason.
+async fn futures_kinds(
+    gw: &polygateway::Gateway,
+    n: usize,
+) -> Vec<(UnavailableKind, UnavailableReason)> {
+    let mut kinds = Vec::new();
+    for _ in 0..n {
+        let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
+        let u = err.unavailable().unwrap_or_else(|| panic!("{err}"));
+        assert!(u.retry_after_s > 0.0, "{u:?}");
+        kinds.push((u.kind, u.reason));
+    }
+    kinds
+}

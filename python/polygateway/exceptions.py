@@ -133,7 +133,10 @@ class GatewayUnavailableError(PolyGatewayError):
 
 
 class CircuitOpenError(GatewayUnavailableError):
-    """Every source's breaker is open (``{SCOPE}__CIRCUIT_OPEN=fail_fast``)."""
+    """Every source's breaker is open (``{SCOPE}__CIRCUIT_OPEN=fail_fast``) and the call was
+    refused at the gate before any attempt of its own. A call whose own attempts opened the
+    breakers raises ``AllSourcesExhausted`` instead, so a caller's retry loop meets this one on
+    its next try: catch ``GatewayUnavailableError``, the whole family, to reschedule."""
 
 
 class AllSourcesExhausted(GatewayUnavailableError):

@@ -1,7 +1,10 @@
 """The answers: frozen dataclasses with the original library's field names and order.
 
-``LLMResponse`` keeps the original's fifteen fields first, in order, so positional unpacking and
-``dataclasses.astuple`` keep working; this runtime's additions follow, all with defaults.
+``LLMResponse`` keeps the original's seventeen fields first, in its order (the eleven its
+predecessors consumed — ``content`` … ``call_id`` — then ``source_name``, ``cost``,
+``usage_source``, ``structured_data``, ``cached_prompt_tokens``, ``model_reported``), so positional
+construction, unpacking and ``dataclasses.astuple`` keep working; ``latency_ms`` is whole
+milliseconds (an ``int``) as there. This runtime's additions follow, all with defaults.
 """
 
 from __future__ import annotations
@@ -37,25 +40,27 @@ class LLMResponse:
     the pricing table (``PGW_PRICING_PATH``), ``None`` without one.
     """
 
+    # The original library's fields, in its order: the eleven its predecessors consumed
+    # (positional construction and tuple-unpacking rely on them), then its own additions.
     content: str
     thinking: str = ""
     model: str = ""
     provider: str = ""
-    source_name: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    latency_ms: float = 0.0
+    latency_ms: int = 0
     ttft_ms: Optional[float] = None
     max_inter_token_ms: Optional[float] = None
     cache_hit: bool = False
     call_id: str = ""
+    source_name: str = ""
     cost: Optional[float] = None
     usage_source: str = "estimated"
     structured_data: Any = None
-    # This runtime's additions.
     cached_prompt_tokens: Optional[int] = None
-    reasoning_tokens: Optional[int] = None
     model_reported: Optional[str] = None
+    # This runtime's additions.
+    reasoning_tokens: Optional[int] = None
     truncated: bool = False
     asks: int = 1
     parent_call_id: Optional[str] = None

@@ -177,6 +177,16 @@ fn class<'py>(
     cell.import(py, "polygateway.types", name)
 }
 
+/// Whole milliseconds, rounded, as the original library's `LLMResponse.latency_ms` (an `int`).
+fn whole_ms(ms: f64) -> u64 {
+    if ms.is_finite() && ms > 0.0 {
+        // Rounded and non-negative: the cast cannot wrap (it saturates above u64::MAX).
+        ms.round() as u64
+    } else {
+        0
+    }
+}
+
 /// `polygateway.LLMResponse`: the original library's fields in its order, then this runtime's.
 pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>> {
     let structured = match &r.structured_data {
@@ -217,20 +227,20 @@ pub(crate) fn llm_response(py: Python<'_>, r: LlmResponse) -> PyResult<Py<PyAny>
             r.thinking.into_pyobject(py)?.into_any(),
             r.model.into_pyobject(py)?.into_any(),
             r.provider.into_pyobject(py)?.into_any(),
-            r.source_name.into_pyobject(py)?.into_any(),
             r.prompt_tokens.into_pyobject(py)?.into_any(),
             r.completion_tokens.into_pyobject(py)?.into_any(),
-            r.latency_ms.into_pyobject(py)?.into_any(),
+            whole_ms(r.latency_ms).into_pyobject(py)?.into_any(),
             r.ttft_ms.into_pyobject(py)?.into_any(),
             r.max_inter_token_ms.into_pyobject(py)?.into_any(),
             PyBool::new(py, r.cache_hit).to_owned().into_any(),
             r.call_id.into_pyobject(py)?.into_any(),
+            r.source_name.into_pyobject(py)?.into_any(),
             r.cost.into_pyobject(py)?.into_any(),
             r.usage_source.as_str().into_pyobject(py)?.into_any(),
             structured.into_bound(py),
             r.cached_prompt_tokens.into_pyobject(py)?.into_any(),
-            r.reasoning_tokens.into_pyobject(py)?.into_any(),
             r.model_reported.into_pyobject(py)?.into_any(),
+            r.reasoning_tokens.into_pyobject(py)?.into_any(),
             PyBool::new(py, r.truncated).to_owned().into_any(),
             r.asks.into_pyobject(py)?.into_any(),
             r.parent_call_id.into_pyobject(py)?.into_any(),

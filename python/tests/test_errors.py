@@ -111,16 +111,28 @@ def test_assembly_defects(mock):
     assert isinstance(info.value, ValueError)
 
 
-def test_unreachable_governance_backend_is_refused_at_start(mock):
+def test_unreachable_governance_backend_fails_each_call_closed(mock):
     env = llm_env(mock.base_url, PGW_LIMITER_BACKEND="redis", PGW_BREAKER_BACKEND="redis",
                   REDIS_URL="redis://127.0.0.1:1")
     # Redis down is an outage (the original's `except GatewayUnavailableError` catches it), not a
-    # configuration mistake.
-    with pytest.raises(GovernanceBackendError) as info:
-        GatewayClient.from_settings(env)
-    assert not isinstance(info.value, ValueError)
-    assert (info.value.reason, info.value.retry_after_s) == ("governance_backend_down", 5.0)
-    assert "REDIS_URL" in str(info.value)
+    # configuration mistake: as in the original, the client is built and each call fails closed
+    # (test_last_differences.py starts the server later and sees the same client serve).
+    async def scenario():
+        client = GatewayClient.from_settings(env)
+        errors = []
+        try:
+            for _ in range(2):
+                with pytest.raises(GovernanceBackendError) as info:
+                    await client.chat(HI)
+                errors.append(info.value)
+        finally:
+            await client.aclose()
+        return errors
+
+    for exc in run(scenario()):
+        assert not isinstance(exc, ValueError)
+        assert (exc.reason, exc.retry_after_s) == ("governance_backend_down", 5.0)
+        assert "redis" in str(exc) and "not connected" in str(exc)
     assert mock.counts()["chat"] == 0
 
 

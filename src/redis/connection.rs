@@ -10,11 +10,14 @@
 //! response cache (it degrades silently and has its own client).
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::error::ErrorKind;
-use fred::prelude::{Builder, Client, ClientLike, Config, FromValue, Pool, ReconnectPolicy, Value};
+use fred::prelude::{
+    Builder, Client, ClientLike, Config, EventInterface, FromValue, Pool, ReconnectPolicy, Value,
+};
 use fred::types::scripts::Script;
 use polygateway_actors::BackendError;
 
@@ -166,6 +169,11 @@ struct Inner {
     command_timeout: Duration,
     /// The URL password, scrubbed from every error message.
     password: Option<String>,
+    /// A pooled connection has been up at least once. Until then (a store built while the server
+    /// was unreachable) a command with no connection to go out on fails at once instead of
+    /// queueing for its timeout: there is no reconnect in progress to wait for, only a server
+    /// that is not there yet.
+    up_once: AtomicBool,
 }
 
 /// A connected Redis governance store: build [`super::RedisGate`] and [`super::RedisBreakers`]
@@ -253,6 +261,42 @@ impl RedisGovernance {
         key_prefix: &str,
         options: RedisOptions,
     ) -> Result<Self, BackendError> {
+        let (this, down) = Self::open(url, key_prefix, options, false).await?;
+        match down {
+            None => Ok(this),
+            Some(failure) => {
+                // Stop the background reconnect tasks of a pool nobody will use.
+                this.close().await;
+                Err(failure)
+            }
+        }
+    }
+
+    /// Like [`Self::connect_with`], but a server that cannot be reached now is not an error:
+    /// the store is returned with the reason, and keeps reconnecting in the background (the
+    /// reconnect policy of `options`, for ever). Until its first connection every script call
+    /// fails at once with a [`BackendError`] (the runtime fails closed on it: docs/behaviour.md
+    /// §6); from then on it behaves as a store built with the server up. The builder builds the
+    /// gateway's governance this way, so a service that starts before its Redis serves by itself
+    /// once Redis is there, without a restart. An invalid URL or option is still an error.
+    pub(crate) async fn connect_degraded(
+        url: &Secret,
+        key_prefix: &str,
+        options: RedisOptions,
+    ) -> Result<(Self, Option<BackendError>), BackendError> {
+        Self::open(url, key_prefix, options, true).await
+    }
+
+    /// Build the pool and wait (at most `connect_timeout`) for it to connect and load the
+    /// scripts. `keep_trying`: the first connection goes through the reconnect policy, and the
+    /// wait ends at the first failed attempt (a refused port answers at once) with the store and
+    /// the failure; otherwise the store is returned with the failure for the caller to close.
+    async fn open(
+        url: &Secret,
+        key_prefix: &str,
+        options: RedisOptions,
+        keep_trying: bool,
+    ) -> Result<(Self, Option<BackendError>), BackendError> {
         let password = url::Url::parse(url.expose())
             .ok()
             .and_then(|u| u.password().map(str::to_owned))
@@ -266,8 +310,11 @@ impl RedisGovernance {
             )));
         }
 
-        let config = Config::from_url(url.expose())
+        let mut config = Config::from_url(url.expose())
             .map_err(|e| BackendError::new(scrub(format!("invalid redis url: {e}"))))?;
+        // Without `keep_trying`, a failed first connection ends the client (fred's default);
+        // with it, the first connection is retried like any dropped one.
+        config.fail_fast = !keep_trying;
         let pool = Builder::from_config(config)
             .with_performance_config(|p| p.default_command_timeout = options.command_timeout)
             .with_connection_config(|c| {
@@ -290,11 +337,37 @@ impl RedisGovernance {
             scripts: Scripts::new(),
             command_timeout: options.command_timeout,
             password,
+            up_once: AtomicBool::new(false),
         });
         let this = Self { inner };
 
         let connected = async {
-            this.inner.pool.init().await?;
+            if keep_trying {
+                // Subscribed before connecting, so the first failed attempt is seen.
+                let mut errors: Vec<_> = this
+                    .inner
+                    .pool
+                    .clients()
+                    .iter()
+                    .map(|c| c.error_rx())
+                    .collect();
+                let _task = this.inner.pool.connect();
+                let first_error = async {
+                    let waits = errors.iter_mut().map(|rx| Box::pin(rx.recv()));
+                    let (first, _, _) = futures::future::select_all(waits).await;
+                    match first {
+                        Ok((e, _)) => e,
+                        Err(_) => fred::error::Error::new(ErrorKind::IO, "connection closed"),
+                    }
+                };
+                tokio::select! {
+                    up = this.inner.pool.wait_for_connect() => up?,
+                    e = first_error => return Err(e),
+                }
+            } else {
+                this.inner.pool.init().await?;
+            }
+            this.inner.up_once.store(true, Ordering::Release);
             for (_, script) in this.inner.scripts.all() {
                 script.load(this.inner.pool.next()).await?;
             }
@@ -302,16 +375,27 @@ impl RedisGovernance {
         };
         let outcome = tokio::time::timeout(options.connect_timeout, connected).await;
         let failure = match outcome {
-            Ok(Ok(())) => return Ok(this),
+            Ok(Ok(())) => return Ok((this, None)),
+            // A server that answers but refuses these credentials or this setup will not
+            // change its mind by itself: that is the configuration's, not an outage.
+            Ok(Err(e))
+                if keep_trying
+                    && matches!(
+                        e.kind(),
+                        ErrorKind::Auth | ErrorKind::Config | ErrorKind::Url
+                    ) =>
+            {
+                let refused = this.error("connect", &e);
+                this.close().await;
+                return Err(refused);
+            }
             Ok(Err(e)) => this.error("connect", &e),
             Err(_) => BackendError::new(format!(
                 "redis connect timed out after {:?}",
                 options.connect_timeout
             )),
         };
-        // Stop the background reconnect tasks of a pool nobody will use.
-        this.close().await;
-        Err(failure)
+        Ok((this, Some(failure)))
     }
 
     /// The key prefix.
@@ -388,6 +472,16 @@ impl RedisGovernance {
         keys: Vec<String>,
         args: Vec<Value>,
     ) -> Result<R, BackendError> {
+        if !self.inner.up_once.load(Ordering::Acquire) {
+            if !client.is_connected() {
+                return Err(BackendError::new(format!(
+                    "redis {}: not connected (the server was unreachable when the store was \
+                     built; reconnecting in the background)",
+                    kind.name()
+                )));
+            }
+            self.inner.up_once.store(true, Ordering::Release);
+        }
         let script = self.inner.scripts.get(kind);
         script
             .evalsha_with_reload::<R, _, _>(client, keys, args)

@@ -29,6 +29,7 @@ use rand::Rng;
 
 use crate::outcome::{AttemptVerdict, FailureClass, SourceReason};
 use crate::policy::backoff::Backoff;
+use crate::policy::limiter::LEASE_POLL;
 use crate::policy::stall::StallClock;
 use crate::ports::breaker::{BreakerState, BreakerVerdict};
 use crate::ports::gate::Gate;
@@ -104,10 +105,12 @@ pub(crate) enum Selected {
     /// The scope has no sources at all.
     NoSources,
     /// Nothing eligible: `earliest_cooling` among cooling sources, `paced` if a full pacer
-    /// was the only obstacle somewhere.
+    /// (below the source's concurrency limit) was the only obstacle somewhere, `capped` if a
+    /// source's own concurrency limit was.
     NoneEligible {
         earliest_cooling: Option<Instant>,
         paced: bool,
+        capped: bool,
     },
 }
 
@@ -536,8 +539,17 @@ impl CallMachine {
             Selected::NoneEligible {
                 earliest_cooling,
                 paced,
+                capped,
             } => {
-                if let Some(hint) = self.quota_hint {
+                // A source at its own concurrency limit is a full quota like a refusing gate
+                // when the scope fails fast (its gate would refuse the attempt); waiting, the
+                // call waits for its freed slot like for a pacer's.
+                let capped_hint = (capped && self.quota_full_fails_fast).then_some(LEASE_POLL);
+                let quota = match (self.quota_hint, capped_hint) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                if let Some(hint) = quota {
                     if self.quota_full_fails_fast {
                         self.unavailable(
                             ScopeReason::QuotaExhausted,
@@ -548,7 +560,7 @@ impl CallMachine {
                     } else {
                         self.begin_wait(hint.min(self.poll_interval), WaitReason::Gate, now)
                     }
-                } else if paced {
+                } else if paced || capped {
                     // Backpressure from the pacers: wait for a slot to come back.
                     self.state = State::AwaitingSlot(now);
                     Action::AwaitSlot(self.poll_interval)
@@ -847,6 +859,7 @@ mod tests {
         let paced = Selected::NoneEligible {
             earliest_cooling: None,
             paced: true,
+            capped: false,
         };
         // The slot wait is cut to what is left of the deadline …
         let step = m.step(Event::Selected(paced), t0);
@@ -969,6 +982,7 @@ mod tests {
         let none = Selected::NoneEligible {
             earliest_cooling: Some(t0 + open),
             paced: false,
+            capped: false,
         };
         let Action::Finish(Ending::Unavailable {
             reason,
@@ -1108,6 +1122,7 @@ mod tests {
         let none = Selected::NoneEligible {
             earliest_cooling: None,
             paced: false,
+            capped: false,
         };
         let end = m.step(Event::Selected(none), t0).action;
         assert_eq!(
@@ -1251,6 +1266,7 @@ mod tests {
         let paced = Selected::NoneEligible {
             earliest_cooling: None,
             paced: true,
+            capped: false,
         };
         let step = m.step(Event::Selected(paced), t0);
         assert!(matches!(step.action, Action::AwaitSlot(_)));
@@ -1299,6 +1315,7 @@ mod tests {
         let cooling = Selected::NoneEligible {
             earliest_cooling: Some(t0 + ms(100)),
             paced: false,
+            capped: false,
         };
         assert!(matches!(
             m.step(Event::Selected(cooling), t0).action,
@@ -1322,5 +1339,85 @@ mod tests {
         assert_eq!(waited.of(WaitReason::Cooldown), ms(150));
         assert_eq!(waited.of(WaitReason::Gate), ms(400));
         assert_eq!(m.last_attempt_wait(), ms(550));
+    }
+
+    /// With `QUOTA_FULL=fail_fast`, a source at its own concurrency limit is a full quota: the
+    /// call ends `quota_exhausted` at once (hint: the lease poll) instead of waiting for a slot;
+    /// with `wait` it waits for the freed slot as before.
+    #[test]
+    fn a_source_at_its_own_concurrency_limit_fails_fast_or_waits_by_the_quota_policy() {
+        let t0 = Instant::now();
+        let capped = Selected::NoneEligible {
+            earliest_cooling: None,
+            paced: false,
+            capped: true,
+        };
+        let mut c = config(3);
+        c.quota_full_fails_fast = true;
+        let mut m = machine(&c, 1, t0);
+        m.start();
+        match m.step(Event::Selected(capped.clone()), t0).action {
+            Action::Finish(Ending::Unavailable {
+                reason: ScopeReason::QuotaExhausted,
+                retry_after,
+                ..
+            }) => assert_eq!(retry_after, LEASE_POLL),
+            other => panic!("expected quota_exhausted, got {other:?}"),
+        }
+        assert_eq!(m.attempts(), 0);
+
+        c.quota_full_fails_fast = false;
+        let mut m = machine(&c, 1, t0);
+        m.start();
+        assert!(matches!(
+            m.step(Event::Selected(capped), t0).action,
+            Action::AwaitSlot(_)
+        ));
+    }
+
+    /// A pacer full below the source's limit is the pacer's backpressure, not a quota: even a
+    /// fail-fast scope waits for the slot. A full quota anywhere in the round (a source's gate
+    /// refused, or a source at its own concurrency limit) ends a fail-fast call, as a refusing
+    /// gate beside a full pacer always did, with the earliest of their hints.
+    #[test]
+    fn a_pacer_below_the_limit_is_waited_for_even_when_failing_fast() {
+        let t0 = Instant::now();
+        let mut c = config(3);
+        c.quota_full_fails_fast = true;
+        let mut m = machine(&c, 2, t0);
+        m.start();
+        let paced = Selected::NoneEligible {
+            earliest_cooling: None,
+            paced: true,
+            capped: false,
+        };
+        assert!(matches!(
+            m.step(Event::Selected(paced), t0).action,
+            Action::AwaitSlot(_)
+        ));
+        // A source's own RPM gate refused (the other is capped): fail fast with the gate's hint.
+        m.step(Event::Woke, t0);
+        m.step(Event::Selected(Selected::Picked(0)), t0);
+        let refused = Admission::GateRefused {
+            gate: Gate::SourceRpm,
+            retry_after: Duration::from_secs(20),
+        };
+        assert!(matches!(
+            m.step(Event::Admission(refused), t0).action,
+            Action::Select { .. }
+        ));
+        let capped = Selected::NoneEligible {
+            earliest_cooling: None,
+            paced: false,
+            capped: true,
+        };
+        match m.step(Event::Selected(capped), t0).action {
+            Action::Finish(Ending::Unavailable {
+                reason: ScopeReason::QuotaExhausted,
+                retry_after,
+                ..
+            }) => assert_eq!(retry_after, LEASE_POLL),
+            other => panic!("expected quota_exhausted, got {other:?}"),
+        }
     }
 }

@@ -204,6 +204,7 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                     let nothing = Selected::NoneEligible {
                         earliest_cooling: None,
                         paced: true,
+                        capped: false,
                     };
                     step = machine.step(Event::Selected(nothing), effects.now());
                     trace.capacity_wait = machine.capacity_wait();
@@ -229,10 +230,12 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                     Selection::NoneEligible {
                         earliest_cooling,
                         paced,
+                        capped,
                         ..
                     } => Selected::NoneEligible {
                         earliest_cooling,
                         paced,
+                        capped,
                     },
                 },
             ),

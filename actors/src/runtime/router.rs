@@ -36,8 +36,13 @@ pub(crate) enum Selection<T> {
         no_sources: bool,
         /// Earliest end of a local cooldown among the sources not excluded by the caller.
         earliest_cooling: Option<Instant>,
-        /// Some source was skipped only because its pacer was full.
+        /// Some source was skipped only because its pacer was full, below the source's own
+        /// concurrency limit (the pacer's own backpressure).
         paced: bool,
+        /// Some source was skipped only because its calls in flight reached its configured
+        /// concurrency limit (`MAX_CONCURRENCY`): a quota, which `QUOTA_FULL=fail_fast` does not
+        /// wait for (its concurrency gate would refuse the attempt anyway).
+        capped: bool,
     },
 }
 
@@ -180,10 +185,12 @@ impl Picker<'_> {
                 no_sources: true,
                 earliest_cooling: None,
                 paced: false,
+                capped: false,
             };
         }
         let mut earliest_cooling: Option<Instant> = None;
         let mut paced = false;
+        let mut capped = false;
         self.candidates.clear();
         for s in sources.clone() {
             let excluded = exclude.contains(&s.index);
@@ -194,7 +201,12 @@ impl Picker<'_> {
             let in_flight = s.in_flight();
             let has_slot = in_flight < s.pacer_limit();
             if !excluded && cooling.is_none() && !has_slot {
-                paced = true;
+                let cap = s.limits.max_concurrency;
+                if cap > 0 && in_flight >= cap {
+                    capped = true;
+                } else {
+                    paced = true;
+                }
             }
             self.candidates.push(Candidate {
                 index: s.index,
@@ -221,6 +233,7 @@ impl Picker<'_> {
             no_sources: false,
             earliest_cooling,
             paced,
+            capped,
         }
     }
 }

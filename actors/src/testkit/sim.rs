@@ -293,6 +293,9 @@ struct CallBook {
     /// Its arrival number in the room, once it has waited; whether it was ever admitted.
     place: Option<u64>,
     admitted: bool,
+    /// Its last selection found nothing but sources at their own concurrency limit, in a
+    /// scope that fails fast on a full quota.
+    capped_only: bool,
     /// Each attempt as the observer saw it: (source, result) (scripted runs compare it).
     #[cfg(test)]
     log: AttemptLog,
@@ -323,6 +326,7 @@ impl CallBook {
             deadline: None,
             place: None,
             admitted: false,
+            capped_only: false,
             #[cfg(test)]
             log: Vec::new(),
             #[cfg(test)]
@@ -644,6 +648,22 @@ impl State {
                 c.granted, c.pushbacks
             ));
         }
+        if std::mem::take(&mut self.calls[call].capped_only) {
+            // QUOTA_FULL=fail_fast: a source's own concurrency limit is not waited for.
+            let fails_fast = matches!(
+                action,
+                Action::Finish(Ending::Unavailable {
+                    reason: ScopeReason::QuotaExhausted | ScopeReason::DeadlineExceeded,
+                    ..
+                })
+            );
+            if !fails_fast {
+                problems.push(format!(
+                    "only sources at their concurrency limit, fail-fast scope, yet {action:?}"
+                ));
+            }
+        }
+        let c = &self.calls[call];
         if let Action::Wait(_) = action {
             let fresh = matches!(c.last_progress, Some(Some(age)) if age < window);
             if machine.waited() >= window && !fresh {
@@ -1256,13 +1276,26 @@ impl CallEffects<SimTransport> for SimCall {
                 state.violation(self.call, what);
             }
         }
+        // Only sources at their own concurrency limit stood in the way of a fail-fast call: its
+        // next step must end it `quota_exhausted` (checked in `check_call`).
+        state.calls[self.call].capped_only = matches!(
+            selection,
+            Selection::NoneEligible {
+                paced: false,
+                capped: true,
+                ..
+            }
+        ) && self.world.config.quota_full_fails_fast;
         state.trace_event(self.call, || match &selection {
             Selection::Picked(t) => format!("picked {}", t.source().name),
             Selection::NoneEligible {
                 earliest_cooling,
                 paced,
+                capped,
                 ..
-            } => format!("none eligible (cooling {earliest_cooling:?}, paced {paced})"),
+            } => format!(
+                "none eligible (cooling {earliest_cooling:?}, paced {paced}, capped {capped})"
+            ),
         });
         Ok(selection)
     }

@@ -13,7 +13,7 @@ use super::GatewayBuilder;
 use crate::config::{GovernanceBackendKind, Settings};
 use crate::error::GatewayError;
 #[cfg(feature = "redis")]
-use crate::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance};
+use crate::redis::{RedisAttempts, RedisBreakers, RedisGate, RedisGovernance, RedisOptions};
 
 /// How long one governance call may take before it counts as a backend outage.
 const GOVERNANCE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -71,9 +71,25 @@ impl GatewayBuilder {
             (true, Some(url)) if something_to_build => {
                 RedisGovernance::check_url(url)
                     .map_err(|e| GatewayError::Config(format!("REDIS_URL: {e}")))?;
-                let redis = RedisGovernance::connect(url, &self.redis_key_prefix)
-                    .await
-                    .map_err(|e| governance_down(default_scope, &e.message))?;
+                // A server that is down is an outage, not a build failure (the original
+                // library's behaviour): the gateway is built, every call fails closed with
+                // `GovernanceBackendError` (retry in 5 s) and it serves by itself once the
+                // server is there — a service that starts before its Redis does not crash-loop.
+                let (redis, down) = RedisGovernance::connect_degraded(
+                    url,
+                    &self.redis_key_prefix,
+                    RedisOptions::default(),
+                )
+                .await
+                .map_err(|e| GatewayError::Config(format!("REDIS_URL: {}", e.message)))?;
+                if let Some(down) = down {
+                    tracing::warn!(
+                        scope = default_scope,
+                        error = %down.message,
+                        "governance Redis unreachable at start: calls fail closed \
+                         (GovernanceBackendError) until it answers; reconnecting in the background"
+                    );
+                }
                 owned.redis.push(redis.clone());
                 Ok(Some(redis))
             }
@@ -133,20 +149,4 @@ impl GatewayBuilder {
             _ => Arc::new(MemoryBreakers::new(Arc::clone(&self.clock))),
         }
     }
-}
-
-/// A governance backend (Redis) that cannot be reached while the gateway is built: the
-/// fail-closed outage of docs/behaviour.md §6 (`GovernanceBackendError`, retry in 5 s), not a
-/// configuration mistake — the same URL works once the server is back.
-#[cfg(feature = "redis")]
-fn governance_down(scope: &str, message: &str) -> GatewayError {
-    GatewayError::Unavailable(Box::new(crate::error::Unavailable {
-        kind: crate::error::UnavailableKind::GovernanceBackend,
-        scope: scope.to_string(),
-        reason: crate::error::UnavailableReason::GovernanceBackendDown,
-        retry_after_s: 5.0,
-        per_source_reasons: std::collections::BTreeMap::new(),
-        detail: format!("REDIS_URL: {message}"),
-        budget: None,
-    }))
 }
