@@ -55,13 +55,10 @@ pub enum ChatDelta {
 /// use polygateway::transport::chat::ChatWireRequest;
 /// use polygateway::Message;
 /// let messages = Arc::new(vec![Message::system("Be brief."), Message::user("Capital of France?")]);
-/// let request = ChatWireRequest {
-///     messages: Arc::clone(&messages),
-///     overlay: serde_json::Map::from_iter([("temperature".to_string(), 0.2.into())]),
-///     response_format: Some(polygateway::structured::json_object_format()),
-///     schema: None,
-///     stream: false,
-/// };
+/// let mut request = ChatWireRequest::new(Arc::clone(&messages));
+/// request.overlay = serde_json::Map::from_iter([("temperature".to_string(), 0.2.into())]);
+/// request.response_format = Some(polygateway::structured::json_object_format());
+/// request.stream = false;
 /// // Every attempt works on a clone; the conversation itself is not copied.
 /// let attempt = request.clone();
 /// assert!(Arc::ptr_eq(&attempt.messages, &messages));
@@ -82,6 +79,38 @@ pub struct ChatWireRequest {
     pub schema: Option<Arc<SchemaRequest>>,
     /// Stream (SSE) or a single JSON answer.
     pub stream: bool,
+    /// The request as the client wrote it in a source dialect (the server's `/v1/messages`
+    /// ingress): a source of that dialect is sent it with only the model (and `stream`) set,
+    /// every other source the canonical call above (docs/behaviour.md §12.5).
+    pub(crate) native: Option<NativeBody>,
+}
+
+/// A client's request body in one source dialect, kept beside its canonical translation so
+/// that a source speaking that dialect gets what the client wrote — fields and blocks the
+/// canonical model does not carry (`cache_control` anywhere, unknown block types, new top-level
+/// keys) included — with only `model` and `stream` set by the gateway.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NativeBody {
+    /// The dialect the body is written in.
+    pub(crate) dialect: crate::provider::Dialect,
+    /// The body (a JSON object), shared between attempts without copying.
+    pub(crate) body: Arc<Map<String, Value>>,
+    /// The client's `anthropic-beta` header, if any (sent on as the same header).
+    pub(crate) beta: Option<String>,
+}
+
+impl NativeBody {
+    /// The body for one attempt on a source of this dialect serving `model`: the client's body,
+    /// `model` replaced, `stream: true` when the attempt streams and no `stream` key otherwise.
+    pub(crate) fn for_source(&self, model: &str, stream: bool) -> Map<String, Value> {
+        let mut body = (*self.body).clone();
+        body.insert("model".into(), Value::String(model.to_owned()));
+        body.remove("stream");
+        if stream {
+            body.insert("stream".into(), Value::Bool(true));
+        }
+        body
+    }
 }
 
 impl ChatWireRequest {
@@ -103,6 +132,7 @@ impl ChatWireRequest {
             response_format: None,
             schema: None,
             stream: true,
+            native: None,
         }
     }
 }
