@@ -640,7 +640,13 @@ fn event_stream(
         &json!({"type": "message_start", "message": {
             "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": Value::Null, "stop_sequence": Value::Null,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+            // The API's shape, counted later: the whole usage comes in `message_delta` (the
+            // canonical stream knows it at the end), which the SDKs' accumulators merge.
+            "usage": {"input_tokens": 0, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0,
+                      "cache_creation": {"ephemeral_5m_input_tokens": 0,
+                                         "ephemeral_1h_input_tokens": 0},
+                      "output_tokens": 0}}}),
     );
     struct St<S> {
         events: std::pin::Pin<Box<S>>,
