@@ -169,6 +169,35 @@ async fn messages_on_an_anthropic_source_keep_thinking_and_tool_use_and_cache_us
         m["usage"]["cache_creation_input_tokens"].as_u64().unwrap() > 0,
         "{m}"
     );
+    // Streamed, the thinking block is signed before the tool call's block starts, as the API
+    // streams it (the signature is the block's last delta).
+    let mut streamed = first.clone();
+    streamed["stream"] = json!(true);
+    let sse = post(&server, "/v1/messages", &streamed)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events: Vec<Value> = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let at = |pred: &dyn Fn(&Value) -> bool| events.iter().position(pred).unwrap_or(usize::MAX);
+    let signed = at(&|e| e["delta"]["type"] == "signature_delta");
+    let first_stop = at(&|e| e["type"] == "content_block_stop");
+    let second_start = at(&|e| e["type"] == "content_block_start" && e["index"] == 1);
+    assert!(signed < first_stop && first_stop < second_start, "{sse}");
+    assert_eq!(events[signed]["index"], 0);
+    assert_eq!(
+        events[signed]["delta"]["signature"], m["content"][0]["signature"],
+        "{sse}"
+    );
+    assert_eq!(
+        sse.matches("signature_delta").count(),
+        1,
+        "signed once: {sse}"
+    );
     // …then the result, with the assistant turn sent back as the API gave it: the mock refuses
     // a thinking block whose signature changed.
     let mut second = first.clone();

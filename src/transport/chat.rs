@@ -450,6 +450,9 @@ impl ChatTransport {
                 if frame.is_some_and(|frame| acc.apply(frame, &mut deltas)) {
                     wd.on_token();
                 }
+                if let Some(piece) = native.as_mut().and_then(|s| s.take_signature()) {
+                    deltas.push(ChatDelta::ThinkingSignature(piece));
+                }
                 emit_all(&wd, sink, &mut deltas).await?;
                 if done {
                     break;

@@ -46,6 +46,10 @@ pub enum ChatDelta {
     ToolCall(ToolCallDelta),
     /// A piece of the model's refusal (the whole refusal is in the final response).
     Refusal(String),
+    /// A piece of the signature of the thinking block being streamed (Anthropic's
+    /// `signature_delta`), sent when it arrives: before the next block starts. The whole
+    /// signature is also in the final response's `thinking_blocks`.
+    ThinkingSignature(String),
 }
 
 /// What a chat call sends, built once per call and reused by every attempt (on any source).

@@ -540,6 +540,8 @@ enum Open {
 struct Writer {
     open: Open,
     index: i64,
+    /// The open thinking block's signature was sent (as the source streamed it).
+    signed: bool,
 }
 
 impl Writer {
@@ -550,6 +552,7 @@ impl Writer {
         self.close(out);
         self.index += 1;
         self.open = to;
+        self.signed = false;
         out.push(frame(
             "content_block_start",
             &json!({"type": "content_block_start", "index": self.index, "content_block": start}),
@@ -601,6 +604,15 @@ impl Writer {
                     );
                 }
             }
+            // The signature as the source streamed it: the block's last delta, before the
+            // next block, as Anthropic sends it (an answer with thinking then text or a tool
+            // call keeps its signature through the stream).
+            ChatEvent::ThinkingSignature(s) => {
+                if self.open == Open::Thinking {
+                    self.delta(json!({"type": "signature_delta", "signature": s}), out);
+                    self.signed = true;
+                }
+            }
             ChatEvent::Done(r) => self.done(&r, out),
         }
     }
@@ -608,7 +620,7 @@ impl Writer {
     fn done(&mut self, r: &LlmResponse, out: &mut Vec<Bytes>) {
         // Signatures arrive with the whole answer: the open thinking block gets its own before
         // it closes; blocks the stream never showed (a replayed cache hit) are sent whole.
-        if self.open == Open::Thinking {
+        if self.open == Open::Thinking && !self.signed {
             if let Some(ThinkingBlock::Thinking {
                 signature: Some(s), ..
             }) = r.thinking_blocks.first()
@@ -659,6 +671,7 @@ fn event_stream(
         writer: Writer {
             open: Open::None,
             index: -1,
+            signed: false,
         },
         finished: false,
         _lease: lease,

@@ -627,6 +627,8 @@ impl Writer {
                     }
                 }
             }
+            // Responses has no signed reasoning to send it in.
+            ChatEvent::ThinkingSignature(_) => {}
             ChatEvent::Done(r) => {
                 self.close(out);
                 let done = response_json(&self.id, &self.model, self.created, Some(&r));
