@@ -404,3 +404,73 @@ async fn responses_on_an_anthropic_source_are_translated_with_a_function_round_t
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_mixed_scope_sends_each_source_its_own_form_and_the_cache_key_covers_the_body() {
+    use polygateway::testkit::{Behaviour, MockUpstream};
+    let claude = MockAnthropic::start().await;
+    let openai = MockUpstream::start(Behaviour::healthy()).await;
+    let mut env: BTreeMap<String, String> = mock_env();
+    for (k, v) in [
+        ("LLM__SELECTOR", "round_robin"),
+        ("PGW_CACHE_BACKEND", "memory"),
+        ("PGW_CACHE_NAMESPACE", "test"),
+        ("PGW_CACHE_TTL_S", "600"),
+        ("LLM__ANTHROPIC__1__API_KEY", MOCK_ANTHROPIC_KEY),
+        ("LLM__ANTHROPIC__1__MODEL", "claude-mock"),
+        ("LLM__OPENAI__1__API_KEY", "sk-test"),
+        ("LLM__OPENAI__1__MODEL", "test-model"),
+    ] {
+        env.insert(k.into(), v.into());
+    }
+    env.insert("LLM__ANTHROPIC__1__BASE_URL".into(), claude.base_url());
+    env.insert("LLM__OPENAI__1__BASE_URL".into(), openai.base_url());
+    let server = start(Settings::from_map(&env).expect("settings")).await;
+    // Four different calls (the cache would answer a repeated one), alternating sources.
+    for i in 0..4 {
+        let req = json!({"model": "LLM", "max_tokens": 50, "x_future_field": i,
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]});
+        let resp = post(&server, "/v1/messages", &req).await;
+        assert_eq!(resp.status(), 200);
+        let _: Value = resp.json().await.unwrap();
+    }
+    let native = claude.requests();
+    let canonical = openai.requests();
+    assert_eq!((native.len(), canonical.len()), (2, 2));
+    for r in &native {
+        assert!(r.body["x_future_field"].is_number(), "{}", r.body);
+        assert_eq!(r.body["model"], "claude-mock");
+        assert_eq!(
+            r.body["messages"][0]["content"][0]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+    }
+    for r in &canonical {
+        assert!(r.body.get("x_future_field").is_none(), "{}", r.body);
+        assert_eq!(r.body["model"], "test-model");
+        assert_eq!(r.body["messages"][0]["role"], "user", "{}", r.body);
+        assert_eq!(r.body["max_tokens"], 50);
+    }
+    // The same canonical call with a different unknown field is a different question: not a
+    // cache hit. The very same body is.
+    let again = json!({"model": "LLM", "max_tokens": 50, "x_future_field": 0,
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]});
+    assert_eq!(post(&server, "/v1/messages", &again).await.status(), 200);
+    assert_eq!(
+        claude.requests().len() + openai.requests().len(),
+        4,
+        "a hit"
+    );
+    let other = json!({"model": "LLM", "max_tokens": 50, "x_future_field": 9,
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "hello", "cache_control": {"type": "ephemeral"}}]}]});
+    assert_eq!(post(&server, "/v1/messages", &other).await.status(), 200);
+    assert_eq!(
+        claude.requests().len() + openai.requests().len(),
+        5,
+        "a miss"
+    );
+    server.stop().await;
+}
