@@ -472,5 +472,16 @@ async fn a_mixed_scope_sends_each_source_its_own_form_and_the_cache_key_covers_t
         5,
         "a miss"
     );
+    // Streaming is the client's way of reading, not part of the question: a hit.
+    let mut streamed = other.clone();
+    streamed["stream"] = json!(true);
+    let resp = post(&server, "/v1/messages", &streamed).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().contains("message_stop"));
+    assert_eq!(
+        claude.requests().len() + openai.requests().len(),
+        5,
+        "a streamed hit"
+    );
     server.stop().await;
 }

@@ -408,11 +408,18 @@ impl ScopeHandle<Chat> {
         let scope = self.scope();
         let core = &self.core;
         // A native body reaches a source of its dialect as written, fields the canonical call
-        // does not carry included: they are part of what was asked, so of the key.
+        // does not carry included: they are part of what was asked, so of the key — but for
+        // what the gateway sets itself (the model is the scope's, streaming is not asked of it).
         let sampling = match &options.native {
             Some(native) => {
+                let mut body = (*native.body).clone();
+                body.remove("model");
+                body.remove("stream");
+                if let Some(beta) = &native.beta {
+                    body.insert("anthropic-beta".into(), Value::String(beta.clone()));
+                }
                 let mut sampling = options.overlay.clone();
-                sampling.insert("native_body".into(), Value::Object((*native.body).clone()));
+                sampling.insert("native_body".into(), Value::Object(body));
                 std::borrow::Cow::Owned(sampling)
             }
             None => std::borrow::Cow::Borrowed(&options.overlay),
