@@ -407,6 +407,23 @@ impl ScopeHandle<Chat> {
         options.validate()?;
         let scope = self.scope();
         let core = &self.core;
+        // A native body reaches a source of its dialect as written, fields the canonical call
+        // does not carry included: they are part of what was asked, so of the key — but for
+        // what the gateway sets itself (the model is the scope's, streaming is not asked of it).
+        let sampling = match &options.native {
+            Some(native) => {
+                let mut body = (*native.body).clone();
+                body.remove("model");
+                body.remove("stream");
+                if let Some(beta) = &native.beta {
+                    body.insert("anthropic-beta".into(), Value::String(beta.clone()));
+                }
+                let mut sampling = options.overlay.clone();
+                sampling.insert("native_body".into(), Value::Object(body));
+                std::borrow::Cow::Owned(sampling)
+            }
+            None => std::borrow::Cow::Borrowed(&options.overlay),
+        };
         let cache_key = match (&core.cache, options.bypass_cache) {
             (Some(cache), false) => Some(cache_key(&CacheKeyInput {
                 structured: asked.key.as_ref(),
@@ -417,7 +434,7 @@ impl ScopeHandle<Chat> {
                     .as_deref()
                     .unwrap_or(&cache.namespace),
                 salt: options.cache_salt.as_deref(),
-                sampling: &options.overlay,
+                sampling: &sampling,
             })),
             _ => None,
         };
@@ -435,6 +452,7 @@ impl ScopeHandle<Chat> {
         wire.overlay = options.overlay.clone();
         wire.schema = asked.schema.clone();
         wire.stream = options.stream;
+        wire.native = options.native.clone();
         Ok(Prepared {
             wire,
             context,

@@ -73,6 +73,10 @@ pub enum ChatEvent {
     /// A piece of the model's refusal as it arrives (the whole refusal is the final response's
     /// `refusal`).
     Refusal(String),
+    /// A piece of the signature of the thinking block being streamed, as it arrives (after
+    /// that block's `Reasoning`, before what follows it); the whole signature is in the final
+    /// response's `thinking_blocks`. Only sources whose dialect signs thinking send it.
+    ThinkingSignature(String),
     /// The complete response (usage, source, timings, cost). Always the last item of a clean
     /// stream.
     Done(Box<LlmResponse>),
@@ -92,6 +96,7 @@ impl From<ChatDelta> for ChatEvent {
             ChatDelta::Reasoning(text) => ChatEvent::Reasoning(text),
             ChatDelta::ToolCall(piece) => ChatEvent::ToolCall(piece),
             ChatDelta::Refusal(text) => ChatEvent::Refusal(text),
+            ChatDelta::ThinkingSignature(piece) => ChatEvent::ThinkingSignature(piece),
         }
     }
 }

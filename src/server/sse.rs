@@ -251,6 +251,9 @@ impl RelayState {
                 };
                 self.relay.head.delta(out, delta, None);
             }
+            // OpenAI's chunks have no place for a signature (it is in the final response's
+            // thinking blocks); nothing is sent, so the role is still to be said.
+            Some(Ok(ChatEvent::ThinkingSignature(_))) => self.role_sent = role.is_none(),
             Some(Ok(ChatEvent::Done(response))) => {
                 if role.is_some() {
                     // An answer without text deltas still tells the client who spoke.

@@ -210,7 +210,9 @@ impl ChoiceAssembly {
                 ChatDelta::Reasoning(r) => self.thinking.push_str(r),
                 // Assembled from the wire piece itself, which also keeps its unmodelled fields;
                 // a refusal is taken where it is read.
-                ChatDelta::ToolCall(_) | ChatDelta::Refusal(_) => {}
+                ChatDelta::ToolCall(_)
+                | ChatDelta::Refusal(_)
+                | ChatDelta::ThinkingSignature(_) => {}
             }
         }
     }

@@ -305,6 +305,22 @@ impl ChatTransport {
                 forced_tool: None,
             });
         }
+        // The client wrote the call in this source's dialect: what it wrote goes, model and
+        // `stream` excepted (a typed call's schema is the gateway's, so it is built as usual).
+        if let Some(native) = request
+            .native
+            .as_ref()
+            .filter(|n| n.dialect == Dialect::Anthropic && request.schema.is_none())
+        {
+            let body = native.for_source(&self.settings.model, self.streams(request));
+            return Ok(Outgoing {
+                body: serde_json::to_vec(&body).map_err(|e| {
+                    TransportError::rejected(format!("request body not serialisable: {e}"))
+                })?,
+                beta: native.beta.clone(),
+                forced_tool: None,
+            });
+        }
         let mut params = self.settings.extra_body.clone();
         params.extend(request.overlay.iter().map(|(k, v)| (k.clone(), v.clone())));
         if let Some(rf) = &request.response_format {
@@ -435,6 +451,9 @@ impl ChatTransport {
                 };
                 if frame.is_some_and(|frame| acc.apply(frame, &mut deltas)) {
                     wd.on_token();
+                }
+                if let Some(piece) = native.as_mut().and_then(|s| s.take_signature()) {
+                    deltas.push(ChatDelta::ThinkingSignature(piece));
                 }
                 emit_all(&wd, sink, &mut deltas).await?;
                 if done {

@@ -73,7 +73,7 @@ fn run(bytes: &[u8], cuts: &[usize]) -> Assembled {
         match d {
             ChatDelta::Content(c) => content.push_str(&c),
             ChatDelta::Reasoning(r) => thinking.push_str(&r),
-            ChatDelta::ToolCall(_) | ChatDelta::Refusal(_) => {}
+            ChatDelta::ToolCall(_) | ChatDelta::Refusal(_) | ChatDelta::ThinkingSignature(_) => {}
         }
     }
     Assembled {

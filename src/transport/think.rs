@@ -100,7 +100,9 @@ mod tests {
             match d {
                 ChatDelta::Content(c) => content.push_str(&c),
                 ChatDelta::Reasoning(r) => thinking.push_str(&r),
-                ChatDelta::ToolCall(_) | ChatDelta::Refusal(_) => {
+                ChatDelta::ToolCall(_)
+                | ChatDelta::Refusal(_)
+                | ChatDelta::ThinkingSignature(_) => {
                     unreachable!("the splitter sees text only")
                 }
             }

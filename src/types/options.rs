@@ -221,6 +221,9 @@ pub struct CallOptions {
     pub(crate) call_group: Option<String>,
     /// The server key's spend budget (`vkey:<name>`), set by `polygateway serve` only.
     pub(crate) key_budget: Option<(String, super::budget::SpendBudget)>,
+    /// The client's own body when the server's ingress speaks a source dialect (set by
+    /// `polygateway serve`'s `/v1/messages` only): a source of that dialect is sent it as written.
+    pub(crate) native: Option<crate::transport::exchange::NativeBody>,
 }
 
 impl Default for CallOptions {
@@ -241,6 +244,7 @@ impl Default for CallOptions {
             weight: None,
             call_group: None,
             key_budget: None,
+            native: None,
         }
     }
 }

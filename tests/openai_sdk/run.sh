@@ -5,7 +5,9 @@
 #      tests/openai_sdk/test_anthropic.py: the official `anthropic` SDK against the Anthropic
 #      mock (the mock speaks the published API), the OpenAI SDK through `serve` onto it;
 #      and the unchanged `anthropic` SDK with the OpenAI SDK's Responses client run
-#      tests/openai_sdk/test_ingress.py: /v1/messages and /v1/responses on the same source;
+#      tests/openai_sdk/test_ingress.py: /v1/messages and /v1/responses on the OpenAI-compatible
+#      source (translated); tests/openai_sdk/test_ingress_native.py: both on the Anthropic source
+#      (Messages passed through, compared with the SDK talking to the mock directly);
 #   2. headless Chromium (Debian's `chromium`) renders the status page: the DOM must show every
 #      source of every scope, and a screenshot must be produced;
 #   3. SIGTERM shuts the server down gracefully (exit code 0).
@@ -131,7 +133,8 @@ step "server at $BASE"
 # --- 1. the OpenAI SDK -------------------------------------------------------------------------
 PGW_BASE_URL=$BASE PGW_UPSTREAM_URL=$LLM_URL PGW_ANTHROPIC_URL=$ANTHROPIC_URL PGW_KEY=$KEY PGW_LLM_ONLY_KEY=$LLM_ONLY_KEY PGW_LIMITED_KEY=$LIMITED_KEY \
     "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/openai_sdk/test_sdk.py" \
-    "$ROOT/tests/openai_sdk/test_anthropic.py" "$ROOT/tests/openai_sdk/test_ingress.py"
+    "$ROOT/tests/openai_sdk/test_anthropic.py" "$ROOT/tests/openai_sdk/test_ingress.py" \
+    "$ROOT/tests/openai_sdk/test_ingress_native.py"
 
 # --- 2. the status page in a real browser ------------------------------------------------------
 if [ -n "$CHROMIUM" ]; then

@@ -88,6 +88,27 @@ def test_messages_tool_round_trip():
     assert sent["messages"][-1] == {"role": "tool", "tool_call_id": uses[0].id, "content": "21C and sunny"}
 
 
+def test_messages_thinking_round_trip():
+    """A signed thinking block the client sends back is its assistant turn's thinking; an
+    OpenAI-compatible source has no place for it, so it is left out while the turn's tool call
+    and the result go on (the Anthropic-source run is test_ingress_native.py)."""
+    ask = [{"role": "user", "content": "weather in Paris?"}]
+    m = claude().messages.create(model="LLM", max_tokens=64, messages=ask, tools=[WEATHER])
+    uses = [b for b in m.content if b.type == "tool_use"]
+    thought = {"type": "thinking", "thinking": "Look it up.", "signature": "sig-1"}
+    with claude().messages.stream(model="LLM", max_tokens=64, tools=[WEATHER], messages=ask + [
+        {"role": "assistant", "content": [thought] + [u.model_dump() for u in uses]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": uses[0].id, "content": "sunny"}]},
+    ]) as s:
+        final = s.get_final_message()
+    assert final.content[-1].text == "tool said: sunny"
+    assert final.stop_reason == "end_turn"
+    turn = received()["messages"][1]
+    assert turn["role"] == "assistant" and "thinking_blocks" not in turn
+    assert [c["id"] for c in turn["tool_calls"]] == [uses[0].id]
+
+
 def test_count_tokens():
     n = claude().messages.count_tokens(model="LLM", messages=HELLO)
     assert n.input_tokens == 2  # "hello": five characters at four per token

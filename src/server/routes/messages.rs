@@ -19,10 +19,12 @@ use serde_json::{json, Map, Value};
 use crate::config::ScopeKind;
 use crate::gateway::ChatEvent;
 use crate::openai::request::options_for;
+use crate::provider::Dialect;
 use crate::server::call_order::with_call_order;
 use crate::server::errors::ApiError;
 use crate::server::routes::openai::body_bytes;
 use crate::server::state::App;
+use crate::transport::exchange::NativeBody;
 use crate::types::{
     Content, ContentPart, ImageUrl, LlmResponse, Message, Role, ThinkingBlock, ToolCall,
 };
@@ -248,11 +250,19 @@ pub(crate) fn to_canonical(req: &Value) -> Result<Canonical, ApiError> {
         let mut thinking = Vec::new();
         for block in blocks {
             match block["type"].as_str() {
-                Some("tool_use") if role == Role::Assistant => calls.push(ToolCall::function(
-                    block["id"].as_str().unwrap_or_default(),
-                    block["name"].as_str().unwrap_or_default(),
-                    block.get("input").cloned().unwrap_or(json!({})).to_string(),
-                )),
+                Some("tool_use") if role == Role::Assistant => {
+                    let mut call = ToolCall::function(
+                        block["id"].as_str().unwrap_or_default(),
+                        block["name"].as_str().unwrap_or_default(),
+                        block.get("input").cloned().unwrap_or(json!({})).to_string(),
+                    );
+                    // A source's own fields of the call (Gemini's thought signature) come back
+                    // as the answer gave them.
+                    if let Some(f) = block.get(PROVIDER_FIELDS) {
+                        call.extra.insert(PROVIDER_FIELDS.into(), f.clone());
+                    }
+                    calls.push(call);
+                }
                 Some("thinking" | "redacted_thinking") if role == Role::Assistant => thinking.push(
                     serde_json::from_value::<ThinkingBlock>(block.clone())
                         .map_err(|e| invalid(format!("messages: thinking block: {e}")))?,
@@ -410,9 +420,19 @@ fn thinking_blocks(r: &LlmResponse) -> Vec<Value> {
     }
 }
 
+/// Where a tool call keeps what its source needs back with it (Gemini's `thought_signature`,
+/// LiteLLM's place for it): on the `tool_use` block, so a client that sends the turn back as it
+/// got it sends it too.
+const PROVIDER_FIELDS: &str = "provider_specific_fields";
+
 fn tool_use(call: &ToolCall) -> Value {
     let input: Value = serde_json::from_str(&call.function.arguments).unwrap_or(json!({}));
-    json!({"type": "tool_use", "id": call.id, "name": call.function.name, "input": input})
+    let mut block =
+        json!({"type": "tool_use", "id": call.id, "name": call.function.name, "input": input});
+    if let Some(f) = call.extra.get(PROVIDER_FIELDS) {
+        block[PROVIDER_FIELDS] = f.clone();
+    }
+    block
 }
 
 /// The content blocks of an answer: thinking, text, tool uses.
@@ -456,6 +476,18 @@ async fn create(
         headers,
     )?;
     options.key_budget = key.budget().map(|b| (key.name().to_string(), b));
+    // An Anthropic source is sent the request as the client wrote it (§12.5), every other
+    // source the canonical call.
+    if let Value::Object(body) = req {
+        options.native = Some(NativeBody {
+            dialect: Dialect::Anthropic,
+            body: Arc::new(body),
+            beta: headers
+                .get("anthropic-beta")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+        });
+    }
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
     let timeout = app.settings.request_timeout;
@@ -508,6 +540,8 @@ enum Open {
 struct Writer {
     open: Open,
     index: i64,
+    /// The open thinking block's signature was sent (as the source streamed it).
+    signed: bool,
 }
 
 impl Writer {
@@ -518,6 +552,7 @@ impl Writer {
         self.close(out);
         self.index += 1;
         self.open = to;
+        self.signed = false;
         out.push(frame(
             "content_block_start",
             &json!({"type": "content_block_start", "index": self.index, "content_block": start}),
@@ -569,6 +604,15 @@ impl Writer {
                     );
                 }
             }
+            // The signature as the source streamed it: the block's last delta, before the
+            // next block, as Anthropic sends it (an answer with thinking then text or a tool
+            // call keeps its signature through the stream).
+            ChatEvent::ThinkingSignature(s) => {
+                if self.open == Open::Thinking {
+                    self.delta(json!({"type": "signature_delta", "signature": s}), out);
+                    self.signed = true;
+                }
+            }
             ChatEvent::Done(r) => self.done(&r, out),
         }
     }
@@ -576,7 +620,7 @@ impl Writer {
     fn done(&mut self, r: &LlmResponse, out: &mut Vec<Bytes>) {
         // Signatures arrive with the whole answer: the open thinking block gets its own before
         // it closes; blocks the stream never showed (a replayed cache hit) are sent whole.
-        if self.open == Open::Thinking {
+        if self.open == Open::Thinking && !self.signed {
             if let Some(ThinkingBlock::Thinking {
                 signature: Some(s), ..
             }) = r.thinking_blocks.first()
@@ -608,7 +652,13 @@ fn event_stream(
         &json!({"type": "message_start", "message": {
             "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": Value::Null, "stop_sequence": Value::Null,
-            "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+            // The API's shape, counted later: the whole usage comes in `message_delta` (the
+            // canonical stream knows it at the end), which the SDKs' accumulators merge.
+            "usage": {"input_tokens": 0, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0,
+                      "cache_creation": {"ephemeral_5m_input_tokens": 0,
+                                         "ephemeral_1h_input_tokens": 0},
+                      "output_tokens": 0}}}),
     );
     struct St<S> {
         events: std::pin::Pin<Box<S>>,
@@ -621,6 +671,7 @@ fn event_stream(
         writer: Writer {
             open: Open::None,
             index: -1,
+            signed: false,
         },
         finished: false,
         _lease: lease,

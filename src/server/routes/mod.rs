@@ -5,6 +5,8 @@ pub(crate) mod messages;
 pub(crate) mod ocr;
 pub(crate) mod openai;
 pub(crate) mod responses;
+#[cfg(test)]
+mod translation_props;
 
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};

@@ -143,12 +143,11 @@ pub(crate) fn to_canonical(req: &Value) -> Result<Canonical, ApiError> {
                             item["name"].as_str().unwrap_or_default(),
                             item["arguments"].as_str().unwrap_or("{}"),
                         );
-                        // Calls of one turn join the assistant message before them.
+                        // Calls of one turn join the assistant message before them, its text
+                        // included: one answer's `message` and `function_call` items are one
+                        // assistant turn (as they are in chat and Anthropic's shapes).
                         match messages.last_mut() {
-                            Some(m)
-                                if m.role == Role::Assistant
-                                    && (m.tool_calls.is_some() || m.content.is_none()) =>
-                            {
+                            Some(m) if m.role == Role::Assistant => {
                                 m.tool_calls.get_or_insert_with(Vec::new).push(call)
                             }
                             _ => messages.push(Message::assistant_tool_calls(vec![call])),
@@ -628,6 +627,8 @@ impl Writer {
                     }
                 }
             }
+            // Responses has no signed reasoning to send it in.
+            ChatEvent::ThinkingSignature(_) => {}
             ChatEvent::Done(r) => {
                 self.close(out);
                 let done = response_json(&self.id, &self.model, self.created, Some(&r));

@@ -54,6 +54,8 @@ pub(crate) struct StreamState {
     tool_calls: u32,
     thinking: Vec<ThinkingBlock>,
     usage: UsageParts,
+    /// The signature piece of the last event, not yet passed on as a delta.
+    signature: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Copy, Deserialize)]
@@ -154,6 +156,11 @@ impl StreamState {
             forced_tool,
             ..Self::default()
         }
+    }
+
+    /// The signature piece the last event brought, if any (passed on as a delta once).
+    pub(crate) fn take_signature(&mut self) -> Option<String> {
+        self.signature.take()
     }
 
     /// The thinking blocks, with their signatures, as they arrived.
@@ -322,11 +329,13 @@ impl StreamState {
                 })
             }
             (Block::Thinking(at), "signature_delta") => {
+                let piece = delta["signature"].as_str().unwrap_or_default();
                 if let Some(ThinkingBlock::Thinking { signature, .. }) = self.thinking.get_mut(*at)
                 {
-                    signature
-                        .get_or_insert_with(String::new)
-                        .push_str(delta["signature"].as_str().unwrap_or_default());
+                    signature.get_or_insert_with(String::new).push_str(piece);
+                }
+                if !piece.is_empty() {
+                    self.signature = Some(piece.to_owned());
                 }
                 None
             }
