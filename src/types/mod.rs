@@ -1,8 +1,10 @@
 //! Public value types: messages, tools, responses, usage.
 
 pub mod budget;
+pub(crate) mod dialect;
 pub mod embedding;
 pub mod message;
+pub(crate) mod native_body;
 pub mod ocr;
 pub mod options;
 pub mod response;

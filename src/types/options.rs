@@ -223,7 +223,7 @@ pub struct CallOptions {
     pub(crate) key_budget: Option<(String, super::budget::SpendBudget)>,
     /// The client's own body when the server's ingress speaks a source dialect (set by
     /// `polygateway serve`'s `/v1/messages` only): a source of that dialect is sent it as written.
-    pub(crate) native: Option<crate::transport::exchange::NativeBody>,
+    pub(crate) native: Option<crate::types::native_body::NativeBody>,
 }
 
 impl Default for CallOptions {

@@ -24,7 +24,7 @@ use crate::server::call_order::with_call_order;
 use crate::server::errors::ApiError;
 use crate::server::routes::openai::body_bytes;
 use crate::server::state::App;
-use crate::transport::exchange::NativeBody;
+use crate::types::native_body::NativeBody;
 use crate::types::{
     Content, ContentPart, ImageUrl, LlmResponse, Message, Role, ThinkingBlock, ToolCall,
 };
