@@ -144,9 +144,3 @@ pub(crate) async fn emit_all(
     }
     Ok(())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-}

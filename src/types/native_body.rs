@@ -65,7 +65,7 @@ mod tests {
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "w",
                     "input": {}, "provider_specific_fields": {"thought_signature": "g"}}]}]});
         let native = NativeBody {
-            dialect: super::dialect::Dialect::Anthropic,
+            dialect: crate::types::dialect::Dialect::Anthropic,
             body: Arc::new(body.as_object().unwrap().clone()),
             beta: None,
         };
