@@ -127,6 +127,7 @@ impl BudgetPlan {
 
     /// The chat scopes a spend budget cannot count (a source's model has no price): a budget
     /// that reaches one of them is refused when it is configured, not one call at a time.
+    #[cfg(feature = "server")]
     pub(crate) fn unpriced_scopes(&self) -> impl Iterator<Item = &str> {
         self.estimates
             .iter()

@@ -657,7 +657,9 @@ impl Gateway {
         budget::statuses(&gov.gate, gov.timeout, claims).await
     }
 
-    /// The chat scopes a spend budget cannot count (a source's model has no price).
+    /// The chat scopes a spend budget cannot count (a source's model has no price): the server
+    /// refuses a key budget that reaches one.
+    #[cfg(feature = "server")]
     pub(crate) fn unpriced_scopes(&self) -> impl Iterator<Item = &str> {
         self.core.budgets.unpriced_scopes()
     }
