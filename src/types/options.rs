@@ -221,6 +221,8 @@ pub struct CallOptions {
     pub(crate) call_group: Option<String>,
     /// The server key's spend budget (`vkey:<name>`), set by `polygateway serve` only.
     pub(crate) key_budget: Option<(String, super::budget::SpendBudget)>,
+    /// The server key's name, for the dashboard's per-key series (`polygateway serve` only).
+    pub(crate) key_name: Option<std::sync::Arc<str>>,
 }
 
 impl Default for CallOptions {
@@ -241,6 +243,7 @@ impl Default for CallOptions {
             weight: None,
             call_group: None,
             key_budget: None,
+            key_name: None,
         }
     }
 }

@@ -603,6 +603,49 @@ impl Book {
         total
     }
 
+    /// What the budget named `budget` (`scope:NAME`, `tenant:NAME` or `vkey:NAME`) was charged
+    /// over the last `range_s` seconds up to `now` (0 for a name without a series), for a
+    /// budget's projected exhaustion.
+    ///
+    /// ```
+    /// # use polygateway_actors::runtime::series::Book;
+    /// let book = Book::default();
+    /// book.scope("LLM").spend(100, 0.5);
+    /// book.tenant("acme").call(100, true, 0.25);
+    /// assert_eq!(book.spent("scope:LLM", 100, 60), 0.5);
+    /// assert_eq!(book.spent("tenant:acme", 100, 60), 0.25);
+    /// assert_eq!(book.spent("vkey:nobody", 100, 60), 0.0);
+    /// ```
+    pub fn spent(&self, budget: &str, now: u64, range_s: u64) -> f64 {
+        let range_s = range_s.clamp(1, COARSE_SLOTS as u64 * 60);
+        let party = |map: &DashMap<String, Arc<PartySeries>>, name: &str| {
+            let Some(p) = map.get(name) else { return 0 };
+            let Ok(r) = p.0.lock() else { return 0 };
+            r.read(now, range_s.div_ceil(60) as usize)
+                .into_iter()
+                .flatten()
+                .map(|b| u64::from(b.spend_micros))
+                .sum::<u64>()
+        };
+        let micros = match budget.split_once(':') {
+            Some(("scope", name)) => self.scopes.get(name).map_or(0, |s| {
+                let step = if range_s <= FINE_SLOTS as u64 { 1 } else { 60 };
+                s.0.lock().map_or(0, |t| {
+                    t.pick(step)
+                        .read(now, range_s.div_ceil(step) as usize)
+                        .into_iter()
+                        .flatten()
+                        .map(|b| b.spend_micros)
+                        .sum()
+                })
+            }),
+            Some(("tenant", name)) => party(&self.tenants, name),
+            Some(("vkey", name)) => party(&self.keys, name),
+            _ => 0,
+        };
+        micros as f64 / 1e6
+    }
+
     /// The last `range_s` seconds up to `now` (Unix seconds): one point per second up to 15
     /// minutes, per minute beyond (up to 24 hours).
     ///
