@@ -10,6 +10,8 @@ pub use polygateway_actors::runtime::metrics::{
     BREAKER_STATE_CHANGES_TOTAL, CALLS_TOTAL, CALL_DURATION_SECONDS, CALL_OUTCOMES,
     CAPACITY_WAIT_REASONS, CAPACITY_WAIT_SECONDS, IN_FLIGHT, PACER_LIMIT, RETRIES_TOTAL,
 };
+/// The dashboard's time series (what `Gateway::series` answers and the metrics' events feed).
+pub use polygateway_actors::runtime::series;
 
 /// Response-cache hits, by `scope`.
 ///
