@@ -56,17 +56,21 @@
       '<text x="2" y="10" font-size="10">' + fmt(top) + '</text>' +
       '<text x="2" y="' + (H - B) + '" font-size="10">0</text>';
     names.forEach(function (k, i) {
-      var s = series[k], d = "", pen = false;
+      var s = series[k], d = "", pen = false, color = COLORS[i % COLORS.length];
       s.forEach(function (v, j) {
         if (v === null) { pen = false; return; }
         var x = L + (n > 1 ? j * (W - L - 2) / (n - 1) : 0);
         var y = (H - B) - v / top * (H - B - 4);
         d += (pen ? "L" : "M") + x.toFixed(1) + " " + y.toFixed(1) + " ";
+        // A point with no neighbour draws no line: show it as a dot.
+        var prev = j > 0 ? s[j - 1] : null, next = j + 1 < s.length ? s[j + 1] : null;
+        if (prev === null && next === null) {
+          svg += '<circle cx="' + x.toFixed(1) + '" cy="' + y.toFixed(1) + '" r="2" fill="' + color + '"/>';
+        }
         pen = true;
       });
       if (d) {
-        svg += '<path d="' + d + '" fill="none" stroke-width="1.5" stroke="' +
-          COLORS[i % COLORS.length] + '"/>';
+        svg += '<path d="' + d + '" fill="none" stroke-width="1.5" stroke="' + color + '"/>';
       }
     });
     svg += "</svg>";
@@ -82,6 +86,8 @@
     if (v >= 1) { return v.toFixed(1); }
     return v.toPrecision(2);
   }
+  // The pacer's "no limit" (u32::MAX) is not a number to scale a chart to.
+  function limit(v) { return v >= 4294967295 ? null : v; }
   function perSecond(map, step) {
     var out = {};
     Object.keys(map).forEach(function (k) {
@@ -170,7 +176,7 @@
           esc(up ? up.breaker : "?") + '</h4><div class="charts">' +
           chart("attempts-" + name + "-" + src, "attempts/s by result", perSecond(x.attempts, step)) +
           chart("pacer-" + name + "-" + src, "pacer limit vs in flight",
-            { "pacer limit": x.pacer_limit, "in flight": x.in_flight }) +
+            { "pacer limit": x.pacer_limit.map(limit), "in flight": x.in_flight }) +
           timeline("breaker-" + name + "-" + src, x.breaker, start, end) + "</div>";
       });
       if (scope.recent_errors && scope.recent_errors.length) {

@@ -160,7 +160,9 @@ fn frame(url: &str, body: &Value) -> String {
                     } else {
                         "down"
                     },
-                    last_some(&x["pacer_limit"]).map_or("-".into(), |v| format!("{v:.0}")),
+                    last_some(&x["pacer_limit"])
+                        .filter(|v| *v < f64::from(u32::MAX))
+                        .map_or("none".into(), |v| format!("{v:.0}")),
                     last_some(&x["in_flight"]).map_or("-".into(), |v| format!("{v:.0}")),
                     sparkline(&attempts, 20),
                 );
