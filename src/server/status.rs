@@ -128,7 +128,10 @@ pub(crate) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Res
     }
     html.push_str("</div>");
     if operator {
-        html.push_str("<div id=\"operator\">");
+        html.push_str(
+            "<div id=\"operator\"><p><small>the tables below are as of this page's load; \
+             the charts further down are live</small></p>",
+        );
         operator_tables(&app, &mut html).await;
         html.push_str("</div>");
     }

@@ -201,7 +201,7 @@ for scope in ["LLM", "CLAUDE", "FLAKY", "DOWN", "EMBED", "OCR"]:
     assert any(pacer), "%s: pacer charts %s" % (scope, pacer)
 print("chart data for every scope")
 PY
-    chrome --virtual-time-budget=4000 --screenshot="$SHOTS/dashboard.png" --window-size=1400,4000 "$BASE/" >/dev/null
+    chrome --virtual-time-budget=4000 --screenshot="$SHOTS/dashboard.png" --window-size=1400,8000 "$BASE/" >/dev/null
     step "dashboard: chart data for every scope, screenshot $SHOTS/dashboard.png"
 
     # The outage: FLAKY's upstream goes away; its calls fail (connection refused) and open its
@@ -237,7 +237,7 @@ timeline = re.search(r'id="breaker-FLAKY-openai_1".*?</ul>', dom, re.S)
 assert timeline and 'data-to="open"' in timeline.group(0), "no breaker timeline entry"
 print("reasons on the chart:", sorted(set(reasons)))
 PY
-    chrome --virtual-time-budget=4000 --screenshot="$SHOTS/dashboard-outage.png" --window-size=1400,4000 "$BASE/" >/dev/null
+    chrome --virtual-time-budget=4000 --screenshot="$SHOTS/dashboard-outage.png" --window-size=1400,8000 "$BASE/" >/dev/null
     step "outage in status.json after ${SEEN} ms (error spike with reason, breaker opened); DOM agrees; screenshot $SHOTS/dashboard-outage.png"
 fi
 
