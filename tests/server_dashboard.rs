@@ -130,6 +130,22 @@ async fn operator_data_needs_an_admin_key() {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert_eq!(calls, 3, "{series}");
+    let source = &series["scopes"]["DASHA"]["sources"]["openai_1"];
+    assert!(
+        source["latency_ms"]["p99"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|q| q.is_f64()),
+        "per-source attempt latency: {source}"
+    );
+    let attempts: u64 = source["attempts"]["success"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(attempts, 3, "{source}");
     let key = series["keys"]
         .as_array()
         .unwrap()

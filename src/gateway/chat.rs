@@ -658,10 +658,11 @@ impl ScopeHandle<Chat> {
         response.as_single_ask();
         if let Some(ttft) = response.ttft_ms {
             scope.metrics.ttft.record(ttft / 1e3);
-            scope
-                .metrics
-                .series
-                .ttft(crate::metrics::unix_now(), ttft / 1e3);
+            let now = crate::metrics::unix_now();
+            scope.metrics.series.ttft(now, ttft / 1e3);
+            polygateway_actors::runtime::series::Book::global()
+                .source(&self.name, &response.source_name)
+                .ttft(now, ttft / 1e3);
         }
         prepared
             .parties

@@ -175,6 +175,10 @@
         html += '<h4 class="source-title">' + esc(name) + " / " + esc(src) + " — " +
           esc(up ? up.breaker : "?") + '</h4><div class="charts">' +
           chart("attempts-" + name + "-" + src, "attempts/s by result", perSecond(x.attempts, step)) +
+          chart("srclatency-" + name + "-" + src, "attempt latency and TTFT", {
+            p50: x.latency_ms.p50, p95: x.latency_ms.p95, p99: x.latency_ms.p99,
+            "ttft p50": x.ttft_ms.p50, "ttft p95": x.ttft_ms.p95, "ttft p99": x.ttft_ms.p99
+          }, "ms") +
           chart("pacer-" + name + "-" + src, "pacer limit vs in flight",
             { "pacer limit": x.pacer_limit.map(limit), "in flight": x.in_flight }) +
           timeline("breaker-" + name + "-" + src, x.breaker, start, end) + "</div>";

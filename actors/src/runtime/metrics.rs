@@ -287,6 +287,12 @@ impl SourceMetrics {
         self.series.in_flight(unix_now().0, delta);
     }
 
+    /// An attempt took `seconds` from being sent to being answered (the dashboard's per-source
+    /// latency; no metric of its own: `pgw_call_duration_seconds` is per call).
+    pub(crate) fn attempt_took(&self, seconds: f64) {
+        self.series.attempt_took(unix_now().0, seconds);
+    }
+
     /// The pacer's limit is `limit` now.
     pub(crate) fn pacer_limit(&self, limit: u32) {
         self.pacer_limit.set(f64::from(limit));

@@ -117,6 +117,10 @@ struct ScopeBucket {
 #[derive(Default, Clone)]
 struct SourceBucket {
     attempts: [u32; ATTEMPT_RESULTS.len()],
+    /// Attempt latency (sent to answered) and time to first token, log-2 bins; `u16` counts
+    /// (saturating at 65 535 per bin and bucket) to keep a source's ring small.
+    latency: [u16; BINS],
+    ttft: [u16; BINS],
     /// Gauge values when the bucket opened, and last (and highest) seen in it.
     pacer_before: u32,
     pacer_last: u32,
@@ -328,6 +332,37 @@ impl SourceSeries {
         );
     }
 
+    /// An attempt took `seconds` from being sent to being answered.
+    ///
+    /// ```
+    /// # use polygateway_actors::runtime::series::Book;
+    /// let book = Book::default();
+    /// book.source("LLM", "a").attempt_took(5, 0.003);
+    /// let p50 = book.view(5, 1).scopes["LLM"].sources["a"].latency_ms.p50[0].unwrap();
+    /// assert!((2.0..4.0).contains(&p50));
+    /// ```
+    pub fn attempt_took(&self, now: u64, seconds: f64) {
+        let bin = bin_of(seconds);
+        self.with(
+            now,
+            |_| {},
+            |b| b.latency[bin] = b.latency[bin].saturating_add(1),
+        );
+    }
+
+    /// A streamed answer of this source gave its first token after `seconds`.
+    ///
+    /// ```
+    /// # use polygateway_actors::runtime::series::Book;
+    /// let book = Book::default();
+    /// book.source("LLM", "a").ttft(5, 0.2);
+    /// assert!(book.view(5, 1).scopes["LLM"].sources["a"].ttft_ms.p95[0].is_some());
+    /// ```
+    pub fn ttft(&self, now: u64, seconds: f64) {
+        let bin = bin_of(seconds);
+        self.with(now, |_| {}, |b| b.ttft[bin] = b.ttft[bin].saturating_add(1));
+    }
+
     /// The pacer's limit is `limit` now.
     ///
     /// ```
@@ -480,8 +515,8 @@ fn party(map: &DashMap<String, Arc<PartySeries>>, name: &str) -> Arc<PartySeries
 ///
 /// ```
 /// use polygateway_actors::runtime::series::bound_bytes;
-/// // 10 scopes, 50 sources, 1,000 keys and 1,000 tenants: under 60 MiB.
-/// assert!(bound_bytes(10, 50, 2_000) < 60 << 20);
+/// // 10 scopes, 50 sources, 1,000 keys and 1,000 tenants: under 70 MiB.
+/// assert!(bound_bytes(10, 50, 2_000) < 70 << 20);
 /// ```
 pub fn bound_bytes(scopes: usize, sources: usize, parties: usize) -> usize {
     let tiers = |slot: usize| (FINE_SLOTS + COARSE_SLOTS) * slot;
@@ -829,8 +864,18 @@ fn source_view(s: &SourceState, step: u64, now: u64, points: usize) -> SourceVie
         pacer_limit.push(pacer);
     }
     let from_ms = (now + 1).saturating_sub(points as u64 * step) * 1000;
+    let widen = |h: &[u16; BINS]| h.map(u32::from);
+    let latency: Vec<_> = buckets
+        .iter()
+        .map(|b| b.map(|b| widen(&b.latency)))
+        .collect();
+    let ttft: Vec<_> = buckets.iter().map(|b| b.map(|b| widen(&b.ttft))).collect();
+    let latency: Vec<_> = latency.iter().map(Option::as_ref).collect();
+    let ttft: Vec<_> = ttft.iter().map(Option::as_ref).collect();
     SourceView {
         attempts,
+        latency_ms: quantiles(&latency),
+        ttft_ms: quantiles(&ttft),
         pacer_limit,
         in_flight: in_flight_series,
         breaker: s
@@ -930,6 +975,10 @@ pub struct Quantiles {
 pub struct SourceView {
     /// Attempts finished per point, by result.
     pub attempts: BTreeMap<&'static str, Vec<u64>>,
+    /// Attempt latency quantiles per point (milliseconds, sent to answered).
+    pub latency_ms: Quantiles,
+    /// Time-to-first-token quantiles of the source's streamed answers (milliseconds).
+    pub ttft_ms: Quantiles,
     /// The pacer's limit at each point.
     pub pacer_limit: Vec<u32>,
     /// The most attempts in flight during each point.
