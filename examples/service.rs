@@ -16,7 +16,10 @@
 //!   disconnects the stream is dropped, which aborts the upstream request and releases its permits;
 //! - `GET /healthz` → 200 with per-scope source states, 503 if any scope has no closed breaker;
 //! - `GET /metrics` → the `pgw_*` metrics in the Prometheus text format (feature `server`: the
-//!   recorder `polygateway serve` uses, installed before the gateway is built).
+//!   recorder `polygateway serve` uses, installed before the gateway is built);
+//! - `GET /dashboard` → the live dashboard of `polygateway serve`, mounted from
+//!   `Server::dashboard()` (with its `GET /dashboard/status.json`). Operator data needs the admin
+//!   key: `SERVICE_ADMIN_KEY` from the environment, or one generated and printed at start.
 //!
 //! Errors: 503 for an unavailable scope and 429 for a full quota, both with `Retry-After` (the
 //! error's `retry_after_s` rounded up, never 0: `Unavailable::retry_after_header`). SIGTERM and
@@ -223,12 +226,27 @@ async fn main() {
     let gw = Gateway::from_settings(settings, &default_scope)
         .await
         .expect("the runtime starts");
+    // The dashboard of `polygateway serve`, behind one admin key (typed once into the page).
+    let admin = std::env::var("SERVICE_ADMIN_KEY").unwrap_or_else(|_| {
+        let key = polygateway::server::generate_key();
+        println!("service: dashboard admin key (this run only): {key}");
+        key
+    });
+    let keys = polygateway::server::KeyStore::from_json(&format!(
+        r#"{{"keys": [{{"name": "service-admin", "hash": "{}", "scopes": ["admin"]}}]}}"#,
+        polygateway::server::hash_key(&admin)
+    ))
+    .expect("a valid key file");
+    let dashboard = polygateway::server::Server::new(gw.clone(), keys)
+        .expect("the dashboard's server state")
+        .dashboard();
     let app = Router::new()
         .route("/chat/{scope}", post(chat))
         .route("/stream/{scope}", get(stream))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
-        .with_state(gw.clone());
+        .with_state(gw.clone())
+        .nest("/dashboard", dashboard);
     let addr = if self_test {
         "127.0.0.1:0"
     } else {
@@ -254,6 +272,7 @@ async fn main() {
 
     if self_test {
         run_self_test(&format!("http://{local}"), &gw, &mocks.llm).await;
+        dashboard_self_test(&format!("http://{local}"), &admin).await;
         let _ = stop_tx.send(());
     }
     match server.await {
@@ -362,4 +381,42 @@ async fn run_self_test(base: &str, gw: &Gateway, mocks: &[MockUpstream]) {
     }
     println!("client disconnected → upstream still open after 2 s (unexpected)");
     std::process::exit(1);
+}
+
+/// The mounted dashboard: the page, its public data without a key, the series with the key.
+async fn dashboard_self_test(base: &str, admin: &str) {
+    let client = reqwest::Client::new();
+    let page = client
+        .get(format!("{base}/dashboard"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("status.json"));
+    let public: serde_json::Value = client
+        .get(format!("{base}/dashboard/status.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(public.get("series").is_none(), "{public}");
+    let full: serde_json::Value = client
+        .get(format!("{base}/dashboard/status.json?range=60"))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let calls: u64 = full["series"]["scopes"]["JUDGE"]["calls"]
+        .as_object()
+        .expect("JUDGE's series")
+        .values()
+        .flat_map(|v| v.as_array().unwrap().iter().map(|n| n.as_u64().unwrap()))
+        .sum();
+    assert!(calls > 0, "{full}");
+    println!("GET /dashboard/status.json (admin) → JUDGE: {calls} calls in the last minute");
 }

@@ -10,6 +10,8 @@ pub use polygateway_actors::runtime::metrics::{
     BREAKER_STATE_CHANGES_TOTAL, CALLS_TOTAL, CALL_DURATION_SECONDS, CALL_OUTCOMES,
     CAPACITY_WAIT_REASONS, CAPACITY_WAIT_SECONDS, IN_FLIGHT, PACER_LIMIT, RETRIES_TOTAL,
 };
+/// The dashboard's time series (what `Gateway::series` answers and the metrics' events feed).
+pub use polygateway_actors::runtime::series;
 
 /// Response-cache hits, by `scope`.
 ///
@@ -76,6 +78,8 @@ pub(crate) struct ChatMetrics {
     pub cache_hits: metrics::Counter,
     pub cache_misses: metrics::Counter,
     pub ttft: metrics::Histogram,
+    /// The dashboard's series of the scope (time to first token, spend), fed with the metrics.
+    pub series: std::sync::Arc<polygateway_actors::runtime::series::ScopeSeries>,
 }
 
 impl ChatMetrics {
@@ -84,6 +88,14 @@ impl ChatMetrics {
             cache_hits: metrics::counter!(CACHE_HITS_TOTAL, "scope" => scope.to_string()),
             cache_misses: metrics::counter!(CACHE_MISSES_TOTAL, "scope" => scope.to_string()),
             ttft: metrics::histogram!(TTFT_SECONDS, "scope" => scope.to_string()),
+            series: polygateway_actors::runtime::series::Book::global().scope(scope),
         }
     }
+}
+
+/// Unix seconds now, the `now` the dashboard's series are fed with.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

@@ -232,6 +232,7 @@ async fn the_server_answers_429_with_the_budget_in_headers() {
         &[
             ("LLM__OPENAI__1__EST_TOKENS", "10"),
             ("PGW_PRICING_PATH", &prices),
+            ("PGW_SERVER_PUBLIC_STATUS", "true"),
         ],
     );
     let keys = key_file(&[key_entry("ci", KEY, &["*"], r#""budget": "0.04/hour""#)]);
@@ -270,6 +271,29 @@ async fn the_server_answers_429_with_the_budget_in_headers() {
         page.contains("vkey:ci") && page.contains("0.040000"),
         "{page}"
     );
+    // The dashboard's data: the key's budget is spent, so it is exhausted now; its spend rate
+    // is what the last 15 minutes charged it.
+    let status: serde_json::Value = reqwest::get(server.url("/status.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let budget = status["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "vkey:ci")
+        .unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(budget["exhausted_in_s"], 0.0, "{budget}");
+    assert!(budget["spend_per_s"].as_f64().unwrap() > 0.0, "{budget}");
+    let ci = status["series"]["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "ci")
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(ci["spend"].as_f64().unwrap() >= 0.04 - 1e-9, "{ci}");
 }
 
 fn parse(pairs: &[(&str, &str)]) -> Result<Settings, ConfigError> {

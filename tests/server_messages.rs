@@ -271,7 +271,11 @@ async fn an_unknown_path_is_a_json_404_in_its_paths_dialect() {
 async fn metrics_and_the_status_page_count_requests_by_ingress() {
     assert!(polygateway::server::install_metrics_recorder());
     let mock = MockUpstream::start(Behaviour::healthy()).await;
-    let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
+    let server = start(mock_settings(
+        &[("LLM", &mock.base_url())],
+        &[("PGW_SERVER_PUBLIC_STATUS", "true")],
+    ))
+    .await;
     for _ in 0..2 {
         assert_eq!(
             post(&server, "/v1/messages", &body(false)).await.status(),

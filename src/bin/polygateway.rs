@@ -23,6 +23,8 @@ mod batch_cmd;
 #[cfg(feature = "sqlite")]
 #[path = "polygateway/batch_view.rs"]
 mod batch_view;
+#[path = "polygateway/top_cmd.rs"]
+mod top_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -143,6 +145,9 @@ enum Command {
         #[arg(long)]
         bind: Option<std::net::SocketAddr>,
     },
+    /// A terminal view of a running `serve`'s dashboard (its `/status.json`), redrawn every
+    /// second: calls by outcome, errors by reason, latency, sources, top keys, budgets.
+    Top(top_cmd::TopArgs),
     /// Virtual keys for `serve`: make one, or hash one for the keys file.
     #[cfg(feature = "server")]
     Key {
@@ -534,6 +539,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Batch(args) => batch_cmd::run(settings(&cli)?, args).await,
         #[cfg(feature = "server")]
         Command::Serve { bind } => serve(&cli, *bind).await,
+        Command::Top(args) => top_cmd::run(args).await,
         #[cfg(feature = "server")]
         Command::Key { action } => key(action),
         #[cfg(feature = "testkit")]

@@ -231,6 +231,8 @@ pub const KEYS: &[KeyDef] = &[
     global::PGW_SERVER_DRAIN_TIMEOUT_S,
     global::PGW_SERVER_KEYS_FILE,
     global::PGW_SERVER_MODEL_ALIASES,
+    global::PGW_SERVER_PUBLIC_STATUS,
+    global::PGW_SERVER_METRICS_TOKEN,
 ];
 
 /// Bit of a family in a family mask (for the derived name lists below).
@@ -827,6 +829,22 @@ pub(crate) mod global {
         value: Aliases,
         doc: "`alias=SCOPE,…`: request `model` names besides the scope names",
         default: "none",
+    };
+    pub(crate) const PGW_SERVER_PUBLIC_STATUS: KeyDef = KeyDef {
+        name: "PGW_SERVER_PUBLIC_STATUS",
+        family: Global,
+        value: Bool,
+        doc:
+            "`true`: the status page and `/status.json` show key and tenant names, spend, budgets \
+              and error text without an admin key (loopback-only setups)",
+        default: "`false` (an admin key is needed)",
+    };
+    pub(crate) const PGW_SERVER_METRICS_TOKEN: KeyDef = KeyDef {
+        name: "PGW_SERVER_METRICS_TOKEN",
+        family: Global,
+        value: Secret,
+        doc: "bearer token `GET /metrics` requires (Prometheus bearer auth; never logged)",
+        default: "none (`/metrics` open)",
     };
 }
 

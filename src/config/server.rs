@@ -26,6 +26,8 @@ use std::time::Duration;
 /// assert_eq!(server.model_aliases["gpt-4o-mini"], "LLM");
 /// assert_eq!(server.drain_timeout, Duration::from_secs(5));
 /// assert_eq!(server.keys_file, None);
+/// // Operator data needs an admin key unless opted in; `/metrics` is open unless a token is set.
+/// assert!(!server.public_status && server.metrics_token.is_none());
 /// // A malformed alias table is refused, naming the key.
 /// let bad: BTreeMap<String, String> =
 ///     [("PGW_SERVER_MODEL_ALIASES".to_string(), "gpt-4o-mini".to_string())].into();
@@ -47,6 +49,13 @@ pub struct ServerSettings {
     /// `PGW_SERVER_MODEL_ALIASES`: request `model` → scope name, besides the scope names
     /// themselves.
     pub model_aliases: BTreeMap<String, String>,
+    /// `PGW_SERVER_PUBLIC_STATUS`: the status page and `/status.json` show operator data (key
+    /// and tenant names, spend, budgets, error text) without an admin key. For loopback-only
+    /// setups.
+    pub public_status: bool,
+    /// `PGW_SERVER_METRICS_TOKEN`: when set, `GET /metrics` needs `Authorization: Bearer` with
+    /// it (Prometheus' `authorization` / `bearer_token` scrape setting).
+    pub metrics_token: Option<super::Secret>,
 }
 
 impl Default for ServerSettings {
@@ -58,6 +67,8 @@ impl Default for ServerSettings {
             drain_timeout: Duration::from_secs_f64(super::defaults::SERVER_DRAIN_TIMEOUT_S),
             keys_file: None,
             model_aliases: BTreeMap::new(),
+            public_status: false,
+            metrics_token: None,
         }
     }
 }

@@ -94,6 +94,41 @@ pub(crate) struct Prepared {
     pub order: CallOrder,
     /// The spend budgets each ask of the call counts against (empty: none configured).
     pub budgets: Vec<polygateway_actors::BudgetClaim>,
+    /// The dashboard's series of the caller's server key and tenant (when there is one).
+    pub parties: Parties,
+}
+
+/// The per-key and per-tenant series a call feeds (docs/behaviour.md §12.8).
+#[derive(Default)]
+pub(crate) struct Parties {
+    key: Option<Arc<polygateway_actors::runtime::series::PartySeries>>,
+    tenant: Option<Arc<polygateway_actors::runtime::series::PartySeries>>,
+}
+
+impl Parties {
+    fn of(options: &CallOptions) -> Self {
+        let book = polygateway_actors::runtime::series::Book::global();
+        Self {
+            key: options.key_name.as_deref().map(|k| book.key(k)),
+            tenant: options.tenant_id.as_deref().map(|t| book.tenant(t)),
+        }
+    }
+
+    /// A governed call of the scope `series` finished, `ok` or not, charged `cost`.
+    fn finished(
+        &self,
+        series: &polygateway_actors::runtime::series::ScopeSeries,
+        ok: bool,
+        cost: f64,
+    ) {
+        let now = crate::metrics::unix_now();
+        if cost > 0.0 {
+            series.spend(now, cost);
+        }
+        for p in [&self.key, &self.tenant].into_iter().flatten() {
+            p.call(now, ok, cost);
+        }
+    }
 }
 
 /// What orders a call among waiting calls (docs/behaviour.md §5.7): its class, its tenant and
@@ -463,6 +498,7 @@ impl ScopeHandle<Chat> {
             budgets: core
                 .budgets
                 .claims(&self.name, options.tenant(), options.key_budget.as_ref()),
+            parties: Parties::of(options),
         })
     }
 
@@ -617,6 +653,7 @@ impl ScopeHandle<Chat> {
         let governed = match governed {
             Ok(g) => g,
             Err(failure) => {
+                prepared.parties.finished(&scope.metrics.series, false, 0.0);
                 if let Some(r) = reservation {
                     // A failed call's rows carry no cost, so it is charged nothing — except a
                     // stream broken after deltas reached the caller: the upstream generated
@@ -639,7 +676,15 @@ impl ScopeHandle<Chat> {
         response.as_single_ask();
         if let Some(ttft) = response.ttft_ms {
             scope.metrics.ttft.record(ttft / 1e3);
+            let now = crate::metrics::unix_now();
+            scope.metrics.series.ttft(now, ttft / 1e3);
+            polygateway_actors::runtime::series::Book::global()
+                .source(&self.name, &response.source_name)
+                .ttft(now, ttft / 1e3);
         }
+        prepared
+            .parties
+            .finished(&scope.metrics.series, true, response.cost.unwrap_or(0.0));
         span.record("gen_ai.request.model", response.model.as_str());
         if let Some(reported) = &response.model_reported {
             span.record("gen_ai.response.model", reported.as_str());

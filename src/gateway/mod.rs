@@ -657,6 +657,36 @@ impl Gateway {
         budget::statuses(&gov.gate, gov.timeout, claims).await
     }
 
+    /// The dashboard's time series over the last `range_s` seconds (docs/behaviour.md §12.8):
+    /// per scope calls by outcome, latency and TTFT quantiles, capacity wait by reason, spend;
+    /// per source attempts by result, pacer limit, in flight and the breaker's timeline; the top
+    /// keys and tenants. One point per second up to 15 minutes, per minute up to 24 hours. The
+    /// same series `GET /status.json` serves, read from the ring the metrics' events feed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), polygateway::GatewayError> {
+    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["SERIES_DOC"], &[]).await;
+    /// use polygateway::Message;
+    /// let gw = polygateway::Gateway::from_settings(settings, "SERIES_DOC").await?;
+    /// gw.chat(vec![Message::user("hi")]).await?;
+    /// let view = gw.series(60);
+    /// assert_eq!((view.step_s, view.points), (1, 60));
+    /// let scope = &view.scopes["SERIES_DOC"];
+    /// assert_eq!(scope.calls["ok"].iter().sum::<u64>(), 1);
+    /// assert!(scope.latency_ms.p50.iter().any(Option::is_some));
+    /// assert!(scope.sources.contains_key("openai_1"));
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn series(&self, range_s: u64) -> polygateway_actors::runtime::series::View {
+        let mut view = polygateway_actors::runtime::series::Book::global()
+            .view(crate::metrics::unix_now(), range_s);
+        let mine = self.scopes();
+        view.scopes.retain(|name, _| mine.contains(name));
+        view
+    }
+
     /// The chat scopes a spend budget cannot count (a source's model has no price): the server
     /// refuses a key budget that reaches one.
     #[cfg(feature = "server")]

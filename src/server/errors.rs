@@ -49,6 +49,16 @@ impl ApiError {
         )
     }
 
+    /// A key without the `admin` scope asked for the status page's operator data.
+    pub(crate) fn admin_required(key: &str) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "admin_required",
+            format!("key {key} has no `admin` scope: the status data needs an admin key"),
+        )
+    }
+
     pub(crate) fn forbidden_scope(key: &str, scope: &str) -> Self {
         Self::new(
             StatusCode::FORBIDDEN,

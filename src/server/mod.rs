@@ -167,12 +167,54 @@ impl Server {
             .route("/readyz", get(routes::health::readyz))
             .route("/metrics", get(routes::health::metrics))
             .route("/", get(status::page))
+            .route("/status.json", get(status::json))
             .fallback(routes::not_found)
             .layer(axum::middleware::from_fn_with_state(
                 Arc::clone(&self.app),
                 routes::count_ingress,
             ))
             .layer(DefaultBodyLimit::max(self.app.settings.body_limit_bytes))
+            .with_state(Arc::clone(&self.app))
+    }
+
+    /// The dashboard alone — `GET /` (the live status page) and `GET /status.json` (its data) —
+    /// for a service that embeds the gateway to mount under a path of its own. The same gating
+    /// as `polygateway serve`: operator data needs a key of `keys` with the `admin` scope, or
+    /// `PGW_SERVER_PUBLIC_STATUS=true` (docs/behaviour.md §12.8).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
+    /// use polygateway::server::{hash_key, KeyStore, Server};
+    /// let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
+    /// let keys = KeyStore::from_json(&format!(
+    ///     r#"{{"keys": [{{"name": "ops", "hash": "{}", "scopes": ["admin"]}}]}}"#,
+    ///     hash_key("pgw-ops")
+    /// ))?;
+    /// let app = axum::Router::new().nest("/dashboard", Server::new(gw.clone(), keys)?.dashboard());
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let base = format!("http://{}/dashboard", listener.local_addr()?);
+    /// tokio::spawn(async move { axum::serve(listener, app).await });
+    /// let client = reqwest::Client::new();
+    /// // Without a key: scopes and sources, up or down, nothing else.
+    /// let public: serde_json::Value = client.get(format!("{base}/status.json")).send().await?.json().await?;
+    /// assert_eq!(public["scopes"]["LLM"]["sources"]["openai_1"]["up"], true);
+    /// assert!(public.get("series").is_none());
+    /// // With the admin key: the series too.
+    /// let full: serde_json::Value = client
+    ///     .get(format!("{base}/status.json?range=60"))
+    ///     .bearer_auth("pgw-ops")
+    ///     .send().await?.json().await?;
+    /// assert_eq!(full["series"]["points"], 60);
+    /// gw.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn dashboard(&self) -> Router {
+        Router::new()
+            .route("/", get(status::page))
+            .route("/status.json", get(status::json))
             .with_state(Arc::clone(&self.app))
     }
 

@@ -224,6 +224,8 @@ pub struct CallOptions {
     /// The client's own body when the server's ingress speaks a source dialect (set by
     /// `polygateway serve`'s `/v1/messages` only): a source of that dialect is sent it as written.
     pub(crate) native: Option<crate::types::native_body::NativeBody>,
+    /// The server key's name, for the dashboard's per-key series (`polygateway serve` only).
+    pub(crate) key_name: Option<std::sync::Arc<str>>,
 }
 
 impl Default for CallOptions {
@@ -245,6 +247,7 @@ impl Default for CallOptions {
             call_group: None,
             key_budget: None,
             native: None,
+            key_name: None,
         }
     }
 }

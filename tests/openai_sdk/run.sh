@@ -9,7 +9,11 @@
 #      source (translated); tests/openai_sdk/test_ingress_native.py: both on the Anthropic source
 #      (Messages passed through, compared with the SDK talking to the mock directly);
 #   2. headless Chromium (Debian's `chromium`) renders the status page: the DOM must show every
-#      source of every scope, and a screenshot must be produced;
+#      source of every scope, and a screenshot must be produced; then the live dashboard (its
+#      script run by the browser) must hold chart data for every scope, and an outage injected
+#      on the FLAKY scope (its mock upstream killed) must show in `status.json` within 2 s as an
+#      error spike with its reason and a breaker timeline entry, then in the browser's DOM;
+#      screenshots are kept in $PGW_SCREENSHOT_DIR (default: <target>/dashboard-screenshots);
 #   3. SIGTERM shuts the server down gracefully (exit code 0).
 # The server and the mock upstreams are the debug `polygateway` binary (features full,testkit).
 # Usage: tests/openai_sdk/run.sh   (CI=true: a missing Chromium that cannot be installed fails)
@@ -72,6 +76,14 @@ done
 "$BIN" mock --chunks 6 >"$WORK/mock.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do grep -q OCR_BASE_URL "$WORK/mock.out" && break; sleep 0.1; done
+# A second mock, FLAKY's only upstream: killed later to inject an outage.
+: >"$WORK/flaky.out"
+"$BIN" mock --chunks 2 >"$WORK/flaky.out" 2>&1 &
+FLAKY_MOCK=$!
+PIDS+=($FLAKY_MOCK)
+for _ in $(seq 100); do grep -q OCR_BASE_URL "$WORK/flaky.out" && break; sleep 0.1; done
+FLAKY_URL=$(sed -n 's/^LLM_BASE_URL=//p' "$WORK/flaky.out")
+[ -n "$FLAKY_URL" ] || { cat "$WORK/flaky.out"; exit 1; }
 LLM_URL=$(sed -n 's/^LLM_BASE_URL=//p' "$WORK/mock.out")
 ANTHROPIC_URL=$(sed -n 's/^ANTHROPIC_BASE_URL=//p' "$WORK/mock.out")
 OCR_URL=$(sed -n 's/^OCR_BASE_URL=//p' "$WORK/mock.out")
@@ -113,6 +125,15 @@ DOWN__OPENAI__1__BASE_URL=http://127.0.0.1:9/v1
 DOWN__OPENAI__1__API_KEY=sk-mock-upstream
 DOWN__OPENAI__1__MODEL=nowhere
 DOWN__RETRY__MAX_ATTEMPTS=1
+FLAKY__OPENAI__1__BASE_URL=$FLAKY_URL
+FLAKY__OPENAI__1__API_KEY=sk-mock-upstream
+FLAKY__OPENAI__1__MODEL=mock-model
+FLAKY__OPENAI__1__MAX_CONCURRENCY=1
+FLAKY__RETRY__MAX_ATTEMPTS=1
+FLAKY__BREAKER__FAIL_THRESHOLD=2
+# A loopback test server: the dashboard's operator data without typing an admin key into the
+# headless browser (the key flow itself is tests/server_dashboard.rs's).
+PGW_SERVER_PUBLIC_STATUS=true
 ENV
 SOURCES="openai_1 backup_1 anthropic_1 monkey_1"
 
@@ -152,6 +173,75 @@ if [ -n "$CHROMIUM" ]; then
     SIZE=$(stat -c %s "$WORK/status.png" 2>/dev/null || echo 0)
     [ "$SIZE" -gt 5000 ] || { echo "openai_sdk: FAIL: screenshot is $SIZE bytes" >&2; exit 1; }
     step "status page rendered by $("$CHROMIUM" --version 2>/dev/null | head -1): every source shown, screenshot $SIZE bytes"
+
+    # --- 2b. the live dashboard under faults ----------------------------------------------------
+    SHOTS=${PGW_SCREENSHOT_DIR:-$TARGET/dashboard-screenshots}
+    mkdir -p "$SHOTS"
+    chat() {
+        curl -sS -o /dev/null -w '%{http_code}' "$BASE/v1/chat/completions" -H "Authorization: Bearer $KEY" \
+            -H 'content-type: application/json' \
+            -d "{\"model\": \"$1\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}"
+    }
+    # A call on every scope, so every scope's charts have points in the 5-minute range.
+    for scope in LLM CLAUDE FLAKY FLAKY DOWN; do chat "$scope" >/dev/null; done
+    curl -sS -o /dev/null "$BASE/v1/embeddings" -H "Authorization: Bearer $KEY" -H 'content-type: application/json' \
+        -d '{"model": "EMBED", "input": ["a", "b"]}'
+    printf '\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body' >"$WORK/page.png"
+    curl -sS -o /dev/null "$BASE/ocr/text?model=OCR" -H "Authorization: Bearer $KEY" -F "file=@$WORK/page.png"
+    dashboard_dom() {
+        chrome --virtual-time-budget=4000 --dump-dom "$BASE/" >"$WORK/dashboard.html"
+    }
+    dashboard_dom
+    # Every scope: its calls chart has points, and so has one of its sources' pacer/in-flight
+    # charts (an attempt was in flight during some second).
+    "$VENV/bin/python" - "$WORK/dashboard.html" <<'PY' || { echo "openai_sdk: FAIL: a scope's dashboard charts hold no data" >&2; exit 1; }
+import re, sys
+dom = open(sys.argv[1]).read()
+for scope in ["LLM", "CLAUDE", "FLAKY", "DOWN", "EMBED", "OCR"]:
+    calls = re.search(r'id="calls-%s" data-points="(\d+)"' % scope, dom)
+    assert calls and int(calls.group(1)) > 0, "%s: calls chart %s" % (scope, calls and calls.group(0))
+    pacer = [int(n) for n in re.findall(r'id="pacer-%s-[^"]+" data-points="(\d+)"' % scope, dom)]
+    assert any(pacer), "%s: pacer charts %s" % (scope, pacer)
+print("chart data for every scope")
+PY
+    chrome --virtual-time-budget=4000 --screenshot="$SHOTS/dashboard.png" --window-size=1400,8000 "$BASE/" >/dev/null
+    step "dashboard: chart data for every scope, screenshot $SHOTS/dashboard.png"
+
+    # The outage: FLAKY's upstream goes away; its calls fail (connection refused) and open its
+    # breaker (FAIL_THRESHOLD=2). status.json must show both within 2 s.
+    kill "$FLAKY_MOCK"; wait "$FLAKY_MOCK" 2>/dev/null || true
+    T0=$(date +%s%N)
+    for _ in 1 2 3; do chat FLAKY >/dev/null; done
+    SEEN=
+    while [ $(( ($(date +%s%N) - T0) / 1000000 )) -le 2000 ]; do
+        curl -sS "$BASE/status.json?range=60" >"$WORK/status.json"
+        if "$VENV/bin/python" - "$WORK/status.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["series"]["scopes"]["FLAKY"]
+failed = sum(sum(v) for k, v in s["calls"].items() if k != "ok")
+opened = any(c["to"] == "open" for c in s["sources"]["openai_1"]["breaker"])
+sys.exit(0 if failed >= 3 and opened else 1)
+PY
+        then SEEN=$(( ($(date +%s%N) - T0) / 1000000 )); break; fi
+        sleep 0.1
+    done
+    [ -n "$SEEN" ] || { echo "openai_sdk: FAIL: the outage is not in status.json within 2 s: $(cat "$WORK/status.json")" >&2; exit 1; }
+    dashboard_dom
+    # FLAKY's errors chart has points and names the reason in its legend; its source's breaker
+    # timeline lists the change to open.
+    "$VENV/bin/python" - "$WORK/dashboard.html" <<'PY' || { echo "openai_sdk: FAIL: the outage is not on the rendered dashboard" >&2; exit 1; }
+import re, sys
+dom = open(sys.argv[1]).read()
+chart = re.search(r'id="errors-FLAKY" data-points="(\d+)".*?<div class="legend">(.*?)</div>', dom, re.S)
+assert chart and int(chart.group(1)) > 0, "no error spike on FLAKY's errors chart"
+reasons = re.findall(r'(retry_exhausted|circuit_open|no_sources)', chart.group(2))
+assert reasons, "the errors chart names no reason: " + chart.group(2)
+timeline = re.search(r'id="breaker-FLAKY-openai_1".*?</ul>', dom, re.S)
+assert timeline and 'data-to="open"' in timeline.group(0), "no breaker timeline entry"
+print("reasons on the chart:", sorted(set(reasons)))
+PY
+    chrome --virtual-time-budget=4000 --screenshot="$SHOTS/dashboard-outage.png" --window-size=1400,8000 "$BASE/" >/dev/null
+    step "outage in status.json after ${SEEN} ms (error spike with reason, breaker opened); DOM agrees; screenshot $SHOTS/dashboard-outage.png"
 fi
 
 # --- 3. graceful shutdown ----------------------------------------------------------------------

@@ -568,6 +568,9 @@ async fn attempt_once<T: Transport, E: CallEffects<T>>(
         pacer_observation::<T>(&result, verdict, sent, ended, source.in_flight()),
     );
     source.metrics.attempt(Some(verdict));
+    source
+        .metrics
+        .attempt_took(ended.saturating_duration_since(sent).as_secs_f64());
     let report_result = match &result {
         Ok(response) => AttemptResult::Ok(response),
         Err(error) => AttemptResult::Err(error),

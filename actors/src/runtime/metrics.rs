@@ -15,6 +15,8 @@ use crate::ports::breaker::BreakerState;
 
 use crate::machine::wait::{CapacityWait, WaitReason};
 
+use super::series::{unix_now, Book, ScopeSeries, SourceSeries};
+
 /// Governed calls finished, by `scope` and `outcome` (`ok` or a failure kind).
 ///
 /// ```
@@ -191,6 +193,8 @@ pub(crate) struct ScopeMetrics {
     admission_wait: Histogram,
     /// Indexed like [`WaitReason::ALL`].
     capacity_wait: Vec<Histogram>,
+    /// The dashboard's series, fed by the same events.
+    series: Arc<ScopeSeries>,
 }
 
 impl ScopeMetrics {
@@ -209,6 +213,7 @@ impl ScopeMetrics {
                 .iter()
                 .map(|r| metrics::histogram!(CAPACITY_WAIT_SECONDS, "scope" => scope.to_string(), "reason" => r.as_str()))
                 .collect(),
+            series: Book::global().scope(scope),
         }
     }
 
@@ -217,6 +222,7 @@ impl ScopeMetrics {
             self.calls[i].increment(1);
         }
         self.duration.record(seconds);
+        self.series.call(unix_now().0, outcome, seconds);
     }
 
     pub(crate) fn retry(&self) {
@@ -229,10 +235,14 @@ impl ScopeMetrics {
 
     /// A call finished having waited `wait`: one observation per reason it waited for.
     pub(crate) fn capacity_waited(&self, wait: &CapacityWait) {
+        let mut now = None;
         for (reason, histogram) in WaitReason::ALL.iter().zip(&self.capacity_wait) {
             let waited = wait.of(*reason);
             if !waited.is_zero() {
                 histogram.record(waited.as_secs_f64());
+                let now = *now.get_or_insert_with(|| unix_now().0);
+                self.series
+                    .waited(now, reason.as_str(), waited.as_secs_f64());
             }
         }
     }
@@ -242,9 +252,11 @@ impl ScopeMetrics {
 #[derive(Debug, Clone)]
 pub(crate) struct SourceMetrics {
     attempts: Vec<Counter>,
-    pub(crate) in_flight: Gauge,
-    pub(crate) pacer_limit: Gauge,
+    in_flight: Gauge,
+    pacer_limit: Gauge,
     pub(crate) breaker: Arc<BreakerGauge>,
+    /// The dashboard's series, fed by the same events.
+    series: Arc<SourceSeries>,
 }
 
 impl SourceMetrics {
@@ -265,7 +277,26 @@ impl SourceMetrics {
             in_flight: metrics::gauge!(IN_FLIGHT, "scope" => scope.to_string(), "source" => source.to_string()),
             pacer_limit: metrics::gauge!(PACER_LIMIT, "scope" => scope.to_string(), "source" => source.to_string()),
             breaker: Arc::new(BreakerGauge::new(scope, source)),
+            series: Book::global().source(scope, source),
         }
+    }
+
+    /// One more (`1`) or one fewer (`-1`) attempt holds a pacer slot.
+    pub(crate) fn in_flight(&self, delta: i32) {
+        self.in_flight.increment(f64::from(delta));
+        self.series.in_flight(unix_now().0, delta);
+    }
+
+    /// An attempt took `seconds` from being sent to being answered (the dashboard's per-source
+    /// latency; no metric of its own: `pgw_call_duration_seconds` is per call).
+    pub(crate) fn attempt_took(&self, seconds: f64) {
+        self.series.attempt_took(unix_now().0, seconds);
+    }
+
+    /// The pacer's limit is `limit` now.
+    pub(crate) fn pacer_limit(&self, limit: u32) {
+        self.pacer_limit.set(f64::from(limit));
+        self.series.pacer(unix_now().0, limit);
     }
 
     pub(crate) fn attempt(&self, result: Option<AttemptVerdict>) {
@@ -278,6 +309,7 @@ impl SourceMetrics {
             None => 5,
         };
         self.attempts[index].increment(1);
+        self.series.attempt(unix_now().0, ATTEMPT_RESULTS[index]);
     }
 }
 
@@ -293,6 +325,7 @@ pub(crate) struct BreakerGauge {
     state: Gauge,
     /// Indexed by [`BreakerGauge::code`].
     changes: [Counter; 3],
+    series: Arc<SourceSeries>,
 }
 
 impl BreakerGauge {
@@ -309,6 +342,7 @@ impl BreakerGauge {
                 change(BreakerState::Open),
                 change(BreakerState::HalfOpen),
             ],
+            series: Book::global().source(scope, source),
         }
     }
 
@@ -319,6 +353,7 @@ impl BreakerGauge {
         let previous = self.last.swap(code, Ordering::AcqRel);
         if previous != u8::MAX && previous != code {
             self.changes[usize::from(code)].increment(1);
+            self.series.breaker(unix_now().1, state.as_str());
         }
     }
 

@@ -18,6 +18,7 @@ mod observer;
 mod restart;
 pub(crate) mod router;
 mod scope;
+pub mod series;
 mod shared;
 pub(crate) mod slot;
 pub(crate) mod source;

@@ -152,7 +152,7 @@ impl<T> SourceShared<T> {
         freed: Arc<WaitingRoom>,
         metrics: SourceMetrics,
     ) -> Self {
-        metrics.pacer_limit.set(f64::from(initial_pacer_limit));
+        metrics.pacer_limit(initial_pacer_limit);
         Self {
             index,
             name,
@@ -320,7 +320,7 @@ impl<T> SourceShared<T> {
                 Ordering::Acquire,
             ) {
                 Ok(_) => {
-                    self.metrics.in_flight.increment(1.0);
+                    self.metrics.in_flight(1);
                     return Some(SourceTicket {
                         source: Arc::clone(self),
                     });
@@ -386,7 +386,7 @@ impl<T> SourceShared<T> {
         self.pacer_signal
             .store(pacer.last_signal().code(), Ordering::Release);
         let _ = self.pacer_mode.set(pacer.mode());
-        self.metrics.pacer_limit.set(f64::from(limit));
+        self.metrics.pacer_limit(limit);
     }
 
     pub(crate) fn publish_health(&self, score: f64) {
@@ -420,7 +420,7 @@ impl<T> SourceTicket<T> {
 impl<T> Drop for SourceTicket<T> {
     fn drop(&mut self) {
         self.source.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.source.metrics.in_flight.decrement(1.0);
+        self.source.metrics.in_flight(-1);
         // A freed slot gives the next waiting call its turn (two atomic operations when
         // nobody waits).
         self.source.freed.capacity_freed();

@@ -227,6 +227,13 @@ fn server(globals: &Keys<'_>) -> Result<ServerSettings, ConfigError> {
     server.keys_file = globals
         .text(&global::PGW_SERVER_KEYS_FILE)
         .map(str::to_string);
+    if let Some(public) = globals.boolean(&global::PGW_SERVER_PUBLIC_STATUS)? {
+        server.public_status = public;
+    }
+    server.metrics_token = globals
+        .text(&global::PGW_SERVER_METRICS_TOKEN)
+        .filter(|t| !t.trim().is_empty())
+        .map(Secret::new);
     if let Some(entry) = globals.get(&global::PGW_SERVER_MODEL_ALIASES) {
         server.model_aliases =
             crate::config::server::parse_aliases(entry.value).map_err(|why| {

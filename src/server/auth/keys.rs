@@ -84,6 +84,8 @@ pub struct VirtualKey {
     deadline: Option<Duration>,
     weight: u32,
     budget: Option<crate::config::SpendBudget>,
+    /// `"admin"` among its scopes: it may read the dashboard's operator data.
+    admin: bool,
     salt: Vec<u8>,
     hash: [u8; 32],
 }
@@ -139,6 +141,24 @@ impl VirtualKey {
     /// ```
     pub fn may_use(&self, scope: &str) -> bool {
         self.scopes.as_ref().is_none_or(|s| s.contains(scope))
+    }
+
+    /// Whether the key's `scopes` include `"admin"`: it may read the status page's operator data
+    /// (key and tenant names, spend, budgets, error text; docs/behaviour.md §12.8). `"*"` alone
+    /// is not admin.
+    ///
+    /// ```
+    /// # use polygateway::server::{hash_key, KeyStore};
+    /// let json = format!(
+    ///     r#"{{"keys": [{{"name": "ops", "hash": "{}", "scopes": ["*", "admin"]}},
+    ///                  {{"name": "app", "hash": "{}", "scopes": ["*"]}}]}}"#,
+    ///     hash_key("k-ops"), hash_key("k-app"));
+    /// let keys = KeyStore::from_json(&json).unwrap();
+    /// assert!(keys.authenticate("k-ops").unwrap().is_admin());
+    /// assert!(!keys.authenticate("k-app").unwrap().is_admin());
+    /// ```
+    pub fn is_admin(&self) -> bool {
+        self.admin
     }
 
     /// Requests per minute allowed to this key (0 = unlimited).
@@ -362,6 +382,7 @@ impl KeyStore {
                 .map_err(|e| GatewayError::Config(format!("key {name}: deadline_s: {e}")))?;
             let weight = crate::validate::validate_weight(entry.weight.unwrap_or(1))
                 .map_err(|e| GatewayError::Config(format!("key {name}: {e}")))?;
+            let admin = entry.scopes.iter().any(|s| s == "admin");
             let scopes = if entry.scopes.iter().any(|s| s == "*") {
                 None
             } else {
@@ -374,6 +395,7 @@ impl KeyStore {
                 .map_err(|e| GatewayError::Config(e.to_string()))?;
             keys.push(VirtualKey {
                 budget,
+                admin,
                 name,
                 tenant,
                 scopes,

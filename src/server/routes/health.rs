@@ -72,8 +72,34 @@ pub(crate) async fn readyz(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-/// `GET /metrics`.
-pub(crate) async fn metrics() -> Response {
+/// `GET /metrics`: with `PGW_SERVER_METRICS_TOKEN` set, only for `Authorization: Bearer <token>`
+/// (compared in constant time); 401 otherwise.
+pub(crate) async fn metrics(
+    State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    if let Some(token) = &app.settings.metrics_token {
+        use subtle::ConstantTimeEq;
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .unwrap_or("");
+        let ok: bool = presented.len() == token.expose().len()
+            && bool::from(presented.as_bytes().ct_eq(token.expose().as_bytes()));
+        if !ok {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Bearer realm=\"metrics\"")],
+                "GET /metrics needs `Authorization: Bearer <PGW_SERVER_METRICS_TOKEN>`\n",
+            )
+                .into_response();
+        }
+    }
     match crate::server::render_metrics() {
         Some(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response(),
         None => (
