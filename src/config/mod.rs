@@ -12,6 +12,7 @@ pub mod error;
 pub(crate) mod features;
 pub(crate) mod guards;
 pub mod keys;
+mod secret;
 pub mod server;
 pub mod settings;
 

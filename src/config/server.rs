@@ -55,7 +55,7 @@ pub struct ServerSettings {
     pub public_status: bool,
     /// `PGW_SERVER_METRICS_TOKEN`: when set, `GET /metrics` needs `Authorization: Bearer` with
     /// it (Prometheus' `authorization` / `bearer_token` scrape setting).
-    pub metrics_token: Option<super::Secret>,
+    pub metrics_token: Option<super::secret::Secret>,
 }
 
 impl Default for ServerSettings {

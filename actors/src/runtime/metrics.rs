@@ -15,6 +15,7 @@ use crate::ports::breaker::BreakerState;
 
 use crate::machine::wait::{CapacityWait, WaitReason};
 
+pub use super::labels::{ATTEMPT_RESULTS, CALL_OUTCOMES, CAPACITY_WAIT_REASONS};
 use super::series::{unix_now, Book, ScopeSeries, SourceSeries};
 
 /// Governed calls finished, by `scope` and `outcome` (`ok` or a failure kind).
@@ -73,16 +74,6 @@ pub const ADMISSION_WAIT_SECONDS: &str = "pgw_admission_wait_seconds";
 /// assert!(METRICS.contains(&(CAPACITY_WAIT_SECONDS, "histogram", "scope, reason")));
 /// ```
 pub const CAPACITY_WAIT_SECONDS: &str = "pgw_capacity_wait_seconds";
-/// The values of the `reason` label of [`CAPACITY_WAIT_SECONDS`]: `pacer` (every eligible
-/// source's pacer was full), `gate` (a quota gate refused: RPM, TPM, concurrency), `cooldown`
-/// (every source was cooling down and `CIRCUIT_OPEN=wait`), `rate_limited` (after a 429, for its
-/// `Retry-After` or the back-off).
-///
-/// ```
-/// use polygateway_actors::runtime::metrics::CAPACITY_WAIT_REASONS;
-/// assert_eq!(CAPACITY_WAIT_REASONS, ["pacer", "gate", "cooldown", "rate_limited"]);
-/// ```
-pub const CAPACITY_WAIT_REASONS: [&str; 4] = ["pacer", "gate", "cooldown", "rate_limited"];
 /// Attempts holding a pacer slot now, by `scope` and `source`.
 ///
 /// ```
@@ -141,47 +132,6 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (PACER_LIMIT, "gauge", "scope, source"),
     (BREAKER_STATE, "gauge", "scope, source"),
     (BREAKER_STATE_CHANGES_TOTAL, "counter", "scope, source, to"),
-];
-
-/// The values of the `outcome` label of [`CALLS_TOTAL`].
-///
-/// ```
-/// use polygateway_actors::runtime::metrics::CALL_OUTCOMES;
-/// use polygateway_actors::runtime::{CallFailure, ScopeReason};
-/// // A failed call's `kind()` is always one of the outcomes.
-/// let failure = CallFailure::<std::io::Error>::Shutdown("stopped".into());
-/// assert!(CALL_OUTCOMES.contains(&failure.kind()));
-/// assert!(CALL_OUTCOMES.contains(&ScopeReason::Stalled.as_str()));
-/// ```
-pub const CALL_OUTCOMES: [&str; 11] = [
-    "ok",
-    "circuit_open",
-    "retry_exhausted",
-    "stalled",
-    "quota_exhausted",
-    "no_sources",
-    "governance_backend_down",
-    "rejected",
-    "invalid",
-    "stream_broken",
-    "shutdown",
-];
-
-/// The values of the `result` label of [`ATTEMPTS_TOTAL`].
-///
-/// ```
-/// use polygateway_actors::runtime::metrics::ATTEMPT_RESULTS;
-/// // One value per attempt verdict, plus `cancelled` for attempts whose caller went away.
-/// assert_eq!(ATTEMPT_RESULTS.len(), 6);
-/// assert_eq!(ATTEMPT_RESULTS[5], "cancelled");
-/// ```
-pub const ATTEMPT_RESULTS: [&str; 6] = [
-    "success",
-    "failure",
-    "rate_limited",
-    "source_dead",
-    "unusable",
-    "cancelled",
 ];
 
 /// Scope-level handles.

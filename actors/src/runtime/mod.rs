@@ -13,6 +13,7 @@ mod call;
 pub(crate) mod driver;
 mod governed;
 pub(crate) mod ids;
+mod labels;
 pub mod metrics;
 mod observer;
 mod restart;

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use dashmap::DashMap;
 use serde::Serialize;
 
-use super::metrics::{ATTEMPT_RESULTS, CALL_OUTCOMES, CAPACITY_WAIT_REASONS};
+use super::labels::{ATTEMPT_RESULTS, CALL_OUTCOMES, CAPACITY_WAIT_REASONS};
 
 /// Seconds kept at one-second resolution (15 minutes).
 ///
