@@ -398,7 +398,7 @@ pub(crate) mod source {
         name: "DIALECT",
         family: Source,
         value: Choice(&["openai", "anthropic", "gemini"]),
-        doc: "the wire protocol of a chat source: `openai` (chat completions), `anthropic` (Messages API) or `gemini` (generateContent); chat sources only",
+        doc: "the wire protocol of a chat or embeddings source: `openai` (chat completions, `/embeddings`), `anthropic` (Messages API; chat only) or `gemini` (generateContent, batchEmbedContents)",
         default: "the provider's (`anthropic` and `gemini` speak their own, every other provider `openai`)",
     };
     pub(crate) const EXTRA_BODY: KeyDef = KeyDef {
