@@ -294,6 +294,19 @@ async fn a_flood_past_the_cap_is_closed_at_once_and_healthz_still_answers() {
         .await
         .unwrap();
     assert_eq!(metrics.status(), 200);
+    let text = metrics.text().await.unwrap();
+    let value = |prefix: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} on /metrics:\n{text}"))
+    };
+    let shed = value("pgw_server_connections_shed_total{reason=\"cap\"}");
+    assert!(shed >= f64::from(closed), "{shed} < {closed}");
+    // The main listener's 16 at most, and a few of the admin listener's own (this client's
+    // probe and the scrape).
+    let open_now = value("pgw_server_connections ");
+    assert!((2.0..=16.0 + 4.0).contains(&open_now), "{open_now}");
     // When the flood goes away, new connections are served again.
     drop(open);
     eventually("a new connection is served after the flood", || {

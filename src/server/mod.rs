@@ -222,7 +222,11 @@ impl Server {
         );
         let limits = conn::Limits::of(settings);
         let admin = match settings.admin_bind {
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+            Some(addr) => {
+                let admin = tokio::net::TcpListener::bind(addr).await?;
+                tracing::info!("admin listener (/healthz, /readyz, /metrics) on {addr}");
+                Some(admin)
+            }
             None => None,
         };
         let drain = tokio_util::sync::CancellationToken::new();
