@@ -23,7 +23,9 @@
 //! One JSON line per phase: `baseline` (the client alone), `half_open_flood`, `slow_body`; each
 //! attack's line has the client's p99 before and during, its failures, the server's largest
 //! descriptor count against its cap, its peak RSS, and how long after its timeout the last
-//! hostile connection was closed. Targets (`targets_met`): p99 during ≤ 2 × before + 50 ms, no
+//! hostile connection was closed (`hostile.closed_within_1s`: shed at the cap — a few shed
+//! connections wait longer than 1 s in the accept queue and count as `closed_after_1s`; the
+//! others were held to their timeout). Targets (`targets_met`): p99 during ≤ 2 × before + 50 ms, no
 //! failed well-behaved request, descriptors ≤ cap + the process's own (listeners, runtime,
 //! upstream pool: at most 64), every hostile connection closed by its timeout + 1 s.
 
@@ -185,7 +187,7 @@ async fn attack(kind: &str, n: usize, target: SocketAddr, source: IpAddr) -> Val
             }
         }
     }
-    json!({"connect_failed": failed, "closed_at_once": at_once, "closed_later": timed_out,
+    json!({"connect_failed": failed, "closed_within_1s": at_once, "closed_after_1s": timed_out,
            "not_closed_in_90s": never, "last_closed_after_s": last})
 }
 
@@ -251,15 +253,15 @@ async fn run_attackers(kind: &str, total: usize, per: usize, target: SocketAddr)
         );
     }
     let processes = children.len();
-    let mut sum = json!({"connect_failed": 0, "closed_at_once": 0, "closed_later": 0,
+    let mut sum = json!({"connect_failed": 0, "closed_within_1s": 0, "closed_after_1s": 0,
                          "not_closed_in_90s": 0, "last_closed_after_s": 0.0});
     for child in children {
         let out = child.wait_with_output().await.unwrap();
         let report: Value = serde_json::from_slice(&out.stdout).expect("an attacker's report");
         for k in [
             "connect_failed",
-            "closed_at_once",
-            "closed_later",
+            "closed_within_1s",
+            "closed_after_1s",
             "not_closed_in_90s",
         ] {
             sum[k] = json!(sum[k].as_u64().unwrap() + report[k].as_u64().unwrap());
