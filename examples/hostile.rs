@@ -23,7 +23,9 @@
 //! One JSON line per phase: `baseline` (the client alone), `half_open_flood`, `slow_body`; each
 //! attack's line has the client's p99 before and during, its failures, the server's largest
 //! descriptor count against its cap, its peak RSS, and how long after its timeout the last
-//! hostile connection was closed (`hostile.closed_within_1s`: shed at the cap — a few shed
+//! hostile connection was closed, measured by the attacker from its last byte sent — so it
+//! includes the wait in the server's accept queue while the flood arrives, and the attacker's
+//! own scheduling (percentiles: the worst process's) (`hostile.closed_within_1s`: shed at the cap — a few shed
 //! connections wait longer than 1 s in the accept queue and count as `closed_after_1s`; the
 //! others were held to their timeout). Targets (`targets_met`): p99 during ≤ 2 × before + 50 ms, no
 //! failed well-behaved request, descriptors ≤ cap + the process's own (listeners, runtime,
@@ -174,21 +176,26 @@ async fn attack(kind: &str, n: usize, target: SocketAddr, source: IpAddr) -> Val
             }
         });
     }
-    let (mut failed, mut at_once, mut timed_out, mut never) = (0, 0, 0, 0);
-    let mut last = 0.0f64;
+    let (mut failed, mut at_once, mut never) = (0, 0, 0);
+    let mut later = Vec::new();
     while let Some(done) = tasks.join_next().await {
         match done.ok().flatten() {
             None => failed += 1,
             Some(Err(())) => never += 1,
             Some(Ok(after)) if after < 1.0 => at_once += 1,
-            Some(Ok(after)) => {
-                timed_out += 1;
-                last = last.max(after);
-            }
+            Some(Ok(after)) => later.push(after),
         }
     }
-    json!({"connect_failed": failed, "closed_within_1s": at_once, "closed_after_1s": timed_out,
-           "not_closed_in_90s": never, "last_closed_after_s": last})
+    later.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        later
+            .get(((later.len() as f64 * q) as usize).min(later.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    json!({"connect_failed": failed, "closed_within_1s": at_once, "closed_after_1s": later.len(),
+           "not_closed_in_90s": never, "last_closed_after_s": at(1.0),
+           "closed_after_p50_s": at(0.5), "closed_after_p99_s": at(0.99)})
 }
 
 /// What the well-behaved client saw in one phase.
@@ -271,6 +278,13 @@ async fn run_attackers(kind: &str, total: usize, per: usize, target: SocketAddr)
             .unwrap()
             .max(report["last_closed_after_s"].as_f64().unwrap());
         sum["last_closed_after_s"] = json!((last * 1000.0).round() / 1000.0);
+        for k in ["closed_after_p50_s", "closed_after_p99_s"] {
+            let worst = sum[k]
+                .as_f64()
+                .unwrap_or(0.0)
+                .max(report[k].as_f64().unwrap());
+            sum[k] = json!((worst * 1000.0).round() / 1000.0);
+        }
     }
     sum["processes"] = json!(processes);
     sum

@@ -186,11 +186,12 @@ enum Verdict {
 }
 
 impl ConnState {
-    fn new() -> Self {
+    /// A connection accepted at `accepted`: its first head is due a header timeout after that.
+    fn new(accepted: Instant) -> Self {
         Self {
             state: Mutex::new(State {
                 in_flight: 0,
-                idle_since: Instant::now(),
+                idle_since: accepted,
                 fresh: true,
                 head_started: None,
                 body: None,
@@ -476,6 +477,7 @@ impl Listener {
                 accepted = listener.accept() => accepted,
                 () = drain.cancelled() => break,
             };
+            let at = Instant::now();
             let stream = match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
@@ -502,7 +504,8 @@ impl Listener {
             let permits = Arc::clone(&permits);
             metrics::gauge!(SERVER_CONNECTIONS).increment(1.0);
             tokio::spawn(async move {
-                if let Some(why) = connection(stream, router, &http, limits, drain, kill).await {
+                let conn = connection(stream, at, router, &http, limits, drain, kill);
+                if let Some(why) = conn.await {
                     shed(why, cap - permits.available_permits(), cap);
                 }
                 metrics::gauge!(SERVER_CONNECTIONS).decrement(1.0);
@@ -522,13 +525,14 @@ impl Listener {
 /// Serves one connection to its end; answers why the server closed it, if it did.
 async fn connection(
     stream: TcpStream,
+    accepted: Instant,
     router: Router,
     http: &hyper::server::conn::http1::Builder,
     limits: Limits,
     drain: CancellationToken,
     kill: CancellationToken,
 ) -> Option<Close> {
-    let conn = Arc::new(ConnState::new());
+    let conn = Arc::new(ConnState::new(accepted));
     let io = TokioIo::new(Observed {
         inner: stream,
         conn: Arc::clone(&conn),
@@ -603,7 +607,7 @@ mod tests {
             body_rate: 100,
             idle: Duration::from_secs(60),
         };
-        let conn = ConnState::new();
+        let conn = ConnState::new(Instant::now());
         let at = |c: &ConnState| match c.verdict(&limits, Instant::now()) {
             Verdict::Close(why) => Err(why),
             Verdict::Until(d) => Ok(d.map(|d| d - Instant::now())),
