@@ -58,6 +58,8 @@ const FD_RESERVE: u64 = 256;
 /// The open-file limit the default cap is derived from is read as at most this (a platform
 /// without a limit reports `u64::MAX`).
 const FD_CEILING: u64 = 1 << 20;
+/// Request body pieces smaller than this are copied out of the connection's read buffer.
+const COMPACT_BELOW: usize = 1024;
 /// A shed warning is logged at most this often per reason.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -381,8 +383,7 @@ impl HttpBody for RateBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        match &polled {
+        match Pin::new(&mut self.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     self.conn.body_read(data.len());
@@ -390,11 +391,22 @@ impl HttpBody for RateBody {
                 if self.inner.is_end_stream() {
                     self.finish();
                 }
+                // A small piece shares the connection's whole read buffer: kept until the body
+                // is complete, a trickle of them would pin a buffer each (8 KiB for a byte).
+                Poll::Ready(Some(Ok(frame.map_data(|data| {
+                    if data.len() < COMPACT_BELOW {
+                        Bytes::copy_from_slice(&data)
+                    } else {
+                        data
+                    }
+                }))))
             }
-            Poll::Ready(_) => self.finish(),
-            Poll::Pending => {}
+            Poll::Ready(other) => {
+                self.finish();
+                Poll::Ready(other)
+            }
+            Poll::Pending => Poll::Pending,
         }
-        polled
     }
 
     fn is_end_stream(&self) -> bool {
