@@ -54,6 +54,13 @@ pub const TELEMETRY_DROPPED_ROWS_TOTAL: &str = "pgw_telemetry_dropped_rows_total
 /// `embeddings`, `ocr`): the server's own counter, not the runtime's.
 pub(crate) const SERVER_REQUESTS_TOTAL: &str = "pgw_server_requests_total";
 
+/// Client connections `polygateway serve` holds open (both listeners).
+pub(crate) const SERVER_CONNECTIONS: &str = "pgw_server_connections";
+
+/// Client connections the server closed to protect itself, by reason: `cap` (refused at the
+/// connection cap), `header_timeout`, `body_too_slow` (docs/behaviour.md §12.9).
+pub(crate) const SERVER_CONNECTIONS_SHED_TOTAL: &str = "pgw_server_connections_shed_total";
+
 /// Every metric the library emits: `(name, kind, labels)`.
 ///
 /// ```
@@ -68,6 +75,8 @@ pub fn all() -> Vec<(&'static str, &'static str, &'static str)> {
         (TELEMETRY_DROPPED_ROWS_TOTAL, "counter", ""),
         (crate::transport::resend::RESENDS_TOTAL, "counter", "source"),
         (SERVER_REQUESTS_TOTAL, "counter", "ingress"),
+        (SERVER_CONNECTIONS, "gauge", ""),
+        (SERVER_CONNECTIONS_SHED_TOTAL, "counter", "reason"),
     ]);
     all
 }

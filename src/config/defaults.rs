@@ -56,6 +56,19 @@ pub(crate) const SERVER_BODY_LIMIT_BYTES: usize = 32 << 20;
 pub(crate) const SERVER_REQUEST_TIMEOUT_S: f64 = 600.0;
 /// `PGW_SERVER_DRAIN_TIMEOUT_S`.
 pub(crate) const SERVER_DRAIN_TIMEOUT_S: f64 = 30.0;
+/// `PGW_SERVER_HEADER_TIMEOUT_S`: a request's headers arrive whole within this (Go's
+/// `ReadHeaderTimeout` as usually set, shorter than nginx's 60 s `client_header_timeout`).
+pub(crate) const SERVER_HEADER_TIMEOUT_S: f64 = 10.0;
+/// `PGW_SERVER_BODY_TIMEOUT_S`: the grace a request body has before its minimum rate counts
+/// (Apache `mod_reqtimeout`'s `body=20`).
+pub(crate) const SERVER_BODY_TIMEOUT_S: f64 = 20.0;
+/// `PGW_SERVER_BODY_MIN_BYTES_PER_S`: the slowest body accepted past the grace (Apache's
+/// `MinRate=500`, doubled).
+pub(crate) const SERVER_BODY_MIN_BYTES_PER_S: usize = 1024;
+/// `PGW_SERVER_IDLE_TIMEOUT_S`: how long a keep-alive connection may wait for its next request
+/// (nginx `keepalive_timeout` is 75 s; below the 90 s idle timeout of reqwest's pool would race
+/// it, so clients should keep theirs shorter).
+pub(crate) const SERVER_IDLE_TIMEOUT_S: f64 = 60.0;
 
 /// The TTFT default for a source whose total timeout is `timeout`: `min(30 s, timeout / 2)`, so
 /// the default always satisfies `ttft < timeout`.

@@ -233,6 +233,12 @@ pub const KEYS: &[KeyDef] = &[
     global::PGW_SERVER_MODEL_ALIASES,
     global::PGW_SERVER_PUBLIC_STATUS,
     global::PGW_SERVER_METRICS_TOKEN,
+    global::PGW_SERVER_HEADER_TIMEOUT_S,
+    global::PGW_SERVER_BODY_TIMEOUT_S,
+    global::PGW_SERVER_BODY_MIN_BYTES_PER_S,
+    global::PGW_SERVER_IDLE_TIMEOUT_S,
+    global::PGW_SERVER_MAX_CONNECTIONS,
+    global::PGW_SERVER_ADMIN_BIND,
 ];
 
 /// Bit of a family in a family mask (for the derived name lists below).
@@ -846,6 +852,49 @@ pub(crate) mod global {
         doc: "bearer token `GET /metrics` requires (Prometheus bearer auth; never logged)",
         default: "none (`/metrics` open)",
     };
+    pub(crate) const PGW_SERVER_HEADER_TIMEOUT_S: KeyDef = KeyDef {
+        name: "PGW_SERVER_HEADER_TIMEOUT_S",
+        family: Global,
+        value: PositiveSeconds,
+        doc: "a request's headers must arrive whole within this, from its first byte (or from the connection's start); else the connection is closed",
+        default: "10",
+    };
+    pub(crate) const PGW_SERVER_BODY_TIMEOUT_S: KeyDef = KeyDef {
+        name: "PGW_SERVER_BODY_TIMEOUT_S",
+        family: Global,
+        value: PositiveSeconds,
+        doc: "a request body's grace: it must have arrived by this plus its size at `PGW_SERVER_BODY_MIN_BYTES_PER_S`; else the connection is closed",
+        default: "20",
+    };
+    pub(crate) const PGW_SERVER_BODY_MIN_BYTES_PER_S: KeyDef = KeyDef {
+        name: "PGW_SERVER_BODY_MIN_BYTES_PER_S",
+        family: Global,
+        value: Positive,
+        doc: "the slowest request body accepted past its grace, bytes per second",
+        default: "1024",
+    };
+    pub(crate) const PGW_SERVER_IDLE_TIMEOUT_S: KeyDef = KeyDef {
+        name: "PGW_SERVER_IDLE_TIMEOUT_S",
+        family: Global,
+        value: PositiveSeconds,
+        doc: "how long a keep-alive connection may wait for its next request",
+        default: "60",
+    };
+    pub(crate) const PGW_SERVER_MAX_CONNECTIONS: KeyDef = KeyDef {
+        name: "PGW_SERVER_MAX_CONNECTIONS",
+        family: Global,
+        value: Positive,
+        doc: "open client connections at most; past it a new one is closed at once",
+        default:
+            "¾ of the open-file limit (raised to its hard limit at start), at most the limit − 256",
+    };
+    pub(crate) const PGW_SERVER_ADMIN_BIND: KeyDef = KeyDef {
+        name: "PGW_SERVER_ADMIN_BIND",
+        family: Global,
+        value: Address,
+        doc: "a second listener serving only `/healthz`, `/readyz` and `/metrics`, with its own 64 connections, so they answer while the main listener is at its cap",
+        default: "none",
+    };
 }
 
 /// Fields of a source key `{SCOPE}__{PROVIDER}__{N}__{FIELD}` (derived from [`KEYS`]).
@@ -1117,6 +1166,21 @@ mod tests {
         assert_eq!(body, d::SERVER_BODY_LIMIT_BYTES);
         let drain: f64 = global::PGW_SERVER_DRAIN_TIMEOUT_S.default.parse().unwrap();
         assert_eq!(drain, d::SERVER_DRAIN_TIMEOUT_S);
+        for (key, value) in [
+            (
+                &global::PGW_SERVER_HEADER_TIMEOUT_S,
+                d::SERVER_HEADER_TIMEOUT_S,
+            ),
+            (&global::PGW_SERVER_BODY_TIMEOUT_S, d::SERVER_BODY_TIMEOUT_S),
+            (&global::PGW_SERVER_IDLE_TIMEOUT_S, d::SERVER_IDLE_TIMEOUT_S),
+        ] {
+            assert_eq!(key.default.parse::<f64>().unwrap(), value, "{}", key.name);
+        }
+        let rate: usize = global::PGW_SERVER_BODY_MIN_BYTES_PER_S
+            .default
+            .parse()
+            .unwrap();
+        assert_eq!(rate, d::SERVER_BODY_MIN_BYTES_PER_S);
         assert!(source::TTFT_TIMEOUT_S
             .default
             .contains(&format!("min({}", d::TTFT_TIMEOUT_S)));

@@ -17,6 +17,9 @@ use std::time::Duration;
 ///     ("PGW_SERVER_BIND", "0.0.0.0:9000"),
 ///     ("PGW_SERVER_MODEL_ALIASES", "gpt-4o-mini=LLM, text-embedding-3-small=EMBED"),
 ///     ("PGW_SERVER_DRAIN_TIMEOUT_S", "5"),
+///     ("PGW_SERVER_HEADER_TIMEOUT_S", "2.5"),
+///     ("PGW_SERVER_MAX_CONNECTIONS", "5000"),
+///     ("PGW_SERVER_ADMIN_BIND", "127.0.0.1:9001"),
 /// ]
 /// .into_iter()
 /// .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -28,6 +31,10 @@ use std::time::Duration;
 /// assert_eq!(server.keys_file, None);
 /// // Operator data needs an admin key unless opted in; `/metrics` is open unless a token is set.
 /// assert!(!server.public_status && server.metrics_token.is_none());
+/// assert_eq!(server.header_timeout, Duration::from_millis(2500));
+/// assert_eq!(server.idle_timeout, Duration::from_secs(60));
+/// assert_eq!(server.max_connections, Some(5000));
+/// assert_eq!(server.admin_bind.map(|a| a.port()), Some(9001));
 /// // A malformed alias table is refused, naming the key.
 /// let bad: BTreeMap<String, String> =
 ///     [("PGW_SERVER_MODEL_ALIASES".to_string(), "gpt-4o-mini".to_string())].into();
@@ -56,6 +63,21 @@ pub struct ServerSettings {
     /// `PGW_SERVER_METRICS_TOKEN`: when set, `GET /metrics` needs `Authorization: Bearer` with
     /// it (Prometheus' `authorization` / `bearer_token` scrape setting).
     pub metrics_token: Option<super::secret::Secret>,
+    /// `PGW_SERVER_HEADER_TIMEOUT_S`: a request's headers arrive whole within this, counted from
+    /// their first byte, or from the connection's start for its first request.
+    pub header_timeout: Duration,
+    /// `PGW_SERVER_BODY_TIMEOUT_S`: a request body's grace before its minimum rate counts.
+    pub body_timeout: Duration,
+    /// `PGW_SERVER_BODY_MIN_BYTES_PER_S`: a body of `n` bytes must have arrived within
+    /// `body_timeout + n / body_min_bytes_per_s`.
+    pub body_min_bytes_per_s: usize,
+    /// `PGW_SERVER_IDLE_TIMEOUT_S`: how long a keep-alive connection waits for its next request.
+    pub idle_timeout: Duration,
+    /// `PGW_SERVER_MAX_CONNECTIONS`: open client connections at most (`None`: derived from the
+    /// open-file limit when the server starts, docs/behaviour.md §12.9).
+    pub max_connections: Option<usize>,
+    /// `PGW_SERVER_ADMIN_BIND`: a second listener for `/healthz`, `/readyz` and `/metrics` only.
+    pub admin_bind: Option<SocketAddr>,
 }
 
 impl Default for ServerSettings {
@@ -69,6 +91,12 @@ impl Default for ServerSettings {
             model_aliases: BTreeMap::new(),
             public_status: false,
             metrics_token: None,
+            header_timeout: Duration::from_secs_f64(super::defaults::SERVER_HEADER_TIMEOUT_S),
+            body_timeout: Duration::from_secs_f64(super::defaults::SERVER_BODY_TIMEOUT_S),
+            body_min_bytes_per_s: super::defaults::SERVER_BODY_MIN_BYTES_PER_S,
+            idle_timeout: Duration::from_secs_f64(super::defaults::SERVER_IDLE_TIMEOUT_S),
+            max_connections: None,
+            admin_bind: None,
         }
     }
 }

@@ -48,6 +48,7 @@
 
 mod auth;
 mod call_order;
+mod conn;
 mod errors;
 mod ingress;
 mod prometheus;
@@ -62,7 +63,6 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
 
 pub use auth::keys::{generate_key, hash_key, KeyStore, VirtualKey};
@@ -223,6 +223,13 @@ impl Server {
     /// `PGW_SERVER_DRAIN_TIMEOUT_S`; what is still running then is dropped, which cancels its
     /// governed call. The gateway itself is left running (shut it down after).
     ///
+    /// Connections are held to docs/behaviour.md §12.9: at start the soft open-file limit is
+    /// raised to the hard limit and the connection cap (`PGW_SERVER_MAX_CONNECTIONS`, derived from
+    /// that limit by default) is set; a connection past it is closed at once; heads, bodies and
+    /// idle keep-alive connections have time limits. With `PGW_SERVER_ADMIN_BIND` a second
+    /// listener serves `/healthz`, `/readyz` and `/metrics` with connections of its own, and
+    /// keeps serving them until the drain has ended.
+    ///
     /// ```no_run
     /// # async fn demo(gw: polygateway::Gateway, keys: polygateway::server::KeyStore) -> Result<(), Box<dyn std::error::Error>> {
     /// let listener = tokio::net::TcpListener::bind(gw.settings().server.bind).await?;
@@ -237,40 +244,96 @@ impl Server {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let router = self.router();
-        let app = Arc::clone(&self.app);
-        let drain_started = Arc::new(tokio::sync::Notify::new());
-        let notify = Arc::clone(&drain_started);
-        let signal = async move {
-            shutdown.await;
-            app.draining.store(true, Ordering::SeqCst);
-            notify.notify_one();
-        };
-        // Deltas are small writes: without TCP_NODELAY each would wait for the peer's ACK.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let server = axum::serve(listener, router).with_graceful_shutdown(signal);
-        let drain_timeout = self.app.settings.drain_timeout;
-        let bounded = async move {
-            drain_started.notified().await;
-            tokio::time::sleep(drain_timeout).await;
-        };
-        let server = server.into_future();
-        tokio::pin!(server);
-        tokio::select! {
-            served = &mut server => return served,
-            () = bounded => {}
+        let settings = &self.app.settings;
+        let open_files = conn::raise_open_file_limit();
+        let cap = settings
+            .max_connections
+            .unwrap_or_else(|| conn::derived_cap(open_files));
+        if let Some(limit) = open_files {
+            if cap as u64 >= limit {
+                tracing::warn!(
+                    "PGW_SERVER_MAX_CONNECTIONS={cap} is not below the open-file limit ({limit}): \
+                     past the limit the server cannot accept, answer /healthz or reach its upstreams"
+                );
+            }
         }
-        tracing::warn!(
-            "drain timeout ({:.1}s) passed with requests in flight; cancelling them",
-            drain_timeout.as_secs_f64()
+        tracing::info!(
+            open_file_limit = open_files,
+            max_connections = cap,
+            "serving at most {cap} client connections"
         );
-        // Connections run in tasks of their own: ending their responses is what ends them.
-        self.app.stop.cancel();
-        match tokio::time::timeout(std::time::Duration::from_secs(2), &mut server).await {
-            Ok(served) => served,
-            Err(_) => Ok(()),
+        let limits = conn::Limits::of(settings);
+        let admin = match settings.admin_bind {
+            Some(addr) => {
+                let admin = tokio::net::TcpListener::bind(addr).await?;
+                tracing::info!("admin listener (/healthz, /readyz, /metrics) on {addr}");
+                Some(admin)
+            }
+            None => None,
+        };
+        let drain = tokio_util::sync::CancellationToken::new();
+        let admin_drain = tokio_util::sync::CancellationToken::new();
+        let kill = tokio_util::sync::CancellationToken::new();
+        let main = tokio::spawn(
+            conn::Listener {
+                listener,
+                router: self.router(),
+                cap,
+                limits,
+            }
+            .run(drain.clone(), kill.clone()),
+        );
+        let admin = admin.map(|listener| {
+            tokio::spawn(
+                conn::Listener {
+                    listener,
+                    router: self.admin_router(),
+                    cap: conn::ADMIN_CONNECTIONS,
+                    limits,
+                }
+                .run(admin_drain.clone(), kill.clone()),
+            )
+        });
+        shutdown.await;
+        self.app.draining.store(true, Ordering::SeqCst);
+        drain.cancel();
+        let drain_timeout = settings.drain_timeout;
+        let mut main = main;
+        let drained = tokio::time::timeout(drain_timeout, &mut main).await.is_ok();
+        if !drained {
+            tracing::warn!(
+                "drain timeout ({:.1}s) passed with requests in flight; cancelling them",
+                drain_timeout.as_secs_f64()
+            );
+            // Connections run in tasks of their own: ending their responses is what ends them.
+            self.app.stop.cancel();
+            if tokio::time::timeout(std::time::Duration::from_secs(2), &mut main)
+                .await
+                .is_err()
+            {
+                kill.cancel();
+            }
         }
+        admin_drain.cancel();
+        if let Some(admin) = admin {
+            if tokio::time::timeout(std::time::Duration::from_secs(2), admin)
+                .await
+                .is_err()
+            {
+                kill.cancel();
+            }
+        }
+        kill.cancel();
+        Ok(())
+    }
+
+    /// The admin listener's routes: the probes and the metrics, nothing a client calls.
+    fn admin_router(&self) -> Router {
+        Router::new()
+            .route("/healthz", get(routes::health::healthz))
+            .route("/readyz", get(routes::health::readyz))
+            .route("/metrics", get(routes::health::metrics))
+            .fallback(routes::not_found)
+            .with_state(Arc::clone(&self.app))
     }
 }

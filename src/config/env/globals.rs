@@ -1,6 +1,7 @@
 //! Building the runtime-wide settings (backends, library knobs, the server) from the global keys.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::read::{invalid, Keys};
@@ -223,6 +224,31 @@ fn server(globals: &Keys<'_>) -> Result<ServerSettings, ConfigError> {
     }
     if let Some(d) = globals.positive_secs(&global::PGW_SERVER_DRAIN_TIMEOUT_S)? {
         server.drain_timeout = d;
+    }
+    if let Some(d) = globals.positive_secs(&global::PGW_SERVER_HEADER_TIMEOUT_S)? {
+        server.header_timeout = d;
+    }
+    if let Some(d) = globals.positive_secs(&global::PGW_SERVER_BODY_TIMEOUT_S)? {
+        server.body_timeout = d;
+    }
+    if let Some(rate) = globals.positive(&global::PGW_SERVER_BODY_MIN_BYTES_PER_S)? {
+        server.body_min_bytes_per_s = rate;
+    }
+    if let Some(d) = globals.positive_secs(&global::PGW_SERVER_IDLE_TIMEOUT_S)? {
+        server.idle_timeout = d;
+    }
+    server.max_connections = globals.positive(&global::PGW_SERVER_MAX_CONNECTIONS)?;
+    if let Some(entry) = globals.get(&global::PGW_SERVER_ADMIN_BIND) {
+        let admin: SocketAddr = entry.value.parse().map_err(|_| {
+            invalid(
+                entry,
+                "an address and port such as 127.0.0.1:8081 or [::]:8081",
+            )
+        })?;
+        if admin == server.bind {
+            return Err(invalid(entry, "an address other than PGW_SERVER_BIND's"));
+        }
+        server.admin_bind = Some(admin);
     }
     server.keys_file = globals
         .text(&global::PGW_SERVER_KEYS_FILE)
