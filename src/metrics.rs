@@ -89,15 +89,26 @@ pub(crate) struct ChatMetrics {
     pub ttft: metrics::Histogram,
     /// The dashboard's series of the scope (time to first token, spend), fed with the metrics.
     pub series: std::sync::Arc<polygateway_actors::runtime::series::ScopeSeries>,
+    /// The series of each of the scope's sources, by name: looked up once here, not per call
+    /// (the book's lookup allocates its key).
+    pub source_series: std::collections::BTreeMap<
+        String,
+        std::sync::Arc<polygateway_actors::runtime::series::SourceSeries>,
+    >,
 }
 
 impl ChatMetrics {
-    pub(crate) fn new(scope: &str) -> Self {
+    pub(crate) fn new<'a>(scope: &str, sources: impl IntoIterator<Item = &'a str>) -> Self {
+        let book = polygateway_actors::runtime::series::Book::global();
         Self {
             cache_hits: metrics::counter!(CACHE_HITS_TOTAL, "scope" => scope.to_string()),
             cache_misses: metrics::counter!(CACHE_MISSES_TOTAL, "scope" => scope.to_string()),
             ttft: metrics::histogram!(TTFT_SECONDS, "scope" => scope.to_string()),
-            series: polygateway_actors::runtime::series::Book::global().scope(scope),
+            series: book.scope(scope),
+            source_series: sources
+                .into_iter()
+                .map(|source| (source.to_owned(), book.source(scope, source)))
+                .collect(),
         }
     }
 }

@@ -678,9 +678,9 @@ impl ScopeHandle<Chat> {
             scope.metrics.ttft.record(ttft / 1e3);
             let now = crate::metrics::unix_now();
             scope.metrics.series.ttft(now, ttft / 1e3);
-            polygateway_actors::runtime::series::Book::global()
-                .source(&self.name, &response.source_name)
-                .ttft(now, ttft / 1e3);
+            if let Some(source) = scope.metrics.source_series.get(&response.source_name) {
+                source.ttft(now, ttft / 1e3);
+            }
         }
         prepared
             .parties

@@ -102,14 +102,16 @@ impl GatewayBuilder {
                 structured_mode: Some(Arc::clone(source.transport.source_mode())),
                 ..identity
             })
-            .collect();
+            .collect::<Vec<SourceIdentity>>();
+        let metrics =
+            crate::metrics::ChatMetrics::new(name, identities.iter().map(|i| i.name.as_str()));
         Ok(ScopeEntry::Chat(ChatScope {
             scope: governed,
             identities,
             fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
             extra_body,
             structured_modes,
-            metrics: crate::metrics::ChatMetrics::new(name),
+            metrics,
         }))
     }
 
