@@ -37,13 +37,23 @@ async fn the_installed_recorder_renders_the_gateways_metrics_after_a_call() {
 #[test]
 fn the_recorder_is_upkept_when_nobody_scrapes() {
     assert!(polygateway::server::install_metrics_recorder());
-    let threads: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|name| name.trim().to_owned())
-        .collect();
+    let threads = || -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_owned())
+            .collect()
+    };
+    // A new thread names itself once it runs: look again for a while before concluding.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !threads().iter().any(|name| name == "pgw-metrics")
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let seen = threads();
     assert!(
-        threads.iter().any(|name| name == "pgw-metrics"),
-        "no upkeep thread among {threads:?}"
+        seen.iter().any(|name| name == "pgw-metrics"),
+        "no upkeep thread among {seen:?}"
     );
 }
