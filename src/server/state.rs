@@ -122,14 +122,7 @@ impl App {
 
     /// The caller's virtual key, from `Authorization: Bearer …`.
     pub(crate) fn authenticate(&self, headers: &HeaderMap) -> Result<&VirtualKey, ApiError> {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
+        let presented = bearer(headers)
             .filter(|v| !v.is_empty())
             .ok_or_else(ApiError::missing_key)?;
         self.keys
@@ -195,4 +188,16 @@ fn refuse_uncountable_budgets(gw: &Gateway, keys: &KeyStore) -> Result<(), crate
         }
     }
     Ok(())
+}
+
+/// The credential of `Authorization: Bearer …` (either case of the scheme), trimmed.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
 }

@@ -80,15 +80,7 @@ pub(crate) async fn metrics(
 ) -> Response {
     if let Some(token) = &app.settings.metrics_token {
         use subtle::ConstantTimeEq;
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .unwrap_or("");
+        let presented = crate::server::state::bearer(&headers).unwrap_or("");
         let ok: bool = presented.len() == token.expose().len()
             && bool::from(presented.as_bytes().ct_eq(token.expose().as_bytes()));
         if !ok {
