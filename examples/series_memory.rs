@@ -3,6 +3,8 @@
 //! every one-minute slot of 24 hours written — then the process's resident memory growth
 //! (`/proc/self/statm`, Linux) and the ring's own count (`Book::bytes`) are compared with the
 //! documented bound (`bound_bytes`, docs/behaviour.md §12.8). Exits non-zero past the bound.
+//! Then what the call path pays per event (one lock, two bucket writes), as a JSON line: a
+//! measurement to read, not a pass/fail (build in release).
 //!
 //! ```text
 //! cargo run --release --example series_memory
@@ -21,6 +23,11 @@ fn rss_bytes() -> Option<usize> {
 }
 
 fn main() {
+    memory();
+    cost_per_event();
+}
+
+fn memory() {
     let before = rss_bytes();
     let book = Book::default();
     let t0: u64 = 1_700_000_000;
@@ -86,4 +93,24 @@ fn main() {
         // The ring plus the allocator's and the series maps' overhead: within a quarter.
         assert!(g <= bound + bound / 4, "RSS grew {g} B, bound {bound} B");
     }
+}
+
+/// Nanoseconds per event on one scope and one source, single-threaded (no contention).
+fn cost_per_event() {
+    let book = Book::default();
+    let scope = book.scope("A");
+    let source = book.source("A", "s");
+    let n = 2_000_000u64;
+    let t0 = 1_700_000_000;
+    let started = std::time::Instant::now();
+    for i in 0..n {
+        let now = t0 + i / 10_000;
+        scope.call(now, "ok", 0.2);
+        source.attempt(now, "success");
+    }
+    let per_event = started.elapsed().as_nanos() as f64 / (2 * n) as f64;
+    println!(
+        "{{\"series_ns_per_event\": {per_event:.1}, \"events\": {}}}",
+        2 * n
+    );
 }

@@ -1130,28 +1130,6 @@ mod tests {
         assert!(!book.keys.contains_key("k-late"));
     }
 
-    /// What the call path pays per event (one lock, two bucket writes). Timing-dependent, so
-    /// ignored by default: `cargo test --release -p polygateway-actors --lib series -- --ignored
-    /// --nocapture`.
-    #[test]
-    #[ignore = "timing; run in release"]
-    fn an_event_costs_well_under_a_microsecond() {
-        let book = Book::default();
-        let scope = book.scope("A");
-        let source = book.source("A", "s");
-        let n = 2_000_000u64;
-        let t0 = 1_700_000_000;
-        let started = std::time::Instant::now();
-        for i in 0..n {
-            let now = t0 + i / 10_000;
-            scope.call(now, "ok", 0.2);
-            source.attempt(now, "success");
-        }
-        let per_event = started.elapsed().as_nanos() as f64 / (2 * n) as f64;
-        println!("{per_event:.1} ns per event");
-        assert!(per_event < 1_000.0, "{per_event} ns per event");
-    }
-
     #[test]
     fn memory_stays_within_the_bound_after_a_day_of_events() {
         let book = Book::default();
