@@ -47,12 +47,11 @@ const BINS: usize = 20;
 const TOP: usize = 10;
 
 fn bin_of(seconds: f64) -> usize {
-    let ms = (seconds * 1e3).max(0.0);
-    if ms < 1.0 {
-        0
-    } else {
-        ((ms.log2().floor() as usize) + 1).min(BINS - 1)
-    }
+    // Whole milliseconds (a negative or NaN duration saturates to 0): bin `k ≥ 1` holds
+    // [2^(k-1), 2^k) ms, its number of significant bits — an integer count, where `log2` of
+    // a float cost more than the rest of the event.
+    let ms = (seconds * 1e3) as u64;
+    ((u64::BITS - ms.leading_zeros()) as usize).min(BINS - 1)
 }
 
 /// One fixed ring of buckets of `step` seconds: slot `(t / step) % len`, stamped with its period
@@ -1081,6 +1080,9 @@ mod tests {
         assert!((64.0..128.0).contains(&p50), "{p50}");
         assert!((2048.0..=4096.0).contains(&p99), "{p99}");
         assert_eq!(bin_of(1_000_000.0), BINS - 1);
+        // The edges: under 1 ms is bin 0, then one bin per doubling; nonsense reads as 0.
+        let edges = [0.0009, 0.001, 0.0019, 0.002, 0.004, -1.0, f64::NAN];
+        assert_eq!(edges.map(bin_of), [0, 1, 1, 2, 3, 0, 0]);
     }
 
     #[test]
