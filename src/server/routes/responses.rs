@@ -14,7 +14,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures::{Stream, StreamExt};
+use bytes::{BufMut, BytesMut};
+use futures::{FutureExt, Stream, StreamExt};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::config::ScopeKind;
@@ -370,7 +372,7 @@ async fn create(
         };
         Box::pin(futures::stream::iter(first.map(Ok)).chain(stream))
     };
-    let mut writer = Writer {
+    let writer = Writer {
         id,
         model: call.model,
         created,
@@ -378,62 +380,173 @@ async fn create(
         open: None,
         items: 0,
     };
-    let mut start = Vec::new();
-    let head = response_json(&writer.id, &writer.model, created, None);
-    writer.emit("response.created", json!({"response": head}), &mut start);
-    writer.emit(
-        "response.in_progress",
-        json!({"response": head}),
-        &mut start,
-    );
-    let stop = app.stop.clone();
-    let body = futures::stream::unfold(
-        (events, writer, false, lease),
-        move |(mut events, mut w, finished, lease)| {
-            let stop = stop.clone();
-            async move {
-                if finished {
-                    return None;
-                }
-                let mut out = Vec::new();
-                let next = tokio::select! {
-                    next = tokio::time::timeout_at(deadline, events.next()) => next,
-                    () = stop.cancelled() => Ok(Some(Err(crate::GatewayError::Shutdown(
-                        "the server's drain timeout passed".into())))),
-                };
-                let done = match next {
-                    Ok(Some(Ok(ev))) => w.event(ev, &mut out),
-                    Ok(None) => {
-                        w.error(
-                            "server_error",
-                            "the stream ended without an answer",
-                            &mut out,
-                        );
-                        true
-                    }
-                    Ok(Some(Err(e))) => {
-                        let e = ApiError::from(e);
-                        w.error(e.code, &e.message, &mut out);
-                        true
-                    }
-                    Err(_) => {
-                        w.error("request_timeout", "the request timed out", &mut out);
-                        true
-                    }
-                };
-                Some((out, (events, w, done, lease)))
-            }
-        },
-    );
-    let body = futures::stream::iter(start)
-        .chain(body.flat_map(futures::stream::iter))
-        .map(Ok::<_, std::convert::Infallible>);
+    let relay = Relay {
+        events,
+        writer,
+        started: false,
+        finished: false,
+        deadline: Box::pin(tokio::time::sleep_until(deadline)),
+        stop: app.stop.clone(),
+        _lease: lease,
+    };
+    let body = futures::stream::unfold(relay, |mut relay| async move {
+        let write = relay.next_write().await?;
+        Some((Ok::<_, std::convert::Infallible>(write), relay))
+    });
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+}
+
+/// Bytes gathered into one write at most, when several events are ready at once (as the chat
+/// ingress's relay does).
+const BATCH_BYTES: usize = 16 << 10;
+
+/// What one streamed answer's body holds between its writes.
+struct Relay {
+    events: std::pin::Pin<Box<dyn Stream<Item = Result<ChatEvent, crate::GatewayError>> + Send>>,
+    writer: Writer,
+    /// `response.created` and `response.in_progress` were written.
+    started: bool,
+    finished: bool,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    stop: tokio_util::sync::CancellationToken,
+    _lease: Option<crate::server::auth::limits::KeyLease>,
+}
+
+impl Relay {
+    /// Appends the frames of one item of the governed stream (`None`: it ended).
+    fn encode(&mut self, next: Option<Result<ChatEvent, crate::GatewayError>>, out: &mut BytesMut) {
+        self.finished = match next {
+            Some(Ok(ev)) => self.writer.event(ev, out),
+            None => {
+                let w = &mut self.writer;
+                w.error("server_error", "the stream ended without an answer", out);
+                true
+            }
+            Some(Err(e)) => {
+                let e = ApiError::from(e);
+                self.writer.error(e.code, &e.message, out);
+                true
+            }
+        };
+    }
+
+    /// The next write: every frame ready now, waiting for one at least.
+    async fn next_write(&mut self) -> Option<Bytes> {
+        if self.finished {
+            return None;
+        }
+        let mut out = BytesMut::with_capacity(1024);
+        if !self.started {
+            self.started = true;
+            self.writer.start(&mut out);
+        }
+        let next = tokio::select! {
+            biased;
+            next = self.events.next() => next,
+            () = self.stop.cancelled() => Some(Err(crate::GatewayError::Shutdown(
+                "the server's drain timeout passed".into()))),
+            () = &mut self.deadline => {
+                self.finished = true;
+                self.writer.error("request_timeout", "the request timed out", &mut out);
+                return Some(out.freeze());
+            }
+        };
+        self.encode(next, &mut out);
+        // Events already waiting go out in the same write: fewer frames for hyper and the
+        // client, no added wait (only what is ready is taken).
+        while !self.finished && out.len() < BATCH_BYTES {
+            match self.events.next().now_or_never() {
+                Some(next) => self.encode(next, &mut out),
+                None => break,
+            }
+        }
+        Some(out.freeze())
+    }
+}
+
+/// An event's data with its `sequence_number` and `type`, written among the data's own keys in
+/// sorted order (as a `serde_json::Value` writes them).
+struct Tagged<'a> {
+    data: &'a Map<String, Value>,
+    seq: u64,
+    kind: &'a str,
+}
+
+impl Serialize for Tagged<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.data.len() + 2))?;
+        // 0: both to write, 1: `type` to write, 2: both written.
+        let mut written = 0;
+        for (k, v) in self.data {
+            if written == 0 && k.as_str() > "sequence_number" {
+                map.serialize_entry("sequence_number", &self.seq)?;
+                written = 1;
+            }
+            if written == 1 && k.as_str() > "type" {
+                map.serialize_entry("type", self.kind)?;
+                written = 2;
+            }
+            map.serialize_entry(k, v)?;
+        }
+        if written == 0 {
+            map.serialize_entry("sequence_number", &self.seq)?;
+        }
+        if written < 2 {
+            map.serialize_entry("type", self.kind)?;
+        }
+        map.end()
+    }
+}
+
+/// `response.output_text.delta` (fields in sorted order, as a `Value` writes them).
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    content_index: u8,
+    delta: &'a str,
+    item_id: &'a str,
+    logprobs: [(); 0],
+    output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.reasoning_summary_text.delta`.
+#[derive(Serialize)]
+struct SummaryDelta<'a> {
+    delta: &'a str,
+    item_id: &'a str,
+    output_index: u64,
+    sequence_number: u64,
+    summary_index: u8,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.function_call_arguments.delta`.
+#[derive(Serialize)]
+struct ArgumentsDelta<'a> {
+    delta: &'a str,
+    item_id: &'a str,
+    output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+fn frame(out: &mut BytesMut, kind: &str, data: &impl Serialize) {
+    out.put_slice(b"event: ");
+    out.put_slice(kind.as_bytes());
+    out.put_slice(b"\ndata: ");
+    // Serialising maps of strings and numbers cannot fail.
+    let _ = serde_json::to_writer((&mut *out).writer(), data);
+    out.put_slice(b"\n\n");
 }
 
 /// The item open in a stream and what it has gathered.
@@ -466,18 +579,44 @@ struct Writer {
 }
 
 impl Writer {
-    fn emit(&mut self, kind: &str, mut data: Value, out: &mut Vec<Bytes>) {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.seq);
+    fn emit(&mut self, kind: &str, data: Value, out: &mut BytesMut) {
+        let empty = Map::new();
+        let data = match &data {
+            Value::Object(map) => map,
+            _ => &empty,
+        };
+        let seq = self.next_seq();
+        frame(out, kind, &Tagged { data, seq, kind });
+    }
+
+    fn next_seq(&mut self) -> u64 {
         self.seq += 1;
-        out.push(Bytes::from(format!("event: {kind}\ndata: {data}\n\n")));
+        self.seq - 1
+    }
+
+    /// `response.created` and `response.in_progress`: the response in progress, written once
+    /// and sent in both.
+    fn start(&mut self, out: &mut BytesMut) {
+        let head = response_json(&self.id, &self.model, self.created, None).to_string();
+        for kind in ["response.created", "response.in_progress"] {
+            let seq = self.next_seq();
+            out.put_slice(b"event: ");
+            out.put_slice(kind.as_bytes());
+            out.put_slice(b"\ndata: {\"response\":");
+            out.put_slice(head.as_bytes());
+            out.put_slice(b",\"sequence_number\":");
+            out.put_slice(seq.to_string().as_bytes());
+            out.put_slice(b",\"type\":\"");
+            out.put_slice(kind.as_bytes());
+            out.put_slice(b"\"}\n\n");
+        }
     }
 
     fn output_index(&self) -> u64 {
         self.items - 1
     }
 
-    fn close(&mut self, out: &mut Vec<Bytes>) {
+    fn close(&mut self, out: &mut BytesMut) {
         let Some(item) = self.open.take() else { return };
         let oi = self.output_index();
         match item {
@@ -532,7 +671,7 @@ impl Writer {
         }
     }
 
-    fn open(&mut self, item: Item, added: Value, out: &mut Vec<Bytes>) {
+    fn open(&mut self, item: Item, added: Value, out: &mut BytesMut) {
         self.close(out);
         self.items += 1;
         let oi = self.output_index();
@@ -545,7 +684,7 @@ impl Writer {
     }
 
     /// One canonical event; true when the stream is over.
-    fn event(&mut self, ev: ChatEvent, out: &mut Vec<Bytes>) -> bool {
+    fn event(&mut self, ev: ChatEvent, out: &mut BytesMut) -> bool {
         match ev {
             ChatEvent::Reasoning(t) => {
                 if !matches!(self.open, Some(Item::Reasoning { .. })) {
@@ -566,11 +705,20 @@ impl Writer {
                     );
                 }
                 let oi = self.output_index();
+                let seq = self.seq;
                 if let Some(Item::Reasoning { id, text }) = &mut self.open {
                     text.push_str(&t);
-                    let d = json!({"item_id": id, "output_index": oi, "summary_index": 0,
-                                   "delta": t});
-                    self.emit("response.reasoning_summary_text.delta", d, out);
+                    let kind = "response.reasoning_summary_text.delta";
+                    let d = SummaryDelta {
+                        delta: &t,
+                        item_id: id,
+                        output_index: oi,
+                        sequence_number: seq,
+                        summary_index: 0,
+                        kind,
+                    };
+                    frame(out, kind, &d);
+                    self.seq += 1;
                 }
             }
             ChatEvent::Content(t) | ChatEvent::Refusal(t) => {
@@ -594,11 +742,21 @@ impl Writer {
                     );
                 }
                 let oi = self.output_index();
+                let seq = self.seq;
                 if let Some(Item::Text { id, text }) = &mut self.open {
                     text.push_str(&t);
-                    let d = json!({"item_id": id, "output_index": oi, "content_index": 0,
-                                   "delta": t, "logprobs": []});
-                    self.emit("response.output_text.delta", d, out);
+                    let kind = "response.output_text.delta";
+                    let d = TextDelta {
+                        content_index: 0,
+                        delta: &t,
+                        item_id: id,
+                        logprobs: [],
+                        output_index: oi,
+                        sequence_number: seq,
+                        kind,
+                    };
+                    frame(out, kind, &d);
+                    self.seq += 1;
                 }
             }
             ChatEvent::ToolCall(d) => {
@@ -620,11 +778,20 @@ impl Writer {
                     );
                 }
                 let oi = self.output_index();
+                let seq = self.seq;
                 if let Some(Item::Call { id, args, .. }) = &mut self.open {
                     if !d.arguments.is_empty() {
                         args.push_str(&d.arguments);
-                        let e = json!({"item_id": id, "output_index": oi, "delta": d.arguments});
-                        self.emit("response.function_call_arguments.delta", e, out);
+                        let kind = "response.function_call_arguments.delta";
+                        let e = ArgumentsDelta {
+                            delta: &d.arguments,
+                            item_id: id,
+                            output_index: oi,
+                            sequence_number: seq,
+                            kind,
+                        };
+                        frame(out, kind, &e);
+                        self.seq += 1;
                     }
                 }
             }
@@ -645,7 +812,7 @@ impl Writer {
         false
     }
 
-    fn error(&mut self, code: &str, message: &str, out: &mut Vec<Bytes>) {
+    fn error(&mut self, code: &str, message: &str, out: &mut BytesMut) {
         self.emit(
             "error",
             json!({"code": code, "message": message, "param": Value::Null}),
@@ -679,5 +846,85 @@ mod tests {
         let e = to_canonical(&req).err().unwrap();
         assert_eq!(e.param, Some("previous_response_id"));
         assert!(e.message.contains("whole conversation"));
+    }
+
+    #[test]
+    fn stream_events_are_numbered_and_written_as_a_json_value_writes_them() {
+        let mut w = Writer {
+            id: "abc".into(),
+            model: "LLM".into(),
+            created: 7,
+            seq: 0,
+            open: None,
+            items: 0,
+        };
+        let mut out = BytesMut::new();
+        w.start(&mut out);
+        let mut r = LlmResponse::new("he said \"hi\"");
+        r.thinking = "hm".into();
+        r.tool_calls = vec![ToolCall::function("c1", "w", "{\"a\":1}")];
+        let events = [
+            ChatEvent::Reasoning("hm".into()),
+            ChatEvent::Content("he said ".into()),
+            ChatEvent::Content("\"hi\"".into()),
+            ChatEvent::ToolCall(crate::types::ToolCallDelta {
+                index: 0,
+                id: Some("c1".into()),
+                name: Some("w".into()),
+                arguments: "{\"a\"".into(),
+                ..Default::default()
+            }),
+            ChatEvent::ToolCall(crate::types::ToolCallDelta {
+                index: 0,
+                arguments: ":1}".into(),
+                ..Default::default()
+            }),
+        ];
+        for ev in events {
+            assert!(!w.event(ev, &mut out));
+        }
+        assert!(w.event(ChatEvent::Done(Box::new(r)), &mut out));
+        w.error("server_error", "x", &mut out);
+        let text = std::str::from_utf8(&out).unwrap();
+        let frames: Vec<(&str, Value)> = text
+            .split_terminator("\n\n")
+            .map(|f| {
+                let (event, data) = f.split_once('\n').unwrap();
+                let data = data.strip_prefix("data: ").unwrap();
+                let v: Value = serde_json::from_str(data).unwrap();
+                // Byte for byte what a `Value` of the event writes (sorted keys).
+                assert_eq!(v.to_string(), data);
+                (event.strip_prefix("event: ").unwrap(), v)
+            })
+            .collect();
+        for (n, (event, v)) in frames.iter().enumerate() {
+            assert_eq!(v["type"], *event);
+            assert_eq!(v["sequence_number"], n as u64, "{v}");
+        }
+        let (created, in_progress) = (&frames[0].1, &frames[1].1);
+        assert_eq!(created["response"], in_progress["response"]);
+        assert_eq!(created["response"]["status"], "in_progress");
+        assert_eq!(created["response"]["id"], "resp_abc");
+        let deltas: Vec<&Value> = frames
+            .iter()
+            .filter(|(e, _)| *e == "response.output_text.delta")
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(deltas.len(), 2);
+        assert_eq!(deltas[1]["delta"], "\"hi\"");
+        assert_eq!(deltas[1]["logprobs"], json!([]));
+        assert_eq!(deltas[1]["content_index"], 0);
+        assert!(frames
+            .iter()
+            .any(|(e, v)| *e == "response.reasoning_summary_text.delta"
+                && v["summary_index"] == 0
+                && v["delta"] == "hm"));
+        assert!(frames
+            .iter()
+            .any(|(e, v)| *e == "response.function_call_arguments.delta" && v["delta"] == ":1}"));
+        let (last, error) = (&frames[frames.len() - 2], &frames[frames.len() - 1]);
+        assert_eq!(last.0, "response.completed");
+        assert_eq!(last.1["response"]["output"].as_array().unwrap().len(), 3);
+        assert_eq!(error.1["code"], "server_error");
     }
 }
