@@ -236,68 +236,291 @@ pub(crate) fn to_canonical(req: &Value) -> Result<Canonical, ApiError> {
     })
 }
 
-/// The Responses `usage` of an answer.
-pub(crate) fn usage(r: &LlmResponse) -> Value {
-    json!({
-        "input_tokens": r.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": r.cached_prompt_tokens.unwrap_or(0)},
-        "output_tokens": r.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": r.reasoning_tokens.unwrap_or(0)},
-        "total_tokens": r.prompt_tokens + r.completion_tokens,
-    })
+/// `[]` or `[x]`.
+struct Seq01<T>(Option<T>);
+
+impl<T: Serialize> Serialize for Seq01<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(usize::from(self.0.is_some())))?;
+        if let Some(x) = &self.0 {
+            seq.serialize_element(x)?;
+        }
+        seq.end()
+    }
 }
 
-fn message_item(id: &str, text: &str) -> Value {
-    json!({"type": "message", "id": id, "status": "completed", "role": "assistant",
-           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+/// `{}`.
+#[derive(Serialize)]
+struct Empty {}
+
+// The Responses objects and events below list their fields in sorted order: the order a
+// `serde_json::Value` writes them in, so the bytes are what a `Value` of them would write
+// (the tests compare both).
+
+/// A reasoning item's summary part.
+#[derive(Serialize)]
+struct SummaryText<'a> {
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
-fn call_item(id: &str, call: &ToolCall) -> Value {
-    json!({"type": "function_call", "id": id, "call_id": call.id, "name": call.function.name,
-           "arguments": call.function.arguments, "status": "completed"})
+impl<'a> SummaryText<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            kind: "summary_text",
+        }
+    }
 }
 
-fn reasoning_item(id: &str, text: &str) -> Value {
-    json!({"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": text}]})
+/// A message item's text part.
+#[derive(Serialize)]
+struct OutputText<'a> {
+    annotations: [(); 0],
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
-/// The output items of an answer: reasoning, the message, function calls.
+impl<'a> OutputText<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            annotations: [],
+            text,
+            kind: "output_text",
+        }
+    }
+}
+
+/// An output item: whole, or as `response.output_item.added` shows it (in progress, empty).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum OutputItem<'a> {
+    Reasoning {
+        id: &'a str,
+        summary: Seq01<SummaryText<'a>>,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Message {
+        content: Seq01<OutputText<'a>>,
+        id: &'a str,
+        role: &'static str,
+        status: &'static str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Call {
+        arguments: &'a str,
+        call_id: &'a str,
+        id: &'a str,
+        name: &'a str,
+        status: &'static str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+}
+
+impl<'a> OutputItem<'a> {
+    /// A reasoning item, with its summary once it is done.
+    fn reasoning(id: &'a str, summary: Option<&'a str>) -> Self {
+        Self::Reasoning {
+            id,
+            summary: Seq01(summary.map(SummaryText::new)),
+            kind: "reasoning",
+        }
+    }
+
+    /// A message item, with its text once it is done.
+    fn message(id: &'a str, text: Option<&'a str>) -> Self {
+        Self::Message {
+            status: if text.is_some() {
+                "completed"
+            } else {
+                "in_progress"
+            },
+            content: Seq01(text.map(OutputText::new)),
+            id,
+            role: "assistant",
+            kind: "message",
+        }
+    }
+
+    /// A function call item, with its arguments once it is done.
+    fn call(id: &'a str, call_id: &'a str, name: &'a str, arguments: Option<&'a str>) -> Self {
+        Self::Call {
+            status: if arguments.is_some() {
+                "completed"
+            } else {
+                "in_progress"
+            },
+            arguments: arguments.unwrap_or_default(),
+            call_id,
+            id,
+            name,
+            kind: "function_call",
+        }
+    }
+}
+
+/// The output items of an answer (none while it is in progress): reasoning, the message,
+/// function calls.
+struct Outputs<'a> {
+    id: &'a str,
+    r: Option<&'a LlmResponse>,
+}
+
+impl Serialize for Outputs<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let Some(r) = self.r else {
+            return s.serialize_seq(Some(0))?.end();
+        };
+        let id = self.id;
+        // A `text.format` answer is the ladder's validated JSON, not the raw text it came in.
+        let text = r
+            .structured_data
+            .as_ref()
+            .map_or(std::borrow::Cow::Borrowed(r.content.as_str()), |v| {
+                std::borrow::Cow::Owned(v.to_string())
+            });
+        let message = !text.is_empty() || r.tool_calls.is_empty();
+        let thought = !r.thinking.is_empty();
+        let len = usize::from(thought) + usize::from(message) + r.tool_calls.len();
+        let mut seq = s.serialize_seq(Some(len))?;
+        if thought {
+            seq.serialize_element(&OutputItem::reasoning(
+                &format!("rs_{id}"),
+                Some(&r.thinking),
+            ))?;
+        }
+        if message {
+            seq.serialize_element(&OutputItem::message(&format!("msg_{id}"), Some(&text)))?;
+        }
+        for (i, c) in r.tool_calls.iter().enumerate() {
+            let item_id = format!("fc_{id}_{i}");
+            let call = OutputItem::call(
+                &item_id,
+                &c.id,
+                &c.function.name,
+                Some(&c.function.arguments),
+            );
+            seq.serialize_element(&call)?;
+        }
+        seq.end()
+    }
+}
+
+/// The output items of an answer as values (what `response.output` holds).
+#[cfg(test)]
 pub(crate) fn output_items(id: &str, r: &LlmResponse) -> Vec<Value> {
-    let mut out = Vec::new();
-    if !r.thinking.is_empty() {
-        out.push(reasoning_item(&format!("rs_{id}"), &r.thinking));
+    match serde_json::to_value(Outputs { id, r: Some(r) }) {
+        Ok(Value::Array(items)) => items,
+        _ => Vec::new(),
     }
-    // A `text.format` answer is the ladder's validated JSON, not the raw text it came in.
-    let text = r
-        .structured_data
-        .as_ref()
-        .map_or_else(|| r.content.clone(), Value::to_string);
-    if !text.is_empty() || r.tool_calls.is_empty() {
-        out.push(message_item(&format!("msg_{id}"), &text));
+}
+
+/// The Responses `usage` of an answer.
+#[derive(Serialize)]
+struct Usage {
+    input_tokens: u64,
+    input_tokens_details: CachedTokens,
+    output_tokens: u64,
+    output_tokens_details: ReasoningTokens,
+    total_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct CachedTokens {
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct ReasoningTokens {
+    reasoning_tokens: u64,
+}
+
+impl Usage {
+    fn of(r: &LlmResponse) -> Self {
+        Self {
+            input_tokens: r.prompt_tokens,
+            input_tokens_details: CachedTokens {
+                cached_tokens: r.cached_prompt_tokens.unwrap_or(0),
+            },
+            output_tokens: r.completion_tokens,
+            output_tokens_details: ReasoningTokens {
+                reasoning_tokens: r.reasoning_tokens.unwrap_or(0),
+            },
+            total_tokens: r.prompt_tokens + r.completion_tokens,
+        }
     }
-    for (i, c) in r.tool_calls.iter().enumerate() {
-        out.push(call_item(&format!("fc_{id}_{i}"), c));
-    }
-    out
+}
+
+#[derive(Serialize)]
+struct Incomplete {
+    reason: &'static str,
+}
+
+/// The `response` object.
+#[derive(Serialize)]
+struct ResponseObject<'a> {
+    created_at: u64,
+    error: Option<()>,
+    #[serde(serialize_with = "response_id")]
+    id: &'a str,
+    incomplete_details: Option<Incomplete>,
+    metadata: Empty,
+    model: &'a str,
+    object: &'static str,
+    output: Outputs<'a>,
+    parallel_tool_calls: bool,
+    status: &'static str,
+    store: bool,
+    tool_choice: &'static str,
+    tools: [(); 0],
+    usage: Option<Usage>,
+}
+
+fn response_id<S: serde::Serializer>(id: &&str, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("resp_{id}"))
 }
 
 /// The `response` object; `r` is `None` while it is in progress.
-fn response_json(id: &str, model: &str, created: u64, r: Option<&LlmResponse>) -> Value {
-    let (status, incomplete) = match r.and_then(|r| r.finish_reason.as_deref()) {
-        _ if r.is_none() => ("in_progress", Value::Null),
-        Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
-        Some("content_filter") => ("incomplete", json!({"reason": "content_filter"})),
-        _ => ("completed", Value::Null),
+fn response_object<'a>(
+    id: &'a str,
+    model: &'a str,
+    created: u64,
+    r: Option<&'a LlmResponse>,
+) -> ResponseObject<'a> {
+    let (status, incomplete) = match r.map(|r| r.finish_reason.as_deref()) {
+        None => ("in_progress", None),
+        Some(Some("length")) => ("incomplete", Some("max_output_tokens")),
+        Some(Some("content_filter")) => ("incomplete", Some("content_filter")),
+        Some(_) => ("completed", None),
     };
-    json!({
-        "id": format!("resp_{id}"), "object": "response", "created_at": created,
-        "status": status, "model": model, "error": Value::Null,
-        "incomplete_details": incomplete,
-        "output": r.map(|r| output_items(id, r)).unwrap_or_default(),
-        "usage": r.map(usage),
-        "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "store": false,
-        "metadata": {},
-    })
+    ResponseObject {
+        created_at: created,
+        error: None,
+        id,
+        incomplete_details: incomplete.map(|reason| Incomplete { reason }),
+        metadata: Empty {},
+        model,
+        object: "response",
+        output: Outputs { id, r },
+        parallel_tool_calls: true,
+        status,
+        store: false,
+        tool_choice: "auto",
+        tools: [],
+        usage: r.map(Usage::of),
+    }
+}
+
+/// The `response` object as a value.
+fn response_json(id: &str, model: &str, created: u64, r: Option<&LlmResponse>) -> Value {
+    serde_json::to_value(response_object(id, model, created, r)).unwrap_or_default()
 }
 
 async fn create(
@@ -469,42 +692,50 @@ impl Relay {
     }
 }
 
-/// An event's data with its `sequence_number` and `type`, written among the data's own keys in
-/// sorted order (as a `serde_json::Value` writes them).
-struct Tagged<'a> {
-    data: &'a Map<String, Value>,
-    seq: u64,
-    kind: &'a str,
+/// `response.created`, `.in_progress`, `.completed`, `.incomplete`.
+#[derive(Serialize)]
+struct ResponseEvent<'a> {
+    response: &'a ResponseObject<'a>,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
-impl Serialize for Tagged<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut map = s.serialize_map(Some(self.data.len() + 2))?;
-        // 0: both to write, 1: `type` to write, 2: both written.
-        let mut written = 0;
-        for (k, v) in self.data {
-            if written == 0 && k.as_str() > "sequence_number" {
-                map.serialize_entry("sequence_number", &self.seq)?;
-                written = 1;
-            }
-            if written == 1 && k.as_str() > "type" {
-                map.serialize_entry("type", self.kind)?;
-                written = 2;
-            }
-            map.serialize_entry(k, v)?;
-        }
-        if written == 0 {
-            map.serialize_entry("sequence_number", &self.seq)?;
-        }
-        if written < 2 {
-            map.serialize_entry("type", self.kind)?;
-        }
-        map.end()
-    }
+/// `response.output_item.added` and `.done`.
+#[derive(Serialize)]
+struct ItemEvent<'a> {
+    item: OutputItem<'a>,
+    output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
-/// `response.output_text.delta` (fields in sorted order, as a `Value` writes them).
+/// `response.content_part.added` and `.done`.
+#[derive(Serialize)]
+struct ContentPartEvent<'a> {
+    content_index: u8,
+    item_id: &'a str,
+    output_index: u64,
+    part: OutputText<'a>,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.reasoning_summary_part.added` and `.done`.
+#[derive(Serialize)]
+struct SummaryPartEvent<'a> {
+    item_id: &'a str,
+    output_index: u64,
+    part: SummaryText<'a>,
+    sequence_number: u64,
+    summary_index: u8,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.output_text.delta`.
 #[derive(Serialize)]
 struct TextDelta<'a> {
     content_index: u8,
@@ -513,6 +744,19 @@ struct TextDelta<'a> {
     logprobs: [(); 0],
     output_index: u64,
     sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.output_text.done`.
+#[derive(Serialize)]
+struct TextDone<'a> {
+    content_index: u8,
+    item_id: &'a str,
+    logprobs: [(); 0],
+    output_index: u64,
+    sequence_number: u64,
+    text: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
 }
@@ -529,12 +773,47 @@ struct SummaryDelta<'a> {
     kind: &'static str,
 }
 
+/// `response.reasoning_summary_text.done`.
+#[derive(Serialize)]
+struct SummaryDone<'a> {
+    item_id: &'a str,
+    output_index: u64,
+    sequence_number: u64,
+    summary_index: u8,
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
 /// `response.function_call_arguments.delta`.
 #[derive(Serialize)]
 struct ArgumentsDelta<'a> {
     delta: &'a str,
     item_id: &'a str,
     output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.function_call_arguments.done`.
+#[derive(Serialize)]
+struct ArgumentsDone<'a> {
+    arguments: &'a str,
+    item_id: &'a str,
+    name: &'a str,
+    output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `error`.
+#[derive(Serialize)]
+struct ErrorEvent<'a> {
+    code: &'a str,
+    message: &'a str,
+    param: Option<()>,
     sequence_number: u64,
     #[serde(rename = "type")]
     kind: &'static str,
@@ -579,36 +858,22 @@ struct Writer {
 }
 
 impl Writer {
-    fn emit(&mut self, kind: &str, data: Value, out: &mut BytesMut) {
-        let empty = Map::new();
-        let data = match &data {
-            Value::Object(map) => map,
-            _ => &empty,
-        };
-        let seq = self.next_seq();
-        frame(out, kind, &Tagged { data, seq, kind });
-    }
-
     fn next_seq(&mut self) -> u64 {
         self.seq += 1;
         self.seq - 1
     }
 
-    /// `response.created` and `response.in_progress`: the response in progress, written once
-    /// and sent in both.
+    /// `response.created` and `response.in_progress`: the response in progress.
     fn start(&mut self, out: &mut BytesMut) {
-        let head = response_json(&self.id, &self.model, self.created, None).to_string();
         for kind in ["response.created", "response.in_progress"] {
-            let seq = self.next_seq();
-            out.put_slice(b"event: ");
-            out.put_slice(kind.as_bytes());
-            out.put_slice(b"\ndata: {\"response\":");
-            out.put_slice(head.as_bytes());
-            out.put_slice(b",\"sequence_number\":");
-            out.put_slice(seq.to_string().as_bytes());
-            out.put_slice(b",\"type\":\"");
-            out.put_slice(kind.as_bytes());
-            out.put_slice(b"\"}\n\n");
+            let sequence_number = self.next_seq();
+            let response = response_object(&self.id, &self.model, self.created, None);
+            let event = ResponseEvent {
+                response: &response,
+                sequence_number,
+                kind,
+            };
+            frame(out, kind, &event);
         }
     }
 
@@ -616,38 +881,69 @@ impl Writer {
         self.items - 1
     }
 
+    fn item_event(&mut self, kind: &'static str, item: OutputItem<'_>, out: &mut BytesMut) {
+        let event = ItemEvent {
+            item,
+            output_index: self.output_index(),
+            sequence_number: self.seq,
+            kind,
+        };
+        frame(out, kind, &event);
+        self.seq += 1;
+    }
+
     fn close(&mut self, out: &mut BytesMut) {
         let Some(item) = self.open.take() else { return };
-        let oi = self.output_index();
-        match item {
+        let output_index = self.output_index();
+        match &item {
             Item::Reasoning { id, text } => {
-                let at = json!({"item_id": id, "output_index": oi, "summary_index": 0});
-                let mut d = at.clone();
-                d["text"] = json!(text);
-                self.emit("response.reasoning_summary_text.done", d, out);
-                let mut d = at;
-                d["part"] = json!({"type": "summary_text", "text": text});
-                self.emit("response.reasoning_summary_part.done", d, out);
-                self.emit(
-                    "response.output_item.done",
-                    json!({"output_index": oi, "item": reasoning_item(&id, &text)}),
-                    out,
-                );
+                let kind = "response.reasoning_summary_text.done";
+                let done = SummaryDone {
+                    item_id: id,
+                    output_index,
+                    sequence_number: self.next_seq(),
+                    summary_index: 0,
+                    text,
+                    kind,
+                };
+                frame(out, kind, &done);
+                let kind = "response.reasoning_summary_part.done";
+                let done = SummaryPartEvent {
+                    item_id: id,
+                    output_index,
+                    part: SummaryText::new(text),
+                    sequence_number: self.next_seq(),
+                    summary_index: 0,
+                    kind,
+                };
+                frame(out, kind, &done);
+                let item = OutputItem::reasoning(id, Some(text));
+                self.item_event("response.output_item.done", item, out);
             }
             Item::Text { id, text } => {
-                let at = json!({"item_id": id, "output_index": oi, "content_index": 0});
-                let mut d = at.clone();
-                d["text"] = json!(text);
-                d["logprobs"] = json!([]);
-                self.emit("response.output_text.done", d, out);
-                let mut d = at;
-                d["part"] = json!({"type": "output_text", "text": text, "annotations": []});
-                self.emit("response.content_part.done", d, out);
-                self.emit(
-                    "response.output_item.done",
-                    json!({"output_index": oi, "item": message_item(&id, &text)}),
-                    out,
-                );
+                let kind = "response.output_text.done";
+                let done = TextDone {
+                    content_index: 0,
+                    item_id: id,
+                    logprobs: [],
+                    output_index,
+                    sequence_number: self.next_seq(),
+                    text,
+                    kind,
+                };
+                frame(out, kind, &done);
+                let kind = "response.content_part.done";
+                let done = ContentPartEvent {
+                    content_index: 0,
+                    item_id: id,
+                    output_index,
+                    part: OutputText::new(text),
+                    sequence_number: self.next_seq(),
+                    kind,
+                };
+                frame(out, kind, &done);
+                let item = OutputItem::message(id, Some(text));
+                self.item_event("response.output_item.done", item, out);
             }
             Item::Call {
                 id,
@@ -656,30 +952,70 @@ impl Writer {
                 args,
                 ..
             } => {
-                self.emit(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": oi, "name": name, "arguments": args}),
-                    out,
-                );
-                let call = ToolCall::function(call_id, name, args);
-                self.emit(
-                    "response.output_item.done",
-                    json!({"output_index": oi, "item": call_item(&id, &call)}),
-                    out,
-                );
+                let kind = "response.function_call_arguments.done";
+                let done = ArgumentsDone {
+                    arguments: args,
+                    item_id: id,
+                    name,
+                    output_index,
+                    sequence_number: self.next_seq(),
+                    kind,
+                };
+                frame(out, kind, &done);
+                let item = OutputItem::call(id, call_id, name, Some(args));
+                self.item_event("response.output_item.done", item, out);
             }
         }
     }
 
-    fn open(&mut self, item: Item, added: Value, out: &mut BytesMut) {
+    /// Closes the open item and opens `item`: `response.output_item.added`, and the added
+    /// part of a message or reasoning item.
+    fn open(&mut self, item: Item, out: &mut BytesMut) {
         self.close(out);
         self.items += 1;
-        let oi = self.output_index();
-        self.emit(
-            "response.output_item.added",
-            json!({"output_index": oi, "item": added}),
-            out,
-        );
+        let output_index = self.output_index();
+        match &item {
+            Item::Reasoning { id, .. } => {
+                self.item_event(
+                    "response.output_item.added",
+                    OutputItem::reasoning(id, None),
+                    out,
+                );
+                let kind = "response.reasoning_summary_part.added";
+                let added = SummaryPartEvent {
+                    item_id: id,
+                    output_index,
+                    part: SummaryText::new(""),
+                    sequence_number: self.next_seq(),
+                    summary_index: 0,
+                    kind,
+                };
+                frame(out, kind, &added);
+            }
+            Item::Text { id, .. } => {
+                self.item_event(
+                    "response.output_item.added",
+                    OutputItem::message(id, None),
+                    out,
+                );
+                let kind = "response.content_part.added";
+                let added = ContentPartEvent {
+                    content_index: 0,
+                    item_id: id,
+                    output_index,
+                    part: OutputText::new(""),
+                    sequence_number: self.next_seq(),
+                    kind,
+                };
+                frame(out, kind, &added);
+            }
+            Item::Call {
+                id, call_id, name, ..
+            } => {
+                let added = OutputItem::call(id, call_id, name, None);
+                self.item_event("response.output_item.added", added, out);
+            }
+        }
         self.open = Some(item);
     }
 
@@ -689,31 +1025,22 @@ impl Writer {
             ChatEvent::Reasoning(t) => {
                 if !matches!(self.open, Some(Item::Reasoning { .. })) {
                     let id = format!("rs_{}_{}", self.id, self.items);
-                    self.open(
-                        Item::Reasoning {
-                            id: id.clone(),
-                            text: String::new(),
-                        },
-                        json!({"type": "reasoning", "id": id, "summary": []}),
-                        out,
-                    );
-                    self.emit(
-                        "response.reasoning_summary_part.added",
-                        json!({"item_id": id, "output_index": self.output_index(),
-                               "summary_index": 0, "part": {"type": "summary_text", "text": ""}}),
-                        out,
-                    );
+                    let item = Item::Reasoning {
+                        id,
+                        text: String::new(),
+                    };
+                    self.open(item, out);
                 }
-                let oi = self.output_index();
-                let seq = self.seq;
+                let output_index = self.output_index();
+                let sequence_number = self.seq;
                 if let Some(Item::Reasoning { id, text }) = &mut self.open {
                     text.push_str(&t);
                     let kind = "response.reasoning_summary_text.delta";
                     let d = SummaryDelta {
                         delta: &t,
                         item_id: id,
-                        output_index: oi,
-                        sequence_number: seq,
+                        output_index,
+                        sequence_number,
                         summary_index: 0,
                         kind,
                     };
@@ -724,25 +1051,14 @@ impl Writer {
             ChatEvent::Content(t) | ChatEvent::Refusal(t) => {
                 if !matches!(self.open, Some(Item::Text { .. })) {
                     let id = format!("msg_{}_{}", self.id, self.items);
-                    self.open(
-                        Item::Text {
-                            id: id.clone(),
-                            text: String::new(),
-                        },
-                        json!({"type": "message", "id": id, "status": "in_progress",
-                               "role": "assistant", "content": []}),
-                        out,
-                    );
-                    self.emit(
-                        "response.content_part.added",
-                        json!({"item_id": id, "output_index": self.output_index(),
-                               "content_index": 0,
-                               "part": {"type": "output_text", "text": "", "annotations": []}}),
-                        out,
-                    );
+                    let item = Item::Text {
+                        id,
+                        text: String::new(),
+                    };
+                    self.open(item, out);
                 }
-                let oi = self.output_index();
-                let seq = self.seq;
+                let output_index = self.output_index();
+                let sequence_number = self.seq;
                 if let Some(Item::Text { id, text }) = &mut self.open {
                     text.push_str(&t);
                     let kind = "response.output_text.delta";
@@ -751,8 +1067,8 @@ impl Writer {
                         delta: &t,
                         item_id: id,
                         logprobs: [],
-                        output_index: oi,
-                        sequence_number: seq,
+                        output_index,
+                        sequence_number,
                         kind,
                     };
                     frame(out, kind, &d);
@@ -761,24 +1077,17 @@ impl Writer {
             }
             ChatEvent::ToolCall(d) => {
                 if !matches!(&self.open, Some(Item::Call { index, .. }) if *index == d.index) {
-                    let id = format!("fc_{}_{}", self.id, self.items);
-                    let call_id = d.id.clone().unwrap_or_default();
-                    let name = d.name.clone().unwrap_or_default();
-                    self.open(
-                        Item::Call {
-                            index: d.index,
-                            id: id.clone(),
-                            call_id: call_id.clone(),
-                            name: name.clone(),
-                            args: String::new(),
-                        },
-                        json!({"type": "function_call", "id": id, "call_id": call_id,
-                               "name": name, "arguments": "", "status": "in_progress"}),
-                        out,
-                    );
+                    let item = Item::Call {
+                        index: d.index,
+                        id: format!("fc_{}_{}", self.id, self.items),
+                        call_id: d.id.clone().unwrap_or_default(),
+                        name: d.name.clone().unwrap_or_default(),
+                        args: String::new(),
+                    };
+                    self.open(item, out);
                 }
-                let oi = self.output_index();
-                let seq = self.seq;
+                let output_index = self.output_index();
+                let sequence_number = self.seq;
                 if let Some(Item::Call { id, args, .. }) = &mut self.open {
                     if !d.arguments.is_empty() {
                         args.push_str(&d.arguments);
@@ -786,8 +1095,8 @@ impl Writer {
                         let e = ArgumentsDelta {
                             delta: &d.arguments,
                             item_id: id,
-                            output_index: oi,
-                            sequence_number: seq,
+                            output_index,
+                            sequence_number,
                             kind,
                         };
                         frame(out, kind, &e);
@@ -799,13 +1108,19 @@ impl Writer {
             ChatEvent::ThinkingSignature(_) => {}
             ChatEvent::Done(r) => {
                 self.close(out);
-                let done = response_json(&self.id, &self.model, self.created, Some(&r));
-                let kind = if done["status"] == "incomplete" {
+                let sequence_number = self.next_seq();
+                let response = response_object(&self.id, &self.model, self.created, Some(&r));
+                let kind = if response.status == "incomplete" {
                     "response.incomplete"
                 } else {
                     "response.completed"
                 };
-                self.emit(kind, json!({"response": done}), out);
+                let event = ResponseEvent {
+                    response: &response,
+                    sequence_number,
+                    kind,
+                };
+                frame(out, kind, &event);
                 return true;
             }
         }
@@ -813,11 +1128,14 @@ impl Writer {
     }
 
     fn error(&mut self, code: &str, message: &str, out: &mut BytesMut) {
-        self.emit(
-            "error",
-            json!({"code": code, "message": message, "param": Value::Null}),
-            out,
-        );
+        let event = ErrorEvent {
+            code,
+            message,
+            param: None,
+            sequence_number: self.next_seq(),
+            kind: "error",
+        };
+        frame(out, "error", &event);
     }
 }
 
@@ -926,5 +1244,115 @@ mod tests {
         assert_eq!(last.0, "response.completed");
         assert_eq!(last.1["response"]["output"].as_array().unwrap().len(), 3);
         assert_eq!(error.1["code"], "server_error");
+    }
+
+    /// The `Value` builders the typed objects replaced, kept as the reference they must equal.
+    mod reference {
+        use super::*;
+
+        /// The Responses `usage` of an answer (the `Value` shapes the typed writer replaced).
+        fn usage(r: &LlmResponse) -> Value {
+            json!({
+                "input_tokens": r.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": r.cached_prompt_tokens.unwrap_or(0)},
+                "output_tokens": r.completion_tokens,
+                "output_tokens_details": {"reasoning_tokens": r.reasoning_tokens.unwrap_or(0)},
+                "total_tokens": r.prompt_tokens + r.completion_tokens,
+            })
+        }
+
+        fn message_item(id: &str, text: &str) -> Value {
+            json!({"type": "message", "id": id, "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        }
+
+        fn call_item(id: &str, call: &ToolCall) -> Value {
+            json!({"type": "function_call", "id": id, "call_id": call.id, "name": call.function.name,
+               "arguments": call.function.arguments, "status": "completed"})
+        }
+
+        fn reasoning_item(id: &str, text: &str) -> Value {
+            json!({"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": text}]})
+        }
+
+        /// The output items of an answer: reasoning, the message, function calls.
+        pub(super) fn output_items(id: &str, r: &LlmResponse) -> Vec<Value> {
+            let mut out = Vec::new();
+            if !r.thinking.is_empty() {
+                out.push(reasoning_item(&format!("rs_{id}"), &r.thinking));
+            }
+            // A `text.format` answer is the ladder's validated JSON, not the raw text it came in.
+            let text = r
+                .structured_data
+                .as_ref()
+                .map_or_else(|| r.content.clone(), Value::to_string);
+            if !text.is_empty() || r.tool_calls.is_empty() {
+                out.push(message_item(&format!("msg_{id}"), &text));
+            }
+            for (i, c) in r.tool_calls.iter().enumerate() {
+                out.push(call_item(&format!("fc_{id}_{i}"), c));
+            }
+            out
+        }
+
+        /// The `response` object; `r` is `None` while it is in progress.
+        pub(super) fn response_json(
+            id: &str,
+            model: &str,
+            created: u64,
+            r: Option<&LlmResponse>,
+        ) -> Value {
+            let (status, incomplete) = match r.and_then(|r| r.finish_reason.as_deref()) {
+                _ if r.is_none() => ("in_progress", Value::Null),
+                Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
+                Some("content_filter") => ("incomplete", json!({"reason": "content_filter"})),
+                _ => ("completed", Value::Null),
+            };
+            json!({
+                "id": format!("resp_{id}"), "object": "response", "created_at": created,
+                "status": status, "model": model, "error": Value::Null,
+                "incomplete_details": incomplete,
+                "output": r.map(|r| output_items(id, r)).unwrap_or_default(),
+                "usage": r.map(usage),
+                "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "store": false,
+                "metadata": {},
+            })
+        }
+    }
+
+    fn answers() -> Vec<LlmResponse> {
+        let plain = LlmResponse::new("he said \"hi\"\n");
+        let mut rich = LlmResponse::new("");
+        rich.thinking = "hm…".into();
+        rich.tool_calls = vec![
+            ToolCall::function("c1", "w", "{\"a\":1}"),
+            ToolCall::function("c2", "x", ""),
+        ];
+        rich.prompt_tokens = 120;
+        rich.completion_tokens = 7;
+        rich.cached_prompt_tokens = Some(100);
+        rich.reasoning_tokens = Some(3);
+        let mut cut = LlmResponse::new("partial");
+        cut.finish_reason = Some("length".into());
+        let mut filtered = LlmResponse::new("");
+        filtered.finish_reason = Some("content_filter".into());
+        let mut structured = LlmResponse::new("{ \"raw\": 1 }");
+        structured.structured_data = Some(json!({"b": [1, 2], "a": "x"}));
+        structured.finish_reason = Some("stop".into());
+        vec![plain, rich, cut, filtered, structured]
+    }
+
+    #[test]
+    fn typed_objects_equal_the_value_shapes_byte_for_byte() {
+        let expected = reference::response_json("abc", "LLM", 7, None);
+        let typed = serde_json::to_string(&response_object("abc", "LLM", 7, None)).unwrap();
+        assert_eq!(typed, expected.to_string());
+        for r in answers() {
+            let expected = reference::response_json("abc", "L\"M", 7, Some(&r));
+            let typed = response_object("abc", "L\"M", 7, Some(&r));
+            assert_eq!(serde_json::to_string(&typed).unwrap(), expected.to_string());
+            assert_eq!(response_json("abc", "L\"M", 7, Some(&r)), expected);
+            assert_eq!(output_items("abc", &r), reference::output_items("abc", &r));
+        }
     }
 }
