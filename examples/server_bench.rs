@@ -10,13 +10,17 @@
 //!
 //! ```text
 //! cargo run --release --features server,testkit --example server_bench -- [--calls 20000] [--concurrency 1,64]
+//!     [--ingress-rounds 5] [--ingress-calls 4000] [--only overhead|ingress|sweep]
 //! ```
 //!
 //! One JSON line per configuration (concurrency × streaming): `direct_calls_per_s`,
 //! `server_calls_per_s`, `added_p50_ms`, `added_p99_ms`, `server_cpu_ms_per_call`,
-//! `server_rss_mb`, with the underlying percentiles. Then one line per ingress (`chat`,
-//! `messages`, `responses`): streamed calls per second at the top concurrency and `vs_chat`, the
-//! ratio to the chat ingress on the same source.
+//! `server_rss_mb`, with the underlying percentiles. Then the ingress comparison, paired: each of
+//! `--ingress-rounds` rounds runs streamed calls through the `chat`, `messages` and `responses`
+//! ingresses on the same source, one after another (the order rotating); one line per ingress and
+//! concurrency with its median calls/s and server CPU per call, and `vs_chat` / `cpu_vs_chat`:
+//! the median over rounds of its ratio to the chat ingress in the same round (the target is
+//! `vs_chat` ≥ 0.9 at the top concurrency).
 //!
 //! Then the sustained-load sweep (`--sweep`, default `64,128,256,512,1024`): a second server on a
 //! mock that answers after 20 ms (a real upstream's shape: the server holds every request while
@@ -41,6 +45,14 @@ use serde_json::{json, Value};
 
 const KEY: &str = "pgw-bench-key";
 
+/// The parts of the bench `--only` selects.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Part {
+    Overhead,
+    Ingress,
+    Sweep,
+}
+
 #[derive(Parser)]
 struct Args {
     /// Measured calls per configuration at the highest concurrency (concurrency 1 runs a tenth).
@@ -52,6 +64,16 @@ struct Args {
     /// Concurrency levels of the sustained-load sweep against a 20 ms upstream (empty: none).
     #[arg(long, value_delimiter = ',', default_value = "64,128,256,512,1024")]
     sweep: Vec<usize>,
+    /// Rounds of the ingress comparison (each round runs chat, messages and responses once).
+    #[arg(long, default_value_t = 5)]
+    ingress_rounds: usize,
+    /// Streamed calls per ingress and round at the highest concurrency (concurrency 1 runs a
+    /// quarter).
+    #[arg(long, default_value_t = 4_000)]
+    ingress_calls: usize,
+    /// Run only one part: `overhead` (server vs direct), `ingress` or `sweep`.
+    #[arg(long, value_enum)]
+    only: Option<Part>,
     /// Internal: run the server for MOCK_URL with the keys file KEYS.
     #[arg(long, num_args = 2, value_names = ["MOCK_URL", "KEYS"], hide = true)]
     child: Option<Vec<String>>,
@@ -63,8 +85,14 @@ fn main() {
     match args.child {
         Some(child) => runtime.block_on(serve_child(&child[0], &child[1])),
         None => runtime.block_on(async {
-            bench(args.calls, &args.concurrency).await;
-            if !args.sweep.is_empty() {
+            let runs = |part| args.only.is_none_or(|only| only == part);
+            if runs(Part::Overhead) {
+                bench(args.calls, &args.concurrency).await;
+            }
+            if runs(Part::Ingress) {
+                ingress(args.ingress_calls, &args.concurrency, args.ingress_rounds).await;
+            }
+            if runs(Part::Sweep) && !args.sweep.is_empty() {
                 sweep(&args.sweep).await;
             }
         }),
@@ -114,7 +142,19 @@ struct ChildServer {
 
 impl ChildServer {
     fn start(mock_url: &str, keys: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        // `SERVER_BENCH_CHILD_WRAPPER` runs the server under a profiler, e.g.
+        // `valgrind --tool=callgrind --callgrind-out-file=/tmp/server.%p`.
+        let exe = std::env::current_exe().unwrap();
+        let wrapper = std::env::var("SERVER_BENCH_CHILD_WRAPPER").unwrap_or_default();
+        let mut command = match wrapper.split_whitespace().collect::<Vec<_>>().split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = command
             .args(["--child", mock_url, keys])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -338,8 +378,15 @@ async fn bench(calls: usize, levels: &[usize]) {
             println!("{line}");
         }
     }
-    // Streamed calls through each ingress at the top concurrency, against the chat ingress on
-    // the same source (the target is ≥ 0.9× chat).
+}
+
+/// Streamed calls through each ingress (`chat`, `messages`, `responses`) on the same source,
+/// paired: every round runs each ingress once (the order rotating from round to round), and an
+/// ingress's `vs_chat` is the median over rounds of its calls/s over the chat ingress's in the
+/// same round (`cpu_vs_chat`: the same for the server's CPU per call). One line per ingress and
+/// concurrency.
+async fn ingress(calls: usize, levels: &[usize], rounds: usize) {
+    let (_mock, _dir, server, client) = setup(Duration::ZERO).await;
     let hello = json!([{"role": "user", "content": "hello"}]);
     let ingresses: [(&str, &str, Value, &'static str); 3] = [
         (
@@ -358,23 +405,78 @@ async fn bench(calls: usize, levels: &[usize]) {
             "responses",
             "/v1/responses",
             json!({"model": "LLM", "input": "hello", "stream": true}),
-            "\"type\":\"response.completed\"}",
+            "\"type\":\"response.completed\"",
         ),
     ];
-    let mut chat_rate = None;
-    for (ingress, path, body, end) in ingresses {
-        let url = format!("{}{path}", server.base);
-        let warm = (calls / 10).max(200);
-        run_body(&client, &url, Some(KEY), body.clone(), Some(end), top, warm).await;
-        let m = run_body(&client, &url, Some(KEY), body, Some(end), top, calls).await;
-        let chat = *chat_rate.get_or_insert(m.calls_per_s);
-        let line = json!({
-            "ingress": ingress, "concurrency": top, "stream": true, "calls": calls,
-            "server_calls_per_s": m.calls_per_s.round(),
-            "vs_chat": (m.calls_per_s / chat * 1e3).round() / 1e3,
-            "server_p50_ms": round3(m.p50_ms), "server_p99_ms": round3(m.p99_ms),
-        });
-        println!("{line}");
+    let top = levels.iter().copied().max().unwrap_or(1);
+    let rounds = rounds.max(1);
+    for &concurrency in levels {
+        let n = if concurrency == 1 && top > 1 {
+            (calls / 4).max(200)
+        } else {
+            calls
+        };
+        for (_, path, body, end) in &ingresses {
+            let url = format!("{}{path}", server.base);
+            let warm = (n / 5).max(100);
+            run_body(
+                &client,
+                &url,
+                Some(KEY),
+                body.clone(),
+                Some(end),
+                concurrency,
+                warm,
+            )
+            .await;
+        }
+        // Per ingress, per round: calls/s, CPU µs per call, p50, p99.
+        let mut seen = vec![Vec::new(); ingresses.len()];
+        for round in 0..rounds {
+            for k in 0..ingresses.len() {
+                let i = (k + round) % ingresses.len();
+                let (_, path, body, end) = &ingresses[i];
+                let url = format!("{}{path}", server.base);
+                let cpu_before = server.cpu_s();
+                let m = run_body(
+                    &client,
+                    &url,
+                    Some(KEY),
+                    body.clone(),
+                    Some(end),
+                    concurrency,
+                    n,
+                )
+                .await;
+                let cpu_us = (server.cpu_s() - cpu_before) * 1e6 / n as f64;
+                seen[i].push((m.calls_per_s, cpu_us, m.p50_ms, m.p99_ms));
+            }
+        }
+        for (i, (name, ..)) in ingresses.iter().enumerate() {
+            let ratios: Vec<f64> = (0..rounds).map(|r| seen[i][r].0 / seen[0][r].0).collect();
+            let cpu_ratios: Vec<f64> = (0..rounds).map(|r| seen[i][r].1 / seen[0][r].1).collect();
+            let of = |f: fn(&(f64, f64, f64, f64)) -> f64| median(seen[i].iter().map(f).collect());
+            let line = json!({
+                "ingress": name, "concurrency": concurrency, "stream": true,
+                "rounds": rounds, "calls_per_round": n,
+                "server_calls_per_s": of(|s| s.0).round(),
+                "vs_chat": round3(median(ratios.clone())),
+                "vs_chat_rounds": ratios.iter().map(|r| round3(*r)).collect::<Vec<_>>(),
+                "server_cpu_us_per_call": of(|s| s.1).round(),
+                "cpu_vs_chat": round3(median(cpu_ratios)),
+                "server_p50_ms": round3(of(|s| s.2)), "server_p99_ms": round3(of(|s| s.3)),
+            });
+            println!("{line}");
+        }
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    match xs.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => xs[n / 2],
+        n => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
     }
 }
 

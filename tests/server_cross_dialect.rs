@@ -295,6 +295,131 @@ async fn messages_on_a_gemini_source_are_translated_with_a_tool_round_trip() {
     server.stop().await;
 }
 
+/// The final message an Anthropic SDK's stream accumulator builds from an event stream: each
+/// `content_block_start` block as it came (unknown fields kept), its deltas applied, a
+/// `tool_use` block's `input` parsed from its `input_json_delta`s when it stops.
+fn accumulated(sse: &str) -> Value {
+    let mut content: Vec<Value> = Vec::new();
+    let mut partial_json = String::new();
+    let mut message = json!({});
+    for data in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let e: Value = serde_json::from_str(data).unwrap();
+        match e["type"].as_str().unwrap() {
+            "message_start" => message = e["message"].clone(),
+            "content_block_start" => {
+                content.push(e["content_block"].clone());
+                partial_json.clear();
+            }
+            "content_block_delta" => {
+                let block = content.last_mut().unwrap();
+                let d = &e["delta"];
+                match d["type"].as_str().unwrap() {
+                    "text_delta" => {
+                        let text = format!(
+                            "{}{}",
+                            block["text"].as_str().unwrap(),
+                            d["text"].as_str().unwrap()
+                        );
+                        block["text"] = json!(text);
+                    }
+                    "input_json_delta" => {
+                        partial_json.push_str(d["partial_json"].as_str().unwrap())
+                    }
+                    "thinking_delta" => {
+                        let t = format!(
+                            "{}{}",
+                            block["thinking"].as_str().unwrap(),
+                            d["thinking"].as_str().unwrap()
+                        );
+                        block["thinking"] = json!(t);
+                    }
+                    "signature_delta" => block["signature"] = d["signature"].clone(),
+                    other => panic!("unknown delta {other}"),
+                }
+            }
+            "content_block_stop" => {
+                let block = content.last_mut().unwrap();
+                if block["type"] == "tool_use" && !partial_json.is_empty() {
+                    block["input"] = serde_json::from_str(&partial_json).unwrap();
+                }
+            }
+            "message_delta" => message["stop_reason"] = e["delta"]["stop_reason"].clone(),
+            _ => {}
+        }
+    }
+    message["content"] = Value::Array(content);
+    message
+}
+
+#[tokio::test]
+async fn a_streamed_gemini_tool_use_keeps_its_thought_signature_for_the_next_turn() {
+    let mock = MockGemini::start().await;
+    mock.script(
+        "Sunny in Paris.",
+        None,
+        Some(("weather", json!({"city": "Paris"}))),
+        None,
+    );
+    let server = start(settings(
+        "GEMINI",
+        &mock.base_url(),
+        MOCK_GEMINI_KEY,
+        "gemini-2.5-flash",
+    ))
+    .await;
+    let tools = json!([{"name": "weather", "description": "Weather of a city",
+        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let first = json!({"model": "LLM", "max_tokens": 100, "tools": tools, "stream": true,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]});
+    let resp = post(&server, "/v1/messages", &first).await;
+    assert_eq!(resp.status(), 200);
+    let sse = resp.text().await.unwrap();
+    let m = accumulated(&sse);
+    assert_eq!(m["stop_reason"], "tool_use", "{sse}");
+    let call = m["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_use")
+        .unwrap_or_else(|| panic!("{sse}"))
+        .clone();
+    assert_eq!(call["input"], json!({"city": "Paris"}), "{sse}");
+    // The mock signed the call; the stream carries the signature where the whole answer does.
+    let signed = mock.requests()[0].clone();
+    assert!(
+        signed["action"].as_str().unwrap().contains("stream"),
+        "{signed}"
+    );
+    assert_eq!(
+        call["provider_specific_fields"]["thought_signature"], "mock-sig-0",
+        "{sse}"
+    );
+    // The accumulated turn sent back as the SDK holds it: the call reaches Gemini with its own
+    // signature (not the stand-in for a call Gemini did not make).
+    let second = json!({"model": "LLM", "max_tokens": 100, "tools": tools,
+    "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": m["content"]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"],
+            "content": "{\"sky\": \"clear\"}"}]}
+    ]});
+    let resp = post(&server, "/v1/messages", &second).await;
+    assert_eq!(resp.status(), 200);
+    let answer: Value = resp.json().await.unwrap();
+    assert_eq!(answer["stop_reason"], "end_turn", "{answer}");
+    let sent = &mock.requests()[1]["body"];
+    let called: Vec<&Value> = sent["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["parts"].as_array().unwrap())
+        .filter(|p| p.get("functionCall").is_some())
+        .collect();
+    assert_eq!(called.len(), 1, "{sent}");
+    assert_eq!(called[0]["thoughtSignature"], "mock-sig-0", "{sent}");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn responses_on_an_anthropic_source_are_translated_with_a_function_round_trip() {
     let mock = MockAnthropic::start().await;

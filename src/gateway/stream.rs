@@ -260,6 +260,7 @@ pub(crate) fn whole_answer_deltas(response: &LlmResponse) -> Vec<ChatDelta> {
             id: Some(c.id.clone()),
             name: Some(c.function.name.clone()),
             arguments: c.function.arguments.clone(),
+            extra: c.extra.clone(),
         })
     });
     text.into_iter().chain(refusal).chain(calls).collect()

@@ -266,6 +266,7 @@ impl ToolCallAssembly {
             id: id.clone().filter(|i| !i.is_empty()),
             name: function.name.clone().filter(|n| !n.is_empty()),
             arguments: function.arguments.clone().unwrap_or_default(),
+            extra: extra.clone(),
         };
         let slot = match self.calls.iter().position(|(i, _)| *i == index) {
             Some(at) => &mut self.calls[at].1,

@@ -89,13 +89,16 @@ impl ToolCall {
 }
 
 /// A piece of a tool call as it streams: the first piece of a call carries its `id` and name,
-/// the following ones more of its `arguments`. Pieces of one call share its `index`.
+/// the following ones more of its `arguments`. Pieces of one call share its `index`. A piece
+/// also carries the fields of the call its source sent and this type does not model, as
+/// [`ToolCall::extra`] keeps them (Gemini's thought signature, in
+/// `provider_specific_fields.thought_signature`), on the piece they came with.
 ///
 /// ```
 /// use polygateway::ToolCallDelta;
 /// let pieces = [
-///     ToolCallDelta { index: 0, id: Some("call_1".into()), name: Some("f".into()), arguments: "{\"a\"".into() },
-///     ToolCallDelta { index: 0, id: None, name: None, arguments: ":1}".into() },
+///     ToolCallDelta { index: 0, id: Some("call_1".into()), name: Some("f".into()), arguments: "{\"a\"".into(), ..Default::default() },
+///     ToolCallDelta { index: 0, arguments: ":1}".into(), ..Default::default() },
 /// ];
 /// let arguments: String = pieces.iter().map(|p| p.arguments.as_str()).collect();
 /// assert_eq!(arguments, "{\"a\":1}");
@@ -110,6 +113,9 @@ pub struct ToolCallDelta {
     pub name: Option<String>,
     /// More of the arguments string.
     pub arguments: String,
+    /// Fields of the call not modelled here, as the source sent them with this piece (merged
+    /// into the final response's [`ToolCall::extra`]); usually empty.
+    pub extra: Map<String, Value>,
 }
 
 /// A tool the model may call (`tools` of a request).

@@ -13,7 +13,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures::{Stream, StreamExt};
+use bytes::{BufMut, BytesMut};
+use futures::{FutureExt, Stream, StreamExt};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::config::ScopeKind;
@@ -522,8 +524,191 @@ async fn create(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
 }
 
-fn frame(event: &str, data: &Value) -> Bytes {
-    Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+/// Bytes gathered into one write at most, when several events are ready at once (as the chat
+/// ingress's relay does).
+const BATCH_BYTES: usize = 16 << 10;
+
+/// Silence after which a `ping` event is sent.
+const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One SSE frame, its data written straight into `out`. The event types below list their
+/// fields in sorted order, the order `serde_json::Value` writes them in (tests check it).
+fn frame(out: &mut BytesMut, event: &str, data: &impl Serialize) {
+    out.put_slice(b"event: ");
+    out.put_slice(event.as_bytes());
+    out.put_slice(b"\ndata: ");
+    // Serialising plain structs of strings and numbers cannot fail.
+    let _ = serde_json::to_writer((&mut *out).writer(), data);
+    out.put_slice(b"\n\n");
+}
+
+/// `{}`.
+#[derive(Serialize)]
+struct Empty {}
+
+/// `message_start`: the message as far as it is known (usage counted later: the whole usage
+/// comes in `message_delta`, which the SDKs' accumulators merge).
+#[derive(Serialize)]
+struct MessageStart<'a> {
+    message: StartMessage<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct StartMessage<'a> {
+    content: [(); 0],
+    id: &'a str,
+    model: &'a str,
+    role: &'static str,
+    stop_reason: Option<()>,
+    stop_sequence: Option<()>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    usage: ZeroUsage,
+}
+
+/// The API's usage shape, all zero.
+#[derive(Serialize, Default)]
+struct ZeroUsage {
+    cache_creation: ZeroCacheCreation,
+    cache_creation_input_tokens: u8,
+    cache_read_input_tokens: u8,
+    input_tokens: u8,
+    output_tokens: u8,
+}
+
+#[derive(Serialize, Default)]
+struct ZeroCacheCreation {
+    ephemeral_1h_input_tokens: u8,
+    ephemeral_5m_input_tokens: u8,
+}
+
+#[derive(Serialize)]
+struct BlockStart<'a> {
+    content_block: StartBlock<'a>,
+    index: i64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// The block a `content_block_start` opens, empty.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum StartBlock<'a> {
+    Thinking {
+        signature: &'static str,
+        thinking: &'static str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Text {
+        text: &'static str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    ToolUse {
+        id: &'a str,
+        input: Empty,
+        name: &'a str,
+        /// What the source needs back with the call (Gemini's thought signature), as the
+        /// non-streamed `tool_use` block carries it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        provider_specific_fields: Option<&'a Value>,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+}
+
+#[derive(Serialize)]
+struct BlockDelta<'a> {
+    delta: DeltaBody<'a>,
+    index: i64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum DeltaBody<'a> {
+    Thinking {
+        thinking: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Text {
+        text: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Json {
+        partial_json: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Signature {
+        signature: &'a str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+}
+
+impl<'a> DeltaBody<'a> {
+    fn thinking(thinking: &'a str) -> Self {
+        Self::Thinking {
+            thinking,
+            kind: "thinking_delta",
+        }
+    }
+
+    fn text(text: &'a str) -> Self {
+        Self::Text {
+            text,
+            kind: "text_delta",
+        }
+    }
+
+    fn json(partial_json: &'a str) -> Self {
+        Self::Json {
+            partial_json,
+            kind: "input_json_delta",
+        }
+    }
+
+    fn signature(signature: &'a str) -> Self {
+        Self::Signature {
+            signature,
+            kind: "signature_delta",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct BlockStop {
+    index: i64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct MessageDelta<'a> {
+    delta: StopDelta<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    usage: Value,
+}
+
+#[derive(Serialize)]
+struct StopDelta<'a> {
+    stop_reason: &'a str,
+    stop_sequence: Option<()>,
+}
+
+/// An event that is its type alone (`message_stop`, `ping`).
+#[derive(Serialize)]
+struct Bare {
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
 /// Which content block is open in a stream.
@@ -546,7 +731,28 @@ struct Writer {
 }
 
 impl Writer {
-    fn switch(&mut self, to: Open, start: Value, out: &mut Vec<Bytes>) {
+    fn start(id: &str, model: &str, out: &mut BytesMut) {
+        let message = StartMessage {
+            content: [],
+            id,
+            model,
+            role: "assistant",
+            stop_reason: None,
+            stop_sequence: None,
+            kind: "message",
+            usage: ZeroUsage::default(),
+        };
+        frame(
+            out,
+            "message_start",
+            &MessageStart {
+                message,
+                kind: "message_start",
+            },
+        );
+    }
+
+    fn switch(&mut self, to: Open, start: StartBlock<'_>, out: &mut BytesMut) {
         if self.open == to {
             return;
         }
@@ -554,55 +760,73 @@ impl Writer {
         self.index += 1;
         self.open = to;
         self.signed = false;
-        out.push(frame(
+        frame(
+            out,
             "content_block_start",
-            &json!({"type": "content_block_start", "index": self.index, "content_block": start}),
-        ));
+            &BlockStart {
+                content_block: start,
+                index: self.index,
+                kind: "content_block_start",
+            },
+        );
     }
 
-    fn close(&mut self, out: &mut Vec<Bytes>) {
+    fn close(&mut self, out: &mut BytesMut) {
         if self.open != Open::None {
-            out.push(frame(
+            frame(
+                out,
                 "content_block_stop",
-                &json!({"type": "content_block_stop", "index": self.index}),
-            ));
+                &BlockStop {
+                    index: self.index,
+                    kind: "content_block_stop",
+                },
+            );
             self.open = Open::None;
         }
     }
 
-    fn delta(&self, delta: Value, out: &mut Vec<Bytes>) {
-        out.push(frame(
+    fn delta(&self, delta: DeltaBody<'_>, out: &mut BytesMut) {
+        frame(
+            out,
             "content_block_delta",
-            &json!({"type": "content_block_delta", "index": self.index, "delta": delta}),
-        ));
+            &BlockDelta {
+                delta,
+                index: self.index,
+                kind: "content_block_delta",
+            },
+        );
     }
 
-    fn event(&mut self, ev: ChatEvent, out: &mut Vec<Bytes>) {
+    fn event(&mut self, ev: &ChatEvent, out: &mut BytesMut) {
         match ev {
             ChatEvent::Reasoning(t) => {
-                self.switch(
-                    Open::Thinking,
-                    json!({"type": "thinking", "thinking": "", "signature": ""}),
-                    out,
-                );
-                self.delta(json!({"type": "thinking_delta", "thinking": t}), out);
+                let start = StartBlock::Thinking {
+                    signature: "",
+                    thinking: "",
+                    kind: "thinking",
+                };
+                self.switch(Open::Thinking, start, out);
+                self.delta(DeltaBody::thinking(t), out);
             }
             ChatEvent::Content(t) | ChatEvent::Refusal(t) => {
-                self.switch(Open::Text, json!({"type": "text", "text": ""}), out);
-                self.delta(json!({"type": "text_delta", "text": t}), out);
+                let start = StartBlock::Text {
+                    text: "",
+                    kind: "text",
+                };
+                self.switch(Open::Text, start, out);
+                self.delta(DeltaBody::text(t), out);
             }
             ChatEvent::ToolCall(d) => {
-                self.switch(
-                    Open::Tool(d.index),
-                    json!({"type": "tool_use", "id": d.id.clone().unwrap_or_default(),
-                           "name": d.name.clone().unwrap_or_default(), "input": {}}),
-                    out,
-                );
+                let start = StartBlock::ToolUse {
+                    id: d.id.as_deref().unwrap_or_default(),
+                    input: Empty {},
+                    name: d.name.as_deref().unwrap_or_default(),
+                    provider_specific_fields: d.extra.get(PROVIDER_FIELDS),
+                    kind: "tool_use",
+                };
+                self.switch(Open::Tool(d.index), start, out);
                 if !d.arguments.is_empty() {
-                    self.delta(
-                        json!({"type": "input_json_delta", "partial_json": d.arguments}),
-                        out,
-                    );
+                    self.delta(DeltaBody::json(&d.arguments), out);
                 }
             }
             // The signature as the source streamed it: the block's last delta, before the
@@ -610,15 +834,15 @@ impl Writer {
             // call keeps its signature through the stream).
             ChatEvent::ThinkingSignature(s) => {
                 if self.open == Open::Thinking {
-                    self.delta(json!({"type": "signature_delta", "signature": s}), out);
+                    self.delta(DeltaBody::signature(s), out);
                     self.signed = true;
                 }
             }
-            ChatEvent::Done(r) => self.done(&r, out),
+            ChatEvent::Done(r) => self.done(r, out),
         }
     }
 
-    fn done(&mut self, r: &LlmResponse, out: &mut Vec<Bytes>) {
+    fn done(&mut self, r: &LlmResponse, out: &mut BytesMut) {
         // Signatures arrive with the whole answer: the open thinking block gets its own before
         // it closes; blocks the stream never showed (a replayed cache hit) are sent whole.
         if self.open == Open::Thinking && !self.signed {
@@ -626,17 +850,114 @@ impl Writer {
                 signature: Some(s), ..
             }) = r.thinking_blocks.first()
             {
-                self.delta(json!({"type": "signature_delta", "signature": s}), out);
+                self.delta(DeltaBody::signature(s), out);
             }
         }
         self.close(out);
-        out.push(frame(
-            "message_delta",
-            &json!({"type": "message_delta",
-                    "delta": {"stop_reason": stop_reason(r), "stop_sequence": Value::Null},
-                    "usage": usage(r)}),
-        ));
-        out.push(frame("message_stop", &json!({"type": "message_stop"})));
+        let delta = MessageDelta {
+            delta: StopDelta {
+                stop_reason: stop_reason(r),
+                stop_sequence: None,
+            },
+            kind: "message_delta",
+            usage: usage(r),
+        };
+        frame(out, "message_delta", &delta);
+        frame(
+            out,
+            "message_stop",
+            &Bare {
+                kind: "message_stop",
+            },
+        );
+    }
+}
+
+/// What one streamed answer's body holds between its writes.
+struct Relay<S> {
+    events: std::pin::Pin<Box<S>>,
+    writer: Writer,
+    /// `message_start`, still to be written (with the first event).
+    head: Option<(String, String)>,
+    finished: bool,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    /// When the last event was written; a `ping` follows `PING_EVERY` of silence.
+    quiet_since: tokio::time::Instant,
+    ping: std::pin::Pin<Box<tokio::time::Sleep>>,
+    stop: tokio_util::sync::CancellationToken,
+    _lease: Option<crate::server::auth::limits::KeyLease>,
+}
+
+impl<S> Relay<S>
+where
+    S: Stream<Item = Result<ChatEvent, crate::GatewayError>> + Send + 'static,
+{
+    /// Appends the frames of one item of the governed stream (`None`: it ended).
+    fn encode(&mut self, next: Option<Result<ChatEvent, crate::GatewayError>>, out: &mut BytesMut) {
+        match next {
+            Some(Ok(ev)) => {
+                self.finished = matches!(ev, ChatEvent::Done(_));
+                self.writer.event(&ev, out);
+            }
+            None => {
+                self.finished = true;
+                error_frame(out, "api_error", "the stream ended without an answer");
+            }
+            Some(Err(e)) => {
+                self.finished = true;
+                let e = ApiError::from(e);
+                let (_, kind) = anthropic_kind(e.status);
+                error_frame(out, kind, &e.message);
+            }
+        }
+    }
+
+    /// The next write: every frame ready now, waiting for one at least.
+    async fn next_write(&mut self) -> Option<Bytes> {
+        if self.finished {
+            return None;
+        }
+        let mut out = BytesMut::with_capacity(512);
+        if let Some((id, model)) = self.head.take() {
+            Writer::start(&id, &model, &mut out);
+        }
+        loop {
+            let next = tokio::select! {
+                biased;
+                next = self.events.next() => next,
+                () = self.stop.cancelled() => Some(Err(crate::GatewayError::Shutdown(
+                    "the server's drain timeout passed".into()))),
+                () = &mut self.deadline => {
+                    self.finished = true;
+                    error_frame(&mut out, "timeout_error", "the request timed out");
+                    return Some(out.freeze());
+                }
+                () = &mut self.ping => {
+                    let now = tokio::time::Instant::now();
+                    if now >= self.quiet_since + PING_EVERY {
+                        self.quiet_since = now;
+                        self.ping.as_mut().reset(now + PING_EVERY);
+                        frame(&mut out, "ping", &Bare { kind: "ping" });
+                        return Some(out.freeze());
+                    }
+                    let at = self.quiet_since + PING_EVERY;
+                    self.ping.as_mut().reset(at);
+                    continue;
+                }
+            };
+            self.encode(next, &mut out);
+            break;
+        }
+        // Events already waiting go out in the same write: fewer frames for hyper and the
+        // client, no added wait (only what is ready is taken).
+        while !self.finished && out.len() < BATCH_BYTES {
+            match self.events.next().now_or_never() {
+                Some(next) => self.encode(next, &mut out),
+                None => break,
+            }
+        }
+        self.quiet_since = tokio::time::Instant::now();
+        Some(out.freeze())
     }
 }
 
@@ -648,85 +969,48 @@ fn event_stream(
     stop: tokio_util::sync::CancellationToken,
     lease: Option<crate::server::auth::limits::KeyLease>,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static {
-    let start = frame(
-        "message_start",
-        &json!({"type": "message_start", "message": {
-            "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": Value::Null, "stop_sequence": Value::Null,
-            // The API's shape, counted later: the whole usage comes in `message_delta` (the
-            // canonical stream knows it at the end), which the SDKs' accumulators merge.
-            "usage": {"input_tokens": 0, "cache_creation_input_tokens": 0,
-                      "cache_read_input_tokens": 0,
-                      "cache_creation": {"ephemeral_5m_input_tokens": 0,
-                                         "ephemeral_1h_input_tokens": 0},
-                      "output_tokens": 0}}}),
-    );
-    struct St<S> {
-        events: std::pin::Pin<Box<S>>,
-        writer: Writer,
-        finished: bool,
-        _lease: Option<crate::server::auth::limits::KeyLease>,
-    }
-    let st = St {
+    let now = tokio::time::Instant::now();
+    let relay = Relay {
         events: Box::pin(events),
         writer: Writer {
             open: Open::None,
             index: -1,
             signed: false,
         },
+        head: Some((id, model)),
         finished: false,
+        deadline: Box::pin(tokio::time::sleep_until(deadline)),
+        quiet_since: now,
+        ping: Box::pin(tokio::time::sleep_until(now + PING_EVERY)),
+        stop,
         _lease: lease,
     };
-    let body = futures::stream::unfold(st, move |mut st| {
-        let stop = stop.clone();
-        async move {
-            if st.finished {
-                return None;
-            }
-            let mut out = Vec::new();
-            let ping = tokio::time::sleep(std::time::Duration::from_secs(10));
-            let next = tokio::select! {
-                next = tokio::time::timeout_at(deadline, st.events.next()) => next,
-                () = ping => return Some((vec![frame("ping", &json!({"type": "ping"}))], st)),
-                () = stop.cancelled() => Ok(Some(Err(crate::GatewayError::Shutdown(
-                    "the server's drain timeout passed".into())))),
-            };
-            match next {
-                Ok(Some(Ok(ev))) => {
-                    let done = matches!(ev, ChatEvent::Done(_));
-                    st.writer.event(ev, &mut out);
-                    st.finished = done;
-                }
-                Ok(None) => {
-                    st.finished = true;
-                    out.push(error_frame(
-                        "api_error",
-                        "the stream ended without an answer",
-                    ));
-                }
-                Ok(Some(Err(e))) => {
-                    st.finished = true;
-                    let e = ApiError::from(e);
-                    let (_, kind) = anthropic_kind(e.status);
-                    out.push(error_frame(kind, &e.message));
-                }
-                Err(_) => {
-                    st.finished = true;
-                    out.push(error_frame("timeout_error", "the request timed out"));
-                }
-            }
-            Some((out, st))
-        }
-    });
-    futures::stream::iter([Ok(start)])
-        .chain(body.flat_map(|frames| futures::stream::iter(frames.into_iter().map(Ok))))
+    futures::stream::unfold(relay, |mut relay| async move {
+        let write = relay.next_write().await?;
+        Some((Ok(write), relay))
+    })
 }
 
-fn error_frame(kind: &str, message: &str) -> Bytes {
-    frame(
-        "error",
-        &json!({"type": "error", "error": {"type": kind, "message": message}}),
-    )
+#[derive(Serialize)]
+struct ErrorEvent<'a> {
+    error: ErrorBody<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    message: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+}
+
+fn error_frame(out: &mut BytesMut, kind: &str, message: &str) {
+    let error = ErrorEvent {
+        error: ErrorBody { message, kind },
+        kind: "error",
+    };
+    frame(out, "error", &error);
 }
 
 #[cfg(test)]
@@ -787,6 +1071,141 @@ mod tests {
         let m = message_json("msg_1", "LLM", &r);
         assert_eq!(m["stop_reason"], "tool_use");
         assert_eq!(m["content"][1]["input"]["a"], 1);
+    }
+
+    /// The frames of an event stream: (event, data).
+    fn frames(out: &[u8]) -> Vec<(String, String)> {
+        let text = std::str::from_utf8(out).unwrap();
+        assert!(text.ends_with("\n\n"), "{text}");
+        text.split_terminator("\n\n")
+            .map(|f| {
+                let (event, data) = f.split_once('\n').unwrap();
+                let event = event.strip_prefix("event: ").unwrap();
+                (
+                    event.to_owned(),
+                    data.strip_prefix("data: ").unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn stream_frames_are_written_as_a_json_value_writes_them() {
+        let mut out = BytesMut::new();
+        Writer::start("msg_1", "LLM \"quoted\"", &mut out);
+        let mut w = Writer {
+            open: Open::None,
+            index: -1,
+            signed: false,
+        };
+        let mut extra = Map::new();
+        extra.insert(
+            PROVIDER_FIELDS.into(),
+            json!({"thought_signature": "sig-1"}),
+        );
+        let mut r = LlmResponse::new("he said \"hi\"\n");
+        r.tool_calls = vec![ToolCall::function("t1", "w", "{\"a\":1}")];
+        r.finish_reason = Some("tool_calls".into());
+        r.prompt_tokens = 12;
+        r.completion_tokens = 3;
+        let events = [
+            ChatEvent::Reasoning("hm".into()),
+            ChatEvent::ThinkingSignature("s".into()),
+            ChatEvent::Content("he said \"hi\"\n".into()),
+            ChatEvent::ToolCall(crate::types::ToolCallDelta {
+                index: 0,
+                id: Some("t1".into()),
+                name: Some("w".into()),
+                arguments: "{\"a\"".into(),
+                extra,
+            }),
+            ChatEvent::ToolCall(crate::types::ToolCallDelta {
+                index: 0,
+                arguments: ":1}".into(),
+                ..Default::default()
+            }),
+            ChatEvent::Done(Box::new(r.clone())),
+        ];
+        for ev in &events {
+            w.event(ev, &mut out);
+        }
+        error_frame(&mut out, "api_error", "the stream \"ended\"");
+        frame(&mut out, "ping", &Bare { kind: "ping" });
+        let frames = frames(&out);
+        let kinds: Vec<&str> = frames.iter().map(|(e, _)| e.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "message_start",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
+                "error",
+                "ping",
+            ]
+        );
+        let values: Vec<Value> = frames
+            .iter()
+            .map(|(event, data)| {
+                let v: Value = serde_json::from_str(data).unwrap();
+                // Byte for byte what a `Value` of the event writes (sorted keys).
+                assert_eq!(&v.to_string(), data);
+                assert_eq!(v["type"], event.as_str());
+                v
+            })
+            .collect();
+        assert_eq!(
+            values[0],
+            json!({"type": "message_start", "message": {
+                "id": "msg_1", "type": "message", "role": "assistant", "model": "LLM \"quoted\"",
+                "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "cache_creation_input_tokens": 0,
+                          "cache_read_input_tokens": 0,
+                          "cache_creation": {"ephemeral_5m_input_tokens": 0,
+                                             "ephemeral_1h_input_tokens": 0},
+                          "output_tokens": 0}}})
+        );
+        assert_eq!(
+            values[1]["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        );
+        assert_eq!(
+            values[3]["delta"],
+            json!({"type": "signature_delta", "signature": "s"})
+        );
+        assert_eq!(
+            values[6],
+            json!({"type": "content_block_delta", "index": 1,
+                   "delta": {"type": "text_delta", "text": "he said \"hi\"\n"}})
+        );
+        // The call's start carries what its source needs back, as the whole answer's block.
+        assert_eq!(
+            values[8]["content_block"],
+            json!({"type": "tool_use", "id": "t1", "name": "w", "input": {},
+                   "provider_specific_fields": {"thought_signature": "sig-1"}})
+        );
+        assert_eq!(values[10]["delta"]["partial_json"], ":1}");
+        assert_eq!(
+            values[12],
+            json!({"type": "message_delta",
+                   "delta": {"stop_reason": "tool_use", "stop_sequence": null},
+                   "usage": usage(&r)})
+        );
+        assert_eq!(
+            values[14],
+            json!({"type": "error", "error": {"type": "api_error",
+                                              "message": "the stream \"ended\""}})
+        );
     }
 
     #[test]

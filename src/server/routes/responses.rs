@@ -14,7 +14,9 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures::{Stream, StreamExt};
+use bytes::{BufMut, BytesMut};
+use futures::{FutureExt, Stream, StreamExt};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::config::ScopeKind;
@@ -234,68 +236,291 @@ pub(crate) fn to_canonical(req: &Value) -> Result<Canonical, ApiError> {
     })
 }
 
-/// The Responses `usage` of an answer.
-pub(crate) fn usage(r: &LlmResponse) -> Value {
-    json!({
-        "input_tokens": r.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": r.cached_prompt_tokens.unwrap_or(0)},
-        "output_tokens": r.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": r.reasoning_tokens.unwrap_or(0)},
-        "total_tokens": r.prompt_tokens + r.completion_tokens,
-    })
+/// `[]` or `[x]`.
+struct Seq01<T>(Option<T>);
+
+impl<T: Serialize> Serialize for Seq01<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(usize::from(self.0.is_some())))?;
+        if let Some(x) = &self.0 {
+            seq.serialize_element(x)?;
+        }
+        seq.end()
+    }
 }
 
-fn message_item(id: &str, text: &str) -> Value {
-    json!({"type": "message", "id": id, "status": "completed", "role": "assistant",
-           "content": [{"type": "output_text", "text": text, "annotations": []}]})
+/// `{}`.
+#[derive(Serialize)]
+struct Empty {}
+
+// The Responses objects and events below list their fields in sorted order: the order a
+// `serde_json::Value` writes them in, so the bytes are what a `Value` of them would write
+// (the tests compare both).
+
+/// A reasoning item's summary part.
+#[derive(Serialize)]
+struct SummaryText<'a> {
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
-fn call_item(id: &str, call: &ToolCall) -> Value {
-    json!({"type": "function_call", "id": id, "call_id": call.id, "name": call.function.name,
-           "arguments": call.function.arguments, "status": "completed"})
+impl<'a> SummaryText<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            kind: "summary_text",
+        }
+    }
 }
 
-fn reasoning_item(id: &str, text: &str) -> Value {
-    json!({"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": text}]})
+/// A message item's text part.
+#[derive(Serialize)]
+struct OutputText<'a> {
+    annotations: [(); 0],
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
 }
 
-/// The output items of an answer: reasoning, the message, function calls.
+impl<'a> OutputText<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            annotations: [],
+            text,
+            kind: "output_text",
+        }
+    }
+}
+
+/// An output item: whole, or as `response.output_item.added` shows it (in progress, empty).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum OutputItem<'a> {
+    Reasoning {
+        id: &'a str,
+        summary: Seq01<SummaryText<'a>>,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Message {
+        content: Seq01<OutputText<'a>>,
+        id: &'a str,
+        role: &'static str,
+        status: &'static str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+    Call {
+        arguments: &'a str,
+        call_id: &'a str,
+        id: &'a str,
+        name: &'a str,
+        status: &'static str,
+        #[serde(rename = "type")]
+        kind: &'static str,
+    },
+}
+
+impl<'a> OutputItem<'a> {
+    /// A reasoning item, with its summary once it is done.
+    fn reasoning(id: &'a str, summary: Option<&'a str>) -> Self {
+        Self::Reasoning {
+            id,
+            summary: Seq01(summary.map(SummaryText::new)),
+            kind: "reasoning",
+        }
+    }
+
+    /// A message item, with its text once it is done.
+    fn message(id: &'a str, text: Option<&'a str>) -> Self {
+        Self::Message {
+            status: if text.is_some() {
+                "completed"
+            } else {
+                "in_progress"
+            },
+            content: Seq01(text.map(OutputText::new)),
+            id,
+            role: "assistant",
+            kind: "message",
+        }
+    }
+
+    /// A function call item, with its arguments once it is done.
+    fn call(id: &'a str, call_id: &'a str, name: &'a str, arguments: Option<&'a str>) -> Self {
+        Self::Call {
+            status: if arguments.is_some() {
+                "completed"
+            } else {
+                "in_progress"
+            },
+            arguments: arguments.unwrap_or_default(),
+            call_id,
+            id,
+            name,
+            kind: "function_call",
+        }
+    }
+}
+
+/// The output items of an answer (none while it is in progress): reasoning, the message,
+/// function calls.
+struct Outputs<'a> {
+    id: &'a str,
+    r: Option<&'a LlmResponse>,
+}
+
+impl Serialize for Outputs<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let Some(r) = self.r else {
+            return s.serialize_seq(Some(0))?.end();
+        };
+        let id = self.id;
+        // A `text.format` answer is the ladder's validated JSON, not the raw text it came in.
+        let text = r
+            .structured_data
+            .as_ref()
+            .map_or(std::borrow::Cow::Borrowed(r.content.as_str()), |v| {
+                std::borrow::Cow::Owned(v.to_string())
+            });
+        let message = !text.is_empty() || r.tool_calls.is_empty();
+        let thought = !r.thinking.is_empty();
+        let len = usize::from(thought) + usize::from(message) + r.tool_calls.len();
+        let mut seq = s.serialize_seq(Some(len))?;
+        if thought {
+            seq.serialize_element(&OutputItem::reasoning(
+                &format!("rs_{id}"),
+                Some(&r.thinking),
+            ))?;
+        }
+        if message {
+            seq.serialize_element(&OutputItem::message(&format!("msg_{id}"), Some(&text)))?;
+        }
+        for (i, c) in r.tool_calls.iter().enumerate() {
+            let item_id = format!("fc_{id}_{i}");
+            let call = OutputItem::call(
+                &item_id,
+                &c.id,
+                &c.function.name,
+                Some(&c.function.arguments),
+            );
+            seq.serialize_element(&call)?;
+        }
+        seq.end()
+    }
+}
+
+/// The output items of an answer as values (what `response.output` holds).
+#[cfg(test)]
 pub(crate) fn output_items(id: &str, r: &LlmResponse) -> Vec<Value> {
-    let mut out = Vec::new();
-    if !r.thinking.is_empty() {
-        out.push(reasoning_item(&format!("rs_{id}"), &r.thinking));
+    match serde_json::to_value(Outputs { id, r: Some(r) }) {
+        Ok(Value::Array(items)) => items,
+        _ => Vec::new(),
     }
-    // A `text.format` answer is the ladder's validated JSON, not the raw text it came in.
-    let text = r
-        .structured_data
-        .as_ref()
-        .map_or_else(|| r.content.clone(), Value::to_string);
-    if !text.is_empty() || r.tool_calls.is_empty() {
-        out.push(message_item(&format!("msg_{id}"), &text));
+}
+
+/// The Responses `usage` of an answer.
+#[derive(Serialize)]
+struct Usage {
+    input_tokens: u64,
+    input_tokens_details: CachedTokens,
+    output_tokens: u64,
+    output_tokens_details: ReasoningTokens,
+    total_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct CachedTokens {
+    cached_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct ReasoningTokens {
+    reasoning_tokens: u64,
+}
+
+impl Usage {
+    fn of(r: &LlmResponse) -> Self {
+        Self {
+            input_tokens: r.prompt_tokens,
+            input_tokens_details: CachedTokens {
+                cached_tokens: r.cached_prompt_tokens.unwrap_or(0),
+            },
+            output_tokens: r.completion_tokens,
+            output_tokens_details: ReasoningTokens {
+                reasoning_tokens: r.reasoning_tokens.unwrap_or(0),
+            },
+            total_tokens: r.prompt_tokens + r.completion_tokens,
+        }
     }
-    for (i, c) in r.tool_calls.iter().enumerate() {
-        out.push(call_item(&format!("fc_{id}_{i}"), c));
-    }
-    out
+}
+
+#[derive(Serialize)]
+struct Incomplete {
+    reason: &'static str,
+}
+
+/// The `response` object.
+#[derive(Serialize)]
+struct ResponseObject<'a> {
+    created_at: u64,
+    error: Option<()>,
+    #[serde(serialize_with = "response_id")]
+    id: &'a str,
+    incomplete_details: Option<Incomplete>,
+    metadata: Empty,
+    model: &'a str,
+    object: &'static str,
+    output: Outputs<'a>,
+    parallel_tool_calls: bool,
+    status: &'static str,
+    store: bool,
+    tool_choice: &'static str,
+    tools: [(); 0],
+    usage: Option<Usage>,
+}
+
+fn response_id<S: serde::Serializer>(id: &&str, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("resp_{id}"))
 }
 
 /// The `response` object; `r` is `None` while it is in progress.
-fn response_json(id: &str, model: &str, created: u64, r: Option<&LlmResponse>) -> Value {
-    let (status, incomplete) = match r.and_then(|r| r.finish_reason.as_deref()) {
-        _ if r.is_none() => ("in_progress", Value::Null),
-        Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
-        Some("content_filter") => ("incomplete", json!({"reason": "content_filter"})),
-        _ => ("completed", Value::Null),
+fn response_object<'a>(
+    id: &'a str,
+    model: &'a str,
+    created: u64,
+    r: Option<&'a LlmResponse>,
+) -> ResponseObject<'a> {
+    let (status, incomplete) = match r.map(|r| r.finish_reason.as_deref()) {
+        None => ("in_progress", None),
+        Some(Some("length")) => ("incomplete", Some("max_output_tokens")),
+        Some(Some("content_filter")) => ("incomplete", Some("content_filter")),
+        Some(_) => ("completed", None),
     };
-    json!({
-        "id": format!("resp_{id}"), "object": "response", "created_at": created,
-        "status": status, "model": model, "error": Value::Null,
-        "incomplete_details": incomplete,
-        "output": r.map(|r| output_items(id, r)).unwrap_or_default(),
-        "usage": r.map(usage),
-        "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "store": false,
-        "metadata": {},
-    })
+    ResponseObject {
+        created_at: created,
+        error: None,
+        id,
+        incomplete_details: incomplete.map(|reason| Incomplete { reason }),
+        metadata: Empty {},
+        model,
+        object: "response",
+        output: Outputs { id, r },
+        parallel_tool_calls: true,
+        status,
+        store: false,
+        tool_choice: "auto",
+        tools: [],
+        usage: r.map(Usage::of),
+    }
+}
+
+/// The `response` object as a value.
+fn response_json(id: &str, model: &str, created: u64, r: Option<&LlmResponse>) -> Value {
+    serde_json::to_value(response_object(id, model, created, r)).unwrap_or_default()
 }
 
 async fn create(
@@ -370,7 +595,7 @@ async fn create(
         };
         Box::pin(futures::stream::iter(first.map(Ok)).chain(stream))
     };
-    let mut writer = Writer {
+    let writer = Writer {
         id,
         model: call.model,
         created,
@@ -378,62 +603,229 @@ async fn create(
         open: None,
         items: 0,
     };
-    let mut start = Vec::new();
-    let head = response_json(&writer.id, &writer.model, created, None);
-    writer.emit("response.created", json!({"response": head}), &mut start);
-    writer.emit(
-        "response.in_progress",
-        json!({"response": head}),
-        &mut start,
-    );
-    let stop = app.stop.clone();
-    let body = futures::stream::unfold(
-        (events, writer, false, lease),
-        move |(mut events, mut w, finished, lease)| {
-            let stop = stop.clone();
-            async move {
-                if finished {
-                    return None;
-                }
-                let mut out = Vec::new();
-                let next = tokio::select! {
-                    next = tokio::time::timeout_at(deadline, events.next()) => next,
-                    () = stop.cancelled() => Ok(Some(Err(crate::GatewayError::Shutdown(
-                        "the server's drain timeout passed".into())))),
-                };
-                let done = match next {
-                    Ok(Some(Ok(ev))) => w.event(ev, &mut out),
-                    Ok(None) => {
-                        w.error(
-                            "server_error",
-                            "the stream ended without an answer",
-                            &mut out,
-                        );
-                        true
-                    }
-                    Ok(Some(Err(e))) => {
-                        let e = ApiError::from(e);
-                        w.error(e.code, &e.message, &mut out);
-                        true
-                    }
-                    Err(_) => {
-                        w.error("request_timeout", "the request timed out", &mut out);
-                        true
-                    }
-                };
-                Some((out, (events, w, done, lease)))
-            }
-        },
-    );
-    let body = futures::stream::iter(start)
-        .chain(body.flat_map(futures::stream::iter))
-        .map(Ok::<_, std::convert::Infallible>);
+    let relay = Relay {
+        events,
+        writer,
+        started: false,
+        finished: false,
+        deadline: Box::pin(tokio::time::sleep_until(deadline)),
+        stop: app.stop.clone(),
+        _lease: lease,
+    };
+    let body = futures::stream::unfold(relay, |mut relay| async move {
+        let write = relay.next_write().await?;
+        Some((Ok::<_, std::convert::Infallible>(write), relay))
+    });
     Ok(Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+}
+
+/// Bytes gathered into one write at most, when several events are ready at once (as the chat
+/// ingress's relay does).
+const BATCH_BYTES: usize = 16 << 10;
+
+/// What one streamed answer's body holds between its writes.
+struct Relay {
+    events: std::pin::Pin<Box<dyn Stream<Item = Result<ChatEvent, crate::GatewayError>> + Send>>,
+    writer: Writer,
+    /// `response.created` and `response.in_progress` were written.
+    started: bool,
+    finished: bool,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+    stop: tokio_util::sync::CancellationToken,
+    _lease: Option<crate::server::auth::limits::KeyLease>,
+}
+
+impl Relay {
+    /// Appends the frames of one item of the governed stream (`None`: it ended).
+    fn encode(&mut self, next: Option<Result<ChatEvent, crate::GatewayError>>, out: &mut BytesMut) {
+        self.finished = match next {
+            Some(Ok(ev)) => self.writer.event(ev, out),
+            None => {
+                let w = &mut self.writer;
+                w.error("server_error", "the stream ended without an answer", out);
+                true
+            }
+            Some(Err(e)) => {
+                let e = ApiError::from(e);
+                self.writer.error(e.code, &e.message, out);
+                true
+            }
+        };
+    }
+
+    /// The next write: every frame ready now, waiting for one at least.
+    async fn next_write(&mut self) -> Option<Bytes> {
+        if self.finished {
+            return None;
+        }
+        let mut out = BytesMut::with_capacity(1024);
+        if !self.started {
+            self.started = true;
+            self.writer.start(&mut out);
+        }
+        let next = tokio::select! {
+            biased;
+            next = self.events.next() => next,
+            () = self.stop.cancelled() => Some(Err(crate::GatewayError::Shutdown(
+                "the server's drain timeout passed".into()))),
+            () = &mut self.deadline => {
+                self.finished = true;
+                self.writer.error("request_timeout", "the request timed out", &mut out);
+                return Some(out.freeze());
+            }
+        };
+        self.encode(next, &mut out);
+        // Events already waiting go out in the same write: fewer frames for hyper and the
+        // client, no added wait (only what is ready is taken).
+        while !self.finished && out.len() < BATCH_BYTES {
+            match self.events.next().now_or_never() {
+                Some(next) => self.encode(next, &mut out),
+                None => break,
+            }
+        }
+        Some(out.freeze())
+    }
+}
+
+/// `response.created`, `.in_progress`, `.completed`, `.incomplete`.
+#[derive(Serialize)]
+struct ResponseEvent<'a> {
+    response: &'a ResponseObject<'a>,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.output_item.added` and `.done`.
+#[derive(Serialize)]
+struct ItemEvent<'a> {
+    item: OutputItem<'a>,
+    output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.content_part.added` and `.done`.
+#[derive(Serialize)]
+struct ContentPartEvent<'a> {
+    content_index: u8,
+    item_id: &'a str,
+    output_index: u64,
+    part: OutputText<'a>,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.reasoning_summary_part.added` and `.done`.
+#[derive(Serialize)]
+struct SummaryPartEvent<'a> {
+    item_id: &'a str,
+    output_index: u64,
+    part: SummaryText<'a>,
+    sequence_number: u64,
+    summary_index: u8,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.output_text.delta`.
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    content_index: u8,
+    delta: &'a str,
+    item_id: &'a str,
+    logprobs: [(); 0],
+    output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.output_text.done`.
+#[derive(Serialize)]
+struct TextDone<'a> {
+    content_index: u8,
+    item_id: &'a str,
+    logprobs: [(); 0],
+    output_index: u64,
+    sequence_number: u64,
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.reasoning_summary_text.delta`.
+#[derive(Serialize)]
+struct SummaryDelta<'a> {
+    delta: &'a str,
+    item_id: &'a str,
+    output_index: u64,
+    sequence_number: u64,
+    summary_index: u8,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.reasoning_summary_text.done`.
+#[derive(Serialize)]
+struct SummaryDone<'a> {
+    item_id: &'a str,
+    output_index: u64,
+    sequence_number: u64,
+    summary_index: u8,
+    text: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.function_call_arguments.delta`.
+#[derive(Serialize)]
+struct ArgumentsDelta<'a> {
+    delta: &'a str,
+    item_id: &'a str,
+    output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `response.function_call_arguments.done`.
+#[derive(Serialize)]
+struct ArgumentsDone<'a> {
+    arguments: &'a str,
+    item_id: &'a str,
+    name: &'a str,
+    output_index: u64,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+/// `error`.
+#[derive(Serialize)]
+struct ErrorEvent<'a> {
+    code: &'a str,
+    message: &'a str,
+    param: Option<()>,
+    sequence_number: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+fn frame(out: &mut BytesMut, kind: &str, data: &impl Serialize) {
+    out.put_slice(b"event: ");
+    out.put_slice(kind.as_bytes());
+    out.put_slice(b"\ndata: ");
+    // Serialising maps of strings and numbers cannot fail.
+    let _ = serde_json::to_writer((&mut *out).writer(), data);
+    out.put_slice(b"\n\n");
 }
 
 /// The item open in a stream and what it has gathered.
@@ -466,49 +858,92 @@ struct Writer {
 }
 
 impl Writer {
-    fn emit(&mut self, kind: &str, mut data: Value, out: &mut Vec<Bytes>) {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.seq);
+    fn next_seq(&mut self) -> u64 {
         self.seq += 1;
-        out.push(Bytes::from(format!("event: {kind}\ndata: {data}\n\n")));
+        self.seq - 1
+    }
+
+    /// `response.created` and `response.in_progress`: the response in progress.
+    fn start(&mut self, out: &mut BytesMut) {
+        for kind in ["response.created", "response.in_progress"] {
+            let sequence_number = self.next_seq();
+            let response = response_object(&self.id, &self.model, self.created, None);
+            let event = ResponseEvent {
+                response: &response,
+                sequence_number,
+                kind,
+            };
+            frame(out, kind, &event);
+        }
     }
 
     fn output_index(&self) -> u64 {
         self.items - 1
     }
 
-    fn close(&mut self, out: &mut Vec<Bytes>) {
+    fn item_event(&mut self, kind: &'static str, item: OutputItem<'_>, out: &mut BytesMut) {
+        let event = ItemEvent {
+            item,
+            output_index: self.output_index(),
+            sequence_number: self.seq,
+            kind,
+        };
+        frame(out, kind, &event);
+        self.seq += 1;
+    }
+
+    fn close(&mut self, out: &mut BytesMut) {
         let Some(item) = self.open.take() else { return };
-        let oi = self.output_index();
-        match item {
+        let output_index = self.output_index();
+        match &item {
             Item::Reasoning { id, text } => {
-                let at = json!({"item_id": id, "output_index": oi, "summary_index": 0});
-                let mut d = at.clone();
-                d["text"] = json!(text);
-                self.emit("response.reasoning_summary_text.done", d, out);
-                let mut d = at;
-                d["part"] = json!({"type": "summary_text", "text": text});
-                self.emit("response.reasoning_summary_part.done", d, out);
-                self.emit(
-                    "response.output_item.done",
-                    json!({"output_index": oi, "item": reasoning_item(&id, &text)}),
-                    out,
-                );
+                let kind = "response.reasoning_summary_text.done";
+                let done = SummaryDone {
+                    item_id: id,
+                    output_index,
+                    sequence_number: self.next_seq(),
+                    summary_index: 0,
+                    text,
+                    kind,
+                };
+                frame(out, kind, &done);
+                let kind = "response.reasoning_summary_part.done";
+                let done = SummaryPartEvent {
+                    item_id: id,
+                    output_index,
+                    part: SummaryText::new(text),
+                    sequence_number: self.next_seq(),
+                    summary_index: 0,
+                    kind,
+                };
+                frame(out, kind, &done);
+                let item = OutputItem::reasoning(id, Some(text));
+                self.item_event("response.output_item.done", item, out);
             }
             Item::Text { id, text } => {
-                let at = json!({"item_id": id, "output_index": oi, "content_index": 0});
-                let mut d = at.clone();
-                d["text"] = json!(text);
-                d["logprobs"] = json!([]);
-                self.emit("response.output_text.done", d, out);
-                let mut d = at;
-                d["part"] = json!({"type": "output_text", "text": text, "annotations": []});
-                self.emit("response.content_part.done", d, out);
-                self.emit(
-                    "response.output_item.done",
-                    json!({"output_index": oi, "item": message_item(&id, &text)}),
-                    out,
-                );
+                let kind = "response.output_text.done";
+                let done = TextDone {
+                    content_index: 0,
+                    item_id: id,
+                    logprobs: [],
+                    output_index,
+                    sequence_number: self.next_seq(),
+                    text,
+                    kind,
+                };
+                frame(out, kind, &done);
+                let kind = "response.content_part.done";
+                let done = ContentPartEvent {
+                    content_index: 0,
+                    item_id: id,
+                    output_index,
+                    part: OutputText::new(text),
+                    sequence_number: self.next_seq(),
+                    kind,
+                };
+                frame(out, kind, &done);
+                let item = OutputItem::message(id, Some(text));
+                self.item_event("response.output_item.done", item, out);
             }
             Item::Call {
                 id,
@@ -517,114 +952,155 @@ impl Writer {
                 args,
                 ..
             } => {
-                self.emit(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": id, "output_index": oi, "name": name, "arguments": args}),
-                    out,
-                );
-                let call = ToolCall::function(call_id, name, args);
-                self.emit(
-                    "response.output_item.done",
-                    json!({"output_index": oi, "item": call_item(&id, &call)}),
-                    out,
-                );
+                let kind = "response.function_call_arguments.done";
+                let done = ArgumentsDone {
+                    arguments: args,
+                    item_id: id,
+                    name,
+                    output_index,
+                    sequence_number: self.next_seq(),
+                    kind,
+                };
+                frame(out, kind, &done);
+                let item = OutputItem::call(id, call_id, name, Some(args));
+                self.item_event("response.output_item.done", item, out);
             }
         }
     }
 
-    fn open(&mut self, item: Item, added: Value, out: &mut Vec<Bytes>) {
+    /// Closes the open item and opens `item`: `response.output_item.added`, and the added
+    /// part of a message or reasoning item.
+    fn open(&mut self, item: Item, out: &mut BytesMut) {
         self.close(out);
         self.items += 1;
-        let oi = self.output_index();
-        self.emit(
-            "response.output_item.added",
-            json!({"output_index": oi, "item": added}),
-            out,
-        );
+        let output_index = self.output_index();
+        match &item {
+            Item::Reasoning { id, .. } => {
+                self.item_event(
+                    "response.output_item.added",
+                    OutputItem::reasoning(id, None),
+                    out,
+                );
+                let kind = "response.reasoning_summary_part.added";
+                let added = SummaryPartEvent {
+                    item_id: id,
+                    output_index,
+                    part: SummaryText::new(""),
+                    sequence_number: self.next_seq(),
+                    summary_index: 0,
+                    kind,
+                };
+                frame(out, kind, &added);
+            }
+            Item::Text { id, .. } => {
+                self.item_event(
+                    "response.output_item.added",
+                    OutputItem::message(id, None),
+                    out,
+                );
+                let kind = "response.content_part.added";
+                let added = ContentPartEvent {
+                    content_index: 0,
+                    item_id: id,
+                    output_index,
+                    part: OutputText::new(""),
+                    sequence_number: self.next_seq(),
+                    kind,
+                };
+                frame(out, kind, &added);
+            }
+            Item::Call {
+                id, call_id, name, ..
+            } => {
+                let added = OutputItem::call(id, call_id, name, None);
+                self.item_event("response.output_item.added", added, out);
+            }
+        }
         self.open = Some(item);
     }
 
     /// One canonical event; true when the stream is over.
-    fn event(&mut self, ev: ChatEvent, out: &mut Vec<Bytes>) -> bool {
+    fn event(&mut self, ev: ChatEvent, out: &mut BytesMut) -> bool {
         match ev {
             ChatEvent::Reasoning(t) => {
                 if !matches!(self.open, Some(Item::Reasoning { .. })) {
                     let id = format!("rs_{}_{}", self.id, self.items);
-                    self.open(
-                        Item::Reasoning {
-                            id: id.clone(),
-                            text: String::new(),
-                        },
-                        json!({"type": "reasoning", "id": id, "summary": []}),
-                        out,
-                    );
-                    self.emit(
-                        "response.reasoning_summary_part.added",
-                        json!({"item_id": id, "output_index": self.output_index(),
-                               "summary_index": 0, "part": {"type": "summary_text", "text": ""}}),
-                        out,
-                    );
+                    let item = Item::Reasoning {
+                        id,
+                        text: String::new(),
+                    };
+                    self.open(item, out);
                 }
-                let oi = self.output_index();
+                let output_index = self.output_index();
+                let sequence_number = self.seq;
                 if let Some(Item::Reasoning { id, text }) = &mut self.open {
                     text.push_str(&t);
-                    let d = json!({"item_id": id, "output_index": oi, "summary_index": 0,
-                                   "delta": t});
-                    self.emit("response.reasoning_summary_text.delta", d, out);
+                    let kind = "response.reasoning_summary_text.delta";
+                    let d = SummaryDelta {
+                        delta: &t,
+                        item_id: id,
+                        output_index,
+                        sequence_number,
+                        summary_index: 0,
+                        kind,
+                    };
+                    frame(out, kind, &d);
+                    self.seq += 1;
                 }
             }
             ChatEvent::Content(t) | ChatEvent::Refusal(t) => {
                 if !matches!(self.open, Some(Item::Text { .. })) {
                     let id = format!("msg_{}_{}", self.id, self.items);
-                    self.open(
-                        Item::Text {
-                            id: id.clone(),
-                            text: String::new(),
-                        },
-                        json!({"type": "message", "id": id, "status": "in_progress",
-                               "role": "assistant", "content": []}),
-                        out,
-                    );
-                    self.emit(
-                        "response.content_part.added",
-                        json!({"item_id": id, "output_index": self.output_index(),
-                               "content_index": 0,
-                               "part": {"type": "output_text", "text": "", "annotations": []}}),
-                        out,
-                    );
+                    let item = Item::Text {
+                        id,
+                        text: String::new(),
+                    };
+                    self.open(item, out);
                 }
-                let oi = self.output_index();
+                let output_index = self.output_index();
+                let sequence_number = self.seq;
                 if let Some(Item::Text { id, text }) = &mut self.open {
                     text.push_str(&t);
-                    let d = json!({"item_id": id, "output_index": oi, "content_index": 0,
-                                   "delta": t, "logprobs": []});
-                    self.emit("response.output_text.delta", d, out);
+                    let kind = "response.output_text.delta";
+                    let d = TextDelta {
+                        content_index: 0,
+                        delta: &t,
+                        item_id: id,
+                        logprobs: [],
+                        output_index,
+                        sequence_number,
+                        kind,
+                    };
+                    frame(out, kind, &d);
+                    self.seq += 1;
                 }
             }
             ChatEvent::ToolCall(d) => {
                 if !matches!(&self.open, Some(Item::Call { index, .. }) if *index == d.index) {
-                    let id = format!("fc_{}_{}", self.id, self.items);
-                    let call_id = d.id.clone().unwrap_or_default();
-                    let name = d.name.clone().unwrap_or_default();
-                    self.open(
-                        Item::Call {
-                            index: d.index,
-                            id: id.clone(),
-                            call_id: call_id.clone(),
-                            name: name.clone(),
-                            args: String::new(),
-                        },
-                        json!({"type": "function_call", "id": id, "call_id": call_id,
-                               "name": name, "arguments": "", "status": "in_progress"}),
-                        out,
-                    );
+                    let item = Item::Call {
+                        index: d.index,
+                        id: format!("fc_{}_{}", self.id, self.items),
+                        call_id: d.id.clone().unwrap_or_default(),
+                        name: d.name.clone().unwrap_or_default(),
+                        args: String::new(),
+                    };
+                    self.open(item, out);
                 }
-                let oi = self.output_index();
+                let output_index = self.output_index();
+                let sequence_number = self.seq;
                 if let Some(Item::Call { id, args, .. }) = &mut self.open {
                     if !d.arguments.is_empty() {
                         args.push_str(&d.arguments);
-                        let e = json!({"item_id": id, "output_index": oi, "delta": d.arguments});
-                        self.emit("response.function_call_arguments.delta", e, out);
+                        let kind = "response.function_call_arguments.delta";
+                        let e = ArgumentsDelta {
+                            delta: &d.arguments,
+                            item_id: id,
+                            output_index,
+                            sequence_number,
+                            kind,
+                        };
+                        frame(out, kind, &e);
+                        self.seq += 1;
                     }
                 }
             }
@@ -632,25 +1108,34 @@ impl Writer {
             ChatEvent::ThinkingSignature(_) => {}
             ChatEvent::Done(r) => {
                 self.close(out);
-                let done = response_json(&self.id, &self.model, self.created, Some(&r));
-                let kind = if done["status"] == "incomplete" {
+                let sequence_number = self.next_seq();
+                let response = response_object(&self.id, &self.model, self.created, Some(&r));
+                let kind = if response.status == "incomplete" {
                     "response.incomplete"
                 } else {
                     "response.completed"
                 };
-                self.emit(kind, json!({"response": done}), out);
+                let event = ResponseEvent {
+                    response: &response,
+                    sequence_number,
+                    kind,
+                };
+                frame(out, kind, &event);
                 return true;
             }
         }
         false
     }
 
-    fn error(&mut self, code: &str, message: &str, out: &mut Vec<Bytes>) {
-        self.emit(
-            "error",
-            json!({"code": code, "message": message, "param": Value::Null}),
-            out,
-        );
+    fn error(&mut self, code: &str, message: &str, out: &mut BytesMut) {
+        let event = ErrorEvent {
+            code,
+            message,
+            param: None,
+            sequence_number: self.next_seq(),
+            kind: "error",
+        };
+        frame(out, "error", &event);
     }
 }
 
@@ -679,5 +1164,195 @@ mod tests {
         let e = to_canonical(&req).err().unwrap();
         assert_eq!(e.param, Some("previous_response_id"));
         assert!(e.message.contains("whole conversation"));
+    }
+
+    #[test]
+    fn stream_events_are_numbered_and_written_as_a_json_value_writes_them() {
+        let mut w = Writer {
+            id: "abc".into(),
+            model: "LLM".into(),
+            created: 7,
+            seq: 0,
+            open: None,
+            items: 0,
+        };
+        let mut out = BytesMut::new();
+        w.start(&mut out);
+        let mut r = LlmResponse::new("he said \"hi\"");
+        r.thinking = "hm".into();
+        r.tool_calls = vec![ToolCall::function("c1", "w", "{\"a\":1}")];
+        let events = [
+            ChatEvent::Reasoning("hm".into()),
+            ChatEvent::Content("he said ".into()),
+            ChatEvent::Content("\"hi\"".into()),
+            ChatEvent::ToolCall(crate::types::ToolCallDelta {
+                index: 0,
+                id: Some("c1".into()),
+                name: Some("w".into()),
+                arguments: "{\"a\"".into(),
+                ..Default::default()
+            }),
+            ChatEvent::ToolCall(crate::types::ToolCallDelta {
+                index: 0,
+                arguments: ":1}".into(),
+                ..Default::default()
+            }),
+        ];
+        for ev in events {
+            assert!(!w.event(ev, &mut out));
+        }
+        assert!(w.event(ChatEvent::Done(Box::new(r)), &mut out));
+        w.error("server_error", "x", &mut out);
+        let text = std::str::from_utf8(&out).unwrap();
+        let frames: Vec<(&str, Value)> = text
+            .split_terminator("\n\n")
+            .map(|f| {
+                let (event, data) = f.split_once('\n').unwrap();
+                let data = data.strip_prefix("data: ").unwrap();
+                let v: Value = serde_json::from_str(data).unwrap();
+                // Byte for byte what a `Value` of the event writes (sorted keys).
+                assert_eq!(v.to_string(), data);
+                (event.strip_prefix("event: ").unwrap(), v)
+            })
+            .collect();
+        for (n, (event, v)) in frames.iter().enumerate() {
+            assert_eq!(v["type"], *event);
+            assert_eq!(v["sequence_number"], n as u64, "{v}");
+        }
+        let (created, in_progress) = (&frames[0].1, &frames[1].1);
+        assert_eq!(created["response"], in_progress["response"]);
+        assert_eq!(created["response"]["status"], "in_progress");
+        assert_eq!(created["response"]["id"], "resp_abc");
+        let deltas: Vec<&Value> = frames
+            .iter()
+            .filter(|(e, _)| *e == "response.output_text.delta")
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(deltas.len(), 2);
+        assert_eq!(deltas[1]["delta"], "\"hi\"");
+        assert_eq!(deltas[1]["logprobs"], json!([]));
+        assert_eq!(deltas[1]["content_index"], 0);
+        assert!(frames
+            .iter()
+            .any(|(e, v)| *e == "response.reasoning_summary_text.delta"
+                && v["summary_index"] == 0
+                && v["delta"] == "hm"));
+        assert!(frames
+            .iter()
+            .any(|(e, v)| *e == "response.function_call_arguments.delta" && v["delta"] == ":1}"));
+        let (last, error) = (&frames[frames.len() - 2], &frames[frames.len() - 1]);
+        assert_eq!(last.0, "response.completed");
+        assert_eq!(last.1["response"]["output"].as_array().unwrap().len(), 3);
+        assert_eq!(error.1["code"], "server_error");
+    }
+
+    /// The `Value` builders the typed objects replaced, kept as the reference they must equal.
+    mod reference {
+        use super::*;
+
+        /// The Responses `usage` of an answer (the `Value` shapes the typed writer replaced).
+        fn usage(r: &LlmResponse) -> Value {
+            json!({
+                "input_tokens": r.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": r.cached_prompt_tokens.unwrap_or(0)},
+                "output_tokens": r.completion_tokens,
+                "output_tokens_details": {"reasoning_tokens": r.reasoning_tokens.unwrap_or(0)},
+                "total_tokens": r.prompt_tokens + r.completion_tokens,
+            })
+        }
+
+        fn message_item(id: &str, text: &str) -> Value {
+            json!({"type": "message", "id": id, "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]})
+        }
+
+        fn call_item(id: &str, call: &ToolCall) -> Value {
+            json!({"type": "function_call", "id": id, "call_id": call.id, "name": call.function.name,
+               "arguments": call.function.arguments, "status": "completed"})
+        }
+
+        fn reasoning_item(id: &str, text: &str) -> Value {
+            json!({"type": "reasoning", "id": id, "summary": [{"type": "summary_text", "text": text}]})
+        }
+
+        /// The output items of an answer: reasoning, the message, function calls.
+        pub(super) fn output_items(id: &str, r: &LlmResponse) -> Vec<Value> {
+            let mut out = Vec::new();
+            if !r.thinking.is_empty() {
+                out.push(reasoning_item(&format!("rs_{id}"), &r.thinking));
+            }
+            // A `text.format` answer is the ladder's validated JSON, not the raw text it came in.
+            let text = r
+                .structured_data
+                .as_ref()
+                .map_or_else(|| r.content.clone(), Value::to_string);
+            if !text.is_empty() || r.tool_calls.is_empty() {
+                out.push(message_item(&format!("msg_{id}"), &text));
+            }
+            for (i, c) in r.tool_calls.iter().enumerate() {
+                out.push(call_item(&format!("fc_{id}_{i}"), c));
+            }
+            out
+        }
+
+        /// The `response` object; `r` is `None` while it is in progress.
+        pub(super) fn response_json(
+            id: &str,
+            model: &str,
+            created: u64,
+            r: Option<&LlmResponse>,
+        ) -> Value {
+            let (status, incomplete) = match r.and_then(|r| r.finish_reason.as_deref()) {
+                _ if r.is_none() => ("in_progress", Value::Null),
+                Some("length") => ("incomplete", json!({"reason": "max_output_tokens"})),
+                Some("content_filter") => ("incomplete", json!({"reason": "content_filter"})),
+                _ => ("completed", Value::Null),
+            };
+            json!({
+                "id": format!("resp_{id}"), "object": "response", "created_at": created,
+                "status": status, "model": model, "error": Value::Null,
+                "incomplete_details": incomplete,
+                "output": r.map(|r| output_items(id, r)).unwrap_or_default(),
+                "usage": r.map(usage),
+                "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "store": false,
+                "metadata": {},
+            })
+        }
+    }
+
+    fn answers() -> Vec<LlmResponse> {
+        let plain = LlmResponse::new("he said \"hi\"\n");
+        let mut rich = LlmResponse::new("");
+        rich.thinking = "hm…".into();
+        rich.tool_calls = vec![
+            ToolCall::function("c1", "w", "{\"a\":1}"),
+            ToolCall::function("c2", "x", ""),
+        ];
+        rich.prompt_tokens = 120;
+        rich.completion_tokens = 7;
+        rich.cached_prompt_tokens = Some(100);
+        rich.reasoning_tokens = Some(3);
+        let mut cut = LlmResponse::new("partial");
+        cut.finish_reason = Some("length".into());
+        let mut filtered = LlmResponse::new("");
+        filtered.finish_reason = Some("content_filter".into());
+        let mut structured = LlmResponse::new("{ \"raw\": 1 }");
+        structured.structured_data = Some(json!({"b": [1, 2], "a": "x"}));
+        structured.finish_reason = Some("stop".into());
+        vec![plain, rich, cut, filtered, structured]
+    }
+
+    #[test]
+    fn typed_objects_equal_the_value_shapes_byte_for_byte() {
+        let expected = reference::response_json("abc", "LLM", 7, None);
+        let typed = serde_json::to_string(&response_object("abc", "LLM", 7, None)).unwrap();
+        assert_eq!(typed, expected.to_string());
+        for r in answers() {
+            let expected = reference::response_json("abc", "L\"M", 7, Some(&r));
+            let typed = response_object("abc", "L\"M", 7, Some(&r));
+            assert_eq!(serde_json::to_string(&typed).unwrap(), expected.to_string());
+            assert_eq!(response_json("abc", "L\"M", 7, Some(&r)), expected);
+            assert_eq!(output_items("abc", &r), reference::output_items("abc", &r));
+        }
     }
 }
