@@ -421,6 +421,87 @@ async fn a_streamed_gemini_tool_use_keeps_its_thought_signature_for_the_next_tur
 }
 
 #[tokio::test]
+async fn a_streamed_gemini_tool_call_on_the_chat_ingress_keeps_its_thought_signature() {
+    let mock = MockGemini::start().await;
+    mock.script(
+        "Sunny in Paris.",
+        None,
+        Some(("weather", json!({"city": "Paris"}))),
+        None,
+    );
+    let server = start(settings(
+        "GEMINI",
+        &mock.base_url(),
+        MOCK_GEMINI_KEY,
+        "gemini-2.5-flash",
+    ))
+    .await;
+    let tools = json!([{"type": "function", "function": {"name": "weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+    let ask = json!({"role": "user", "content": "Weather in Paris?"});
+    let first = json!({"model": "LLM", "tools": tools, "stream": true, "messages": [ask]});
+    let resp = post(&server, "/v1/chat/completions", &first).await;
+    assert_eq!(resp.status(), 200);
+    let sse = resp.text().await.unwrap();
+    // The pieces merged by index as the OpenAI SDK's accumulator merges them: strings joined,
+    // other fields kept.
+    let mut call = serde_json::Map::new();
+    for data in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+            continue;
+        };
+        for piece in chunk["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for (key, value) in piece.as_object().unwrap() {
+                match (call.get_mut(key), value) {
+                    (Some(Value::Object(have)), Value::Object(more)) => {
+                        for (k, v) in more {
+                            match (have.get_mut(k), v) {
+                                (Some(Value::String(a)), Value::String(b)) => a.push_str(b),
+                                _ => {
+                                    have.insert(k.clone(), v.clone());
+                                }
+                            }
+                        }
+                    }
+                    (Some(_), _) => {}
+                    (None, _) => {
+                        call.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(call["function"]["name"], "weather", "{sse}");
+    assert_eq!(
+        call["provider_specific_fields"]["thought_signature"], "mock-sig-0",
+        "{sse}"
+    );
+    call.remove("index");
+    let second = json!({"model": "LLM", "tools": tools, "messages": [
+        ask,
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "{\"sky\": \"clear\"}"}
+    ]});
+    let resp = post(&server, "/v1/chat/completions", &second).await;
+    assert_eq!(resp.status(), 200);
+    let sent = &mock.requests()[1]["body"];
+    let called: Vec<&Value> = sent["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["parts"].as_array().unwrap())
+        .filter(|p| p.get("functionCall").is_some())
+        .collect();
+    assert_eq!(called.len(), 1, "{sent}");
+    assert_eq!(called[0]["thoughtSignature"], "mock-sig-0", "{sent}");
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn responses_on_an_anthropic_source_are_translated_with_a_function_round_trip() {
     let mock = MockAnthropic::start().await;
     mock.set_text("Plain answer");

@@ -131,6 +131,29 @@ impl Parties {
     }
 }
 
+/// What of a call's sampling its cache key covers: the overlay, and a native body as written.
+///
+/// A native body reaches a source of its dialect as written, fields the canonical call does not
+/// carry included: they are part of what was asked, so of the key — but for what the gateway
+/// sets itself (the model is the scope's, streaming is not asked of it). Built only when a
+/// cache is asked: copying the body costs every call otherwise.
+fn cache_sampling(options: &CallOptions) -> std::borrow::Cow<'_, Map<String, Value>> {
+    match &options.native {
+        Some(native) => {
+            let mut body = (*native.body).clone();
+            body.remove("model");
+            body.remove("stream");
+            if let Some(beta) = &native.beta {
+                body.insert("anthropic-beta".into(), Value::String(beta.clone()));
+            }
+            let mut sampling = options.overlay.clone();
+            sampling.insert("native_body".into(), Value::Object(body));
+            std::borrow::Cow::Owned(sampling)
+        }
+        None => std::borrow::Cow::Borrowed(&options.overlay),
+    }
+}
+
 /// What orders a call among waiting calls (docs/behaviour.md §5.7): its class, its tenant and
 /// weight, and its deadline as an instant fixed when the call starts, so a structured re-ask
 /// has what is left of it, not a fresh one.
@@ -442,23 +465,6 @@ impl ScopeHandle<Chat> {
         options.validate()?;
         let scope = self.scope();
         let core = &self.core;
-        // A native body reaches a source of its dialect as written, fields the canonical call
-        // does not carry included: they are part of what was asked, so of the key — but for
-        // what the gateway sets itself (the model is the scope's, streaming is not asked of it).
-        let sampling = match &options.native {
-            Some(native) => {
-                let mut body = (*native.body).clone();
-                body.remove("model");
-                body.remove("stream");
-                if let Some(beta) = &native.beta {
-                    body.insert("anthropic-beta".into(), Value::String(beta.clone()));
-                }
-                let mut sampling = options.overlay.clone();
-                sampling.insert("native_body".into(), Value::Object(body));
-                std::borrow::Cow::Owned(sampling)
-            }
-            None => std::borrow::Cow::Borrowed(&options.overlay),
-        };
         let cache_key = match (&core.cache, options.bypass_cache) {
             (Some(cache), false) => Some(cache_key(&CacheKeyInput {
                 structured: asked.key.as_ref(),
@@ -469,7 +475,7 @@ impl ScopeHandle<Chat> {
                     .as_deref()
                     .unwrap_or(&cache.namespace),
                 salt: options.cache_salt.as_deref(),
-                sampling: &sampling,
+                sampling: &cache_sampling(options),
             })),
             _ => None,
         };

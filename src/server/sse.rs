@@ -65,7 +65,8 @@ struct Delta<'a> {
 }
 
 /// A tool-call piece in OpenAI's chunk shape: `index` always, `id` and `type` with the piece
-/// that names the call, `function.name` when the piece carries it, `function.arguments` always.
+/// that names the call, `function.name` when the piece carries it, `function.arguments` always,
+/// and the piece's unmodelled fields beside them.
 fn tool_call_piece(piece: &ToolCallDelta) -> serde_json::Value {
     let mut function = serde_json::Map::new();
     if let Some(name) = &piece.name {
@@ -79,6 +80,12 @@ fn tool_call_piece(piece: &ToolCallDelta) -> serde_json::Value {
         call.insert("type".into(), "function".into());
     }
     call.insert("function".into(), function.into());
+    // What the source sent with the piece and the call type does not model (Gemini's thought
+    // signature in `provider_specific_fields`), where the whole answer's call carries it: a
+    // client that sends the accumulated call back returns it to the source.
+    for (key, value) in &piece.extra {
+        call.entry(key.as_str()).or_insert_with(|| value.clone());
+    }
     serde_json::Value::Array(vec![call.into()])
 }
 
