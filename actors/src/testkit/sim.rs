@@ -1505,6 +1505,7 @@ impl CallObserver<SimTransport> for SimObserver {
                 AttemptResult::Ok(()) => "ok".to_string(),
                 AttemptResult::Err(error) => error.to_string(),
                 AttemptResult::Cancelled => "cancelled".to_string(),
+                AttemptResult::HedgeCancelled => "hedge_cancelled".to_string(),
             };
             state.calls[call]
                 .log
@@ -1891,6 +1892,7 @@ mod tests {
                 AttemptResult::Ok(()) => "ok".to_string(),
                 AttemptResult::Err(error) => error.to_string(),
                 AttemptResult::Cancelled => "cancelled".to_string(),
+                AttemptResult::HedgeCancelled => "hedge_cancelled".to_string(),
             };
             self.0
                 .lock()
