@@ -313,11 +313,11 @@ pub(crate) struct Raced<A> {
 }
 
 /// What the race saw next.
-enum Seen<A, V, H> {
+enum Seen<V, H> {
     /// A side's first event.
     Event(usize, V),
-    /// A side's attempt ended.
-    Done(usize, A),
+    /// A side's attempt ended (its answer is in `ended`).
+    Done(usize),
     /// The hedge is due.
     Due,
     /// The hedge's selection and admission answered.
@@ -367,11 +367,24 @@ where
     let mut opening: Option<Pin<Box<OF>>> = None;
     // A side that failed before any delta while the other still ran.
     let mut failed: [Option<A>; 2] = [None, None];
+    // A side whose attempt ended, until the race reads it.
+    let mut ended: [Option<A>; 2] = [None, None];
     let mut hedged = false;
 
     // Until one side produces a delta or answers, or every side has failed.
     let (winner, first_event, mut done) = loop {
         let seen = poll_fn(|cx| {
+            // Attempts first: a hedge just installed is sent before anything can decide the
+            // race (an admitted attempt is never dropped unsent).
+            for (side, slot) in attempts.iter_mut().enumerate() {
+                if let Some(attempt) = slot.as_mut() {
+                    if let Poll::Ready(answer) = Pin::new(attempt).poll(cx) {
+                        *slot = None;
+                        ended[side] = Some(answer);
+                    }
+                }
+            }
+            // A delta sent before its attempt ended is seen before the end.
             for (side, slot) in receivers.iter_mut().enumerate() {
                 if let Some(rx) = slot.as_mut() {
                     match rx.poll_recv(cx) {
@@ -381,13 +394,8 @@ where
                     }
                 }
             }
-            for (side, slot) in attempts.iter_mut().enumerate() {
-                if let Some(attempt) = slot.as_mut() {
-                    if let Poll::Ready(out) = Pin::new(attempt).poll(cx) {
-                        *slot = None;
-                        return Poll::Ready(Seen::Done(side, out));
-                    }
-                }
+            if let Some(side) = ended.iter().position(Option::is_some) {
+                return Poll::Ready(Seen::Done(side));
             }
             if let Some(pending) = opening.as_mut() {
                 if let Poll::Ready(opened) = pending.as_mut().poll(cx) {
@@ -405,12 +413,9 @@ where
         })
         .await;
         match seen {
-            Seen::Event(side, event) => break (side, Some(event), None),
-            Seen::Done(side, answer) => {
-                // Deltas sent just before the end are still in the proxy: a token after all.
-                if let Some(event) = receivers[side].as_mut().and_then(|rx| rx.try_recv().ok()) {
-                    break (side, Some(event), Some(answer));
-                }
+            Seen::Event(side, event) => break (side, Some(event), ended[side].take()),
+            Seen::Done(side) => {
+                let answer = ended[side].take().expect("the side that ended");
                 if answered(&answer) {
                     // An answer without deltas (a source that does not stream) wins too.
                     break (side, None, Some(answer));
@@ -442,7 +447,10 @@ where
                 hedged = true;
             }
         }
-        if attempts.iter().all(Option::is_none) && opening.is_none() {
+        if attempts.iter().all(Option::is_none)
+            && ended.iter().all(Option::is_none)
+            && opening.is_none()
+        {
             // Every side failed before any delta: the primary's failure is the race's (the
             // hedge's was settled and recorded like any failure of its source).
             let [primary, hedge] = failed;
