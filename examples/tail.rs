@@ -18,7 +18,11 @@
 //! requests (the mock's count beyond one per call: what an upstream bills at least the prompt
 //! of), hedges sent and won, calls failed and those failed by a cut stream, and what was still
 //! held once the run was idle (leases, pacer slots, probes, upstream requests: all 0 when
-//! nothing leaked). Then one line with the median of the per-round ratios on/off.
+//! nothing leaked). Then one line with the medians of the per-round ratios on/off (p99, p999)
+//! and of the extra attempts with hedging on.
+//!
+//! With these rates a slow first token hits about 0.5 % of all calls (2 % of one source's
+//! quarter), so it sits beyond the p99 and shows in the p999 and the maximum.
 //!
 //! Mid-stream continuation (issue #47, part 2) is not built: a cut stream fails its call in both
 //! modes, as it does today (the text already delivered cannot be taken back, so it is not
@@ -128,6 +132,7 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 struct Run {
     p99_ms: f64,
+    p999_ms: f64,
     extra_attempts: f64,
 }
 
@@ -207,6 +212,7 @@ async fn run(calls: usize, seed: u64, hedge: bool, round: usize) -> Run {
     }
     Run {
         p99_ms: quantile(&latencies, 0.99),
+        p999_ms: quantile(&latencies, 0.999),
         extra_attempts,
     }
 }
@@ -231,6 +237,7 @@ async fn main() {
     let rounds = arg("--rounds", 3) as usize;
     let seed = arg("--seed", 47);
     let mut ratios = Vec::new();
+    let mut tail_ratios = Vec::new();
     let mut extra = Vec::new();
     for round in 0..rounds {
         // Alternate which mode goes first, so drift on a shared machine lands on both.
@@ -251,6 +258,7 @@ async fn main() {
         }
         let (off, on) = (off.expect("ran"), on.expect("ran"));
         ratios.push(on.p99_ms / off.p99_ms);
+        tail_ratios.push(on.p999_ms / off.p999_ms);
         extra.push(on.extra_attempts);
     }
     println!(
@@ -260,6 +268,7 @@ async fn main() {
             "summary": true,
             "rounds": rounds,
             "p99_ratio_on_off_median": median(ratios),
+            "p999_ratio_on_off_median": median(tail_ratios),
             "extra_attempts_share_on_median": median(extra),
         })
     );
