@@ -682,4 +682,159 @@ mod tests {
         assert_eq!(counts[HedgeOutcome::NoSource as usize], ("no_source", 1));
         assert_eq!(counts.iter().map(|(_, n)| n).sum::<u64>(), 2);
     }
+
+    type Answer = Result<&'static str, &'static str>;
+    type Attempt = Pin<Box<dyn Future<Output = Answer>>>;
+
+    /// A side that waits `after`, sends `deltas`, then answers.
+    fn side(
+        after: u64,
+        deltas: &'static [u32],
+        answer: Answer,
+    ) -> (Side<Attempt, u32>, Arc<AtomicBool>) {
+        let (sink, events) = EventSink::channel(8);
+        let attempt: Attempt = Box::pin(async move {
+            tokio::time::sleep(ms(after)).await;
+            for delta in deltas {
+                let _ = sink.emit(*delta).await;
+            }
+            answer
+        });
+        let lost = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&lost);
+        (
+            Side {
+                attempt,
+                events,
+                lost,
+            },
+            flag,
+        )
+    }
+
+    fn hedging() -> Hedging {
+        let config = HedgeConfig {
+            enabled: true,
+            budget: 1.0,
+            ..HedgeConfig::default()
+        };
+        let hedging = Hedging::of("T", &config).unwrap();
+        hedging.budget.earn();
+        hedging
+    }
+
+    fn count(hedging: &Hedging, outcome: HedgeOutcome) -> u64 {
+        hedging.counts()[outcome as usize].1
+    }
+
+    /// Race `primary` against `hedge` (opened when due after 100 ms), deltas to a caller.
+    async fn run_race(
+        hedging: &Hedging,
+        primary: Side<Attempt, u32>,
+        hedge: Option<Side<Attempt, u32>>,
+        may: Result<(), HedgeOutcome>,
+    ) -> (Raced<Answer>, Vec<u32>, bool) {
+        let (sink, mut caller) = EventSink::channel(16);
+        let opened = std::cell::Cell::new(false);
+        let raced = race(
+            hedging,
+            primary,
+            tokio::time::sleep(ms(100)),
+            || may,
+            || {
+                opened.set(true);
+                async move { hedge }
+            },
+            Answer::is_ok,
+            // The paused clock's now, as the scope's `Clock` follows it.
+            || tokio::time::Instant::now().into_std(),
+            Some(&sink),
+        )
+        .await;
+        drop(sink);
+        let mut seen = Vec::new();
+        while let Some(delta) = caller.recv().await {
+            seen.push(delta);
+        }
+        (raced, seen, opened.get())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_delta_wins_and_only_the_winner_reaches_the_caller() {
+        let hedging = hedging();
+        let (primary, primary_lost) = side(1_000, &[1, 2], Ok("primary"));
+        let (hedge, hedge_lost) = side(10, &[7, 8, 9], Ok("hedge"));
+        let (raced, seen, opened) = run_race(&hedging, primary, Some(hedge), Ok(())).await;
+        assert!(opened);
+        assert_eq!((raced.side, raced.answer), (1, Ok("hedge")));
+        assert_eq!(seen, [7, 8, 9]);
+        // The hedge's first delta came 10 ms after it was sent.
+        assert_eq!(raced.first_token, Some(ms(10)));
+        assert!(primary_lost.load(Ordering::Acquire), "the loser is flagged");
+        assert!(!hedge_lost.load(Ordering::Acquire));
+        assert_eq!(count(&hedging, HedgeOutcome::Won), 1);
+        assert_eq!(hedging.counts().iter().map(|(_, n)| n).sum::<u64>(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hedge_that_fails_leaves_the_primary_to_win_and_is_counted_failed() {
+        let hedging = hedging();
+        let (primary, primary_lost) = side(1_000, &[1, 2], Ok("primary"));
+        let (hedge, _) = side(10, &[], Err("503"));
+        let (raced, seen, _) = run_race(&hedging, primary, Some(hedge), Ok(())).await;
+        assert_eq!((raced.side, raced.answer), (0, Ok("primary")));
+        assert_eq!(seen, [1, 2]);
+        assert!(!primary_lost.load(Ordering::Acquire));
+        assert_eq!(count(&hedging, HedgeOutcome::Failed), 1);
+        assert_eq!(
+            count(&hedging, HedgeOutcome::Lost),
+            0,
+            "counted once, as failed"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_primary_winning_first_cancels_the_hedge_and_both_failing_answers_the_primary() {
+        let hedging = hedging();
+        let (primary, _) = side(300, &[1], Ok("primary"));
+        let (hedge, hedge_lost) = side(1_000, &[7], Ok("hedge"));
+        let (raced, seen, _) = run_race(&hedging, primary, Some(hedge), Ok(())).await;
+        assert_eq!((raced.side, seen), (0, vec![1]));
+        assert!(hedge_lost.load(Ordering::Acquire));
+        assert_eq!(count(&hedging, HedgeOutcome::Lost), 1);
+
+        let (primary, _) = side(300, &[], Err("primary 503"));
+        let (hedge, _) = side(400, &[], Err("hedge 503"));
+        let (raced, seen, _) = run_race(&hedging, primary, Some(hedge), Ok(())).await;
+        assert_eq!(
+            (raced.side, raced.answer, raced.first_token),
+            (0, Err("primary 503"), None)
+        );
+        assert!(seen.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_hedge_is_opened_before_it_is_due_or_when_it_may_not_go() {
+        // The primary answers (or fails) before the hedge is due: nothing is opened.
+        let hedging = hedging();
+        let (primary, _) = side(50, &[], Err("early 503"));
+        let (raced, _, opened) = run_race(&hedging, primary, None, Ok(())).await;
+        assert_eq!(
+            (raced.side, raced.answer, opened),
+            (0, Err("early 503"), false)
+        );
+        // Due, but refused (budget, capacity wait, deadline): counted, not opened.
+        let (primary, _) = side(500, &[1], Ok("primary"));
+        let (raced, _, opened) =
+            run_race(&hedging, primary, None, Err(HedgeOutcome::CapacityWait)).await;
+        assert_eq!((raced.side, opened), (0, false));
+        assert_eq!(count(&hedging, HedgeOutcome::CapacityWait), 1);
+        // Due and allowed, but no other source: the budget taken for it is given back.
+        let (primary, _) = side(500, &[1], Ok("primary"));
+        assert!(hedging.budget.try_take());
+        let (raced, _, opened) = run_race(&hedging, primary, None, Ok(())).await;
+        assert_eq!((raced.side, opened), (0, true));
+        assert_eq!(count(&hedging, HedgeOutcome::NoSource), 1);
+        assert!(hedging.budget.try_take(), "refunded");
+    }
 }
