@@ -150,7 +150,8 @@ async fn no_hedge_when_the_first_token_is_in_time_or_the_budget_is_spent() {
     // In time: the first source answers at once, the other is never asked.
     let a = MockUpstream::start(Behaviour::healthy_with("first")).await;
     let b = MockUpstream::start(Behaviour::healthy_with("second")).await;
-    let gw = hedged(&a, &b, &[]).await;
+    // A ceiling far above the mock's answer, so a loaded machine does not make it late.
+    let gw = hedged(&a, &b, &[("LLM__HEDGE__CEILING_S", "3")]).await;
     let (text, _) = streamed(&gw).await;
     assert_eq!(text, "first");
     assert_eq!((a.counts().chat, b.counts().chat), (1, 0));
