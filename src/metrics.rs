@@ -8,7 +8,8 @@
 pub use polygateway_actors::runtime::metrics::{
     ADMISSION_WAIT_SECONDS, ATTEMPTS_TOTAL, ATTEMPT_RESULTS, BREAKER_STATE,
     BREAKER_STATE_CHANGES_TOTAL, CALLS_TOTAL, CALL_DURATION_SECONDS, CALL_OUTCOMES,
-    CAPACITY_WAIT_REASONS, CAPACITY_WAIT_SECONDS, IN_FLIGHT, PACER_LIMIT, RETRIES_TOTAL,
+    CAPACITY_WAIT_REASONS, CAPACITY_WAIT_SECONDS, HEDGES_TOTAL, HEDGE_OUTCOMES, IN_FLIGHT,
+    PACER_LIMIT, RETRIES_TOTAL,
 };
 /// The dashboard's time series (what `Gateway::series` answers and the metrics' events feed).
 pub use polygateway_actors::runtime::series;

@@ -22,6 +22,7 @@ fn explain(report: &SeedReport) -> String {
 fn every_seed_keeps_every_invariant() {
     let (mut steps, mut observed, mut recoveries) = (0, 0, 0);
     let (mut room_turns, mut deadline_sends, mut overloaded) = (0, 0, 0);
+    let (mut hedges, mut hedging_seeds) = (0, 0);
     for seed in 0..CI_SEEDS {
         let report = run_seed(seed, CALLS, false);
         assert!(report.violations.is_empty(), "{}", explain(&report));
@@ -31,7 +32,15 @@ fn every_seed_keeps_every_invariant() {
         room_turns += report.room_turns_checked;
         deadline_sends += report.deadline_sends_checked;
         overloaded += report.overloaded_answers;
+        hedges += report.hedges;
+        hedging_seeds += u32::from(report.hedges > 0);
     }
+    // Hedged first tokens raced (§5.9): losers released on every interleaving (no pacer slot,
+    // lease or probe left), rows and sends per hedge, the budget never exceeded.
+    assert!(
+        hedges > 200 && hedging_seeds > 30,
+        "only {hedges} hedges in {hedging_seeds} seeds"
+    );
     // Overload storms (Anthropic's 529) answered attempts, and every invariant held through them.
     assert!(overloaded > 100, "only {overloaded} overloaded answers");
     // The pacer invariants were exercised: attempts fed the pacers, and 429 fault windows ended

@@ -41,6 +41,12 @@ pub(crate) const POLL_INTERVAL_S: f64 = 1.0;
 /// `BACKPRESSURE__BATCH_RESERVE` when the limiter is shared (Redis); a process's own memory
 /// gate has no other process to hold it, and its waiting room already orders the classes.
 pub(crate) const BATCH_RESERVE_SHARED: f64 = 0.1;
+/// `HEDGE__FLOOR_S`: hedge no sooner than this after an attempt was sent.
+pub(crate) const HEDGE_FLOOR_S: f64 = 0.25;
+/// `HEDGE__CEILING_S`: hedge by then, and while a source's p95 is unknown.
+pub(crate) const HEDGE_CEILING_S: f64 = 5.0;
+/// `HEDGE__BUDGET`: hedges per attempt sent, at most.
+pub(crate) const HEDGE_BUDGET: f64 = 0.05;
 /// `PGW_TELEMETRY_PG_POOL_MAX`.
 pub(crate) const PG_POOL_MAX: usize = 4;
 /// `PGW_TELEMETRY_PG_WRITE_TIMEOUT_S`.

@@ -77,6 +77,7 @@ fn check_scope(scope: &ScopeSettings, lease_ttl: Duration) -> Result<(), ConfigE
     check_retry(&scope.retry, &key)?;
     check_breaker(&scope.breaker, &key)?;
     check_backpressure(scope, &key)?;
+    check_hedge(&scope.hedge, &key)?;
     check_embedding(scope, &key)
 }
 
@@ -143,6 +144,24 @@ fn check_breaker(b: &BreakerSettings, key: &dyn Fn(&KeyDef) -> String) -> Result
         }
     }
 
+    Ok(())
+}
+
+fn check_hedge(hedge: &HedgeSettings, key: &dyn Fn(&KeyDef) -> String) -> Result<(), ConfigError> {
+    if !(0.0..=1.0).contains(&hedge.budget) {
+        return Err(refuse(
+            key(&scope::HEDGE_BUDGET),
+            format!("{}", hedge.budget),
+            "must be a share from 0 to 1",
+        ));
+    }
+    if hedge.floor > hedge.ceiling {
+        return Err(refuse(
+            key(&scope::HEDGE_FLOOR_S),
+            format!("{}", hedge.floor.as_secs_f64()),
+            "must not exceed HEDGE__CEILING_S",
+        ));
+    }
     Ok(())
 }
 

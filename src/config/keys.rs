@@ -194,6 +194,10 @@ pub const KEYS: &[KeyDef] = &[
     scope::BACKPRESSURE_STALL_WINDOW_S,
     scope::BACKPRESSURE_POLL_INTERVAL_S,
     scope::BACKPRESSURE_BATCH_RESERVE,
+    scope::HEDGE_ENABLED,
+    scope::HEDGE_FLOOR_S,
+    scope::HEDGE_CEILING_S,
+    scope::HEDGE_BUDGET,
     scope::QUOTA_FULL,
     scope::CIRCUIT_OPEN,
     scope::BUDGET,
@@ -558,6 +562,38 @@ pub(crate) mod scope {
         doc: "share of each gate limit that batch calls leave to the higher classes, so \
               interactive calls get through gates that batch processes saturate (0 to 0.9)",
         default: "0.1 with a Redis limiter, else 0",
+    };
+    pub(crate) const HEDGE_ENABLED: KeyDef = KeyDef {
+        name: "HEDGE__ENABLED",
+        family: Scope,
+        value: Bool,
+        doc: "hedge first tokens: an attempt without a first token after its source's p95 time \
+              to first token is sent to a second source too, the first to answer a token wins \
+              (docs/behaviour.md §5.9)",
+        default: "false",
+    };
+    pub(crate) const HEDGE_FLOOR_S: KeyDef = KeyDef {
+        name: "HEDGE__FLOOR_S",
+        family: Scope,
+        value: Seconds,
+        doc: "never hedge sooner than this after an attempt was sent",
+        default: "0.25",
+    };
+    pub(crate) const HEDGE_CEILING_S: KeyDef = KeyDef {
+        name: "HEDGE__CEILING_S",
+        family: Scope,
+        value: PositiveSeconds,
+        doc: "hedge by then at the latest, and while a source's p95 is not known yet (20 first \
+              tokens)",
+        default: "5",
+    };
+    pub(crate) const HEDGE_BUDGET: KeyDef = KeyDef {
+        name: "HEDGE__BUDGET",
+        family: Scope,
+        value: Number,
+        doc: "hedges per attempt sent, at most (0 to 1): hedging never adds more than this \
+              share of attempts",
+        default: "0.05",
     };
     pub(crate) const QUOTA_FULL: KeyDef = KeyDef {
         name: "QUOTA_FULL",
@@ -973,7 +1009,14 @@ pub const EMBEDDING_SCOPE_KEYS: [&str; count(EMBEDDINGS)] = names(EMBEDDINGS);
 /// let err = Settings::from_map(&env(&[("LLM__RETRY__1__MODEL", "m")])).unwrap_err();
 /// assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
 /// ```
-pub const SCOPE_KEY_GROUPS: [&str; 5] = ["GLOBAL", "PACER", "RETRY", "BREAKER", "BACKPRESSURE"];
+pub const SCOPE_KEY_GROUPS: [&str; 6] = [
+    "GLOBAL",
+    "PACER",
+    "RETRY",
+    "BREAKER",
+    "BACKPRESSURE",
+    "HEDGE",
+];
 
 /// Flat shorthands: defaults for every scope (scope and source keys win; derived from [`KEYS`]).
 ///
@@ -1114,7 +1157,10 @@ mod tests {
     #[test]
     fn the_default_column_matches_the_typed_defaults() {
         use super::super::defaults as d;
-        let numbers: [(&KeyDef, f64); 17] = [
+        let numbers: [(&KeyDef, f64); 20] = [
+            (&scope::HEDGE_FLOOR_S, d::HEDGE_FLOOR_S),
+            (&scope::HEDGE_CEILING_S, d::HEDGE_CEILING_S),
+            (&scope::HEDGE_BUDGET, d::HEDGE_BUDGET),
             (&source::TIMEOUT_S, d::TIMEOUT_S),
             (&source::POOL_IDLE_TIMEOUT_S, d::POOL_IDLE_TIMEOUT_S),
             (&scope::RETRY_MAX_ATTEMPTS, f64::from(d::MAX_ATTEMPTS)),

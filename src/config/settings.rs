@@ -507,6 +507,58 @@ pub struct BackpressureSettings {
     pub batch_reserve: Option<f64>,
 }
 
+/// Hedged first tokens of a scope (`{SCOPE}__HEDGE__*`, docs/behaviour.md §5.9): off unless
+/// `ENABLED`.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::Settings;
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// let settings = Settings::from_map(&env(&[
+///     ("LLM__HEDGE__ENABLED", "true"),
+///     ("LLM__HEDGE__FLOOR_S", "0.1"),
+/// ]))
+/// .unwrap();
+/// let hedge = &settings.scope("LLM").unwrap().hedge;
+/// assert!(hedge.enabled);
+/// assert_eq!(hedge.floor, Duration::from_millis(100));
+/// assert_eq!(hedge.budget, 0.05); // at most one hedge per 20 attempts
+/// // A budget is a share of attempts.
+/// assert!(Settings::from_map(&env(&[("LLM__HEDGE__BUDGET", "1.5")])).is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct HedgeSettings {
+    /// `ENABLED` (default false).
+    pub enabled: bool,
+    /// `FLOOR_S`: never hedge sooner (default 0.25 s).
+    pub floor: Duration,
+    /// `CEILING_S`: hedge by then, and while a source's p95 is unknown (default 5 s).
+    pub ceiling: Duration,
+    /// `BUDGET`: hedges per attempt sent, at most (default 0.05).
+    pub budget: f64,
+}
+
+impl Default for HedgeSettings {
+    /// Off; floor 0.25 s, ceiling 5 s, budget 5 %.
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            floor: Duration::from_secs_f64(super::defaults::HEDGE_FLOOR_S),
+            ceiling: Duration::from_secs_f64(super::defaults::HEDGE_CEILING_S),
+            budget: super::defaults::HEDGE_BUDGET,
+        }
+    }
+}
+
 /// Embeddings options of a scope.
 ///
 /// ```
@@ -591,6 +643,8 @@ pub struct ScopeSettings {
     pub breaker: BreakerSettings,
     /// Stall guard.
     pub backpressure: BackpressureSettings,
+    /// Hedged first tokens (`HEDGE__*`, off by default).
+    pub hedge: HedgeSettings,
     /// Quota-full behaviour.
     pub quota_full: QuotaFull,
     /// All-circuits-open behaviour.

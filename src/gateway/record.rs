@@ -218,6 +218,7 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
                 ));
             }
             AttemptResult::Cancelled => row.error = Some("cancelled".to_string()),
+            AttemptResult::HedgeCancelled => row.error = Some("hedge_cancelled".to_string()),
         }
         t.emit(row);
     }

@@ -81,8 +81,12 @@ pub struct SourceSnapshot {
     pub rate_limited: u64,
     /// Source-dead answers.
     pub dead: u64,
-    /// Cancelled attempts.
+    /// Cancelled attempts (hedge losers included).
     pub cancelled: u64,
+    /// Hedges of first tokens sent to this source (docs/behaviour.md §5.9).
+    pub hedges: u64,
+    /// Of those, the ones that produced the first token and answered their call.
+    pub hedges_won: u64,
     /// Admissions refused by the breaker.
     pub breaker_refusals: u64,
     /// The structured mode typed calls are sent in now (chat sources; `None` otherwise).
@@ -196,6 +200,8 @@ fn view<T>(source: &SourceShared<T>, now: std::time::Instant) -> SourceSnapshot 
         rate_limited: c.rate_limited.load(Ordering::Relaxed),
         dead: c.dead.load(Ordering::Relaxed),
         cancelled: c.cancelled.load(Ordering::Relaxed),
+        hedges: c.hedges.load(Ordering::Relaxed),
+        hedges_won: c.hedges_won.load(Ordering::Relaxed),
         breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
         structured_mode: None,
         structured_mode_configured: None,

@@ -176,7 +176,7 @@ async fn operator_tables(app: &App, html: &mut String) {
             "<h3>{s} <small>(model: {})</small></h3><table><tr>\
              <th>source</th><th>breaker</th><th>pacer limit</th><th>in flight</th><th>health</th>\
              <th>attempts</th><th>successes</th><th>failures</th><th>429</th><th>dead</th>\
-             <th>cooling</th></tr>",
+             <th>hedges (won)</th><th>cooling</th></tr>",
             models.join(", "),
             s = escape(&scope),
         );
@@ -186,7 +186,7 @@ async fn operator_tables(app: &App, html: &mut String) {
                 html,
                 "<tr><td>{}</td><td class=\"{breaker}\">{breaker}</td><td>{}</td>\
                  <td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{:.1}s</td></tr>",
+                 <td>{} ({})</td><td>{:.1}s</td></tr>",
                 escape(&src.name),
                 src.pacer_limit,
                 src.in_flight,
@@ -196,6 +196,8 @@ async fn operator_tables(app: &App, html: &mut String) {
                 src.failures,
                 src.rate_limited,
                 src.dead,
+                src.hedges,
+                src.hedges_won,
                 src.cooling_for.as_secs_f64()
             );
         }
@@ -336,6 +338,8 @@ pub(crate) async fn json(
                 entry["in_flight"] = json!(src.in_flight);
                 entry["health"] = json!(src.health);
                 entry["cooling_s"] = json!(src.cooling_for.as_secs_f64());
+                entry["hedges"] = json!(src.hedges);
+                entry["hedges_won"] = json!(src.hedges_won);
             }
             sources.insert(src.name.clone(), entry);
         }

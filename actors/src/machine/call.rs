@@ -363,6 +363,14 @@ impl CallMachine {
         }
     }
 
+    /// The attempt being sent was answered by `source` — a hedge that won its race
+    /// (`runtime/hedge.rs`) — so its outcome is that source's.
+    pub(crate) fn served_by(&mut self, source: usize) {
+        if let State::Sending(sending) = &mut self.state {
+            *sending = source;
+        }
+    }
+
     /// Why each source could not serve, by source index.
     pub(crate) fn per_source(&self) -> &BTreeMap<usize, SourceReason> {
         &self.per_source

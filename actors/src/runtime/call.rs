@@ -142,6 +142,10 @@ impl<T: Transport> CallEffects<T> for ScopeInner<T> {
         let door = self.admission.door().ok()?;
         door.progress_age(&self.config.name).await.ok()?
     }
+
+    fn hedging(&self) -> Option<&super::hedge::Hedging> {
+        self.hedging.as_ref()
+    }
 }
 
 impl<T: Transport> ScopeInner<T> {

@@ -17,7 +17,7 @@
 //! permit and the attempt are RAII values here, released on drop with no verdict.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,7 @@ use crate::ports::transport::{EventSink, Transport};
 
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
 use super::governed::{CallFailure, CallOptions, Governed};
+use super::hedge::{self, Hedging};
 use super::metrics::ScopeMetrics;
 use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
 use super::router::Selection;
@@ -111,6 +112,11 @@ pub(crate) trait CallEffects<T: Transport> {
     /// Every step the machine takes, before it is performed (the simulator traces and checks
     /// invariants here; production does nothing).
     fn on_step(&self, _step: &Step, _machine: &CallMachine) {}
+
+    /// The scope's hedging of first tokens, when it is on (docs/behaviour.md §5.9).
+    fn hedging(&self) -> Option<&Hedging> {
+        None
+    }
 }
 
 /// What the call's loop leaves for its caller whatever the result: whether an attempt reached a
@@ -295,6 +301,7 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                     started: effects.now(),
                     capacity_wait: machine.last_attempt_wait(),
                     breaker_after: None,
+                    lost: None,
                 };
                 let span = tracing::info_span!(
                     "pgw.attempt",
@@ -305,9 +312,23 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                     class = tracing::field::Empty,
                     elapsed_ms = tracing::field::Empty,
                 );
-                let result = attempt_once(&mut guard, request, events, options.breaker_exempt)
-                    .instrument(span)
-                    .await;
+                let result = match effects.hedging() {
+                    None => {
+                        attempt_once(&mut guard, request, events, options.breaker_exempt)
+                            .instrument(span)
+                            .await
+                    }
+                    // The one seam of hedging: the race answers the attempt that won.
+                    Some(hedging) => {
+                        let (winner, result) =
+                            hedged(hedging, guard, request, events, &options, deadline)
+                                .instrument(span)
+                                .await;
+                        machine.served_by(winner.ticket.source().index);
+                        guard = winner;
+                        result
+                    }
+                };
                 let source = Arc::clone(&guard.ticket.source().name);
                 let attempt_id = std::mem::take(&mut guard.attempt_id);
                 let breaker_after = guard.breaker_after.take();
@@ -394,6 +415,144 @@ fn admit_request<T: Transport, E: CallEffects<T>>(
     }
 }
 
+/// The answer of one side of a hedge race: the attempt's guard and result.
+type SideAnswer<'a, T, E> = (
+    AttemptGuard<'a, T, E>,
+    Result<<T as Transport>::Response, <T as Transport>::Error>,
+);
+
+/// An admitted attempt that owns its guard and its proxy sink: one side of a hedge race.
+async fn run_side<'a, T: Transport, E: CallEffects<T>>(
+    mut guard: AttemptGuard<'a, T, E>,
+    request: &'a T::Request,
+    sink: EventSink<T::Event>,
+    exempt: bool,
+) -> SideAnswer<'a, T, E> {
+    let result = attempt_once(&mut guard, request, Some(&sink), exempt).await;
+    (guard, result)
+}
+
+/// The hedge's source and permit: the router's pick among the other sources (its pacer slot),
+/// then the same admission as any attempt (breaker, six gates, the call's priority). `None`
+/// when no other source is eligible or admission refuses.
+async fn open_hedge<T: Transport, E: CallEffects<T>>(
+    effects: &E,
+    exclude: Vec<usize>,
+    priority: Priority,
+) -> Option<(SourceTicket<T>, Permit)> {
+    let Ok(Selection::Picked(ticket)) = effects.select(exclude, None).await else {
+        return None;
+    };
+    let source = Arc::clone(ticket.source());
+    match effects
+        .admit(admit_request(effects, &source, priority))
+        .await
+    {
+        Ok(AttemptAdmit::Admitted(attempt)) => {
+            source.metrics.breaker.seen(if attempt.probe_id.is_some() {
+                BreakerState::HalfOpen
+            } else {
+                BreakerState::Closed
+            });
+            let permit = Permit {
+                attempt,
+                breaker: source.breaker.clone(),
+                gauge: Arc::clone(&source.metrics.breaker),
+            };
+            Some((ticket, permit))
+        }
+        Ok(AttemptAdmit::BreakerRefused { state, .. }) => {
+            source.metrics.breaker.seen(state);
+            source
+                .counters
+                .breaker_refusals
+                .fetch_add(1, Ordering::Relaxed);
+            None
+        }
+        Ok(AttemptAdmit::GateRefused { .. }) | Err(_) => None,
+    }
+}
+
+/// Send the admitted attempt of `guard` with a hedge (docs/behaviour.md §5.9): each side
+/// streams into a proxy of its own, `hedge::race` decides, and the attempt that answered comes
+/// back with its result. The hedge is selected (never the same source) and admitted like any
+/// attempt, with the call's priority; it is due after the source's p95 time to first token.
+async fn hedged<'a, T: Transport, E: CallEffects<T>>(
+    hedging: &'a Hedging,
+    guard: AttemptGuard<'a, T, E>,
+    request: &'a T::Request,
+    events: Option<&EventSink<T::Event>>,
+    options: &CallOptions,
+    deadline: Option<Instant>,
+) -> SideAnswer<'a, T, E> {
+    let effects = guard.effects;
+    let (observer, number, capacity_wait) = (guard.observer, guard.attempt, guard.capacity_wait);
+    let first = Arc::clone(guard.ticket.source());
+    let exempt = options.breaker_exempt;
+    let capacity = events.map_or(hedge::PROXY_CAPACITY, |s| s.sender().max_capacity());
+    hedging.budget.earn();
+    let delay = hedge::hedge_delay(&hedging.config, first.first_token.p95());
+    let side = |mut guard: AttemptGuard<'a, T, E>| {
+        let lost = Arc::new(AtomicBool::new(false));
+        guard.lost = Some(Arc::clone(&lost));
+        let (sink, events) = EventSink::channel(capacity);
+        hedge::Side {
+            attempt: Box::pin(run_side(guard, request, sink, exempt)),
+            events,
+            lost,
+        }
+    };
+    let primary = side(guard);
+    let open = || async {
+        let (ticket, permit) = open_hedge(effects, vec![first.index], options.priority).await?;
+        ticket
+            .source()
+            .counters
+            .hedges
+            .fetch_add(1, Ordering::Relaxed);
+        Some(side(AttemptGuard {
+            effects,
+            observer,
+            ticket,
+            permit: Some(permit),
+            attempt_id: effects.new_id(),
+            attempt: number,
+            started: effects.now(),
+            capacity_wait,
+            breaker_after: None,
+            lost: None,
+        }))
+    };
+    let may_hedge = || {
+        hedge::decide(
+            &hedging.budget,
+            effects.room().busy(),
+            deadline,
+            effects.now(),
+        )
+    };
+    let raced = hedge::race(
+        hedging,
+        primary,
+        effects.backoff(delay),
+        may_hedge,
+        open,
+        |(_, result): &SideAnswer<'a, T, E>| result.is_ok(),
+        || effects.now(),
+        events,
+    )
+    .await;
+    let (guard, result) = raced.answer;
+    let source = guard.ticket.source();
+    if let Some(took) = raced.first_token {
+        source.first_token.record(took);
+    }
+    if raced.side == 1 {
+        source.counters.hedges_won.fetch_add(1, Ordering::Relaxed);
+    }
+    (guard, result)
+}
+
 /// Attach the response or the last error to the machine's ending.
 fn finish<T: Transport, E: CallEffects<T>>(
     effects: &E,
@@ -477,6 +636,9 @@ struct AttemptGuard<'a, T: Transport, E: CallEffects<T>> {
     capacity_wait: Duration,
     /// The breaker state the settlement of a failed attempt left, once admission answers.
     breaker_after: Option<E::BreakerAnswer>,
+    /// Set when the attempt lost a hedge race (`hedge.rs`): cancelled, it is recorded
+    /// `hedge_cancelled` rather than `cancelled`.
+    lost: Option<Arc<AtomicBool>>,
 }
 
 impl<T: Transport, E: CallEffects<T>> AttemptGuard<'_, T, E> {
@@ -504,6 +666,10 @@ impl<T: Transport, E: CallEffects<T>> Drop for AttemptGuard<'_, T, E> {
         let source = self.ticket.source();
         source.counters.cancelled.fetch_add(1, Ordering::Relaxed);
         source.metrics.attempt(None);
+        let hedge_lost = self
+            .lost
+            .as_ref()
+            .is_some_and(|lost| lost.load(Ordering::Acquire));
         self.observer.on_attempt(&AttemptReport {
             scope: &self.effects.config().name,
             source: &source.name,
@@ -511,7 +677,11 @@ impl<T: Transport, E: CallEffects<T>> Drop for AttemptGuard<'_, T, E> {
             attempt: self.attempt,
             elapsed: self.effects.now().saturating_duration_since(self.started),
             capacity_wait: self.capacity_wait,
-            result: AttemptResult::Cancelled,
+            result: if hedge_lost {
+                AttemptResult::HedgeCancelled
+            } else {
+                AttemptResult::Cancelled
+            },
             probe,
         });
     }

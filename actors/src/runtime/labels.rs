@@ -53,3 +53,25 @@ pub const ATTEMPT_RESULTS: [&str; 6] = [
     "unusable",
     "cancelled",
 ];
+
+/// The values of the `outcome` label of `pgw_hedges_total` (docs/behaviour.md §5.9): how a
+/// hedge that was sent ended — `won` (it produced the first token; the first attempt was
+/// cancelled), `lost` (the first attempt did; the hedge was cancelled), `failed` (it failed
+/// before any token) — or why a due hedge was not sent: `no_budget`, `capacity_wait` (calls of
+/// the scope were waiting), `no_source` (no other source eligible, or admission refused),
+/// `deadline`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::HEDGE_OUTCOMES;
+/// assert_eq!(HEDGE_OUTCOMES[..3], ["won", "lost", "failed"]);
+/// assert!(HEDGE_OUTCOMES.contains(&"no_budget"));
+/// ```
+pub const HEDGE_OUTCOMES: [&str; 7] = [
+    "won",
+    "lost",
+    "failed",
+    "no_budget",
+    "capacity_wait",
+    "no_source",
+    "deadline",
+];

@@ -15,7 +15,7 @@ use crate::ports::breaker::BreakerState;
 
 use crate::machine::wait::{CapacityWait, WaitReason};
 
-pub use super::labels::{ATTEMPT_RESULTS, CALL_OUTCOMES, CAPACITY_WAIT_REASONS};
+pub use super::labels::{ATTEMPT_RESULTS, CALL_OUTCOMES, CAPACITY_WAIT_REASONS, HEDGE_OUTCOMES};
 use super::series::{unix_now, Book, ScopeSeries, SourceSeries};
 
 /// Governed calls finished, by `scope` and `outcome` (`ok` or a failure kind).
@@ -111,12 +111,21 @@ pub const BREAKER_STATE: &str = "pgw_breaker_state";
 /// assert_eq!(BreakerState::HalfOpen.as_str(), "half_open");
 /// ```
 pub const BREAKER_STATE_CHANGES_TOTAL: &str = "pgw_breaker_state_changes_total";
+/// Hedges of first tokens, by `scope` and `outcome` ([`HEDGE_OUTCOMES`]): how each hedge that
+/// was sent ended, and why each due one was not sent (docs/behaviour.md §5.9).
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{HEDGES_TOTAL, METRICS};
+/// assert_eq!(HEDGES_TOTAL, "pgw_hedges_total");
+/// assert!(METRICS.contains(&(HEDGES_TOTAL, "counter", "scope, outcome")));
+/// ```
+pub const HEDGES_TOTAL: &str = "pgw_hedges_total";
 
 /// Every metric this crate emits: `(name, kind, labels)`.
 ///
 /// ```
 /// use polygateway_actors::runtime::metrics::METRICS;
-/// assert_eq!(METRICS.len(), 10);
+/// assert_eq!(METRICS.len(), 11);
 /// let (name, kind, labels) = METRICS[0];
 /// assert_eq!((name, kind, labels), ("pgw_calls_total", "counter", "scope, outcome"));
 /// assert!(METRICS.iter().all(|(name, _, _)| name.starts_with("pgw_")));
@@ -132,6 +141,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (PACER_LIMIT, "gauge", "scope, source"),
     (BREAKER_STATE, "gauge", "scope, source"),
     (BREAKER_STATE_CHANGES_TOTAL, "counter", "scope, source, to"),
+    (HEDGES_TOTAL, "counter", "scope, outcome"),
 ];
 
 /// Scope-level handles.

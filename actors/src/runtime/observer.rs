@@ -31,6 +31,7 @@ use super::governed::CallFailure;
 ///             AttemptResult::Ok(text) => format!("ok: {text}"),
 ///             AttemptResult::Err(error) => format!("error: {error}"),
 ///             AttemptResult::Cancelled => "cancelled".to_string(),
+///             AttemptResult::HedgeCancelled => "hedge_cancelled".to_string(),
 ///         };
 ///         self.0.lock().unwrap().push(line);
 ///     }
@@ -54,6 +55,9 @@ pub enum AttemptResult<'a, T: Transport> {
     Err(&'a T::Error),
     /// The caller went away (dropped its future or stream) during the attempt.
     Cancelled,
+    /// A hedge of the same call produced its first token first (docs/behaviour.md §5.9): the
+    /// attempt was cancelled at once, with no verdict.
+    HedgeCancelled,
 }
 
 /// One finished attempt.

@@ -59,6 +59,8 @@ pub struct ScopeConfig {
     pub lease_ttl: Duration,
     /// The share of each gate batch calls leave to the higher classes (`BATCH_RESERVE`).
     pub batch_reserve: BatchReserve,
+    /// Hedged first tokens (`HEDGE__*`; off by default).
+    pub hedge: super::hedge::HedgeConfig,
 }
 
 impl ScopeConfig {
@@ -105,6 +107,7 @@ impl ScopeConfig {
             poll_interval: Duration::from_secs(1),
             lease_ttl: Duration::from_secs(1500),
             batch_reserve: BatchReserve::default(),
+            hedge: super::hedge::HedgeConfig::default(),
         }
     }
 }
@@ -119,6 +122,8 @@ pub(crate) struct ScopeInner<T> {
     /// Where calls wait for capacity, in order (docs/behaviour.md §5.7).
     pub(crate) room: Arc<WaitingRoom>,
     pub(crate) metrics: super::metrics::ScopeMetrics,
+    /// Hedged first tokens, when the scope has them on.
+    pub(crate) hedging: Option<super::hedge::Hedging>,
 }
 
 /// A handle to one scope of a running runtime. Cheap to clone, `Send + Sync`.
@@ -356,6 +361,31 @@ impl<T: Transport> Scope<T> {
     /// ```
     pub fn router_status(&self) -> Result<(), String> {
         self.inner.router.get().map(|_| ())
+    }
+
+    /// How many first-token hedges ended with each outcome, and how many due ones were not sent
+    /// and why (`pgw_hedges_total`'s outcomes, docs/behaviour.md §5.9); `None` when the scope
+    /// does not hedge.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::runtime::{HedgeConfig, ScopeConfig};
+    /// # use polygateway_actors::testkit::{echo, start};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// assert!(scope.hedges().is_none()); // off by default
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// let mut config = ScopeConfig::new("LLM");
+    /// config.hedge = HedgeConfig { enabled: true, ..HedgeConfig::default() };
+    /// let (runtime, scope) = start(config, vec![echo("echo_1"), echo("echo_2")]).await;
+    /// let hedges = scope.hedges().unwrap();
+    /// assert_eq!(hedges[0], ("won", 0));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
+    pub fn hedges(&self) -> Option<Vec<(&'static str, u64)>> {
+        self.inner.hedging.as_ref().map(|h| h.counts().to_vec())
     }
 
     /// Whether calls wait in the scope's room (tests of the waiting room).

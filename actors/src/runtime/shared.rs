@@ -65,6 +65,10 @@ pub struct SourceCounters {
     pub breaker_refusals: AtomicU64,
     /// Breaker openings observed by this process (state changes to open).
     pub opens: AtomicU64,
+    /// Hedges sent to this source (docs/behaviour.md §5.9).
+    pub hedges: AtomicU64,
+    /// Hedges sent to this source that produced the first token (and answered the call).
+    pub hedges_won: AtomicU64,
 }
 
 impl SourceCounters {
@@ -133,6 +137,8 @@ pub struct SourceShared<T> {
     pub(crate) metrics: SourceMetrics,
     /// Monotonic counters.
     pub counters: SourceCounters,
+    /// Time to first token, as hedging learns it (`hedge.rs`).
+    pub(crate) first_token: super::hedge::FirstTokenLatency,
 }
 
 impl<T> SourceShared<T> {
@@ -172,6 +178,7 @@ impl<T> SourceShared<T> {
             actor: ActorSlot::down("source actor starting"),
             metrics,
             counters: SourceCounters::default(),
+            first_token: super::hedge::FirstTokenLatency::default(),
         }
     }
 

@@ -587,7 +587,9 @@ impl Runtime {
             Arc::new(move |reason| down_slot.set_down(reason)),
         )
         .await?;
+        let hedging = super::hedge::Hedging::of(&config.name, &config.hedge);
         Ok(Scope::new(ScopeInner {
+            hedging,
             config,
             router: router_slot,
             admission: self.admission.clone(),

@@ -93,6 +93,8 @@ pub struct SeedReport {
     pub deadline_sends_checked: u32,
     /// Attempts answered by an overload storm (`529 overloaded_error`).
     pub overloaded_answers: u32,
+    /// Hedges of first tokens sent (seeds with hedging on), each checked against the budget.
+    pub hedges: u64,
 }
 
 /// Simulate `calls` calls under the fault schedule drawn from `seed`. `keep_trace` records a
@@ -128,6 +130,7 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
         room_turns_checked: state.room_turns_checked,
         deadline_sends_checked: state.deadline_sends_checked,
         overloaded_answers: state.overloaded_answers,
+        hedges: state.calls.iter().map(|c| u64::from(c.hedges)).sum(),
     }
 }
 
@@ -281,6 +284,11 @@ struct CallBook {
     sends: u32,
     /// Attempts the machine counted, as of its last step.
     attempts: u32,
+    /// The source of the attempt being sent, while the machine's `Send` is performed: an
+    /// admission or a row of another source meanwhile is a hedge's.
+    sending: Option<usize>,
+    /// Hedges admitted (each is sent once and leaves one row, like an attempt).
+    hedges: u32,
     /// Per source, the earliest moment it could serve as far as this call has been told.
     known_ready: Vec<Ms>,
     last_progress: Option<Option<Duration>>,
@@ -317,6 +325,8 @@ impl CallBook {
             terminal_rows: 0,
             sends: 0,
             attempts: 0,
+            sending: None,
+            hedges: 0,
             known_ready: vec![0; sources],
             last_progress: None,
             trace: Vec::new(),
@@ -392,6 +402,8 @@ struct State {
     room_turns_checked: u32,
     deadline_sends_checked: u32,
     overloaded_answers: u32,
+    /// Attempts sent through a hedge race (each earns its share of a hedge).
+    races: u64,
     violations: Vec<(usize, String)>,
 }
 
@@ -428,6 +440,7 @@ impl State {
             room_turns_checked: 0,
             deadline_sends_checked: 0,
             overloaded_answers: 0,
+            races: 0,
             violations: Vec::new(),
         }
     }
@@ -873,6 +886,8 @@ struct World {
     room: Arc<WaitingRoom>,
     /// Per call, when it arrives and when its caller gives up (if it does).
     arrivals: Vec<(Ms, Option<Ms>)>,
+    /// Hedged first tokens, when the seed turns them on (`config.hedge`).
+    hedging: Option<crate::runtime::hedge::Hedging>,
 }
 
 impl World {
@@ -1041,6 +1056,16 @@ impl World {
             SmallRng::seed_from_u64(seed ^ 0x5e1e_c702),
             Vec::new(),
         );
+        // Hedging from a generator of its own, so the draws above stay what they were per seed.
+        let mut hedges = SmallRng::seed_from_u64(seed ^ 0x4ed6_e047);
+        if hedges.random_bool(0.5) {
+            config.hedge = crate::runtime::HedgeConfig {
+                enabled: true,
+                floor: Duration::from_millis(hedges.random_range(10..=200)),
+                ceiling: Duration::from_millis(hedges.random_range(200..=3_000)),
+                budget: [0.05, 0.2, 1.0][hedges.random_range(0..3usize)],
+            };
+        }
         World::assemble(state, config, specs, picker, arrivals)
     }
 
@@ -1088,6 +1113,7 @@ impl World {
             Arc::clone(&gate) as Arc<dyn GateBackend>,
             Arc::clone(&breakers) as Arc<dyn BreakerBackend>,
         );
+        let config_hedge = config.hedge.clone();
         World {
             state,
             clock,
@@ -1102,6 +1128,7 @@ impl World {
             metrics: ScopeMetrics::new(SCOPE),
             room,
             arrivals,
+            hedging: crate::runtime::hedge::Hedging::of(SCOPE, &config_hedge),
         }
     }
 
@@ -1145,6 +1172,27 @@ impl World {
         if self.room.busy() {
             let what = format!("the waiting room still holds {:?}", self.room.waiting());
             state.violation(last, what);
+        }
+        // The hedge budget (§5.9): never more hedges than its share of the attempts raced.
+        if let Some(hedging) = &self.hedging {
+            let hedges: u64 = state.calls.iter().map(|c| u64::from(c.hedges)).sum();
+            let allowed = hedging.config.budget * state.races as f64;
+            if hedges as f64 > allowed + 1e-9 {
+                let what = format!(
+                    "{hedges} hedges for {} attempts raced at a budget of {}",
+                    state.races, hedging.config.budget
+                );
+                state.violation(last, what);
+            }
+        }
+        // Without a backend-down window no bookkeeping was lost: every lease was given back
+        // when its attempt ended (hedge losers and cancelled calls included), not by its TTL.
+        if state.backend_down.is_none() {
+            let leases = World::at_once(self.gate.leases_held(SCOPE)).unwrap_or(0);
+            if leases != 0 {
+                let what = format!("{leases} leases held once every call ended");
+                state.violation(last, what);
+            }
         }
         let now = state.now;
         drop(state);
@@ -1277,15 +1325,19 @@ impl CallEffects<SimTransport> for SimCall {
             }
         }
         // Only sources at their own concurrency limit stood in the way of a fail-fast call: its
-        // next step must end it `quota_exhausted` (checked in `check_call`).
-        state.calls[self.call].capped_only = matches!(
-            selection,
-            Selection::NoneEligible {
-                paced: false,
-                capped: true,
-                ..
-            }
-        ) && self.world.config.quota_full_fails_fast;
+        // next step must end it `quota_exhausted` (checked in `check_call`). A hedge's selection
+        // (while the call's attempt is sent) is no step of the machine's.
+        let hedge = state.calls[self.call].sending.is_some();
+        state.calls[self.call].capped_only = !hedge
+            && matches!(
+                selection,
+                Selection::NoneEligible {
+                    paced: false,
+                    capped: true,
+                    ..
+                }
+            )
+            && self.world.config.quota_full_fails_fast;
         state.trace_event(self.call, || match &selection {
             Selection::Picked(t) => format!("picked {}", t.source().name),
             Selection::NoneEligible {
@@ -1321,6 +1373,26 @@ impl CallEffects<SimTransport> for SimCall {
         let now = state.now;
         let call = self.call;
         state.check_epoch(call, source, epoch);
+        // An admission while the machine's attempt is being sent is a hedge's (§5.9): it is
+        // no attempt of the machine's, and what it learns is not the machine's to know.
+        let hedge = state.calls[call].sending.is_some();
+        if hedge {
+            if state.calls[call].sending == Some(source) {
+                let what = format!("a hedge of s{source} on the source it hedges");
+                state.violation(call, what);
+            }
+            if let Ok(AttemptAdmit::Admitted(permit)) = &answer {
+                if permit.probe_id.is_some() {
+                    state.probes_out += 1;
+                }
+                state.calls[call].hedges += 1;
+                for p in caps {
+                    state.violation(call, p);
+                }
+            }
+            state.trace_event(call, || format!("hedge {answer:?}"));
+            return answer;
+        }
         match &answer {
             Ok(AttemptAdmit::Admitted(permit)) => {
                 if permit.probe_id.is_some() {
@@ -1472,9 +1544,16 @@ impl CallEffects<SimTransport> for SimCall {
         state.calls[self.call].attempts = machine.attempts();
         state.record(self.call, step, self.world.base);
         state.check_call(self.call, &step.action, machine, &self.world.config);
-        if let Action::Send { .. } = step.action {
+        state.calls[self.call].sending = None;
+        if let Action::Send { source, .. } = step.action {
             state.check_send(self.call, &waiting);
+            state.calls[self.call].sending = Some(source);
+            state.races += u64::from(self.world.hedging.is_some());
         }
+    }
+
+    fn hedging(&self) -> Option<&crate::runtime::hedge::Hedging> {
+        self.world.hedging.as_ref()
     }
 }
 
@@ -1505,12 +1584,20 @@ impl CallObserver<SimTransport> for SimObserver {
                 AttemptResult::Ok(()) => "ok".to_string(),
                 AttemptResult::Err(error) => error.to_string(),
                 AttemptResult::Cancelled => "cancelled".to_string(),
+                AttemptResult::HedgeCancelled => "hedge_cancelled".to_string(),
             };
             state.calls[call]
                 .log
                 .push((report.source.to_string(), result));
         }
-        if let AttemptResult::Err(error) = &report.result {
+        let sending = state.calls[call].sending;
+        let hedge_row = sending.is_some_and(|s| s != source);
+        if let AttemptResult::HedgeCancelled = &report.result {
+            if sending.is_none() {
+                state.violation(call, "a hedge_cancelled row outside a hedged send".into());
+            }
+        }
+        if let (false, AttemptResult::Err(error)) = (hedge_row, &report.result) {
             if error.rate_limited {
                 state.calls[call].pushbacks += 1;
             }
@@ -1591,10 +1678,13 @@ impl World {
         let attempts = c.attempts;
         let unavailable = matches!(result, Err(CallFailure::Unavailable { .. }));
         let expected_terminal = u32::from(c.sends == 0 && unavailable);
-        if c.rows != attempts || c.sends != attempts || c.terminal_rows != expected_terminal {
+        // Each hedge admitted is sent once and leaves one row (§5.9).
+        let sent = attempts + c.hedges;
+        if c.rows != sent || c.sends != sent || c.terminal_rows != expected_terminal {
             let what = format!(
-                "{} attempt rows, {} terminal rows and {} sends for {attempts} attempts",
-                c.rows, c.terminal_rows, c.sends
+                "{} attempt rows, {} terminal rows and {} sends for {attempts} attempts and {} \
+                 hedges",
+                c.rows, c.terminal_rows, c.sends, c.hedges
             );
             state.violation(call, what);
         }
@@ -1891,6 +1981,7 @@ mod tests {
                 AttemptResult::Ok(()) => "ok".to_string(),
                 AttemptResult::Err(error) => error.to_string(),
                 AttemptResult::Cancelled => "cancelled".to_string(),
+                AttemptResult::HedgeCancelled => "hedge_cancelled".to_string(),
             };
             self.0
                 .lock()

@@ -92,6 +92,7 @@ pub(super) fn build_scope(
         retry: retry(keys, shorthands)?,
         breaker: breaker(keys, shorthands)?,
         backpressure: backpressure(keys)?,
+        hedge: hedge(keys)?,
         embedding: embedding(name, kind, keys)?,
         global_max_concurrency: keys.int(&scope::GLOBAL_MAX_CONCURRENCY)?.unwrap_or(0),
         global_rpm: keys.int(&scope::GLOBAL_RPM)?.unwrap_or(0),
@@ -176,6 +177,20 @@ fn backpressure(keys: &Keys<'_>) -> Result<BackpressureSettings, ConfigError> {
             .secs(&scope::BACKPRESSURE_POLL_INTERVAL_S)?
             .unwrap_or(default.poll_interval),
         batch_reserve: keys.number(&scope::BACKPRESSURE_BATCH_RESERVE)?,
+    })
+}
+
+fn hedge(keys: &Keys<'_>) -> Result<HedgeSettings, ConfigError> {
+    let default = HedgeSettings::default();
+    Ok(HedgeSettings {
+        enabled: keys
+            .boolean(&scope::HEDGE_ENABLED)?
+            .unwrap_or(default.enabled),
+        floor: keys.secs(&scope::HEDGE_FLOOR_S)?.unwrap_or(default.floor),
+        ceiling: keys
+            .positive_secs(&scope::HEDGE_CEILING_S)?
+            .unwrap_or(default.ceiling),
+        budget: keys.number(&scope::HEDGE_BUDGET)?.unwrap_or(default.budget),
     })
 }
 

@@ -259,6 +259,12 @@ fn scope_config(scope: &ScopeSettings, settings: &Settings) -> ScopeConfig {
         0.0
     });
     config.batch_reserve = BatchReserve::new(reserve).expect("guarded at parse (config/guards.rs)");
+    config.hedge = polygateway_actors::runtime::HedgeConfig {
+        enabled: scope.hedge.enabled,
+        floor: scope.hedge.floor,
+        ceiling: scope.hedge.ceiling,
+        budget: scope.hedge.budget,
+    };
     config
 }
 
