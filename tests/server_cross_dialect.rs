@@ -221,8 +221,9 @@ async fn messages_on_an_anthropic_source_keep_thinking_and_tool_use_and_cache_us
     server.stop().await;
 }
 
-#[tokio::test]
-async fn messages_on_a_gemini_source_are_translated_with_a_tool_round_trip() {
+/// A Gemini mock scripted to call `weather` for Paris, then answer "Sunny in Paris.", and a
+/// server whose scope `LLM` is that source.
+async fn gemini_weather() -> (MockGemini, TestServer) {
     let mock = MockGemini::start().await;
     mock.script(
         "Sunny in Paris.",
@@ -237,6 +238,22 @@ async fn messages_on_a_gemini_source_are_translated_with_a_tool_round_trip() {
         "gemini-2.5-flash",
     ))
     .await;
+    (mock, server)
+}
+
+/// Every part of every content of a `generateContent` body Gemini received.
+fn parts_sent(body: &Value) -> Vec<&Value> {
+    body["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["parts"].as_array().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn messages_on_a_gemini_source_are_translated_with_a_tool_round_trip() {
+    let (mock, server) = gemini_weather().await;
     let tools = json!([{"name": "weather", "description": "Weather of a city",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
     let first = json!({"model": "LLM", "max_tokens": 100, "tools": tools,
@@ -280,12 +297,7 @@ async fn messages_on_a_gemini_source_are_translated_with_a_tool_round_trip() {
     assert_eq!(said(&text), r#"Sunny in Paris. {"sky":"clear"}"#, "{text}");
     assert!(text.contains(r#""stop_reason":"end_turn""#), "{text}");
     let sent = &mock.requests()[1]["body"];
-    let parts: Vec<&Value> = sent["contents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|c| c["parts"].as_array().unwrap())
-        .collect();
+    let parts = parts_sent(sent);
     assert!(
         parts
             .iter()
@@ -353,20 +365,7 @@ fn accumulated(sse: &str) -> Value {
 
 #[tokio::test]
 async fn a_streamed_gemini_tool_use_keeps_its_thought_signature_for_the_next_turn() {
-    let mock = MockGemini::start().await;
-    mock.script(
-        "Sunny in Paris.",
-        None,
-        Some(("weather", json!({"city": "Paris"}))),
-        None,
-    );
-    let server = start(settings(
-        "GEMINI",
-        &mock.base_url(),
-        MOCK_GEMINI_KEY,
-        "gemini-2.5-flash",
-    ))
-    .await;
+    let (mock, server) = gemini_weather().await;
     let tools = json!([{"name": "weather", "description": "Weather of a city",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
     let first = json!({"model": "LLM", "max_tokens": 100, "tools": tools, "stream": true,
@@ -408,11 +407,8 @@ async fn a_streamed_gemini_tool_use_keeps_its_thought_signature_for_the_next_tur
     let answer: Value = resp.json().await.unwrap();
     assert_eq!(answer["stop_reason"], "end_turn", "{answer}");
     let sent = &mock.requests()[1]["body"];
-    let called: Vec<&Value> = sent["contents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|c| c["parts"].as_array().unwrap())
+    let called: Vec<&Value> = parts_sent(sent)
+        .into_iter()
         .filter(|p| p.get("functionCall").is_some())
         .collect();
     assert_eq!(called.len(), 1, "{sent}");
@@ -422,20 +418,7 @@ async fn a_streamed_gemini_tool_use_keeps_its_thought_signature_for_the_next_tur
 
 #[tokio::test]
 async fn a_streamed_gemini_tool_call_on_the_chat_ingress_keeps_its_thought_signature() {
-    let mock = MockGemini::start().await;
-    mock.script(
-        "Sunny in Paris.",
-        None,
-        Some(("weather", json!({"city": "Paris"}))),
-        None,
-    );
-    let server = start(settings(
-        "GEMINI",
-        &mock.base_url(),
-        MOCK_GEMINI_KEY,
-        "gemini-2.5-flash",
-    ))
-    .await;
+    let (mock, server) = gemini_weather().await;
     let tools = json!([{"type": "function", "function": {"name": "weather",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
     let ask = json!({"role": "user", "content": "Weather in Paris?"});
@@ -489,11 +472,8 @@ async fn a_streamed_gemini_tool_call_on_the_chat_ingress_keeps_its_thought_signa
     let resp = post(&server, "/v1/chat/completions", &second).await;
     assert_eq!(resp.status(), 200);
     let sent = &mock.requests()[1]["body"];
-    let called: Vec<&Value> = sent["contents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|c| c["parts"].as_array().unwrap())
+    let called: Vec<&Value> = parts_sent(sent)
+        .into_iter()
         .filter(|p| p.get("functionCall").is_some())
         .collect();
     assert_eq!(called.len(), 1, "{sent}");
