@@ -9,7 +9,8 @@
 //! process; all three share the machine's cores.
 //!
 //! ```text
-//! cargo run --release --features server,testkit --example server_bench -- [--calls 20000] [--concurrency 1,64]
+//! cargo run --release --features server,testkit,jemalloc --example server_bench -- [--calls 20000] [--concurrency 1,64]
+//!     [--parts calls,ingress,sweep] [--child-wrapper "heaptrack -o /tmp/server"]
 //! ```
 //!
 //! One JSON line per configuration (concurrency × streaming): `direct_calls_per_s`,
@@ -23,8 +24,10 @@
 //! it waits), non-streamed calls at each concurrency, one line each (`sweep`), then a summary
 //! line (`sweep_summary`): the highest concurrency whose p99 stays under 1 s and its calls/s,
 //! the server's CPU per call there, and its RSS idle (before the sweep), at 512 concurrent
-//! requests, at its peak (`VmHWM`) and 6 s after the callers hung up (`rss_after_mb`,
-//! `after_vs_idle`: past the upstream pool's idle timeout), with its open descriptors then.
+//! requests, at its peak (`VmHWM`), 6 s after the callers hung up (`rss_after_6s_mb`) and 10 s
+//! after (`rss_after_mb`, `after_vs_idle`: when hyper's pool has reaped every upstream
+//! connection past its 4 s idle timeout), with its open descriptors then. Every line names the
+//! server's allocator (`jemalloc` with the feature of that name, else `system`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -39,7 +42,19 @@ use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Gateway;
 use serde_json::{json, Value};
 
+/// The `polygateway` binary's allocator, with the feature of that name (ARCHITECTURE.md, "The
+/// binary's allocator").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const KEY: &str = "pgw-bench-key";
+/// The server's global allocator (feature `jemalloc`), stated in every line.
+const ALLOCATOR_NAME: &str = if cfg!(feature = "jemalloc") {
+    "jemalloc"
+} else {
+    "system"
+};
 
 #[derive(Parser)]
 struct Args {
@@ -52,6 +67,14 @@ struct Args {
     /// Concurrency levels of the sustained-load sweep against a 20 ms upstream (empty: none).
     #[arg(long, value_delimiter = ',', default_value = "64,128,256,512,1024")]
     sweep: Vec<usize>,
+    /// Which parts to run: `calls` (the per-call lines), `ingress` (the per-ingress lines),
+    /// `sweep`.
+    #[arg(long, value_delimiter = ',', default_value = "calls,ingress,sweep")]
+    parts: Vec<String>,
+    /// Start the server child under this command (split at spaces), e.g. `heaptrack -o FILE` or
+    /// `valgrind --tool=callgrind`: to profile the server alone.
+    #[arg(long)]
+    child_wrapper: Option<String>,
     /// Internal: run the server for MOCK_URL with the keys file KEYS.
     #[arg(long, num_args = 2, value_names = ["MOCK_URL", "KEYS"], hide = true)]
     child: Option<Vec<String>>,
@@ -63,9 +86,20 @@ fn main() {
     match args.child {
         Some(child) => runtime.block_on(serve_child(&child[0], &child[1])),
         None => runtime.block_on(async {
-            bench(args.calls, &args.concurrency).await;
-            if !args.sweep.is_empty() {
-                sweep(&args.sweep).await;
+            let part = |name: &str| args.parts.iter().any(|p| p == name);
+            let wrapper = args.child_wrapper.as_deref();
+            if part("calls") || part("ingress") {
+                bench(
+                    args.calls,
+                    &args.concurrency,
+                    part("calls"),
+                    part("ingress"),
+                    wrapper,
+                )
+                .await;
+            }
+            if part("sweep") && !args.sweep.is_empty() {
+                sweep(&args.sweep, wrapper).await;
             }
         }),
     }
@@ -113,17 +147,32 @@ struct ChildServer {
 }
 
 impl ChildServer {
-    fn start(mock_url: &str, keys: &str) -> Self {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+    fn start(mock_url: &str, keys: &str, wrapper: Option<&str>) -> Self {
+        let exe = std::env::current_exe().unwrap();
+        let mut words = wrapper.unwrap_or_default().split_whitespace();
+        let mut command = match words.next() {
+            Some(program) => {
+                let mut c = Command::new(program);
+                c.args(words).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        let mut child = command
             .args(["--child", mock_url, keys])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn the server child");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        // The first line that is an address (a wrapper may print lines of its own); what the
+        // child prints after it goes to stderr.
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = lines
+            .by_ref()
+            .map(Result::unwrap)
+            .find(|l| l.trim().parse::<std::net::SocketAddr>().is_ok())
+            .expect("the server child prints its address");
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
         let ticks = Command::new("getconf")
             .arg("CLK_TCK")
             .output()
@@ -269,6 +318,7 @@ async fn run_body(
 /// A mock upstream answering after `ttft`, the bench's keys file, and a server child on them.
 async fn setup(
     ttft: Duration,
+    wrapper: Option<&str>,
 ) -> (
     MockUpstream,
     tempfile::TempDir,
@@ -292,7 +342,7 @@ async fn setup(
         ),
     )
     .unwrap();
-    let server = ChildServer::start(&mock.base_url(), keys.to_str().unwrap());
+    let server = ChildServer::start(&mock.base_url(), keys.to_str().unwrap(), wrapper);
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)
@@ -301,12 +351,18 @@ async fn setup(
     (mock, dir, server, client)
 }
 
-async fn bench(calls: usize, levels: &[usize]) {
-    let (mock, _dir, server, client) = setup(Duration::ZERO).await;
+async fn bench(
+    calls: usize,
+    levels: &[usize],
+    per_call: bool,
+    per_ingress: bool,
+    wrapper: Option<&str>,
+) {
+    let (mock, _dir, server, client) = setup(Duration::ZERO, wrapper).await;
     let direct_url = format!("{}/chat/completions", mock.base_url());
     let server_url = format!("{}/v1/chat/completions", server.base);
     let top = levels.iter().copied().max().unwrap_or(1);
-    for &concurrency in levels {
+    for &concurrency in levels.iter().filter(|_| per_call) {
         let n = if concurrency == 1 && top > 1 {
             (calls / 10).max(500)
         } else {
@@ -334,12 +390,16 @@ async fn bench(calls: usize, levels: &[usize]) {
                 "added_p99_ms": round3(served.p99_ms - direct.p99_ms),
                 "server_cpu_ms_per_call": round3(cpu_ms_per_call),
                 "server_rss_mb": (server.rss_mb() * 10.0).round() / 10.0,
+                "allocator": ALLOCATOR_NAME,
             });
             println!("{line}");
         }
     }
     // Streamed calls through each ingress at the top concurrency, against the chat ingress on
     // the same source (the target is ≥ 0.9× chat).
+    if !per_ingress {
+        return;
+    }
     let hello = json!([{"role": "user", "content": "hello"}]);
     let ingresses: [(&str, &str, Value, &'static str); 3] = [
         (
@@ -379,8 +439,8 @@ async fn bench(calls: usize, levels: &[usize]) {
 }
 
 /// Sustained load on a 20 ms upstream: what the server costs while it holds many requests.
-async fn sweep(levels: &[usize]) {
-    let (_mock, _dir, server, client) = setup(Duration::from_millis(20)).await;
+async fn sweep(levels: &[usize], wrapper: Option<&str>) {
+    let (_mock, _dir, server, client) = setup(Duration::from_millis(20), wrapper).await;
     let url = format!("{}/v1/chat/completions", server.base);
     // Idle: the server has started and answered a few calls (its pools and tables exist).
     run(&client, &url, Some(KEY), false, 4, 200).await;
@@ -413,19 +473,23 @@ async fn sweep(levels: &[usize]) {
             "server_p50_ms": round3(m.p50_ms), "server_p99_ms": round3(m.p99_ms),
             "server_cpu_us_per_call": cpu_us.round(),
             "server_rss_mb": (rss * 10.0).round() / 10.0,
+            "allocator": ALLOCATOR_NAME,
         });
         println!("{line}");
         if m.p99_ms < 1_000.0 {
             best = Some(line);
         }
     }
-    // The load ends: the callers hang up, and the server's idle upstream connections pass their
-    // idle timeout (`POOL_IDLE_TIMEOUT_S`, 4 s).
+    // The load ends: the callers hang up. The server's idle upstream connections pass their idle
+    // timeout (`POOL_IDLE_TIMEOUT_S`, 4 s) — hyper's pool reaps them on an interval as long as
+    // the timeout, so one lives 4 to 8 s idle: read at 6 s, and at 10 s, when all have gone.
     drop(client);
+    let fds =
+        || std::fs::read_dir(format!("/proc/{}/fd", server.child.id())).map_or(0, Iterator::count);
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let after = server.rss_mb();
-    let fds_after =
-        std::fs::read_dir(format!("/proc/{}/fd", server.child.id())).map_or(0, Iterator::count);
+    let (after_6s, fds_6s) = (server.rss_mb(), fds());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (after, fds_after) = (server.rss_mb(), fds());
     let mb = |x: f64| (x * 10.0).round() / 10.0;
     let summary = json!({
         "sweep_summary": true,
@@ -433,9 +497,12 @@ async fn sweep(levels: &[usize]) {
         "rss_idle_mb": mb(idle),
         "rss_at_512_mb": at_512.map(mb),
         "rss_peak_mb": mb(server.peak_rss_mb()),
+        "rss_after_6s_mb": mb(after_6s),
+        "server_fds_after_6s": fds_6s,
         "rss_after_mb": mb(after),
         "after_vs_idle": (after / idle * 1e3).round() / 1e3,
         "server_fds_after": fds_after,
+        "allocator": ALLOCATOR_NAME,
     });
     println!("{summary}");
 }

@@ -75,7 +75,7 @@ impl SseParser {
                 chunk = rest;
             }
         }
-        while let Some(pos) = chunk.iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(pos) = memchr::memchr2(b'\n', b'\r', chunk) {
             let (head, tail) = chunk.split_at(pos);
             if self.line.is_empty() {
                 self.process_line(head, out)?;
@@ -138,7 +138,12 @@ impl SseParser {
             None => (line, &b""[..]),
         };
         if field == b"data" {
-            self.data.push_str(&String::from_utf8_lossy(value));
+            // Valid UTF-8 (every real frame) is checked by the fast path; only a frame with
+            // invalid bytes pays for the lossy replacement.
+            match std::str::from_utf8(value) {
+                Ok(text) => self.data.push_str(text),
+                Err(_) => self.data.push_str(&String::from_utf8_lossy(value)),
+            }
             self.data.push('\n');
             self.has_data = true;
             // The joined event, without the `\n` after its last line.
