@@ -9,7 +9,7 @@
 //! process; all three share the machine's cores.
 //!
 //! ```text
-//! cargo run --release --features server,testkit --example server_bench -- [--calls 20000] [--concurrency 1,64]
+//! cargo run --release --features server,testkit,jemalloc --example server_bench -- [--calls 20000] [--concurrency 1,64]
 //!     [--ingress-rounds 5] [--ingress-calls 4000] [--only overhead|ingress|sweep]
 //! ```
 //!
@@ -27,8 +27,10 @@
 //! it waits), non-streamed calls at each concurrency, one line each (`sweep`), then a summary
 //! line (`sweep_summary`): the highest concurrency whose p99 stays under 1 s and its calls/s,
 //! the server's CPU per call there, and its RSS idle (before the sweep), at 512 concurrent
-//! requests, at its peak (`VmHWM`) and 6 s after the callers hung up (`rss_after_mb`,
-//! `after_vs_idle`: past the upstream pool's idle timeout), with its open descriptors then.
+//! requests, at its peak (`VmHWM`), 6 s after the callers hung up (`rss_after_6s_mb`) and 10 s
+//! after (`rss_after_mb`, `after_vs_idle`: when hyper's pool has reaped every upstream
+//! connection past its 4 s idle timeout), with its open descriptors then. Every line names the
+//! server's allocator (`jemalloc` with the feature of that name, else `system`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -43,7 +45,19 @@ use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Gateway;
 use serde_json::{json, Value};
 
+/// The `polygateway` binary's allocator, with the feature of that name (ARCHITECTURE.md, "The
+/// binary's allocator").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const KEY: &str = "pgw-bench-key";
+/// The server's global allocator (feature `jemalloc`), stated in every line.
+const ALLOCATOR_NAME: &str = if cfg!(feature = "jemalloc") {
+    "jemalloc"
+} else {
+    "system"
+};
 
 /// The parts of the bench `--only` selects.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -160,10 +174,15 @@ impl ChildServer {
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn the server child");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        // The first line that is an address (a wrapper may print lines of its own); what the
+        // child prints after it goes to stderr.
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = lines
+            .by_ref()
+            .map(Result::unwrap)
+            .find(|l| l.trim().parse::<std::net::SocketAddr>().is_ok())
+            .expect("the server child prints its address");
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(|l| eprintln!("{l}")));
         let ticks = Command::new("getconf")
             .arg("CLK_TCK")
             .output()
@@ -374,6 +393,7 @@ async fn bench(calls: usize, levels: &[usize]) {
                 "added_p99_ms": round3(served.p99_ms - direct.p99_ms),
                 "server_cpu_ms_per_call": round3(cpu_ms_per_call),
                 "server_rss_mb": (server.rss_mb() * 10.0).round() / 10.0,
+                "allocator": ALLOCATOR_NAME,
             });
             println!("{line}");
         }
@@ -515,19 +535,23 @@ async fn sweep(levels: &[usize]) {
             "server_p50_ms": round3(m.p50_ms), "server_p99_ms": round3(m.p99_ms),
             "server_cpu_us_per_call": cpu_us.round(),
             "server_rss_mb": (rss * 10.0).round() / 10.0,
+            "allocator": ALLOCATOR_NAME,
         });
         println!("{line}");
         if m.p99_ms < 1_000.0 {
             best = Some(line);
         }
     }
-    // The load ends: the callers hang up, and the server's idle upstream connections pass their
-    // idle timeout (`POOL_IDLE_TIMEOUT_S`, 4 s).
+    // The load ends: the callers hang up. The server's idle upstream connections pass their idle
+    // timeout (`POOL_IDLE_TIMEOUT_S`, 4 s) — hyper's pool reaps them on an interval as long as
+    // the timeout, so one lives 4 to 8 s idle: read at 6 s, and at 10 s, when all have gone.
     drop(client);
+    let fds =
+        || std::fs::read_dir(format!("/proc/{}/fd", server.child.id())).map_or(0, Iterator::count);
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let after = server.rss_mb();
-    let fds_after =
-        std::fs::read_dir(format!("/proc/{}/fd", server.child.id())).map_or(0, Iterator::count);
+    let (after_6s, fds_6s) = (server.rss_mb(), fds());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (after, fds_after) = (server.rss_mb(), fds());
     let mb = |x: f64| (x * 10.0).round() / 10.0;
     let summary = json!({
         "sweep_summary": true,
@@ -535,9 +559,12 @@ async fn sweep(levels: &[usize]) {
         "rss_idle_mb": mb(idle),
         "rss_at_512_mb": at_512.map(mb),
         "rss_peak_mb": mb(server.peak_rss_mb()),
+        "rss_after_6s_mb": mb(after_6s),
+        "server_fds_after_6s": fds_6s,
         "rss_after_mb": mb(after),
         "after_vs_idle": (after / idle * 1e3).round() / 1e3,
         "server_fds_after": fds_after,
+        "allocator": ALLOCATOR_NAME,
     });
     println!("{summary}");
 }

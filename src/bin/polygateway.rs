@@ -16,6 +16,13 @@ use polygateway::config::{
 use polygateway::telemetry::{retention, telemetry_schema_sql, RetentionTarget, SchemaBackend};
 use polygateway::{CallOptions, Gateway, Message};
 
+/// jemalloc, its background thread purging: the memory a burst of requests freed goes back to the
+/// system, where glibc's malloc keeps most of it, and a call costs less CPU (ARCHITECTURE.md,
+/// "The binary's allocator").
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 // Beside this file's directory, not in src/bin/ (where cargo would take it for a binary).
 #[cfg(feature = "sqlite")]
 #[path = "polygateway/batch_cmd.rs"]

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
+use axum::http::{HeaderValue, Uri};
 use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
@@ -459,6 +460,24 @@ impl HttpBody for Tracked {
     }
 }
 
+/// The request's head copied out of its connection's read buffer. hyper hands the URI and the
+/// header values out as slices of that buffer: held for the whole request (a 20 ms upstream, a
+/// long stream) they pin it, and hyper's next read on the connection, which it makes while the
+/// request is in flight, has to allocate another — two 8 KiB buffers per request in flight. The
+/// few hundred bytes of a head, copied, leave the buffer to be reused.
+fn detach_head<B>(mut req: Request<B>) -> Request<B> {
+    for value in req.headers_mut().values_mut() {
+        if let Ok(mut copy) = HeaderValue::from_bytes(value.as_bytes()) {
+            copy.set_sensitive(value.is_sensitive());
+            *value = copy;
+        }
+    }
+    if let Ok(uri) = Uri::from_maybe_shared(Bytes::from(req.uri().to_string())) {
+        *req.uri_mut() = uri;
+    }
+    req
+}
+
 /// One listener: its routes, its cap and its connections' limits.
 pub(crate) struct Listener {
     pub(crate) listener: TcpListener,
@@ -554,7 +573,7 @@ async fn connection(
         let conn = Arc::clone(&for_service);
         conn.request_started();
         let in_flight = InFlight(Arc::clone(&conn));
-        let req = req.map(|body| Body::new(RateBody::new(body, conn)));
+        let req = detach_head(req.map(|body| Body::new(RateBody::new(body, conn))));
         let mut router = router.clone();
         async move {
             let response = tower_service::Service::call(&mut router, req).await?;
@@ -609,6 +628,30 @@ mod tests {
         assert_eq!(derived_cap(Some(100)), 16);
         assert_eq!(derived_cap(Some(u64::MAX)), (FD_CEILING / 4 * 3) as usize);
         assert_eq!(derived_cap(None), 768);
+    }
+
+    #[test]
+    fn a_detached_head_is_the_same_head() {
+        let mut token = HeaderValue::from_static("Bearer pgw-secret");
+        token.set_sensitive(true);
+        let req = axum::http::Request::builder()
+            .method("POST")
+            .uri("/v1/chat/completions?a=1&b=%20")
+            .header("authorization", token)
+            .header("x-pgw-call-order", "3")
+            .header("x-pgw-call-order", "4")
+            .body(())
+            .unwrap();
+        let (before, ()) = req.clone().into_parts();
+        let (after, ()) = detach_head(req).into_parts();
+        assert_eq!(after.uri, before.uri);
+        assert_eq!(after.uri.query(), Some("a=1&b=%20"));
+        assert_eq!(after.method, before.method);
+        assert_eq!(after.headers, before.headers);
+        assert!(after.headers["authorization"].is_sensitive());
+        assert!(!after.headers["x-pgw-call-order"].is_sensitive());
+        let orders: Vec<_> = after.headers.get_all("x-pgw-call-order").iter().collect();
+        assert_eq!(orders, ["3", "4"]);
     }
 
     #[tokio::test(start_paused = true)]
