@@ -251,6 +251,18 @@ fn parts_sent(body: &Value) -> Vec<&Value> {
         .collect()
 }
 
+/// Gemini's second request carried its one function call with the signature the mock gave it
+/// (not the stand-in for a call Gemini did not make).
+fn second_turn_returned_the_signature(mock: &MockGemini) {
+    let sent = &mock.requests()[1]["body"];
+    let called: Vec<&Value> = parts_sent(sent)
+        .into_iter()
+        .filter(|p| p.get("functionCall").is_some())
+        .collect();
+    assert_eq!(called.len(), 1, "{sent}");
+    assert_eq!(called[0]["thoughtSignature"], "mock-sig-0", "{sent}");
+}
+
 #[tokio::test]
 async fn messages_on_a_gemini_source_are_translated_with_a_tool_round_trip() {
     let (mock, server) = gemini_weather().await;
@@ -406,13 +418,7 @@ async fn a_streamed_gemini_tool_use_keeps_its_thought_signature_for_the_next_tur
     assert_eq!(resp.status(), 200);
     let answer: Value = resp.json().await.unwrap();
     assert_eq!(answer["stop_reason"], "end_turn", "{answer}");
-    let sent = &mock.requests()[1]["body"];
-    let called: Vec<&Value> = parts_sent(sent)
-        .into_iter()
-        .filter(|p| p.get("functionCall").is_some())
-        .collect();
-    assert_eq!(called.len(), 1, "{sent}");
-    assert_eq!(called[0]["thoughtSignature"], "mock-sig-0", "{sent}");
+    second_turn_returned_the_signature(&mock);
     server.stop().await;
 }
 
@@ -471,13 +477,7 @@ async fn a_streamed_gemini_tool_call_on_the_chat_ingress_keeps_its_thought_signa
     ]});
     let resp = post(&server, "/v1/chat/completions", &second).await;
     assert_eq!(resp.status(), 200);
-    let sent = &mock.requests()[1]["body"];
-    let called: Vec<&Value> = parts_sent(sent)
-        .into_iter()
-        .filter(|p| p.get("functionCall").is_some())
-        .collect();
-    assert_eq!(called.len(), 1, "{sent}");
-    assert_eq!(called[0]["thoughtSignature"], "mock-sig-0", "{sent}");
+    second_turn_returned_the_signature(&mock);
     server.stop().await;
 }
 
