@@ -715,18 +715,6 @@ struct ItemEvent<'a> {
     kind: &'static str,
 }
 
-/// `response.content_part.added` and `.done`.
-#[derive(Serialize)]
-struct ContentPartEvent<'a> {
-    content_index: u8,
-    item_id: &'a str,
-    output_index: u64,
-    part: OutputText<'a>,
-    sequence_number: u64,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
 /// `response.reasoning_summary_part.added` and `.done`.
 #[derive(Serialize)]
 struct SummaryPartEvent<'a> {
@@ -735,19 +723,6 @@ struct SummaryPartEvent<'a> {
     part: SummaryText<'a>,
     sequence_number: u64,
     summary_index: u8,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// `response.output_text.done`.
-#[derive(Serialize)]
-struct TextDone<'a> {
-    content_index: u8,
-    item_id: &'a str,
-    logprobs: [(); 0],
-    output_index: u64,
-    sequence_number: u64,
-    text: &'a str,
     #[serde(rename = "type")]
     kind: &'static str,
 }
@@ -870,6 +845,31 @@ impl Writer {
         self.seq += 1;
     }
 
+    /// `response.content_part.added` and `.done` of the open message item: written from their
+    /// pieces, as the deltas between them are.
+    fn text_part(&mut self, kind: &'static str, item_id: &str, text: &str, out: &mut BytesMut) {
+        let output_index = self.output_index();
+        let sequence_number = self.next_seq();
+        json_pieces::write(
+            out,
+            &[
+                Piece::Raw("event: "),
+                Piece::Raw(kind),
+                Piece::Raw("\ndata: {\"content_index\":0,\"item_id\":"),
+                Piece::Str(item_id),
+                Piece::Raw(",\"output_index\":"),
+                Piece::Num(output_index),
+                Piece::Raw(",\"part\":{\"annotations\":[],\"text\":"),
+                Piece::Str(text),
+                Piece::Raw(",\"type\":\"output_text\"},\"sequence_number\":"),
+                Piece::Num(sequence_number),
+                Piece::Raw(",\"type\":\""),
+                Piece::Raw(kind),
+                Piece::Raw("\"}\n\n"),
+            ],
+        );
+    }
+
     fn close(&mut self, out: &mut BytesMut) {
         let Some(item) = self.open.take() else { return };
         let output_index = self.output_index();
@@ -899,27 +899,24 @@ impl Writer {
                 self.item_event("response.output_item.done", item, out);
             }
             Item::Text { id, text } => {
-                let kind = "response.output_text.done";
-                let done = TextDone {
-                    content_index: 0,
-                    item_id: id,
-                    logprobs: [],
-                    output_index,
-                    sequence_number: self.next_seq(),
-                    text,
-                    kind,
-                };
-                frame(out, kind, &done);
-                let kind = "response.content_part.done";
-                let done = ContentPartEvent {
-                    content_index: 0,
-                    item_id: id,
-                    output_index,
-                    part: OutputText::new(text),
-                    sequence_number: self.next_seq(),
-                    kind,
-                };
-                frame(out, kind, &done);
+                json_pieces::write(
+                    out,
+                    &[
+                        Piece::Raw(
+                            "event: response.output_text.done\n\
+                             data: {\"content_index\":0,\"item_id\":",
+                        ),
+                        Piece::Str(id),
+                        Piece::Raw(",\"logprobs\":[],\"output_index\":"),
+                        Piece::Num(output_index),
+                        Piece::Raw(",\"sequence_number\":"),
+                        Piece::Num(self.next_seq()),
+                        Piece::Raw(",\"text\":"),
+                        Piece::Str(text),
+                        Piece::Raw(",\"type\":\"response.output_text.done\"}\n\n"),
+                    ],
+                );
+                self.text_part("response.content_part.done", id, text, out);
                 let item = OutputItem::message(id, Some(text));
                 self.item_event("response.output_item.done", item, out);
             }
@@ -976,16 +973,7 @@ impl Writer {
                     OutputItem::message(id, None),
                     out,
                 );
-                let kind = "response.content_part.added";
-                let added = ContentPartEvent {
-                    content_index: 0,
-                    item_id: id,
-                    output_index,
-                    part: OutputText::new(""),
-                    sequence_number: self.next_seq(),
-                    kind,
-                };
-                frame(out, kind, &added);
+                self.text_part("response.content_part.added", id, "", out);
             }
             Item::Call {
                 id, call_id, name, ..
@@ -1243,6 +1231,22 @@ mod tests {
         assert!(frames
             .iter()
             .any(|(e, v)| *e == "response.function_call_arguments.delta" && v["delta"] == ":1}"));
+        // The message item's events written from their pieces carry its id, index and text.
+        let of = |kind: &str| &frames.iter().find(|(e, _)| *e == kind).unwrap().1;
+        let item_id = &deltas[0]["item_id"];
+        let part = json!({"annotations": [], "text": "", "type": "output_text"});
+        let added = of("response.content_part.added");
+        assert_eq!((&added["item_id"], &added["part"]), (item_id, &part));
+        assert_eq!(added["output_index"], deltas[0]["output_index"]);
+        let done = of("response.output_text.done");
+        assert_eq!(
+            (&done["item_id"], &done["text"]),
+            (item_id, &json!("he said \"hi\""))
+        );
+        assert_eq!(done["logprobs"], json!([]));
+        let part_done = of("response.content_part.done");
+        assert_eq!(part_done["part"]["text"], "he said \"hi\"");
+        assert_eq!(part_done["output_index"], deltas[0]["output_index"]);
         let (last, error) = (&frames[frames.len() - 2], &frames[frames.len() - 1]);
         assert_eq!(last.0, "response.completed");
         assert_eq!(last.1["response"]["output"].as_array().unwrap().len(), 3);
