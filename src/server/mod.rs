@@ -51,6 +51,7 @@ mod call_order;
 mod conn;
 mod errors;
 mod ingress;
+mod json_pieces;
 mod prometheus;
 mod routes;
 mod sse;

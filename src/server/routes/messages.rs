@@ -24,6 +24,7 @@ use crate::openai::request::options_for;
 use crate::provider::Dialect;
 use crate::server::call_order::with_call_order;
 use crate::server::errors::ApiError;
+use crate::server::json_pieces::{self, Piece};
 use crate::server::routes::openai::body_bytes;
 use crate::server::state::App;
 use crate::types::native_body::NativeBody;
@@ -385,17 +386,37 @@ pub(crate) fn stop_reason(r: &LlmResponse) -> &str {
 }
 
 /// Anthropic's `usage`: `input_tokens` are the uncached ones (all input less reads and writes).
-pub(crate) fn usage(r: &LlmResponse) -> Value {
+/// Its fields in sorted order, as a `Value` writes them.
+#[derive(Serialize)]
+pub(crate) struct Usage {
+    cache_creation: CacheCreation,
+    cache_creation_input_tokens: u64,
+    cache_read_input_tokens: u64,
+    input_tokens: u64,
+    output_tokens: u64,
+}
+
+#[derive(Serialize)]
+struct CacheCreation {
+    ephemeral_1h_input_tokens: u64,
+    ephemeral_5m_input_tokens: u64,
+}
+
+/// The `usage` of an answer.
+pub(crate) fn usage(r: &LlmResponse) -> Usage {
     let reads = r.cached_prompt_tokens.unwrap_or(0);
     let w5 = r.cache_write_5m_tokens.unwrap_or(0);
     let w1 = r.cache_write_1h_tokens.unwrap_or(0);
-    json!({
-        "input_tokens": r.prompt_tokens.saturating_sub(reads + w5 + w1),
-        "cache_creation_input_tokens": w5 + w1,
-        "cache_read_input_tokens": reads,
-        "cache_creation": {"ephemeral_5m_input_tokens": w5, "ephemeral_1h_input_tokens": w1},
-        "output_tokens": r.completion_tokens,
-    })
+    Usage {
+        cache_creation: CacheCreation {
+            ephemeral_1h_input_tokens: w1,
+            ephemeral_5m_input_tokens: w5,
+        },
+        cache_creation_input_tokens: w5 + w1,
+        cache_read_input_tokens: reads,
+        input_tokens: r.prompt_tokens.saturating_sub(reads + w5 + w1),
+        output_tokens: r.completion_tokens,
+    }
 }
 
 fn thinking_blocks(r: &LlmResponse) -> Vec<Value> {
@@ -546,44 +567,6 @@ fn frame(out: &mut BytesMut, event: &str, data: &impl Serialize) {
 #[derive(Serialize)]
 struct Empty {}
 
-/// `message_start`: the message as far as it is known (usage counted later: the whole usage
-/// comes in `message_delta`, which the SDKs' accumulators merge).
-#[derive(Serialize)]
-struct MessageStart<'a> {
-    message: StartMessage<'a>,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-#[derive(Serialize)]
-struct StartMessage<'a> {
-    content: [(); 0],
-    id: &'a str,
-    model: &'a str,
-    role: &'static str,
-    stop_reason: Option<()>,
-    stop_sequence: Option<()>,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    usage: ZeroUsage,
-}
-
-/// The API's usage shape, all zero.
-#[derive(Serialize, Default)]
-struct ZeroUsage {
-    cache_creation: ZeroCacheCreation,
-    cache_creation_input_tokens: u8,
-    cache_read_input_tokens: u8,
-    input_tokens: u8,
-    output_tokens: u8,
-}
-
-#[derive(Serialize, Default)]
-struct ZeroCacheCreation {
-    ephemeral_1h_input_tokens: u8,
-    ephemeral_5m_input_tokens: u8,
-}
-
 #[derive(Serialize)]
 struct BlockStart<'a> {
     content_block: StartBlock<'a>,
@@ -620,65 +603,46 @@ enum StartBlock<'a> {
     },
 }
 
-#[derive(Serialize)]
-struct BlockDelta<'a> {
-    delta: DeltaBody<'a>,
-    index: i64,
-    #[serde(rename = "type")]
+/// A `content_block_delta`'s `delta`: its one field and its type (each field sorts before
+/// `type`, as a `Value` writes them).
+struct DeltaBody<'a> {
+    /// `{"text":` and the like: the delta opened, its field's key.
+    field: &'static str,
+    value: &'a str,
+    /// `,"type":"text_delta"},"index":` and the like: its type, the delta closed, the next key.
     kind: &'static str,
 }
 
-#[derive(Serialize)]
-#[serde(untagged)]
-enum DeltaBody<'a> {
-    Thinking {
-        thinking: &'a str,
-        #[serde(rename = "type")]
-        kind: &'static str,
-    },
-    Text {
-        text: &'a str,
-        #[serde(rename = "type")]
-        kind: &'static str,
-    },
-    Json {
-        partial_json: &'a str,
-        #[serde(rename = "type")]
-        kind: &'static str,
-    },
-    Signature {
-        signature: &'a str,
-        #[serde(rename = "type")]
-        kind: &'static str,
-    },
-}
-
 impl<'a> DeltaBody<'a> {
-    fn thinking(thinking: &'a str) -> Self {
-        Self::Thinking {
-            thinking,
-            kind: "thinking_delta",
+    fn thinking(value: &'a str) -> Self {
+        Self {
+            field: r#"{"thinking":"#,
+            value,
+            kind: r#","type":"thinking_delta"},"index":"#,
         }
     }
 
-    fn text(text: &'a str) -> Self {
-        Self::Text {
-            text,
-            kind: "text_delta",
+    fn text(value: &'a str) -> Self {
+        Self {
+            field: r#"{"text":"#,
+            value,
+            kind: r#","type":"text_delta"},"index":"#,
         }
     }
 
-    fn json(partial_json: &'a str) -> Self {
-        Self::Json {
-            partial_json,
-            kind: "input_json_delta",
+    fn json(value: &'a str) -> Self {
+        Self {
+            field: r#"{"partial_json":"#,
+            value,
+            kind: r#","type":"input_json_delta"},"index":"#,
         }
     }
 
-    fn signature(signature: &'a str) -> Self {
-        Self::Signature {
-            signature,
-            kind: "signature_delta",
+    fn signature(value: &'a str) -> Self {
+        Self {
+            field: r#"{"signature":"#,
+            value,
+            kind: r#","type":"signature_delta"},"index":"#,
         }
     }
 }
@@ -695,7 +659,7 @@ struct MessageDelta<'a> {
     delta: StopDelta<'a>,
     #[serde(rename = "type")]
     kind: &'static str,
-    usage: Value,
+    usage: Usage,
 }
 
 #[derive(Serialize)]
@@ -731,24 +695,25 @@ struct Writer {
 }
 
 impl Writer {
+    /// `message_start`: the message as far as it is known, usage all zero (the whole usage
+    /// comes in `message_delta`, which the SDKs' accumulators merge). Written from its pieces
+    /// (all but the id and model are constant), keys in sorted order as a `Value` writes them.
     fn start(id: &str, model: &str, out: &mut BytesMut) {
-        let message = StartMessage {
-            content: [],
-            id,
-            model,
-            role: "assistant",
-            stop_reason: None,
-            stop_sequence: None,
-            kind: "message",
-            usage: ZeroUsage::default(),
-        };
-        frame(
+        json_pieces::write(
             out,
-            "message_start",
-            &MessageStart {
-                message,
-                kind: "message_start",
-            },
+            &[
+                Piece::Raw("event: message_start\ndata: {\"message\":{\"content\":[],\"id\":"),
+                Piece::Str(id),
+                Piece::Raw(",\"model\":"),
+                Piece::Str(model),
+                Piece::Raw(
+                    ",\"role\":\"assistant\",\"stop_reason\":null,\"stop_sequence\":null,\
+                     \"type\":\"message\",\"usage\":{\"cache_creation\":\
+                     {\"ephemeral_1h_input_tokens\":0,\"ephemeral_5m_input_tokens\":0},\
+                     \"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":0,\
+                     \"input_tokens\":0,\"output_tokens\":0}},\"type\":\"message_start\"}\n\n",
+                ),
+            ],
         );
     }
 
@@ -785,15 +750,21 @@ impl Writer {
         }
     }
 
+    /// A `content_block_delta` frame, written from its pieces: it is the one written per
+    /// delta, so only its value is escaped ([`json_pieces`]).
     fn delta(&self, delta: DeltaBody<'_>, out: &mut BytesMut) {
-        frame(
+        // The block index is never negative once a block is open.
+        let index = u64::try_from(self.index).unwrap_or_default();
+        json_pieces::write(
             out,
-            "content_block_delta",
-            &BlockDelta {
-                delta,
-                index: self.index,
-                kind: "content_block_delta",
-            },
+            &[
+                Piece::Raw("event: content_block_delta\ndata: {\"delta\":"),
+                Piece::Raw(delta.field),
+                Piece::Str(delta.value),
+                Piece::Raw(delta.kind),
+                Piece::Num(index),
+                Piece::Raw(",\"type\":\"content_block_delta\"}\n\n"),
+            ],
         );
     }
 
@@ -917,7 +888,10 @@ where
         if self.finished {
             return None;
         }
-        let mut out = BytesMut::with_capacity(512);
+        // The first write holds the head and often a short answer whole (about 1.3 KiB): room
+        // for it rather than growing the buffer as it fills.
+        let capacity = if self.head.is_some() { 2048 } else { 512 };
+        let mut out = BytesMut::with_capacity(capacity);
         if let Some((id, model)) = self.head.take() {
             Writer::start(&id, &model, &mut out);
         }
@@ -1061,7 +1035,7 @@ mod tests {
         r.cache_write_5m_tokens = Some(20);
         r.cache_write_1h_tokens = Some(10);
         r.completion_tokens = 5;
-        let u = usage(&r);
+        let u = serde_json::to_value(usage(&r)).unwrap();
         assert_eq!(u["input_tokens"], 40);
         assert_eq!(u["cache_creation_input_tokens"], 30);
         assert_eq!(u["cache_read_input_tokens"], 30);

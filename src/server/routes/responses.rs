@@ -25,6 +25,7 @@ use crate::openai::completion::now_s;
 use crate::openai::request::{options_for, response_format, Format};
 use crate::server::call_order::with_call_order;
 use crate::server::errors::ApiError;
+use crate::server::json_pieces::{self, Piece};
 use crate::server::routes::openai::body_bytes;
 use crate::server::state::App;
 use crate::types::{Content, ContentPart, ImageUrl, LlmResponse, Message, Role, ToolCall};
@@ -663,7 +664,10 @@ impl Relay {
         if self.finished {
             return None;
         }
-        let mut out = BytesMut::with_capacity(1024);
+        // The first write holds the two head events (about 1 KiB) and often a short answer
+        // whole (about 3.5 KiB): room for it rather than growing the buffer as it fills.
+        let capacity = if self.started { 1024 } else { 4096 };
+        let mut out = BytesMut::with_capacity(capacity);
         if !self.started {
             self.started = true;
             self.writer.start(&mut out);
@@ -711,62 +715,12 @@ struct ItemEvent<'a> {
     kind: &'static str,
 }
 
-/// `response.content_part.added` and `.done`.
-#[derive(Serialize)]
-struct ContentPartEvent<'a> {
-    content_index: u8,
-    item_id: &'a str,
-    output_index: u64,
-    part: OutputText<'a>,
-    sequence_number: u64,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
 /// `response.reasoning_summary_part.added` and `.done`.
 #[derive(Serialize)]
 struct SummaryPartEvent<'a> {
     item_id: &'a str,
     output_index: u64,
     part: SummaryText<'a>,
-    sequence_number: u64,
-    summary_index: u8,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// `response.output_text.delta`.
-#[derive(Serialize)]
-struct TextDelta<'a> {
-    content_index: u8,
-    delta: &'a str,
-    item_id: &'a str,
-    logprobs: [(); 0],
-    output_index: u64,
-    sequence_number: u64,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// `response.output_text.done`.
-#[derive(Serialize)]
-struct TextDone<'a> {
-    content_index: u8,
-    item_id: &'a str,
-    logprobs: [(); 0],
-    output_index: u64,
-    sequence_number: u64,
-    text: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// `response.reasoning_summary_text.delta`.
-#[derive(Serialize)]
-struct SummaryDelta<'a> {
-    delta: &'a str,
-    item_id: &'a str,
-    output_index: u64,
     sequence_number: u64,
     summary_index: u8,
     #[serde(rename = "type")]
@@ -781,17 +735,6 @@ struct SummaryDone<'a> {
     sequence_number: u64,
     summary_index: u8,
     text: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-}
-
-/// `response.function_call_arguments.delta`.
-#[derive(Serialize)]
-struct ArgumentsDelta<'a> {
-    delta: &'a str,
-    item_id: &'a str,
-    output_index: u64,
-    sequence_number: u64,
     #[serde(rename = "type")]
     kind: &'static str,
 }
@@ -865,15 +808,25 @@ impl Writer {
 
     /// `response.created` and `response.in_progress`: the response in progress.
     fn start(&mut self, out: &mut BytesMut) {
+        // The object is the same in both events: serialised once.
+        let response = response_object(&self.id, &self.model, self.created, None);
+        let response = serde_json::to_string(&response).unwrap_or_default();
         for kind in ["response.created", "response.in_progress"] {
             let sequence_number = self.next_seq();
-            let response = response_object(&self.id, &self.model, self.created, None);
-            let event = ResponseEvent {
-                response: &response,
-                sequence_number,
-                kind,
-            };
-            frame(out, kind, &event);
+            json_pieces::write(
+                out,
+                &[
+                    Piece::Raw("event: "),
+                    Piece::Raw(kind),
+                    Piece::Raw("\ndata: {\"response\":"),
+                    Piece::Raw(&response),
+                    Piece::Raw(",\"sequence_number\":"),
+                    Piece::Num(sequence_number),
+                    Piece::Raw(",\"type\":\""),
+                    Piece::Raw(kind),
+                    Piece::Raw("\"}\n\n"),
+                ],
+            );
         }
     }
 
@@ -890,6 +843,31 @@ impl Writer {
         };
         frame(out, kind, &event);
         self.seq += 1;
+    }
+
+    /// `response.content_part.added` and `.done` of the open message item: written from their
+    /// pieces, as the deltas between them are.
+    fn text_part(&mut self, kind: &'static str, item_id: &str, text: &str, out: &mut BytesMut) {
+        let output_index = self.output_index();
+        let sequence_number = self.next_seq();
+        json_pieces::write(
+            out,
+            &[
+                Piece::Raw("event: "),
+                Piece::Raw(kind),
+                Piece::Raw("\ndata: {\"content_index\":0,\"item_id\":"),
+                Piece::Str(item_id),
+                Piece::Raw(",\"output_index\":"),
+                Piece::Num(output_index),
+                Piece::Raw(",\"part\":{\"annotations\":[],\"text\":"),
+                Piece::Str(text),
+                Piece::Raw(",\"type\":\"output_text\"},\"sequence_number\":"),
+                Piece::Num(sequence_number),
+                Piece::Raw(",\"type\":\""),
+                Piece::Raw(kind),
+                Piece::Raw("\"}\n\n"),
+            ],
+        );
     }
 
     fn close(&mut self, out: &mut BytesMut) {
@@ -921,27 +899,24 @@ impl Writer {
                 self.item_event("response.output_item.done", item, out);
             }
             Item::Text { id, text } => {
-                let kind = "response.output_text.done";
-                let done = TextDone {
-                    content_index: 0,
-                    item_id: id,
-                    logprobs: [],
-                    output_index,
-                    sequence_number: self.next_seq(),
-                    text,
-                    kind,
-                };
-                frame(out, kind, &done);
-                let kind = "response.content_part.done";
-                let done = ContentPartEvent {
-                    content_index: 0,
-                    item_id: id,
-                    output_index,
-                    part: OutputText::new(text),
-                    sequence_number: self.next_seq(),
-                    kind,
-                };
-                frame(out, kind, &done);
+                json_pieces::write(
+                    out,
+                    &[
+                        Piece::Raw(
+                            "event: response.output_text.done\n\
+                             data: {\"content_index\":0,\"item_id\":",
+                        ),
+                        Piece::Str(id),
+                        Piece::Raw(",\"logprobs\":[],\"output_index\":"),
+                        Piece::Num(output_index),
+                        Piece::Raw(",\"sequence_number\":"),
+                        Piece::Num(self.next_seq()),
+                        Piece::Raw(",\"text\":"),
+                        Piece::Str(text),
+                        Piece::Raw(",\"type\":\"response.output_text.done\"}\n\n"),
+                    ],
+                );
+                self.text_part("response.content_part.done", id, text, out);
                 let item = OutputItem::message(id, Some(text));
                 self.item_event("response.output_item.done", item, out);
             }
@@ -998,16 +973,7 @@ impl Writer {
                     OutputItem::message(id, None),
                     out,
                 );
-                let kind = "response.content_part.added";
-                let added = ContentPartEvent {
-                    content_index: 0,
-                    item_id: id,
-                    output_index,
-                    part: OutputText::new(""),
-                    sequence_number: self.next_seq(),
-                    kind,
-                };
-                frame(out, kind, &added);
+                self.text_part("response.content_part.added", id, "", out);
             }
             Item::Call {
                 id, call_id, name, ..
@@ -1035,16 +1001,25 @@ impl Writer {
                 let sequence_number = self.seq;
                 if let Some(Item::Reasoning { id, text }) = &mut self.open {
                     text.push_str(&t);
-                    let kind = "response.reasoning_summary_text.delta";
-                    let d = SummaryDelta {
-                        delta: &t,
-                        item_id: id,
-                        output_index,
-                        sequence_number,
-                        summary_index: 0,
-                        kind,
-                    };
-                    frame(out, kind, &d);
+                    json_pieces::write(
+                        out,
+                        &[
+                            Piece::Raw(
+                                "event: response.reasoning_summary_text.delta\ndata: {\"delta\":",
+                            ),
+                            Piece::Str(&t),
+                            Piece::Raw(",\"item_id\":"),
+                            Piece::Str(id),
+                            Piece::Raw(",\"output_index\":"),
+                            Piece::Num(output_index),
+                            Piece::Raw(",\"sequence_number\":"),
+                            Piece::Num(sequence_number),
+                            Piece::Raw(
+                                ",\"summary_index\":0,\
+                                 \"type\":\"response.reasoning_summary_text.delta\"}\n\n",
+                            ),
+                        ],
+                    );
                     self.seq += 1;
                 }
             }
@@ -1061,17 +1036,23 @@ impl Writer {
                 let sequence_number = self.seq;
                 if let Some(Item::Text { id, text }) = &mut self.open {
                     text.push_str(&t);
-                    let kind = "response.output_text.delta";
-                    let d = TextDelta {
-                        content_index: 0,
-                        delta: &t,
-                        item_id: id,
-                        logprobs: [],
-                        output_index,
-                        sequence_number,
-                        kind,
-                    };
-                    frame(out, kind, &d);
+                    json_pieces::write(
+                        out,
+                        &[
+                            Piece::Raw(
+                                "event: response.output_text.delta\n\
+                                 data: {\"content_index\":0,\"delta\":",
+                            ),
+                            Piece::Str(&t),
+                            Piece::Raw(",\"item_id\":"),
+                            Piece::Str(id),
+                            Piece::Raw(",\"logprobs\":[],\"output_index\":"),
+                            Piece::Num(output_index),
+                            Piece::Raw(",\"sequence_number\":"),
+                            Piece::Num(sequence_number),
+                            Piece::Raw(",\"type\":\"response.output_text.delta\"}\n\n"),
+                        ],
+                    );
                     self.seq += 1;
                 }
             }
@@ -1091,15 +1072,25 @@ impl Writer {
                 if let Some(Item::Call { id, args, .. }) = &mut self.open {
                     if !d.arguments.is_empty() {
                         args.push_str(&d.arguments);
-                        let kind = "response.function_call_arguments.delta";
-                        let e = ArgumentsDelta {
-                            delta: &d.arguments,
-                            item_id: id,
-                            output_index,
-                            sequence_number,
-                            kind,
-                        };
-                        frame(out, kind, &e);
+                        json_pieces::write(
+                            out,
+                            &[
+                                Piece::Raw(
+                                    "event: response.function_call_arguments.delta\n\
+                                     data: {\"delta\":",
+                                ),
+                                Piece::Str(&d.arguments),
+                                Piece::Raw(",\"item_id\":"),
+                                Piece::Str(id),
+                                Piece::Raw(",\"output_index\":"),
+                                Piece::Num(output_index),
+                                Piece::Raw(",\"sequence_number\":"),
+                                Piece::Num(sequence_number),
+                                Piece::Raw(
+                                    ",\"type\":\"response.function_call_arguments.delta\"}\n\n",
+                                ),
+                            ],
+                        );
                         self.seq += 1;
                     }
                 }
@@ -1240,6 +1231,22 @@ mod tests {
         assert!(frames
             .iter()
             .any(|(e, v)| *e == "response.function_call_arguments.delta" && v["delta"] == ":1}"));
+        // The message item's events written from their pieces carry its id, index and text.
+        let of = |kind: &str| &frames.iter().find(|(e, _)| *e == kind).unwrap().1;
+        let item_id = &deltas[0]["item_id"];
+        let part = json!({"annotations": [], "text": "", "type": "output_text"});
+        let added = of("response.content_part.added");
+        assert_eq!((&added["item_id"], &added["part"]), (item_id, &part));
+        assert_eq!(added["output_index"], deltas[0]["output_index"]);
+        let done = of("response.output_text.done");
+        assert_eq!(
+            (&done["item_id"], &done["text"]),
+            (item_id, &json!("he said \"hi\""))
+        );
+        assert_eq!(done["logprobs"], json!([]));
+        let part_done = of("response.content_part.done");
+        assert_eq!(part_done["part"]["text"], "he said \"hi\"");
+        assert_eq!(part_done["output_index"], deltas[0]["output_index"]);
         let (last, error) = (&frames[frames.len() - 2], &frames[frames.len() - 1]);
         assert_eq!(last.0, "response.completed");
         assert_eq!(last.1["response"]["output"].as_array().unwrap().len(), 3);
