@@ -249,6 +249,9 @@ pub struct TransportError {
     /// `true` when the service answered (any real HTTP response): the breaker records success
     /// for non-transient classes.
     pub answered: bool,
+    /// A streamed answer cut after content (docs/behaviour.md §5.10): what had been assembled
+    /// and delivered when it was cut, for a continuation on another source to carry on.
+    pub(crate) cut: Option<Box<crate::types::LlmResponse>>,
 }
 
 impl TransportError {
@@ -272,6 +275,7 @@ impl TransportError {
             body_text: String::new(),
             message: message.into(),
             answered: false,
+            cut: None,
         }
     }
 

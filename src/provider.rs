@@ -166,6 +166,9 @@ pub struct ProviderProfile {
     pub empty_content_beside_tool_calls: bool,
     /// The wire protocol the provider speaks (see [`ProviderProfile::with_dialect`]).
     pub dialect: Dialect,
+    /// `true` when the provider continues a final assistant turn it is sent (a prefill), the
+    /// way its dialect writes one (see [`ProviderProfile::with_prefill`]).
+    pub prefill: bool,
 }
 
 impl ProviderProfile {
@@ -192,7 +195,28 @@ impl ProviderProfile {
             developer_role: true,
             empty_content_beside_tool_calls: false,
             dialect: Dialect::OpenAi,
+            prefill: false,
         }
+    }
+
+    /// The provider continues an answer it is handed the beginning of (docs/behaviour.md
+    /// §5.10), as its API documents: in Anthropic's dialect a final `assistant` turn (the
+    /// answer holds only the continuation; the turn may not end with whitespace), in the OpenAI
+    /// dialect a final assistant message with `"prefix": true` (DeepSeek's chat prefix
+    /// completion, Mistral). Plain OpenAI chat has no prefill; Gemini's dialect is not sent one.
+    ///
+    /// ```
+    /// use polygateway::provider::ProviderRegistry;
+    /// let registry = ProviderRegistry::with_defaults();
+    /// for provider in ["anthropic", "deepseek", "mistral"] {
+    ///     assert!(registry.get(provider).prefill, "{provider}");
+    /// }
+    /// assert!(!registry.get("openai").prefill);
+    /// assert!(!registry.get("someone-else").prefill);
+    /// ```
+    pub fn with_prefill(mut self) -> Self {
+        self.prefill = true;
+        self
     }
 
     /// The provider speaks `dialect` instead of OpenAI's chat API.
@@ -361,7 +385,7 @@ impl ProviderRegistry {
     }
 
     /// The built-in entries: the hosted APIs `openai`, `deepseek`, `qwen`, `minimax`, `glm`,
-    /// `moonshot`, the native dialects `anthropic` and `gemini`, and the self-hosted servers
+    /// `moonshot`, `mistral`, the native dialects `anthropic` and `gemini`, and the self-hosted servers
     /// `vllm`, `sglang`, `llamacpp`, `ollama`, `lmstudio`, `tgi` (each checked against its
     /// server's documentation: docs/behaviour.md §7.2).
     ///
@@ -373,7 +397,7 @@ impl ProviderRegistry {
     ///     reg.names(),
     ///     [
     ///         "anthropic", "deepseek", "gemini", "glm", "llamacpp", "lmstudio", "minimax",
-    ///         "moonshot", "ollama", "openai", "qwen", "sglang", "tgi", "vllm"
+    ///         "mistral", "moonshot", "ollama", "openai", "qwen", "sglang", "tgi", "vllm"
     ///     ]
     /// );
     /// assert_eq!(reg.get("glm").thinking, ThinkingForm::DeepSeek);
@@ -388,16 +412,22 @@ impl ProviderRegistry {
         let mut reg = Self::empty();
         let hosted = [
             ProviderProfile::new("openai", T::None, Field, true),
-            ProviderProfile::new("deepseek", T::DeepSeek, Field, false).with_json_object(true),
+            // Chat prefix completion (beta: the source's BASE_URL must be DeepSeek's `/beta`).
+            ProviderProfile::new("deepseek", T::DeepSeek, Field, false)
+                .with_json_object(true)
+                .with_prefill(),
             ProviderProfile::new("qwen", T::Qwen, Field, true),
             // MiniMax M-series reason inside `<think>` tags in `content`.
             ProviderProfile::new("minimax", T::None, ThinkTags, true),
             ProviderProfile::new("glm", T::DeepSeek, Field, false).with_json_object(true),
             ProviderProfile::new("moonshot", T::None, Field, false).with_json_object(true),
+            // A final assistant message with `"prefix": true`; custom structured outputs.
+            ProviderProfile::new("mistral", T::None, Field, true).with_prefill(),
             // The native dialects: thinking is switched by the dialect's own request fields
             // (`thinking` / `thinkingConfig`), reasoning arrives as thinking blocks or parts.
             ProviderProfile::new("anthropic", T::None, Field, true)
-                .with_dialect(Dialect::Anthropic),
+                .with_dialect(Dialect::Anthropic)
+                .with_prefill(),
             ProviderProfile::new("gemini", T::None, Field, true).with_dialect(Dialect::Gemini),
         ];
         let self_hosted = [
@@ -521,6 +551,7 @@ mod tests {
                 "llamacpp",
                 "lmstudio",
                 "minimax",
+                "mistral",
                 "moonshot",
                 "ollama",
                 "openai",
@@ -530,6 +561,13 @@ mod tests {
                 "vllm"
             ]
         );
+        // A prefill only where the provider's API documents one (docs/behaviour.md §5.10).
+        let prefill: Vec<String> = reg
+            .names()
+            .into_iter()
+            .filter(|n| reg.get(n).prefill)
+            .collect();
+        assert_eq!(prefill, ["anthropic", "deepseek", "mistral"]);
         assert_eq!(
             reg.get("lmstudio").structured_mode(),
             StructuredMode::JsonSchema

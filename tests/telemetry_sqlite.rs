@@ -180,7 +180,7 @@ async fn auto_mode_adds_missing_columns_to_an_old_table() {
         upgraded.iter().any(|c| c == "cache_read_tokens"),
         "{upgraded:?}"
     );
-    assert_eq!(upgraded.last().unwrap(), "cache_write_1h_tokens");
+    assert_eq!(upgraded.last().unwrap(), "continued_from");
     let tenant: String = Connection::open(&path)
         .unwrap()
         .query_row("SELECT tenant_id FROM llm_calls", [], |r| r.get(0))

@@ -34,7 +34,7 @@ pub use ports::budget::{
     BudgetSpend, BudgetWindow,
 };
 pub use ports::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease, Limits};
-pub use ports::transport::{ConsumerGone, EventSink, Transport};
+pub use ports::transport::{ConsumerGone, EventSink, StreamCut, Transport};
 pub use ports::BackendError;
 
 /// Runtime assembly for the `polygateway` crate, not API: the pieces it needs across the crate

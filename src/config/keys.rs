@@ -198,6 +198,7 @@ pub const KEYS: &[KeyDef] = &[
     scope::HEDGE_FLOOR_S,
     scope::HEDGE_CEILING_S,
     scope::HEDGE_BUDGET,
+    scope::CONTINUE_ENABLED,
     scope::QUOTA_FULL,
     scope::CIRCUIT_OPEN,
     scope::BUDGET,
@@ -594,6 +595,14 @@ pub(crate) mod scope {
         doc: "hedges per attempt sent, at most (0 to 1): hedging never adds more than this \
               share of attempts",
         default: "0.05",
+    };
+    pub(crate) const CONTINUE_ENABLED: KeyDef = KeyDef {
+        name: "CONTINUE__ENABLED",
+        family: Scope,
+        value: Bool,
+        doc: "continue a streamed text answer cut after content on another source that takes a \
+              prefill, spliced into the same stream (docs/behaviour.md §5.10)",
+        default: "false",
     };
     pub(crate) const QUOTA_FULL: KeyDef = KeyDef {
         name: "QUOTA_FULL",
@@ -1009,13 +1018,14 @@ pub const EMBEDDING_SCOPE_KEYS: [&str; count(EMBEDDINGS)] = names(EMBEDDINGS);
 /// let err = Settings::from_map(&env(&[("LLM__RETRY__1__MODEL", "m")])).unwrap_err();
 /// assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
 /// ```
-pub const SCOPE_KEY_GROUPS: [&str; 6] = [
+pub const SCOPE_KEY_GROUPS: [&str; 7] = [
     "GLOBAL",
     "PACER",
     "RETRY",
     "BREAKER",
     "BACKPRESSURE",
     "HEDGE",
+    "CONTINUE",
 ];
 
 /// Flat shorthands: defaults for every scope (scope and source keys win; derived from [`KEYS`]).

@@ -559,6 +559,32 @@ impl Default for HedgeSettings {
     }
 }
 
+/// Mid-stream continuation of a scope (`{SCOPE}__CONTINUE__*`, docs/behaviour.md §5.10): off
+/// unless `ENABLED`.
+///
+/// ```
+/// use polygateway::config::Settings;
+/// # use std::collections::BTreeMap;
+/// # fn env(extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+/// #     let base = [
+/// #         ("PGW_LIMITER_BACKEND", "memory"),
+/// #         ("PGW_BREAKER_BACKEND", "memory"),
+/// #         ("LLM__QWEN__1__BASE_URL", "https://example.invalid/v1"),
+/// #         ("LLM__QWEN__1__MODEL", "qwen-plus"),
+/// #     ];
+/// #     base.iter().chain(extra).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+/// # }
+/// let off = Settings::from_map(&env(&[])).unwrap();
+/// assert!(!off.scope("LLM").unwrap().continuation.enabled);
+/// let on = Settings::from_map(&env(&[("LLM__CONTINUE__ENABLED", "true")])).unwrap();
+/// assert!(on.scope("LLM").unwrap().continuation.enabled);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContinueSettings {
+    /// `ENABLED` (default false).
+    pub enabled: bool,
+}
+
 /// Embeddings options of a scope.
 ///
 /// ```
@@ -645,6 +671,8 @@ pub struct ScopeSettings {
     pub backpressure: BackpressureSettings,
     /// Hedged first tokens (`HEDGE__*`, off by default).
     pub hedge: HedgeSettings,
+    /// Mid-stream continuation on another source (`CONTINUE__*`, off by default).
+    pub continuation: ContinueSettings,
     /// Quota-full behaviour.
     pub quota_full: QuotaFull,
     /// All-circuits-open behaviour.

@@ -209,9 +209,15 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
         row.source_name = report.source.to_string();
         row.latency_ms = report.elapsed.as_secs_f64() * 1e3;
         row.capacity_wait_ms = report.capacity_wait.as_secs_f64() * 1e3;
+        row.continued_from = report.continued_from.map(str::to_string);
         match &report.result {
             AttemptResult::Ok(response) => t.fill_success(&mut row, &T::outcome(response)),
             AttemptResult::Err(error) => {
+                // A stream cut after content: what it delivered and what its upstream
+                // reported, so a continued call's rows add up to its answer (§5.10).
+                if let Some(cut) = error.cut.as_deref() {
+                    t.fill_success(&mut row, &ChatTransport::outcome(cut));
+                }
                 row.error = Some(error_text(
                     failure_class_name(polygateway_actors::Classify::class(*error)),
                     &error.message,

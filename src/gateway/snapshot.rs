@@ -87,6 +87,8 @@ pub struct SourceSnapshot {
     pub hedges: u64,
     /// Of those, the ones that produced the first token and answered their call.
     pub hedges_won: u64,
+    /// Streams cut on another source that this source continued (docs/behaviour.md §5.10).
+    pub continuations: u64,
     /// Admissions refused by the breaker.
     pub breaker_refusals: u64,
     /// The structured mode typed calls are sent in now (chat sources; `None` otherwise).
@@ -202,6 +204,7 @@ fn view<T>(source: &SourceShared<T>, now: std::time::Instant) -> SourceSnapshot 
         cancelled: c.cancelled.load(Ordering::Relaxed),
         hedges: c.hedges.load(Ordering::Relaxed),
         hedges_won: c.hedges_won.load(Ordering::Relaxed),
+        continuations: c.continuations.load(Ordering::Relaxed),
         breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
         structured_mode: None,
         structured_mode_configured: None,

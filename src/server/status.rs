@@ -176,7 +176,7 @@ async fn operator_tables(app: &App, html: &mut String) {
             "<h3>{s} <small>(model: {})</small></h3><table><tr>\
              <th>source</th><th>breaker</th><th>pacer limit</th><th>in flight</th><th>health</th>\
              <th>attempts</th><th>successes</th><th>failures</th><th>429</th><th>dead</th>\
-             <th>hedges (won)</th><th>cooling</th></tr>",
+             <th>hedges (won)</th><th>continued</th><th>cooling</th></tr>",
             models.join(", "),
             s = escape(&scope),
         );
@@ -186,7 +186,7 @@ async fn operator_tables(app: &App, html: &mut String) {
                 html,
                 "<tr><td>{}</td><td class=\"{breaker}\">{breaker}</td><td>{}</td>\
                  <td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{} ({})</td><td>{:.1}s</td></tr>",
+                 <td>{} ({})</td><td>{}</td><td>{:.1}s</td></tr>",
                 escape(&src.name),
                 src.pacer_limit,
                 src.in_flight,
@@ -198,6 +198,7 @@ async fn operator_tables(app: &App, html: &mut String) {
                 src.dead,
                 src.hedges,
                 src.hedges_won,
+                src.continuations,
                 src.cooling_for.as_secs_f64()
             );
         }
@@ -340,6 +341,7 @@ pub(crate) async fn json(
                 entry["cooling_s"] = json!(src.cooling_for.as_secs_f64());
                 entry["hedges"] = json!(src.hedges);
                 entry["hedges_won"] = json!(src.hedges_won);
+                entry["continuations"] = json!(src.continuations);
             }
             sources.insert(src.name.clone(), entry);
         }

@@ -405,7 +405,7 @@ impl PostgresSink {
                 .prepare_cached(&sql)
                 .await
                 .map_err(|e| (self.classify(&e), written))?;
-            let values: Vec<[SqlValue<'_>; 32]> = chunk.iter().map(TelemetryRow::values).collect();
+            let values: Vec<[SqlValue<'_>; 33]> = chunk.iter().map(TelemetryRow::values).collect();
             let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = values
                 .iter()
                 .flat_map(|v| {

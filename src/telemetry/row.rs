@@ -104,6 +104,9 @@ pub struct TelemetryRow {
     pub cache_write_tokens: Option<i64>,
     /// The part of `cache_write_tokens` written with a 1-hour lifetime.
     pub cache_write_1h_tokens: Option<i64>,
+    /// The source whose stream, cut after content, this attempt continued (docs/behaviour.md
+    /// §5.10); `None` for every other row.
+    pub continued_from: Option<String>,
 }
 
 impl TelemetryRow {
@@ -152,11 +155,12 @@ impl TelemetryRow {
             cache_read_tokens: None,
             cache_write_tokens: None,
             cache_write_1h_tokens: None,
+            continued_from: None,
         }
     }
 
     /// The values in [`super::schema::INSERT_COLUMNS`] order.
-    pub(crate) fn values(&self) -> [SqlValue<'_>; 32] {
+    pub(crate) fn values(&self) -> [SqlValue<'_>; 33] {
         use SqlValue::{Bool, Int, Real, Text};
         fn s(v: &Option<String>) -> SqlValue<'_> {
             SqlValue::Text(v.as_deref())
@@ -194,6 +198,7 @@ impl TelemetryRow {
             Int(self.cache_read_tokens),
             Int(self.cache_write_tokens),
             Int(self.cache_write_1h_tokens),
+            s(&self.continued_from),
         ]
     }
 }

@@ -99,7 +99,7 @@ const fn col(
 /// assert_eq!(COLUMNS.iter().filter(|c| c.primary_key).count(), 1);
 /// assert_eq!(COLUMNS.last().unwrap().name, "cache_write_1h_tokens");
 /// ```
-pub const COLUMNS: [Column; 33] = [
+pub const COLUMNS: [Column; 34] = [
     Column {
         primary_key: true,
         ..col("call_id", "TEXT", "TEXT", "text")
@@ -154,6 +154,7 @@ pub const COLUMNS: [Column; 33] = [
     col("cache_read_tokens", "INTEGER", "INTEGER", "int8"),
     col("cache_write_tokens", "INTEGER", "INTEGER", "int8"),
     col("cache_write_1h_tokens", "INTEGER", "INTEGER", "int8"),
+    col("continued_from", "TEXT", "TEXT", "text"),
 ];
 
 /// The columns the library INSERTs, in order (every column but `created_at`); the order of
@@ -469,10 +470,11 @@ mod tests {
                 "call_group_id",
                 "cache_read_tokens",
                 "cache_write_tokens",
-                "cache_write_1h_tokens"
+                "cache_write_1h_tokens",
+                "continued_from"
             ]
         );
-        assert_eq!(insert_columns().count(), 32);
+        assert_eq!(insert_columns().count(), 33);
     }
 
     #[test]
@@ -481,7 +483,7 @@ mod tests {
         assert!(pg.starts_with("-- polygateway telemetry table"));
         assert!(pg.contains("call_id TEXT PRIMARY KEY,"));
         assert!(pg.contains("created_at TIMESTAMPTZ NOT NULL DEFAULT now()"));
-        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 14);
+        assert_eq!(pg.matches("ADD COLUMN IF NOT EXISTS").count(), 15);
         let lite = telemetry_schema_sql(SchemaBackend::Sqlite);
         assert!(lite
             .contains("-- ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT '';"));
@@ -534,7 +536,8 @@ mod tests {
                 "call_group_id",
                 "cache_read_tokens",
                 "cache_write_tokens",
-                "cache_write_1h_tokens"
+                "cache_write_1h_tokens",
+                "continued_from"
             ]
         );
         assert_eq!(present, (0..18).collect::<Vec<_>>());

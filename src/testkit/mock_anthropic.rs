@@ -5,6 +5,8 @@
 //! signature it gave them, a tool call of a thinking turn preceded by its thinking) and refuses
 //! with the API's error shape and status; it answers with the API's message and its event
 //! stream, counting prompt-cache writes and reads of the prefixes marked with `cache_control`.
+//! A final `assistant` turn is a prefill, as the API documents: refused when it ends with
+//! whitespace, else answered with the continuation only (the rest of the mock's text after it).
 //! Structured outputs (`output_config.format` with a JSON schema) answer JSON text of the schema,
 //! except on the Claude 3 models (`claude-3…`), which refuse them as the older models do.
 //! Faults: the API's error statuses (`429 rate_limit_error` with `retry-after`, `529
@@ -431,6 +433,16 @@ fn check(request: &Value) -> Result<(), String> {
             }
         }
         previous_tool_uses = tool_uses;
+        // A final assistant turn is a prefill, which may not end with whitespace.
+        let last_text = blocks.last().and_then(|b| b["text"].as_str());
+        if i + 1 == turns.len()
+            && role == "assistant"
+            && last_text.is_some_and(|t| t.ends_with(char::is_whitespace))
+        {
+            return Err(
+                "messages: final assistant content cannot end with trailing whitespace".into(),
+            );
+        }
     }
     if thinking_on && request["tool_choice"]["type"] == "tool" {
         return Err("Thinking may not be enabled when tool_choice forces tool use.".into());
@@ -474,6 +486,9 @@ fn answer(shared: &Shared, request: &Value, seq: u64) -> Value {
         .collect::<Vec<_>>()
         .join(" ");
     let tool_result = last_blocks.iter().find(|b| b["type"] == "tool_result");
+    // A final assistant turn is a prefill: the answer continues it and holds only the
+    // continuation.
+    let prefill = (last["role"] == "assistant").then_some(&last_text);
     let mut content = Vec::new();
     if request["thinking"]["type"] == "enabled" {
         let thinking = format!("Let me think about: {last_text}");
@@ -490,6 +505,13 @@ fn answer(shared: &Shared, request: &Value, seq: u64) -> Value {
             other => other.to_string(),
         };
         content.push(json!({"type": "text", "text": format!("tool said: {said}")}));
+        stop_reason = "end_turn";
+    } else if let Some(prefix) = prefill {
+        // The mock's answer after the prefix (a model's continuation of a prefix it would not
+        // have written is its whole answer here).
+        let text = lock(&shared.text).clone();
+        let rest = text.strip_prefix(prefix.as_str()).unwrap_or(&text);
+        content.push(json!({"type": "text", "text": rest}));
         stop_reason = "end_turn";
     } else if call_tool {
         let tool = forced

@@ -139,6 +139,11 @@ const RECORDED_MAX: usize = 64;
 /// it (`stream_options.include_usage`), like OpenAI. The reported `model` is the requested model
 /// with `-mock` appended (so a test can tell it came from the wire).
 ///
+/// A healthy answer to a request ending with a prefill — an assistant message with
+/// `"prefix": true`, as DeepSeek's chat prefix completion and Mistral take it — is the
+/// continuation only: the rest of the answer's text after the prefix (the whole text when the
+/// prefix does not begin it), its words added to `prompt_tokens`.
+///
 /// A script makes a failure deterministic: here the first attempt gets a 503 and the gateway's
 /// retry gets the healthy answer.
 ///
@@ -282,6 +287,22 @@ pub enum Behaviour {
     ToolCalls(Vec<(String, String)>),
     /// The default content cut in half with `finish_reason: "length"` (max tokens reached).
     Length,
+    /// A stream cut mid-answer: `answer` (e.g. [`Behaviour::healthy_with`], or
+    /// [`Behaviour::ToolCalls`]) streamed up to its first `deltas` content deltas (everything
+    /// before them included: reasoning, tool-call pieces), then the socket dropped the way
+    /// [`Behaviour::AbruptClose`] drops it. Non-streaming: like `AbruptClose`.
+    ///
+    /// ```
+    /// use polygateway::testkit::Behaviour;
+    /// let cut = Behaviour::CutAfter { deltas: 2, answer: Box::new(Behaviour::healthy()) };
+    /// assert_eq!(cut.name(), "cut_after");
+    /// ```
+    CutAfter {
+        /// Content deltas sent before the cut.
+        deltas: usize,
+        /// The answer being cut.
+        answer: Box<Behaviour>,
+    },
     /// Exactly these chunks (each sent as one `data:` frame, then `[DONE]`) when streaming,
     /// exactly this body when not: provider shapes the mock does not otherwise produce.
     Raw {
@@ -362,6 +383,7 @@ impl Behaviour {
             Behaviour::ToolCalls(_) => "tool_calls",
             Behaviour::Length => "length",
             Behaviour::Raw { .. } => "raw",
+            Behaviour::CutAfter { .. } => "cut_after",
         }
     }
 
@@ -1377,6 +1399,15 @@ impl Script {
             Behaviour::Raw { chunks, completion } => {
                 s.raw = Some((chunks.clone(), completion.clone()));
             }
+            Behaviour::CutAfter { deltas, answer } => {
+                s = Script::of(answer);
+                s.content.truncate(*deltas);
+                s.ending = Ending::Abrupt {
+                    content: true,
+                    with_usage: false,
+                };
+                return s;
+            }
             _ => {}
         }
         let completion = (s.reasoning.len() + s.content.len() + s.tool_calls.len() * 4) as u64;
@@ -1570,6 +1601,17 @@ impl Script {
                 .join("\n"),
             _ => String::new(),
         };
+        // A prefill (DeepSeek's chat prefix completion, Mistral): a final assistant message with
+        // `"prefix": true` is the beginning of the answer, and the answer is only its
+        // continuation — the rest of the text when the prefix begins it — with the prefix billed
+        // as input.
+        if let Some(prefix) = last
+            .filter(|m| m["role"] == "assistant" && m["prefix"] == true)
+            .map(text_of)
+        {
+            self.continue_after(&prefix);
+            return;
+        }
         let tools = body["tools"].as_array().map(Vec::as_slice).unwrap_or(&[]);
         match last.and_then(|m| m["role"].as_str()) {
             Some("tool") => {
@@ -1601,6 +1643,32 @@ impl Script {
                 self.content.truncate(limit);
                 self.finish_reason = "length";
             }
+        }
+    }
+
+    /// Answer the continuation of `prefix`: the pieces it covers are dropped (the rest of a
+    /// piece it ends inside is kept), and its words are billed as prompt tokens.
+    fn continue_after(&mut self, prefix: &str) {
+        let whole = self.content.concat();
+        if let Some(rest) = whole.strip_prefix(prefix) {
+            let mut covered = 0;
+            let mut pieces = Vec::new();
+            for piece in &self.content {
+                let start = covered;
+                covered += piece.len();
+                if covered > prefix.len() {
+                    pieces.push(whole[start.max(prefix.len())..covered].to_string());
+                }
+            }
+            debug_assert_eq!(pieces.concat(), rest);
+            self.content = pieces;
+        }
+        if let Some(usage) = self.usage.as_mut() {
+            let prompt = MOCK_PROMPT_TOKENS + prefix.split_whitespace().count() as u64;
+            let completion = self.content.len() as u64;
+            usage["prompt_tokens"] = json!(prompt);
+            usage["completion_tokens"] = json!(completion);
+            usage["total_tokens"] = json!(prompt + completion);
         }
     }
 

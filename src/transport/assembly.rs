@@ -90,6 +90,11 @@ impl Assembly {
         self.first.has_answer() || self.others.values().any(ChoiceAssembly::has_answer)
     }
 
+    /// Whether anything reached the consumer's side: an answer, or reasoning.
+    pub(crate) fn has_output(&self) -> bool {
+        self.has_answer() || !self.first.thinking.is_empty()
+    }
+
     /// The first choice's finish reason.
     pub(crate) fn finish_reason(&self) -> Option<&str> {
         self.first.finish_reason.as_deref()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::StreamExt;
 use polygateway_actors::policy::pacer::RateLimitHint;
-use polygateway_actors::{EventSink, SourceReason, Transport};
+use polygateway_actors::{EventSink, SourceReason, StreamCut, Transport};
 use reqwest::header::ACCEPT;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -24,6 +24,7 @@ use super::exchange::{emit_all, frame_too_large, ms_since};
 pub use super::exchange::{ChatDelta, ChatWireRequest};
 use super::http::{classify_reqwest, AnswerReader, Credentials, JsonEndpoint};
 use super::pool::SourcePool;
+use super::prefill::{self, LeadTrim};
 use super::sse::{SseEvent, SseParser};
 use super::watchdog::{StallLimits, Watchdog};
 use super::wire::{decode_chunk, decode_completion, WireUsage};
@@ -276,6 +277,9 @@ impl ChatTransport {
                 params.insert("response_format".into(), format);
             }
         }
+        if let Some(text) = &request.prefill {
+            messages.to_mut().push(prefill::prefix_message(text));
+        }
         let messages = super::quirks::adapt(&self.profile, messages);
         let stream = self.streams(request);
         let body = WireBody {
@@ -329,7 +333,7 @@ impl ChatTransport {
         for key in PROTECTED_KEYS {
             params.remove(key);
         }
-        let (messages, structured) = match &request.schema {
+        let (mut messages, structured) = match &request.schema {
             Some(schema) => {
                 // JSON-object mode has no Anthropic equivalent: its prompt is what remains.
                 let (messages, _) = schema.for_mode(mode, &request.messages);
@@ -340,6 +344,9 @@ impl ChatTransport {
                 None,
             ),
         };
+        if let Some((Some(turn), _)) = request.prefill.as_deref().map(prefill::assistant_turn) {
+            messages.to_mut().push(turn);
+        }
         let built = anthropic::request::build(
             &self.settings.model,
             &messages,
@@ -403,9 +410,48 @@ impl ChatTransport {
             return Err(reader.classify(resp, wd.clock().total_deadline()).await);
         }
         let rate_limit = (reader.rate_limit)(resp.headers());
+        let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
+        let mut read = StreamRead {
+            native: &mut native,
+            trim: self.lead_trim(request),
+        };
+        let read_stream = self.read_stream(&mut wd, resp, &mut acc, &mut read, sink);
+        let (done, ending) = match read_stream.await {
+            Ok(end) => end,
+            // A stall or a broken frame after content is a cut like an abrupt close.
+            Err(e) => return Err(self.cut(e, acc, native)),
+        };
+        let mut deltas = Vec::new();
+        acc.finish(&mut deltas);
+        read.trim.deltas(&mut deltas);
+        emit_all(&wd, sink, &mut deltas).await?;
+        let clock = wd.clock();
+        let usage_source = match self.stream_verdict(&acc, done, &ending) {
+            Ok(usage_source) => usage_source,
+            Err(e) => return Err(self.cut(e, acc, native)),
+        };
+        let mut resp = self.response(acc, usage_source);
+        resp.thinking_blocks = native.map(|s| s.into_thinking()).unwrap_or_default();
+        resp.truncated = !done;
+        resp.rate_limit = rate_limit;
+        resp.latency_ms = ms_since(clock.start());
+        resp.ttft_ms = clock.ttft_ms();
+        resp.max_inter_token_ms = clock.max_inter_token_ms();
+        Ok(resp)
+    }
+
+    /// Read a streamed answer into `acc` until its end marker, its end, or a failure, handing
+    /// each frame's deltas to the consumer. Whether the end marker came, and how it ended.
+    async fn read_stream(
+        &self,
+        wd: &mut Watchdog,
+        resp: reqwest::Response,
+        acc: &mut Assembly,
+        read: &mut StreamRead<'_>,
+        sink: Option<&EventSink<ChatDelta>>,
+    ) -> Result<(bool, StreamEnd), TransportError> {
         let mut stream = resp.bytes_stream();
         let mut parser = SseParser::new();
-        let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
         let mut events = Vec::new();
         let mut deltas = Vec::new();
         let mut done = false;
@@ -436,7 +482,7 @@ impl ChatTransport {
                     }
                     SseEvent::Data(d) => d,
                 };
-                let frame = match &mut native {
+                let frame = match read.native.as_mut() {
                     None => Some(decode_chunk(&data)?),
                     Some(state) => {
                         let fed = state.feed(&data)?;
@@ -452,10 +498,11 @@ impl ChatTransport {
                 if frame.is_some_and(|frame| acc.apply(frame, &mut deltas)) {
                     wd.on_token();
                 }
-                if let Some(piece) = native.as_mut().and_then(|s| s.take_signature()) {
+                if let Some(piece) = read.native.as_mut().and_then(|s| s.take_signature()) {
                     deltas.push(ChatDelta::ThinkingSignature(piece));
                 }
-                emit_all(&wd, sink, &mut deltas).await?;
+                read.trim.deltas(&mut deltas);
+                emit_all(wd, sink, &mut deltas).await?;
                 if done {
                     break;
                 }
@@ -464,18 +511,32 @@ impl ChatTransport {
                 break;
             }
         }
-        acc.finish(&mut deltas);
-        emit_all(&wd, sink, &mut deltas).await?;
-        let clock = wd.clock();
-        let usage_source = self.stream_verdict(&acc, done, &ending)?;
-        let mut resp = self.response(acc, usage_source);
-        resp.thinking_blocks = native.map(|s| s.into_thinking()).unwrap_or_default();
-        resp.truncated = !done;
-        resp.rate_limit = rate_limit;
-        resp.latency_ms = ms_since(clock.start());
-        resp.ttft_ms = clock.ttft_ms();
-        resp.max_inter_token_ms = clock.max_inter_token_ms();
-        Ok(resp)
+        Ok((done, ending))
+    }
+
+    /// A failed stream's error, with what it had delivered when it was cut (§5.10).
+    fn cut(
+        &self,
+        error: TransportError,
+        acc: Assembly,
+        native: Option<anthropic::response::StreamState>,
+    ) -> TransportError {
+        let output = acc.has_output();
+        prefill::keep_cut(error, output, || {
+            let usage_source = measured_or_unavailable(acc.usage);
+            let mut partial = self.response(acc, usage_source);
+            partial.thinking_blocks = native.map(|s| s.into_thinking()).unwrap_or_default();
+            partial
+        })
+    }
+
+    /// The leading whitespace a continuation sent to this source must lose: what its dialect's
+    /// prefill could not carry (Anthropic's refuses trailing whitespace).
+    fn lead_trim(&self, request: &ChatWireRequest) -> LeadTrim {
+        match (&request.prefill, self.dialect) {
+            (Some(text), Dialect::Anthropic) => prefill::assistant_turn(text).1,
+            _ => LeadTrim::default(),
+        }
     }
 
     /// End-of-stream rules: early EOF, empty completion, missing `[DONE]` (retry or salvage).
@@ -560,6 +621,7 @@ impl ChatTransport {
         if !acc.has_answer() {
             nothing_said(&acc, "the answer")?;
         }
+        self.lead_trim(request).deltas(&mut deltas);
         emit_all(&wd, sink, &mut deltas).await?;
         let usage_source = measured_or_unavailable(acc.usage);
         let mut resp = self.response(acc, usage_source);
@@ -621,6 +683,13 @@ enum StreamEnd {
     ErrorEvent(String),
 }
 
+/// What a stream's reading keeps besides the assembly: Anthropic's event state, and the
+/// leading whitespace a continuation must lose.
+struct StreamRead<'a> {
+    native: &'a mut Option<anthropic::response::StreamState>,
+    trim: LeadTrim,
+}
+
 /// One attempt's request in the source's dialect.
 struct Outgoing {
     body: Vec<u8>,
@@ -661,6 +730,11 @@ impl Transport for ChatTransport {
             } else {
                 self.send_plain(request, mode, events).await
             };
+            // A continuation's whole text loses what its deltas lost.
+            let result = result.map(|mut answer| {
+                self.lead_trim(request).text(&mut answer.content);
+                answer
+            });
             match result {
                 // The source speaks less than it was told: not its fault, not the call's. The
                 // refusal arrives before any delta, so the consumer has seen nothing yet.
@@ -688,6 +762,30 @@ impl Transport for ChatTransport {
 
     fn rate_limit_hint(response: &LlmResponse) -> Option<RateLimitHint> {
         response.rate_limit
+    }
+
+    /// A prefill is sent only where the provider registry says the API continues one, in a
+    /// dialect that writes it (OpenAI's `"prefix": true`, Anthropic's final assistant turn) and,
+    /// for Anthropic, not with extended thinking on (its API refuses a prefill then).
+    fn prefill(&self) -> bool {
+        match self.dialect {
+            Dialect::OpenAi => self.profile.prefill,
+            Dialect::Anthropic => {
+                self.profile.prefill && self.settings.enable_thinking != Some(true)
+            }
+            _ => false,
+        }
+    }
+
+    fn stream_cut(
+        request: &ChatWireRequest,
+        error: &TransportError,
+    ) -> Option<StreamCut<ChatWireRequest>> {
+        prefill::stream_cut(request, error)
+    }
+
+    fn splice(error: &TransportError, continuation: LlmResponse, cut_source: &str) -> LlmResponse {
+        prefill::splice(error, continuation, cut_source)
     }
 }
 

@@ -87,6 +87,10 @@ pub struct ChatWireRequest {
     /// ingress): a source of that dialect is sent it with only the model (and `stream`) set,
     /// every other source the canonical call above (docs/behaviour.md §12.5).
     pub(crate) native: Option<crate::types::native_body::NativeBody>,
+    /// The beginning of the answer, delivered by a source whose stream was cut, for this
+    /// source to continue (docs/behaviour.md §5.10): sent as the final assistant turn, the way
+    /// the source's dialect writes a prefill.
+    pub(crate) prefill: Option<Arc<str>>,
 }
 
 impl ChatWireRequest {
@@ -109,6 +113,7 @@ impl ChatWireRequest {
             schema: None,
             stream: true,
             native: None,
+            prefill: None,
         }
     }
 }

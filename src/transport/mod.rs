@@ -22,6 +22,7 @@ pub(crate) mod exchange;
 pub(crate) mod http;
 pub mod ocr;
 pub(crate) mod pool;
+pub(crate) mod prefill;
 pub(crate) mod quirks;
 pub(crate) mod resend;
 pub(crate) mod sse;

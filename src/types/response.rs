@@ -240,6 +240,11 @@ pub struct LlmResponse {
     /// response's own fields); empty otherwise.
     #[serde(default)]
     pub other_choices: Vec<Choice>,
+    /// The source whose stream was cut after content when this answer's source continued it
+    /// (docs/behaviour.md §5.10): `content` is the cut text and the continuation, spliced, and
+    /// the usage both attempts'. `None` for an answer from one attempt.
+    #[serde(default)]
+    pub continued_from: Option<String>,
     /// The upstream's rate-limit headers, for the pacer (never cached or serialised).
     #[serde(skip)]
     pub(crate) rate_limit: Option<polygateway_actors::policy::pacer::RateLimitHint>,
@@ -351,6 +356,7 @@ impl LlmResponse {
             logprobs: None,
             system_fingerprint: None,
             other_choices: Vec::new(),
+            continued_from: None,
             rate_limit: None,
         }
     }

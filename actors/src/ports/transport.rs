@@ -101,6 +101,99 @@ pub trait Transport: Send + Sync + 'static {
     fn rate_limit_hint(_response: &Self::Response) -> Option<crate::policy::pacer::RateLimitHint> {
         None
     }
+
+    /// Whether this source continues an answer it is handed the beginning of (a prefill: the
+    /// conversation ends with an assistant turn the source carries on), as its API documents.
+    /// Only such sources are picked to continue a stream cut on another one (docs/behaviour.md
+    /// §5.10). None by default.
+    ///
+    /// ```
+    /// use polygateway_actors::testkit::Echo;
+    /// use polygateway_actors::Transport;
+    /// assert!(!Echo.prefill());
+    /// ```
+    fn prefill(&self) -> bool {
+        false
+    }
+
+    /// Read a failed streamed attempt as a cut after content (docs/behaviour.md §5.10): `None`
+    /// when `error` is not one (or the transport does not continue answers); else what the
+    /// answer had begun besides text and the request that continues it on another source — the
+    /// conversation with the text delivered so far as the final assistant turn. None by default.
+    ///
+    /// ```
+    /// use polygateway_actors::testkit::{Echo, EchoError};
+    /// use polygateway_actors::Transport;
+    /// assert!(Echo::stream_cut(&"hi".to_string(), &EchoError(polygateway_actors::FailureClass::Transient)).is_none());
+    /// ```
+    fn stream_cut(
+        _request: &Self::Request,
+        _error: &Self::Error,
+    ) -> Option<StreamCut<Self::Request>> {
+        None
+    }
+
+    /// The answer of a continuation joined to the cut attempt it continues (`error`, read by
+    /// [`Transport::stream_cut`]): one answer whose text is the delivered prefix and then the
+    /// continuation, whose usage is both attempts', and which names `cut_source` as where it
+    /// was continued from. The continuation as it is by default.
+    ///
+    /// ```
+    /// use polygateway_actors::testkit::{Echo, EchoError};
+    /// use polygateway_actors::Transport;
+    /// let joined = Echo::splice(&EchoError(polygateway_actors::FailureClass::Transient), "rest".to_string(), "echo_1");
+    /// assert_eq!(joined, "rest");
+    /// ```
+    fn splice(
+        _error: &Self::Error,
+        continuation: Self::Response,
+        _cut_source: &str,
+    ) -> Self::Response {
+        continuation
+    }
+}
+
+/// A stream cut after content, as its transport reads it ([`Transport::stream_cut`]): what the
+/// answer had begun besides text — any of which keeps it from being continued
+/// (docs/behaviour.md §5.10) — and the request that would continue it.
+///
+/// ```
+/// use polygateway_actors::StreamCut;
+/// let cut = StreamCut { tool_call: true, ..StreamCut::text("continue: Hel") };
+/// assert!(cut.tool_call && !cut.thinking && !cut.structured);
+/// assert_eq!(cut.request, "continue: Hel");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StreamCut<R> {
+    /// A tool call had begun (a piece of one reached the consumer).
+    pub tool_call: bool,
+    /// A thinking block (reasoning) had begun.
+    pub thinking: bool,
+    /// A refusal had begun.
+    pub refusal: bool,
+    /// The call asks for structured output (a schema or a `response_format`).
+    pub structured: bool,
+    /// The conversation with the delivered text as the final assistant turn.
+    pub request: R,
+}
+
+impl<R> StreamCut<R> {
+    /// A cut of plain text, continued by `request`.
+    ///
+    /// ```
+    /// use polygateway_actors::StreamCut;
+    /// let cut = StreamCut::text(());
+    /// assert!(!cut.tool_call && !cut.thinking && !cut.refusal && !cut.structured);
+    /// ```
+    pub fn text(request: R) -> Self {
+        Self {
+            tool_call: false,
+            thinking: false,
+            refusal: false,
+            structured: false,
+            request,
+        }
+    }
 }
 
 /// The consumer went away (dropped its stream).

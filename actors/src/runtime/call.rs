@@ -146,6 +146,10 @@ impl<T: Transport> CallEffects<T> for ScopeInner<T> {
     fn hedging(&self) -> Option<&super::hedge::Hedging> {
         self.hedging.as_ref()
     }
+
+    fn continuing(&self) -> Option<&super::continuation::Continuing> {
+        self.continuing.as_ref()
+    }
 }
 
 impl<T: Transport> ScopeInner<T> {

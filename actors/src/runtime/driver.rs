@@ -38,6 +38,7 @@ use crate::ports::gate::GateRequest;
 use crate::ports::transport::{EventSink, Transport};
 
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
+use super::continuation::{self, ContinueOutcome, Continuing};
 use super::governed::{CallFailure, CallOptions, Governed};
 use super::hedge::{self, Hedging};
 use super::metrics::ScopeMetrics;
@@ -117,6 +118,15 @@ pub(crate) trait CallEffects<T: Transport> {
     fn hedging(&self) -> Option<&Hedging> {
         None
     }
+
+    /// The scope's continuation of cut streams, when it is on (docs/behaviour.md §5.10).
+    fn continuing(&self) -> Option<&Continuing> {
+        None
+    }
+
+    /// A stream cut on source `_cut` is about to be continued elsewhere (the simulator checks
+    /// it against what the stream delivered; production does nothing).
+    fn on_continuation(&self, _cut: usize) {}
 }
 
 /// What the call's loop leaves for its caller whatever the result: whether an attempt reached a
@@ -191,6 +201,8 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
     let mut picked: Option<SourceTicket<T>> = None;
     let mut permit: Option<Permit> = None;
     let mut answered: Option<(T::Response, String, Arc<str>)> = None;
+    // The source whose cut stream the answer continues (docs/behaviour.md §5.10).
+    let mut continued_from: Option<Arc<str>> = None;
     let mut last_error: Option<T::Error> = None;
     let mut step = machine.start();
     loop {
@@ -302,6 +314,7 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                     capacity_wait: machine.last_attempt_wait(),
                     breaker_after: None,
                     lost: None,
+                    continued_from: None,
                 };
                 let span = tracing::info_span!(
                     "pgw.attempt",
@@ -331,16 +344,46 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                         result
                     }
                 };
-                let source = Arc::clone(&guard.ticket.source().name);
+                let cut = Arc::clone(guard.ticket.source());
+                let source = Arc::clone(&cut.name);
                 let attempt_id = std::mem::take(&mut guard.attempt_id);
                 let breaker_after = guard.breaker_after.take();
+                let capacity_wait = guard.capacity_wait;
                 drop(guard);
-                Event::Attempted(match result {
-                    Ok(response) => {
+                // A stream cut after content may be carried on by another source.
+                let continued = match (&result, effects.continuing(), events) {
+                    // A consumer that went away is sent nothing more.
+                    (Err(error), Some(continuing), Some(sink))
+                        if sink.delivered() > 0 && !sink.is_closed() =>
+                    {
+                        let cut = Cut {
+                            continuing,
+                            error,
+                            source: &cut,
+                            attempt,
+                            capacity_wait,
+                        };
+                        // Boxed, like the hedge race: a rare branch kept out of every call's
+                        // future.
+                        let continuing =
+                            continue_cut(effects, observer, request, cut, sink, &options, deadline);
+                        Box::pin(continuing).await
+                    }
+                    _ => None,
+                };
+                Event::Attempted(match (result, continued) {
+                    (_, Some(continued)) => {
+                        machine.served_by(continued.index);
+                        continued_from = Some(Arc::clone(&cut.name));
+                        answered =
+                            Some((continued.response, continued.attempt_id, continued.source));
+                        Outcome::Ok
+                    }
+                    (Ok(response), None) => {
                         answered = Some((response, attempt_id, source));
                         Outcome::Ok
                     }
-                    Err(error) => {
+                    (Err(error), None) => {
                         // The finish was sent before the pacer and observer heard of the
                         // attempt; its answer is usually here already.
                         let breaker = match breaker_after {
@@ -385,7 +428,14 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
             }
             Action::AskProgress => Event::Progress(effects.progress().await),
             Action::Finish(ending) => {
-                return finish(effects, ending, &machine, answered, last_error);
+                return finish(
+                    effects,
+                    ending,
+                    &machine,
+                    answered,
+                    continued_from,
+                    last_error,
+                );
             }
         };
         step = machine.step(event, effects.now());
@@ -434,10 +484,11 @@ async fn run_side<'a, T: Transport, E: CallEffects<T>>(
     (guard, result)
 }
 
-/// The hedge's source and permit: the router's pick among the other sources (its pacer slot),
-/// then the same admission as any attempt (breaker, six gates, the call's priority). `None`
-/// when no other source is eligible or admission refuses.
-async fn open_hedge<T: Transport, E: CallEffects<T>>(
+/// The source and permit of an attempt beside the call's own (a hedge, a continuation): the
+/// router's pick among the sources not in `exclude` (its pacer slot), then the same admission
+/// as any attempt (breaker, six gates, the call's priority). `None` when no such source is
+/// eligible or admission refuses.
+async fn open_other<T: Transport, E: CallEffects<T>>(
     effects: &E,
     exclude: Vec<usize>,
     priority: Priority,
@@ -506,7 +557,7 @@ async fn hedged<'a, T: Transport, E: CallEffects<T>>(
     };
     let primary = side(guard);
     let open = || async {
-        let (ticket, permit) = open_hedge(effects, vec![first.index], options.priority).await?;
+        let (ticket, permit) = open_other(effects, vec![first.index], options.priority).await?;
         ticket
             .source()
             .counters
@@ -523,6 +574,7 @@ async fn hedged<'a, T: Transport, E: CallEffects<T>>(
             capacity_wait,
             breaker_after: None,
             lost: None,
+            continued_from: None,
         }))
     };
     let may_hedge = || {
@@ -555,12 +607,110 @@ async fn hedged<'a, T: Transport, E: CallEffects<T>>(
     (guard, result)
 }
 
+/// A stream cut after content, as the driver holds it once its attempt ended: the scope's
+/// continuation, the attempt's error, its source, its number and capacity wait.
+struct Cut<'a, T: Transport> {
+    continuing: &'a Continuing,
+    error: &'a T::Error,
+    source: &'a Arc<SourceShared<T>>,
+    attempt: u32,
+    capacity_wait: Duration,
+}
+
+/// A continuation that answered: the answer spliced to the cut one, the continuation attempt's
+/// id, and its source.
+struct Continued<R> {
+    response: R,
+    attempt_id: String,
+    source: Arc<str>,
+    index: usize,
+}
+
+/// Continue a stream cut after content on another source (docs/behaviour.md §5.10): when the
+/// transport reads the error as a cut and `continuation::decide` lets it go on, the router picks
+/// among the other sources that take a prefill, admission admits it like any attempt, and the
+/// continuation request streams into the caller's sink. `None` (counted by why) leaves the cut
+/// to end the call as it does without continuation. Its guard is an attempt's: dropped with
+/// the call, it releases its pacer slot, lease and permit, with a `cancelled` row.
+async fn continue_cut<T: Transport, E: CallEffects<T>>(
+    effects: &E,
+    observer: &dyn CallObserver<T>,
+    request: &T::Request,
+    cut: Cut<'_, T>,
+    events: &EventSink<T::Event>,
+    options: &CallOptions,
+    deadline: Option<Instant>,
+) -> Option<Continued<T::Response>> {
+    let stream_cut = T::stream_cut(request, cut.error)?;
+    if let Err(outcome) = continuation::decide(&stream_cut, deadline, effects.now()) {
+        cut.continuing.count(outcome);
+        return None;
+    }
+    effects.on_continuation(cut.source.index);
+    let exclude = effects
+        .sources()
+        .iter()
+        .filter(|s| s.index == cut.source.index || !s.transport.prefill())
+        .map(|s| s.index)
+        .collect();
+    let Some((ticket, permit)) = open_other(effects, exclude, options.priority).await else {
+        cut.continuing.count(ContinueOutcome::NoSource);
+        return None;
+    };
+    let source = Arc::clone(ticket.source());
+    source
+        .counters
+        .continuations
+        .fetch_add(1, Ordering::Relaxed);
+    let mut guard = AttemptGuard {
+        effects,
+        observer,
+        ticket,
+        permit: Some(permit),
+        attempt_id: effects.new_id(),
+        attempt: cut.attempt,
+        started: effects.now(),
+        capacity_wait: cut.capacity_wait,
+        breaker_after: None,
+        lost: None,
+        continued_from: Some(Arc::clone(&cut.source.name)),
+    };
+    let span = tracing::info_span!(
+        "pgw.continuation",
+        source = %source.name,
+        continued_from = %cut.source.name,
+        verdict = tracing::field::Empty,
+        class = tracing::field::Empty,
+        elapsed_ms = tracing::field::Empty,
+    );
+    let exempt = options.breaker_exempt;
+    let result = attempt_once(&mut guard, &stream_cut.request, Some(events), exempt)
+        .instrument(span)
+        .await;
+    match result {
+        Ok(response) => {
+            cut.continuing.count(ContinueOutcome::Continued);
+            Some(Continued {
+                response: T::splice(cut.error, response, &cut.source.name),
+                attempt_id: std::mem::take(&mut guard.attempt_id),
+                source: Arc::clone(&source.name),
+                index: source.index,
+            })
+        }
+        Err(_) => {
+            cut.continuing.count(ContinueOutcome::Failed);
+            None
+        }
+    }
+}
+
 /// Attach the response or the last error to the machine's ending.
 fn finish<T: Transport, E: CallEffects<T>>(
     effects: &E,
     ending: Ending,
     machine: &CallMachine,
     answered: Option<(T::Response, String, Arc<str>)>,
+    continued_from: Option<Arc<str>>,
     last_error: Option<T::Error>,
 ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
     let error = |e: Option<T::Error>| e.expect("a failed ending follows a failed attempt");
@@ -574,6 +724,7 @@ fn finish<T: Transport, E: CallEffects<T>>(
                 source,
                 attempts: machine.attempts(),
                 capacity_wait: machine.capacity_wait().total(),
+                continued_from,
             })
         }
         Ending::Rejected => Err(CallFailure::Rejected(error(last_error))),
@@ -641,6 +792,8 @@ struct AttemptGuard<'a, T: Transport, E: CallEffects<T>> {
     /// Set when the attempt lost a hedge race (`hedge.rs`): cancelled, it is recorded
     /// `hedge_cancelled` rather than `cancelled`.
     lost: Option<Arc<AtomicBool>>,
+    /// The source whose cut stream this attempt continues (docs/behaviour.md §5.10).
+    continued_from: Option<Arc<str>>,
 }
 
 impl<T: Transport, E: CallEffects<T>> AttemptGuard<'_, T, E> {
@@ -685,6 +838,7 @@ impl<T: Transport, E: CallEffects<T>> Drop for AttemptGuard<'_, T, E> {
                 AttemptResult::Cancelled
             },
             probe,
+            continued_from: self.continued_from.as_deref(),
         });
     }
 }
@@ -756,6 +910,7 @@ async fn attempt_once<T: Transport, E: CallEffects<T>>(
         capacity_wait: guard.capacity_wait,
         result: report_result,
         probe,
+        continued_from: guard.continued_from.as_deref(),
     });
     let span = tracing::Span::current();
     span.record("verdict", tracing::field::debug(verdict));

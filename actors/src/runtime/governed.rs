@@ -98,7 +98,7 @@ impl<E> CallFailure<E> {
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
 /// use polygateway_actors::runtime::Governed;
-/// let Governed { response, source, attempts, attempt_id, capacity_wait } = scope
+/// let Governed { response, source, attempts, attempt_id, capacity_wait, continued_from } = scope
 ///     .call(&"hello".to_string(), &NoObserver, None, CallOptions::default())
 ///     .await
 ///     .unwrap();
@@ -108,6 +108,8 @@ impl<E> CallFailure<E> {
 /// assert!(!attempt_id.is_empty());
 /// // An idle scope had capacity at once.
 /// assert_eq!(capacity_wait, Duration::ZERO);
+/// // Not a continuation of a cut stream (docs/behaviour.md §5.10).
+/// assert!(continued_from.is_none());
 /// # runtime.shutdown(Duration::from_secs(1)).await;
 /// # }
 /// ```
@@ -125,6 +127,9 @@ pub struct Governed<R> {
     /// gate, sources cooling down, a 429 pushback. The back-off before retrying a transient
     /// failure is not counted (it is the retry's, not a wait for capacity).
     pub capacity_wait: Duration,
+    /// The source whose stream was cut after content when `source` continued it
+    /// (docs/behaviour.md §5.10): the answer is the cut text and its continuation, spliced.
+    pub continued_from: Option<Arc<str>>,
 }
 
 /// Options of one governed call.

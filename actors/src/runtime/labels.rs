@@ -75,3 +75,26 @@ pub const HEDGE_OUTCOMES: [&str; 7] = [
     "no_source",
     "deadline",
 ];
+
+/// The values of the `outcome` label of `pgw_continuations_total` (docs/behaviour.md §5.10):
+/// how a stream cut after content ended — `continued` (another source carried it on; the caller
+/// got one answer), `failed` (the continuation failed too) — or why it was not continued:
+/// `not_eligible_tool_call`, `not_eligible_thinking`, `not_eligible_refusal` (the answer had
+/// begun one), `not_eligible_structured` (a structured-output call), `no_source` (no other
+/// source that takes a prefill was eligible, or admission refused), `deadline`.
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::CONTINUATION_OUTCOMES;
+/// assert_eq!(CONTINUATION_OUTCOMES[..2], ["continued", "failed"]);
+/// assert!(CONTINUATION_OUTCOMES.contains(&"not_eligible_tool_call"));
+/// ```
+pub const CONTINUATION_OUTCOMES: [&str; 8] = [
+    "continued",
+    "failed",
+    "not_eligible_tool_call",
+    "not_eligible_thinking",
+    "not_eligible_refusal",
+    "not_eligible_structured",
+    "no_source",
+    "deadline",
+];

@@ -15,7 +15,9 @@ use crate::ports::breaker::BreakerState;
 
 use crate::machine::wait::{CapacityWait, WaitReason};
 
-pub use super::labels::{ATTEMPT_RESULTS, CALL_OUTCOMES, CAPACITY_WAIT_REASONS, HEDGE_OUTCOMES};
+pub use super::labels::{
+    ATTEMPT_RESULTS, CALL_OUTCOMES, CAPACITY_WAIT_REASONS, CONTINUATION_OUTCOMES, HEDGE_OUTCOMES,
+};
 use super::series::{unix_now, Book, ScopeSeries, SourceSeries};
 
 /// Governed calls finished, by `scope` and `outcome` (`ok` or a failure kind).
@@ -120,12 +122,21 @@ pub const BREAKER_STATE_CHANGES_TOTAL: &str = "pgw_breaker_state_changes_total";
 /// assert!(METRICS.contains(&(HEDGES_TOTAL, "counter", "scope, outcome")));
 /// ```
 pub const HEDGES_TOTAL: &str = "pgw_hedges_total";
+/// Streams cut after content, by `scope` and `outcome` ([`CONTINUATION_OUTCOMES`]): continued
+/// on another source, or why not (docs/behaviour.md §5.10).
+///
+/// ```
+/// use polygateway_actors::runtime::metrics::{CONTINUATIONS_TOTAL, METRICS};
+/// assert_eq!(CONTINUATIONS_TOTAL, "pgw_continuations_total");
+/// assert!(METRICS.contains(&(CONTINUATIONS_TOTAL, "counter", "scope, outcome")));
+/// ```
+pub const CONTINUATIONS_TOTAL: &str = "pgw_continuations_total";
 
 /// Every metric this crate emits: `(name, kind, labels)`.
 ///
 /// ```
 /// use polygateway_actors::runtime::metrics::METRICS;
-/// assert_eq!(METRICS.len(), 11);
+/// assert_eq!(METRICS.len(), 12);
 /// let (name, kind, labels) = METRICS[0];
 /// assert_eq!((name, kind, labels), ("pgw_calls_total", "counter", "scope, outcome"));
 /// assert!(METRICS.iter().all(|(name, _, _)| name.starts_with("pgw_")));
@@ -142,6 +153,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (BREAKER_STATE, "gauge", "scope, source"),
     (BREAKER_STATE_CHANGES_TOTAL, "counter", "scope, source, to"),
     (HEDGES_TOTAL, "counter", "scope, outcome"),
+    (CONTINUATIONS_TOTAL, "counter", "scope, outcome"),
 ];
 
 /// Scope-level handles.

@@ -10,6 +10,7 @@
 
 pub(crate) mod admission;
 mod call;
+pub(crate) mod continuation;
 pub(crate) mod driver;
 mod governed;
 pub(crate) mod hedge;
@@ -30,6 +31,7 @@ pub(crate) mod waiting_room;
 
 pub use crate::machine::reason::ScopeReason;
 pub use admission::{Governance, GovernanceFactory};
+pub use continuation::ContinueConfig;
 pub use governed::{CallFailure, CallOptions, Governed};
 pub use hedge::HedgeConfig;
 pub use observer::{AttemptReport, AttemptResult, CallObserver, NoObserver, TerminalReport};

@@ -108,6 +108,9 @@ pub struct AttemptReport<'a, T: Transport> {
     pub result: AttemptResult<'a, T>,
     /// `true` if this attempt was a half-open probe.
     pub probe: bool,
+    /// The source whose stream, cut after content, this attempt continues (docs/behaviour.md
+    /// §5.10); `None` for every other attempt.
+    pub continued_from: Option<&'a str>,
 }
 
 /// A call that failed before any attempt reached the transport.

@@ -61,6 +61,8 @@ pub struct ScopeConfig {
     pub batch_reserve: BatchReserve,
     /// Hedged first tokens (`HEDGE__*`; off by default).
     pub hedge: super::hedge::HedgeConfig,
+    /// Mid-stream continuation on another source (`CONTINUE__*`; off by default).
+    pub continuation: super::continuation::ContinueConfig,
 }
 
 impl ScopeConfig {
@@ -108,6 +110,7 @@ impl ScopeConfig {
             lease_ttl: Duration::from_secs(1500),
             batch_reserve: BatchReserve::default(),
             hedge: super::hedge::HedgeConfig::default(),
+            continuation: super::continuation::ContinueConfig::default(),
         }
     }
 }
@@ -124,6 +127,8 @@ pub(crate) struct ScopeInner<T> {
     pub(crate) metrics: super::metrics::ScopeMetrics,
     /// Hedged first tokens, when the scope has them on.
     pub(crate) hedging: Option<super::hedge::Hedging>,
+    /// Mid-stream continuation of cut streams, when the scope has it on.
+    pub(crate) continuing: Option<super::continuation::Continuing>,
 }
 
 /// A handle to one scope of a running runtime. Cheap to clone, `Send + Sync`.
@@ -386,6 +391,30 @@ impl<T: Transport> Scope<T> {
     /// ```
     pub fn hedges(&self) -> Option<Vec<(&'static str, u64)>> {
         self.inner.hedging.as_ref().map(|h| h.counts().to_vec())
+    }
+
+    /// How many streams cut after content were continued on another source, and why the others
+    /// were not (`pgw_continuations_total`'s outcomes, docs/behaviour.md §5.10); `None` when the
+    /// scope does not continue cut streams.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use polygateway_actors::runtime::{ContinueConfig, ScopeConfig};
+    /// # use polygateway_actors::testkit::{echo, start};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
+    /// assert!(scope.continuations().is_none()); // off by default
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// let mut config = ScopeConfig::new("LLM");
+    /// config.continuation = ContinueConfig { enabled: true };
+    /// let (runtime, scope) = start(config, vec![echo("echo_1"), echo("echo_2")]).await;
+    /// assert_eq!(scope.continuations().unwrap()[0], ("continued", 0));
+    /// # runtime.shutdown(Duration::from_secs(1)).await;
+    /// # }
+    /// ```
+    pub fn continuations(&self) -> Option<Vec<(&'static str, u64)>> {
+        self.inner.continuing.as_ref().map(|c| c.counts().to_vec())
     }
 
     /// Whether calls wait in the scope's room (tests of the waiting room).

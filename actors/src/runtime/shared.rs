@@ -69,6 +69,8 @@ pub struct SourceCounters {
     pub hedges: AtomicU64,
     /// Hedges sent to this source that produced the first token (and answered the call).
     pub hedges_won: AtomicU64,
+    /// Streams cut on another source that this source continued (docs/behaviour.md §5.10).
+    pub continuations: AtomicU64,
 }
 
 impl SourceCounters {

@@ -588,8 +588,10 @@ impl Runtime {
         )
         .await?;
         let hedging = super::hedge::Hedging::of(&config.name, &config.hedge);
+        let continuing = super::continuation::Continuing::of(&config.name, &config.continuation);
         Ok(Scope::new(ScopeInner {
             hedging,
+            continuing,
             config,
             router: router_slot,
             admission: self.admission.clone(),

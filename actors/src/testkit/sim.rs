@@ -20,7 +20,9 @@
 //! first tokens, per-source and scope gates; the adaptive or AIMD pacer; a governance "backend
 //! down" window (an admission actor restarting or Redis away: admits fail closed, bookkeeping
 //! sent meanwhile is lost and the lease/probe TTLs reclaim it); random caller cancellations at
-//! any point (the call's future is dropped, as a caller drops it). Not modelled: the actors'
+//! any point (the call's future is dropped, as a caller drops it); streams cut after content,
+//! some after a tool call's first piece, continued on another source that takes a prefill (half
+//! the seeds, docs/behaviour.md §5.10). Not modelled: the actors'
 //! mailboxes and restarts themselves (their effect on a call is the backend-down window).
 
 use std::cmp::Reverse;
@@ -44,7 +46,7 @@ use crate::policy::wait_queue::Priority;
 use crate::ports::attempt::{AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerStatus};
 use crate::ports::breaker::{BreakerBackend, BreakerConfig, BreakerState};
 use crate::ports::gate::{GateBackend, Limits};
-use crate::ports::transport::{EventSink, Transport};
+use crate::ports::transport::{EventSink, StreamCut, Transport};
 use crate::ports::BackendError;
 use crate::runtime::admission::{AdmitAnswer, AdmitRequest, Permit};
 use crate::runtime::driver::{self, CallEffects};
@@ -95,6 +97,9 @@ pub struct SeedReport {
     pub overloaded_answers: u32,
     /// Hedges of first tokens sent (seeds with hedging on), each checked against the budget.
     pub hedges: u64,
+    /// Continuations of cut streams sent (seeds with continuation on), each checked: never
+    /// after a tool-call delta, never on the cut source, only on a source that takes a prefill.
+    pub continuations: u64,
 }
 
 /// Simulate `calls` calls under the fault schedule drawn from `seed`. `keep_trace` records a
@@ -131,6 +136,7 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
         deadline_sends_checked: state.deadline_sends_checked,
         overloaded_answers: state.overloaded_answers,
         hedges: state.calls.iter().map(|c| u64::from(c.hedges)).sum(),
+        continuations: state.calls.iter().map(|c| u64::from(c.continuations)).sum(),
     }
 }
 
@@ -151,6 +157,8 @@ const RECOVERY_SUCCESSES: u32 = 40;
 /// by [`STEEPEST_RISE`] (the adaptive pacer's slow-start gain; AIMD adds less).
 const DEEPEST_CUT: f64 = 0.5;
 const STEEPEST_RISE: u32 = 2;
+/// The stream delta that is a tool call's first piece (every other delta is text).
+const TOOL_DELTA: u64 = u64::MAX;
 
 #[derive(Debug)]
 struct Faults {
@@ -171,6 +179,8 @@ struct Faults {
     /// Every answer is a fast `529 overloaded_error` in `[from, until)` (a provider too busy to
     /// serve: transient, no Retry-After).
     overloaded: Option<(Ms, Ms)>,
+    /// The source takes a prefill: a continuation of a stream cut elsewhere may be sent to it.
+    prefill: bool,
 }
 
 /// How a simulated attempt answers.
@@ -187,6 +197,9 @@ pub(crate) struct SimError {
     reason: SourceReason,
     rate_limited: bool,
     retry_after: Option<Duration>,
+    /// A stream cut after content: the source that cut it, and whether its last delta was a
+    /// tool call's first piece.
+    cut: Option<(usize, bool)>,
 }
 
 impl std::fmt::Display for SimError {
@@ -222,6 +235,8 @@ impl Classify for SimError {
 pub(crate) struct SimRequest {
     call: usize,
     streaming: bool,
+    /// A continuation of the stream the given source cut.
+    continues_from: Option<usize>,
 }
 
 /// A source's upstream: answers drawn from its fault process after a virtual-time latency.
@@ -250,12 +265,35 @@ impl Transport for SimTransport {
                 let answer = state.script.as_mut().and_then(VecDeque::pop_front);
                 (SCRIPT_LATENCY, answer.unwrap_or(Answer::Ok), 0)
             } else {
+                if let Some(cut) = request.continues_from {
+                    let prefill = state.faults[self.index].prefill;
+                    if cut == self.index || !prefill {
+                        let what = format!(
+                            "a continuation of s{cut}'s stream sent to s{} (prefill {prefill})",
+                            self.index
+                        );
+                        state.violation(request.call, what);
+                    }
+                }
                 state.plan_attempt(request, self.index)
             }
         };
         Sleep::new(Arc::clone(&self.state), after).await;
+        let tool = matches!(
+            answer,
+            Answer::Fail(SimError {
+                cut: Some((_, true)),
+                ..
+            })
+        );
         if let Some(events) = events {
             for delta in 0..deltas {
+                let delta = if tool && delta + 1 == deltas {
+                    lock(&self.state).calls[request.call].tool_delta[self.index] = true;
+                    TOOL_DELTA
+                } else {
+                    delta
+                };
                 // The consumer is the call's own receiver, alive and never full.
                 let _ = events.emit(delta).await;
             }
@@ -268,6 +306,22 @@ impl Transport for SimTransport {
 
     fn tokens_used(_response: &()) -> Option<u64> {
         None
+    }
+
+    fn prefill(&self) -> bool {
+        lock(&self.state).faults[self.index].prefill
+    }
+
+    fn stream_cut(request: &SimRequest, error: &SimError) -> Option<StreamCut<SimRequest>> {
+        let (source, tool_call) = error.cut?;
+        Some(StreamCut {
+            tool_call,
+            ..StreamCut::text(SimRequest {
+                call: request.call,
+                streaming: request.streaming,
+                continues_from: Some(source),
+            })
+        })
     }
 }
 
@@ -289,6 +343,13 @@ struct CallBook {
     sending: Option<usize>,
     /// Hedges admitted (each is sent once and leaves one row, like an attempt).
     hedges: u32,
+    /// The source whose cut stream is being continued, from the driver's word until the
+    /// machine's next step: an admission meanwhile is the continuation's.
+    continuing: Option<usize>,
+    /// Continuations admitted (each is sent once and leaves one row, like an attempt).
+    continuations: u32,
+    /// Per source, whether it sent this call a tool call's first piece.
+    tool_delta: Vec<bool>,
     /// Per source, the earliest moment it could serve as far as this call has been told.
     known_ready: Vec<Ms>,
     last_progress: Option<Option<Duration>>,
@@ -327,6 +388,9 @@ impl CallBook {
             attempts: 0,
             sending: None,
             hedges: 0,
+            continuing: None,
+            continuations: 0,
+            tool_delta: vec![false; sources],
             known_ready: vec![0; sources],
             last_progress: None,
             trace: Vec::new(),
@@ -500,6 +564,7 @@ impl State {
                 reason,
                 rate_limited,
                 retry_after,
+                cut: None,
             })
         };
         let hint = |rng: &mut SmallRng| {
@@ -562,7 +627,12 @@ impl State {
             } else {
                 0
             };
-            let cut = fail(transient, SourceReason::NetworkError, false, None);
+            let mut cut = fail(transient, SourceReason::NetworkError, false, None);
+            if let (Answer::Fail(error), true) = (&mut cut, deltas > 0) {
+                // One cut in three ends on a tool call's first piece (no draw of the seed's
+                // generator: its schedule stays what it was).
+                error.cut = Some((source, (request.call as u64 + deltas) % 3 == 0));
+            }
             (latency, cut, deltas)
         } else if next(f.rejected) {
             let reason = SourceReason::NetworkError;
@@ -888,6 +958,8 @@ struct World {
     arrivals: Vec<(Ms, Option<Ms>)>,
     /// Hedged first tokens, when the seed turns them on (`config.hedge`).
     hedging: Option<crate::runtime::hedge::Hedging>,
+    /// Continuation of cut streams, when the seed turns it on (`config.continuation`).
+    continuing: Option<crate::runtime::continuation::Continuing>,
 }
 
 impl World {
@@ -1004,8 +1076,22 @@ impl World {
                 dead,
                 pushback,
                 overloaded,
+                prefill: false,
             });
             specs.push((breaker, limits, pacer));
+        }
+        // Continuation from a generator of its own, so the seed's schedule stays what it was.
+        let mut continues = SmallRng::seed_from_u64(seed ^ 0x0c0a_7147);
+        let continuing = continues.random_bool(0.5);
+        config.continuation = crate::runtime::ContinueConfig {
+            enabled: continuing,
+        };
+        for f in &mut faults {
+            f.prefill = continues.random_bool(0.7);
+            if continuing {
+                // Cut streams are what these seeds are about: more of them.
+                f.truncate = f.truncate * 4.0 + 0.05;
+            }
         }
         let backend_down = rng.random_bool(0.2).then(|| {
             let from = rng.random_range(0..=horizon.max(1));
@@ -1114,7 +1200,9 @@ impl World {
             Arc::clone(&breakers) as Arc<dyn BreakerBackend>,
         );
         let config_hedge = config.hedge.clone();
+        let continuing = crate::runtime::continuation::Continuing::of(SCOPE, &config.continuation);
         World {
+            continuing,
             state,
             clock,
             base,
@@ -1377,15 +1465,22 @@ impl CallEffects<SimTransport> for SimCall {
         // no attempt of the machine's, and what it learns is not the machine's to know.
         let hedge = state.calls[call].sending.is_some();
         if hedge {
-            if state.calls[call].sending == Some(source) {
-                let what = format!("a hedge of s{source} on the source it hedges");
+            // Or a continuation's (§5.10), never on the source that cut the stream.
+            let continuing = state.calls[call].continuing;
+            let beside = continuing.or(state.calls[call].sending);
+            if beside == Some(source) {
+                let what = format!("a hedge or continuation of s{source} on s{source} itself");
                 state.violation(call, what);
             }
             if let Ok(AttemptAdmit::Admitted(permit)) = &answer {
                 if permit.probe_id.is_some() {
                     state.probes_out += 1;
                 }
-                state.calls[call].hedges += 1;
+                if continuing.is_some() {
+                    state.calls[call].continuations += 1;
+                } else {
+                    state.calls[call].hedges += 1;
+                }
                 for p in caps {
                     state.violation(call, p);
                 }
@@ -1545,6 +1640,7 @@ impl CallEffects<SimTransport> for SimCall {
         state.record(self.call, step, self.world.base);
         state.check_call(self.call, &step.action, machine, &self.world.config);
         state.calls[self.call].sending = None;
+        state.calls[self.call].continuing = None;
         if let Action::Send { source, .. } = step.action {
             state.check_send(self.call, &waiting);
             state.calls[self.call].sending = Some(source);
@@ -1554,6 +1650,27 @@ impl CallEffects<SimTransport> for SimCall {
 
     fn hedging(&self) -> Option<&crate::runtime::hedge::Hedging> {
         self.world.hedging.as_ref()
+    }
+
+    fn continuing(&self) -> Option<&crate::runtime::continuation::Continuing> {
+        self.world.continuing.as_ref()
+    }
+
+    /// The invariant of §5.10: a continuation is never spliced after a tool call's piece.
+    fn on_continuation(&self, cut: usize) {
+        let mut state = self.world.lock();
+        if state.calls[self.call].tool_delta[cut] {
+            let what = format!("a continuation of s{cut}'s stream after its tool-call delta");
+            state.violation(self.call, what);
+        }
+        if !state.calls[self.call].streaming {
+            state.violation(
+                self.call,
+                "a continuation of a call that does not stream".into(),
+            );
+        }
+        state.calls[self.call].continuing = Some(cut);
+        state.trace_event(self.call, || format!("continue s{cut}'s cut stream"));
     }
 }
 
@@ -1591,7 +1708,9 @@ impl CallObserver<SimTransport> for SimObserver {
                 .push((report.source.to_string(), result));
         }
         let sending = state.calls[call].sending;
-        let hedge_row = sending.is_some_and(|s| s != source);
+        // A hedge's row, or a continuation's: no attempt of the machine's.
+        let hedge_row =
+            sending.is_some_and(|s| s != source) || state.calls[call].continuing.is_some();
         if let AttemptResult::HedgeCancelled = &report.result {
             if sending.is_none() {
                 state.violation(call, "a hedge_cancelled row outside a hedged send".into());
@@ -1622,7 +1741,11 @@ impl CallObserver<SimTransport> for SimObserver {
 /// One call, as a caller makes it: a streaming call brings its consumer.
 async fn one_call(world: Rc<World>, call: usize) {
     let streaming = world.lock().calls[call].streaming;
-    let request = SimRequest { call, streaming };
+    let request = SimRequest {
+        call,
+        streaming,
+        continues_from: None,
+    };
     let (sink, _consumer) = match streaming {
         true => {
             let (sink, consumer) = EventSink::channel(64);
@@ -1678,13 +1801,13 @@ impl World {
         let attempts = c.attempts;
         let unavailable = matches!(result, Err(CallFailure::Unavailable { .. }));
         let expected_terminal = u32::from(c.sends == 0 && unavailable);
-        // Each hedge admitted is sent once and leaves one row (§5.9).
-        let sent = attempts + c.hedges;
+        // Each hedge and continuation admitted is sent once and leaves one row (§5.9, §5.10).
+        let sent = attempts + c.hedges + c.continuations;
         if c.rows != sent || c.sends != sent || c.terminal_rows != expected_terminal {
             let what = format!(
-                "{} attempt rows, {} terminal rows and {} sends for {attempts} attempts and {} \
-                 hedges",
-                c.rows, c.terminal_rows, c.sends, c.hedges
+                "{} attempt rows, {} terminal rows and {} sends for {attempts} attempts, {} \
+                 hedges and {} continuations",
+                c.rows, c.terminal_rows, c.sends, c.hedges, c.continuations
             );
             state.violation(call, what);
         }
@@ -1901,6 +2024,7 @@ fn run_script(
             dead: None,
             pushback: None,
             overloaded: None,
+            prefill: false,
         })
         .collect();
     let mut state = State::new(
@@ -2035,6 +2159,7 @@ mod tests {
             reason,
             rate_limited: reason == SourceReason::RateLimited,
             retry_after: retry_after.map(Duration::from_millis),
+            cut: None,
         })
     }
 

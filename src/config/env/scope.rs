@@ -93,6 +93,9 @@ pub(super) fn build_scope(
         breaker: breaker(keys, shorthands)?,
         backpressure: backpressure(keys)?,
         hedge: hedge(keys)?,
+        continuation: ContinueSettings {
+            enabled: keys.boolean(&scope::CONTINUE_ENABLED)?.unwrap_or(false),
+        },
         embedding: embedding(name, kind, keys)?,
         global_max_concurrency: keys.int(&scope::GLOBAL_MAX_CONCURRENCY)?.unwrap_or(0),
         global_rpm: keys.int(&scope::GLOBAL_RPM)?.unwrap_or(0),

@@ -265,6 +265,9 @@ fn scope_config(scope: &ScopeSettings, settings: &Settings) -> ScopeConfig {
         ceiling: scope.hedge.ceiling,
         budget: scope.hedge.budget,
     };
+    config.continuation = polygateway_actors::runtime::ContinueConfig {
+        enabled: scope.continuation.enabled,
+    };
     config
 }
 

@@ -20,6 +20,7 @@ use crate::transport::assembly::Assembly;
 use crate::transport::exchange::{emit_all, frame_too_large, ms_since, ChatDelta, ChatWireRequest};
 use crate::transport::http::{classify_reqwest, JsonEndpoint};
 use crate::transport::pool::SourcePool;
+use crate::transport::prefill::keep_cut;
 use crate::transport::sse::{SseEvent, SseParser};
 use crate::transport::watchdog::{StallLimits, Watchdog};
 use crate::types::{LlmResponse, ThinkingBlock, UsageSource};
@@ -117,44 +118,66 @@ pub(crate) async fn send(
     let mut blocks: Vec<ThinkingBlock> = Vec::new();
     let mut deltas = Vec::new();
     if stream {
-        let mut bytes = resp.bytes_stream();
-        let mut parser = SseParser::new();
-        let mut events = Vec::new();
-        let mut closed = false;
-        loop {
-            let eof = match wd.guard(bytes.next()).await? {
-                None => {
-                    parser.finish(&mut events).map_err(frame_too_large)?;
-                    true
-                }
-                Some(Err(_)) => {
-                    closed = true;
-                    true
-                }
-                Some(Ok(chunk)) => {
-                    parser.feed(&chunk, &mut events).map_err(frame_too_large)?;
-                    false
-                }
-            };
-            for event in events.drain(..) {
-                // Gemini sends no `[DONE]`; one would be a stray line, not an ending.
-                let SseEvent::Data(data) = event else {
-                    continue;
+        // A stream cut after content keeps what it delivered (docs/behaviour.md §5.10).
+        let cut = |e: TransportError, acc: Assembly, blocks: Vec<ThinkingBlock>| {
+            let output = acc.has_output();
+            keep_cut(e, output, || {
+                let usage_source = if acc.usage.is_some() {
+                    UsageSource::Measured
+                } else {
+                    UsageSource::Unavailable
                 };
-                let frame = decoder.decode(&data)?;
-                merge_blocks(&mut blocks, frame.thinking_blocks);
-                if acc.apply(frame.frame, &mut deltas) {
-                    wd.on_token();
+                response(settings, acc, usage_source, blocks)
+            })
+        };
+        let read = async {
+            let mut bytes = resp.bytes_stream();
+            let mut parser = SseParser::new();
+            let mut events = Vec::new();
+            let mut closed = false;
+            loop {
+                let eof = match wd.guard(bytes.next()).await? {
+                    None => {
+                        parser.finish(&mut events).map_err(frame_too_large)?;
+                        true
+                    }
+                    Some(Err(_)) => {
+                        closed = true;
+                        true
+                    }
+                    Some(Ok(chunk)) => {
+                        parser.feed(&chunk, &mut events).map_err(frame_too_large)?;
+                        false
+                    }
+                };
+                for event in events.drain(..) {
+                    // Gemini sends no `[DONE]`; one would be a stray line, not an ending.
+                    let SseEvent::Data(data) = event else {
+                        continue;
+                    };
+                    let frame = decoder.decode(&data)?;
+                    merge_blocks(&mut blocks, frame.thinking_blocks);
+                    if acc.apply(frame.frame, &mut deltas) {
+                        wd.on_token();
+                    }
+                    emit_all(&wd, sink, &mut deltas).await?;
                 }
-                emit_all(&wd, sink, &mut deltas).await?;
+                if eof {
+                    break;
+                }
             }
-            if eof {
-                break;
-            }
-        }
+            Ok::<_, TransportError>(closed)
+        };
+        let closed = match read.await {
+            Ok(closed) => closed,
+            Err(e) => return Err(cut(e, acc, blocks)),
+        };
         acc.finish(&mut deltas);
         emit_all(&wd, sink, &mut deltas).await?;
-        let usage_source = verdict(settings, &acc, decoder.finished(), closed)?;
+        let usage_source = match verdict(settings, &acc, decoder.finished(), closed) {
+            Ok(usage_source) => usage_source,
+            Err(e) => return Err(cut(e, acc, blocks)),
+        };
         let mut r = response(settings, acc, usage_source, blocks);
         r.truncated = !decoder.finished();
         r.rate_limit = rate_limit;
