@@ -97,7 +97,7 @@ const fn col(
 /// assert_eq!(COLUMNS[0].name, "call_id");
 /// assert!(COLUMNS[0].primary_key);
 /// assert_eq!(COLUMNS.iter().filter(|c| c.primary_key).count(), 1);
-/// assert_eq!(COLUMNS.last().unwrap().name, "cache_write_1h_tokens");
+/// assert_eq!(COLUMNS.last().unwrap().name, "continued_from");
 /// ```
 pub const COLUMNS: [Column; 34] = [
     Column {
@@ -237,7 +237,7 @@ pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
 /// assert!(sql.contains("created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP,"));
 /// assert!(sql.contains("meta TEXT NOT NULL DEFAULT '{}',"));
 /// assert!(sql.contains("structured_mode TEXT,\n    finish_reason TEXT,"));
-/// assert!(sql.ends_with("call_group_id TEXT,\n    cache_read_tokens INTEGER,\n    cache_write_tokens INTEGER,\n    cache_write_1h_tokens INTEGER\n)"));
+/// assert!(sql.ends_with("call_group_id TEXT,\n    cache_read_tokens INTEGER,\n    cache_write_tokens INTEGER,\n    cache_write_1h_tokens INTEGER,\n    continued_from TEXT\n)"));
 /// ```
 pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
     let mut sql = format!("CREATE TABLE IF NOT EXISTS {table} (\n");
