@@ -10,15 +10,13 @@
 //! other sources that take a prefill and admitted like any attempt, so it holds what any
 //! attempt holds and releases it the same way when the caller goes away.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-use metrics::Counter;
 
 use crate::ports::transport::StreamCut;
 
 use super::labels::CONTINUATION_OUTCOMES;
 use super::metrics::CONTINUATIONS_TOTAL;
+use super::outcome_counts::OutcomeCounts;
 
 /// How a scope continues cut streams (`{SCOPE}__CONTINUE__*`; off by default).
 ///
@@ -84,35 +82,24 @@ pub(crate) fn decide<R>(
 /// A scope's continuation of cut streams: its counters by outcome.
 #[derive(Debug)]
 pub(crate) struct Continuing {
-    counters: [AtomicU64; CONTINUATION_OUTCOMES.len()],
-    metrics: Vec<Counter>,
+    outcomes: OutcomeCounts<{ CONTINUATION_OUTCOMES.len() }>,
 }
 
 impl Continuing {
     /// The continuation of scope `scope`, or `None` when it is off.
     pub(crate) fn of(scope: &str, config: &ContinueConfig) -> Option<Self> {
         config.enabled.then(|| Self {
-            counters: Default::default(),
-            metrics: CONTINUATION_OUTCOMES
-                .iter()
-                .map(|o| metrics::counter!(CONTINUATIONS_TOTAL, "scope" => scope.to_string(), "outcome" => *o))
-                .collect(),
+            outcomes: OutcomeCounts::new(CONTINUATIONS_TOTAL, scope, &CONTINUATION_OUTCOMES),
         })
     }
 
     pub(crate) fn count(&self, outcome: ContinueOutcome) {
-        self.counters[outcome as usize].fetch_add(1, Ordering::Relaxed);
-        self.metrics[outcome as usize].increment(1);
+        self.outcomes.add(outcome as usize);
     }
 
     /// How many cut streams ended with each outcome.
     pub(crate) fn counts(&self) -> [(&'static str, u64); CONTINUATION_OUTCOMES.len()] {
-        std::array::from_fn(|i| {
-            (
-                CONTINUATION_OUTCOMES[i],
-                self.counters[i].load(Ordering::Relaxed),
-            )
-        })
+        self.outcomes.counts()
     }
 }
 

@@ -23,13 +23,13 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use metrics::Counter;
 use tokio::sync::mpsc;
 
 use crate::ports::transport::EventSink;
 
 use super::labels::HEDGE_OUTCOMES;
 use super::metrics::HEDGES_TOTAL;
+use super::outcome_counts::OutcomeCounts;
 
 /// How a scope hedges first tokens (`{SCOPE}__HEDGE__*`; off by default).
 ///
@@ -261,8 +261,7 @@ pub(crate) fn decide(
 pub(crate) struct Hedging {
     pub(crate) config: HedgeConfig,
     pub(crate) budget: HedgeBudget,
-    counters: [AtomicU64; HEDGE_OUTCOMES.len()],
-    metrics: Vec<Counter>,
+    outcomes: OutcomeCounts<{ HEDGE_OUTCOMES.len() }>,
 }
 
 impl Hedging {
@@ -271,22 +270,17 @@ impl Hedging {
         config.enabled.then(|| Self {
             config: config.clone(),
             budget: HedgeBudget::new(config.budget),
-            counters: Default::default(),
-            metrics: HEDGE_OUTCOMES
-                .iter()
-                .map(|o| metrics::counter!(HEDGES_TOTAL, "scope" => scope.to_string(), "outcome" => *o))
-                .collect(),
+            outcomes: OutcomeCounts::new(HEDGES_TOTAL, scope, &HEDGE_OUTCOMES),
         })
     }
 
     pub(crate) fn count(&self, outcome: HedgeOutcome) {
-        self.counters[outcome as usize].fetch_add(1, Ordering::Relaxed);
-        self.metrics[outcome as usize].increment(1);
+        self.outcomes.add(outcome as usize);
     }
 
     /// How many hedges ended (or were not sent) with each outcome.
     pub(crate) fn counts(&self) -> [(&'static str, u64); HEDGE_OUTCOMES.len()] {
-        std::array::from_fn(|i| (HEDGE_OUTCOMES[i], self.counters[i].load(Ordering::Relaxed)))
+        self.outcomes.counts()
     }
 }
 

@@ -18,6 +18,7 @@ pub(crate) mod ids;
 mod labels;
 pub mod metrics;
 mod observer;
+mod outcome_counts;
 mod restart;
 pub(crate) mod router;
 mod scope;
