@@ -351,39 +351,45 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                 let capacity_wait = guard.capacity_wait;
                 drop(guard);
                 // A stream cut after content may be carried on by another source.
-                let continued = match (&result, effects.continuing(), events) {
+                let (result, continued) = match (effects.continuing(), events) {
                     // A consumer that went away is sent nothing more.
-                    (Err(error), Some(continuing), Some(sink))
-                        if sink.delivered() > 0 && !sink.is_closed() =>
+                    (Some(continuing), Some(sink))
+                        if result.is_err() && sink.delivered() > 0 && !sink.is_closed() =>
                     {
                         let cut = Cut {
                             continuing,
-                            error,
                             source: &cut,
                             attempt,
                             capacity_wait,
+                            result,
                         };
-                        // Boxed, like the hedge race: a rare branch kept out of every call's
-                        // future.
+                        // Boxed, like the hedge race, and handed the attempt's result to keep
+                        // while it runs: a rare branch kept out of every call's future.
                         let continuing =
                             continue_cut(effects, observer, request, cut, sink, &options, deadline);
                         Box::pin(continuing).await
                     }
-                    _ => None,
+                    _ => (result, None),
                 };
-                Event::Attempted(match (result, continued) {
+                // A `let`, so the `(result, continued)` pair (two answers' worth) is gone
+                // before the breaker's await below instead of kept in every call's future.
+                let failed = match (result, continued) {
                     (_, Some(continued)) => {
                         machine.served_by(continued.index);
                         continued_from = Some(Arc::clone(&cut.name));
                         answered =
                             Some((continued.response, continued.attempt_id, continued.source));
-                        Outcome::Ok
+                        None
                     }
                     (Ok(response), None) => {
                         answered = Some((response, attempt_id, source));
-                        Outcome::Ok
+                        None
                     }
-                    (Err(error), None) => {
+                    (Err(error), None) => Some(error),
+                };
+                Event::Attempted(match failed {
+                    None => Outcome::Ok,
+                    Some(error) => {
                         // The finish was sent before the pacer and observer heard of the
                         // attempt; its answer is usually here already.
                         let breaker = match breaker_after {
@@ -608,13 +614,13 @@ async fn hedged<'a, T: Transport, E: CallEffects<T>>(
 }
 
 /// A stream cut after content, as the driver holds it once its attempt ended: the scope's
-/// continuation, the attempt's error, its source, its number and capacity wait.
+/// continuation, the attempt's source, its number, capacity wait and result (its error).
 struct Cut<'a, T: Transport> {
     continuing: &'a Continuing,
-    error: &'a T::Error,
     source: &'a Arc<SourceShared<T>>,
     attempt: u32,
     capacity_wait: Duration,
+    result: Result<T::Response, T::Error>,
 }
 
 /// A continuation that answered: the answer spliced to the cut one, the continuation attempt's
@@ -626,12 +632,9 @@ struct Continued<R> {
     index: usize,
 }
 
-/// Continue a stream cut after content on another source (docs/behaviour.md §5.10): when the
-/// transport reads the error as a cut and `continuation::decide` lets it go on, the router picks
-/// among the other sources that take a prefill, admission admits it like any attempt, and the
-/// continuation request streams into the caller's sink. `None` (counted by why) leaves the cut
-/// to end the call as it does without continuation. Its guard is an attempt's: dropped with
-/// the call, it releases its pacer slot, lease and permit, with a `cancelled` row.
+/// Continue a stream cut after content; the attempt's result comes back beside the
+/// continuation's answer, if one came. The result is kept inside this boxed future while the
+/// continuation runs, not in every call's.
 async fn continue_cut<T: Transport, E: CallEffects<T>>(
     effects: &E,
     observer: &dyn CallObserver<T>,
@@ -640,8 +643,34 @@ async fn continue_cut<T: Transport, E: CallEffects<T>>(
     events: &EventSink<T::Event>,
     options: &CallOptions,
     deadline: Option<Instant>,
+) -> (
+    Result<T::Response, T::Error>,
+    Option<Continued<T::Response>>,
+) {
+    let continued =
+        continue_after(effects, observer, request, &cut, events, options, deadline).await;
+    (cut.result, continued)
+}
+
+/// Continue a stream cut after content on another source (docs/behaviour.md §5.10): when the
+/// transport reads the error as a cut and `continuation::decide` lets it go on, the router picks
+/// among the other sources that take a prefill, admission admits it like any attempt, and the
+/// continuation request streams into the caller's sink. `None` (counted by why) leaves the cut
+/// to end the call as it does without continuation. Its guard is an attempt's: dropped with
+/// the call, it releases its pacer slot, lease and permit, with a `cancelled` row.
+async fn continue_after<T: Transport, E: CallEffects<T>>(
+    effects: &E,
+    observer: &dyn CallObserver<T>,
+    request: &T::Request,
+    cut: &Cut<'_, T>,
+    events: &EventSink<T::Event>,
+    options: &CallOptions,
+    deadline: Option<Instant>,
 ) -> Option<Continued<T::Response>> {
-    let stream_cut = T::stream_cut(request, cut.error)?;
+    let Err(error) = &cut.result else {
+        return None;
+    };
+    let stream_cut = T::stream_cut(request, error)?;
     if let Err(outcome) = continuation::decide(&stream_cut, deadline, effects.now()) {
         cut.continuing.count(outcome);
         return None;
@@ -691,7 +720,7 @@ async fn continue_cut<T: Transport, E: CallEffects<T>>(
         Ok(response) => {
             cut.continuing.count(ContinueOutcome::Continued);
             Some(Continued {
-                response: T::splice(cut.error, response, &cut.source.name),
+                response: T::splice(error, response, &cut.source.name),
                 attempt_id: std::mem::take(&mut guard.attempt_id),
                 source: Arc::clone(&source.name),
                 index: source.index,
