@@ -87,3 +87,18 @@ pub use types::*;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+// The Rust blocks of the manual's chapters (the mdBook under `docs/`), one item per chapter that
+// has any, so a doc test's name says which chapter it comes from.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/manual/governance.md")]
+pub struct GovernanceChapterDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/manual/caching-structured.md")]
+pub struct CachingStructuredChapterDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/manual/embeddings-ocr.md")]
+pub struct EmbeddingsOcrChapterDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/manual/observability.md")]
+pub struct ObservabilityChapterDoctests;

@@ -1,5 +1,6 @@
 //! Metric names (the `metrics` facade): install any recorder — Prometheus, StatsD,
-//! OpenTelemetry — and these appear. See the README's metrics table; a test keeps the two equal.
+//! OpenTelemetry — and these appear. See the metrics table in docs/manual/observability.md; a test
+//! keeps the two equal.
 //!
 //! The governance metrics (calls, attempts, retries, admission time, capacity wait, in-flight,
 //! pacer limit, breaker state) are emitted by the runtime crate; the ones defined here by the

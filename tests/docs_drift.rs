@@ -1,21 +1,50 @@
-//! The README cannot drift from the code: its configuration reference is the key table the parser
-//! reads (and the other docs name no key the table lacks), its metrics table exactly the metrics the library emits, its features table
-//! and examples index exactly what Cargo.toml declares, and its Rust blocks need only the
-//! dependencies it names.
+//! The README and the manual (the mdBook under `docs/`) cannot drift from the code: the
+//! configuration reference is the key table the parser reads (and the other docs name no key the
+//! table lacks), the metrics table exactly the metrics the library emits, the README's features
+//! table and the examples index exactly what Cargo.toml declares, and the Rust blocks of the
+//! README and the book need only the dependencies the README names.
 
 use std::collections::BTreeSet;
 
 use polygateway::config::keys::{ValueKind, KEYS};
 
+/// A markdown file of the repository, by its path from the root.
+fn doc(file: &str) -> String {
+    std::fs::read_to_string(format!("{}/{file}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
 fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap()
+    doc("README.md")
+}
+
+/// The chapters holding the configuration reference, the metrics table and the examples index.
+const CONFIGURATION: &str = "docs/manual/configuration.md";
+const OBSERVABILITY: &str = "docs/manual/observability.md";
+const DEVELOPMENT: &str = "docs/manual/development.md";
+
+/// The book's chapters as `docs/SUMMARY.md` lists them (paths from the repository's root), so a
+/// chapter added to the book is checked without being named here.
+fn book_chapters() -> Vec<String> {
+    let chapters: Vec<String> = doc("docs/SUMMARY.md")
+        .lines()
+        .filter_map(|l| {
+            let target = l.split_once("](")?.1.split_once(')')?.0;
+            Some(format!("docs/{target}"))
+        })
+        .collect();
+    assert!(
+        chapters.len() > 10 && chapters.contains(&"docs/behaviour.md".to_string()),
+        "docs/SUMMARY.md lists {chapters:?}"
+    );
+    chapters
 }
 
 /// First-column code spans of the markdown table that follows `heading`.
 fn table_keys(markdown: &str, heading: &str) -> BTreeSet<String> {
     let section = markdown
         .split_once(heading)
-        .unwrap_or_else(|| panic!("README has no {heading:?} section"))
+        .unwrap_or_else(|| panic!("no {heading:?} section"))
         .1;
     section
         .lines()
@@ -31,15 +60,15 @@ fn table_keys(markdown: &str, heading: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The README's configuration reference is generated from the key table: its rows are exactly
-/// the table's rows (pattern, meaning, default), in the table's order. On a mismatch the message
-/// holds the table as it should read, ready to paste.
+/// The configuration reference (docs/manual/configuration.md) is generated from the key table:
+/// its rows are exactly the table's rows (pattern, meaning, default), in the table's order. On a
+/// mismatch the message holds the table as it should read, ready to paste.
 #[test]
 fn the_configuration_reference_is_the_key_table() {
-    let readme = readme();
-    let section = readme
+    let chapter = doc(CONFIGURATION);
+    let section = chapter
         .split_once("## Configuration reference")
-        .expect("README has a configuration reference")
+        .expect("docs/manual/configuration.md has a configuration reference")
         .1;
     let documented: Vec<&str> = section
         .lines()
@@ -53,8 +82,8 @@ fn the_configuration_reference_is_the_key_table() {
         .collect();
     assert!(
         documented == expected,
-        "README's configuration reference differs from polygateway::config::keys::KEYS; it \
-         should read:\n| key | meaning | default |\n|---|---|---|\n{}",
+        "docs/manual/configuration.md's configuration reference differs from \
+         polygateway::config::keys::KEYS; it should read:\n| key | meaning | default |\n|---|---|---|\n{}",
         expected.join("\n")
     );
     // The table is what the parser accepts.
@@ -64,23 +93,21 @@ fn the_configuration_reference_is_the_key_table() {
 }
 
 /// Every key the prose names is in the key table: `PGW_*` and `LLM_*` keys in the README,
-/// `.env.example`, ARCHITECTURE.md and docs/behaviour.md, and every key name or key suffix that
-/// docs/behaviour.md quotes (`TTFT_TIMEOUT_S`, `QUOTA_FULL=wait`), with a choice key's quoted
-/// value one of its words. (`.env.example`'s keys are checked both ways, one line per key, by
-/// `tests/config_env.rs`; the README's by the test above.)
+/// `.env.example`, ARCHITECTURE.md and every chapter of the book (docs/behaviour.md among them),
+/// and every key name or key suffix that docs/behaviour.md quotes (`TTFT_TIMEOUT_S`,
+/// `QUOTA_FULL=wait`), with a choice key's quoted value one of its words. (`.env.example`'s keys
+/// are checked both ways, one line per key, by `tests/config_env.rs`; the configuration
+/// reference's by the test above.)
 #[test]
 fn the_docs_name_no_key_the_table_lacks() {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let read = |file: &str| std::fs::read_to_string(format!("{root}/{file}")).unwrap();
     let is_name_char = |c: char| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_';
     let mut unknown = Vec::new();
-    for file in [
-        "README.md",
-        ".env.example",
-        "ARCHITECTURE.md",
-        "docs/behaviour.md",
-    ] {
-        let text = read(file);
+    let files = ["README.md", ".env.example", "ARCHITECTURE.md"]
+        .map(String::from)
+        .into_iter()
+        .chain(book_chapters());
+    for file in files {
+        let text = doc(&file);
         for prefix in ["PGW_", "LLM_"] {
             for (at, _) in text.match_indices(prefix) {
                 let before = text[..at].chars().next_back();
@@ -107,7 +134,7 @@ fn the_docs_name_no_key_the_table_lacks() {
             }
         }
     }
-    let behaviour = read("docs/behaviour.md");
+    let behaviour = doc("docs/behaviour.md");
     for quoted in behaviour.split('`').skip(1).step_by(2) {
         let (name, value) = quoted.split_once('=').unwrap_or((quoted, ""));
         let looks_like_key = name.contains('_')
@@ -142,7 +169,7 @@ fn the_docs_name_no_key_the_table_lacks() {
 
 #[test]
 fn the_metrics_table_lists_exactly_the_emitted_metrics() {
-    let documented = table_keys(&readme(), "## Metrics");
+    let documented = table_keys(&doc(OBSERVABILITY), "## Metrics");
     let emitted: BTreeSet<String> = polygateway::metrics::all()
         .into_iter()
         .map(|(name, _, _)| name.to_string())
@@ -272,8 +299,8 @@ fn fenced_blocks(markdown: &str, lang: &str) -> Vec<String> {
 }
 
 /// The README's structured example derived `schemars::JsonSchema` while the README named no
-/// `schemars` dependency (issue #21): every crate a README Rust block names (hidden lines
-/// included) is one the README's `[dependencies]` block lists, or `std`.
+/// `schemars` dependency (issue #21): every crate a Rust block of the README or of a book chapter
+/// names (hidden lines included) is one the README's `[dependencies]` block lists, or `std`.
 #[test]
 fn readme_rust_blocks_need_only_the_dependencies_the_readme_names() {
     let readme = readme();
@@ -288,7 +315,14 @@ fn readme_rust_blocks_need_only_the_dependencies_the_readme_names() {
         named.contains("polygateway"),
         "no [dependencies] block: {named:?}"
     );
-    for block in fenced_blocks(&readme, "rust") {
+    let markdown = std::iter::once("README.md".to_string())
+        .chain(book_chapters())
+        .map(|file| (doc(&file), file));
+    for (block, file) in markdown.flat_map(|(text, file)| {
+        fenced_blocks(&text, "rust")
+            .into_iter()
+            .map(move |b| (b, file.clone()))
+    }) {
         let bytes = block.as_bytes();
         for (at, _) in block.match_indices("::") {
             let start = block[..at]
@@ -300,12 +334,34 @@ fn readme_rust_blocks_need_only_the_dependencies_the_readme_names() {
             if is_path_root && is_crate && !["crate", "self", "super"].contains(&root) {
                 assert!(
                     named.contains(root),
-                    "README Rust block uses `{root}::` but the README's [dependencies] block \
-                     names only {named:?}"
+                    "a Rust block of {file} uses `{root}::` but the README's [dependencies] \
+                     block names only {named:?}"
                 );
             }
         }
     }
+}
+
+/// Every file of the README and the book with a Rust block is compiled as a doc test: `src/lib.rs`
+/// includes it in a `#[cfg(doctest)]` item (a chapter added with an example and not included
+/// would be an example nobody compiles).
+#[test]
+fn every_rust_block_of_the_book_is_a_doc_test() {
+    let lib = doc("src/lib.rs");
+    let mut not_compiled = Vec::new();
+    for file in std::iter::once("README.md".to_string()).chain(book_chapters()) {
+        if fenced_blocks(&doc(&file), "rust").is_empty() {
+            continue;
+        }
+        if !lib.contains(&format!("#[doc = include_str!(\"../{file}\")]")) {
+            not_compiled.push(file);
+        }
+    }
+    assert!(
+        not_compiled.is_empty(),
+        "Rust blocks src/lib.rs does not compile as doc tests (add a #[cfg(doctest)] item): \
+         {not_compiled:?}"
+    );
 }
 
 /// The README's "Cargo features" table lists exactly the crate's features.
@@ -326,7 +382,7 @@ fn the_features_table_lists_exactly_the_cargo_features() {
     assert_eq!(table_keys(&readme(), "## Cargo features"), features);
 }
 
-/// The README's examples index lists exactly the declared examples.
+/// The examples index (docs/manual/development.md) lists exactly the declared examples.
 #[test]
 fn the_examples_index_lists_every_example() {
     let manifest =
@@ -339,5 +395,5 @@ fn the_examples_index_lists_every_example() {
             Some(line.split('"').nth(1)?.to_string())
         })
         .collect();
-    assert_eq!(table_keys(&readme(), "## Examples"), examples);
+    assert_eq!(table_keys(&doc(DEVELOPMENT), "## Examples"), examples);
 }

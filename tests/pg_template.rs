@@ -14,8 +14,8 @@ use polygateway::telemetry::{
 };
 use tokio_postgres::{Client, NoTls};
 
-/// The markdown holding the template (to become README.md once folded in).
-const TEMPLATE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+/// The markdown holding the template: the manual's telemetry chapter.
+const TEMPLATE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/manual/telemetry.md");
 const ROLES: [&str; 3] = ["polygateway_owner", "polygateway_app", "polygateway_report"];
 const DB_PREFIX: &str = "pgw_tpl_";
 

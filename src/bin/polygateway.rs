@@ -570,7 +570,7 @@ async fn serve(cli: &Cli, bind: Option<std::net::SocketAddr>) -> Result<ExitCode
     )?;
     let keys_file = s.server.keys_file.clone().ok_or(
         "PGW_SERVER_KEYS_FILE is required: a JSON file of virtual keys \
-         (`polygateway key new` prints one; see README, Run as a server)",
+         (`polygateway key new` prints one; see docs/manual/server.md)",
     )?;
     let keys = KeyStore::from_file(&keys_file).map_err(|e| e.to_string())?;
     let bind = bind.unwrap_or(s.server.bind);

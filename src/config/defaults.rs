@@ -1,6 +1,6 @@
 //! Default values of the optional configuration keys (docs/behaviour.md §3), written in one place so the
 //! parser and the `Default` impls of the settings types cannot drift; a test in `keys` checks the
-//! key table's default column (and so the README) against them.
+//! key table's default column (and so the configuration reference) against them.
 //!
 //! Behaviour-critical keys have no default here on purpose: the limiter and breaker backends,
 //! embeddings `BATCH_SIZE`, and each source's `BASE_URL` and `MODEL` must be set explicitly.

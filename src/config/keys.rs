@@ -3,12 +3,12 @@
 //! Every key is one [`KeyDef`] in [`KEYS`]: its name, its family (source field, scope key,
 //! shorthand or global), the kind of value it takes (with the allowed words of a choice), its
 //! default and one line of documentation. The parser in `env` reads keys only through these
-//! descriptors, the name lists below are derived from the table, and tests check the README's
-//! configuration reference (generated from the table), `.env.example` and `docs/behaviour.md`
-//! against it. Adding a key: one descriptor in the module of its family below, listed in
-//! [`KEYS`]; read it in `env` (`keys.secs(&scope::MY_KEY)` and the like); add its row to the
-//! README (`tests/docs_drift.rs` prints the table as it should read) and a line to
-//! `.env.example` (`tests/config_env.rs` checks both ways).
+//! descriptors, the name lists below are derived from the table, and tests check the
+//! configuration reference (docs/manual/configuration.md, generated from the table),
+//! `.env.example` and the other docs against it. Adding a key: one descriptor in the module of
+//! its family below, listed in [`KEYS`]; read it in `env` (`keys.secs(&scope::MY_KEY)` and the
+//! like); add its row to docs/manual/configuration.md (`tests/docs_drift.rs` prints the table as
+//! it should read) and a line to `.env.example` (`tests/config_env.rs` checks both ways).
 //!
 //! Typed defaults live in `defaults` (the settings types' `Default` impls share them); a test
 //! checks that the default column of this table says the same.
@@ -79,7 +79,7 @@ pub enum ValueKind {
     TenantBudgets,
 }
 
-/// One configuration key: the row of the README's configuration reference, and what the parser
+/// One configuration key: the row of the configuration reference, and what the parser
 /// reads.
 ///
 /// ```
@@ -98,15 +98,15 @@ pub struct KeyDef {
     pub family: KeyFamily,
     /// What value it takes.
     pub value: ValueKind,
-    /// What it means, one line (the README's "meaning" column).
+    /// What it means, one line (the configuration reference's "meaning" column).
     pub doc: &'static str,
-    /// Its default in words (the README's "default" column): a value, `required`, or how it is
-    /// derived.
+    /// Its default in words (the configuration reference's "default" column): a value, `required`,
+    /// or how it is derived.
     pub default: &'static str,
 }
 
 impl KeyDef {
-    /// The key as a pattern, the way [`accepted_keys`] and the README spell it:
+    /// The key as a pattern, the way [`accepted_keys`] and the configuration reference spell it:
     /// `{SCOPE}__{PROVIDER}__{N}__{NAME}`, `{SCOPE}__{NAME}`, or the name itself.
     ///
     /// ```
@@ -143,7 +143,7 @@ impl KeyDef {
     }
 }
 
-/// Every accepted key, in the README's order.
+/// Every accepted key, in the configuration reference's order.
 ///
 /// ```
 /// use polygateway::config::keys::{KeyFamily, KEYS};

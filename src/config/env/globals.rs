@@ -14,7 +14,7 @@ use crate::config::ServerSettings;
 /// Placeholder shown instead of a secret value.
 const HIDDEN: &str = "(value hidden: it may hold a secret)";
 
-/// The `REDIS_URL` forms the Redis client accepts (README "Scaling out").
+/// The `REDIS_URL` forms the Redis client accepts (docs/manual/redis.md, "Scaling out").
 const REDIS_URL_FORMS: &str = "one server redis://[:password@]host:6379[/db], \
     a cluster redis-cluster://[:password@]host:7000[?node=host:7001&node=...], \
     or a sentinel-managed primary \
