@@ -26,12 +26,16 @@ use std::path::Path;
 mod classify;
 mod globals;
 mod read;
+mod rules;
 mod scope;
 
 use classify::{classify, KeyClass};
 use globals::build_settings;
 use read::{Entry, Keys};
+use rules::{original_requires, Rules};
 use scope::{build_scope, RawScope, Shorthands};
+
+pub use scope::scope_kind_for;
 
 use super::error::ConfigError;
 use super::keys::{global, KeyDef, ValueKind};
@@ -236,25 +240,6 @@ impl Settings {
     }
 }
 
-/// The kind of a scope, from its name: `OCR`/`OCR_*` → OCR, `EMBED*` → embeddings, else chat.
-///
-/// ```
-/// use polygateway::config::{scope_kind_for, ScopeKind};
-/// assert_eq!(scope_kind_for("OCR_FAST"), ScopeKind::Ocr);
-/// assert_eq!(scope_kind_for("EMBEDDINGS"), ScopeKind::Embeddings);
-/// assert_eq!(scope_kind_for("OCRX"), ScopeKind::Chat);
-/// assert_eq!(scope_kind_for("VLM"), ScopeKind::Chat);
-/// ```
-pub fn scope_kind_for(name: &str) -> ScopeKind {
-    if name == "OCR" || name.starts_with("OCR_") {
-        ScopeKind::Ocr
-    } else if name.starts_with("EMBED") {
-        ScopeKind::Embeddings
-    } else {
-        ScopeKind::Chat
-    }
-}
-
 /// Read a `.env` file into a map with dotenvy's iterator (the process env is not modified).
 fn read_dotenv(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
     let shown = path.display().to_string();
@@ -289,27 +274,6 @@ fn dotenv_reason(path: &Path, e: &dotenvy::Error) -> String {
         }
         dotenvy::Error::Io(io) => io.kind().to_string(),
         _ => "a variable substitution failed".to_string(),
-    }
-}
-
-/// Which assembly rules a parse applies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Rules {
-    /// This runtime's: documented defaults fill the optional keys (docs/behaviour.md §3).
-    Runtime,
-    /// The original Python library's: the keys it made required are required, and no streaming
-    /// watchdog is derived (see [`Settings::from_env_original`]).
-    Original,
-}
-
-/// How the original library asks for a key it requires ("报什么补什么": name what to add).
-fn original_requires(key: String, what: &str) -> ConfigError {
-    ConfigError::Missing {
-        key,
-        reason: format!(
-            "add it: {what} (the original library's assembly rules, which the Python package \
-             keeps, fill in no default for it)"
-        ),
     }
 }
 

@@ -8,19 +8,20 @@
 
 use std::sync::Arc;
 
-use polygateway_actors::runtime::{CallFailure, CallOptions as GovernOptions, Scope};
+use polygateway_actors::runtime::CallFailure;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
+use super::call_order::CallOrder;
 use super::failure::to_gateway_error;
 use super::handle::{Chat, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
+use super::record::{Recorded, Recorder, RowContext, RowOutcome};
 use crate::cache::key::{cache_key, CacheKeyInput};
 use crate::cache::CacheLookup;
 use crate::error::GatewayError;
 use crate::structured::ladder::{rehydrate_checked, run_ladder_checked};
-use crate::structured::{validate, LadderMode, LadderPlan, SchemaRequest, StructuredMode};
+use crate::structured::{validate, LadderMode, LadderPlan, SchemaRequest};
 use crate::telemetry::digest::{messages_json, sampling_json};
 use crate::telemetry::row::meta_json;
 use crate::transport::chat::{ChatTransport, ChatWireRequest};
@@ -42,43 +43,6 @@ impl Recorded for ChatTransport {
             ),
         }
     }
-}
-
-/// What one chat scope needs besides its runtime scope.
-/// (Public only because the sealed [`Kind`](crate::Kind) trait names it; it cannot be named
-/// outside the crate — use a [`ChatHandle`](crate::ChatHandle).)
-///
-/// Each chat scope has its own sources, so two scopes never serve each other's calls:
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
-/// let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// let judge_mock = MockUpstream::start(Behaviour::healthy()).await;
-/// # let settings = polygateway::testkit::mock_settings(
-/// #     &[("LLM", &mock.base_url()), ("JUDGE", &judge_mock.base_url())],
-/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("JUDGE__OPENAI__1__MODEL", "judge-model")],
-/// # );
-/// use polygateway::Message;
-/// // Settings: LLM over `mock`, JUDGE over `judge_mock`.
-/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
-/// gw.chat_scope("JUDGE")?.chat(vec![Message::user("grade this")]).await?;
-/// assert_eq!((mock.counts().chat, judge_mock.counts().chat), (0, 1));
-/// gw.shutdown().await;
-/// # Ok(()) }
-/// ```
-pub struct ChatScope {
-    pub(crate) scope: Scope<ChatTransport>,
-    pub(crate) identities: Vec<SourceIdentity>,
-    /// Model fingerprint over every source's `(model, extra_body)` (cache key).
-    pub(crate) fingerprint: Value,
-    /// Every source's `extra_body` merged in source order (for the `sampling` column).
-    pub(crate) extra_body: Map<String, Value>,
-    /// The structured modes of the scope's sources' providers, sorted and deduplicated (cache
-    /// key of typed calls: which modes could have been used is part of what was asked).
-    pub(crate) structured_modes: Vec<StructuredMode>,
-    pub(crate) metrics: crate::metrics::ChatMetrics,
 }
 
 /// A prepared call: the wire request, its telemetry context and its cache key.
@@ -151,41 +115,6 @@ fn cache_sampling(options: &CallOptions) -> std::borrow::Cow<'_, Map<String, Val
             std::borrow::Cow::Owned(sampling)
         }
         None => std::borrow::Cow::Borrowed(&options.overlay),
-    }
-}
-
-/// What orders a call among waiting calls (docs/behaviour.md §5.7): its class, its tenant and
-/// weight, and its deadline as an instant fixed when the call starts, so a structured re-ask
-/// has what is left of it, not a fresh one.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct CallOrder {
-    pub priority: crate::types::Priority,
-    pub deadline_at: Option<std::time::Instant>,
-    pub tenant: Option<Arc<str>>,
-    pub weight: u32,
-}
-
-impl CallOrder {
-    pub(crate) fn of(options: &CallOptions) -> Self {
-        Self {
-            priority: options.priority,
-            deadline_at: options.deadline.map(|d| std::time::Instant::now() + d),
-            tenant: options.tenant_id.as_deref().map(Arc::from),
-            weight: options.weight.unwrap_or(1),
-        }
-    }
-
-    /// The runtime's options for one governed call of it.
-    pub(crate) fn govern(&self, breaker_exempt: bool) -> GovernOptions {
-        GovernOptions {
-            breaker_exempt,
-            priority: self.priority,
-            deadline: self
-                .deadline_at
-                .map(|at| at.saturating_duration_since(std::time::Instant::now())),
-            tenant: self.tenant.clone(),
-            weight: self.weight,
-        }
     }
 }
 

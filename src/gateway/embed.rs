@@ -8,13 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use polygateway_actors::runtime::Scope;
 use serde_json::Value;
 
 use super::failure::to_gateway_error;
 use super::handle::{Embeddings, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
-use crate::config::EmbeddingSettings;
+use super::record::{Recorded, Recorder, RowContext, RowOutcome};
 use crate::error::{GatewayError, InvalidResult};
 use crate::telemetry::digest::cap_text;
 use crate::telemetry::row::meta_json;
@@ -45,36 +43,6 @@ impl Recorded for EmbeddingTransport {
             tool_call_count: None,
         }
     }
-}
-
-/// What one embeddings scope needs besides its runtime scope: its sources and its batching
-/// settings. (Public only because the sealed [`Kind`](crate::Kind) trait names it; it cannot be
-/// named outside the crate — use an [`EmbeddingHandle`](crate::EmbeddingHandle).)
-///
-/// Its `BATCH_SIZE` splits a call into upstream requests:
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
-/// let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// # let settings = polygateway::testkit::mock_settings(
-/// #     &[("EMBED", &mock.base_url())],
-/// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "2")],
-/// # );
-/// // Settings: EMBED__BATCH_SIZE=2.
-/// let gw = polygateway::Gateway::from_settings(settings, "EMBED").await?;
-/// let texts: Vec<String> = (1..=5).map(|i| format!("text {i}")).collect();
-/// let out = gw.embed(texts).await?;
-/// assert_eq!(out.vectors.len(), 5);
-/// assert_eq!(mock.counts().embeddings, 3); // batches of 2, 2 and 1
-/// gw.shutdown().await;
-/// # Ok(()) }
-/// ```
-pub struct EmbedScope {
-    pub(crate) scope: Scope<EmbeddingTransport>,
-    pub(crate) identities: Vec<SourceIdentity>,
-    pub(crate) settings: EmbeddingSettings,
 }
 
 /// Embedding calls of an [`EmbeddingHandle`](crate::EmbeddingHandle).
@@ -123,7 +91,7 @@ impl ScopeHandle<Embeddings> {
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
         // One id for every batch row of this call (`call_group_id`).
         let call_group = Some(polygateway_actors::assembly::new_id());
-        let order = super::chat::CallOrder::of(&options);
+        let order = super::call_order::CallOrder::of(&options);
         let results: Vec<(EmbeddingBatch, String, String, Duration)> =
             futures::stream::iter(batches)
                 .map(|batch| {

@@ -5,9 +5,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::chat::ChatScope;
-use super::embed::EmbedScope;
-use super::ocr::OcrScope;
+use super::scopes::{ChatScope, EmbedScope, OcrScope};
 use super::{Core, ScopeEntry};
 use crate::config::ScopeKind;
 use crate::error::GatewayError;

@@ -13,12 +13,14 @@
 
 pub(crate) mod budget;
 mod build;
+mod call_order;
 mod chat;
 mod embed;
 mod failure;
 mod handle;
 mod ocr;
 mod record;
+mod scopes;
 mod snapshot;
 mod stream;
 
@@ -127,9 +129,9 @@ pub(crate) struct CacheLayer {
 /// # Ok(()) }
 /// ```
 pub enum ScopeEntry {
-    Chat(chat::ChatScope),
-    Embeddings(embed::EmbedScope),
-    Ocr(ocr::OcrScope),
+    Chat(scopes::ChatScope),
+    Embeddings(scopes::EmbedScope),
+    Ocr(scopes::OcrScope),
 }
 
 /// What the runtime built itself and therefore closes (docs/behaviour.md §10.3); injected parts are left alone.

@@ -5,12 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use polygateway_actors::runtime::Scope;
 use sha2::{Digest, Sha256};
 
 use super::failure::to_gateway_error;
 use super::handle::{Ocr, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome, SourceIdentity};
+use super::record::{Recorded, Recorder, RowContext, RowOutcome};
 use crate::error::GatewayError;
 use crate::telemetry::row::meta_json;
 use crate::transport::ocr::{detect_image_kind, OcrOutput, OcrRequest, OcrTransport};
@@ -34,37 +33,6 @@ impl Recorded for OcrTransport {
             ..RowOutcome::default()
         }
     }
-}
-
-/// What one OCR scope needs besides its runtime scope: its sources. (Public only because the
-/// sealed [`Kind`](crate::Kind) trait names it; it cannot be named outside the crate — use an
-/// [`OcrHandle`](crate::OcrHandle).)
-///
-/// Every call is checked locally first: an upload that is not a PNG or JPEG never reaches a source.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
-///     polygateway::testkit::mock_ocr::OcrFault::None,
-/// ).await;
-/// # let settings = polygateway::testkit::mock_settings(
-/// #     &[("OCR", &ocr_mock.base_url())],
-/// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
-/// # );
-/// use polygateway::{CallOptions, GatewayError};
-/// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
-/// let ocr = gw.ocr_scope("OCR")?;
-/// let pdf = b"%PDF-1.7 ...".to_vec();
-/// let err = ocr.recognize_text(pdf, CallOptions::new()).await.unwrap_err();
-/// assert!(matches!(err, GatewayError::RequestRejected { .. }));
-/// assert_eq!(ocr_mock.total_requests(), 0);
-/// gw.shutdown().await;
-/// # Ok(()) }
-/// ```
-pub struct OcrScope {
-    pub(crate) scope: Scope<OcrTransport>,
-    pub(crate) identities: Vec<SourceIdentity>,
 }
 
 /// OCR calls of an [`OcrHandle`](crate::OcrHandle).
@@ -217,7 +185,7 @@ impl ScopeHandle<Ocr> {
                 &request,
                 &recorder,
                 None,
-                super::chat::CallOrder::of(options).govern(false),
+                super::call_order::CallOrder::of(options).govern(false),
             )
             .await
             .map_err(|f| to_gateway_error(&self.name, f))?;

@@ -9,9 +9,9 @@
 use std::borrow::Cow;
 
 use schemars::JsonSchema;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::schema::{schema_name, strict_schema};
+use super::schema::{json_schema_format, schema_name, strict_schema};
 use crate::types::{Content, Message, Role};
 
 /// The strongest way a provider can be held to a JSON Schema.
@@ -173,27 +173,16 @@ impl SchemaRequest {
         messages: &'a [Message],
     ) -> (Cow<'a, [Message]>, Option<Value>) {
         match mode {
-            StructuredMode::JsonSchema => {
-                (Cow::Borrowed(messages), Some(self.json_schema_format()))
-            }
+            StructuredMode::JsonSchema => (
+                Cow::Borrowed(messages),
+                Some(json_schema_format(&self.name, &self.schema)),
+            ),
             StructuredMode::JsonObject => (
                 Cow::Owned(self.prompted(messages)),
                 Some(super::schema::json_object_format()),
             ),
             StructuredMode::Prompt => (Cow::Owned(self.prompted(messages)), None),
         }
-    }
-
-    /// `{"type":"json_schema","json_schema":{"name":…,"strict":true,"schema":…}}`.
-    pub(crate) fn json_schema_format(&self) -> Value {
-        json!({
-            "type": "json_schema",
-            "json_schema": {
-                "name": self.name,
-                "strict": true,
-                "schema": self.schema,
-            }
-        })
     }
 
     /// The instruction that carries the schema in the prompt (it names JSON, as OpenAI's
@@ -225,6 +214,8 @@ impl SchemaRequest {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn request() -> SchemaRequest {

@@ -66,11 +66,21 @@ pub fn strict_schema<T: JsonSchema>() -> Value {
 /// assert_eq!(format["json_schema"]["schema"]["required"], serde_json::json!(["city"]));
 /// ```
 pub fn response_format_for<T: JsonSchema>(name: &str) -> Value {
-    super::SchemaRequest {
-        name: sanitize_name(name),
-        schema: strict_schema::<T>(),
-    }
-    .json_schema_format()
+    json_schema_format(&sanitize_name(name), &strict_schema::<T>())
+}
+
+/// `{"type":"json_schema","json_schema":{"name":…,"strict":true,"schema":…}}`: the strict
+/// `response_format` body of [`response_format_for`] and of an attempt in
+/// [`StructuredMode::JsonSchema`](super::StructuredMode::JsonSchema).
+pub(crate) fn json_schema_format(name: &str, schema: &Value) -> Value {
+    json!({
+        "type": "json_schema",
+        "json_schema": {
+            "name": name,
+            "strict": true,
+            "schema": schema,
+        }
+    })
 }
 
 /// `{"type":"json_object"}` (JSON mode without a schema; OpenAI requires the word "JSON" in the

@@ -20,9 +20,10 @@ use super::assembly::Assembly;
 use super::dialect::anthropic;
 use super::dialect::gemini::refuses_structured;
 use super::dialect::gemini::send::{send as gemini_send, GeminiEndpoints};
+use super::endpoint::{Credentials, JsonEndpoint};
 use super::exchange::{emit_all, frame_too_large, ms_since};
 pub use super::exchange::{ChatDelta, ChatWireRequest};
-use super::http::{classify_reqwest, AnswerReader, Credentials, JsonEndpoint};
+use super::http::{classify_reqwest, AnswerReader};
 use super::pool::SourcePool;
 use super::prefill::{self, LeadTrim};
 use super::sse::{SseEvent, SseParser};
@@ -106,7 +107,7 @@ struct StreamOptions {
 }
 
 impl ChatTransport {
-    /// A transport with its own client (`http::build_client`).
+    /// A transport with its own client (`client::build_client`).
     ///
     /// ```
     /// use polygateway::provider::ProviderRegistry;

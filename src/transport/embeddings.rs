@@ -11,7 +11,8 @@ use polygateway_actors::{EventSink, Transport};
 use serde::{Deserialize, Serialize};
 
 use super::dialect::gemini::{self, embed as gemini_embed};
-use super::http::{AnswerReader, JsonEndpoint};
+use super::endpoint::JsonEndpoint;
+use super::http::AnswerReader;
 use super::pool::SourcePool;
 use super::watchdog::{now, StallLimits, Watchdog};
 use crate::config::SourceSettings;

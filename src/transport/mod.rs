@@ -6,18 +6,21 @@
 //!
 //! Public: the three shipped transports, [`chat`], [`embeddings`] and [`ocr`], with their request
 //! and answer types, for users who run the `polygateway-actors` runtime over them or wrap them in
-//! a transport of their own. Crate-private, free to change: `http` (client construction, status
-//! and network-error classification), `quirks` (what a provider needs changed in the messages it is
+//! a transport of their own. Crate-private, free to change: `client` (client construction),
+//! `endpoint` (a source's JSON endpoint: URL, credentials, pooled client), `http` (status and
+//! network-error classification), `quirks` (what a provider needs changed in the messages it is
 //! sent), `pool` (a source's pooled client, whose idle timeout follows the upstream's
 //! `Keep-Alive: timeout=`), `resend` (one re-send on a fresh connection when a pooled one
-//! was found closed), `sse` (incremental SSE framing), `wire` (OpenAI JSON
-//! shapes), `dialect` (the other chat APIs: Anthropic's Messages), `think` (`<think>` tags), `watchdog` (TTFT / inter-token / total deadlines) and the
-//! MonkeyOCR readers.
+//! was found closed), `sse` (incremental SSE framing), `wire` (OpenAI JSON shapes), `dialect`
+//! (the other chat APIs: Anthropic's Messages), `think` (`<think>` tags), `watchdog` (TTFT /
+//! inter-token / total deadlines) and the MonkeyOCR readers.
 
 pub(crate) mod assembly;
 pub mod chat;
+pub(crate) mod client;
 pub(crate) mod dialect;
 pub mod embeddings;
+pub(crate) mod endpoint;
 pub(crate) mod exchange;
 pub(crate) mod http;
 pub mod ocr;

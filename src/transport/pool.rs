@@ -96,10 +96,10 @@ impl std::fmt::Debug for SourcePool {
 }
 
 impl SourcePool {
-    /// A pool this crate builds (`http::build_client`) and may rebuild with a lower idle timeout.
+    /// A pool this crate builds (`client::build_client`) and may rebuild with a lower idle timeout.
     pub(crate) fn built(settings: &SourceSettings) -> Self {
         Self {
-            client: RwLock::new(super::http::build_client(settings)),
+            client: RwLock::new(super::client::build_client(settings)),
             idle_timeout_ms: AtomicU64::new(millis(settings.pool_idle_timeout)),
             settings: Some(settings.clone()),
             rebuilding: Mutex::new(()),
@@ -159,7 +159,7 @@ impl SourcePool {
             return;
         };
         // Built outside the client lock: requests keep taking the old client meanwhile.
-        let rebuilt = super::http::build_client_with_idle_timeout(settings, lowered);
+        let rebuilt = super::client::build_client_with_idle_timeout(settings, lowered);
         *self.client.write().unwrap_or_else(PoisonError::into_inner) = rebuilt;
         self.idle_timeout_ms
             .store(millis(lowered), Ordering::Relaxed);

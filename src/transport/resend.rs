@@ -93,7 +93,7 @@ impl Resender {
                     // client build on the first re-send, instead of one at every start.
                     let fresh = self
                         .fresh
-                        .get_or_init(|| super::http::fresh_connection_client(&self.settings));
+                        .get_or_init(|| super::client::fresh_connection_client(&self.settings));
                     fresh.execute(again).await
                 }
                 None => Err(e),

@@ -1,4 +1,5 @@
-//! Building one scope's settings, and its sources', from the keys set for it.
+//! Building one scope's settings, and its sources', from the keys set for it; and a scope's kind
+//! from its name ([`scope_kind_for`], which the builder and the public API share).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -6,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::read::{Entry, Keys};
-use super::{original_requires, Rules};
+use super::rules::{original_requires, Rules};
 use crate::config::defaults;
 use crate::config::error::ConfigError;
 use crate::config::keys::{scope, shorthand, source, KeyDef, KeyFamily, KEYS};
@@ -54,6 +55,25 @@ fn secs_default(secs: f64) -> Duration {
     Duration::from_secs_f64(secs)
 }
 
+/// The kind of a scope, from its name: `OCR`/`OCR_*` → OCR, `EMBED*` → embeddings, else chat.
+///
+/// ```
+/// use polygateway::config::{scope_kind_for, ScopeKind};
+/// assert_eq!(scope_kind_for("OCR_FAST"), ScopeKind::Ocr);
+/// assert_eq!(scope_kind_for("EMBEDDINGS"), ScopeKind::Embeddings);
+/// assert_eq!(scope_kind_for("OCRX"), ScopeKind::Chat);
+/// assert_eq!(scope_kind_for("VLM"), ScopeKind::Chat);
+/// ```
+pub fn scope_kind_for(name: &str) -> ScopeKind {
+    if name == "OCR" || name.starts_with("OCR_") {
+        ScopeKind::Ocr
+    } else if name.starts_with("EMBED") {
+        ScopeKind::Embeddings
+    } else {
+        ScopeKind::Chat
+    }
+}
+
 pub(super) fn kind_name(kind: ScopeKind) -> &'static str {
     match kind {
         ScopeKind::Chat => "chat",
@@ -68,7 +88,7 @@ pub(super) fn build_scope(
     shorthands: &Shorthands,
     rules: Rules,
 ) -> Result<ScopeSettings, ConfigError> {
-    let kind = super::scope_kind_for(name);
+    let kind = scope_kind_for(name);
     let keys = &raw.keys;
     if raw.sources.is_empty() {
         return Err(ConfigError::NoSources {

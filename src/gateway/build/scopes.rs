@@ -13,10 +13,8 @@ use polygateway_actors::runtime::{PacerFactory, Runtime, Scope, ScopeConfig, Sou
 use polygateway_actors::{BreakerConfig, Limits};
 use serde_json::Map;
 
-use super::super::chat::ChatScope;
-use super::super::embed::EmbedScope;
-use super::super::ocr::OcrScope;
 use super::super::record::SourceIdentity;
+use super::super::scopes::{ChatScope, EmbedScope, OcrScope};
 use super::super::ScopeEntry;
 use super::GatewayBuilder;
 use crate::config::defaults;

@@ -30,7 +30,7 @@ use url::Url;
 
 use crate::config::SourceSettings;
 use crate::error::TransportError;
-use crate::transport::http::build_client;
+use crate::transport::client::build_client;
 use crate::types::{OcrLayoutResult, OcrProvenance, OcrTextResult};
 
 pub(crate) use image::detect_image_kind;
@@ -204,7 +204,7 @@ impl OcrTransport {
     /// Build the transport and its HTTP client.
     ///
     /// # Panics
-    /// When the TLS backend cannot be initialised (see `http::build_client`).
+    /// When the TLS backend cannot be initialised (see `client::build_client`).
     ///
     /// ```
     /// use polygateway::transport::ocr::OcrTransport;

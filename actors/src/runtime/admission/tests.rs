@@ -1,0 +1,375 @@
+//! The admission's tests: the carry policy against a counting backend, a restarted actor's
+//! door, and the compensation of an admission dropped mid-flight.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
+
+use super::carry::CARRY_WAIT;
+use super::door::Door;
+use super::{AdmitRequest, Governance, GovernanceFactory, Permit};
+use crate::memory::{MemoryBreakers, MemoryGate};
+use crate::policy::select::LeastInflight;
+use crate::ports::attempt::{
+    AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerStatus,
+    ComposedAttempts, PendingFinish,
+};
+use crate::ports::breaker::{BreakerConfig, BreakerVerdict};
+use crate::ports::gate::{GateBackend, GateRequest};
+use crate::ports::BackendError;
+use crate::runtime::metrics::BreakerGauge;
+use crate::runtime::{
+    CallFailure, CallOptions, NoObserver, Runtime, RuntimeOptions, Scope, ScopeConfig, ScopeReason,
+};
+use crate::testkit::{aimd, echo, Echo};
+
+/// In-memory backends that count admissions and answer them `delay` after granting them (a
+/// stand-in for a reply still on the network).
+/// With `carries`, it takes held finishes as a network backend does, counting the finishes
+/// it was sent alone, carried on an admission, and sent together; `fail_carrying` makes an
+/// admission that carries finishes fail after applying them (a reply lost on the way back).
+#[derive(Debug, Default)]
+struct Counted {
+    inner: Option<ComposedAttempts>,
+    gate: Arc<MemoryGate>,
+    admits: AtomicUsize,
+    delay: Duration,
+    carries: bool,
+    alone: AtomicUsize,
+    carried: AtomicUsize,
+    together: AtomicUsize,
+    fail_carrying: AtomicBool,
+}
+
+impl Counted {
+    fn new(delay: Duration) -> Arc<Self> {
+        let gate = Arc::new(MemoryGate::default());
+        let inner = ComposedAttempts::new(gate.clone(), Arc::new(MemoryBreakers::default()));
+        Arc::new(Self {
+            inner: Some(inner),
+            gate,
+            delay,
+            ..Self::default()
+        })
+    }
+
+    fn carrying() -> Arc<Self> {
+        let mut counted = Arc::into_inner(Self::new(Duration::ZERO)).unwrap();
+        counted.carries = true;
+        Arc::new(counted)
+    }
+
+    fn inner(&self) -> &ComposedAttempts {
+        self.inner.as_ref().expect("built by new")
+    }
+}
+
+#[async_trait::async_trait]
+impl AttemptBackend for Counted {
+    async fn admit(
+        &self,
+        request: &GateRequest,
+        breaker: &BreakerConfig,
+    ) -> Result<AttemptAdmit, BackendError> {
+        self.admits.fetch_add(1, Ordering::SeqCst);
+        let answer = self.inner().admit(request, breaker).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
+        answer
+    }
+
+    async fn finish(
+        &self,
+        permit: &AttemptPermit,
+        breaker: &BreakerConfig,
+        outcome: AttemptOutcome,
+    ) -> Result<BreakerStatus, BackendError> {
+        self.alone.fetch_add(1, Ordering::SeqCst);
+        self.inner().finish(permit, breaker, outcome).await
+    }
+
+    fn carries_finishes(&self) -> bool {
+        self.carries
+    }
+
+    async fn admit_after(
+        &self,
+        pending: &[PendingFinish],
+        request: &GateRequest,
+        breaker: &BreakerConfig,
+    ) -> Result<AttemptAdmit, BackendError> {
+        self.carried.fetch_add(pending.len(), Ordering::SeqCst);
+        self.inner().finish_all(pending).await?;
+        if self.fail_carrying.load(Ordering::SeqCst) {
+            return Err(BackendError::new("reply lost"));
+        }
+        self.admit(request, breaker).await
+    }
+
+    async fn finish_all(&self, pending: &[PendingFinish]) -> Result<(), BackendError> {
+        self.together.fetch_add(1, Ordering::SeqCst);
+        self.inner().finish_all(pending).await
+    }
+}
+
+fn door(backend: &Arc<Counted>, tasks: &TaskTracker) -> Arc<Door> {
+    Arc::new(Door {
+        attempts: Arc::clone(backend) as Arc<dyn AttemptBackend>,
+        gate: backend.gate.clone(),
+        timeout: Duration::from_secs(1),
+        tasks: tasks.clone(),
+        held: Arc::default(),
+        outstanding: AtomicUsize::new(0),
+    })
+}
+
+fn ask(source: &str) -> AdmitRequest {
+    AdmitRequest {
+        gate: GateRequest {
+            scope: "LLM".into(),
+            source: source.into(),
+            global: Default::default(),
+            per_source: Default::default(),
+            est_tokens: 10,
+            lease_id: crate::runtime::ids::new_id().into(),
+            lease_ttl: Duration::from_secs(60),
+        },
+        breaker: BreakerConfig::default(),
+        gauge: Arc::new(BreakerGauge::new("LLM", source)),
+    }
+}
+
+async fn granted(door: &Arc<Door>, source: &str) -> Permit {
+    let request = ask(source);
+    match Arc::clone(door).admit(request.clone()).await {
+        Ok(AttemptAdmit::Admitted(attempt)) => Permit {
+            attempt,
+            breaker: request.breaker,
+            gauge: request.gauge,
+        },
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+fn ended(verdict: Option<BreakerVerdict>) -> AttemptOutcome {
+    AttemptOutcome {
+        action: verdict.map_or(BreakerAction::NoVerdict, BreakerAction::Record),
+        tokens: 5,
+        progress: verdict.is_some(),
+    }
+}
+
+async fn held(backend: &Counted) -> u64 {
+    backend.gate.leases_held("LLM").await.unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_finish_is_held_while_others_are_outstanding_and_rides_on_the_next_admission() {
+    let (backend, tasks) = (Counted::carrying(), TaskTracker::new());
+    let door = door(&backend, &tasks);
+    let (a, b) = (granted(&door, "s1").await, granted(&door, "s1").await);
+    door.finish(a, ended(Some(BreakerVerdict::Success)), None);
+    assert_eq!(
+        held(&backend).await,
+        2,
+        "a's success is held: b is outstanding"
+    );
+    let c = granted(&door, "s1").await;
+    assert_eq!(
+        backend.carried.load(Ordering::SeqCst),
+        1,
+        "c's admission carried it"
+    );
+    assert_eq!(held(&backend).await, 2, "b and c");
+    door.finish(b, ended(None), None);
+    assert_eq!(
+        held(&backend).await,
+        2,
+        "b's verdict-less end is held: c is outstanding"
+    );
+    door.finish(c, ended(Some(BreakerVerdict::Success)), None);
+    assert_eq!(
+        held(&backend).await,
+        1,
+        "the last one out goes at once; b's still waits"
+    );
+    assert_eq!(backend.alone.load(Ordering::SeqCst), 1);
+    // No admission comes: b's finish goes on its own after CARRY_WAIT.
+    tokio::time::sleep(CARRY_WAIT * 2).await;
+    assert_eq!(held(&backend).await, 0);
+    assert_eq!(backend.together.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn failures_probes_and_awaited_finishes_are_never_held() {
+    let (backend, tasks) = (Counted::carrying(), TaskTracker::new());
+    let door = door(&backend, &tasks);
+    let _outstanding = granted(&door, "s1").await;
+    let failed = granted(&door, "s1").await;
+    door.finish(failed, ended(Some(BreakerVerdict::Failure)), None);
+    let mut probe = granted(&door, "s1").await;
+    probe.attempt.probe_id = Some(probe.attempt.lease.id.clone());
+    door.finish(probe, ended(Some(BreakerVerdict::Success)), None);
+    let answered = granted(&door, "s1").await;
+    let (reply, status) = oneshot::channel();
+    door.finish(answered, ended(Some(BreakerVerdict::Success)), Some(reply));
+    assert_eq!(status.await.unwrap(), Some(BreakerStatus::Closed));
+    assert_eq!(
+        backend.alone.load(Ordering::SeqCst),
+        3,
+        "each went out at once"
+    );
+    assert_eq!(
+        held(&backend).await,
+        1,
+        "only the outstanding one holds a slot"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn finishes_carried_by_a_failed_admission_are_sent_again_and_drain_waits_for_held_ones() {
+    let (backend, tasks) = (Counted::carrying(), TaskTracker::new());
+    let door = door(&backend, &tasks);
+    let (a, b) = (granted(&door, "s1").await, granted(&door, "s1").await);
+    door.finish(a, ended(Some(BreakerVerdict::Success)), None);
+    backend.fail_carrying.store(true, Ordering::SeqCst);
+    let answer = Arc::clone(&door).admit(ask("s1")).await;
+    assert!(answer.is_err(), "the carrying admission failed");
+    tasks.close();
+    tasks.wait().await;
+    assert_eq!(
+        backend.together.load(Ordering::SeqCst),
+        1,
+        "a's finish was sent again"
+    );
+    backend.fail_carrying.store(false, Ordering::SeqCst);
+    // A held finish is a tracked task: draining waits for it.
+    let tasks = TaskTracker::new();
+    let door = super::tests::door(&backend, &tasks);
+    let c = granted(&door, "s1").await;
+    door.outstanding.fetch_add(1, Ordering::SeqCst); // b, granted by the old door
+    door.finish(c, ended(Some(BreakerVerdict::Success)), None);
+    assert_eq!(held(&backend).await, 2, "b and c's held slot");
+    tasks.close();
+    tasks.wait().await;
+    assert_eq!(
+        held(&backend).await,
+        1,
+        "c's finish went out before the drain ended"
+    );
+    drop(b);
+}
+
+/// A runtime whose factory builds new [`Counted`] backends on every (re)start, listed in
+/// build order.
+async fn runtime(delay: Duration) -> (Runtime, Scope<Echo>, Arc<Mutex<Vec<Arc<Counted>>>>) {
+    let built: Arc<Mutex<Vec<Arc<Counted>>>> = Arc::default();
+    let list = Arc::clone(&built);
+    let factory: GovernanceFactory = Arc::new(move || {
+        let counted = Counted::new(delay);
+        list.lock().unwrap().push(Arc::clone(&counted));
+        Box::pin(async move {
+            Ok(Governance {
+                gate: counted.gate.clone(),
+                breakers: Arc::new(MemoryBreakers::default()),
+                attempts: Some(counted),
+                timeout: Duration::from_secs(1),
+            })
+        })
+    });
+    let runtime = Runtime::start(factory, RuntimeOptions::default())
+        .await
+        .unwrap();
+    let scope = runtime
+        .add_scope(
+            ScopeConfig::new("LLM"),
+            vec![echo("echo_1")],
+            Box::new(LeastInflight),
+            aimd(),
+        )
+        .await
+        .unwrap();
+    (runtime, scope, built)
+}
+
+async fn call(scope: &Scope<Echo>) -> Result<(), CallFailure<std::io::Error>> {
+    match scope
+        .call(&"hi".to_string(), &NoObserver, None, CallOptions::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(CallFailure::Unavailable { reason, detail, .. }) => Err(CallFailure::Unavailable {
+            reason,
+            retry_after: Duration::ZERO,
+            per_source: Default::default(),
+            last_error: None,
+            detail,
+        }),
+        Err(other) => panic!("unexpected failure {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_restarted_admission_actor_admits_through_the_backends_it_built() {
+    let (runtime, scope, built) = runtime(Duration::ZERO).await;
+    call(&scope).await.unwrap();
+    let first = Arc::clone(&built.lock().unwrap()[0]);
+    assert_eq!(first.admits.load(Ordering::SeqCst), 1);
+
+    scope.crash_admission("chaos test");
+    let mut saw_down = false;
+    let mut recovered = false;
+    for _ in 0..200 {
+        match call(&scope).await {
+            Err(CallFailure::Unavailable { reason, .. }) => {
+                assert_eq!(reason, ScopeReason::GovernanceBackendDown);
+                saw_down = true;
+            }
+            Err(_) => unreachable!(),
+            Ok(()) if saw_down => {
+                recovered = true;
+                break;
+            }
+            Ok(()) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        saw_down && recovered,
+        "down {saw_down}, recovered {recovered}"
+    );
+    let second = Arc::clone(&built.lock().unwrap()[1]);
+    let before_restart = first.admits.load(Ordering::SeqCst);
+    call(&scope).await.unwrap();
+    assert_eq!(built.lock().unwrap().len(), 2, "one restart, one rebuild");
+    assert_eq!(second.admits.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        first.admits.load(Ordering::SeqCst),
+        before_restart,
+        "the old backends see no admission after the restart"
+    );
+    assert_eq!(second.gate.leases_held("LLM").await.unwrap(), 0);
+    runtime.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn a_call_dropped_during_its_admission_gives_the_grant_back_and_shutdown_waits_for_it() {
+    let (runtime, scope, built) = runtime(Duration::from_millis(200)).await;
+    let backend = Arc::clone(&built.lock().unwrap()[0]);
+    let cut = tokio::time::timeout(Duration::from_millis(50), call(&scope)).await;
+    assert!(
+        cut.is_err(),
+        "the call was dropped while its admission was in flight"
+    );
+    assert_eq!(backend.admits.load(Ordering::SeqCst), 1);
+    assert_eq!(backend.gate.leases_held("LLM").await.unwrap(), 1, "granted");
+    // The admission still completes (in a tracked task) and is given back; draining waits
+    // for it.
+    runtime.quiesce(Duration::from_secs(2)).await;
+    assert_eq!(backend.gate.leases_held("LLM").await.unwrap(), 0);
+    runtime.shutdown(Duration::from_secs(1)).await;
+}

@@ -1,0 +1,399 @@
+//! The simulator's [`CallEffects`] ([`SimCall`]): what the production driver asks of a call —
+//! selection, admission, send, settlement, waits — answered over the world in virtual time.
+
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::clock::Clock;
+use crate::machine::call::{Action, CallMachine, Step};
+use crate::policy::pacer::PacerObservation;
+use crate::policy::wait_queue::Priority;
+use crate::ports::attempt::{AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerStatus};
+use crate::ports::breaker::{BreakerBackend, BreakerState};
+use crate::ports::gate::GateBackend;
+use crate::ports::transport::{EventSink, Transport};
+use crate::ports::BackendError;
+use crate::runtime::admission::{AdmitAnswer, AdmitRequest, Permit};
+use crate::runtime::driver::CallEffects;
+use crate::runtime::metrics::ScopeMetrics;
+use crate::runtime::router::{Picker, Selection};
+use crate::runtime::waiting_room::WaitingRoom;
+use crate::runtime::{ScopeConfig, SourceShared};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use super::faults::SimError;
+use super::params::{ms, SCOPE};
+use super::sleep::Sleep;
+use super::transport::{SimRequest, SimTransport};
+use super::world::World;
+/// The simulator's effects for one call.
+pub(super) struct SimCall {
+    pub(super) world: Rc<World>,
+    pub(super) call: usize,
+}
+
+impl SimCall {
+    pub(super) fn sleep(&self, wait: Duration) -> Sleep {
+        Sleep::new(Arc::clone(&self.world.state), ms(wait))
+    }
+
+    /// Caps of the lease just granted on `source` (per source and scope-wide) to a call of
+    /// class `priority`: a batch call is admitted only while the leases held leave the batch
+    /// reserve free, so with its own lease they are within the reserve-lowered cap.
+    pub(super) fn check_caps(&self, source: usize, priority: Priority) -> Vec<String> {
+        let s = &self.world.sources[source];
+        let reserve = self.world.config.batch_reserve;
+        let (cap, global_cap) = (
+            reserve.limits(s.limits, priority).max_concurrency,
+            reserve
+                .limits(self.world.config.global, priority)
+                .max_concurrency,
+        );
+        let held = self
+            .world
+            .gate
+            .usage(SCOPE, Some(&s.name))
+            .map_or(0, |u| u.leases);
+        let all = self.world.gate.usage(SCOPE, None).map_or(0, |u| u.leases);
+        let mut problems = Vec::new();
+        if cap > 0 && held > u64::from(cap) {
+            problems.push(format!(
+                "{held} leases on s{source} above its cap {cap} for a {priority} call"
+            ));
+        }
+        if global_cap > 0 && all > u64::from(global_cap) {
+            problems.push(format!(
+                "{all} leases in the scope above its cap {global_cap} for a {priority} call"
+            ));
+        }
+        problems
+    }
+
+    pub(super) fn epoch_of(&self, source: usize) -> u64 {
+        let s = &self.world.sources[source];
+        World::at_once(self.world.breakers.snapshot(SCOPE, &s.name, &s.breaker))
+            .map_or(0, |b| b.epoch)
+    }
+}
+
+impl CallEffects<SimTransport> for SimCall {
+    type BreakerAnswer = Option<BreakerStatus>;
+
+    fn config(&self) -> &ScopeConfig {
+        &self.world.config
+    }
+
+    fn sources(&self) -> &[Arc<SourceShared<SimTransport>>] {
+        &self.world.sources
+    }
+
+    fn metrics(&self) -> &ScopeMetrics {
+        &self.world.metrics
+    }
+
+    fn now(&self) -> Instant {
+        self.world.clock.now()
+    }
+
+    fn rng(&self) -> SmallRng {
+        SmallRng::seed_from_u64(self.world.lock().calls[self.call].seed)
+    }
+
+    fn new_id(&self) -> String {
+        let mut state = self.world.lock();
+        state.ids += 1;
+        format!("{}", state.ids)
+    }
+
+    async fn select(
+        &self,
+        exclude: Vec<usize>,
+        avoid: Option<usize>,
+    ) -> Result<Selection<SimTransport>, String> {
+        let now = self.now();
+        let selection = {
+            let mut picker = self.world.picker.lock().unwrap_or_else(|e| e.into_inner());
+            let (selector, rng, candidates) = &mut *picker;
+            Picker {
+                selector: selector.as_mut(),
+                rng,
+                candidates,
+            }
+            .select(self.world.sources.iter(), now, &exclude, avoid)
+        };
+        let mut state = self.world.lock();
+        if let Selection::Picked(ticket) = &selection {
+            let s = ticket.source();
+            if s.in_flight() > s.pacer_limit() {
+                let what = format!(
+                    "{} in flight above its pacer limit {}",
+                    s.name,
+                    s.pacer_limit()
+                );
+                state.violation(self.call, what);
+            }
+        }
+        // Only sources at their own concurrency limit stood in the way of a fail-fast call: its
+        // next step must end it `quota_exhausted` (checked in `check_call`). A hedge's selection
+        // (while the call's attempt is sent) is no step of the machine's.
+        let hedge = state.calls[self.call].sending.is_some();
+        state.calls[self.call].capped_only = !hedge
+            && matches!(
+                selection,
+                Selection::NoneEligible {
+                    paced: false,
+                    capped: true,
+                    ..
+                }
+            )
+            && self.world.config.quota_full_fails_fast;
+        state.trace_event(self.call, || match &selection {
+            Selection::Picked(t) => format!("picked {}", t.source().name),
+            Selection::NoneEligible {
+                earliest_cooling,
+                paced,
+                capped,
+                ..
+            } => format!(
+                "none eligible (cooling {earliest_cooling:?}, paced {paced}, capped {capped})"
+            ),
+        });
+        Ok(selection)
+    }
+
+    async fn admit(&self, request: AdmitRequest) -> AdmitAnswer {
+        let source = self
+            .world
+            .sources
+            .iter()
+            .position(|s| s.name == request.gate.source)
+            .expect("a source of the scope");
+        if self.world.lock().down() {
+            return Err(BackendError::new("simulated backend down"));
+        }
+        let answer = World::at_once(self.world.attempts.admit(&request.gate, &request.breaker));
+        let epoch = self.epoch_of(source);
+        let priority = self.world.lock().calls[self.call].priority;
+        let caps = match &answer {
+            Ok(AttemptAdmit::Admitted(_)) => self.check_caps(source, priority),
+            _ => Vec::new(),
+        };
+        let mut state = self.world.lock();
+        let now = state.now;
+        let call = self.call;
+        state.check_epoch(call, source, epoch);
+        // An admission while the machine's attempt is being sent is a hedge's (§5.9): it is
+        // no attempt of the machine's, and what it learns is not the machine's to know.
+        let hedge = state.calls[call].sending.is_some();
+        if hedge {
+            // Or a continuation's (§5.10), never on the source that cut the stream.
+            let continuing = state.calls[call].continuing;
+            let beside = continuing.or(state.calls[call].sending);
+            if beside == Some(source) {
+                let what = format!("a hedge or continuation of s{source} on s{source} itself");
+                state.violation(call, what);
+            }
+            if let Ok(AttemptAdmit::Admitted(permit)) = &answer {
+                if permit.probe_id.is_some() {
+                    state.probes_out += 1;
+                }
+                if continuing.is_some() {
+                    state.calls[call].continuations += 1;
+                } else {
+                    state.calls[call].hedges += 1;
+                }
+                for p in caps {
+                    state.violation(call, p);
+                }
+            }
+            state.trace_event(call, || format!("hedge {answer:?}"));
+            return answer;
+        }
+        match &answer {
+            Ok(AttemptAdmit::Admitted(permit)) => {
+                if permit.probe_id.is_some() {
+                    state.probes_out += 1;
+                }
+                state.calls[call].granted += 1;
+                for p in caps {
+                    state.violation(call, p);
+                }
+                if let Some(dead) = state.dead_seen[source] {
+                    let cooldown = ms(self.world.sources[source].breaker.cooldown);
+                    if now < dead + cooldown {
+                        let what = format!(
+                            "dead key s{source} admitted {} ms after it answered dead (cooldown {cooldown} ms)",
+                            now - dead
+                        );
+                        state.violation(call, what);
+                    }
+                }
+            }
+            Ok(AttemptAdmit::BreakerRefused {
+                state: b,
+                retry_after,
+            }) => {
+                if *b == BreakerState::Open {
+                    let known = &mut state.calls[call].known_ready[source];
+                    *known = (*known).max(now + ms(*retry_after));
+                }
+            }
+            Ok(AttemptAdmit::GateRefused { gate, retry_after }) => {
+                let ready = now + ms(*retry_after);
+                let known = &mut state.calls[call].known_ready;
+                if gate.is_global() {
+                    known.iter_mut().for_each(|k| *k = (*k).max(ready));
+                } else {
+                    known[source] = known[source].max(ready);
+                }
+            }
+            Err(_) => {}
+        }
+        state.trace_event(call, || format!("{answer:?}"));
+        answer
+    }
+
+    fn send<'a>(
+        &'a self,
+        source: &'a SourceShared<SimTransport>,
+        request: &'a SimRequest,
+        events: Option<&'a EventSink<u64>>,
+    ) -> impl Future<Output = Result<(), SimError>> + 'a {
+        source.transport.send(request, events)
+    }
+
+    fn settle(
+        &self,
+        permit: Permit,
+        outcome: AttemptOutcome,
+        answer: bool,
+    ) -> Option<Option<BreakerStatus>> {
+        let source = permit.attempt.lease.source.clone();
+        let index = self
+            .world
+            .sources
+            .iter()
+            .position(|s| s.name == source)
+            .expect("a source of the scope");
+        let down = {
+            let mut state = self.world.lock();
+            if permit.attempt.probe_id.is_some() {
+                state.probes_out -= 1;
+            }
+            state.down()
+        };
+        if down {
+            // Lost with the backend: the lease and probe TTLs reclaim them.
+            return answer.then_some(None);
+        }
+        let status = World::at_once(self.world.attempts.finish(
+            &permit.attempt,
+            &permit.breaker,
+            outcome,
+        ))
+        .ok();
+        let epoch = self.epoch_of(index);
+        let mut state = self.world.lock();
+        state.check_epoch(self.call, index, epoch);
+        if let Some(BreakerStatus::Open { retry_after }) = status {
+            let now = state.now;
+            let known = &mut state.calls[self.call].known_ready[index];
+            *known = (*known).max(now + ms(retry_after));
+        }
+        answer.then_some(status)
+    }
+
+    async fn breaker_after(&self, answer: Option<BreakerStatus>) -> Option<BreakerStatus> {
+        answer
+    }
+
+    fn report(&self, source: &SourceShared<SimTransport>, observation: PacerObservation) {
+        // As the production call task does: count, then the source's policies hear of it (here
+        // at once, where the source actor would handle the cast a moment later).
+        source.report(observation);
+        let limit = {
+            let mut policies = self
+                .world
+                .policies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let policies = &mut policies[source.index];
+            policies.observe(source, &observation);
+            policies.pacer.limit()
+        };
+        self.world
+            .lock()
+            .check_pacer(self.call, source.index, limit, &observation);
+    }
+
+    async fn backoff(&self, wait: Duration) {
+        self.sleep(wait).await;
+    }
+
+    async fn wait(&self, wait: Duration) {
+        self.sleep(wait).await;
+    }
+
+    fn room(&self) -> &WaitingRoom {
+        &self.world.room
+    }
+
+    async fn progress(&self) -> Option<Duration> {
+        let age = if self.world.lock().down() {
+            None
+        } else {
+            World::at_once(self.world.gate.progress_age(SCOPE))
+                .ok()
+                .flatten()
+        };
+        self.world.lock().calls[self.call].last_progress = Some(age);
+        age
+    }
+
+    fn on_step(&self, step: &Step, machine: &CallMachine) {
+        let waiting = match step.action {
+            Action::Send { .. } => self.world.room.waiting(),
+            _ => Vec::new(),
+        };
+        let mut state = self.world.lock();
+        state.steps += 1;
+        state.calls[self.call].attempts = machine.attempts();
+        state.record(self.call, step, self.world.base);
+        state.check_call(self.call, &step.action, machine, &self.world.config);
+        state.calls[self.call].sending = None;
+        state.calls[self.call].continuing = None;
+        if let Action::Send { source, .. } = step.action {
+            state.check_send(self.call, &waiting);
+            state.calls[self.call].sending = Some(source);
+            state.races += u64::from(self.world.hedging.is_some());
+        }
+    }
+
+    fn hedging(&self) -> Option<&crate::runtime::hedge::Hedging> {
+        self.world.hedging.as_ref()
+    }
+
+    fn continuing(&self) -> Option<&crate::runtime::continuation::Continuing> {
+        self.world.continuing.as_ref()
+    }
+
+    /// The invariant of §5.10: a continuation is never spliced after a tool call's piece.
+    fn on_continuation(&self, cut: usize) {
+        let mut state = self.world.lock();
+        if state.calls[self.call].tool_delta[cut] {
+            let what = format!("a continuation of s{cut}'s stream after its tool-call delta");
+            state.violation(self.call, what);
+        }
+        if !state.calls[self.call].streaming {
+            state.violation(
+                self.call,
+                "a continuation of a call that does not stream".into(),
+            );
+        }
+        state.calls[self.call].continuing = Some(cut);
+        state.trace_event(self.call, || format!("continue s{cut}'s cut stream"));
+    }
+}

@@ -1,0 +1,112 @@
+//! What each kind of configured scope holds besides its runtime scope: [`ChatScope`],
+//! [`EmbedScope`], [`OcrScope`] (built by `build/scopes.rs`). Their own file because the sealed
+//! kinds (`handle.rs`) name them and each kind's calls (`chat.rs`, `embed.rs`, `ocr.rs`) read
+//! them: both sides import them, so neither imports the other.
+
+use polygateway_actors::runtime::Scope;
+use serde_json::{Map, Value};
+
+use super::record::SourceIdentity;
+use crate::config::EmbeddingSettings;
+use crate::structured::StructuredMode;
+use crate::transport::chat::ChatTransport;
+use crate::transport::embeddings::EmbeddingTransport;
+use crate::transport::ocr::OcrTransport;
+
+/// What one chat scope needs besides its runtime scope.
+/// (Public only because the sealed [`Kind`](crate::Kind) trait names it; it cannot be named
+/// outside the crate — use a [`ChatHandle`](crate::ChatHandle).)
+///
+/// Each chat scope has its own sources, so two scopes never serve each other's calls:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// let judge_mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("LLM", &mock.base_url()), ("JUDGE", &judge_mock.base_url())],
+/// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("JUDGE__OPENAI__1__MODEL", "judge-model")],
+/// # );
+/// use polygateway::Message;
+/// // Settings: LLM over `mock`, JUDGE over `judge_mock`.
+/// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
+/// gw.chat_scope("JUDGE")?.chat(vec![Message::user("grade this")]).await?;
+/// assert_eq!((mock.counts().chat, judge_mock.counts().chat), (0, 1));
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct ChatScope {
+    pub(crate) scope: Scope<ChatTransport>,
+    pub(crate) identities: Vec<SourceIdentity>,
+    /// Model fingerprint over every source's `(model, extra_body)` (cache key).
+    pub(crate) fingerprint: Value,
+    /// Every source's `extra_body` merged in source order (for the `sampling` column).
+    pub(crate) extra_body: Map<String, Value>,
+    /// The structured modes of the scope's sources' providers, sorted and deduplicated (cache
+    /// key of typed calls: which modes could have been used is part of what was asked).
+    pub(crate) structured_modes: Vec<StructuredMode>,
+    pub(crate) metrics: crate::metrics::ChatMetrics,
+}
+
+/// What one embeddings scope needs besides its runtime scope: its sources and its batching
+/// settings. (Public only because the sealed [`Kind`](crate::Kind) trait names it; it cannot be
+/// named outside the crate — use an [`EmbeddingHandle`](crate::EmbeddingHandle).)
+///
+/// Its `BATCH_SIZE` splits a call into upstream requests:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// let mock = MockUpstream::start(Behaviour::healthy()).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("EMBED", &mock.base_url())],
+/// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "2")],
+/// # );
+/// // Settings: EMBED__BATCH_SIZE=2.
+/// let gw = polygateway::Gateway::from_settings(settings, "EMBED").await?;
+/// let texts: Vec<String> = (1..=5).map(|i| format!("text {i}")).collect();
+/// let out = gw.embed(texts).await?;
+/// assert_eq!(out.vectors.len(), 5);
+/// assert_eq!(mock.counts().embeddings, 3); // batches of 2, 2 and 1
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct EmbedScope {
+    pub(crate) scope: Scope<EmbeddingTransport>,
+    pub(crate) identities: Vec<SourceIdentity>,
+    pub(crate) settings: EmbeddingSettings,
+}
+
+/// What one OCR scope needs besides its runtime scope: its sources. (Public only because the
+/// sealed [`Kind`](crate::Kind) trait names it; it cannot be named outside the crate — use an
+/// [`OcrHandle`](crate::OcrHandle).)
+///
+/// Every call is checked locally first: an upload that is not a PNG or JPEG never reaches a source.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), polygateway::GatewayError> {
+/// let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
+///     polygateway::testkit::mock_ocr::OcrFault::None,
+/// ).await;
+/// # let settings = polygateway::testkit::mock_settings(
+/// #     &[("OCR", &ocr_mock.base_url())],
+/// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
+/// # );
+/// use polygateway::{CallOptions, GatewayError};
+/// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
+/// let ocr = gw.ocr_scope("OCR")?;
+/// let pdf = b"%PDF-1.7 ...".to_vec();
+/// let err = ocr.recognize_text(pdf, CallOptions::new()).await.unwrap_err();
+/// assert!(matches!(err, GatewayError::RequestRejected { .. }));
+/// assert_eq!(ocr_mock.total_requests(), 0);
+/// gw.shutdown().await;
+/// # Ok(()) }
+/// ```
+pub struct OcrScope {
+    pub(crate) scope: Scope<OcrTransport>,
+    pub(crate) identities: Vec<SourceIdentity>,
+}
