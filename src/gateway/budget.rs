@@ -162,7 +162,7 @@ impl BudgetPlan {
         let request = BudgetRequest {
             claims,
             est_micros: est,
-            lease_id: polygateway_actors::assembly::new_id().into(),
+            lease_id: polygateway_actors::runtime::new_id().into(),
             lease_ttl: self.lease_ttl,
         };
         let periods: Vec<_> = request

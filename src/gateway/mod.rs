@@ -27,8 +27,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use polygateway_actors::assembly::{ActorSlot, TelemetryArgs, TelemetryMsg};
+use polygateway_actors::runtime::ActorSlot;
 use polygateway_actors::runtime::{Governance, Runtime};
+use polygateway_actors::telemetry::{TelemetryArgs, TelemetryMsg};
 
 pub use build::GatewayBuilder;
 pub use handle::{Chat, Embeddings, Kind, Ocr, ScopeHandle};

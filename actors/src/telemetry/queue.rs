@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 /// A bounded multi-producer queue of telemetry rows.
 ///
 /// ```
-/// use polygateway_actors::assembly::TelemetryQueue;
+/// use polygateway_actors::telemetry::TelemetryQueue;
 /// let q = TelemetryQueue::new(2);
 /// assert!(q.push(1));
 /// assert!(q.push(2));
@@ -21,7 +21,6 @@ use tokio::sync::Notify;
 /// assert_eq!(q.dropped(), 1);
 /// assert_eq!(q.drain(10), vec![1, 2]);
 /// ```
-#[doc(hidden)]
 #[derive(Debug)]
 pub struct TelemetryQueue<R> {
     rows: Mutex<VecDeque<R>>,
@@ -37,7 +36,7 @@ impl<R> TelemetryQueue<R> {
     /// A queue holding at most `capacity` rows (at least 1).
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q: TelemetryQueue<String> = TelemetryQueue::new(1_000);
     /// assert_eq!(q.capacity(), 1_000);
     /// assert!(q.is_empty());
@@ -58,7 +57,7 @@ impl<R> TelemetryQueue<R> {
     /// Enqueue a row without waiting. Returns `false` (and counts the row as dropped) when full.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(1);
     /// assert!(q.push("first"));
     /// assert!(!q.push("second")); // full: refused at once, never waited on
@@ -87,7 +86,7 @@ impl<R> TelemetryQueue<R> {
     /// Take up to `max` rows from the front, oldest first.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(10);
     /// for row in 1..=5 {
     ///     q.push(row);
@@ -105,7 +104,7 @@ impl<R> TelemetryQueue<R> {
     /// Rows waiting.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(10);
     /// q.push('a');
     /// q.push('b');
@@ -120,7 +119,7 @@ impl<R> TelemetryQueue<R> {
     /// `true` when no row is waiting.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(10);
     /// assert!(q.is_empty());
     /// q.push(1);
@@ -133,7 +132,7 @@ impl<R> TelemetryQueue<R> {
     /// The capacity.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(3);
     /// for row in 0..q.capacity() {
     ///     assert!(q.push(row));
@@ -147,7 +146,7 @@ impl<R> TelemetryQueue<R> {
     /// Rows refused because the queue was full, since creation.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(2);
     /// for row in 0..5 {
     ///     q.push(row);
@@ -163,7 +162,7 @@ impl<R> TelemetryQueue<R> {
     /// Rows accepted, since creation.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(2);
     /// q.push(1);
     /// q.push(2);
@@ -182,7 +181,7 @@ impl<R> TelemetryQueue<R> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(100);
     /// q.set_wake_at(2);
     /// q.push(1);
@@ -205,7 +204,7 @@ impl<R> TelemetryQueue<R> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::sync::Arc;
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = Arc::new(TelemetryQueue::new(100));
     /// q.set_wake_at(3);
     /// let consumer = tokio::spawn({
@@ -231,7 +230,7 @@ impl<R> TelemetryQueue<R> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q: TelemetryQueue<u32> = TelemetryQueue::new(100);
     /// q.set_wake_at(50);
     /// q.wake_consumer(); // stores a permit: the next wait returns at once

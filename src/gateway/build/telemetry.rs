@@ -3,10 +3,8 @@
 
 use std::sync::Arc;
 
-use polygateway_actors::assembly::{
-    ActorSlot, TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue,
-};
-use polygateway_actors::runtime::Runtime;
+use polygateway_actors::runtime::{ActorSlot, Runtime};
+use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
 
 use super::super::{Owned, Telemetry};
 use super::GatewayBuilder;
