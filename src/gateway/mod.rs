@@ -239,7 +239,7 @@ impl Gateway {
     /// # Ok(()) }
     /// ```
     pub async fn from_env(scope: &str) -> Result<Self, GatewayError> {
-        let settings = Settings::from_env().map_err(|e| GatewayError::Config(e.to_string()))?;
+        let settings = Settings::from_env().map_err(GatewayError::Config)?;
         Self::from_settings(settings, scope).await
     }
 
