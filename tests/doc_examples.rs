@@ -494,7 +494,11 @@ const ROOT_CEILING: usize = 539;
 /// runtime knows nothing of text, so a transport says what a cut had begun and how to continue
 /// it), `runtime::ContinueConfig`, the metric `CONTINUATIONS_TOTAL` with `CONTINUATION_OUTCOMES`,
 /// and `Scope::continuations`.
-const ACTORS_CEILING: usize = 269;
+/// 266 with one path per item (issue #50 item 4): the telemetry queue's consumer side
+/// (`TelemetryQueue::{set_wake_at, wait_full, wake_consumer}`) is crate-private, only the
+/// telemetry actor waits on the queue; the hidden `assembly` items became documented API at their
+/// one path each and stay counted.
+const ACTORS_CEILING: usize = 266;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

@@ -175,69 +175,19 @@ impl<R> TelemetryQueue<R> {
         self.accepted.load(Ordering::Relaxed)
     }
 
-    /// Ask to be woken (through [`TelemetryQueue::wait_full`]) when the queue reaches `len` rows.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = TelemetryQueue::new(100);
-    /// q.set_wake_at(2);
-    /// q.push(1);
-    /// let early = tokio::time::timeout(Duration::from_millis(10), q.wait_full()).await;
-    /// assert!(early.is_err(), "one row is not a batch yet");
-    /// q.push(2);
-    /// assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full()).await.is_ok());
-    /// # }
-    /// ```
-    pub fn set_wake_at(&self, len: usize) {
+    /// Ask to be woken (through `wait_full`) when the queue reaches `len` rows.
+    pub(crate) fn set_wake_at(&self, len: usize) {
         self.wake_at.store(len, Ordering::Relaxed);
     }
 
     /// Resolves once the queue has reached the wake-up length since the last call (a permit is
-    /// stored if nobody was waiting).
-    ///
-    /// A consumer loop drains one batch per wake-up:
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use std::sync::Arc;
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = Arc::new(TelemetryQueue::new(100));
-    /// q.set_wake_at(3);
-    /// let consumer = tokio::spawn({
-    ///     let q = Arc::clone(&q);
-    ///     async move {
-    ///         q.wait_full().await;
-    ///         q.drain(3)
-    ///     }
-    /// });
-    /// for row in ["a", "b", "c"] {
-    ///     q.push(row);
-    /// }
-    /// assert_eq!(consumer.await.unwrap(), vec!["a", "b", "c"]);
-    /// # }
-    /// ```
-    pub async fn wait_full(&self) {
+    /// stored if nobody was waiting): a consumer loop drains one batch per wake-up.
+    pub(crate) async fn wait_full(&self) {
         self.wake.notified().await;
     }
 
     /// Wake the consumer now (used when a wake-up reached a consumer that is gone).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q: TelemetryQueue<u32> = TelemetryQueue::new(100);
-    /// q.set_wake_at(50);
-    /// q.wake_consumer(); // stores a permit: the next wait returns at once
-    /// assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full()).await.is_ok());
-    /// # }
-    /// ```
-    pub fn wake_consumer(&self) {
+    pub(crate) fn wake_consumer(&self) {
         self.wake.notify_one();
     }
 
@@ -251,6 +201,51 @@ impl<R> TelemetryQueue<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The consumer side's examples (crate-private since issue #50: only the telemetry actor
+    // waits on the queue).
+    #[tokio::test]
+    async fn the_consumer_is_woken_once_a_batch_is_in() {
+        use std::time::Duration;
+        let q = TelemetryQueue::new(100);
+        q.set_wake_at(2);
+        q.push(1);
+        let early = tokio::time::timeout(Duration::from_millis(10), q.wait_full()).await;
+        assert!(early.is_err(), "one row is not a batch yet");
+        q.push(2);
+        assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full())
+            .await
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_consumer_loop_drains_one_batch_per_wake_up() {
+        use std::sync::Arc;
+        let q = Arc::new(TelemetryQueue::new(100));
+        q.set_wake_at(3);
+        let consumer = tokio::spawn({
+            let q = Arc::clone(&q);
+            async move {
+                q.wait_full().await;
+                q.drain(3)
+            }
+        });
+        for row in ["a", "b", "c"] {
+            q.push(row);
+        }
+        assert_eq!(consumer.await.unwrap(), vec!["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn waking_the_consumer_stores_a_permit() {
+        use std::time::Duration;
+        let q: TelemetryQueue<u32> = TelemetryQueue::new(100);
+        q.set_wake_at(50);
+        q.wake_consumer(); // stores a permit: the next wait returns at once
+        assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full())
+            .await
+            .is_ok());
+    }
 
     #[test]
     fn overflow_is_counted_and_never_blocks() {
