@@ -9,10 +9,10 @@
 #![deny(missing_docs)]
 #![deny(unreachable_pub)]
 
-pub mod clock;
+mod clock;
 pub(crate) mod machine;
 pub mod memory;
-pub mod outcome;
+mod outcome;
 pub mod policy;
 pub mod ports;
 pub mod runtime;
