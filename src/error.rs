@@ -411,7 +411,15 @@ pub struct InvalidResult {
 /// fn requeue_after(e: &GatewayError) -> Option<f64> {
 ///     e.unavailable().map(|u| u.retry_after_s)
 /// }
-/// let bad_config = GatewayError::Config("LLM__QWEN__1__MODEL is required".into());
+/// use polygateway::config::ConfigError;
+/// let bad_config = GatewayError::Config(ConfigError::Missing {
+///     key: "LLM__QWEN__1__MODEL".into(),
+///     reason: "every source names its model".into(),
+/// });
+/// assert_eq!(
+///     bad_config.to_string(),
+///     "Config: missing required key LLM__QWEN__1__MODEL: every source names its model"
+/// );
 /// assert_eq!(requeue_after(&bad_config), None);
 /// ```
 #[derive(Debug, Clone, thiserror::Error)]
@@ -459,7 +467,7 @@ pub enum GatewayError {
     },
     /// The configuration is invalid (names the key and what is allowed).
     #[error("Config: {0}")]
-    Config(String),
+    Config(#[from] crate::config::ConfigError),
     /// The runtime was shut down or its scope actor is gone.
     #[error("Shutdown: {0}")]
     Shutdown(String),
@@ -480,7 +488,9 @@ impl GatewayError {
     /// let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
     /// let retry_after_s = err.unavailable().map(|u| u.retry_after_s);
     /// assert!(retry_after_s.is_some());
-    /// assert!(polygateway::GatewayError::Config("bad key".into()).unavailable().is_none());
+    /// # use polygateway::config::ConfigError;
+    /// let bad_key = ConfigError::Assembly("bad key".into());
+    /// assert!(polygateway::GatewayError::Config(bad_key).unavailable().is_none());
     /// # gw.shutdown().await;
     /// # }
     /// ```

@@ -72,7 +72,7 @@ fn public(vis: &Visibility) -> bool {
     matches!(vis, Visibility::Public(_))
 }
 
-/// `#[doc(hidden)]`: public for a sibling crate, not API (ARCHITECTURE.md "Public API").
+/// `#[doc(hidden)]`: counted so that none remains (issue #50: every public item is API).
 fn is_doc_hidden(attrs: &[Attribute]) -> bool {
     attrs.iter().any(|a| {
         a.path().is_ident("doc")
@@ -398,8 +398,9 @@ fn hidden_items_and_the_methods_of_hidden_types_are_counted_apart() {
 /// The public surface cannot grow by accident: a new public item means raising the ceiling here,
 /// in the same change, on purpose (ARCHITECTURE.md "Public API" says what belongs there). Both
 /// crates deny `unreachable_pub`, so a bare `pub` is always reachable and counting `pub` items in
-/// the source counts the surface; the `#[doc(hidden)]` ones (runtime assembly the root crate needs
-/// from the actors crate) are counted apart and within the ceiling. Re-exports (`pub use`) are not
+/// the source counts the surface. No public item is `#[doc(hidden)]` (issue #50: what the root
+/// crate needs from the actors crate has a documented home, so there is one kind of public item,
+/// and it is API); the hidden ones are counted to hold that at zero. Re-exports (`pub use`) are not
 /// items and are not counted. `cargo test --test doc_examples -- --nocapture` prints the counts
 /// as one JSON line.
 #[test]
@@ -422,6 +423,11 @@ fn the_public_surface_stays_within_its_ceiling() {
     assert!(
         actors <= ACTORS_CEILING,
         "polygateway-actors has {actors} public items, ceiling {ACTORS_CEILING}"
+    );
+    assert_eq!(
+        (root_hidden, actors_hidden),
+        (0, 0),
+        "public items are API: no `#[doc(hidden)] pub` (make it `pub(crate)` or document it)"
     );
 }
 
@@ -488,7 +494,11 @@ const ROOT_CEILING: usize = 539;
 /// runtime knows nothing of text, so a transport says what a cut had begun and how to continue
 /// it), `runtime::ContinueConfig`, the metric `CONTINUATIONS_TOTAL` with `CONTINUATION_OUTCOMES`,
 /// and `Scope::continuations`.
-const ACTORS_CEILING: usize = 269;
+/// 266 with one path per item (issue #50 item 4): the telemetry queue's consumer side
+/// (`TelemetryQueue::{set_wake_at, wait_full, wake_consumer}`) is crate-private, only the
+/// telemetry actor waits on the queue; the hidden `assembly` items became documented API at their
+/// one path each and stay counted.
+const ACTORS_CEILING: usize = 266;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

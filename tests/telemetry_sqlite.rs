@@ -12,7 +12,7 @@ use polygateway::telemetry::{
 use polygateway::Message;
 // The batching actor is runtime assembly of the actors crate (the gateway spawns it); this test
 // drives it directly with the SQLite sink.
-use polygateway_actors::assembly::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
+use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
 use ractor::Actor;
 use rusqlite::Connection;
 

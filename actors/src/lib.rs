@@ -9,10 +9,10 @@
 #![deny(missing_docs)]
 #![deny(unreachable_pub)]
 
-pub mod clock;
+mod clock;
 pub(crate) mod machine;
 pub mod memory;
-pub mod outcome;
+mod outcome;
 pub mod policy;
 pub mod ports;
 pub mod runtime;
@@ -36,18 +36,3 @@ pub use ports::budget::{
 pub use ports::gate::{Gate, GateBackend, GateDecision, GateRequest, Lease, Limits};
 pub use ports::transport::{ConsumerGone, EventSink, StreamCut, Transport};
 pub use ports::BackendError;
-
-/// Runtime assembly for the `polygateway` crate, not API: the pieces it needs across the crate
-/// boundary to assemble a gateway (a restartable actor's slot, call ids, the telemetry actor and
-/// its queue, which it spawns under the runtime supervisor with its own row type). They are `pub`
-/// only because a sibling crate cannot see `pub(crate)`; hidden from the docs, exempt from semver,
-/// and a user never needs them (ARCHITECTURE.md "Public API").
-#[doc(hidden)]
-pub mod assembly {
-    pub use crate::runtime::ids::new_id;
-    pub use crate::runtime::slot::ActorSlot;
-    pub use crate::telemetry::actor::{
-        FlushReport, TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryState,
-    };
-    pub use crate::telemetry::queue::TelemetryQueue;
-}

@@ -35,7 +35,7 @@ impl Bench {
         env.insert(format!("{source}__TIMEOUT_S"), "120".into());
         env.insert(format!("{source}__MAX_CONCURRENCY"), slots.to_string());
         env.insert("LLM__PACER".into(), "off".into());
-        let settings = Settings::from_map(&env).map_err(|e| GatewayError::Config(e.to_string()))?;
+        let settings = Settings::from_map(&env).map_err(GatewayError::Config)?;
         let gateway = Arc::new(Gateway::from_settings(settings, "LLM").await?);
         let bench = Self {
             mock,

@@ -68,7 +68,9 @@ pub(crate) fn to_py_now(err: GatewayError) -> PyErr {
 
 /// A configuration error (bad or missing key) as the package's `ConfigError`.
 pub(crate) fn config_error(message: String) -> PyErr {
-    to_py_now(GatewayError::Config(message))
+    to_py_now(GatewayError::Config(
+        polygateway::config::ConfigError::Assembly(message),
+    ))
 }
 
 /// The error's text without the leading class name (the Python class already says it).

@@ -321,7 +321,7 @@ impl Gateway {
         let journal = match &options.journal {
             Some(path) => Some(
                 journal::Journal::open(path)
-                    .map_err(GatewayError::Config)?
+                    .map_err(|e| GatewayError::Config(crate::config::ConfigError::Assembly(e)))?
                     .after_telemetry(telemetry_barrier::TelemetryBarrier::new(self.clone())),
             ),
             None => None,

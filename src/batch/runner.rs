@@ -353,7 +353,7 @@ async fn send(
                 }
                 None => Box::pin(handle.chat_with(messages.clone(), options)).await?,
             };
-            let id = format!("chatcmpl-{}", polygateway_actors::assembly::new_id());
+            let id = format!("chatcmpl-{}", polygateway_actors::runtime::new_id());
             let body = completion_json(&id, &item.model, now_s(), &answer);
             let cost = answer.cost.unwrap_or(0.0);
             Ok((

@@ -117,6 +117,12 @@ pub enum ConfigError {
         /// The cargo feature that provides the backend.
         feature: &'static str,
     },
+    /// Well-formed settings the gateway cannot be assembled from: a file or service a key names
+    /// cannot be used (the server's key file, `REDIS_URL`, the pricing table, the cache, a batch
+    /// journal), or values that do not fit together (a spend budget over an unpriced model, an
+    /// alias naming no scope). The message names the key.
+    #[error("{0}")]
+    Assembly(String),
     /// The `.env` file could not be read or parsed. Line contents are never shown (they may hold
     /// a secret).
     #[error("cannot read {path}: {reason}")]

@@ -79,19 +79,21 @@ impl BudgetPlan {
             plan.estimates.insert(name.clone(), est);
             let needs_prices = scope.budget.is_some() || !settings.tenant_budgets.is_empty();
             if needs_prices && est.is_none() {
-                return Err(GatewayError::Config(format!(
-                    "{} needs a price for every source's model of chat scope {name} \
+                return Err(GatewayError::Config(crate::config::ConfigError::Assembly(
+                    format!(
+                        "{} needs a price for every source's model of chat scope {name} \
                      (PGW_PRICING_PATH{}): a spend budget cannot count calls it cannot price",
-                    if scope.budget.is_some() {
-                        format!("{name}__BUDGET")
-                    } else {
-                        "PGW_TENANT_BUDGETS".to_string()
-                    },
-                    if pricing.is_none() {
-                        " is not set"
-                    } else {
-                        " lacks one"
-                    },
+                        if scope.budget.is_some() {
+                            format!("{name}__BUDGET")
+                        } else {
+                            "PGW_TENANT_BUDGETS".to_string()
+                        },
+                        if pricing.is_none() {
+                            " is not set"
+                        } else {
+                            " lacks one"
+                        },
+                    ),
                 )));
             }
             if let Some(b) = scope.budget {
@@ -154,15 +156,15 @@ impl BudgetPlan {
             .copied()
             .flatten()
             .ok_or_else(|| {
-                GatewayError::Config(format!(
+                GatewayError::Config(crate::config::ConfigError::Assembly(format!(
                     "chat scope {scope} has a source without a price (PGW_PRICING_PATH): a spend \
                  budget cannot count its calls"
-                ))
+                )))
             })?;
         let request = BudgetRequest {
             claims,
             est_micros: est,
-            lease_id: polygateway_actors::assembly::new_id().into(),
+            lease_id: polygateway_actors::runtime::new_id().into(),
             lease_ttl: self.lease_ttl,
         };
         let periods: Vec<_> = request

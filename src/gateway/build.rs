@@ -514,8 +514,7 @@ impl GatewayBuilder {
         let default_scope = self.resolve_default_scope()?;
         // Settings built by hand never went through the parser's guards: a backend whose cargo
         // feature is off is refused here too, before anything starts.
-        crate::config::features::check(&self.settings)
-            .map_err(|e| GatewayError::Config(e.to_string()))?;
+        crate::config::features::check(&self.settings).map_err(GatewayError::Config)?;
         let mut owned = Owned::default();
         let governance = self.build_governance(&default_scope, &mut owned).await?;
         let runtime = self.start_runtime(&governance).await?;
@@ -546,11 +545,11 @@ impl GatewayBuilder {
         let configured = &self.settings.scopes;
         let default_scope = match self.default_scope.take() {
             Some(scope) => scope,
-            None => configured
-                .keys()
-                .next()
-                .cloned()
-                .ok_or_else(|| GatewayError::Config("no scope is configured".into()))?,
+            None => configured.keys().next().cloned().ok_or_else(|| {
+                GatewayError::Config(crate::config::ConfigError::Assembly(
+                    "no scope is configured".into(),
+                ))
+            })?,
         };
         if !configured.contains_key(&default_scope) {
             let names: Vec<&str> = configured.keys().map(String::as_str).collect();

@@ -130,7 +130,7 @@ pub(crate) struct Asked {
 /// caller's chain link (or empty), as in the original library.
 pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
     if options.call_group.is_none() {
-        options.call_group = Some(polygateway_actors::assembly::new_id());
+        options.call_group = Some(polygateway_actors::runtime::new_id());
     }
     options
 }
@@ -495,7 +495,7 @@ impl ScopeHandle<Chat> {
 
     fn as_hit(&self, prepared: &Prepared, mut response: LlmResponse) -> LlmResponse {
         response.cache_hit = true;
-        response.call_id = polygateway_actors::assembly::new_id();
+        response.call_id = polygateway_actors::runtime::new_id();
         response.parent_call_id = prepared.parent_call_id.clone();
         response.call_group_id = prepared.call_group.clone();
         response.latency_ms = 0.0;

@@ -90,7 +90,7 @@ impl ScopeHandle<Embeddings> {
         let batch_size = scope.settings.batch_size.max(1);
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
         // One id for every batch row of this call (`call_group_id`).
-        let call_group = Some(polygateway_actors::assembly::new_id());
+        let call_group = Some(polygateway_actors::runtime::new_id());
         let order = super::call_order::CallOrder::of(&options);
         let results: Vec<(EmbeddingBatch, String, String, Duration)> =
             futures::stream::iter(batches)

@@ -29,8 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use polygateway_actors::assembly::{ActorSlot, TelemetryArgs, TelemetryMsg};
+use polygateway_actors::runtime::ActorSlot;
 use polygateway_actors::runtime::{Governance, Runtime};
+use polygateway_actors::telemetry::{TelemetryArgs, TelemetryMsg};
 
 pub use build::GatewayBuilder;
 pub use handle::{Chat, Embeddings, Kind, Ocr, ScopeHandle};
@@ -240,7 +241,7 @@ impl Gateway {
     /// # Ok(()) }
     /// ```
     pub async fn from_env(scope: &str) -> Result<Self, GatewayError> {
-        let settings = Settings::from_env().map_err(|e| GatewayError::Config(e.to_string()))?;
+        let settings = Settings::from_env().map_err(GatewayError::Config)?;
         Self::from_settings(settings, scope).await
     }
 

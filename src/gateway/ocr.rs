@@ -160,7 +160,7 @@ impl ScopeHandle<Ocr> {
         let context = self.core.telemetry.context(|| RowContext {
             session_id: options.session_id.clone(),
             parent_call_id: options.parent_call_id.clone(),
-            call_group_id: Some(polygateway_actors::assembly::new_id()),
+            call_group_id: Some(polygateway_actors::runtime::new_id()),
             messages: serde_json::json!([{
                 "type": "image",
                 "mime": kind.mime(),

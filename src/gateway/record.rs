@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use polygateway_actors::assembly::TelemetryQueue;
 use polygateway_actors::runtime::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
+use polygateway_actors::telemetry::TelemetryQueue;
 use polygateway_actors::Transport;
 
 use crate::error::TransportError;
@@ -120,7 +120,7 @@ impl Telemetry {
         if !self.enabled {
             return;
         }
-        let mut row = self.base_row(&polygateway_actors::assembly::new_id(), ctx);
+        let mut row = self.base_row(&polygateway_actors::runtime::new_id(), ctx);
         let class = error
             .unavailable()
             .map_or("GatewayError", |u| u.kind.class_name());

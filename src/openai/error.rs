@@ -135,7 +135,9 @@ mod tests {
 
     #[test]
     fn a_configuration_problem_is_unavailable_not_internal() {
-        let shape = ErrorShape::from(&GatewayError::Config("no price for model m".into()));
+        let shape = ErrorShape::from(&GatewayError::Config(crate::config::ConfigError::Assembly(
+            "no price for model m".into(),
+        )));
         assert_eq!(
             (shape.status, shape.kind, shape.code),
             (503, "service_unavailable", "misconfigured")

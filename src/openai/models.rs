@@ -14,10 +14,12 @@ pub(crate) fn model_table(gw: &Gateway) -> Result<BTreeMap<String, String>, Gate
         gw.scopes().into_iter().map(|s| (s.clone(), s)).collect();
     for (alias, scope) in &gw.settings().server.model_aliases {
         if gw.settings().scope(scope).is_err() {
-            return Err(GatewayError::Config(format!(
-                "PGW_SERVER_MODEL_ALIASES: alias {alias} names scope {scope}, which is not \
+            return Err(GatewayError::Config(crate::config::ConfigError::Assembly(
+                format!(
+                    "PGW_SERVER_MODEL_ALIASES: alias {alias} names scope {scope}, which is not \
                  configured (configured: {})",
-                gw.scopes().join(", ")
+                    gw.scopes().join(", ")
+                ),
             )));
         }
         models.insert(alias.clone(), scope.clone());

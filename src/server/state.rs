@@ -179,12 +179,14 @@ fn refuse_uncountable_budgets(gw: &Gateway, keys: &KeyStore) -> Result<(), crate
     for key in keys.iter() {
         let Some(budget) = key.budget() else { continue };
         if let Some(scope) = gw.unpriced_scopes().find(|s| key.may_use(s)) {
-            return Err(crate::GatewayError::Config(format!(
+            return Err(crate::GatewayError::Config(
+                crate::config::ConfigError::Assembly(format!(
                 "key {}: budget {budget} reaches chat scope {scope}, which has a source without \
                  a price (PGW_PRICING_PATH): a spend budget cannot count its calls; price every \
                  model of the scope, or narrow the key's scopes, or drop its budget",
                 key.name()
-            )));
+            )),
+            ));
         }
     }
     Ok(())

@@ -361,7 +361,7 @@ pub async fn run_scenario(
     env.insert("LLM__PACER".into(), pacer.to_string());
     env.insert("LLM__RETRY__BACKOFF_BASE_S".into(), "0.05".into());
     env.insert("LLM__RETRY__BACKOFF_MAX_S".into(), "1".into());
-    let settings = Settings::from_map(&env).map_err(|e| GatewayError::Config(e.to_string()))?;
+    let settings = Settings::from_map(&env).map_err(GatewayError::Config)?;
     let gateway = Arc::new(Gateway::from_settings(settings, "LLM").await?);
     let gw = Arc::clone(&gateway);
     let calls = drive(callers, duration, move || {
@@ -498,7 +498,7 @@ pub async fn run_cold_start(
     env.insert("LLM__OPENAI__1__MODEL".into(), "test-model".into());
     env.insert("LLM__OPENAI__1__TIMEOUT_S".into(), "60".into());
     env.insert("LLM__PACER".into(), pacer.to_string());
-    let settings = Settings::from_map(&env).map_err(|e| GatewayError::Config(e.to_string()))?;
+    let settings = Settings::from_map(&env).map_err(GatewayError::Config)?;
     let gateway = Arc::new(Gateway::from_settings(settings, "LLM").await?);
     let waits = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let (gw, counted) = (Arc::clone(&gateway), Arc::clone(&waits));

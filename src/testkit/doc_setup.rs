@@ -15,7 +15,6 @@ use crate::testkit::{mock_settings, Behaviour, MockUpstream};
 /// assert_eq!(mocks.chat.counts().total, 0);
 /// # }
 /// ```
-#[doc(hidden)]
 pub struct DocMocks {
     /// The OpenAI-compatible mock (healthy) serving every chat and embeddings scope.
     pub chat: MockUpstream,
@@ -41,7 +40,6 @@ pub struct DocMocks {
 /// assert_eq!(settings.scopes["LLM"].sources[0].base_url, mocks.chat.base_url());
 /// # Ok(()) }
 /// ```
-#[doc(hidden)]
 pub async fn doc_setup(scopes: &[&str], extra: &[(&str, &str)]) -> (Settings, DocMocks) {
     let chat = MockUpstream::start(Behaviour::healthy()).await;
     let wants_ocr = scopes.iter().any(|s| scope_kind_for(s) == ScopeKind::Ocr);

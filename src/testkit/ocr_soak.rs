@@ -222,7 +222,7 @@ fn settings(config: &WorkerConfig) -> Result<Settings, GatewayError> {
         env.insert(format!("{p}__MODEL"), "monkeyocr".into());
         env.insert(format!("{p}__TIMEOUT_S"), "2".into());
     }
-    Settings::from_map(&env).map_err(|e| GatewayError::Config(e.to_string()))
+    Settings::from_map(&env).map_err(GatewayError::Config)
 }
 
 /// Run one worker: its own gateway over the shared Redis.
@@ -426,10 +426,12 @@ pub async fn verdict(
 ) -> Result<SoakVerdict, GatewayError> {
     let redis = RedisGovernance::connect(&Secret::new(redis_url), key_prefix)
         .await
-        .map_err(|e| GatewayError::Config(e.to_string()))?;
+        .map_err(|e| GatewayError::Config(crate::config::ConfigError::Assembly(e.to_string())))?;
     let gate = RedisGate::new(redis.clone());
     let breakers = Arc::new(RedisBreakers::new(redis.clone()));
-    let backend_err = |e: crate::ports::BackendError| GatewayError::Config(e.to_string());
+    let backend_err = |e: crate::ports::BackendError| {
+        GatewayError::Config(crate::config::ConfigError::Assembly(e.to_string()))
+    };
     // Releases are casts handled in tasks: let the last ones land.
     let mut leases = u64::MAX;
     for _ in 0..100 {

@@ -481,7 +481,7 @@ pub async fn run_soak(config: &SoakConfig) -> Result<SoakReport, GatewayError> {
         env.insert(format!("{p}__TTFT_TIMEOUT_S"), "1".into());
         env.insert(format!("{p}__INTER_TOKEN_TIMEOUT_S"), "0.5".into());
     }
-    let settings = Settings::from_map(&env).map_err(|e| GatewayError::Config(e.to_string()))?;
+    let settings = Settings::from_map(&env).map_err(GatewayError::Config)?;
     let gw = Gateway::from_settings(settings, "LLM").await?;
 
     let started = Instant::now();

@@ -1,16 +1,16 @@
 //! Public value types: messages, tools, responses, usage.
 
-pub mod budget;
+pub(crate) mod budget;
 pub(crate) mod dialect;
-pub mod embedding;
-pub mod message;
+mod embedding;
+mod message;
 mod meta;
 pub(crate) mod native_body;
-pub mod ocr;
-pub mod options;
-pub mod response;
-pub mod thinking;
-pub mod tool;
+mod ocr;
+mod options;
+pub(crate) mod response;
+mod thinking;
+mod tool;
 
 pub use budget::BudgetStatus;
 pub use embedding::EmbeddingResponse;

@@ -13,8 +13,7 @@ use crate::validate::{self, ValidationError};
 
 pub use polygateway_actors::policy::wait_queue::Priority;
 
-// `MetaValue` lived here before it got its own file; its path here stays.
-pub use super::meta::MetaValue;
+use super::meta::MetaValue;
 
 /// Structured-output mode of a call (docs/behaviour.md §9.2). The typed mode (`T: JsonSchema`) is a separate
 /// method on the chat handle, not a variant here.

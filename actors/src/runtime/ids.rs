@@ -8,11 +8,10 @@ use rand::RngCore;
 /// `ON CONFLICT DO NOTHING` never swallows a row and a re-sent script never double counts.
 ///
 /// ```
-/// let id = polygateway_actors::assembly::new_id();
+/// let id = polygateway_actors::runtime::new_id();
 /// assert_eq!(id.len(), 36);
 /// assert_eq!(&id[14..15], "4");
 /// ```
-#[doc(hidden)]
 pub fn new_id() -> String {
     let mut bytes = [0u8; 16];
     rand::rng().fill_bytes(&mut bytes);

@@ -5,8 +5,9 @@
 //!
 //! What is public here is what a user needs to run governed calls over their own transport:
 //! start a [`Runtime`], add a [`Scope`] of sources, call it, read its sources' live state, shut
-//! down. The actors, their messages and the call machine are private; the two pieces the
-//! `polygateway` crate needs beyond that (actor slots, call ids) are in [`crate::assembly`].
+//! down. The actors, their messages and the call machine are private. [`ActorSlot`],
+//! [`Runtime::adopt`] and [`new_id`] are public for whoever supervises an actor of their own
+//! under the runtime (the `polygateway` crate does so for its telemetry writer).
 
 pub(crate) mod admission;
 mod call;
@@ -35,9 +36,11 @@ pub use admission::{Governance, GovernanceFactory};
 pub use continuation::ContinueConfig;
 pub use governed::{CallFailure, CallOptions, Governed};
 pub use hedge::HedgeConfig;
+pub use ids::new_id;
 pub use observer::{AttemptReport, AttemptResult, CallObserver, NoObserver, TerminalReport};
 pub use restart::RestartPolicy;
 pub use scope::{Scope, ScopeConfig};
 pub use shared::{SourceCounters, SourceShared};
+pub use slot::ActorSlot;
 pub use source::PacerFactory;
 pub use supervisor::{Runtime, RuntimeOptions, SourceSpec};

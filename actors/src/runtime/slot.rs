@@ -31,7 +31,7 @@ use ractor::ActorRef;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// use polygateway_actors::assembly::ActorSlot;
+/// use polygateway_actors::runtime::ActorSlot;
 /// async fn double(slot: &ActorSlot<DoublerMsg>, n: u32) -> Result<u32, String> {
 ///     let doubler = slot.get()?; // why the actor is down, if it is
 ///     ractor::call!(doubler, DoublerMsg::Double, n).map_err(|_| "doubler stopped".to_string())
@@ -43,7 +43,6 @@ use ractor::ActorRef;
 /// # runtime.shutdown(Duration::from_secs(1)).await;
 /// # }
 /// ```
-#[doc(hidden)]
 #[derive(Debug)]
 pub struct ActorSlot<M> {
     inner: Arc<RwLock<SlotState<M>>>,
@@ -83,7 +82,7 @@ impl<M: Send + 'static> ActorSlot<M> {
     /// # }
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway_actors::assembly::ActorSlot;
+    /// use polygateway_actors::runtime::ActorSlot;
     /// let (doubler, _handle) = Actor::spawn(None, Doubler, ()).await.unwrap();
     /// let slot = ActorSlot::new(doubler.clone());
     /// assert_eq!(slot.get().unwrap().get_id(), doubler.get_id());
@@ -115,7 +114,7 @@ impl<M: Send + 'static> ActorSlot<M> {
     /// # }
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway_actors::assembly::ActorSlot;
+    /// use polygateway_actors::runtime::ActorSlot;
     /// let (doubler, _handle) = Actor::spawn(None, Doubler, ()).await.unwrap();
     /// let slot = ActorSlot::new(doubler);
     /// let current = slot.get().unwrap();
@@ -145,7 +144,7 @@ impl<M: Send + 'static> ActorSlot<M> {
     /// A slot whose actor is not (yet) running.
     ///
     /// ```
-    /// use polygateway_actors::assembly::ActorSlot;
+    /// use polygateway_actors::runtime::ActorSlot;
     /// let slot: ActorSlot<String> = ActorSlot::down("telemetry actor starting");
     /// assert_eq!(slot.get().unwrap_err(), "telemetry actor starting");
     /// ```

@@ -414,7 +414,7 @@ impl Runtime {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-    /// use polygateway_actors::assembly::ActorSlot;
+    /// use polygateway_actors::runtime::ActorSlot;
     /// use polygateway_actors::runtime::RestartPolicy;
     /// let slot = ActorSlot::down("doubler starting");
     /// runtime
@@ -426,7 +426,6 @@ impl Runtime {
     /// # runtime.shutdown(Duration::from_secs(1)).await;
     /// # }
     /// ```
-    #[doc(hidden)]
     pub async fn adopt<A, F>(
         &self,
         name: &str,

@@ -49,7 +49,7 @@ impl Default for TelemetryConfig {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use polygateway_actors::assembly::{TelemetryArgs, TelemetryQueue};
+/// use polygateway_actors::telemetry::{TelemetryArgs, TelemetryQueue};
 /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
 /// let args: TelemetryArgs<String> = TelemetryArgs::new(
 ///     Arc::new(TelemetryQueue::new(10_000)),
@@ -60,7 +60,6 @@ impl Default for TelemetryConfig {
 /// args.queue.push("row".to_string());
 /// assert_eq!(respawn_with.queue.len(), 1);
 /// ```
-#[doc(hidden)]
 pub struct TelemetryArgs<R> {
     /// The shared queue callers push into.
     pub queue: Arc<TelemetryQueue<R>>,
@@ -86,7 +85,7 @@ impl<R: Send + 'static> TelemetryArgs<R> {
     /// ```
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use polygateway_actors::assembly::{TelemetryArgs, TelemetryQueue};
+    /// use polygateway_actors::telemetry::{TelemetryArgs, TelemetryQueue};
     /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
     /// let queue = Arc::new(TelemetryQueue::new(1_000));
     /// let config = TelemetryConfig { batch_size: 50, flush_interval: Duration::from_secs(1) };
@@ -110,7 +109,7 @@ impl<R: Send + 'static> TelemetryArgs<R> {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use polygateway_actors::assembly::{TelemetryArgs, TelemetryQueue};
+    /// use polygateway_actors::telemetry::{TelemetryArgs, TelemetryQueue};
     /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
     /// let args = TelemetryArgs::new(Arc::new(TelemetryQueue::new(1)), Arc::new(NullSink), TelemetryConfig::default());
     /// args.queue.push(1);
@@ -141,7 +140,7 @@ impl<R> std::fmt::Debug for TelemetryArgs<R> {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Arc;
-/// use polygateway_actors::assembly::{
+/// use polygateway_actors::telemetry::{
 ///     FlushReport, TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue,
 /// };
 /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
@@ -162,7 +161,6 @@ impl<R> std::fmt::Debug for TelemetryArgs<R> {
 /// handle.await.unwrap();
 /// # }
 /// ```
-#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FlushReport {
     /// Rows handed to the sink during this flush. Rows a start-up drain or a `Tick` already
@@ -182,7 +180,7 @@ pub struct FlushReport {
 /// # async fn main() {
 /// use std::sync::Arc;
 /// use std::time::Duration;
-/// use polygateway_actors::assembly::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
+/// use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
 /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
 /// use ractor::Actor;
 /// let queue = Arc::new(TelemetryQueue::new(100));
@@ -203,7 +201,6 @@ pub struct FlushReport {
 /// handle.await.unwrap();
 /// # }
 /// ```
-#[doc(hidden)]
 #[derive(Debug)]
 pub enum TelemetryMsg {
     /// Periodic: write one (possibly partial) batch.
@@ -222,7 +219,7 @@ pub enum TelemetryMsg {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::{Arc, Mutex};
-/// use polygateway_actors::assembly::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
+/// use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
 /// use polygateway_actors::telemetry::{TelemetryConfig, TelemetrySink, TelemetryStatus};
 /// use ractor::Actor;
 ///
@@ -251,7 +248,6 @@ pub enum TelemetryMsg {
 /// handle.await.unwrap();
 /// # }
 /// ```
-#[doc(hidden)]
 pub struct TelemetryActor<R>(PhantomData<fn() -> R>);
 
 impl<R> TelemetryActor<R> {
@@ -261,7 +257,7 @@ impl<R> TelemetryActor<R> {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::sync::Arc;
-    /// use polygateway_actors::assembly::{TelemetryActor, TelemetryArgs, TelemetryQueue};
+    /// use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryQueue};
     /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
     /// use ractor::Actor;
     /// let args: TelemetryArgs<String> =
@@ -289,7 +285,7 @@ impl<R> Default for TelemetryActor<R> {
 /// [`TelemetryActor`]'s `Actor::State`:
 ///
 /// ```
-/// use polygateway_actors::assembly::{TelemetryActor, TelemetryState};
+/// use polygateway_actors::telemetry::{TelemetryActor, TelemetryState};
 /// fn state_type<A: ractor::Actor>(_: &A) -> std::any::TypeId
 /// where
 ///     A::State: 'static,
@@ -299,7 +295,6 @@ impl<R> Default for TelemetryActor<R> {
 /// let actor = TelemetryActor::<u32>::new();
 /// assert_eq!(state_type(&actor), std::any::TypeId::of::<TelemetryState<u32>>());
 /// ```
-#[doc(hidden)]
 pub struct TelemetryState<R> {
     args: TelemetryArgs<R>,
     timer: JoinHandle<()>,

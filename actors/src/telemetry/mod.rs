@@ -6,13 +6,16 @@
 //! shaped into SQL: the `polygateway` crate owns the row type and the SQLite/PostgreSQL sinks.
 
 //!
-//! Public: the sink port, its status and the batching configuration. The actor and its queue are
-//! runtime assembly (the `polygateway` crate spawns them with its own row type): they are in
-//! [`crate::assembly`].
+//! Public: the sink port, its status, the batching configuration, and the actor with its queue,
+//! which a caller spawns under the runtime with its own row type (`Runtime::adopt`), as the
+//! `polygateway` crate does.
 
 pub(crate) mod actor;
 pub(crate) mod queue;
 mod sink;
 
-pub use actor::TelemetryConfig;
+pub use actor::{
+    FlushReport, TelemetryActor, TelemetryArgs, TelemetryConfig, TelemetryMsg, TelemetryState,
+};
+pub use queue::TelemetryQueue;
 pub use sink::{NullSink, TelemetrySink, TelemetryStatus};

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 /// A bounded multi-producer queue of telemetry rows.
 ///
 /// ```
-/// use polygateway_actors::assembly::TelemetryQueue;
+/// use polygateway_actors::telemetry::TelemetryQueue;
 /// let q = TelemetryQueue::new(2);
 /// assert!(q.push(1));
 /// assert!(q.push(2));
@@ -21,7 +21,6 @@ use tokio::sync::Notify;
 /// assert_eq!(q.dropped(), 1);
 /// assert_eq!(q.drain(10), vec![1, 2]);
 /// ```
-#[doc(hidden)]
 #[derive(Debug)]
 pub struct TelemetryQueue<R> {
     rows: Mutex<VecDeque<R>>,
@@ -37,7 +36,7 @@ impl<R> TelemetryQueue<R> {
     /// A queue holding at most `capacity` rows (at least 1).
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q: TelemetryQueue<String> = TelemetryQueue::new(1_000);
     /// assert_eq!(q.capacity(), 1_000);
     /// assert!(q.is_empty());
@@ -58,7 +57,7 @@ impl<R> TelemetryQueue<R> {
     /// Enqueue a row without waiting. Returns `false` (and counts the row as dropped) when full.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(1);
     /// assert!(q.push("first"));
     /// assert!(!q.push("second")); // full: refused at once, never waited on
@@ -87,7 +86,7 @@ impl<R> TelemetryQueue<R> {
     /// Take up to `max` rows from the front, oldest first.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(10);
     /// for row in 1..=5 {
     ///     q.push(row);
@@ -105,7 +104,7 @@ impl<R> TelemetryQueue<R> {
     /// Rows waiting.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(10);
     /// q.push('a');
     /// q.push('b');
@@ -120,7 +119,7 @@ impl<R> TelemetryQueue<R> {
     /// `true` when no row is waiting.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(10);
     /// assert!(q.is_empty());
     /// q.push(1);
@@ -133,7 +132,7 @@ impl<R> TelemetryQueue<R> {
     /// The capacity.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(3);
     /// for row in 0..q.capacity() {
     ///     assert!(q.push(row));
@@ -147,7 +146,7 @@ impl<R> TelemetryQueue<R> {
     /// Rows refused because the queue was full, since creation.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(2);
     /// for row in 0..5 {
     ///     q.push(row);
@@ -163,7 +162,7 @@ impl<R> TelemetryQueue<R> {
     /// Rows accepted, since creation.
     ///
     /// ```
-    /// use polygateway_actors::assembly::TelemetryQueue;
+    /// use polygateway_actors::telemetry::TelemetryQueue;
     /// let q = TelemetryQueue::new(2);
     /// q.push(1);
     /// q.push(2);
@@ -176,69 +175,19 @@ impl<R> TelemetryQueue<R> {
         self.accepted.load(Ordering::Relaxed)
     }
 
-    /// Ask to be woken (through [`TelemetryQueue::wait_full`]) when the queue reaches `len` rows.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway_actors::assembly::TelemetryQueue;
-    /// let q = TelemetryQueue::new(100);
-    /// q.set_wake_at(2);
-    /// q.push(1);
-    /// let early = tokio::time::timeout(Duration::from_millis(10), q.wait_full()).await;
-    /// assert!(early.is_err(), "one row is not a batch yet");
-    /// q.push(2);
-    /// assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full()).await.is_ok());
-    /// # }
-    /// ```
-    pub fn set_wake_at(&self, len: usize) {
+    /// Ask to be woken (through `wait_full`) when the queue reaches `len` rows.
+    pub(crate) fn set_wake_at(&self, len: usize) {
         self.wake_at.store(len, Ordering::Relaxed);
     }
 
     /// Resolves once the queue has reached the wake-up length since the last call (a permit is
-    /// stored if nobody was waiting).
-    ///
-    /// A consumer loop drains one batch per wake-up:
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use std::sync::Arc;
-    /// use polygateway_actors::assembly::TelemetryQueue;
-    /// let q = Arc::new(TelemetryQueue::new(100));
-    /// q.set_wake_at(3);
-    /// let consumer = tokio::spawn({
-    ///     let q = Arc::clone(&q);
-    ///     async move {
-    ///         q.wait_full().await;
-    ///         q.drain(3)
-    ///     }
-    /// });
-    /// for row in ["a", "b", "c"] {
-    ///     q.push(row);
-    /// }
-    /// assert_eq!(consumer.await.unwrap(), vec!["a", "b", "c"]);
-    /// # }
-    /// ```
-    pub async fn wait_full(&self) {
+    /// stored if nobody was waiting): a consumer loop drains one batch per wake-up.
+    pub(crate) async fn wait_full(&self) {
         self.wake.notified().await;
     }
 
     /// Wake the consumer now (used when a wake-up reached a consumer that is gone).
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use std::time::Duration;
-    /// use polygateway_actors::assembly::TelemetryQueue;
-    /// let q: TelemetryQueue<u32> = TelemetryQueue::new(100);
-    /// q.set_wake_at(50);
-    /// q.wake_consumer(); // stores a permit: the next wait returns at once
-    /// assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full()).await.is_ok());
-    /// # }
-    /// ```
-    pub fn wake_consumer(&self) {
+    pub(crate) fn wake_consumer(&self) {
         self.wake.notify_one();
     }
 
@@ -252,6 +201,51 @@ impl<R> TelemetryQueue<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // The consumer side's examples (crate-private since issue #50: only the telemetry actor
+    // waits on the queue).
+    #[tokio::test]
+    async fn the_consumer_is_woken_once_a_batch_is_in() {
+        use std::time::Duration;
+        let q = TelemetryQueue::new(100);
+        q.set_wake_at(2);
+        q.push(1);
+        let early = tokio::time::timeout(Duration::from_millis(10), q.wait_full()).await;
+        assert!(early.is_err(), "one row is not a batch yet");
+        q.push(2);
+        assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full())
+            .await
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_consumer_loop_drains_one_batch_per_wake_up() {
+        use std::sync::Arc;
+        let q = Arc::new(TelemetryQueue::new(100));
+        q.set_wake_at(3);
+        let consumer = tokio::spawn({
+            let q = Arc::clone(&q);
+            async move {
+                q.wait_full().await;
+                q.drain(3)
+            }
+        });
+        for row in ["a", "b", "c"] {
+            q.push(row);
+        }
+        assert_eq!(consumer.await.unwrap(), vec!["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn waking_the_consumer_stores_a_permit() {
+        use std::time::Duration;
+        let q: TelemetryQueue<u32> = TelemetryQueue::new(100);
+        q.set_wake_at(50);
+        q.wake_consumer(); // stores a permit: the next wait returns at once
+        assert!(tokio::time::timeout(Duration::from_secs(1), q.wait_full())
+            .await
+            .is_ok());
+    }
 
     #[test]
     fn overflow_is_counted_and_never_blocks() {

@@ -44,27 +44,29 @@ impl GatewayBuilder {
     #[cfg(feature = "redis")]
     async fn redis_cache(&self) -> Result<Arc<dyn ResponseCache>, GatewayError> {
         let url = self.settings.redis_url.as_ref().ok_or_else(|| {
-            GatewayError::Config(format!(
+            GatewayError::Config(crate::config::ConfigError::Assembly(format!(
                 "{}=redis needs {}",
                 PGW_CACHE_BACKEND.name,
                 crate::config::keys::global::REDIS_URL.name
-            ))
+            )))
         })?;
         let cache = RedisCache::connect(url.expose(), Duration::from_secs(1))
             .await
-            .map_err(|e| GatewayError::Config(format!("cache: {e}")))?;
+            .map_err(|e| {
+                GatewayError::Config(crate::config::ConfigError::Assembly(format!("cache: {e}")))
+            })?;
         Ok(Arc::new(cache))
     }
 
     #[cfg(not(feature = "redis"))]
     async fn redis_cache(&self) -> Result<Arc<dyn ResponseCache>, GatewayError> {
         let refused = crate::config::features::disabled(PGW_CACHE_BACKEND.name, "redis", "redis");
-        Err(GatewayError::Config(refused.to_string()))
+        Err(GatewayError::Config(refused))
     }
 }
 
 fn memory_cache() -> Result<Arc<dyn ResponseCache>, GatewayError> {
     let cache = MemoryCache::new(MEMORY_CACHE_ENTRIES, MEMORY_CACHE_BYTES)
-        .map_err(|e| GatewayError::Config(e.to_string()))?;
+        .map_err(|e| GatewayError::Config(crate::config::ConfigError::Assembly(e.to_string())))?;
     Ok(Arc::new(cache))
 }

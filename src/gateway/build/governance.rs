@@ -69,8 +69,11 @@ impl GatewayBuilder {
         let something_to_build = self.gate.is_none() || self.breakers.is_none();
         match (Self::needs_redis(settings), &settings.redis_url) {
             (true, Some(url)) if something_to_build => {
-                RedisGovernance::check_url(url)
-                    .map_err(|e| GatewayError::Config(format!("REDIS_URL: {e}")))?;
+                RedisGovernance::check_url(url).map_err(|e| {
+                    GatewayError::Config(crate::config::ConfigError::Assembly(format!(
+                        "REDIS_URL: {e}"
+                    )))
+                })?;
                 // A server that is down is an outage, not a build failure (the original
                 // library's behaviour): the gateway is built, every call fails closed with
                 // `GovernanceBackendError` (retry in 5 s) and it serves by itself once the
@@ -81,7 +84,12 @@ impl GatewayBuilder {
                     RedisOptions::default(),
                 )
                 .await
-                .map_err(|e| GatewayError::Config(format!("REDIS_URL: {}", e.message)))?;
+                .map_err(|e| {
+                    GatewayError::Config(crate::config::ConfigError::Assembly(format!(
+                        "REDIS_URL: {}",
+                        e.message
+                    )))
+                })?;
                 if let Some(down) = down {
                     tracing::warn!(
                         scope = default_scope,
@@ -93,7 +101,9 @@ impl GatewayBuilder {
                 owned.redis.push(redis.clone());
                 Ok(Some(redis))
             }
-            (true, None) => Err(GatewayError::Config("redis backends need REDIS_URL".into())),
+            (true, None) => Err(GatewayError::Config(crate::config::ConfigError::Assembly(
+                "redis backends need REDIS_URL".into(),
+            ))),
             _ => Ok(None),
         }
     }

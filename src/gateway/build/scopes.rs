@@ -120,28 +120,32 @@ impl GatewayBuilder {
         scope: &ScopeSettings,
     ) -> Result<ScopeEntry, GatewayError> {
         let embedding = scope.embedding.clone().ok_or_else(|| {
-            GatewayError::Config(format!(
+            GatewayError::Config(crate::config::ConfigError::Assembly(format!(
                 "{} is required for an embeddings scope",
                 BATCH_SIZE.in_scope(name)
-            ))
+            )))
         })?;
         for s in &scope.sources {
             match s.effective_dialect(self.registry.get(&s.provider)) {
                 Dialect::Anthropic => {
-                    return Err(GatewayError::Config(format!(
+                    return Err(GatewayError::Config(crate::config::ConfigError::Assembly(
+                        format!(
                         "source {} of embeddings scope {name} speaks Anthropic's Messages API, \
                          which has no embeddings; an embeddings source speaks openai or gemini",
                         s.name
+                    ),
                     )))
                 }
                 Dialect::Gemini if embedding.batch_size > gemini_embed::MAX_BATCH => {
-                    return Err(GatewayError::Config(format!(
-                        "{} is {}, but source {} is a Gemini source, whose batchEmbedContents \
+                    return Err(GatewayError::Config(crate::config::ConfigError::Assembly(
+                        format!(
+                            "{} is {}, but source {} is a Gemini source, whose batchEmbedContents \
                          takes at most {} texts a request",
-                        BATCH_SIZE.in_scope(name),
-                        embedding.batch_size,
-                        s.name,
-                        gemini_embed::MAX_BATCH
+                            BATCH_SIZE.in_scope(name),
+                            embedding.batch_size,
+                            s.name,
+                            gemini_embed::MAX_BATCH
+                        ),
                     )))
                 }
                 _ => {}

@@ -3,10 +3,8 @@
 
 use std::sync::Arc;
 
-use polygateway_actors::assembly::{
-    ActorSlot, TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue,
-};
-use polygateway_actors::runtime::Runtime;
+use polygateway_actors::runtime::{ActorSlot, Runtime};
+use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
 
 use super::super::{Owned, Telemetry};
 use super::GatewayBuilder;
@@ -42,7 +40,7 @@ impl GatewayBuilder {
                 owned.telemetry_sink = true;
                 sink_from_settings(settings)
                     .await
-                    .map_err(|e| GatewayError::Config(e.to_string()))?
+                    .map_err(GatewayError::Config)?
             }
         };
         let queue = Arc::new(TelemetryQueue::new(TELEMETRY_QUEUE_CAPACITY));
@@ -76,8 +74,12 @@ impl GatewayBuilder {
         let Some(path) = &self.settings.pricing_path else {
             return Ok(None);
         };
-        let pricing = Pricing::load(path)
-            .map_err(|e| GatewayError::Config(format!("{}: {e}", PGW_PRICING_PATH.name)))?;
+        let pricing = Pricing::load(path).map_err(|e| {
+            GatewayError::Config(crate::config::ConfigError::Assembly(format!(
+                "{}: {e}",
+                PGW_PRICING_PATH.name
+            )))
+        })?;
         Ok(Some(Arc::new(pricing)))
     }
 }

@@ -316,13 +316,16 @@ impl KeyStore {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, GatewayError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| {
-            GatewayError::Config(format!(
+            GatewayError::Config(crate::config::ConfigError::Assembly(format!(
                 "PGW_SERVER_KEYS_FILE {}: cannot read: {e}",
                 path.display()
-            ))
+            )))
         })?;
         Self::from_json(&text).map_err(|e| {
-            GatewayError::Config(format!("PGW_SERVER_KEYS_FILE {}: {e}", path.display()))
+            GatewayError::Config(crate::config::ConfigError::Assembly(format!(
+                "PGW_SERVER_KEYS_FILE {}: {e}",
+                path.display()
+            )))
         })
     }
 
@@ -338,10 +341,10 @@ impl KeyStore {
     /// ```
     pub fn from_json(text: &str) -> Result<Self, GatewayError> {
         let file: KeyFile = serde_json::from_str(text).map_err(|e| {
-            GatewayError::Config(format!(
+            GatewayError::Config(crate::config::ConfigError::Assembly(format!(
                 "not a key file ({e}); expected {{\"keys\": [{{\"name\", \"hash\", \"scopes\", \
                  optional \"tenant\", \"rpm\", \"max_concurrency\", \"priority\", \"deadline_s\", \"weight\", \"budget\"}}]}}"
-            ))
+            )))
         })?;
         let mut names = BTreeSet::new();
         let mut keys = Vec::with_capacity(file.keys.len());
@@ -352,36 +355,50 @@ impl KeyStore {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
             if !valid_name {
-                return Err(GatewayError::Config(format!(
-                    "key name {name:?}: 1-64 characters of A-Z a-z 0-9 _ . - are allowed"
+                return Err(GatewayError::Config(crate::config::ConfigError::Assembly(
+                    format!("key name {name:?}: 1-64 characters of A-Z a-z 0-9 _ . - are allowed"),
                 )));
             }
             if !names.insert(name.clone()) {
-                return Err(GatewayError::Config(format!(
-                    "key name {name:?} is given twice"
+                return Err(GatewayError::Config(crate::config::ConfigError::Assembly(
+                    format!("key name {name:?} is given twice"),
                 )));
             }
             let (salt, hash) = parse_hash(&entry.hash).ok_or_else(|| {
-                GatewayError::Config(format!(
+                GatewayError::Config(crate::config::ConfigError::Assembly(format!(
                     "key {name}: hash must be `salt$sha256` in hex, as `polygateway key hash` \
                      prints it"
-                ))
+                )))
             })?;
             let tenant = entry.tenant.unwrap_or_else(|| name.clone());
-            crate::validate::validate_tenant_id(&tenant)
-                .map_err(|e| GatewayError::Config(format!("key {name}: tenant: {e}")))?;
+            crate::validate::validate_tenant_id(&tenant).map_err(|e| {
+                GatewayError::Config(crate::config::ConfigError::Assembly(format!(
+                    "key {name}: tenant: {e}"
+                )))
+            })?;
             let priority = match entry.priority.as_deref() {
                 None => Priority::Normal,
-                Some(p) => crate::validate::parse_priority(p)
-                    .map_err(|e| GatewayError::Config(format!("key {name}: priority: {e}")))?,
+                Some(p) => crate::validate::parse_priority(p).map_err(|e| {
+                    GatewayError::Config(crate::config::ConfigError::Assembly(format!(
+                        "key {name}: priority: {e}"
+                    )))
+                })?,
             };
             let deadline = entry
                 .deadline_s
                 .map(crate::validate::deadline_from_secs)
                 .transpose()
-                .map_err(|e| GatewayError::Config(format!("key {name}: deadline_s: {e}")))?;
-            let weight = crate::validate::validate_weight(entry.weight.unwrap_or(1))
-                .map_err(|e| GatewayError::Config(format!("key {name}: {e}")))?;
+                .map_err(|e| {
+                    GatewayError::Config(crate::config::ConfigError::Assembly(format!(
+                        "key {name}: deadline_s: {e}"
+                    )))
+                })?;
+            let weight =
+                crate::validate::validate_weight(entry.weight.unwrap_or(1)).map_err(|e| {
+                    GatewayError::Config(crate::config::ConfigError::Assembly(format!(
+                        "key {name}: {e}"
+                    )))
+                })?;
             let admin = entry.scopes.iter().any(|s| s == "admin");
             let scopes = if entry.scopes.iter().any(|s| s == "*") {
                 None
@@ -392,7 +409,7 @@ impl KeyStore {
                 .budget
                 .map(|b| crate::config::SpendBudget::parse(&format!("key {name}: budget"), &b))
                 .transpose()
-                .map_err(|e| GatewayError::Config(e.to_string()))?;
+                .map_err(GatewayError::Config)?;
             keys.push(VirtualKey {
                 budget,
                 admin,

@@ -63,7 +63,7 @@ pub(crate) async fn admit_key(
         },
         per_source: Limits::default(),
         est_tokens: 0,
-        lease_id: polygateway_actors::assembly::new_id().into(),
+        lease_id: polygateway_actors::runtime::new_id().into(),
         lease_ttl,
     };
     let decision = tokio::time::timeout(timeout, gate.admit(&request))

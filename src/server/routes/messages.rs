@@ -516,7 +516,7 @@ async fn create(
     let handle = app.gw.chat_scope(&scope)?;
     let timeout = app.settings.request_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
-    let id = format!("msg_{}", polygateway_actors::assembly::new_id());
+    let id = format!("msg_{}", polygateway_actors::runtime::new_id());
     if !call.stream {
         let response = tokio::time::timeout_at(deadline, handle.chat_with(call.messages, options))
             .await

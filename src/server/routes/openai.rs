@@ -78,7 +78,7 @@ async fn chat(
     let timeout = app.settings.request_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
     let head = ChunkHead {
-        id: format!("chatcmpl-{}", polygateway_actors::assembly::new_id()),
+        id: format!("chatcmpl-{}", polygateway_actors::runtime::new_id()),
         model: req.model,
         created: now_s(),
     };

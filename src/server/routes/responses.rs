@@ -554,7 +554,7 @@ async fn create(
     let handle = app.gw.chat_scope(&scope)?;
     let timeout = app.settings.request_timeout;
     let deadline = tokio::time::Instant::now() + timeout;
-    let id = polygateway_actors::assembly::new_id();
+    let id = polygateway_actors::runtime::new_id();
     let created = now_s();
     let events: std::pin::Pin<Box<dyn Stream<Item = _> + Send>> = if !call.stream || structured {
         let answer = async {
