@@ -39,5 +39,7 @@ mod permit;
 mod tests;
 
 pub use governance::{Governance, GovernanceFactory};
-pub(crate) use lifecycle::{AdmissionActor, AdmissionArgs, AdmissionMsg, AdmissionSlot};
+#[cfg(feature = "testkit")]
+pub(crate) use lifecycle::AdmissionMsg;
+pub(crate) use lifecycle::{AdmissionActor, AdmissionArgs, AdmissionSlot};
 pub(crate) use permit::{AdmitAnswer, AdmitRequest, Permit};
