@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::fixture::MOCK_CONTENT;
 /// What the mock does with a request.
 ///
-/// Token usage: `prompt_tokens` = [`MOCK_PROMPT_TOKENS`], `completion_tokens` = number of
+/// Token usage: `prompt_tokens` = [`MOCK_PROMPT_TOKENS`](super::MOCK_PROMPT_TOKENS), `completion_tokens` = number of
 /// content + reasoning deltas. Streaming sends the usage chunk only when the request asked for
 /// it (`stream_options.include_usage`), like OpenAI. The reported `model` is the requested model
 /// with `-mock` appended (so a test can tell it came from the wire).
@@ -150,7 +150,7 @@ pub enum Behaviour {
         /// What a succeeding request does (usually [`Behaviour::healthy`] or
         /// [`Behaviour::healthy_with`]).
         healthy: Box<Behaviour>,
-        /// RNG seed (the draw sequence restarts on [`MockUpstream::set_behaviour`]).
+        /// RNG seed (the draw sequence restarts on [`MockUpstream::set_behaviour`](super::MockUpstream::set_behaviour)).
         seed: u64,
     },
     /// One behaviour per request in order; the last one repeats.

@@ -19,7 +19,7 @@
 /// # }
 /// ```
 pub const MOCK_PROMPT_TOKENS: u64 = 12;
-/// Cached prompt tokens reported by [`Behaviour::UsageDetails`].
+/// Cached prompt tokens reported by [`Behaviour::UsageDetails`](super::Behaviour::UsageDetails).
 ///
 /// ```
 /// use polygateway::testkit::mock_llm::MOCK_CACHED_TOKENS;
@@ -35,7 +35,7 @@ pub const MOCK_PROMPT_TOKENS: u64 = 12;
 /// # }
 /// ```
 pub const MOCK_CACHED_TOKENS: u64 = 8;
-/// Reasoning tokens reported by [`Behaviour::UsageDetails`].
+/// Reasoning tokens reported by [`Behaviour::UsageDetails`](super::Behaviour::UsageDetails).
 ///
 /// They are part of `completion_tokens`, as in OpenAI's usage block:
 ///
@@ -55,7 +55,7 @@ pub const MOCK_CACHED_TOKENS: u64 = 8;
 /// # }
 /// ```
 pub const MOCK_REASONING_TOKENS: u64 = 3;
-/// Default answer of [`Behaviour::healthy`].
+/// Default answer of [`Behaviour::healthy`](super::Behaviour::healthy).
 ///
 /// ```
 /// use polygateway::testkit::mock_llm::MOCK_CONTENT;
@@ -71,7 +71,7 @@ pub const MOCK_REASONING_TOKENS: u64 = 3;
 /// # }
 /// ```
 pub const MOCK_CONTENT: &str = "Hello from the mock upstream.";
-/// Reasoning text of [`Behaviour::Reasoning`] and [`Behaviour::ThinkTags`].
+/// Reasoning text of [`Behaviour::Reasoning`](super::Behaviour::Reasoning) and [`Behaviour::ThinkTags`](super::Behaviour::ThinkTags).
 ///
 /// The gateway returns the streamed `reasoning_content` as `thinking`, apart from the answer:
 ///

@@ -33,7 +33,7 @@ pub struct MockCounts {
     pub embeddings: u64,
     /// `GET /v1/models`.
     pub models: u64,
-    /// Chat and embeddings requests by resolved [`Behaviour::name`].
+    /// Chat and embeddings requests by resolved [`Behaviour::name`](super::Behaviour::name).
     pub by_behaviour: BTreeMap<&'static str, u64>,
 }
 

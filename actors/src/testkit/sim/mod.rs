@@ -7,8 +7,8 @@
 //! are `ComposedAttempts` over the memory gate and breakers, each attempt feeds the real pacer
 //! and health policies (`SourcePolicies`, what the source actor runs), and streaming calls emit
 //! their deltas into a real `EventSink`. Only the world is simulated: a seeded fault process
-//! behind a [`Transport`], timers, and a hand-rolled single-threaded executor in virtual time
-//! ([`ManualClock`]). No tokio, no threads: one seed is one schedule, replayed exactly, and the
+//! behind a [`Transport`](crate::Transport), timers, and a hand-rolled single-threaded executor in virtual time
+//! ([`ManualClock`](crate::memory::ManualClock)). No tokio, no threads: one seed is one schedule, replayed exactly, and the
 //! invariants listed in `ARCHITECTURE.md` ("Simulation") are checked at every step.
 //!
 //! What is modelled per seed: 1–4 sources with latency distributions, 429 bursts with and
