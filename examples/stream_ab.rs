@@ -23,6 +23,11 @@
 //! then `chat_stream()`. One JSON line per round, then one with the medians over the rounds.
 //! To compare builds, run each build's binary in turn, several times, and compare medians: on a
 //! shared 2-core machine single rounds vary by ±25 %.
+//!
+//! `--pacer off` takes the adaptive pacer out of both scopes (`--pacer adaptive`, the default,
+//! keeps it). On a saturated machine the pacer reads the CPU's queueing as the upstream's latency
+//! and now and then cuts its limit below the 64 callers, who then wait; two builds whose pacers
+//! differ wait differently, so `off` is how to compare their call paths alone.
 
 #[path = "support/process_cpu.rs"]
 mod process_cpu;
@@ -166,15 +171,23 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[tokio::main]
 async fn main() {
     let (mut calls, mut rounds, mut source_limit) = (15_000usize, 3usize, 512usize);
+    let mut pacer = "adaptive".to_string();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let value = args.next().and_then(|v| v.parse::<usize>().ok());
-        match (flag.as_str(), value) {
+        let value = args.next();
+        let count = value.as_deref().and_then(|v| v.parse::<usize>().ok());
+        match (flag.as_str(), count) {
             ("--calls", Some(n)) if n >= 100 => calls = n,
             ("--rounds", Some(n)) if n >= 1 => rounds = n,
             ("--source-limit", Some(n)) if n >= 1 => source_limit = n,
+            ("--pacer", _) if matches!(value.as_deref(), Some("adaptive" | "off")) => {
+                pacer = value.unwrap_or_default()
+            }
             _ => {
-                eprintln!("usage: stream_ab [--calls N≥100] [--rounds R≥1] [--source-limit L≥1]");
+                eprintln!(
+                    "usage: stream_ab [--calls N≥100] [--rounds R≥1] [--source-limit L≥1] \
+                     [--pacer adaptive|off]"
+                );
                 std::process::exit(2);
             }
         }
@@ -209,10 +222,12 @@ async fn main() {
             ("LLM__OPENAI__1__MAX_CONCURRENCY", &source_limit_value),
             ("LLM__GLOBAL__MAX_CONCURRENCY", "1024"),
             ("LLM__GLOBAL__RPM", "100000000"),
+            ("LLM__PACER", &pacer),
             ("CLAUDE__OPENAI__1__DIALECT", "anthropic"),
             ("CLAUDE__OPENAI__1__MAX_CONCURRENCY", &source_limit_value),
             ("CLAUDE__GLOBAL__MAX_CONCURRENCY", "1024"),
             ("CLAUDE__GLOBAL__RPM", "100000000"),
+            ("CLAUDE__PACER", &pacer),
         ],
     );
     let gw = Gateway::builder(settings)
@@ -227,7 +242,8 @@ async fn main() {
         ("LLM", Target::Gateway(&gw)),
         ("CLAUDE", Target::Scope(&claude)),
     ] {
-        for _ in 0..50 {
+        // Without a pacer one pass warms the connections; there is no limit to wait for.
+        for _ in 0..if pacer == "off" { 1 } else { 50 } {
             measure(target, Api::Chat, 2_000).await;
             if gw.sources(scope).await.unwrap()[0].pacer_limit >= ceiling {
                 break;
