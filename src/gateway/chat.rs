@@ -327,8 +327,9 @@ impl ScopeHandle<Chat> {
                 Err(errors)
             }
         };
-        self.chat_structured_schema(messages, options, schema, check)
-            .await
+        // Boxed like `chat_with`'s ladder: inline, the ladder's state would size the future of
+        // every caller that may take this path (the server's chat handler), schema or not.
+        Box::pin(self.chat_structured_schema(messages, options, schema, check)).await
     }
 
     /// The ladder behind the cache: `schema` is what typed asks send, `check` what accepts an

@@ -723,13 +723,24 @@ impl Transport for ChatTransport {
         let mut mode = self.mode.current();
         // Bounded: each pass sends a strictly weaker mode, and the prompt mode is never refused.
         loop {
+            // Each way of sending is boxed on its own: inline, this future (boxed whole by
+            // `async_trait`, held for the whole attempt) would be as large as the largest of the
+            // three, whichever one the source uses.
             let result = if let Some(gemini) = &self.gemini {
                 let stream = self.streams(request);
-                gemini_send(gemini, &self.settings, request, mode, stream, events).await
+                Box::pin(gemini_send(
+                    gemini,
+                    &self.settings,
+                    request,
+                    mode,
+                    stream,
+                    events,
+                ))
+                .await
             } else if self.streams(request) {
-                self.send_streaming(request, mode, events).await
+                Box::pin(self.send_streaming(request, mode, events)).await
             } else {
-                self.send_plain(request, mode, events).await
+                Box::pin(self.send_plain(request, mode, events)).await
             };
             // A continuation's whole text loses what its deltas lost.
             let result = result.map(|mut answer| {

@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use polygateway_actors::policy::pacer::RateLimitHint;
 use polygateway_actors::SourceReason;
 
@@ -192,51 +193,61 @@ impl Watchdog {
     }
 
     /// Await `fut` under the deadline in force (TTFT / inter-token / total).
-    pub(crate) async fn guard<F: Future>(&self, fut: F) -> Result<F::Output, TransportError> {
+    pub(crate) fn guard<F: Future>(
+        &self,
+        fut: F,
+    ) -> impl Future<Output = Result<F::Output, TransportError>> {
         let (deadline, layer) = self.clock.deadline();
-        self.until(deadline, layer, fut).await
+        self.until(deadline, layer, fut)
     }
 
     /// Await `fut` under the total deadline only.
-    pub(crate) async fn guard_total<F: Future>(&self, fut: F) -> Result<F::Output, TransportError> {
+    pub(crate) fn guard_total<F: Future>(
+        &self,
+        fut: F,
+    ) -> impl Future<Output = Result<F::Output, TransportError>> {
         self.until(self.clock.total_deadline(), StallLayer::Total, fut)
-            .await
     }
 
     /// Send `request` and read its whole 2xx body under the total deadline; a non-2xx answer is
     /// classified by the dialect's `reader`, with its body summary. The non-streaming exchange of
     /// every JSON transport. Also returns the answer's rate-limit headers (for the pacer).
-    pub(crate) async fn whole_body(
+    ///
+    /// Not an `async fn`, like [`Self::guard`]: one keeps its argument in its own state besides
+    /// the future it was moved into, so `sent` would be held twice while the answer is awaited.
+    pub(crate) fn whole_body(
         &self,
         sent: impl Future<Output = Result<reqwest::Response, reqwest::Error>>,
         reader: super::http::AnswerReader,
-    ) -> Result<(bytes::Bytes, Option<RateLimitHint>), TransportError> {
-        let resp = self
-            .guard_total(sent)
-            .await?
-            .map_err(|e| super::http::classify_reqwest(&e))?;
-        if !resp.status().is_success() {
-            return Err(reader.classify(resp, self.clock.total_deadline()).await);
-        }
-        let rate_limit = (reader.rate_limit)(resp.headers());
-        let bytes = self
-            .guard_total(resp.bytes())
-            .await?
-            .map_err(|e| super::http::classify_reqwest(&e))?;
-        Ok((bytes, rate_limit))
+    ) -> impl Future<Output = Result<(bytes::Bytes, Option<RateLimitHint>), TransportError>> {
+        self.guard_total(sent).then(move |sent| async move {
+            let resp = sent?.map_err(|e| super::http::classify_reqwest(&e))?;
+            if !resp.status().is_success() {
+                return Err(reader.classify(resp, self.clock.total_deadline()).await);
+            }
+            let rate_limit = (reader.rate_limit)(resp.headers());
+            let bytes = self
+                .guard_total(resp.bytes())
+                .await?
+                .map_err(|e| super::http::classify_reqwest(&e))?;
+            Ok((bytes, rate_limit))
+        })
     }
 
-    async fn until<F: Future>(
+    /// `fut` under `deadline`. A combinator rather than an `async fn`: an `async fn` keeps its
+    /// arguments in its state for as long as it runs, so `fut`, moved into the timeout, would be
+    /// held twice — three times through [`Self::guard`] — and the request future every attempt
+    /// waits on is the largest part of the transport's state (what each call in flight holds).
+    fn until<F: Future>(
         &self,
         deadline: Instant,
         layer: StallLayer,
         fut: F,
-    ) -> Result<F::Output, TransportError> {
+    ) -> impl Future<Output = Result<F::Output, TransportError>> {
         // `timeout_at` polls `fut` before the timer, so data already buffered still wins over a
         // deadline that passed while the consumer was slow.
         tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), fut)
-            .await
-            .map_err(|_| self.stall_error(layer))
+            .map(move |timed| timed.map_err(|_| self.stall_error(layer)))
     }
 
     /// The Transient `timeout` error naming `layer`.
@@ -315,6 +326,41 @@ mod tests {
         assert_eq!(err.class(), FailureClass::Transient);
         assert_eq!(err.source_reason(), SourceReason::Timeout);
         assert!(err.message.contains("ttft"), "{}", err.message);
+    }
+
+    /// Every attempt waits for its answer inside `guard` (or `whole_body`), so what they hold
+    /// besides the request's own future is paid by every call in flight. As `async fn`s they
+    /// kept their argument in their state next to the timeout it was moved into: the request
+    /// future three times over through `guard` (issue #48).
+    #[tokio::test]
+    async fn guarding_a_future_holds_it_once() {
+        let w = Watchdog::start(limits(100, 30, 1000));
+        let request = async {
+            let state = std::hint::black_box([7u8; 4096]);
+            tokio::task::yield_now().await;
+            state[0]
+        };
+        let alone = std::mem::size_of_val(&request);
+        let guarded = std::mem::size_of_val(&w.guard(request));
+        assert!(
+            guarded < alone + 512,
+            "guard holds {guarded} bytes around a {alone}-byte future"
+        );
+        let client = reqwest::Client::new();
+        let sent = async {
+            let state = std::hint::black_box([7u8; 4096]);
+            tokio::task::yield_now().await;
+            let _ = state[0];
+            client.get("http://127.0.0.1:9").send().await
+        };
+        let alone = std::mem::size_of_val(&sent);
+        let whole = std::mem::size_of_val(
+            &w.whole_body(sent, crate::transport::http::AnswerReader::OPENAI),
+        );
+        assert!(
+            whole < alone + 1024,
+            "whole_body holds {whole} bytes around a {alone}-byte request"
+        );
     }
 
     #[tokio::test(start_paused = true)]
