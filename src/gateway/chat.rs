@@ -13,37 +13,17 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Map, Value};
 use tracing::Instrument;
 
-use super::call_order::CallOrder;
-use super::failure::to_gateway_error;
 use super::handle::{Chat, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome};
 use crate::cache::key::{cache_key, CacheKeyInput};
 use crate::cache::CacheLookup;
+use crate::call::failure::to_gateway_error;
+use crate::call::order::CallOrder;
 use crate::error::GatewayError;
 use crate::structured::ladder::{rehydrate_checked, run_ladder_checked};
 use crate::structured::{validate, LadderMode, LadderPlan, SchemaRequest};
-use crate::telemetry::digest::{messages_json, sampling_json};
-use crate::telemetry::row::meta_json;
-use crate::transport::chat::{ChatTransport, ChatWireRequest};
+use crate::telemetry::record::{Recorder, RowContext};
+use crate::transport::chat::ChatWireRequest;
 use crate::types::{CallOptions, LlmResponse, Message, Structured};
-
-impl Recorded for ChatTransport {
-    fn outcome(response: &LlmResponse) -> RowOutcome<'_> {
-        RowOutcome {
-            response: Some(&response.content),
-            thinking: Some(&response.thinking),
-            usage: response.usage(),
-            ttft_ms: response.ttft_ms,
-            max_inter_token_ms: response.max_inter_token_ms,
-            model_reported: response.model_reported.as_deref(),
-            priced: true,
-            finish_reason: response.finish_reason.as_deref(),
-            tool_call_count: Some(
-                response.tool_calls.len() + usize::from(response.function_call.is_some()),
-            ),
-        }
-    }
-}
 
 /// A prepared call: the wire request, its telemetry context and its cache key.
 pub(crate) struct Prepared {
@@ -408,16 +388,12 @@ impl ScopeHandle<Chat> {
             })),
             _ => None,
         };
-        let context = core.telemetry.context(|| RowContext {
-            session_id: options.session_id.clone(),
-            parent_call_id: options.parent_call_id.clone(),
-            call_group_id: options.call_group.clone(),
-            messages: messages_json(&messages, core.telemetry.text_cap),
-            sampling: sampling_json(Some(&options.overlay), Some(&scope.extra_body)),
-            tenant_id: options.tenant().to_string(),
-            meta: meta_json(&options.meta),
-            typed: asked.schema.is_some(),
-        });
+        let context = core.telemetry.chat_context(
+            options,
+            &messages,
+            &scope.extra_body,
+            asked.schema.is_some(),
+        );
         let mut wire = ChatWireRequest::new(messages);
         wire.overlay = options.overlay.clone();
         wire.schema = asked.schema.clone();

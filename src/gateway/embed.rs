@@ -8,42 +8,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use serde_json::Value;
 
-use super::failure::to_gateway_error;
 use super::handle::{Embeddings, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome};
+use crate::call::failure::to_gateway_error;
+use crate::call::order::CallOrder;
 use crate::error::{GatewayError, InvalidResult};
-use crate::telemetry::digest::cap_text;
-use crate::telemetry::row::meta_json;
-use crate::transport::embeddings::{
-    check_dim, l2_normalize, EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest,
-};
-use crate::types::{CallOptions, EmbeddingResponse, Usage, UsageSource};
+use crate::telemetry::record::Recorder;
+use crate::transport::embeddings::{check_dim, l2_normalize, EmbeddingBatch, EmbeddingWireRequest};
+use crate::types::{CallOptions, EmbeddingResponse, UsageSource};
 
 /// Batches in flight at once for one `embed` call.
 const BATCH_CONCURRENCY: usize = 4;
-
-impl Recorded for EmbeddingTransport {
-    fn outcome(batch: &EmbeddingBatch) -> RowOutcome<'_> {
-        RowOutcome {
-            response: None,
-            thinking: None,
-            usage: Usage {
-                prompt_tokens: batch.prompt_tokens,
-                completion_tokens: 0,
-                source: batch.usage_source,
-                ..Usage::default()
-            },
-            ttft_ms: None,
-            max_inter_token_ms: None,
-            model_reported: batch.model_reported.as_deref(),
-            priced: true,
-            finish_reason: None,
-            tool_call_count: None,
-        }
-    }
-}
 
 /// Embedding calls of an [`EmbeddingHandle`](crate::EmbeddingHandle).
 ///
@@ -86,31 +61,18 @@ impl ScopeHandle<Embeddings> {
         options.validate()?;
         let scope = self.scope();
         let started = Instant::now();
-        let text_cap = self.core.telemetry.text_cap;
         let batch_size = scope.settings.batch_size.max(1);
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
         // One id for every batch row of this call (`call_group_id`).
         let call_group = Some(polygateway_actors::runtime::new_id());
-        let order = super::call_order::CallOrder::of(&options);
+        let order = CallOrder::of(&options);
         let results: Vec<(EmbeddingBatch, String, String, Duration)> =
             futures::stream::iter(batches)
                 .map(|batch| {
-                    let context = self.core.telemetry.context(|| RowContext {
-                        session_id: options.session_id.clone(),
-                        parent_call_id: options.parent_call_id.clone(),
-                        call_group_id: call_group.clone(),
-                        messages: Value::Array(
-                            batch
-                                .iter()
-                                .map(|t| Value::String(cap_text(t, text_cap)))
-                                .collect(),
-                        )
-                        .to_string(),
-                        sampling: None,
-                        tenant_id: options.tenant().to_string(),
-                        meta: meta_json(&options.meta),
-                        typed: false,
-                    });
+                    let context =
+                        self.core
+                            .telemetry
+                            .texts_context(&options, call_group.clone(), &batch);
                     let request = EmbeddingWireRequest {
                         inputs: Arc::new(batch),
                     };

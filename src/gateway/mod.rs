@@ -13,13 +13,10 @@
 
 pub(crate) mod budget;
 mod build;
-mod call_order;
 mod chat;
 mod embed;
-mod failure;
 mod handle;
 mod ocr;
-mod record;
 mod scopes;
 mod snapshot;
 mod stream;
@@ -102,7 +99,7 @@ use crate::types::{
     CallOptions, EmbeddingResponse, LlmResponse, Message, OcrLayoutResult, OcrTextResult,
 };
 
-pub(crate) use record::Telemetry;
+pub(crate) use crate::telemetry::record::Telemetry;
 
 /// Response cache wiring.
 pub(crate) struct CacheLayer {

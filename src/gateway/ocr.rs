@@ -7,33 +7,13 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::failure::to_gateway_error;
 use super::handle::{Ocr, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome};
+use crate::call::failure::to_gateway_error;
+use crate::call::order::CallOrder;
 use crate::error::GatewayError;
-use crate::telemetry::row::meta_json;
-use crate::transport::ocr::{detect_image_kind, OcrOutput, OcrRequest, OcrTransport};
-use crate::types::{CallOptions, OcrLayoutResult, OcrTextResult, Usage, UsageSource};
-
-impl Recorded for OcrTransport {
-    fn outcome(output: &OcrOutput) -> RowOutcome<'_> {
-        let response = match output {
-            OcrOutput::Text(t) => Some(t.text.as_str()),
-            OcrOutput::Layout(_) => None,
-        };
-        RowOutcome {
-            response,
-            usage: Usage {
-                source: UsageSource::Measured,
-                ..Usage::default()
-            },
-            priced: false,
-            finish_reason: None,
-            tool_call_count: None,
-            ..RowOutcome::default()
-        }
-    }
-}
+use crate::telemetry::record::Recorder;
+use crate::transport::ocr::{detect_image_kind, OcrOutput, OcrRequest};
+use crate::types::{CallOptions, OcrLayoutResult, OcrTextResult};
 
 /// OCR calls of an [`OcrHandle`](crate::OcrHandle).
 ///
@@ -157,22 +137,10 @@ impl ScopeHandle<Ocr> {
             });
         };
         let digest = hex::encode(Sha256::digest(&request.bytes));
-        let context = self.core.telemetry.context(|| RowContext {
-            session_id: options.session_id.clone(),
-            parent_call_id: options.parent_call_id.clone(),
-            call_group_id: Some(polygateway_actors::runtime::new_id()),
-            messages: serde_json::json!([{
-                "type": "image",
-                "mime": kind.mime(),
-                "sha256": digest,
-                "bytes": request.bytes.len(),
-            }])
-            .to_string(),
-            sampling: None,
-            tenant_id: options.tenant().to_string(),
-            meta: meta_json(&options.meta),
-            typed: false,
-        });
+        let context =
+            self.core
+                .telemetry
+                .image_context(options, kind, &digest, request.bytes.len());
         let scope = self.scope();
         let recorder = Recorder {
             telemetry: &self.core.telemetry,
@@ -185,7 +153,7 @@ impl ScopeHandle<Ocr> {
                 &request,
                 &recorder,
                 None,
-                super::call_order::CallOrder::of(options).govern(false),
+                CallOrder::of(options).govern(false),
             )
             .await
             .map_err(|f| to_gateway_error(&self.name, f))?;

@@ -6,9 +6,9 @@
 use polygateway_actors::runtime::Scope;
 use serde_json::{Map, Value};
 
-use super::record::SourceIdentity;
 use crate::config::EmbeddingSettings;
 use crate::structured::StructuredMode;
+use crate::telemetry::record::SourceIdentity;
 use crate::transport::chat::ChatTransport;
 use crate::transport::embeddings::EmbeddingTransport;
 use crate::transport::ocr::OcrTransport;

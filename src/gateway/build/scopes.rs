@@ -13,7 +13,6 @@ use polygateway_actors::runtime::{PacerFactory, Runtime, Scope, ScopeConfig, Sou
 use polygateway_actors::{BreakerConfig, Limits};
 use serde_json::Map;
 
-use super::super::record::SourceIdentity;
 use super::super::scopes::{ChatScope, EmbedScope, OcrScope};
 use super::super::ScopeEntry;
 use super::GatewayBuilder;
@@ -25,6 +24,7 @@ use crate::config::{
 };
 use crate::error::GatewayError;
 use crate::provider::Dialect;
+use crate::telemetry::record::SourceIdentity;
 use crate::transport::chat::ChatTransport;
 use crate::transport::dialect::gemini::embed as gemini_embed;
 use crate::transport::embeddings::EmbeddingTransport;

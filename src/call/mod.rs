@@ -1,0 +1,4 @@
+//! One governed call, as a stack of layers.
+
+pub(crate) mod failure;
+pub(crate) mod order;
