@@ -1,20 +1,20 @@
-//! The embeddings handle: batching over the one governed call path.
+//! The embeddings handle: batching over the scope's call stack (`crate::call`: validate, then
+//! per batch record and govern).
 //!
 //! Texts are split into `BATCH_SIZE` batches; each batch is its own governed call (a transient
 //! failure retries only that batch, on any source), up to four batches in flight, and the vectors
 //! are merged back in input order.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
+use polygateway_actors::runtime::Governed;
 
 use super::handle::{Embeddings, ScopeHandle};
-use crate::call::failure::to_gateway_error;
 use crate::call::order::CallOrder;
+use crate::call::EmbedStack;
 use crate::error::{GatewayError, InvalidResult};
-use crate::telemetry::record::Recorder;
-use crate::transport::embeddings::{check_dim, l2_normalize, EmbeddingBatch, EmbeddingWireRequest};
+use crate::transport::embeddings::{check_dim, l2_normalize, EmbeddingBatch};
 use crate::types::{CallOptions, EmbeddingResponse, UsageSource};
 
 /// Batches in flight at once for one `embed` call.
@@ -58,7 +58,7 @@ impl ScopeHandle<Embeddings> {
         texts: Vec<String>,
         options: CallOptions,
     ) -> Result<EmbeddingResponse, GatewayError> {
-        options.validate()?;
+        EmbedStack::validate(&options)?;
         let scope = self.scope();
         let started = Instant::now();
         let batch_size = scope.settings.batch_size.max(1);
@@ -66,52 +66,29 @@ impl ScopeHandle<Embeddings> {
         // One id for every batch row of this call (`call_group_id`).
         let call_group = Some(polygateway_actors::runtime::new_id());
         let order = CallOrder::of(&options);
-        let results: Vec<(EmbeddingBatch, String, String, Duration)> =
-            futures::stream::iter(batches)
-                .map(|batch| {
-                    let context =
-                        self.core
-                            .telemetry
-                            .texts_context(&options, call_group.clone(), &batch);
-                    let request = EmbeddingWireRequest {
-                        inputs: Arc::new(batch),
-                    };
-                    let governed_options = order.govern(false);
-                    async move {
-                        let recorder = Recorder {
-                            telemetry: &self.core.telemetry,
-                            context: &context,
-                            sources: &scope.identities,
-                        };
-                        let governed = scope
-                            .scope
-                            .call(&request, &recorder, None, governed_options)
-                            .await
-                            .map_err(|f| to_gateway_error(&self.name, f))?;
-                        Ok::<_, GatewayError>((
-                            governed.response,
-                            governed.attempt_id,
-                            governed.source.to_string(),
-                            governed.capacity_wait,
-                        ))
-                    }
-                })
-                .buffered(BATCH_CONCURRENCY)
-                .try_collect()
-                .await?;
+        let results: Vec<Governed<EmbeddingBatch>> = futures::stream::iter(batches)
+            .map(|batch| {
+                scope
+                    .stack
+                    .batch(batch, &options, &order, call_group.clone())
+            })
+            .buffered(BATCH_CONCURRENCY)
+            .try_collect()
+            .await?;
 
         let mut vectors = Vec::with_capacity(texts.len());
         let mut prompt_tokens = 0;
         let mut all_measured = !results.is_empty();
         let (mut call_id, mut source_name) = (String::new(), String::new());
         let mut capacity_wait = Duration::ZERO;
-        for (batch, attempt_id, source, waited) in results {
-            capacity_wait = capacity_wait.max(waited);
+        for governed in results {
+            let batch = governed.response;
+            capacity_wait = capacity_wait.max(governed.capacity_wait);
             prompt_tokens += batch.prompt_tokens;
             all_measured &= batch.usage_source == UsageSource::Measured;
             vectors.extend(batch.vectors);
-            call_id = attempt_id;
-            source_name = source;
+            call_id = governed.attempt_id;
+            source_name = governed.source.to_string();
         }
         let dim = vectors.first().map_or(0, Vec::len);
         let expected = scope.settings.expected_dim.unwrap_or(dim);
@@ -128,11 +105,15 @@ impl ScopeHandle<Embeddings> {
             // The configured model of the scope's first source (sources of one embeddings scope
             // must agree on the model for the vectors to be comparable).
             model: scope
+                .stack
+                .layers
                 .identities
                 .first()
                 .map(|i| i.model.clone())
                 .unwrap_or_default(),
             provider: scope
+                .stack
+                .layers
                 .identities
                 .first()
                 .map(|i| i.provider.clone())

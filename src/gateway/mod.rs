@@ -11,7 +11,6 @@
 //! # Ok(()) }
 //! ```
 
-pub(crate) mod budget;
 mod build;
 mod chat;
 mod embed;
@@ -89,8 +88,7 @@ pub use snapshot::SourceSnapshot;
 pub(crate) use stream::whole_answer_deltas;
 pub use stream::{ChatEvent, ChatStream};
 
-use crate::cache::coalesce::Coalescer;
-use crate::cache::ResponseCache;
+use crate::call::budget;
 use crate::config::{ScopeKind, Settings};
 use crate::error::GatewayError;
 use crate::telemetry::row::TelemetryRow;
@@ -100,14 +98,6 @@ use crate::types::{
 };
 
 pub(crate) use crate::telemetry::record::Telemetry;
-
-/// Response cache wiring.
-pub(crate) struct CacheLayer {
-    pub backend: Arc<dyn ResponseCache>,
-    pub namespace: String,
-    pub ttl: Duration,
-    pub coalescer: Coalescer<String, LlmResponse>,
-}
 
 /// One configured scope, by kind: what a handle of that kind looks up. (Public only because the
 /// sealed [`Kind`] trait names it; it cannot be named outside the crate.)
@@ -144,13 +134,12 @@ pub(crate) struct Core {
     pub runtime: Runtime,
     pub governance: Governance,
     pub scopes: BTreeMap<String, ScopeEntry>,
-    pub telemetry: Telemetry,
+    pub telemetry: Arc<Telemetry>,
     pub telemetry_args: TelemetryArgs<TelemetryRow>,
     pub telemetry_actor: ActorSlot<TelemetryMsg>,
-    pub cache: Option<CacheLayer>,
     pub structured_max_retries: u32,
     /// Spend budgets: which apply to a call, and each chat scope's estimate.
-    pub budgets: budget::BudgetPlan,
+    pub budgets: Arc<budget::BudgetPlan>,
     pub owned: Owned,
     pub closed: AtomicBool,
     pub settings: Settings,

@@ -1,18 +1,14 @@
-//! The OCR handle: MonkeyOCR text and layout over the one governed call path.
+//! The OCR handle: MonkeyOCR text and layout over the scope's call stack (`crate::call`:
+//! validate, record, govern).
 //!
-//! The image is checked locally first (PNG/JPEG magic bytes): a bad upload is rejected before any
-//! admission, so it costs no quota and reaches no source.
+//! The image is checked locally first (PNG/JPEG magic bytes, the validate step): a bad upload is
+//! rejected before any admission, so it costs no quota and reaches no source.
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
-
 use super::handle::{Ocr, ScopeHandle};
-use crate::call::failure::to_gateway_error;
-use crate::call::order::CallOrder;
 use crate::error::GatewayError;
-use crate::telemetry::record::Recorder;
-use crate::transport::ocr::{detect_image_kind, OcrOutput, OcrRequest};
+use crate::transport::ocr::{OcrOutput, OcrRequest};
 use crate::types::{CallOptions, OcrLayoutResult, OcrTextResult};
 
 /// OCR calls of an [`OcrHandle`](crate::OcrHandle).
@@ -126,37 +122,7 @@ impl ScopeHandle<Ocr> {
         request: OcrRequest,
         options: &CallOptions,
     ) -> Result<OcrOutput, GatewayError> {
-        options.validate()?;
-        let Some(kind) = detect_image_kind(&request.bytes) else {
-            return Err(GatewayError::RequestRejected {
-                message: format!(
-                    "OCR accepts PNG or JPEG images only; the {} bytes given match neither magic number",
-                    request.bytes.len()
-                ),
-                body_text: String::new(),
-            });
-        };
-        let digest = hex::encode(Sha256::digest(&request.bytes));
-        let context =
-            self.core
-                .telemetry
-                .image_context(options, kind, &digest, request.bytes.len());
-        let scope = self.scope();
-        let recorder = Recorder {
-            telemetry: &self.core.telemetry,
-            context: &context,
-            sources: &scope.identities,
-        };
-        let governed = scope
-            .scope
-            .call(
-                &request,
-                &recorder,
-                None,
-                CallOrder::of(options).govern(false),
-            )
-            .await
-            .map_err(|f| to_gateway_error(&self.name, f))?;
+        let governed = self.scope().stack.call(request, options).await?;
         // The provenance names the attempt that produced it, as its telemetry row does.
         let mut output = governed.response;
         let provenance = match &mut output {
