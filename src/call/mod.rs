@@ -5,8 +5,9 @@
 //!
 //! 1. **validate** (`validate.rs`): the options, an OCR image's kind — refused before anything
 //!    is spent;
-//! 2. **record** (`telemetry/record.rs`): the rows' context of the ask; the same file builds every
-//!    row the layers below record (attempts, terminal failures, cache hits, budget refusals);
+//! 2. **record** (`telemetry/record.rs`): the call's id and the rows' context of the ask; the same
+//!    file builds every row the layers below record (attempts, terminal failures, cache hits,
+//!    budget refusals);
 //! 3. **cache + coalesce** (`cache.rs`, chat): lookup, single flight, store;
 //! 4. **structured ladder** (`ladder.rs`, chat): one ask of the layers below per ask of the ladder;
 //! 5. **budget** (`budget.rs`, chat): each ask's spend reserved, then settled at its cost;
@@ -38,7 +39,7 @@ use crate::error::GatewayError;
 use crate::metrics::ChatMetrics;
 use crate::structured::ladder::rehydrate_checked;
 use crate::structured::{LadderPlan, SchemaRequest};
-use crate::telemetry::record::Telemetry;
+use crate::telemetry::record::{with_call_group, Telemetry};
 use crate::transport::chat::{ChatDelta, ChatTransport};
 use crate::transport::embeddings::{EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest};
 use crate::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
@@ -92,11 +93,12 @@ impl ChatStack {
     pub(crate) async fn chat(
         &self,
         messages: Vec<Message>,
-        options: &CallOptions,
+        options: CallOptions,
     ) -> Result<LlmResponse, GatewayError> {
-        validate::options(options)?;
-        let order = CallOrder::of(options);
-        let ask = self.asks(options, &order, None).ask(messages, None, false);
+        validate::options(&options)?;
+        let options = with_call_group(options);
+        let order = CallOrder::of(&options);
+        let ask = self.asks(&options, &order, None).ask(messages, None, false);
         self.layers.call(&ask).await
     }
 
@@ -105,13 +107,14 @@ impl ChatStack {
     pub(crate) async fn stream(
         &self,
         messages: Vec<Message>,
-        options: &CallOptions,
+        options: CallOptions,
         events: &EventSink<ChatDelta>,
     ) -> Result<LlmResponse, GatewayError> {
-        validate::options(options)?;
-        let order = CallOrder::of(options);
+        validate::options(&options)?;
+        let options = with_call_group(options);
+        let order = CallOrder::of(&options);
         let ask = self
-            .asks(options, &order, Some(events))
+            .asks(&options, &order, Some(events))
             .ask(messages, None, false);
         self.layers.call(Streamed(&ask)).await
     }
@@ -122,7 +125,7 @@ impl ChatStack {
     pub(crate) async fn structured<T>(
         &self,
         messages: Vec<Message>,
-        options: &CallOptions,
+        options: CallOptions,
         plan: LadderPlan,
         schema: Option<SchemaRequest>,
         check: impl Fn(Value) -> Result<T, Vec<String>> + Send + Sync,
@@ -130,10 +133,11 @@ impl ChatStack {
     where
         T: Send,
     {
-        validate::options(options)?;
-        let order = CallOrder::of(options);
+        validate::options(&options)?;
+        let options = with_call_group(options);
+        let order = CallOrder::of(&options);
         // The caller's ask: its conversation and the row of a cache hit.
-        let ask = self.asks(options, &order, None).ask(messages, None, false);
+        let ask = self.asks(&options, &order, None).ask(messages, None, false);
         let judge = |value: Value| check(value).map(drop);
         let structured = Structured {
             ask: &ask,

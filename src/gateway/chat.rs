@@ -11,15 +11,6 @@ use crate::error::GatewayError;
 use crate::structured::{validate, LadderPlan, SchemaRequest};
 use crate::types::{CallOptions, LlmResponse, Message, Structured};
 
-/// Every row of one call carries one fresh id as `call_group_id`; `parent_call_id` stays the
-/// caller's chain link (or empty), as in the original library.
-pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
-    if options.call_group.is_none() {
-        options.call_group = Some(polygateway_actors::runtime::new_id());
-    }
-    options
-}
-
 /// Chat calls of a [`ChatHandle`](crate::ChatHandle).
 ///
 /// ```no_run
@@ -80,21 +71,20 @@ impl ScopeHandle<Chat> {
         messages: Vec<Message>,
         options: CallOptions,
     ) -> Result<LlmResponse, GatewayError> {
-        let options = with_call_group(options);
         let stack = &self.scope().stack;
         match options.structured {
             // Boxed: the ladder's future is several times a plain call's, and inline it would
             // size every call's future (what a caller holds per call in flight) to the ladder.
             Structured::Json => Box::pin(stack.structured(
                 messages,
-                &options,
+                options,
                 LadderPlan::json(),
                 None,
                 Ok::<Value, _>,
             ))
             .await
             .map(|(response, _)| response),
-            _ => stack.chat(messages, &options).await,
+            _ => stack.chat(messages, options).await,
         }
     }
 
@@ -123,11 +113,10 @@ impl ScopeHandle<Chat> {
     {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
         let schema = SchemaRequest::of::<T>();
-        let options = with_call_group(options);
         let (response, value) = self
             .scope()
             .stack
-            .structured(messages, &options, plan, Some(schema), validate::<T>)
+            .structured(messages, options, plan, Some(schema), validate::<T>)
             .await?;
         match value {
             Some(value) => Ok((response, value)),
@@ -181,10 +170,9 @@ impl ScopeHandle<Chat> {
     {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
         let accept = |value: Value| check(&value);
-        let options = with_call_group(options);
         self.scope()
             .stack
-            .structured(messages, &options, plan, Some(schema), accept)
+            .structured(messages, options, plan, Some(schema), accept)
             .await
             .map(|(response, _)| response)
     }

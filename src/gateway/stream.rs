@@ -225,9 +225,8 @@ impl ScopeHandle<Chat> {
         delta_tx: mpsc::Sender<ChatDelta>,
     ) -> Result<LlmResponse, GatewayError> {
         options.stream = true;
-        let options = super::chat::with_call_group(options);
         let sink = EventSink::new(delta_tx);
-        let response = self.scope().stack.stream(messages, &options, &sink).await?;
+        let response = self.scope().stack.stream(messages, options, &sink).await?;
         if response.cache_hit {
             // A hit arrives whole: replayed as its text, refusal and tool calls.
             for delta in whole_answer_deltas(&response) {

@@ -128,6 +128,15 @@ pub(crate) struct RowContext {
     pub typed: bool,
 }
 
+/// Every row of one chat call carries one fresh id as `call_group_id`; `parent_call_id` stays
+/// the caller's chain link (or empty), as in the original library.
+pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
+    if options.call_group.is_none() {
+        options.call_group = Some(polygateway_actors::runtime::new_id());
+    }
+    options
+}
+
 impl RowContext {
     /// The columns a call's options give every row of it, under the call's id `call_group`.
     fn of(options: &CallOptions, call_group: Option<String>) -> Self {
