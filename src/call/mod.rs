@@ -39,7 +39,7 @@ use crate::error::GatewayError;
 use crate::metrics::ChatMetrics;
 use crate::structured::ladder::rehydrate_checked;
 use crate::structured::{LadderPlan, SchemaRequest};
-use crate::telemetry::record::{with_call_group, Telemetry};
+use crate::telemetry::record::{set_call_group, Telemetry};
 use crate::transport::chat::{ChatDelta, ChatTransport};
 use crate::transport::embeddings::{EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest};
 use crate::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
@@ -93,12 +93,13 @@ impl ChatStack {
     pub(crate) async fn chat(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        options: &mut CallOptions,
     ) -> Result<LlmResponse, GatewayError> {
-        validate::options(&options)?;
-        let options = with_call_group(options);
-        let order = CallOrder::of(&options);
-        let ask = self.asks(&options, &order, None).ask(messages, None, false);
+        validate::options(options)?;
+        set_call_group(options);
+        let options = &*options;
+        let order = CallOrder::of(options);
+        let ask = self.asks(options, &order, None).ask(messages, None, false);
         self.layers.call(&ask).await
     }
 
@@ -107,14 +108,15 @@ impl ChatStack {
     pub(crate) async fn stream(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        options: &mut CallOptions,
         events: &EventSink<ChatDelta>,
     ) -> Result<LlmResponse, GatewayError> {
-        validate::options(&options)?;
-        let options = with_call_group(options);
-        let order = CallOrder::of(&options);
+        validate::options(options)?;
+        set_call_group(options);
+        let options = &*options;
+        let order = CallOrder::of(options);
         let ask = self
-            .asks(&options, &order, Some(events))
+            .asks(options, &order, Some(events))
             .ask(messages, None, false);
         self.layers.call(Streamed(&ask)).await
     }
@@ -125,7 +127,7 @@ impl ChatStack {
     pub(crate) async fn structured<T>(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        options: &mut CallOptions,
         plan: LadderPlan,
         schema: Option<SchemaRequest>,
         check: impl Fn(Value) -> Result<T, Vec<String>> + Send + Sync,
@@ -133,11 +135,12 @@ impl ChatStack {
     where
         T: Send,
     {
-        validate::options(&options)?;
-        let options = with_call_group(options);
-        let order = CallOrder::of(&options);
+        validate::options(options)?;
+        set_call_group(options);
+        let options = &*options;
+        let order = CallOrder::of(options);
         // The caller's ask: its conversation and the row of a cache hit.
-        let ask = self.asks(&options, &order, None).ask(messages, None, false);
+        let ask = self.asks(options, &order, None).ask(messages, None, false);
         let judge = |value: Value| check(value).map(drop);
         let structured = Structured {
             ask: &ask,

@@ -69,7 +69,7 @@ impl ScopeHandle<Chat> {
     pub async fn chat_with(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        mut options: CallOptions,
     ) -> Result<LlmResponse, GatewayError> {
         let stack = &self.scope().stack;
         match options.structured {
@@ -77,14 +77,14 @@ impl ScopeHandle<Chat> {
             // size every call's future (what a caller holds per call in flight) to the ladder.
             Structured::Json => Box::pin(stack.structured(
                 messages,
-                options,
+                &mut options,
                 LadderPlan::json(),
                 None,
                 Ok::<Value, _>,
             ))
             .await
             .map(|(response, _)| response),
-            _ => stack.chat(messages, options).await,
+            _ => stack.chat(messages, &mut options).await,
         }
     }
 
@@ -106,7 +106,7 @@ impl ScopeHandle<Chat> {
     pub async fn chat_structured<T>(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        mut options: CallOptions,
     ) -> Result<(LlmResponse, T), GatewayError>
     where
         T: DeserializeOwned + schemars::JsonSchema + Send,
@@ -116,7 +116,7 @@ impl ScopeHandle<Chat> {
         let (response, value) = self
             .scope()
             .stack
-            .structured(messages, options, plan, Some(schema), validate::<T>)
+            .structured(messages, &mut options, plan, Some(schema), validate::<T>)
             .await?;
         match value {
             Some(value) => Ok((response, value)),
@@ -161,7 +161,7 @@ impl ScopeHandle<Chat> {
     pub async fn chat_structured_schema<C>(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        mut options: CallOptions,
         schema: SchemaRequest,
         check: C,
     ) -> Result<LlmResponse, GatewayError>
@@ -172,7 +172,7 @@ impl ScopeHandle<Chat> {
         let accept = |value: Value| check(&value);
         self.scope()
             .stack
-            .structured(messages, options, plan, Some(schema), accept)
+            .structured(messages, &mut options, plan, Some(schema), accept)
             .await
             .map(|(response, _)| response)
     }

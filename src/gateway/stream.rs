@@ -226,7 +226,11 @@ impl ScopeHandle<Chat> {
     ) -> Result<LlmResponse, GatewayError> {
         options.stream = true;
         let sink = EventSink::new(delta_tx);
-        let response = self.scope().stack.stream(messages, options, &sink).await?;
+        let response = self
+            .scope()
+            .stack
+            .stream(messages, &mut options, &sink)
+            .await?;
         if response.cache_hit {
             // A hit arrives whole: replayed as its text, refusal and tool calls.
             for delta in whole_answer_deltas(&response) {

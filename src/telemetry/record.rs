@@ -130,11 +130,10 @@ pub(crate) struct RowContext {
 
 /// Every row of one chat call carries one fresh id as `call_group_id`; `parent_call_id` stays
 /// the caller's chain link (or empty), as in the original library.
-pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
+pub(crate) fn set_call_group(options: &mut CallOptions) {
     if options.call_group.is_none() {
         options.call_group = Some(polygateway_actors::runtime::new_id());
     }
-    options
 }
 
 impl RowContext {
