@@ -49,6 +49,7 @@
 
 pub mod batch;
 pub mod cache;
+mod call;
 pub mod config;
 pub mod error;
 #[cfg(test)]

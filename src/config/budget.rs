@@ -1,7 +1,7 @@
 //! Spend-budget values (docs/behaviour.md §5.8): `<amount>/<hour|day|month>` in the pricing
 //! table's currency, as the scope key `{SCOPE}__BUDGET`, the tenant map `PGW_TENANT_BUDGETS` and
 //! a server key's `budget` take them. Parsing only (the value is `types::budget`'s); the gate is the limiter's
-//! (`polygateway_actors::policy::budget`), the wiring `gateway::budget`.
+//! (`polygateway_actors::policy::budget`), the wiring `call::budget`.
 
 use std::collections::BTreeMap;
 

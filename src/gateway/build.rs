@@ -520,17 +520,25 @@ impl GatewayBuilder {
         let runtime = self.start_runtime(&governance).await?;
         let telemetry = self.build_telemetry(&runtime, &mut owned).await?;
         let cache = self.build_cache().await?;
-        let scopes = self.build_scopes(&runtime).await?;
-        let budgets =
-            super::budget::BudgetPlan::new(&self.settings, telemetry.telemetry.pricing.as_deref())?;
+        let budgets = Arc::new(crate::call::budget::BudgetPlan::new(
+            &self.settings,
+            telemetry.telemetry.pricing.as_deref(),
+        )?);
+        let shared = telemetry.telemetry;
+        let layers = scopes::Shared {
+            telemetry: &shared,
+            cache: &cache,
+            budgets: &budgets,
+            governance: &governance,
+        };
+        let scopes = self.build_scopes(&runtime, &layers).await?;
         let core = Core {
             runtime,
             governance,
             scopes,
-            telemetry: telemetry.telemetry,
+            telemetry: shared,
             telemetry_args: telemetry.args,
             telemetry_actor: telemetry.actor,
-            cache,
             structured_max_retries: self.settings.structured_max_retries,
             budgets,
             owned,

@@ -1,139 +1,15 @@
 //! The chat handle: `chat`, `chat_with`, `chat_structured`, `chat_stream`.
 //!
-//! Layer order (docs/behaviour.md §4): telemetry → cache → structured ladder → governed retry loop. The cache
-//! sits outside the loop: a hit takes no quota and ignores breakers but still records a row.
-//! Concurrent identical misses are coalesced: one leader calls upstream, followers wait for its
-//! `Ok` result; if the leader fails or is cancelled, a follower takes over (see
-//! `cache::coalesce`).
+//! Each call goes down its scope's call stack (`crate::call`, where the order of its layers is
+//! written): validate → record → cache → structured ladder → budget → govern.
 
-use std::sync::Arc;
-
-use polygateway_actors::runtime::CallFailure;
 use serde::de::DeserializeOwned;
-use serde_json::{json, Map, Value};
-use tracing::Instrument;
+use serde_json::Value;
 
-use super::call_order::CallOrder;
-use super::failure::to_gateway_error;
 use super::handle::{Chat, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome};
-use crate::cache::key::{cache_key, CacheKeyInput};
-use crate::cache::CacheLookup;
 use crate::error::GatewayError;
-use crate::structured::ladder::{rehydrate_checked, run_ladder_checked};
-use crate::structured::{validate, LadderMode, LadderPlan, SchemaRequest};
-use crate::telemetry::digest::{messages_json, sampling_json};
-use crate::telemetry::row::meta_json;
-use crate::transport::chat::{ChatTransport, ChatWireRequest};
+use crate::structured::{validate, LadderPlan, SchemaRequest};
 use crate::types::{CallOptions, LlmResponse, Message, Structured};
-
-impl Recorded for ChatTransport {
-    fn outcome(response: &LlmResponse) -> RowOutcome<'_> {
-        RowOutcome {
-            response: Some(&response.content),
-            thinking: Some(&response.thinking),
-            usage: response.usage(),
-            ttft_ms: response.ttft_ms,
-            max_inter_token_ms: response.max_inter_token_ms,
-            model_reported: response.model_reported.as_deref(),
-            priced: true,
-            finish_reason: response.finish_reason.as_deref(),
-            tool_call_count: Some(
-                response.tool_calls.len() + usize::from(response.function_call.is_some()),
-            ),
-        }
-    }
-}
-
-/// A prepared call: the wire request, its telemetry context and its cache key.
-pub(crate) struct Prepared {
-    pub wire: ChatWireRequest,
-    pub context: RowContext,
-    pub cache_key: Option<String>,
-    /// The call's id in telemetry (`call_group_id` of every row of the call).
-    pub call_group: Option<String>,
-    /// The caller's `parent_call_id` (the answer carries it back).
-    pub parent_call_id: Option<String>,
-    /// Its place among waiting calls, shared by its re-asks.
-    pub order: CallOrder,
-    /// The spend budgets each ask of the call counts against (empty: none configured).
-    pub budgets: Vec<polygateway_actors::BudgetClaim>,
-    /// The dashboard's series of the caller's server key and tenant (when there is one).
-    pub parties: Parties,
-}
-
-/// The per-key and per-tenant series a call feeds (docs/behaviour.md §12.8).
-#[derive(Default)]
-pub(crate) struct Parties {
-    key: Option<Arc<polygateway_actors::runtime::series::PartySeries>>,
-    tenant: Option<Arc<polygateway_actors::runtime::series::PartySeries>>,
-}
-
-impl Parties {
-    fn of(options: &CallOptions) -> Self {
-        let book = polygateway_actors::runtime::series::Book::global();
-        Self {
-            key: options.key_name.as_deref().map(|k| book.key(k)),
-            tenant: options.tenant_id.as_deref().map(|t| book.tenant(t)),
-        }
-    }
-
-    /// A governed call of the scope `series` finished, `ok` or not, charged `cost`.
-    fn finished(
-        &self,
-        series: &polygateway_actors::runtime::series::ScopeSeries,
-        ok: bool,
-        cost: f64,
-    ) {
-        let now = crate::metrics::unix_now();
-        if cost > 0.0 {
-            series.spend(now, cost);
-        }
-        for p in [&self.key, &self.tenant].into_iter().flatten() {
-            p.call(now, ok, cost);
-        }
-    }
-}
-
-/// What of a call's sampling its cache key covers: the overlay, and a native body as written.
-///
-/// A native body reaches a source of its dialect as written, fields the canonical call does not
-/// carry included: they are part of what was asked, so of the key — but for what the gateway
-/// sets itself (the model is the scope's, streaming is not asked of it). Built only when a
-/// cache is asked: copying the body costs every call otherwise.
-fn cache_sampling(options: &CallOptions) -> std::borrow::Cow<'_, Map<String, Value>> {
-    match &options.native {
-        Some(native) => {
-            let mut body = (*native.body).clone();
-            body.remove("model");
-            body.remove("stream");
-            if let Some(beta) = &native.beta {
-                body.insert("anthropic-beta".into(), Value::String(beta.clone()));
-            }
-            let mut sampling = options.overlay.clone();
-            sampling.insert("native_body".into(), Value::Object(body));
-            std::borrow::Cow::Owned(sampling)
-        }
-        None => std::borrow::Cow::Borrowed(&options.overlay),
-    }
-}
-
-/// What a structured call asks for besides the conversation: the schema each attempt sends,
-/// and the cache-key material that tells calls apart (plain, json, typed with a schema).
-#[derive(Default)]
-pub(crate) struct Asked {
-    pub schema: Option<Arc<SchemaRequest>>,
-    pub key: Option<Value>,
-}
-
-/// Every row of one call carries one fresh id as `call_group_id`; `parent_call_id` stays the
-/// caller's chain link (or empty), as in the original library.
-pub(crate) fn with_call_group(mut options: CallOptions) -> CallOptions {
-    if options.call_group.is_none() {
-        options.call_group = Some(polygateway_actors::runtime::new_id());
-    }
-    options
-}
 
 /// Chat calls of a [`ChatHandle`](crate::ChatHandle).
 ///
@@ -193,22 +69,22 @@ impl ScopeHandle<Chat> {
     pub async fn chat_with(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        mut options: CallOptions,
     ) -> Result<LlmResponse, GatewayError> {
-        let options = with_call_group(options);
+        let stack = &self.scope().stack;
         match options.structured {
             // Boxed: the ladder's future is several times a plain call's, and inline it would
             // size every call's future (what a caller holds per call in flight) to the ladder.
-            Structured::Json => {
-                Box::pin(self.laddered(messages, options, LadderPlan::json(), None, Ok::<Value, _>))
-                    .await
-                    .map(|(response, _)| response)
-            }
-            _ => {
-                let prepared = self.prepare(messages, &options, &Asked::default())?;
-                self.cached(&prepared, || self.governed(&prepared, false))
-                    .await
-            }
+            Structured::Json => Box::pin(stack.structured(
+                messages,
+                &mut options,
+                LadderPlan::json(),
+                None,
+                Ok::<Value, _>,
+            ))
+            .await
+            .map(|(response, _)| response),
+            _ => stack.chat(messages, &mut options).await,
         }
     }
 
@@ -230,7 +106,7 @@ impl ScopeHandle<Chat> {
     pub async fn chat_structured<T>(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        mut options: CallOptions,
     ) -> Result<(LlmResponse, T), GatewayError>
     where
         T: DeserializeOwned + schemars::JsonSchema + Send,
@@ -238,13 +114,9 @@ impl ScopeHandle<Chat> {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
         let schema = SchemaRequest::of::<T>();
         let (response, value) = self
-            .laddered(
-                messages,
-                with_call_group(options),
-                plan,
-                Some(schema),
-                validate::<T>,
-            )
+            .scope()
+            .stack
+            .structured(messages, &mut options, plan, Some(schema), validate::<T>)
             .await?;
         match value {
             Some(value) => Ok((response, value)),
@@ -289,7 +161,7 @@ impl ScopeHandle<Chat> {
     pub async fn chat_structured_schema<C>(
         &self,
         messages: Vec<Message>,
-        options: CallOptions,
+        mut options: CallOptions,
         schema: SchemaRequest,
         check: C,
     ) -> Result<LlmResponse, GatewayError>
@@ -298,15 +170,11 @@ impl ScopeHandle<Chat> {
     {
         let plan = LadderPlan::typed(self.core.structured_max_retries);
         let accept = |value: Value| check(&value);
-        self.laddered(
-            messages,
-            with_call_group(options),
-            plan,
-            Some(schema),
-            accept,
-        )
-        .await
-        .map(|(response, _)| response)
+        self.scope()
+            .stack
+            .structured(messages, &mut options, plan, Some(schema), accept)
+            .await
+            .map(|(response, _)| response)
     }
 
     /// A structured call against a JSON Schema known only at run time (the server's
@@ -330,307 +198,5 @@ impl ScopeHandle<Chat> {
         // Boxed like `chat_with`'s ladder: inline, the ladder's state would size the future of
         // every caller that may take this path (the server's chat handler), schema or not.
         Box::pin(self.chat_structured_schema(messages, options, schema, check)).await
-    }
-
-    /// The ladder behind the cache: `schema` is what typed asks send, `check` what accepts an
-    /// answer (a cache hit is checked again, so a hit stored under another check cannot pass).
-    /// An answer of tool calls or a refusal comes back as is, without a value.
-    async fn laddered<T>(
-        &self,
-        messages: Vec<Message>,
-        options: CallOptions,
-        plan: LadderPlan,
-        schema: Option<SchemaRequest>,
-        check: impl Fn(Value) -> Result<T, Vec<String>> + Send + Sync,
-    ) -> Result<(LlmResponse, Option<T>), GatewayError>
-    where
-        T: Send,
-    {
-        // The cache key is that of the caller's conversation and of what was asked (json, or the
-        // schema and the modes the scope's sources send it in); what is stored is the answer
-        // that passed the ladder, so a hit rebuilds `T` without network.
-        let asked = Asked {
-            schema: None,
-            key: Some(match (plan.mode, &schema) {
-                (LadderMode::Typed, Some(schema)) => json!({
-                    "schema": schema.schema,
-                    "modes": self.scope().structured_modes.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
-                }),
-                _ => json!({"mode": "json"}),
-            }),
-        };
-        let prepared = self.prepare(messages.clone(), &options, &asked)?;
-        let response = self
-            .cached(&prepared, || async {
-                let outcome = run_ladder_checked(
-                    |conversation, schema, is_reask| {
-                        let ask = Asked { schema, key: None };
-                        let prepared = self.prepare(conversation, &options, &ask);
-                        async move { self.governed(&prepared?, is_reask).await }
-                    },
-                    messages,
-                    plan,
-                    schema,
-                    &check,
-                )
-                .await?;
-                Ok(outcome.response)
-            })
-            .await?;
-        if !response.is_content_answer() {
-            return Ok((response, None));
-        }
-        let value = rehydrate_checked(&response, &check)?;
-        Ok((response, Some(value)))
-    }
-
-    /// The wire request, telemetry context and cache key of one ask. Ladder asks pass no key
-    /// material: their key is never used (the ladder is cached as a whole).
-    pub(crate) fn prepare(
-        &self,
-        messages: Vec<Message>,
-        options: &CallOptions,
-        asked: &Asked,
-    ) -> Result<Prepared, GatewayError> {
-        options.validate()?;
-        let scope = self.scope();
-        let core = &self.core;
-        let cache_key = match (&core.cache, options.bypass_cache) {
-            (Some(cache), false) => Some(cache_key(&CacheKeyInput {
-                structured: asked.key.as_ref(),
-                model_fingerprint: &scope.fingerprint,
-                messages: &messages,
-                namespace: options
-                    .cache_namespace
-                    .as_deref()
-                    .unwrap_or(&cache.namespace),
-                salt: options.cache_salt.as_deref(),
-                sampling: &cache_sampling(options),
-            })),
-            _ => None,
-        };
-        let context = core.telemetry.context(|| RowContext {
-            session_id: options.session_id.clone(),
-            parent_call_id: options.parent_call_id.clone(),
-            call_group_id: options.call_group.clone(),
-            messages: messages_json(&messages, core.telemetry.text_cap),
-            sampling: sampling_json(Some(&options.overlay), Some(&scope.extra_body)),
-            tenant_id: options.tenant().to_string(),
-            meta: meta_json(&options.meta),
-            typed: asked.schema.is_some(),
-        });
-        let mut wire = ChatWireRequest::new(messages);
-        wire.overlay = options.overlay.clone();
-        wire.schema = asked.schema.clone();
-        wire.stream = options.stream;
-        wire.native = options.native.clone();
-        Ok(Prepared {
-            wire,
-            context,
-            cache_key,
-            call_group: options.call_group.clone(),
-            parent_call_id: options.parent_call_id.clone(),
-            order: CallOrder::of(options),
-            budgets: core
-                .budgets
-                .claims(&self.name, options.tenant(), options.key_budget.as_ref()),
-            parties: Parties::of(options),
-        })
-    }
-
-    /// Cache lookup, coalescing and store around `produce`.
-    pub(crate) async fn cached<F, Fut>(
-        &self,
-        prepared: &Prepared,
-        produce: F,
-    ) -> Result<LlmResponse, GatewayError>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<LlmResponse, GatewayError>>,
-    {
-        // The call's future is boxed on both paths: inline, it would be copied into each layer's
-        // frame (the coalescer's argument, its pinned copy, this future's) and size every call
-        // at several times the call itself (100 KB against 9 KB) — what each caller holds and
-        // moves per call in flight.
-        let (Some(cache), Some(key)) = (&self.core.cache, &prepared.cache_key) else {
-            return Box::pin(produce()).await;
-        };
-        if let Some(hit) = self.lookup(prepared).await {
-            return Ok(hit);
-        }
-        let (response, role) = cache
-            .coalescer
-            .run_with_role(
-                key.clone(),
-                Box::pin(async {
-                    let response = produce().await?;
-                    if response.is_cacheable() {
-                        cache.backend.put(key, &response, cache.ttl).await;
-                    }
-                    Ok::<_, GatewayError>(response)
-                }),
-            )
-            .await?;
-        if role == crate::cache::coalesce::Role::Follower {
-            // A follower did not pay: it is served like a cache hit, with its own record.
-            return Ok(self.as_hit(prepared, response));
-        }
-        Ok(response)
-    }
-
-    pub(crate) async fn lookup(&self, prepared: &Prepared) -> Option<LlmResponse> {
-        let cache = self.core.cache.as_ref()?;
-        let key = prepared.cache_key.as_ref()?;
-        match cache.backend.get(key).await {
-            CacheLookup::Hit(stored) => {
-                let stored = *stored;
-                self.scope().metrics.cache_hits.increment(1);
-                Some(self.as_hit(prepared, stored))
-            }
-            CacheLookup::Miss => {
-                self.scope().metrics.cache_misses.increment(1);
-                None
-            }
-        }
-    }
-
-    fn as_hit(&self, prepared: &Prepared, mut response: LlmResponse) -> LlmResponse {
-        response.cache_hit = true;
-        response.call_id = polygateway_actors::runtime::new_id();
-        response.parent_call_id = prepared.parent_call_id.clone();
-        response.call_group_id = prepared.call_group.clone();
-        response.latency_ms = 0.0;
-        response.capacity_wait_ms = 0.0;
-        // Nothing was asked: no cost (the row says the same); the tokens stay the stored ones.
-        response.cost = Some(0.0);
-        response.asks = 0;
-        response.last_ask_cost = Some(0.0);
-        self.core
-            .telemetry
-            .record_cache_hit(&prepared.context, &response);
-        response
-    }
-
-    /// One governed call (no cache, no ladder).
-    pub(crate) async fn governed(
-        &self,
-        prepared: &Prepared,
-        is_reask: bool,
-    ) -> Result<LlmResponse, GatewayError> {
-        self.governed_inner(prepared, is_reask, None).await
-    }
-
-    /// One governed streaming call delivering deltas into `sink`.
-    pub(crate) async fn governed_stream(
-        &self,
-        prepared: &Prepared,
-        sink: &polygateway_actors::EventSink<crate::transport::chat::ChatDelta>,
-    ) -> Result<LlmResponse, GatewayError> {
-        self.governed_inner(prepared, false, Some(sink)).await
-    }
-
-    async fn governed_inner(
-        &self,
-        prepared: &Prepared,
-        is_reask: bool,
-        sink: Option<&polygateway_actors::EventSink<crate::transport::chat::ChatDelta>>,
-    ) -> Result<LlmResponse, GatewayError> {
-        let scope = self.scope();
-        let recorder = Recorder {
-            telemetry: &self.core.telemetry,
-            context: &prepared.context,
-            sources: &scope.identities,
-        };
-        // OpenTelemetry GenAI semantic conventions, so an OTel subscriber exports them as is.
-        let span = tracing::info_span!(
-            "chat",
-            "gen_ai.operation.name" = "chat",
-            "gen_ai.request.model" = tracing::field::Empty,
-            "gen_ai.response.model" = tracing::field::Empty,
-            "gen_ai.usage.input_tokens" = tracing::field::Empty,
-            "gen_ai.usage.output_tokens" = tracing::field::Empty,
-            "pgw.scope" = %self.name,
-            "pgw.source" = tracing::field::Empty,
-            "pgw.cost" = tracing::field::Empty,
-        );
-        // Spend budgets: the ask's estimate is reserved before any attempt (docs/behaviour.md
-        // §5.7); a refusal is recorded like any call that never reached a transport.
-        let reservation = if prepared.budgets.is_empty() {
-            None
-        } else {
-            let core = &self.core;
-            // Boxed, like the settlements below: only calls under a budget pay for them, and
-            // inline they would size every call's future.
-            let reserved = Box::pin(core.budgets.reserve(
-                &core.governance.gate,
-                core.governance.timeout,
-                &self.name,
-                prepared.budgets.clone(),
-            ))
-            .await;
-            match reserved {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    core.telemetry.record_refusal(&prepared.context, &e);
-                    return Err(e);
-                }
-            }
-        };
-        let governed = scope
-            .scope
-            .call(
-                &prepared.wire,
-                &recorder,
-                sink,
-                prepared.order.govern(is_reask),
-            )
-            .instrument(span.clone())
-            .await;
-        let governed = match governed {
-            Ok(g) => g,
-            Err(failure) => {
-                prepared.parties.finished(&scope.metrics.series, false, 0.0);
-                if let Some(r) = reservation {
-                    // A failed call's rows carry no cost, so it is charged nothing — except a
-                    // stream broken after deltas reached the caller: the upstream generated
-                    // them, so it keeps its estimate.
-                    let broken = matches!(failure, CallFailure::StreamBroken { .. });
-                    Box::pin(r.settle((!broken).then_some(0.0))).await;
-                }
-                return Err(to_gateway_error(&self.name, failure));
-            }
-        };
-        let mut response = governed.response;
-        response.call_id = governed.attempt_id;
-        response.capacity_wait_ms = governed.capacity_wait.as_secs_f64() * 1e3;
-        response.parent_call_id = prepared.parent_call_id.clone();
-        response.call_group_id = prepared.call_group.clone();
-        response.cost = self.core.telemetry.cost(&response.model, &response.usage());
-        if let Some(r) = reservation {
-            Box::pin(r.settle(response.cost)).await;
-        }
-        response.as_single_ask();
-        if let Some(ttft) = response.ttft_ms {
-            scope.metrics.ttft.record(ttft / 1e3);
-            let now = crate::metrics::unix_now();
-            scope.metrics.series.ttft(now, ttft / 1e3);
-            if let Some(source) = scope.metrics.source_series.get(&response.source_name) {
-                source.ttft(now, ttft / 1e3);
-            }
-        }
-        prepared
-            .parties
-            .finished(&scope.metrics.series, true, response.cost.unwrap_or(0.0));
-        span.record("gen_ai.request.model", response.model.as_str());
-        if let Some(reported) = &response.model_reported {
-            span.record("gen_ai.response.model", reported.as_str());
-        }
-        span.record("gen_ai.usage.input_tokens", response.prompt_tokens);
-        span.record("gen_ai.usage.output_tokens", response.completion_tokens);
-        span.record("pgw.source", response.source_name.as_str());
-        if let Some(cost) = response.cost {
-            span.record("pgw.cost", cost);
-        }
-        Ok(response)
     }
 }

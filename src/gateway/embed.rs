@@ -1,49 +1,24 @@
-//! The embeddings handle: batching over the one governed call path.
+//! The embeddings handle: batching over the scope's call stack (`crate::call`: validate, then
+//! per batch record and govern).
 //!
 //! Texts are split into `BATCH_SIZE` batches; each batch is its own governed call (a transient
 //! failure retries only that batch, on any source), up to four batches in flight, and the vectors
 //! are merged back in input order.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use serde_json::Value;
+use polygateway_actors::runtime::Governed;
 
-use super::failure::to_gateway_error;
 use super::handle::{Embeddings, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome};
+use crate::call::order::CallOrder;
+use crate::call::EmbedStack;
 use crate::error::{GatewayError, InvalidResult};
-use crate::telemetry::digest::cap_text;
-use crate::telemetry::row::meta_json;
-use crate::transport::embeddings::{
-    check_dim, l2_normalize, EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest,
-};
-use crate::types::{CallOptions, EmbeddingResponse, Usage, UsageSource};
+use crate::transport::embeddings::{check_dim, l2_normalize, EmbeddingBatch};
+use crate::types::{CallOptions, EmbeddingResponse, UsageSource};
 
 /// Batches in flight at once for one `embed` call.
 const BATCH_CONCURRENCY: usize = 4;
-
-impl Recorded for EmbeddingTransport {
-    fn outcome(batch: &EmbeddingBatch) -> RowOutcome<'_> {
-        RowOutcome {
-            response: None,
-            thinking: None,
-            usage: Usage {
-                prompt_tokens: batch.prompt_tokens,
-                completion_tokens: 0,
-                source: batch.usage_source,
-                ..Usage::default()
-            },
-            ttft_ms: None,
-            max_inter_token_ms: None,
-            model_reported: batch.model_reported.as_deref(),
-            priced: true,
-            finish_reason: None,
-            tool_call_count: None,
-        }
-    }
-}
 
 /// Embedding calls of an [`EmbeddingHandle`](crate::EmbeddingHandle).
 ///
@@ -83,73 +58,37 @@ impl ScopeHandle<Embeddings> {
         texts: Vec<String>,
         options: CallOptions,
     ) -> Result<EmbeddingResponse, GatewayError> {
-        options.validate()?;
+        EmbedStack::validate(&options)?;
         let scope = self.scope();
         let started = Instant::now();
-        let text_cap = self.core.telemetry.text_cap;
         let batch_size = scope.settings.batch_size.max(1);
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
         // One id for every batch row of this call (`call_group_id`).
         let call_group = Some(polygateway_actors::runtime::new_id());
-        let order = super::call_order::CallOrder::of(&options);
-        let results: Vec<(EmbeddingBatch, String, String, Duration)> =
-            futures::stream::iter(batches)
-                .map(|batch| {
-                    let context = self.core.telemetry.context(|| RowContext {
-                        session_id: options.session_id.clone(),
-                        parent_call_id: options.parent_call_id.clone(),
-                        call_group_id: call_group.clone(),
-                        messages: Value::Array(
-                            batch
-                                .iter()
-                                .map(|t| Value::String(cap_text(t, text_cap)))
-                                .collect(),
-                        )
-                        .to_string(),
-                        sampling: None,
-                        tenant_id: options.tenant().to_string(),
-                        meta: meta_json(&options.meta),
-                        typed: false,
-                    });
-                    let request = EmbeddingWireRequest {
-                        inputs: Arc::new(batch),
-                    };
-                    let governed_options = order.govern(false);
-                    async move {
-                        let recorder = Recorder {
-                            telemetry: &self.core.telemetry,
-                            context: &context,
-                            sources: &scope.identities,
-                        };
-                        let governed = scope
-                            .scope
-                            .call(&request, &recorder, None, governed_options)
-                            .await
-                            .map_err(|f| to_gateway_error(&self.name, f))?;
-                        Ok::<_, GatewayError>((
-                            governed.response,
-                            governed.attempt_id,
-                            governed.source.to_string(),
-                            governed.capacity_wait,
-                        ))
-                    }
-                })
-                .buffered(BATCH_CONCURRENCY)
-                .try_collect()
-                .await?;
+        let order = CallOrder::of(&options);
+        let results: Vec<Governed<EmbeddingBatch>> = futures::stream::iter(batches)
+            .map(|batch| {
+                scope
+                    .stack
+                    .batch(batch, &options, &order, call_group.clone())
+            })
+            .buffered(BATCH_CONCURRENCY)
+            .try_collect()
+            .await?;
 
         let mut vectors = Vec::with_capacity(texts.len());
         let mut prompt_tokens = 0;
         let mut all_measured = !results.is_empty();
         let (mut call_id, mut source_name) = (String::new(), String::new());
         let mut capacity_wait = Duration::ZERO;
-        for (batch, attempt_id, source, waited) in results {
-            capacity_wait = capacity_wait.max(waited);
+        for governed in results {
+            let batch = governed.response;
+            capacity_wait = capacity_wait.max(governed.capacity_wait);
             prompt_tokens += batch.prompt_tokens;
             all_measured &= batch.usage_source == UsageSource::Measured;
             vectors.extend(batch.vectors);
-            call_id = attempt_id;
-            source_name = source;
+            call_id = governed.attempt_id;
+            source_name = governed.source.to_string();
         }
         let dim = vectors.first().map_or(0, Vec::len);
         let expected = scope.settings.expected_dim.unwrap_or(dim);
@@ -166,11 +105,15 @@ impl ScopeHandle<Embeddings> {
             // The configured model of the scope's first source (sources of one embeddings scope
             // must agree on the model for the vectors to be comparable).
             model: scope
+                .stack
+                .layers
                 .identities
                 .first()
                 .map(|i| i.model.clone())
                 .unwrap_or_default(),
             provider: scope
+                .stack
+                .layers
                 .identities
                 .first()
                 .map(|i| i.provider.clone())

@@ -11,15 +11,11 @@
 //! # Ok(()) }
 //! ```
 
-pub(crate) mod budget;
 mod build;
-mod call_order;
 mod chat;
 mod embed;
-mod failure;
 mod handle;
 mod ocr;
-mod record;
 mod scopes;
 mod snapshot;
 mod stream;
@@ -92,8 +88,7 @@ pub use snapshot::SourceSnapshot;
 pub(crate) use stream::whole_answer_deltas;
 pub use stream::{ChatEvent, ChatStream};
 
-use crate::cache::coalesce::Coalescer;
-use crate::cache::ResponseCache;
+use crate::call::budget;
 use crate::config::{ScopeKind, Settings};
 use crate::error::GatewayError;
 use crate::telemetry::row::TelemetryRow;
@@ -102,15 +97,7 @@ use crate::types::{
     CallOptions, EmbeddingResponse, LlmResponse, Message, OcrLayoutResult, OcrTextResult,
 };
 
-pub(crate) use record::Telemetry;
-
-/// Response cache wiring.
-pub(crate) struct CacheLayer {
-    pub backend: Arc<dyn ResponseCache>,
-    pub namespace: String,
-    pub ttl: Duration,
-    pub coalescer: Coalescer<String, LlmResponse>,
-}
+pub(crate) use crate::telemetry::record::Telemetry;
 
 /// One configured scope, by kind: what a handle of that kind looks up. (Public only because the
 /// sealed [`Kind`] trait names it; it cannot be named outside the crate.)
@@ -147,13 +134,12 @@ pub(crate) struct Core {
     pub runtime: Runtime,
     pub governance: Governance,
     pub scopes: BTreeMap<String, ScopeEntry>,
-    pub telemetry: Telemetry,
+    pub telemetry: Arc<Telemetry>,
     pub telemetry_args: TelemetryArgs<TelemetryRow>,
     pub telemetry_actor: ActorSlot<TelemetryMsg>,
-    pub cache: Option<CacheLayer>,
     pub structured_max_retries: u32,
     /// Spend budgets: which apply to a call, and each chat scope's estimate.
-    pub budgets: budget::BudgetPlan,
+    pub budgets: Arc<budget::BudgetPlan>,
     pub owned: Owned,
     pub closed: AtomicBool,
     pub settings: Settings,

@@ -1,39 +1,15 @@
-//! The OCR handle: MonkeyOCR text and layout over the one governed call path.
+//! The OCR handle: MonkeyOCR text and layout over the scope's call stack (`crate::call`:
+//! validate, record, govern).
 //!
-//! The image is checked locally first (PNG/JPEG magic bytes): a bad upload is rejected before any
-//! admission, so it costs no quota and reaches no source.
+//! The image is checked locally first (PNG/JPEG magic bytes, the validate step): a bad upload is
+//! rejected before any admission, so it costs no quota and reaches no source.
 
 use std::collections::BTreeMap;
 
-use sha2::{Digest, Sha256};
-
-use super::failure::to_gateway_error;
 use super::handle::{Ocr, ScopeHandle};
-use super::record::{Recorded, Recorder, RowContext, RowOutcome};
 use crate::error::GatewayError;
-use crate::telemetry::row::meta_json;
-use crate::transport::ocr::{detect_image_kind, OcrOutput, OcrRequest, OcrTransport};
-use crate::types::{CallOptions, OcrLayoutResult, OcrTextResult, Usage, UsageSource};
-
-impl Recorded for OcrTransport {
-    fn outcome(output: &OcrOutput) -> RowOutcome<'_> {
-        let response = match output {
-            OcrOutput::Text(t) => Some(t.text.as_str()),
-            OcrOutput::Layout(_) => None,
-        };
-        RowOutcome {
-            response,
-            usage: Usage {
-                source: UsageSource::Measured,
-                ..Usage::default()
-            },
-            priced: false,
-            finish_reason: None,
-            tool_call_count: None,
-            ..RowOutcome::default()
-        }
-    }
-}
+use crate::transport::ocr::{OcrOutput, OcrRequest};
+use crate::types::{CallOptions, OcrLayoutResult, OcrTextResult};
 
 /// OCR calls of an [`OcrHandle`](crate::OcrHandle).
 ///
@@ -146,49 +122,7 @@ impl ScopeHandle<Ocr> {
         request: OcrRequest,
         options: &CallOptions,
     ) -> Result<OcrOutput, GatewayError> {
-        options.validate()?;
-        let Some(kind) = detect_image_kind(&request.bytes) else {
-            return Err(GatewayError::RequestRejected {
-                message: format!(
-                    "OCR accepts PNG or JPEG images only; the {} bytes given match neither magic number",
-                    request.bytes.len()
-                ),
-                body_text: String::new(),
-            });
-        };
-        let digest = hex::encode(Sha256::digest(&request.bytes));
-        let context = self.core.telemetry.context(|| RowContext {
-            session_id: options.session_id.clone(),
-            parent_call_id: options.parent_call_id.clone(),
-            call_group_id: Some(polygateway_actors::runtime::new_id()),
-            messages: serde_json::json!([{
-                "type": "image",
-                "mime": kind.mime(),
-                "sha256": digest,
-                "bytes": request.bytes.len(),
-            }])
-            .to_string(),
-            sampling: None,
-            tenant_id: options.tenant().to_string(),
-            meta: meta_json(&options.meta),
-            typed: false,
-        });
-        let scope = self.scope();
-        let recorder = Recorder {
-            telemetry: &self.core.telemetry,
-            context: &context,
-            sources: &scope.identities,
-        };
-        let governed = scope
-            .scope
-            .call(
-                &request,
-                &recorder,
-                None,
-                super::call_order::CallOrder::of(options).govern(false),
-            )
-            .await
-            .map_err(|f| to_gateway_error(&self.name, f))?;
+        let governed = self.scope().stack.call(request, options).await?;
         // The provenance names the attempt that produced it, as its telemetry row does.
         let mut output = governed.response;
         let provenance = match &mut output {

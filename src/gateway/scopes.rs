@@ -4,11 +4,9 @@
 //! them: both sides import them, so neither imports the other.
 
 use polygateway_actors::runtime::Scope;
-use serde_json::{Map, Value};
 
-use super::record::SourceIdentity;
+use crate::call::{ChatStack, EmbedStack, OcrStack};
 use crate::config::EmbeddingSettings;
-use crate::structured::StructuredMode;
 use crate::transport::chat::ChatTransport;
 use crate::transport::embeddings::EmbeddingTransport;
 use crate::transport::ocr::OcrTransport;
@@ -39,15 +37,8 @@ use crate::transport::ocr::OcrTransport;
 /// ```
 pub struct ChatScope {
     pub(crate) scope: Scope<ChatTransport>,
-    pub(crate) identities: Vec<SourceIdentity>,
-    /// Model fingerprint over every source's `(model, extra_body)` (cache key).
-    pub(crate) fingerprint: Value,
-    /// Every source's `extra_body` merged in source order (for the `sampling` column).
-    pub(crate) extra_body: Map<String, Value>,
-    /// The structured modes of the scope's sources' providers, sorted and deduplicated (cache
-    /// key of typed calls: which modes could have been used is part of what was asked).
-    pub(crate) structured_modes: Vec<StructuredMode>,
-    pub(crate) metrics: crate::metrics::ChatMetrics,
+    /// Its call stack: validate, record, cache, ladder, budget, govern (`crate::call`).
+    pub(crate) stack: ChatStack,
 }
 
 /// What one embeddings scope needs besides its runtime scope: its sources and its batching
@@ -76,7 +67,8 @@ pub struct ChatScope {
 /// ```
 pub struct EmbedScope {
     pub(crate) scope: Scope<EmbeddingTransport>,
-    pub(crate) identities: Vec<SourceIdentity>,
+    /// Its call stack: validate, record, govern (`crate::call`).
+    pub(crate) stack: EmbedStack,
     pub(crate) settings: EmbeddingSettings,
 }
 
@@ -108,5 +100,6 @@ pub struct EmbedScope {
 /// ```
 pub struct OcrScope {
     pub(crate) scope: Scope<OcrTransport>,
-    pub(crate) identities: Vec<SourceIdentity>,
+    /// Its call stack: validate, record, govern (`crate::call`).
+    pub(crate) stack: OcrStack,
 }

@@ -225,20 +225,16 @@ impl ScopeHandle<Chat> {
         delta_tx: mpsc::Sender<ChatDelta>,
     ) -> Result<LlmResponse, GatewayError> {
         options.stream = true;
-        let options = super::chat::with_call_group(options);
-        let prepared = self.prepare(messages, &options, &super::chat::Asked::default())?;
-        if let Some(hit) = self.lookup(&prepared).await {
-            for delta in whole_answer_deltas(&hit) {
-                let _ = delta_tx.send(delta).await;
-            }
-            return Ok(hit);
-        }
         let sink = EventSink::new(delta_tx);
-        let response = self.governed_stream(&prepared, &sink).await?;
-        drop(sink);
-        if let (Some(cache), Some(key)) = (&self.core.cache, &prepared.cache_key) {
-            if response.is_cacheable() {
-                cache.backend.put(key, &response, cache.ttl).await;
+        let response = self
+            .scope()
+            .stack
+            .stream(messages, &mut options, &sink)
+            .await?;
+        if response.cache_hit {
+            // A hit arrives whole: replayed as its text, refusal and tool calls.
+            for delta in whole_answer_deltas(&response) {
+                let _ = sink.emit(delta).await;
             }
         }
         Ok(response)

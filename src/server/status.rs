@@ -274,10 +274,7 @@ async fn budgets(app: &App) -> Result<Vec<Value>, crate::GatewayError> {
         .iter()
         .filter_map(|k| {
             let b = k.budget()?;
-            Some(crate::gateway::budget::claim(
-                format!("vkey:{}", k.name()),
-                b,
-            ))
+            Some(crate::call::budget::claim(format!("vkey:{}", k.name()), b))
         })
         .collect();
     let list = app.gw.budgets_with(&keys).await?;

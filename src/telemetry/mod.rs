@@ -15,6 +15,7 @@ pub mod cost;
 pub mod digest;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub(crate) mod record;
 pub mod retention;
 pub mod row;
 pub mod schema;

@@ -5,13 +5,13 @@ use std::sync::Arc;
 #[cfg(feature = "redis")]
 use std::time::Duration;
 
-use super::super::CacheLayer;
 use super::GatewayBuilder;
 use crate::cache::coalesce::Coalescer;
 use crate::cache::memory::MemoryCache;
 #[cfg(feature = "redis")]
 use crate::cache::redis::RedisCache;
 use crate::cache::ResponseCache;
+use crate::call::cache::CacheStore;
 use crate::config::keys::global::PGW_CACHE_BACKEND;
 use crate::config::CacheSettings;
 use crate::error::GatewayError;
@@ -21,7 +21,7 @@ const MEMORY_CACHE_ENTRIES: usize = 10_000;
 const MEMORY_CACHE_BYTES: usize = 256 * 1024 * 1024;
 
 impl GatewayBuilder {
-    pub(super) async fn build_cache(&mut self) -> Result<Option<CacheLayer>, GatewayError> {
+    pub(super) async fn build_cache(&mut self) -> Result<Option<Arc<CacheStore>>, GatewayError> {
         let (namespace, ttl) = match &self.settings.cache {
             CacheSettings::None => return Ok(None),
             CacheSettings::Memory { namespace, ttl } | CacheSettings::Redis { namespace, ttl } => {
@@ -33,12 +33,12 @@ impl GatewayBuilder {
             (None, CacheSettings::Redis { .. }) => self.redis_cache().await?,
             (None, _) => memory_cache()?,
         };
-        Ok(Some(CacheLayer {
+        Ok(Some(Arc::new(CacheStore {
             backend,
             namespace,
             ttl,
             coalescer: Coalescer::new(),
-        }))
+        })))
     }
 
     #[cfg(feature = "redis")]

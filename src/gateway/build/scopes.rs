@@ -1,5 +1,7 @@
 //! Build step: the scopes — per configured scope, its transports (chat, embeddings or OCR), its
-//! selector and pacer, and its router with one actor per source, registered with the runtime.
+//! selector and pacer, and its router with one actor per source, registered with the runtime;
+//! and its call stack (`crate::call`), composed here once: the layers its kind of call passes
+//! through, over its runtime scope.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,14 +11,19 @@ use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
 use polygateway_actors::policy::pacer::{AimdPacer, Pacer, Unpaced, AIMD_MIN_CEILING, AIMD_START};
 use polygateway_actors::policy::reserve::BatchReserve;
 use polygateway_actors::policy::select::{HealthAware, LeastInflight, RoundRobin, Selector};
-use polygateway_actors::runtime::{PacerFactory, Runtime, Scope, ScopeConfig, SourceSpec};
+use polygateway_actors::runtime::{
+    Governance, PacerFactory, Runtime, Scope, ScopeConfig, SourceSpec,
+};
 use polygateway_actors::{BreakerConfig, Limits};
 use serde_json::Map;
 
-use super::super::record::SourceIdentity;
 use super::super::scopes::{ChatScope, EmbedScope, OcrScope};
 use super::super::ScopeEntry;
+use super::super::Telemetry;
 use super::GatewayBuilder;
+use crate::call::budget::BudgetPlan;
+use crate::call::cache::CacheStore;
+use crate::call::{Budget, Cache, ChatStack, EmbedStack, Govern, Ladder, OcrStack};
 use crate::config::defaults;
 use crate::config::keys::scope::BATCH_SIZE;
 use crate::config::{
@@ -25,10 +32,20 @@ use crate::config::{
 };
 use crate::error::GatewayError;
 use crate::provider::Dialect;
+use crate::telemetry::record::SourceIdentity;
 use crate::transport::chat::ChatTransport;
 use crate::transport::dialect::gemini::embed as gemini_embed;
 use crate::transport::embeddings::EmbeddingTransport;
 use crate::transport::ocr::OcrTransport;
+
+/// What the call stacks of every scope share: telemetry, the response cache, spend budgets and
+/// the limiter backend their budget gate is.
+pub(super) struct Shared<'a> {
+    pub telemetry: &'a Arc<Telemetry>,
+    pub cache: &'a Option<Arc<CacheStore>>,
+    pub budgets: &'a Arc<BudgetPlan>,
+    pub governance: &'a Governance,
+}
 
 /// What every kind of scope is registered with: its configuration, selector and pacer.
 struct Governed {
@@ -41,13 +58,14 @@ impl GatewayBuilder {
     pub(super) async fn build_scopes(
         &self,
         runtime: &Runtime,
+        shared: &Shared<'_>,
     ) -> Result<BTreeMap<String, ScopeEntry>, GatewayError> {
         let mut scopes = BTreeMap::new();
         for (name, scope) in &self.settings.scopes {
             let entry = match scope.kind {
-                ScopeKind::Chat => self.chat_scope(runtime, name, scope).await?,
-                ScopeKind::Embeddings => self.embed_scope(runtime, name, scope).await?,
-                ScopeKind::Ocr => self.ocr_scope(runtime, scope).await?,
+                ScopeKind::Chat => self.chat_scope(runtime, shared, name, scope).await?,
+                ScopeKind::Embeddings => self.embed_scope(runtime, shared, name, scope).await?,
+                ScopeKind::Ocr => self.ocr_scope(runtime, shared, name, scope).await?,
             };
             scopes.insert(name.clone(), entry);
         }
@@ -72,6 +90,7 @@ impl GatewayBuilder {
     async fn chat_scope(
         &self,
         runtime: &Runtime,
+        shared: &Shared<'_>,
         name: &str,
         scope: &ScopeSettings,
     ) -> Result<ScopeEntry, GatewayError> {
@@ -101,21 +120,53 @@ impl GatewayBuilder {
                 ..identity
             })
             .collect::<Vec<SourceIdentity>>();
-        let metrics =
-            crate::metrics::ChatMetrics::new(name, identities.iter().map(|i| i.name.as_str()));
+        let metrics = Arc::new(crate::metrics::ChatMetrics::new(
+            name,
+            identities.iter().map(|i| i.name.as_str()),
+        ));
+        let name: Arc<str> = name.into();
+        let govern = Govern {
+            scope: governed.clone(),
+            name: Arc::clone(&name),
+            identities,
+            telemetry: Arc::clone(shared.telemetry),
+            metrics: Arc::clone(&metrics),
+        };
+        let budget = Budget {
+            plan: Arc::clone(shared.budgets),
+            gate: Arc::clone(&shared.governance.gate),
+            timeout: shared.governance.timeout,
+            scope: name,
+            telemetry: Arc::clone(shared.telemetry),
+            inner: govern,
+        };
+        let ladder = Ladder {
+            telemetry: Arc::clone(shared.telemetry),
+            extra_body: extra_body.clone(),
+            inner: budget,
+        };
+        let cache = Cache {
+            store: shared.cache.clone(),
+            telemetry: Arc::clone(shared.telemetry),
+            metrics,
+            fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
+            structured_modes,
+            inner: ladder,
+        };
         Ok(ScopeEntry::Chat(ChatScope {
             scope: governed,
-            identities,
-            fingerprint: crate::cache::key::fingerprint_sources(&scope.sources),
-            extra_body,
-            structured_modes,
-            metrics,
+            stack: ChatStack {
+                layers: cache,
+                telemetry: Arc::clone(shared.telemetry),
+                extra_body,
+            },
         }))
     }
 
     async fn embed_scope(
         &self,
         runtime: &Runtime,
+        shared: &Shared<'_>,
         name: &str,
         scope: &ScopeSettings,
     ) -> Result<ScopeEntry, GatewayError> {
@@ -158,9 +209,12 @@ impl GatewayBuilder {
                 embedding.expected_dim,
             )
         });
+        let governed = add_scope(runtime, self.governed(scope), specs).await?;
         Ok(ScopeEntry::Embeddings(EmbedScope {
-            scope: add_scope(runtime, self.governed(scope), specs).await?,
-            identities: identities(scope),
+            stack: EmbedStack {
+                layers: govern(governed.clone(), shared, name, scope),
+            },
+            scope: governed,
             settings: embedding,
         }))
     }
@@ -168,13 +222,34 @@ impl GatewayBuilder {
     async fn ocr_scope(
         &self,
         runtime: &Runtime,
+        shared: &Shared<'_>,
+        name: &str,
         scope: &ScopeSettings,
     ) -> Result<ScopeEntry, GatewayError> {
         let specs = source_specs(scope, |s| OcrTransport::new(s.clone()));
+        let governed = add_scope(runtime, self.governed(scope), specs).await?;
         Ok(ScopeEntry::Ocr(OcrScope {
-            scope: add_scope(runtime, self.governed(scope), specs).await?,
-            identities: identities(scope),
+            stack: OcrStack {
+                layers: govern(governed.clone(), shared, name, scope),
+            },
+            scope: governed,
         }))
+    }
+}
+
+/// The govern layer of an embeddings or OCR scope (no metrics of its own).
+fn govern<T>(
+    governed: Scope<T>,
+    shared: &Shared<'_>,
+    name: &str,
+    scope: &ScopeSettings,
+) -> Govern<T> {
+    Govern {
+        scope: governed,
+        name: name.into(),
+        identities: identities(scope),
+        telemetry: Arc::clone(shared.telemetry),
+        metrics: (),
     }
 }
 

@@ -20,7 +20,7 @@ const TELEMETRY_QUEUE_CAPACITY: usize = 65_536;
 /// What the gateway keeps of the telemetry step: the recording side, and the writer actor with
 /// its arguments (so a restart reuses the same queue and sink).
 pub(super) struct TelemetryParts {
-    pub(super) telemetry: Telemetry,
+    pub(super) telemetry: Arc<Telemetry>,
     pub(super) args: TelemetryArgs<TelemetryRow>,
     pub(super) actor: ActorSlot<TelemetryMsg>,
 }
@@ -56,12 +56,12 @@ impl GatewayBuilder {
             )
             .await
             .map_err(GatewayError::Shutdown)?;
-        let telemetry = Telemetry {
+        let telemetry = Arc::new(Telemetry {
             queue,
             pricing: self.pricing()?,
             text_cap: settings.text_cap,
             enabled,
-        };
+        });
         Ok(TelemetryParts {
             telemetry,
             args,

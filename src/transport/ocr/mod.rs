@@ -33,7 +33,7 @@ use crate::error::TransportError;
 use crate::transport::client::build_client;
 use crate::types::{OcrLayoutResult, OcrProvenance, OcrTextResult};
 
-pub(crate) use image::detect_image_kind;
+pub(crate) use image::{detect_image_kind, ImageKind};
 
 /// Deadline of one health probe (docs/behaviour.md §7.4: "a short timeout").
 pub(crate) const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);

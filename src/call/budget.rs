@@ -1,7 +1,8 @@
-//! Spend budgets on the call path (docs/behaviour.md §5.8): which budgets a chat call counts
-//! against (its scope's `{SCOPE}__BUDGET`, its tenant's `PGW_TENANT_BUDGETS` entry, its server
-//! key's `budget`), the reservation of its estimated cost before the governed call, and the
-//! settlement of its real cost — the same cost its telemetry rows record — when it ends.
+//! The budget layer: spend budgets on the call path (docs/behaviour.md §5.8) — which budgets a
+//! chat call counts against (its scope's `{SCOPE}__BUDGET`, its tenant's `PGW_TENANT_BUDGETS`
+//! entry, its server key's `budget`), the reservation of its estimated cost before the governed
+//! call ([`Budget`], above the govern layer), and the settlement of its real cost — the same cost
+//! its telemetry rows record — when it ends.
 //!
 //! One reservation per ask (a structured re-ask is an ask of its own), not per attempt: failed
 //! attempts cost nothing in telemetry, so only the answer that succeeds is charged. The gate
@@ -21,10 +22,73 @@ use polygateway_actors::{
     BudgetClaim, BudgetDecision, BudgetExhausted, BudgetLease, BudgetRequest, GateBackend,
 };
 
+use super::ask::Ask;
+use super::service::Service;
 use crate::config::{ScopeSettings, Settings, SpendBudget};
 use crate::error::{GatewayError, Unavailable, UnavailableKind, UnavailableReason};
 use crate::telemetry::cost::Pricing;
-use crate::types::BudgetStatus;
+use crate::telemetry::record::Telemetry;
+use crate::transport::chat::ChatTransport;
+use crate::types::{BudgetStatus, LlmResponse};
+
+/// The budget layer of one chat scope over `inner`: each ask is reserved before it is governed
+/// and settled at its cost after; a refusal is recorded like any call that never reached a
+/// transport.
+pub(crate) struct Budget<S> {
+    pub plan: Arc<BudgetPlan>,
+    /// The limiter backend (its budget gate) and its call bound.
+    pub gate: Arc<dyn GateBackend>,
+    pub timeout: Duration,
+    pub scope: Arc<str>,
+    pub telemetry: Arc<Telemetry>,
+    pub inner: S,
+}
+
+impl<'r, 'a, S> Service<&'r Ask<'a, ChatTransport>> for Budget<S>
+where
+    S: Service<&'r Ask<'a, ChatTransport>, Response = LlmResponse> + Sync,
+{
+    type Response = LlmResponse;
+
+    async fn call(&self, ask: &'r Ask<'a, ChatTransport>) -> Result<LlmResponse, GatewayError> {
+        let options = ask.options;
+        let claims = self
+            .plan
+            .claims(&self.scope, options.tenant(), options.key_budget.as_ref());
+        let reservation = if claims.is_empty() {
+            None
+        } else {
+            // Boxed, like the settlements below: only calls under a budget pay for them, and
+            // inline they would size every call's future.
+            let reserved =
+                Box::pin(
+                    self.plan
+                        .reserve(&self.gate, self.timeout, &self.scope, claims),
+                )
+                .await;
+            match reserved {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    self.telemetry.record_refusal(&ask.context, &e);
+                    return Err(e);
+                }
+            }
+        };
+        let answer = self.inner.call(ask).await;
+        if let Some(r) = reservation {
+            let cost = match &answer {
+                Ok(response) => response.cost,
+                // A failed call's rows carry no cost, so it is charged nothing — except a
+                // stream broken after deltas reached the caller: the upstream generated them,
+                // so it keeps its estimate.
+                Err(GatewayError::StreamInterrupted { .. }) => None,
+                Err(_) => Some(0.0),
+            };
+            Box::pin(r.settle(cost)).await;
+        }
+        answer
+    }
+}
 
 /// Every budget of a gateway and what a call in each chat scope is estimated to cost.
 #[derive(Debug, Default)]

@@ -10,7 +10,10 @@ use crate::error::{
 /// whether the call itself sent an attempt that failed: every breaker open *after* that (a dead
 /// key on the only source opened it) means the call used up its sources — `AllSourcesExhausted`,
 /// as the original library raises it; refused at the gate without an attempt, `CircuitOpenError`.
-fn classify(reason: ScopeReason, attempted: bool) -> (UnavailableKind, UnavailableReason) {
+pub(crate) fn classify(
+    reason: ScopeReason,
+    attempted: bool,
+) -> (UnavailableKind, UnavailableReason) {
     use UnavailableKind::AllSourcesExhausted as Exhausted;
     match reason {
         ScopeReason::CircuitOpen if attempted => (Exhausted, UnavailableReason::CircuitOpen),
@@ -30,7 +33,7 @@ fn classify(reason: ScopeReason, attempted: bool) -> (UnavailableKind, Unavailab
 /// The human detail of an unavailable call, each part once: what the runtime said (e.g.
 /// `3 attempt(s) failed`), then the last attempt's error (what telemetry needs to tell a
 /// cut-off stream from a refused connection).
-fn detail_text(detail: &str, last_error: Option<&TransportError>) -> String {
+pub(crate) fn detail_text(detail: &str, last_error: Option<&TransportError>) -> String {
     match last_error {
         None => detail.to_string(),
         Some(e) if detail.is_empty() => format!("last error: {}", e.message),
@@ -87,31 +90,4 @@ pub(crate) fn to_gateway_error(scope: &str, failure: CallFailure<TransportError>
         },
         CallFailure::Shutdown(reason) => GatewayError::Shutdown(reason),
     }
-}
-
-/// `Class: message` of a failure, for a terminal telemetry row.
-pub(crate) fn describe(scope: &str, failure: &CallFailure<TransportError>) -> String {
-    let (class, message) = match failure {
-        CallFailure::Unavailable {
-            reason,
-            detail,
-            last_error,
-            ..
-        } => (
-            classify(*reason, last_error.is_some()).0.class_name(),
-            format!(
-                "scope {scope}: {}",
-                detail_text(detail, last_error.as_ref())
-            ),
-        ),
-        // The Python package's exception classes (the original library's, and its
-        // `StreamInterruptedError` / `GatewayClosedError`): one vocabulary for every row.
-        CallFailure::Rejected(e) => ("RequestRejectedError", e.message.clone()),
-        CallFailure::Invalid(e) => ("ResultInvalidError", e.message.clone()),
-        CallFailure::StreamBroken { error, .. } => {
-            ("StreamInterruptedError", error.message.clone())
-        }
-        CallFailure::Shutdown(reason) => ("GatewayClosedError", reason.clone()),
-    };
-    crate::telemetry::digest::error_text(class, &message)
 }

@@ -1,22 +1,36 @@
-//! Telemetry recording: the one place rows are built and emitted (docs/behaviour.md §10.5).
+//! Telemetry recording: the one place rows are built and emitted (docs/behaviour.md §10.5) —
+//! the record layer of the call stack (`crate::call`).
 //!
-//! Every call kind records through [`Recorder`], the runtime's [`CallObserver`]: one row per
-//! attempt (including cancelled ones), one per terminal failure that never reached a source, and
-//! one per cache hit ([`Telemetry::record_cache_hit`]). Emitting pushes onto a bounded queue and
-//! returns at once; recording never fails a call.
+//! A call's [`RowContext`] (the columns every row of it shares) is built here, once per ask, for
+//! each kind of call: a chat conversation ([`Telemetry::chat_context`]), a batch of texts to embed
+//! ([`Telemetry::texts_context`]), an image ([`Telemetry::image_context`]). Every call kind then
+//! records through [`Recorder`], the runtime's [`CallObserver`]: one row per attempt (including
+//! cancelled ones), one per terminal failure that never reached a source, one per cache hit
+//! ([`Telemetry::record_cache_hit`]) and one per call a spend budget refused
+//! ([`Telemetry::record_refusal`]). What an answer puts in its row is [`Recorded::outcome`], per
+//! transport. Emitting pushes onto a bounded queue and returns at once; recording never fails a
+//! call.
 
 use std::sync::Arc;
 
-use polygateway_actors::runtime::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
+use polygateway_actors::runtime::{
+    AttemptReport, AttemptResult, CallFailure, CallObserver, TerminalReport,
+};
 use polygateway_actors::telemetry::TelemetryQueue;
 use polygateway_actors::Transport;
+use serde_json::{Map, Value};
 
+use crate::call::failure::{classify, detail_text};
 use crate::error::TransportError;
 use crate::telemetry::cost::Pricing;
-use crate::telemetry::digest::{cap_text, error_text, failure_class_name};
-use crate::telemetry::row::TelemetryRow;
+use crate::telemetry::digest::{
+    cap_text, error_text, failure_class_name, messages_json, sampling_json,
+};
+use crate::telemetry::row::{meta_json, TelemetryRow};
 use crate::transport::chat::ChatTransport;
-use crate::types::{LlmResponse, Usage};
+use crate::transport::embeddings::{EmbeddingBatch, EmbeddingTransport};
+use crate::transport::ocr::{ImageKind, OcrOutput, OcrTransport};
+use crate::types::{CallOptions, LlmResponse, Message, Usage, UsageSource};
 
 /// What a successful response contributes to its row.
 #[derive(Debug, Default)]
@@ -40,6 +54,65 @@ pub(crate) trait Recorded: Transport<Error = TransportError> {
     fn outcome(response: &Self::Response) -> RowOutcome<'_>;
 }
 
+impl Recorded for ChatTransport {
+    fn outcome(response: &LlmResponse) -> RowOutcome<'_> {
+        RowOutcome {
+            response: Some(&response.content),
+            thinking: Some(&response.thinking),
+            usage: response.usage(),
+            ttft_ms: response.ttft_ms,
+            max_inter_token_ms: response.max_inter_token_ms,
+            model_reported: response.model_reported.as_deref(),
+            priced: true,
+            finish_reason: response.finish_reason.as_deref(),
+            tool_call_count: Some(
+                response.tool_calls.len() + usize::from(response.function_call.is_some()),
+            ),
+        }
+    }
+}
+
+impl Recorded for EmbeddingTransport {
+    fn outcome(batch: &EmbeddingBatch) -> RowOutcome<'_> {
+        RowOutcome {
+            response: None,
+            thinking: None,
+            usage: Usage {
+                prompt_tokens: batch.prompt_tokens,
+                completion_tokens: 0,
+                source: batch.usage_source,
+                ..Usage::default()
+            },
+            ttft_ms: None,
+            max_inter_token_ms: None,
+            model_reported: batch.model_reported.as_deref(),
+            priced: true,
+            finish_reason: None,
+            tool_call_count: None,
+        }
+    }
+}
+
+impl Recorded for OcrTransport {
+    fn outcome(output: &OcrOutput) -> RowOutcome<'_> {
+        let response = match output {
+            OcrOutput::Text(t) => Some(t.text.as_str()),
+            OcrOutput::Layout(_) => None,
+        };
+        RowOutcome {
+            response,
+            usage: Usage {
+                source: UsageSource::Measured,
+                ..Usage::default()
+            },
+            priced: false,
+            finish_reason: None,
+            tool_call_count: None,
+            ..RowOutcome::default()
+        }
+    }
+}
+
 /// Per-call context shared by all rows of one call.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RowContext {
@@ -53,6 +126,30 @@ pub(crate) struct RowContext {
     pub meta: String,
     /// A typed call: its rows name the structured mode of each ask.
     pub typed: bool,
+}
+
+/// Every row of one chat call carries one fresh id as `call_group_id`; `parent_call_id` stays
+/// the caller's chain link (or empty), as in the original library.
+pub(crate) fn set_call_group(options: &mut CallOptions) {
+    if options.call_group.is_none() {
+        options.call_group = Some(polygateway_actors::runtime::new_id());
+    }
+}
+
+impl RowContext {
+    /// The columns a call's options give every row of it, under the call's id `call_group`.
+    fn of(options: &CallOptions, call_group: Option<String>) -> Self {
+        Self {
+            session_id: options.session_id.clone(),
+            parent_call_id: options.parent_call_id.clone(),
+            call_group_id: call_group,
+            messages: String::new(),
+            sampling: None,
+            tenant_id: options.tenant().to_string(),
+            meta: meta_json(&options.meta),
+            typed: false,
+        }
+    }
 }
 
 /// Configured identity of a source, for rows.
@@ -83,6 +180,62 @@ impl Telemetry {
         } else {
             RowContext::default()
         }
+    }
+
+    /// The context of one chat ask: its conversation digested, its sampling (the call's overlay
+    /// over the scope's `extra_body`), `typed` when the ask carries a schema.
+    pub(crate) fn chat_context(
+        &self,
+        options: &CallOptions,
+        messages: &[Message],
+        extra_body: &Map<String, Value>,
+        typed: bool,
+    ) -> RowContext {
+        self.context(|| RowContext {
+            messages: messages_json(messages, self.text_cap),
+            sampling: sampling_json(Some(&options.overlay), Some(extra_body)),
+            typed,
+            ..RowContext::of(options, options.call_group.clone())
+        })
+    }
+
+    /// The context of one batch of texts to embed: the texts, each capped, as a JSON array.
+    pub(crate) fn texts_context(
+        &self,
+        options: &CallOptions,
+        call_group: Option<String>,
+        texts: &[String],
+    ) -> RowContext {
+        self.context(|| RowContext {
+            messages: Value::Array(
+                texts
+                    .iter()
+                    .map(|t| Value::String(cap_text(t, self.text_cap)))
+                    .collect(),
+            )
+            .to_string(),
+            ..RowContext::of(options, call_group)
+        })
+    }
+
+    /// The context of one image: its kind, digest and size, never its bytes.
+    pub(crate) fn image_context(
+        &self,
+        options: &CallOptions,
+        kind: ImageKind,
+        sha256: &str,
+        bytes: usize,
+    ) -> RowContext {
+        self.context(|| RowContext {
+            messages: serde_json::json!([{
+                "type": "image",
+                "mime": kind.mime(),
+                "sha256": sha256,
+                "bytes": bytes,
+            }])
+            .to_string(),
+            ..RowContext::of(options, Some(polygateway_actors::runtime::new_id()))
+        })
     }
 
     /// The one emit function.
@@ -124,10 +277,7 @@ impl Telemetry {
         let class = error
             .unavailable()
             .map_or("GatewayError", |u| u.kind.class_name());
-        row.error = Some(crate::telemetry::digest::error_text(
-            class,
-            &error.to_string(),
-        ));
+        row.error = Some(error_text(class, &error.to_string()));
         self.emit(row);
     }
 
@@ -235,9 +385,35 @@ impl<T: Recorded> CallObserver<T> for Recorder<'_> {
             return;
         }
         let mut row = t.base_row(report.record_id, self.context);
-        let error = super::failure::describe(report.scope, report.failure);
-        row.error = Some(error);
+        row.error = Some(describe(report.scope, report.failure));
         row.capacity_wait_ms = report.capacity_wait.as_secs_f64() * 1e3;
         t.emit(row);
     }
+}
+
+/// `Class: message` of a failure, for a terminal telemetry row.
+fn describe(scope: &str, failure: &CallFailure<TransportError>) -> String {
+    let (class, message) = match failure {
+        CallFailure::Unavailable {
+            reason,
+            detail,
+            last_error,
+            ..
+        } => (
+            classify(*reason, last_error.is_some()).0.class_name(),
+            format!(
+                "scope {scope}: {}",
+                detail_text(detail, last_error.as_ref())
+            ),
+        ),
+        // The Python package's exception classes (the original library's, and its
+        // `StreamInterruptedError` / `GatewayClosedError`): one vocabulary for every row.
+        CallFailure::Rejected(e) => ("RequestRejectedError", e.message.clone()),
+        CallFailure::Invalid(e) => ("ResultInvalidError", e.message.clone()),
+        CallFailure::StreamBroken { error, .. } => {
+            ("StreamInterruptedError", error.message.clone())
+        }
+        CallFailure::Shutdown(reason) => ("GatewayClosedError", reason.clone()),
+    };
+    error_text(class, &message)
 }
