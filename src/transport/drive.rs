@@ -70,10 +70,19 @@ async fn read_body<D: WireDialect>(
 ) -> Result<(), TransportError> {
     let mut body = resp.bytes_stream();
     loop {
-        while exchange.poll_deltas(now(), deltas)? {
-            if !deltas.is_empty() {
-                emit_all(exchange.clock(), sink, deltas).await?;
+        // An event is read at the time it is read: the clock is read again only after handing
+        // deltas to a consumer, which may have made the reading wait.
+        let mut at = now();
+        while exchange.poll_deltas(at, deltas)? {
+            if deltas.is_empty() {
+                continue;
             }
+            if sink.is_none() {
+                deltas.clear();
+                continue;
+            }
+            emit_all(exchange.clock(), sink, deltas).await?;
+            at = now();
         }
         if exchange.is_over() {
             return Ok(());
