@@ -400,29 +400,35 @@ impl ChatTransport {
         let start = now();
         let out = self.outgoing(request, mode)?;
         let reader = self.answer_reader();
+        // The exchange is held here and lent to the driver, and the request is built in the
+        // driver's statement: what an awaited `async fn` takes by value, or a temporary of the
+        // awaited expression, would be kept twice in this state.
         match self.dialect {
             Dialect::Anthropic => {
-                let dialect = AnthropicMessages::new(out.forced_tool.clone());
-                let exchange = self.exchange(start, request, dialect);
-                drive::streamed(
-                    exchange,
+                let mut exchange = self.exchange(
+                    start,
+                    request,
+                    AnthropicMessages::new(out.forced_tool.clone()),
+                );
+                let attempt = drive::streamed(
+                    &mut exchange,
                     &self.endpoint,
                     self.post(out, true)?,
                     reader,
                     sink,
-                )
-                .await
+                );
+                attempt.await
             }
             _ => {
-                let exchange = self.exchange(start, request, OpenAiChat);
-                drive::streamed(
-                    exchange,
+                let mut exchange = self.exchange(start, request, OpenAiChat);
+                let attempt = drive::streamed(
+                    &mut exchange,
                     &self.endpoint,
                     self.post(out, true)?,
                     reader,
                     sink,
-                )
-                .await
+                );
+                attempt.await
             }
         }
     }
@@ -439,27 +445,30 @@ impl ChatTransport {
         let reader = self.answer_reader();
         match self.dialect {
             Dialect::Anthropic => {
-                let dialect = AnthropicMessages::new(out.forced_tool.clone());
-                let exchange = self.exchange(start, request, dialect);
-                drive::whole(
-                    exchange,
+                let mut exchange = self.exchange(
+                    start,
+                    request,
+                    AnthropicMessages::new(out.forced_tool.clone()),
+                );
+                let attempt = drive::whole(
+                    &mut exchange,
                     &self.endpoint,
                     self.post(out, false)?,
                     reader,
                     sink,
-                )
-                .await
+                );
+                attempt.await
             }
             _ => {
-                let exchange = self.exchange(start, request, OpenAiChat);
-                drive::whole(
-                    exchange,
+                let mut exchange = self.exchange(start, request, OpenAiChat);
+                let attempt = drive::whole(
+                    &mut exchange,
                     &self.endpoint,
                     self.post(out, false)?,
                     reader,
                     sink,
-                )
-                .await
+                );
+                attempt.await
             }
         }
     }

@@ -21,26 +21,23 @@ use crate::types::LlmResponse;
 /// non-2xx answer classified by `reader`, then the body read into `exchange` until its end
 /// marker, its end, a stall or a failure (a cut, carrying what was delivered).
 pub(crate) async fn streamed<D: WireDialect>(
-    mut exchange: ChatExchange<'_, D>,
+    exchange: &mut ChatExchange<'_, D>,
     endpoint: &JsonEndpoint,
     request: reqwest::RequestBuilder,
     reader: AnswerReader,
     sink: Option<&EventSink<ChatDelta>>,
 ) -> Result<LlmResponse, TransportError> {
-    // In a block of its own: the request's future (the largest part of this state) is dropped
-    // once the answer's head arrived, not kept beside the body's reading.
-    let resp = {
-        let mut sent = std::pin::pin!(endpoint.send(request));
-        loop {
-            let (deadline, _) = exchange.deadline();
-            match timeout_at(TokioInstant::from_std(deadline), sent.as_mut()).await {
-                Ok(sent) => break sent.map_err(|e| classify_reqwest(&e))?,
-                Err(_) => {
-                    if let Some(stall) = exchange.on_timeout(now()) {
-                        return Err(stall);
-                    }
-                }
-            }
+    // The timeout is a temporary of its statement: the request's future (the largest part of
+    // this state) is gone once the answer's head arrived, not kept beside the body's reading.
+    let (deadline, layer) = exchange.deadline();
+    let sent = timeout_at(TokioInstant::from_std(deadline), endpoint.send(request)).await;
+    let resp = match sent {
+        Ok(sent) => sent.map_err(|e| classify_reqwest(&e))?,
+        // The timer fires at the deadline or after it: the stall of the layer in force.
+        Err(_) => {
+            return Err(exchange
+                .on_timeout(now())
+                .unwrap_or_else(|| exchange.clock().stall_error(layer)))
         }
     };
     if !resp.status().is_success() {
@@ -50,7 +47,7 @@ pub(crate) async fn streamed<D: WireDialect>(
     }
     let rate_limit = (reader.rate_limit)(resp.headers());
     let mut deltas = Vec::new();
-    if let Err(e) = read_body(&mut exchange, resp, sink, &mut deltas).await {
+    if let Err(e) = read_body(exchange, resp, sink, &mut deltas).await {
         return Err(exchange.cut(e));
     }
     exchange.flush(&mut deltas);
@@ -107,7 +104,7 @@ async fn read_body<D: WireDialect>(
 /// read under the total deadline, a non-2xx answer classified by `reader`, the body judged by
 /// `exchange` before any delta is handed on.
 pub(crate) async fn whole<D: WireDialect>(
-    mut exchange: ChatExchange<'_, D>,
+    exchange: &mut ChatExchange<'_, D>,
     endpoint: &JsonEndpoint,
     request: reqwest::RequestBuilder,
     reader: AnswerReader,

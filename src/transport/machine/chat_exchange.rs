@@ -37,8 +37,8 @@ use crate::transport::wire::{ChunkFrame, WireUsage};
 use crate::types::{LlmResponse, ThinkingBlock, UsageSource};
 
 /// What a dialect decides in an exchange: how its events and whole answers read, and how the
-/// end of an answer is judged.
-pub(crate) trait WireDialect {
+/// end of an answer is judged. `Default` is the state a spent exchange is left with.
+pub(crate) trait WireDialect: Default {
     /// Read one event of the stream (its `data`, or the `[DONE]` sentinel) into `read` at
     /// `now`, the first choice's new deltas appended to `out`. The dialect marks the answer
     /// complete ([`Reading::complete`]) and stops the reading ([`Reading::stop`]) as its end
@@ -286,13 +286,15 @@ impl<'a, D: WireDialect> ChatExchange<'a, D> {
     }
 
     /// The verdict at `now`: the answer, with its timings, or the error the stream's end is
-    /// (carrying what was delivered, as [`Self::cut`]).
-    pub(crate) fn finish(self, now: Instant) -> Result<LlmResponse, TransportError> {
+    /// (carrying what was delivered, as [`Self::cut`]). The answer is taken out: the exchange is
+    /// spent. (`&mut self` rather than `self`, so that the driver borrows the exchange its
+    /// caller holds: an `async fn` taking it by value would keep a second copy in its state.)
+    pub(crate) fn finish(&mut self, now: Instant) -> Result<LlmResponse, TransportError> {
         let clock = &self.read.clock;
         let latency_ms = ms_between(clock.start(), now);
         if let Some(usage_source) = self.answered {
             let truncated = !self.read.complete;
-            let mut answer = self.into_response(usage_source);
+            let mut answer = self.take_response(usage_source);
             answer.truncated = truncated;
             answer.latency_ms = latency_ms;
             return Ok(answer);
@@ -303,7 +305,7 @@ impl<'a, D: WireDialect> ChatExchange<'a, D> {
         };
         let (ttft_ms, max_inter_token_ms) = (clock.ttft_ms(), clock.max_inter_token_ms());
         let truncated = !self.read.complete;
-        let mut answer = self.into_response(usage_source);
+        let mut answer = self.take_response(usage_source);
         answer.truncated = truncated;
         answer.latency_ms = latency_ms;
         answer.ttft_ms = ttft_ms;
@@ -311,25 +313,23 @@ impl<'a, D: WireDialect> ChatExchange<'a, D> {
         Ok(answer)
     }
 
-    /// A failed stream's error, with what it had delivered when it was cut (§5.10).
-    pub(crate) fn cut(self, error: TransportError) -> TransportError {
+    /// A failed stream's error, with what it had delivered when it was cut (§5.10), taken out
+    /// of the exchange as by [`Self::finish`].
+    pub(crate) fn cut(&mut self, error: TransportError) -> TransportError {
         let output = self.read.acc.has_output();
         keep_cut(error, output, || {
             let usage_source = measured_or_unavailable(self.read.acc.usage);
-            self.into_response(usage_source)
+            self.take_response(usage_source)
         })
     }
 
-    fn into_response(self, usage_source: UsageSource) -> LlmResponse {
-        let Self {
-            settings,
-            read,
-            dialect,
-            ..
-        } = self;
-        let usage = read.acc.usage;
-        let mut r = read.acc.into_response();
-        r.thinking_blocks = dialect.into_thinking();
+    /// The answer assembled so far, taken out (the exchange keeps an empty one).
+    fn take_response(&mut self, usage_source: UsageSource) -> LlmResponse {
+        let settings = self.settings;
+        let acc = std::mem::replace(&mut self.read.acc, Assembly::new(false));
+        let usage = acc.usage;
+        let mut r = acc.into_response();
+        r.thinking_blocks = std::mem::take(&mut self.dialect).into_thinking();
         r.model = settings.model.clone();
         r.provider = settings.provider.clone();
         r.source_name = settings.name.clone();

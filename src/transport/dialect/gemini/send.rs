@@ -87,7 +87,7 @@ pub(crate) async fn send(
     stream: bool,
     sink: Option<&EventSink<ChatDelta>>,
 ) -> Result<LlmResponse, TransportError> {
-    let exchange = ChatExchange::new(
+    let mut exchange = ChatExchange::new(
         settings,
         now(),
         GeminiContent::default(),
@@ -95,14 +95,29 @@ pub(crate) async fn send(
         LeadTrim::default(),
     );
     let body = body(settings, request, mode)?;
+    // Each attempt is built in a statement of its own: a temporary of the awaited expression
+    // (the request) would be kept beside the driver's copy.
     if stream {
         let endpoint = &endpoints.stream;
-        let rb = endpoint
-            .post_json(body)?
-            .header(ACCEPT, "text/event-stream");
-        drive::streamed(exchange, endpoint, rb, READER, sink).await
+        let attempt = drive::streamed(
+            &mut exchange,
+            endpoint,
+            endpoint
+                .post_json(body)?
+                .header(ACCEPT, "text/event-stream"),
+            READER,
+            sink,
+        );
+        attempt.await
     } else {
         let endpoint = &endpoints.plain;
-        drive::whole(exchange, endpoint, endpoint.post_json(body)?, READER, sink).await
+        let attempt = drive::whole(
+            &mut exchange,
+            endpoint,
+            endpoint.post_json(body)?,
+            READER,
+            sink,
+        );
+        attempt.await
     }
 }
