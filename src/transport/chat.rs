@@ -1,35 +1,34 @@
-//! The OpenAI-compatible chat transport (docs/behaviour.md §7.1): `POST {base_url}/chat/completions`, streamed
-//! (SSE, under the watchdog) or not, turned into one [`LlmResponse`] or a classified
-//! [`TransportError`].
+//! The chat transport (docs/behaviour.md §7.1, §7.5): one attempt against one source, in the
+//! source's dialect — `POST {base_url}/chat/completions` (OpenAI), `/messages` (Anthropic) or
+//! Gemini's `generateContent` — streamed (SSE, under the watchdog) or not, turned into one
+//! [`LlmResponse`] or a classified [`TransportError`].
 //!
-//! One attempt against one source. No retry, breaker, cache or telemetry here — the runtime owns
-//! those; this file owns the request body, the stream assembly and the end-of-stream verdicts
-//! (empty completion, missing `[DONE]`, early EOF).
+//! No retry, breaker, cache or telemetry here — the runtime owns those. This file owns the
+//! request body, the choice of the dialect's exchange (`transport::machine`: decoding, assembly,
+//! deadlines and the end-of-stream verdicts) and the structured mode's fall-back; the exchange
+//! is run over HTTP by `transport::drive`.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::StreamExt;
 use polygateway_actors::policy::pacer::RateLimitHint;
-use polygateway_actors::{EventSink, SourceReason, StreamCut, Transport};
+use polygateway_actors::{EventSink, StreamCut, Transport};
 use reqwest::header::ACCEPT;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::assembly::Assembly;
 use super::dialect::anthropic;
 use super::dialect::gemini::refuses_structured;
 use super::dialect::gemini::send::{send as gemini_send, GeminiEndpoints};
+use super::drive;
 use super::endpoint::{Credentials, JsonEndpoint};
-use super::exchange::{emit_all, frame_too_large, ms_since};
 pub use super::exchange::{ChatDelta, ChatWireRequest};
-use super::http::{classify_reqwest, AnswerReader};
+use super::http::AnswerReader;
+use super::machine::{AnthropicMessages, ChatExchange, OpenAiChat, WireDialect};
 use super::pool::SourcePool;
 use super::prefill::{self, LeadTrim};
-use super::sse::{SseEvent, SseParser};
-use super::watchdog::{StallLimits, Watchdog};
-use super::wire::{decode_chunk, decode_completion, WireUsage};
-use crate::config::{MissingDone, SourceSettings};
+use super::watchdog::now;
+use crate::config::SourceSettings;
 use crate::error::TransportError;
 use crate::provider::{Dialect, ProviderProfile};
 use crate::structured::source_mode::{refuses_mode, SourceMode};
@@ -391,144 +390,104 @@ impl ChatTransport {
         }
     }
 
+    /// One streamed attempt in this source's dialect (OpenAI's or Anthropic's).
     async fn send_streaming(
         &self,
         request: &ChatWireRequest,
         mode: StructuredMode,
         sink: Option<&EventSink<ChatDelta>>,
     ) -> Result<LlmResponse, TransportError> {
-        let mut wd = Watchdog::start(StallLimits::from_settings(&self.settings));
+        let start = now();
         let out = self.outgoing(request, mode)?;
-        let mut native = (self.dialect == Dialect::Anthropic)
-            .then(|| anthropic::response::StreamState::new(out.forced_tool.clone()));
-        let rb = self.post(out, true)?;
-        let resp = wd
-            .guard(self.endpoint.send(rb))
-            .await?
-            .map_err(|e| classify_reqwest(&e))?;
         let reader = self.answer_reader();
-        if !resp.status().is_success() {
-            return Err(reader.classify(resp, wd.clock().total_deadline()).await);
+        // The exchange is held here and lent to the driver, and the request is built in the
+        // driver's statement: what an awaited `async fn` takes by value, or a temporary of the
+        // awaited expression, would be kept twice in this state.
+        match self.dialect {
+            Dialect::Anthropic => {
+                let mut exchange = self.exchange(
+                    start,
+                    request,
+                    AnthropicMessages::new(out.forced_tool.clone()),
+                );
+                let attempt = drive::streamed(
+                    &mut exchange,
+                    &self.endpoint,
+                    self.post(out, true)?,
+                    reader,
+                    sink,
+                );
+                attempt.await
+            }
+            _ => {
+                let mut exchange = self.exchange(start, request, OpenAiChat);
+                let attempt = drive::streamed(
+                    &mut exchange,
+                    &self.endpoint,
+                    self.post(out, true)?,
+                    reader,
+                    sink,
+                );
+                attempt.await
+            }
         }
-        let rate_limit = (reader.rate_limit)(resp.headers());
-        let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
-        let mut read = StreamRead {
-            native: &mut native,
-            trim: self.lead_trim(request),
-        };
-        let read_stream = self.read_stream(&mut wd, resp, &mut acc, &mut read, sink);
-        let (done, ending) = match read_stream.await {
-            Ok(end) => end,
-            // A stall or a broken frame after content is a cut like an abrupt close.
-            Err(e) => return Err(self.cut(e, acc, native)),
-        };
-        let mut deltas = Vec::new();
-        acc.finish(&mut deltas);
-        read.trim.deltas(&mut deltas);
-        emit_all(&wd, sink, &mut deltas).await?;
-        let clock = wd.clock();
-        let usage_source = match self.stream_verdict(&acc, done, &ending) {
-            Ok(usage_source) => usage_source,
-            Err(e) => return Err(self.cut(e, acc, native)),
-        };
-        let mut resp = self.response(acc, usage_source);
-        resp.thinking_blocks = native.map(|s| s.into_thinking()).unwrap_or_default();
-        resp.truncated = !done;
-        resp.rate_limit = rate_limit;
-        resp.latency_ms = ms_since(clock.start());
-        resp.ttft_ms = clock.ttft_ms();
-        resp.max_inter_token_ms = clock.max_inter_token_ms();
-        Ok(resp)
     }
 
-    /// Read a streamed answer into `acc` until its end marker, its end, or a failure, handing
-    /// each frame's deltas to the consumer. Whether the end marker came, and how it ended.
-    async fn read_stream(
+    /// One attempt whose answer comes whole (`stream: false`): only the total deadline applies.
+    async fn send_plain(
         &self,
-        wd: &mut Watchdog,
-        resp: reqwest::Response,
-        acc: &mut Assembly,
-        read: &mut StreamRead<'_>,
+        request: &ChatWireRequest,
+        mode: StructuredMode,
         sink: Option<&EventSink<ChatDelta>>,
-    ) -> Result<(bool, StreamEnd), TransportError> {
-        let mut stream = resp.bytes_stream();
-        let mut parser = SseParser::new();
-        let mut events = Vec::new();
-        let mut deltas = Vec::new();
-        let mut done = false;
-        let mut ending = StreamEnd::Clean;
-        while !done {
-            let eof = match wd.guard(stream.next()).await? {
-                None => {
-                    parser.finish(&mut events).map_err(frame_too_large)?;
-                    true
-                }
-                // The connection dropped mid-body (no final chunk), the way proxies and load
-                // balancers end streams. What arrived is judged like any stream without
-                // `[DONE]`; an unterminated last line is a torn frame and is dropped.
-                Some(Err(_)) => {
-                    ending = StreamEnd::ConnectionClosed;
-                    true
-                }
-                Some(Ok(bytes)) => {
-                    parser.feed(&bytes, &mut events).map_err(frame_too_large)?;
-                    false
-                }
-            };
-            for event in events.drain(..) {
-                let data = match event {
-                    SseEvent::Done => {
-                        done = true;
-                        break;
-                    }
-                    SseEvent::Data(d) => d,
-                };
-                let frame = match read.native.as_mut() {
-                    None => Some(decode_chunk(&data)?),
-                    Some(state) => {
-                        let fed = state.feed(&data)?;
-                        if let Some(error) = fed.error {
-                            // The source gave up mid-answer: judged like a stream cut here.
-                            ending = StreamEnd::ErrorEvent(error);
-                            break;
-                        }
-                        done = fed.done;
-                        fed.frame
-                    }
-                };
-                if frame.is_some_and(|frame| acc.apply(frame, &mut deltas)) {
-                    wd.on_token();
-                }
-                if let Some(piece) = read.native.as_mut().and_then(|s| s.take_signature()) {
-                    deltas.push(ChatDelta::ThinkingSignature(piece));
-                }
-                read.trim.deltas(&mut deltas);
-                emit_all(wd, sink, &mut deltas).await?;
-                if done {
-                    break;
-                }
+    ) -> Result<LlmResponse, TransportError> {
+        let start = now();
+        let out = self.outgoing(request, mode)?;
+        let reader = self.answer_reader();
+        match self.dialect {
+            Dialect::Anthropic => {
+                let mut exchange = self.exchange(
+                    start,
+                    request,
+                    AnthropicMessages::new(out.forced_tool.clone()),
+                );
+                let attempt = drive::whole(
+                    &mut exchange,
+                    &self.endpoint,
+                    self.post(out, false)?,
+                    reader,
+                    sink,
+                );
+                attempt.await
             }
-            if eof || matches!(ending, StreamEnd::ErrorEvent(_)) {
-                break;
+            _ => {
+                let mut exchange = self.exchange(start, request, OpenAiChat);
+                let attempt = drive::whole(
+                    &mut exchange,
+                    &self.endpoint,
+                    self.post(out, false)?,
+                    reader,
+                    sink,
+                );
+                attempt.await
             }
         }
-        Ok((done, ending))
     }
 
-    /// A failed stream's error, with what it had delivered when it was cut (§5.10).
-    fn cut(
+    /// The exchange of an attempt that started at `start`, in `dialect`.
+    fn exchange<D: WireDialect>(
         &self,
-        error: TransportError,
-        acc: Assembly,
-        native: Option<anthropic::response::StreamState>,
-    ) -> TransportError {
-        let output = acc.has_output();
-        prefill::keep_cut(error, output, || {
-            let usage_source = measured_or_unavailable(acc.usage);
-            let mut partial = self.response(acc, usage_source);
-            partial.thinking_blocks = native.map(|s| s.into_thinking()).unwrap_or_default();
-            partial
-        })
+        start: std::time::Instant,
+        request: &ChatWireRequest,
+        dialect: D,
+    ) -> ChatExchange<'_, D> {
+        let strips_think = self.profile.reasoning.strips_think_tags();
+        ChatExchange::new(
+            &self.settings,
+            start,
+            dialect,
+            strips_think,
+            self.lead_trim(request),
+        )
     }
 
     /// The leading whitespace a continuation sent to this source must lose: what its dialect's
@@ -539,156 +498,6 @@ impl ChatTransport {
             _ => LeadTrim::default(),
         }
     }
-
-    /// End-of-stream rules: early EOF, empty completion, missing `[DONE]` (retry or salvage).
-    /// An abrupt close is named as such, so telemetry tells a cut-off stream from a clean EOF.
-    fn stream_verdict(
-        &self,
-        acc: &Assembly,
-        done: bool,
-        ending: &StreamEnd,
-    ) -> Result<UsageSource, TransportError> {
-        let reason = match ending {
-            // The source itself reported a failure: reachable but failing.
-            StreamEnd::ErrorEvent(_) => SourceReason::ServerError,
-            _ => SourceReason::NetworkError,
-        };
-        let transient = |m: String| Err(TransportError::transient(reason, m));
-        let chars = acc.content_chars();
-        match (done, acc.has_answer()) {
-            (true, false) => {
-                nothing_said(acc, "the stream finished")?;
-                Ok(measured_or_unavailable(acc.usage))
-            }
-            (true, true) => Ok(measured_or_unavailable(acc.usage)),
-            (false, false) => transient(match ending {
-                StreamEnd::Clean => "early_eof: the stream ended before any content".into(),
-                StreamEnd::ConnectionClosed => {
-                    "early_eof: connection closed before any content".into()
-                }
-                StreamEnd::ErrorEvent(e) => {
-                    format!("the stream's error event before any content: {e}")
-                }
-            }),
-            (false, true) => match self.settings.missing_done {
-                MissingDone::Retry => transient(match ending {
-                    StreamEnd::Clean => format!(
-                        "truncated stream: ended without [DONE] after {chars} chars of content"
-                    ),
-                    StreamEnd::ConnectionClosed => format!(
-                        "truncated stream: connection closed after {chars} chars of content, \
-                         without [DONE]"
-                    ),
-                    StreamEnd::ErrorEvent(e) => format!(
-                        "truncated stream: an error event after {chars} chars of content: {e}"
-                    ),
-                }),
-                MissingDone::Salvage => Ok(if acc.usage.is_some() {
-                    UsageSource::Estimated
-                } else {
-                    UsageSource::Unavailable
-                }),
-            },
-        }
-    }
-
-    async fn send_plain(
-        &self,
-        request: &ChatWireRequest,
-        mode: StructuredMode,
-        sink: Option<&EventSink<ChatDelta>>,
-    ) -> Result<LlmResponse, TransportError> {
-        // A non-streaming answer arrives whole: only the total deadline applies.
-        let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
-        let out = self.outgoing(request, mode)?;
-        let forced_tool = out.forced_tool.clone();
-        let (bytes, rate_limit) = wd
-            .whole_body(
-                self.endpoint.send(self.post(out, false)?),
-                self.answer_reader(),
-            )
-            .await?;
-        let body = String::from_utf8_lossy(&bytes);
-        let (frame, thinking_blocks) = match self.dialect {
-            Dialect::Anthropic => {
-                anthropic::response::decode_message(&body, forced_tool.as_deref())?
-            }
-            _ => (decode_completion(&body)?, Vec::new()),
-        };
-        let mut acc = Assembly::new(self.profile.reasoning.strips_think_tags());
-        let mut deltas = Vec::new();
-        acc.apply(frame, &mut deltas);
-        acc.finish(&mut deltas);
-        if !acc.has_answer() {
-            nothing_said(&acc, "the answer")?;
-        }
-        self.lead_trim(request).deltas(&mut deltas);
-        emit_all(&wd, sink, &mut deltas).await?;
-        let usage_source = measured_or_unavailable(acc.usage);
-        let mut resp = self.response(acc, usage_source);
-        resp.thinking_blocks = thinking_blocks;
-        resp.rate_limit = rate_limit;
-        resp.latency_ms = ms_since(wd.clock().start());
-        Ok(resp)
-    }
-
-    fn response(&self, acc: Assembly, usage_source: UsageSource) -> LlmResponse {
-        let usage = acc.usage;
-        let mut r = acc.into_response();
-        r.model = self.settings.model.clone();
-        r.provider = self.settings.provider.clone();
-        r.source_name = self.settings.name.clone();
-        r.usage_source = usage_source;
-        // Numbers only from a frame the upstream sent; never invented.
-        if let (Some(u), true) = (usage, usage_source != UsageSource::Unavailable) {
-            r.prompt_tokens = u.prompt_tokens;
-            r.completion_tokens = u.completion_tokens;
-            r.cached_prompt_tokens = u.cached_prompt_tokens;
-            r.cache_write_5m_tokens = u.cache_write_5m_tokens;
-            r.cache_write_1h_tokens = u.cache_write_1h_tokens;
-            r.reasoning_tokens = u.reasoning_tokens;
-        }
-        r
-    }
-}
-
-/// A complete answer with no content, no tool call and no refusal (docs/behaviour.md §7.1):
-/// - `finish_reason: length` is a complete answer: the model spent the tokens it was allowed
-///   (typically on reasoning) and another source would do the same; it is returned, not retried;
-/// - `finish_reason: content_filter` is the provider's filter withholding the answer: a verdict
-///   on the request, not a fault of the source, so `RequestRejected` (returned, not retried, not
-///   counted against the source, not cached);
-/// - anything else is an empty completion: Transient, retried elsewhere.
-fn nothing_said(acc: &Assembly, what: &str) -> Result<(), TransportError> {
-    match acc.finish_reason() {
-        Some("length") => Ok(()),
-        // Anthropic's `refusal`: its classifiers declined the request, as a filter does.
-        Some(reason @ ("content_filter" | "refusal")) => Err(TransportError::rejected(format!(
-            "{reason}: {what} was withheld by the provider's content filter"
-        ))),
-        _ => Err(TransportError::transient(
-            SourceReason::NetworkError,
-            format!("empty completion: {what} without content, tool calls or refusal"),
-        )),
-    }
-}
-
-/// How a stream without its end marker (`[DONE]`, Anthropic's `message_stop`) ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum StreamEnd {
-    /// The body ended properly (final chunk received).
-    Clean,
-    /// The connection dropped mid-body.
-    ConnectionClosed,
-    /// The source sent an `error` event (Anthropic) and stopped: its type and message.
-    ErrorEvent(String),
-}
-
-/// What a stream's reading keeps besides the assembly: Anthropic's event state, and the
-/// leading whitespace a continuation must lose.
-struct StreamRead<'a> {
-    native: &'a mut Option<anthropic::response::StreamState>,
-    trim: LeadTrim,
 }
 
 /// One attempt's request in the source's dialect.
@@ -698,14 +507,6 @@ struct Outgoing {
     beta: Option<String>,
     /// A typed call's answer tool (Anthropic): its input is the answer's text.
     forced_tool: Option<String>,
-}
-
-fn measured_or_unavailable(usage: Option<WireUsage>) -> UsageSource {
-    if usage.is_some() {
-        UsageSource::Measured
-    } else {
-        UsageSource::Unavailable
-    }
 }
 
 #[async_trait]

@@ -1,16 +1,14 @@
 //! What every chat exchange shares, whatever its dialect: the request a call sends, the deltas a
-//! consumer is handed, and the small steps of reading an answer (pushing deltas under the total
-//! deadline, the time since the start, a frame past the SSE cap). Apart from `chat.rs` so that a
-//! dialect's own exchange (`dialect::gemini::send`) and the assembly use them without importing
+//! consumer is handed, and a frame past the SSE cap as an error. Apart from `chat.rs` so that
+//! the exchanges (`transport::machine`), the driver and the assembly use them without importing
 //! the transport that dispatches to them.
 
 use std::sync::Arc;
 
-use polygateway_actors::{EventSink, SourceReason};
+use polygateway_actors::SourceReason;
 use serde_json::{Map, Value};
 
 use super::sse::FrameTooLarge;
-use super::watchdog::{now, Watchdog};
 use crate::error::TransportError;
 use crate::structured::SchemaRequest;
 use crate::types::{Message, ToolCallDelta};
@@ -122,30 +120,4 @@ impl ChatWireRequest {
 /// the next attempt may go elsewhere.
 pub(crate) fn frame_too_large(e: FrameTooLarge) -> TransportError {
     TransportError::transient(SourceReason::NetworkError, format!("malformed stream: {e}"))
-}
-
-pub(crate) fn ms_since(start: std::time::Instant) -> f64 {
-    now().saturating_duration_since(start).as_secs_f64() * 1000.0
-}
-
-/// Push pending deltas to the consumer. Bounded by the total deadline (a consumer that stops
-/// reading without dropping must not hold the attempt forever).
-pub(crate) async fn emit_all(
-    wd: &Watchdog,
-    sink: Option<&EventSink<ChatDelta>>,
-    deltas: &mut Vec<ChatDelta>,
-) -> Result<(), TransportError> {
-    let Some(sink) = sink else {
-        deltas.clear();
-        return Ok(());
-    };
-    for delta in deltas.drain(..) {
-        wd.guard_total(sink.emit(delta)).await?.map_err(|_| {
-            TransportError::transient(
-                SourceReason::NetworkError,
-                "consumer gone: the stream consumer dropped its receiver; reading stopped",
-            )
-        })?;
-    }
-    Ok(())
 }

@@ -11,18 +11,23 @@
 //! network-error classification), `quirks` (what a provider needs changed in the messages it is
 //! sent), `pool` (a source's pooled client, whose idle timeout follows the upstream's
 //! `Keep-Alive: timeout=`), `resend` (one re-send on a fresh connection when a pooled one
-//! was found closed), `sse` (incremental SSE framing), `wire` (OpenAI JSON shapes), `dialect`
-//! (the other chat APIs: Anthropic's Messages), `think` (`<think>` tags), `watchdog` (TTFT /
-//! inter-token / total deadlines) and the MonkeyOCR readers.
+//! was found closed), `machine` (a chat attempt's sans-I/O exchange, one per dialect: bytes and
+//! `now` in, deltas, deadlines and a verdict out), `drive` (the one loop that runs an exchange
+//! over HTTP), `sse` (incremental SSE framing), `wire` (OpenAI JSON shapes), `dialect` (the
+//! other chat APIs' codecs: Anthropic's Messages, Gemini), `assembly` (one answer from its
+//! frames), `think` (`<think>` tags), `watchdog` (TTFT / inter-token / total deadlines) and the
+//! MonkeyOCR readers.
 
 pub(crate) mod assembly;
 pub mod chat;
 pub(crate) mod client;
 pub(crate) mod dialect;
+pub(crate) mod drive;
 pub mod embeddings;
 pub(crate) mod endpoint;
 pub(crate) mod exchange;
 pub(crate) mod http;
+pub(crate) mod machine;
 pub mod ocr;
 pub(crate) mod pool;
 pub(crate) mod prefill;

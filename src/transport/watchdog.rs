@@ -2,8 +2,10 @@
 //! every read of a streaming body.
 //!
 //! [`StallClock`] is the sans-I/O part: it takes `now` and answers the deadline in force and
-//! which layer it belongs to, and measures TTFT and the largest inter-token gap. [`Watchdog`]
-//! applies it to futures with `tokio::time::timeout_at` (so tests can pause tokio's clock). Any
+//! which layer it belongs to, and measures TTFT and the largest inter-token gap; a chat
+//! attempt's exchange (`transport::machine`) keeps one, and `transport::drive` waits on its
+//! deadlines. [`Watchdog`] applies one to futures with `tokio::time::timeout_at` (so tests can
+//! pause tokio's clock): the whole-body reads of a non-streamed answer (embeddings). Any
 //! delta — content or reasoning — counts as a token; keep-alives, role-only and usage frames do
 //! not.
 
@@ -157,6 +159,11 @@ impl StallClock {
     pub(crate) fn has_token(&self) -> bool {
         self.first_token.is_some()
     }
+
+    /// The Transient `timeout` error of `layer`, naming its configured limit.
+    pub(crate) fn stall_error(&self, layer: StallLayer) -> TransportError {
+        stall_error(layer, self.limits.of(layer))
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -187,12 +194,15 @@ impl Watchdog {
         &self.clock
     }
 
-    /// Record a token arriving now.
+    /// Record a token arriving now. (Streams are read by `transport::drive`, whose exchange
+    /// keeps its own clock; this and [`Self::guard`] are the same steps, for the tests here.)
+    #[cfg(test)]
     pub(crate) fn on_token(&mut self) {
         self.clock.on_token(now());
     }
 
     /// Await `fut` under the deadline in force (TTFT / inter-token / total).
+    #[cfg(test)]
     pub(crate) fn guard<F: Future>(
         &self,
         fut: F,
@@ -252,7 +262,7 @@ impl Watchdog {
 
     /// The Transient `timeout` error naming `layer`.
     pub(crate) fn stall_error(&self, layer: StallLayer) -> TransportError {
-        stall_error(layer, self.clock.limits.of(layer))
+        self.clock.stall_error(layer)
     }
 }
 

@@ -158,6 +158,11 @@ impl StreamState {
         }
     }
 
+    /// The name of a typed call's answer tool, if the call has one.
+    pub(crate) fn forced_tool(&self) -> Option<&str> {
+        self.forced_tool.as_deref()
+    }
+
     /// The signature piece the last event brought, if any (passed on as a delta once).
     pub(crate) fn take_signature(&mut self) -> Option<String> {
         self.signature.take()
