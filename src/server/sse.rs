@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::auth::limits::KeyLease;
 use super::errors::ApiError;
+use super::json_pieces::{self, Piece};
 use super::state::ErrorLog;
 use crate::gateway::ChatEvent;
 use crate::types::{Choice as AnswerChoice, LlmResponse, ToolCallDelta};
@@ -214,6 +215,67 @@ struct RelayState {
     relay: Relay,
     role_sent: bool,
     done: bool,
+    /// The text every text delta's chunk starts with, up to its delta's first field.
+    text_prefix: Vec<u8>,
+}
+
+/// `data: ` and a chunk of `head` up to the fields of choice 0's delta: what every text delta
+/// of the response repeats, written once (its strings escaped once, not per delta).
+fn text_prefix(head: &ChunkHead) -> Vec<u8> {
+    let mut out = BytesMut::with_capacity(128 + head.id.len() + head.model.len());
+    json_pieces::write(
+        &mut out,
+        &[
+            Piece::Raw(r#"data: {"id":"#),
+            Piece::Str(&head.id),
+            Piece::Raw(r#","object":"chat.completion.chunk","created":"#),
+            Piece::Num(head.created),
+            Piece::Raw(r#","model":"#),
+            Piece::Str(&head.model),
+            Piece::Raw(r#","choices":[{"index":0,"delta":{"#),
+        ],
+    );
+    out.to_vec()
+}
+
+/// The text fields of a delta, in [`Delta`]'s order.
+#[derive(Clone, Copy)]
+enum TextField {
+    Content,
+    Reasoning,
+    Refusal,
+}
+
+/// The chunk of one text delta (`content`, `reasoning_content` or `refusal`; the role with the
+/// first), written from its pieces: the bytes `frame` writes for the same `Chunk` (a test holds
+/// them equal), without serde_json scanning every key and constant for characters to escape.
+fn text_delta(
+    out: &mut BytesMut,
+    prefix: &[u8],
+    role: Option<&'static str>,
+    field: TextField,
+    text: &str,
+) {
+    let key = match field {
+        TextField::Content => r#""content":"#,
+        TextField::Reasoning => r#""reasoning_content":"#,
+        TextField::Refusal => r#""refusal":"#,
+    };
+    out.put_slice(prefix);
+    if let Some(role) = role {
+        json_pieces::write(
+            out,
+            &[Piece::Raw(r#""role":"#), Piece::Str(role), Piece::Raw(",")],
+        );
+    }
+    json_pieces::write(
+        out,
+        &[
+            Piece::Raw(key),
+            Piece::Str(text),
+            Piece::Raw("},\"logprobs\":null,\"finish_reason\":null}]}\n\n"),
+        ],
+    );
 }
 
 impl RelayState {
@@ -227,28 +289,13 @@ impl RelayState {
         self.role_sent = true;
         match event {
             Some(Ok(ChatEvent::Content(text))) => {
-                let delta = Delta {
-                    role,
-                    content: Some(&text),
-                    ..Delta::default()
-                };
-                self.relay.head.delta(out, delta, None);
+                text_delta(out, &self.text_prefix, role, TextField::Content, &text);
             }
             Some(Ok(ChatEvent::Reasoning(text))) => {
-                let delta = Delta {
-                    role,
-                    reasoning_content: Some(&text),
-                    ..Delta::default()
-                };
-                self.relay.head.delta(out, delta, None);
+                text_delta(out, &self.text_prefix, role, TextField::Reasoning, &text);
             }
             Some(Ok(ChatEvent::Refusal(text))) => {
-                let delta = Delta {
-                    role,
-                    refusal: Some(&text),
-                    ..Delta::default()
-                };
-                self.relay.head.delta(out, delta, None);
+                text_delta(out, &self.text_prefix, role, TextField::Refusal, &text);
             }
             Some(Ok(ChatEvent::ToolCall(piece))) => {
                 let delta = Delta {
@@ -264,12 +311,7 @@ impl RelayState {
             Some(Ok(ChatEvent::Done(response))) => {
                 if role.is_some() {
                     // An answer without text deltas still tells the client who spoke.
-                    let delta = Delta {
-                        role,
-                        content: Some(""),
-                        ..Delta::default()
-                    };
-                    self.relay.head.delta(out, delta, None);
+                    text_delta(out, &self.text_prefix, role, TextField::Content, "");
                 }
                 self.relay
                     .head
@@ -299,6 +341,7 @@ impl RelayState {
 /// The SSE body of `relay`.
 pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
     let state = RelayState {
+        text_prefix: text_prefix(&relay.head),
         relay,
         role_sent: false,
         done: false,
@@ -343,4 +386,52 @@ pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::conver
         }
         Some((Ok(out.freeze()), st))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A text delta's chunk written from its pieces is the chunk serde_json writes for the same
+    /// `Chunk`, byte for byte: every text field, with and without the role, strings to escape.
+    #[test]
+    fn a_text_delta_is_the_serialized_chunk() {
+        let head = ChunkHead {
+            id: "chatcmpl-\"1\"".into(),
+            model: "LLM\\x".into(),
+            created: 1_796_545_041,
+        };
+        let prefix = text_prefix(&head);
+        for text in ["Hello ", "", "say \"hi\"\n\u{1}é</script>"] {
+            for role in [Some("assistant"), None] {
+                for field in [TextField::Content, TextField::Reasoning, TextField::Refusal] {
+                    let delta = match field {
+                        TextField::Content => Delta {
+                            role,
+                            content: Some(text),
+                            ..Delta::default()
+                        },
+                        TextField::Reasoning => Delta {
+                            role,
+                            reasoning_content: Some(text),
+                            ..Delta::default()
+                        },
+                        TextField::Refusal => Delta {
+                            role,
+                            refusal: Some(text),
+                            ..Delta::default()
+                        },
+                    };
+                    let mut serialized = BytesMut::new();
+                    head.delta(&mut serialized, delta, None);
+                    let mut pieces = BytesMut::new();
+                    text_delta(&mut pieces, &prefix, role, field, text);
+                    assert_eq!(
+                        std::str::from_utf8(&pieces).unwrap(),
+                        std::str::from_utf8(&serialized).unwrap()
+                    );
+                }
+            }
+        }
+    }
 }
