@@ -8,10 +8,13 @@
 //! governed stream, which cancels the call. Not for errors before the first delta: those are
 //! answered with an HTTP status ([`super::errors`]).
 
+use std::pin::Pin;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{FutureExt, Stream, StreamExt};
 use serde::Serialize;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::auth::limits::KeyLease;
 use super::errors::ApiError;
@@ -217,6 +220,10 @@ struct RelayState {
     done: bool,
     /// The text every text delta's chunk starts with, up to its delta's first field.
     text_prefix: Vec<u8>,
+    /// The request's deadline and the server's hard stop, each waited on by one future for the
+    /// whole stream: not a timer and a waiter registered anew for every delta.
+    deadline: Pin<Box<Sleep>>,
+    stopped: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 /// `data: ` and a chunk of `head` up to the fields of choice 0's delta: what every text delta
@@ -342,6 +349,8 @@ impl RelayState {
 pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
     let state = RelayState {
         text_prefix: text_prefix(&relay.head),
+        deadline: Box::pin(tokio::time::sleep_until(relay.deadline)),
+        stopped: Box::pin(relay.stop.clone().cancelled_owned()),
         relay,
         role_sent: false,
         done: false,
@@ -355,10 +364,11 @@ pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::conver
             Some(event) => Some(Ok(event)),
             None => {
                 let next = tokio::select! {
-                    next = tokio::time::timeout_at(st.relay.deadline, st.relay.stream.next()) => {
-                        next.map_err(|_| ApiError::timeout(st.relay.timeout))
-                    }
-                    () = st.relay.stop.cancelled() => Err(ApiError::from(
+                    // An event ready when the deadline passes is still relayed, as before.
+                    biased;
+                    next = st.relay.stream.next() => Ok(next),
+                    () = st.deadline.as_mut() => Err(ApiError::timeout(st.relay.timeout)),
+                    () = st.stopped.as_mut() => Err(ApiError::from(
                         crate::GatewayError::Shutdown(
                             "the server's drain timeout passed; the stream was cancelled".into(),
                         ),
@@ -391,6 +401,49 @@ pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::conver
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream still running at its deadline, or when the server's hard stop comes, ends with
+    /// that error's frame and nothing after it (the relay waits on both for the whole stream).
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_at_its_deadline_or_the_stop_ends_with_an_error_frame() {
+        for stop_first in [false, true] {
+            let stop = tokio_util::sync::CancellationToken::new();
+            let relay = Relay {
+                head: ChunkHead {
+                    id: "chatcmpl-1".into(),
+                    model: "LLM".into(),
+                    created: 0,
+                },
+                stream: Box::pin(futures::stream::pending()),
+                first: Some(ChatEvent::Content("hi".into())),
+                include_usage: false,
+                deadline: Instant::now() + std::time::Duration::from_secs(5),
+                timeout: std::time::Duration::from_secs(5),
+                errors: ErrorLog::default(),
+                stop: stop.clone(),
+                scope: "LLM".into(),
+                _lease: None,
+            };
+            let mut body = Box::pin(body(relay));
+            let first = body.next().await.unwrap().unwrap();
+            assert!(std::str::from_utf8(&first)
+                .unwrap()
+                .contains(r#""content":"hi""#));
+            let started = Instant::now();
+            if stop_first {
+                stop.cancel();
+            }
+            let last = body.next().await.unwrap().unwrap();
+            let last = std::str::from_utf8(&last).unwrap();
+            let (code, after) = match stop_first {
+                true => ("shutting_down", 0),
+                false => ("request_timeout", 5),
+            };
+            assert!(last.contains(code), "{last}");
+            assert_eq!(started.elapsed().as_secs(), after);
+            assert!(body.next().await.is_none());
+        }
+    }
 
     /// A text delta's chunk written from its pieces is the chunk serde_json writes for the same
     /// `Chunk`, byte for byte: every text field, with and without the role, strings to escape.
