@@ -7,9 +7,12 @@
 //! - a time limit on a request's headers (from the connection's start for its first request,
 //!   from the first byte of the head after that), on the body at a minimum rate, and on a
 //!   keep-alive connection waiting for its next request. One monitor per connection watches the
-//!   three: it sleeps until the earliest deadline and closes the connection when one passes.
-//!   (hyper's own `header_read_timeout` also runs while a keep-alive connection waits, so it
-//!   cannot tell an idle connection from a slow head; this module keeps them apart.)
+//!   three: it sleeps until the earliest deadline, or at most the shortest of the three limits
+//!   (then it looks again), and closes the connection when one passes. A deadline that starts
+//!   later cannot fall before the monitor's next look, so nothing a request does wakes it: a
+//!   request costs the monitor nothing. (hyper's own `header_read_timeout` also runs while a
+//!   keep-alive connection waits, so it cannot tell an idle connection from a slow head; this
+//!   module keeps them apart.)
 //! - HTTP/1.1 only (keep-alive and pipelining), at most [`MAX_HEADERS`] headers in at most
 //!   [`MAX_HEAD_BYTES`]: over either the answer is 431 and the connection closes.
 //!
@@ -40,7 +43,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -160,6 +163,13 @@ impl Limits {
             idle: settings.idle_timeout,
         }
     }
+
+    /// The longest the monitor sleeps without looking: the shortest limit. Every deadline
+    /// starts at least this long after the moment it is set, so one set while the monitor
+    /// sleeps cannot pass before its next look.
+    fn look_every(&self) -> Duration {
+        self.header.min(self.body_grace).min(self.idle)
+    }
 }
 
 /// What one connection is doing, as its monitor needs to know.
@@ -177,10 +187,9 @@ struct State {
 }
 
 /// One connection's shared state: written by its socket, its requests and their bodies, read
-/// by its monitor.
+/// by its monitor (which nothing wakes: it looks at least every [`Limits::look_every`]).
 struct ConnState {
     state: Mutex<State>,
-    wake: Notify,
 }
 
 enum Verdict {
@@ -199,7 +208,6 @@ impl ConnState {
                 head_started: None,
                 body: None,
             }),
-            wake: Notify::new(),
         }
     }
 
@@ -209,17 +217,11 @@ impl ConnState {
     }
 
     fn read_bytes(&self) {
-        let woke = self.with(|s| {
+        self.with(|s| {
             if s.in_flight == 0 && s.head_started.is_none() && !s.fresh {
                 s.head_started = Some(Instant::now());
-                true
-            } else {
-                false
             }
         });
-        if woke {
-            self.wake.notify_one();
-        }
     }
 
     fn request_started(&self) {
@@ -228,7 +230,6 @@ impl ConnState {
             s.fresh = false;
             s.head_started = None;
         });
-        self.wake.notify_one();
     }
 
     fn request_ended(&self) {
@@ -240,12 +241,10 @@ impl ConnState {
                 s.body = None;
             }
         });
-        self.wake.notify_one();
     }
 
     fn body_started(&self) {
         self.with(|s| s.body = Some((Instant::now(), 0)));
-        self.wake.notify_one();
     }
 
     fn body_read(&self, n: usize) {
@@ -284,18 +283,23 @@ impl ConnState {
         })
     }
 
-    /// Resolves when one of the connection's deadlines passes, with why.
+    /// Resolves when one of the connection's deadlines passes, with why. It sleeps until the
+    /// earliest deadline or for [`Limits::look_every`], whichever comes first, and looks again:
+    /// a deadline set meanwhile starts at least that long after it was set, so none is missed
+    /// and none is seen late, and the state changes of a request need not wake it.
     async fn monitor(&self, limits: Limits) -> Close {
+        let look_every = limits.look_every();
+        let sleep = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(sleep);
         loop {
-            match self.verdict(&limits, Instant::now()) {
+            let now = Instant::now();
+            match self.verdict(&limits, now) {
                 Verdict::Close(why) => return why,
-                Verdict::Until(Some(deadline)) => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(deadline) => {}
-                        () = self.wake.notified() => {}
-                    }
+                Verdict::Until(deadline) => {
+                    let next = now + look_every;
+                    sleep.as_mut().reset(deadline.map_or(next, |d| d.min(next)));
+                    sleep.as_mut().await;
                 }
-                Verdict::Until(None) => self.wake.notified().await,
             }
         }
     }
@@ -464,15 +468,40 @@ impl HttpBody for Tracked {
 /// header values out as slices of that buffer: held for the whole request (a 20 ms upstream, a
 /// long stream) they pin it, and hyper's next read on the connection, which it makes while the
 /// request is in flight, has to allocate another — two 8 KiB buffers per request in flight. The
-/// few hundred bytes of a head, copied, leave the buffer to be reused.
+/// few hundred bytes of a head, copied into one small buffer of their own (one allocation, not
+/// one per value), leave the read buffer to be reused.
 fn detach_head<B>(mut req: Request<B>) -> Request<B> {
+    // A server's request target is a path and query (origin form); any other form is copied
+    // through its text.
+    let origin_form = req.uri().scheme().is_none() && req.uri().authority().is_none();
+    let target = req.uri().path_and_query().filter(|_| origin_form);
+    let size = req.headers().values().map(HeaderValue::len).sum::<usize>()
+        + target.map_or(0, |pq| pq.as_str().len());
+    let mut copy = bytes::BytesMut::with_capacity(size);
+    for value in req.headers().values() {
+        copy.extend_from_slice(value.as_bytes());
+    }
+    if let Some(pq) = target {
+        copy.extend_from_slice(pq.as_str().as_bytes());
+    }
+    let copy = copy.freeze();
+    let mut at = 0;
     for value in req.headers_mut().values_mut() {
-        if let Ok(mut copy) = HeaderValue::from_bytes(value.as_bytes()) {
-            copy.set_sensitive(value.is_sensitive());
-            *value = copy;
+        let piece = copy.slice(at..at + value.len());
+        at += value.len();
+        if let Ok(mut detached) = HeaderValue::from_maybe_shared(piece) {
+            detached.set_sensitive(value.is_sensitive());
+            *value = detached;
         }
     }
-    if let Ok(uri) = Uri::from_maybe_shared(Bytes::from(req.uri().to_string())) {
+    let uri = if origin_form {
+        axum::http::uri::PathAndQuery::from_maybe_shared(copy.slice(at..))
+            .ok()
+            .map(Uri::from)
+    } else {
+        Uri::from_maybe_shared(Bytes::from(req.uri().to_string())).ok()
+    };
+    if let Some(uri) = uri {
         *req.uri_mut() = uri;
     }
     req
@@ -652,6 +681,59 @@ mod tests {
         assert!(!after.headers["x-pgw-call-order"].is_sensitive());
         let orders: Vec<_> = after.headers.get_all("x-pgw-call-order").iter().collect();
         assert_eq!(orders, ["3", "4"]);
+    }
+
+    #[test]
+    fn an_absolute_target_is_kept_whole() {
+        let req = axum::http::Request::builder()
+            .uri("http://example.com:8080/v1/models?x=1")
+            .header("host", "example.com")
+            .body(())
+            .unwrap();
+        let (before, ()) = req.clone().into_parts();
+        let (after, ()) = detach_head(req).into_parts();
+        assert_eq!(after.uri, before.uri);
+        assert_eq!(after.headers, before.headers);
+    }
+
+    /// Nothing a request does wakes the monitor; a deadline that starts while it sleeps is
+    /// still met on time, not late: the header timeout of a head started during a keep-alive
+    /// wait (far shorter than the idle timeout the monitor was sleeping towards), the body
+    /// timeout of a body started while a request was in flight without a deadline.
+    #[tokio::test(start_paused = true)]
+    async fn deadlines_set_while_the_monitor_sleeps_are_met_on_time() {
+        let limits = Limits {
+            header: Duration::from_secs(10),
+            body_grace: Duration::from_secs(20),
+            body_rate: 100,
+            idle: Duration::from_secs(60),
+        };
+        let conn = Arc::new(ConnState::new(Instant::now()));
+        conn.request_started();
+        conn.request_ended();
+        let start = Instant::now();
+        let monitor = tokio::spawn({
+            let conn = Arc::clone(&conn);
+            async move { (conn.monitor(limits).await, Instant::now()) }
+        });
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        conn.read_bytes();
+        let (why, at) = monitor.await.unwrap();
+        assert_eq!(why, Close::HeaderTimeout);
+        assert_eq!(at - start, Duration::from_secs(35));
+
+        let conn = Arc::new(ConnState::new(Instant::now()));
+        conn.request_started();
+        let start = Instant::now();
+        let monitor = tokio::spawn({
+            let conn = Arc::clone(&conn);
+            async move { (conn.monitor(limits).await, Instant::now()) }
+        });
+        tokio::time::sleep(Duration::from_secs(33)).await;
+        conn.body_started();
+        let (why, at) = monitor.await.unwrap();
+        assert_eq!(why, Close::BodyTooSlow);
+        assert_eq!(at - start, Duration::from_secs(53));
     }
 
     #[tokio::test(start_paused = true)]

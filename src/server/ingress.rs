@@ -4,6 +4,7 @@
 //! which know nothing of HTTP.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use crate::metrics::SERVER_REQUESTS_TOTAL;
 
@@ -23,16 +24,23 @@ fn ingress_of(path: &str) -> Option<usize> {
     INGRESSES.iter().position(|i| *i == name)
 }
 
-/// Requests per ingress since the server started.
+/// Requests per ingress since the server started, and each ingress's counter of
+/// `pgw_server_requests_total`: looked up in the recorder at its first request (so a series
+/// appears on `/metrics` once its ingress has been called, as before), not at every request.
 #[derive(Default)]
-pub(crate) struct IngressCounts([AtomicU64; 5]);
+pub(crate) struct IngressCounts {
+    counts: [AtomicU64; 5],
+    counters: [OnceLock<metrics::Counter>; 5],
+}
 
 impl IngressCounts {
     /// Count a request to `path` against its ingress (none for other paths).
     pub(crate) fn record(&self, path: &str) {
         if let Some(i) = ingress_of(path) {
-            self.0[i].fetch_add(1, Ordering::Relaxed);
-            metrics::counter!(SERVER_REQUESTS_TOTAL, "ingress" => INGRESSES[i]).increment(1);
+            self.counts[i].fetch_add(1, Ordering::Relaxed);
+            self.counters[i]
+                .get_or_init(|| metrics::counter!(SERVER_REQUESTS_TOTAL, "ingress" => INGRESSES[i]))
+                .increment(1);
         }
     }
 
@@ -40,7 +48,7 @@ impl IngressCounts {
     pub(crate) fn snapshot(&self) -> Vec<(&'static str, u64)> {
         INGRESSES
             .iter()
-            .zip(&self.0)
+            .zip(&self.counts)
             .map(|(name, n)| (*name, n.load(Ordering::Relaxed)))
             .collect()
     }
@@ -63,7 +71,7 @@ mod tests {
         assert_eq!(ingress_of("/parse").map(|i| INGRESSES[i]), Some("ocr"));
         assert_eq!(ingress_of("/metrics"), None);
         let counts = IngressCounts::default();
-        counts.0[1].fetch_add(2, Ordering::Relaxed);
+        counts.counts[1].fetch_add(2, Ordering::Relaxed);
         assert_eq!(counts.snapshot()[1], ("messages", 2));
     }
 }

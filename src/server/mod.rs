@@ -170,10 +170,7 @@ impl Server {
             .route("/", get(status::page))
             .route("/status.json", get(status::json))
             .fallback(routes::not_found)
-            .layer(axum::middleware::from_fn_with_state(
-                Arc::clone(&self.app),
-                routes::count_ingress,
-            ))
+            .layer(routes::CountIngress(Arc::clone(&self.app)))
             .layer(DefaultBodyLimit::max(self.app.settings.body_limit_bytes))
             .with_state(Arc::clone(&self.app))
     }

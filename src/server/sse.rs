@@ -8,13 +8,17 @@
 //! governed stream, which cancels the call. Not for errors before the first delta: those are
 //! answered with an HTTP status ([`super::errors`]).
 
+use std::pin::Pin;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{FutureExt, Stream, StreamExt};
 use serde::Serialize;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::auth::limits::KeyLease;
 use super::errors::ApiError;
+use super::json_pieces::{self, Piece};
 use super::state::ErrorLog;
 use crate::gateway::ChatEvent;
 use crate::types::{Choice as AnswerChoice, LlmResponse, ToolCallDelta};
@@ -214,6 +218,71 @@ struct RelayState {
     relay: Relay,
     role_sent: bool,
     done: bool,
+    /// The text every text delta's chunk starts with, up to its delta's first field.
+    text_prefix: Vec<u8>,
+    /// The request's deadline and the server's hard stop, each waited on by one future for the
+    /// whole stream: not a timer and a waiter registered anew for every delta.
+    deadline: Pin<Box<Sleep>>,
+    stopped: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+/// `data: ` and a chunk of `head` up to the fields of choice 0's delta: what every text delta
+/// of the response repeats, written once (its strings escaped once, not per delta).
+fn text_prefix(head: &ChunkHead) -> Vec<u8> {
+    let mut out = BytesMut::with_capacity(128 + head.id.len() + head.model.len());
+    json_pieces::write(
+        &mut out,
+        &[
+            Piece::Raw(r#"data: {"id":"#),
+            Piece::Str(&head.id),
+            Piece::Raw(r#","object":"chat.completion.chunk","created":"#),
+            Piece::Num(head.created),
+            Piece::Raw(r#","model":"#),
+            Piece::Str(&head.model),
+            Piece::Raw(r#","choices":[{"index":0,"delta":{"#),
+        ],
+    );
+    out.to_vec()
+}
+
+/// The text fields of a delta, in [`Delta`]'s order.
+#[derive(Clone, Copy)]
+enum TextField {
+    Content,
+    Reasoning,
+    Refusal,
+}
+
+/// The chunk of one text delta (`content`, `reasoning_content` or `refusal`; the role with the
+/// first), written from its pieces: the bytes `frame` writes for the same `Chunk` (a test holds
+/// them equal), without serde_json scanning every key and constant for characters to escape.
+fn text_delta(
+    out: &mut BytesMut,
+    prefix: &[u8],
+    role: Option<&'static str>,
+    field: TextField,
+    text: &str,
+) {
+    let key = match field {
+        TextField::Content => r#""content":"#,
+        TextField::Reasoning => r#""reasoning_content":"#,
+        TextField::Refusal => r#""refusal":"#,
+    };
+    out.put_slice(prefix);
+    if let Some(role) = role {
+        json_pieces::write(
+            out,
+            &[Piece::Raw(r#""role":"#), Piece::Str(role), Piece::Raw(",")],
+        );
+    }
+    json_pieces::write(
+        out,
+        &[
+            Piece::Raw(key),
+            Piece::Str(text),
+            Piece::Raw("},\"logprobs\":null,\"finish_reason\":null}]}\n\n"),
+        ],
+    );
 }
 
 impl RelayState {
@@ -227,28 +296,13 @@ impl RelayState {
         self.role_sent = true;
         match event {
             Some(Ok(ChatEvent::Content(text))) => {
-                let delta = Delta {
-                    role,
-                    content: Some(&text),
-                    ..Delta::default()
-                };
-                self.relay.head.delta(out, delta, None);
+                text_delta(out, &self.text_prefix, role, TextField::Content, &text);
             }
             Some(Ok(ChatEvent::Reasoning(text))) => {
-                let delta = Delta {
-                    role,
-                    reasoning_content: Some(&text),
-                    ..Delta::default()
-                };
-                self.relay.head.delta(out, delta, None);
+                text_delta(out, &self.text_prefix, role, TextField::Reasoning, &text);
             }
             Some(Ok(ChatEvent::Refusal(text))) => {
-                let delta = Delta {
-                    role,
-                    refusal: Some(&text),
-                    ..Delta::default()
-                };
-                self.relay.head.delta(out, delta, None);
+                text_delta(out, &self.text_prefix, role, TextField::Refusal, &text);
             }
             Some(Ok(ChatEvent::ToolCall(piece))) => {
                 let delta = Delta {
@@ -264,12 +318,7 @@ impl RelayState {
             Some(Ok(ChatEvent::Done(response))) => {
                 if role.is_some() {
                     // An answer without text deltas still tells the client who spoke.
-                    let delta = Delta {
-                        role,
-                        content: Some(""),
-                        ..Delta::default()
-                    };
-                    self.relay.head.delta(out, delta, None);
+                    text_delta(out, &self.text_prefix, role, TextField::Content, "");
                 }
                 self.relay
                     .head
@@ -299,6 +348,9 @@ impl RelayState {
 /// The SSE body of `relay`.
 pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
     let state = RelayState {
+        text_prefix: text_prefix(&relay.head),
+        deadline: Box::pin(tokio::time::sleep_until(relay.deadline)),
+        stopped: Box::pin(relay.stop.clone().cancelled_owned()),
         relay,
         role_sent: false,
         done: false,
@@ -312,10 +364,11 @@ pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::conver
             Some(event) => Some(Ok(event)),
             None => {
                 let next = tokio::select! {
-                    next = tokio::time::timeout_at(st.relay.deadline, st.relay.stream.next()) => {
-                        next.map_err(|_| ApiError::timeout(st.relay.timeout))
-                    }
-                    () = st.relay.stop.cancelled() => Err(ApiError::from(
+                    // An event ready when the deadline passes is still relayed, as before.
+                    biased;
+                    next = st.relay.stream.next() => Ok(next),
+                    () = st.deadline.as_mut() => Err(ApiError::timeout(st.relay.timeout)),
+                    () = st.stopped.as_mut() => Err(ApiError::from(
                         crate::GatewayError::Shutdown(
                             "the server's drain timeout passed; the stream was cancelled".into(),
                         ),
@@ -343,4 +396,95 @@ pub(crate) fn body(relay: Relay) -> impl Stream<Item = Result<Bytes, std::conver
         }
         Some((Ok(out.freeze()), st))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream still running at its deadline, or when the server's hard stop comes, ends with
+    /// that error's frame and nothing after it (the relay waits on both for the whole stream).
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_at_its_deadline_or_the_stop_ends_with_an_error_frame() {
+        for stop_first in [false, true] {
+            let stop = tokio_util::sync::CancellationToken::new();
+            let relay = Relay {
+                head: ChunkHead {
+                    id: "chatcmpl-1".into(),
+                    model: "LLM".into(),
+                    created: 0,
+                },
+                stream: Box::pin(futures::stream::pending()),
+                first: Some(ChatEvent::Content("hi".into())),
+                include_usage: false,
+                deadline: Instant::now() + std::time::Duration::from_secs(5),
+                timeout: std::time::Duration::from_secs(5),
+                errors: ErrorLog::default(),
+                stop: stop.clone(),
+                scope: "LLM".into(),
+                _lease: None,
+            };
+            let mut body = Box::pin(body(relay));
+            let first = body.next().await.unwrap().unwrap();
+            assert!(std::str::from_utf8(&first)
+                .unwrap()
+                .contains(r#""content":"hi""#));
+            let started = Instant::now();
+            if stop_first {
+                stop.cancel();
+            }
+            let last = body.next().await.unwrap().unwrap();
+            let last = std::str::from_utf8(&last).unwrap();
+            let (code, after) = match stop_first {
+                true => ("shutting_down", 0),
+                false => ("request_timeout", 5),
+            };
+            assert!(last.contains(code), "{last}");
+            assert_eq!(started.elapsed().as_secs(), after);
+            assert!(body.next().await.is_none());
+        }
+    }
+
+    /// A text delta's chunk written from its pieces is the chunk serde_json writes for the same
+    /// `Chunk`, byte for byte: every text field, with and without the role, strings to escape.
+    #[test]
+    fn a_text_delta_is_the_serialized_chunk() {
+        let head = ChunkHead {
+            id: "chatcmpl-\"1\"".into(),
+            model: "LLM\\x".into(),
+            created: 1_796_545_041,
+        };
+        let prefix = text_prefix(&head);
+        for text in ["Hello ", "", "say \"hi\"\n\u{1}é</script>"] {
+            for role in [Some("assistant"), None] {
+                for field in [TextField::Content, TextField::Reasoning, TextField::Refusal] {
+                    let delta = match field {
+                        TextField::Content => Delta {
+                            role,
+                            content: Some(text),
+                            ..Delta::default()
+                        },
+                        TextField::Reasoning => Delta {
+                            role,
+                            reasoning_content: Some(text),
+                            ..Delta::default()
+                        },
+                        TextField::Refusal => Delta {
+                            role,
+                            refusal: Some(text),
+                            ..Delta::default()
+                        },
+                    };
+                    let mut serialized = BytesMut::new();
+                    head.delta(&mut serialized, delta, None);
+                    let mut pieces = BytesMut::new();
+                    text_delta(&mut pieces, &prefix, role, field, text);
+                    assert_eq!(
+                        std::str::from_utf8(&pieces).unwrap(),
+                        std::str::from_utf8(&serialized).unwrap()
+                    );
+                }
+            }
+        }
+    }
 }

@@ -75,7 +75,8 @@ fn digest(salt: &[u8], key: &str) -> [u8; 32] {
 /// assert!(!format!("{key:?}").contains("hash"));
 /// ```
 pub struct VirtualKey {
-    name: String,
+    /// Shared: every request of the key hands it to its call (the dashboard's per-key series).
+    name: std::sync::Arc<str>,
     tenant: String,
     scopes: Option<BTreeSet<String>>,
     rpm: u32,
@@ -117,6 +118,11 @@ impl VirtualKey {
     /// ```
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The key's name, shared (what a call of the key carries, without copying it).
+    pub(crate) fn shared_name(&self) -> std::sync::Arc<str> {
+        std::sync::Arc::clone(&self.name)
     }
 
     /// The tenant recorded in telemetry `tenant_id` (the name when the file gives none).
@@ -413,7 +419,7 @@ impl KeyStore {
             keys.push(VirtualKey {
                 budget,
                 admin,
-                name,
+                name: name.into(),
                 tenant,
                 scopes,
                 rpm: entry.rpm,

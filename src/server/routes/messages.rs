@@ -511,7 +511,7 @@ async fn create(
                 .map(str::to_owned),
         });
     }
-    options.key_name = Some(std::sync::Arc::from(key.name()));
+    options.key_name = Some(key.shared_name());
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
     let timeout = app.settings.request_timeout;

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::config::ScopeKind;
-use crate::openai::completion::{completion_json, now_s};
+use crate::openai::completion::{now_s, Completion};
 use crate::openai::embedding::{embedding_json, input_texts, wants_base64};
 use crate::openai::request::{options_for, response_format, ChatRequest, EmbeddingRequest, Format};
 use crate::server::call_order::with_call_order;
@@ -72,7 +72,7 @@ async fn chat(
     )?;
     // The key's spend budget counts every ask of this request (docs/behaviour.md §5.8).
     options.key_budget = key.budget().map(|b| (key.name().to_string(), b));
-    options.key_name = Some(std::sync::Arc::from(key.name()));
+    options.key_name = Some(key.shared_name());
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
     let timeout = app.settings.request_timeout;
@@ -153,8 +153,9 @@ fn sse_response(relay: Relay) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
+/// The answer as a `chat.completion` body, written straight from the answer.
 fn completion(head: &ChunkHead, r: &LlmResponse) -> Response {
-    let body = completion_json(&head.id, &head.model, head.created, r);
+    let body = Completion::of(&head.id, &head.model, head.created, r);
     let mut response = axum::Json(body).into_response();
     if let Ok(v) = r.source_name.parse() {
         response.headers_mut().insert("x-pgw-source", v);

@@ -549,7 +549,7 @@ async fn create(
         )?,
     )?;
     options.key_budget = key.budget().map(|b| (key.name().to_string(), b));
-    options.key_name = Some(std::sync::Arc::from(key.name()));
+    options.key_name = Some(key.shared_name());
     let lease = app.admit(key).await?;
     let handle = app.gw.chat_scope(&scope)?;
     let timeout = app.settings.request_timeout;
