@@ -490,6 +490,20 @@ pub(crate) mod script {
         body.chunks(size).map(|piece| (at, piece)).collect()
     }
 
+    /// `n` milliseconds.
+    pub(crate) fn ms(n: u64) -> std::time::Duration {
+        std::time::Duration::from_millis(n)
+    }
+
+    /// A source with a 100 ms TTFT, 30 ms inter-token and 1 s total deadline.
+    pub(crate) fn settings() -> SourceSettings {
+        let mut s = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        s.ttft_timeout = ms(100);
+        s.inter_token_timeout = ms(30);
+        s.timeout = ms(1000);
+        s
+    }
+
     /// The text of the content deltas.
     pub(crate) fn content(deltas: &[ChatDelta]) -> String {
         deltas

@@ -123,29 +123,15 @@ mod tests {
     //! The machine on virtual time: frames split at awkward boundaries, the stall clock, and the
     //! end of a stream without an end marker.
 
-    use std::time::Duration;
-
     use polygateway_actors::FailureClass;
     use serde_json::{json, Value};
 
     use super::*;
     use crate::config::SourceSettings;
-    use crate::transport::machine::chat_exchange::script::{content, pieces, run};
+    use crate::transport::machine::chat_exchange::script::{content, ms, pieces, run, settings};
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::LeadTrim;
     use crate::types::LlmResponse;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    fn settings() -> SourceSettings {
-        let mut s = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        s.ttft_timeout = ms(100);
-        s.inter_token_timeout = ms(30);
-        s.timeout = ms(1000);
-        s
-    }
 
     fn exchange(settings: &SourceSettings, t0: Instant) -> ChatExchange<'_, GeminiContent> {
         ChatExchange::new(

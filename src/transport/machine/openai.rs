@@ -61,30 +61,15 @@ mod tests {
     //! The machine on virtual time: bytes at awkward boundaries, stall deadlines against a fake
     //! `now`, and the verdicts at the end of a stream.
 
-    use std::time::Duration;
-
     use polygateway_actors::{FailureClass, SourceReason};
     use serde_json::json;
 
     use super::*;
     use crate::config::SourceSettings;
-    use crate::transport::machine::chat_exchange::script::{content, pieces, run};
+    use crate::transport::machine::chat_exchange::script::{content, ms, pieces, run, settings};
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::LeadTrim;
     use crate::transport::watchdog::StallLayer;
-
-    fn ms(n: u64) -> Duration {
-        Duration::from_millis(n)
-    }
-
-    /// A source with a 100 ms TTFT, 30 ms inter-token and 1 s total deadline.
-    fn settings() -> SourceSettings {
-        let mut s = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        s.ttft_timeout = ms(100);
-        s.inter_token_timeout = ms(30);
-        s.timeout = ms(1000);
-        s
-    }
 
     fn exchange(settings: &SourceSettings, t0: Instant) -> ChatExchange<'_, OpenAiChat> {
         ChatExchange::new(settings, t0, OpenAiChat, true, LeadTrim::default())
