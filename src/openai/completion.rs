@@ -49,7 +49,8 @@ impl UsageJson {
     }
 }
 
-/// OpenAI's `usage` object of an answer, as a tree.
+/// OpenAI's `usage` object of an answer, as a tree (the server's last SSE chunk).
+#[cfg(feature = "server")]
 pub(crate) fn usage_json(r: &LlmResponse) -> Value {
     tree(&UsageJson::of(r))
 }
