@@ -2,17 +2,17 @@
 //! event, read by the dialect's [`StreamState`] into the assembly's frames; `message_stop` is
 //! the end marker (`[DONE]` is taken too); an `error` event ends the stream, judged like a cut;
 //! a signature piece reaches the consumer as it arrives. A whole answer is one message
-//! ([`decode_message`]). The end of an answer is judged as OpenAI's ([`end_marker_verdict`]).
+//! ([`decode_message`]). The end of an answer is judged as OpenAI's: `WireDialect::verdict`'s
+//! default, `end_marker_verdict`.
 
 use std::time::Instant;
 
-use super::chat_exchange::{end_marker_verdict, Reading, StreamEnd, WireDialect};
-use crate::config::MissingDone;
+use super::chat_exchange::{Reading, StreamEnd, WireDialect};
 use crate::error::TransportError;
 use crate::transport::dialect::anthropic::response::{decode_message, StreamState};
 use crate::transport::exchange::ChatDelta;
 use crate::transport::sse::SseEvent;
-use crate::types::{ThinkingBlock, UsageSource};
+use crate::types::ThinkingBlock;
 
 /// Anthropic's Messages dialect: the event state of a streamed answer, or the thinking blocks
 /// of a whole one.
@@ -80,14 +80,6 @@ impl WireDialect for AnthropicMessages {
         Ok(())
     }
 
-    fn verdict(
-        &self,
-        read: &Reading,
-        missing_done: MissingDone,
-    ) -> Result<UsageSource, TransportError> {
-        end_marker_verdict(read, missing_done)
-    }
-
     fn into_thinking(self) -> Vec<ThinkingBlock> {
         // One of the two is empty: a streamed answer's blocks, or a whole one's.
         let mut thinking = self.stream.into_thinking();
@@ -106,7 +98,9 @@ mod tests {
 
     use super::*;
     use crate::config::SourceSettings;
-    use crate::transport::machine::chat_exchange::script::{content, ms, pieces, run, settings};
+    use crate::transport::machine::chat_exchange::script::{
+        assert_same_at_every_split, content, ms, pieces, run, settings,
+    };
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::{assistant_turn, LeadTrim};
     use crate::types::LlmResponse;
@@ -200,12 +194,13 @@ mod tests {
         assert_eq!(whole.finish_reason.as_deref(), Some("stop"));
         assert_eq!((whole.prompt_tokens, whole.completion_tokens), (7, 9));
         assert!(!whole.truncated);
-        for size in 1..body.len() {
-            let chunks = pieces(body.as_bytes(), size, t0 + ms(10));
-            let (deltas, answer) = run(exchange(&s, t0), &chunks, end);
-            assert_eq!(deltas, whole_deltas, "pieces of {size} bytes");
-            assert_eq!(answer.unwrap(), whole, "pieces of {size} bytes");
-        }
+        assert_same_at_every_split(
+            || exchange(&s, t0),
+            &body,
+            t0 + ms(10),
+            end,
+            &(whole_deltas, whole),
+        );
     }
 
     #[test]

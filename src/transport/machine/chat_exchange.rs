@@ -60,12 +60,15 @@ pub(crate) trait WireDialect: Default {
     ) -> Result<(), TransportError>;
 
     /// The verdict on an answer that is over (complete or not; streamed, or whole when
-    /// [`Reading::whole`]): how its usage is known, or the error it is.
+    /// [`Reading::whole`]): how its usage is known, or the error it is. By default that of a
+    /// dialect whose stream ends with a marker ([`end_marker_verdict`]: OpenAI, Anthropic).
     fn verdict(
         &self,
         read: &Reading,
         missing_done: MissingDone,
-    ) -> Result<UsageSource, TransportError>;
+    ) -> Result<UsageSource, TransportError> {
+        end_marker_verdict(read, missing_done)
+    }
 
     /// The answer's thinking blocks with their signatures (none in OpenAI's dialect).
     fn into_thinking(self) -> Vec<ThinkingBlock>;
@@ -385,7 +388,7 @@ fn nothing_said(acc: &Assembly, what: &str) -> Result<(), TransportError> {
 /// `message_stop`): an empty completion, an early EOF, a missing end marker (retried, or
 /// salvaged under `MISSING_DONE=salvage`). An abrupt close is named as such, so telemetry tells
 /// a cut-off stream from a clean EOF.
-pub(crate) fn end_marker_verdict(
+fn end_marker_verdict(
     read: &Reading,
     missing_done: MissingDone,
 ) -> Result<UsageSource, TransportError> {
@@ -502,6 +505,23 @@ pub(crate) mod script {
         s.inter_token_timeout = ms(30);
         s.timeout = ms(1000);
         s
+    }
+
+    /// Every piece size of `body`, down to one byte, all arriving at `at` and ended at `end`,
+    /// gives the exchanges `fresh` makes the deltas and the answer of the whole body at once.
+    pub(crate) fn assert_same_at_every_split<'s, D: WireDialect>(
+        fresh: impl Fn() -> ChatExchange<'s, D>,
+        body: &str,
+        at: Instant,
+        end: (Instant, BodyEnd),
+        whole: &(Vec<ChatDelta>, LlmResponse),
+    ) {
+        for size in 1..body.len() {
+            let chunks = pieces(body.as_bytes(), size, at);
+            let (deltas, answer) = run(fresh(), &chunks, end);
+            assert_eq!(deltas, whole.0, "pieces of {size} bytes");
+            assert_eq!(answer.unwrap(), whole.1, "pieces of {size} bytes");
+        }
     }
 
     /// The text of the content deltas.

@@ -128,7 +128,9 @@ mod tests {
 
     use super::*;
     use crate::config::SourceSettings;
-    use crate::transport::machine::chat_exchange::script::{content, ms, pieces, run, settings};
+    use crate::transport::machine::chat_exchange::script::{
+        assert_same_at_every_split, content, ms, run, settings,
+    };
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::LeadTrim;
     use crate::types::LlmResponse;
@@ -205,12 +207,13 @@ mod tests {
         assert_eq!(whole.finish_reason.as_deref(), Some("stop"));
         assert_eq!((whole.prompt_tokens, whole.completion_tokens), (4, 5));
         assert!(!whole.truncated);
-        for size in 1..body.len() {
-            let chunks = pieces(body.as_bytes(), size, t0 + ms(10));
-            let (deltas, answer) = run(exchange(&s, t0), &chunks, end);
-            assert_eq!(deltas, whole_deltas, "pieces of {size} bytes");
-            assert_eq!(answer.unwrap(), whole, "pieces of {size} bytes");
-        }
+        assert_same_at_every_split(
+            || exchange(&s, t0),
+            &body,
+            t0 + ms(10),
+            end,
+            &(whole_deltas, whole),
+        );
     }
 
     #[test]

@@ -1,17 +1,17 @@
 //! The OpenAI chat dialect's exchange (docs/behaviour.md §7.1): each SSE `data` is a
 //! `chat.completion.chunk` ([`decode_chunk`]), `[DONE]` the end marker; a whole answer is a
 //! `chat.completion` ([`decode_completion`]). The end of an answer is judged by
-//! [`end_marker_verdict`]: an empty completion, an early EOF, a missing `[DONE]`.
+//! `WireDialect::verdict`'s default, `end_marker_verdict`: an empty completion, an early EOF, a
+//! missing `[DONE]`.
 
 use std::time::Instant;
 
-use super::chat_exchange::{end_marker_verdict, Reading, WireDialect};
-use crate::config::MissingDone;
+use super::chat_exchange::{Reading, WireDialect};
 use crate::error::TransportError;
 use crate::transport::exchange::ChatDelta;
 use crate::transport::sse::SseEvent;
 use crate::transport::wire::{decode_chunk, decode_completion};
-use crate::types::{ThinkingBlock, UsageSource};
+use crate::types::ThinkingBlock;
 
 /// OpenAI's chat dialect: no state of its own besides the exchange's.
 #[derive(Debug, Default, Clone, Copy)]
@@ -43,14 +43,6 @@ impl WireDialect for OpenAiChat {
         Ok(())
     }
 
-    fn verdict(
-        &self,
-        read: &Reading,
-        missing_done: MissingDone,
-    ) -> Result<UsageSource, TransportError> {
-        end_marker_verdict(read, missing_done)
-    }
-
     fn into_thinking(self) -> Vec<ThinkingBlock> {
         Vec::new()
     }
@@ -65,11 +57,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::config::SourceSettings;
-    use crate::transport::machine::chat_exchange::script::{content, ms, pieces, run, settings};
+    use crate::config::{MissingDone, SourceSettings};
+    use crate::transport::machine::chat_exchange::script::{
+        assert_same_at_every_split, content, ms, run, settings,
+    };
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::LeadTrim;
     use crate::transport::watchdog::StallLayer;
+    use crate::types::UsageSource;
 
     fn exchange(settings: &SourceSettings, t0: Instant) -> ChatExchange<'_, OpenAiChat> {
         ChatExchange::new(settings, t0, OpenAiChat, true, LeadTrim::default())
@@ -115,12 +110,13 @@ mod tests {
         assert_eq!(whole.latency_ms, 20.0);
         // Every piece size, down to one byte: inside UTF-8 characters, between CR and LF,
         // inside `<think>` tags and `[DONE]`.
-        for size in 1..body.len() {
-            let chunks = pieces(body.as_bytes(), size, t0 + ms(10));
-            let (deltas, answer) = run(exchange(&s, t0), &chunks, end);
-            assert_eq!(deltas, whole_deltas, "pieces of {size} bytes");
-            assert_eq!(answer.unwrap(), whole, "pieces of {size} bytes");
-        }
+        assert_same_at_every_split(
+            || exchange(&s, t0),
+            &body,
+            t0 + ms(10),
+            end,
+            &(whole_deltas, whole),
+        );
     }
 
     #[test]
