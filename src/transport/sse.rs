@@ -140,6 +140,11 @@ impl SseParser {
             None => (line, &b""[..]),
         };
         if field == b"data" {
+            // The event's first line sizes its buffer, the `\n` included: it was allocated to
+            // the text alone and grown again for the `\n`, a reallocation per event (issue #48).
+            if self.data.is_empty() {
+                self.data.reserve(value.len() + 1);
+            }
             // Valid UTF-8 is the rule and `from_utf8` checks it far faster than the lossy
             // decoder; only a broken frame pays for the replacement characters.
             match std::str::from_utf8(value) {

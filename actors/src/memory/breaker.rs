@@ -3,7 +3,6 @@
 //!
 //! Not for: several processes sharing breaker state (the Redis backend does that).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -12,6 +11,7 @@ use async_trait::async_trait;
 
 use crate::clock::{Clock, TokioClock};
 use crate::policy::breaker::BreakerMachine;
+use crate::policy::FastMap;
 use crate::ports::breaker::{
     BreakerAdmit, BreakerBackend, BreakerConfig, BreakerSnapshot, BreakerVerdict,
 };
@@ -19,7 +19,7 @@ use crate::ports::BackendError;
 
 use crate::clock::millis_since;
 
-type Machines = HashMap<Arc<str>, HashMap<Arc<str>, BreakerMachine>>;
+type Machines = FastMap<Arc<str>, FastMap<Arc<str>, BreakerMachine>>;
 
 /// In-memory [`BreakerBackend`]. Probe ids are `"{instance nonce}-{counter}"` in hex: unique
 /// per backend value, and unlike ids of another instance.
@@ -58,7 +58,7 @@ impl Default for MemoryBreakers {
 fn machine<'a>(m: &'a mut Machines, scope: &str, source: &str) -> &'a mut BreakerMachine {
     // Look up by &str first so the hot path never allocates a key.
     if !m.contains_key(scope) {
-        m.insert(Arc::from(scope), HashMap::new());
+        m.insert(Arc::from(scope), FastMap::default());
     }
     let sources = m.get_mut(scope).expect("inserted above");
     if !sources.contains_key(source) {
@@ -101,7 +101,7 @@ impl MemoryBreakers {
             origin,
             nonce: rand::random(),
             next_probe: AtomicU64::new(0),
-            machines: Mutex::new(HashMap::new()),
+            machines: Mutex::new(FastMap::default()),
         }
     }
 

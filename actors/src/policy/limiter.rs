@@ -16,11 +16,11 @@
 //!
 //! Not for: waiting, polling or jitter (callers do that with the `retry_after` hint).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::policy::breaker::duration_ms;
+use crate::policy::FastMap;
 use crate::ports::gate::{Gate, GateDecision, GateRequest, Lease, Limits};
 
 /// Default rate-window length (the "per minute" of RPM/TPM).
@@ -94,8 +94,8 @@ struct LeaseRecord {
 #[derive(Debug)]
 struct ScopeState {
     global: Counters,
-    sources: HashMap<Arc<str>, Counters>,
-    leases: HashMap<Arc<str>, LeaseRecord>,
+    sources: FastMap<Arc<str>, Counters>,
+    leases: FastMap<Arc<str>, LeaseRecord>,
     /// Earliest `expires_ms` among stored leases; `u64::MAX` when none.
     next_expiry_ms: u64,
     last_progress_ms: Option<u64>,
@@ -105,8 +105,8 @@ impl ScopeState {
     fn new() -> Self {
         Self {
             global: Counters::default(),
-            sources: HashMap::new(),
-            leases: HashMap::new(),
+            sources: FastMap::default(),
+            leases: FastMap::default(),
             next_expiry_ms: u64::MAX,
             last_progress_ms: None,
         }
@@ -197,7 +197,7 @@ pub struct LimiterState {
     /// Latest `now_ms` seen by `admit`: time never runs backwards inside the state, so a caller
     /// that read its clock slightly earlier cannot roll a window back.
     last_now_ms: u64,
-    scopes: HashMap<Arc<str>, ScopeState>,
+    scopes: FastMap<Arc<str>, ScopeState>,
 }
 
 impl Default for LimiterState {
@@ -268,7 +268,7 @@ impl LimiterState {
         Self {
             window_ms: duration_ms(window).max(1),
             last_now_ms: 0,
-            scopes: HashMap::new(),
+            scopes: FastMap::default(),
         }
     }
 

@@ -16,3 +16,10 @@ pub mod reserve;
 pub mod select;
 pub(crate) mod stall;
 pub mod wait_queue;
+
+/// The maps the memory backends look up on every attempt (the limiter's scopes, sources and
+/// leases; the breakers by scope and source), hashed with foldhash instead of std's SipHash: the
+/// keys are the gateway's own names and random lease ids, and SipHash of them was a few thousand
+/// instructions of every request (issue #48). foldhash is hashbrown's own default hasher,
+/// seeded per process.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
