@@ -294,16 +294,7 @@ impl TransportError {
     }
 
     /// A local or upstream rejection of the request (no retry, no switch).
-    ///
-    /// ```
-    /// use polygateway::ports::{Classify, FailureClass};
-    /// use polygateway::TransportError;
-    /// let e = TransportError::rejected("image is neither PNG nor JPEG");
-    /// assert_eq!(e.class(), FailureClass::RequestRejected);
-    /// // Built locally: nothing was sent, so it says nothing about the source's health.
-    /// assert!(!e.answered && !e.proves_alive());
-    /// ```
-    pub fn rejected(message: impl Into<String>) -> Self {
+    pub(crate) fn rejected(message: impl Into<String>) -> Self {
         Self::new(
             FailureClass::RequestRejected,
             SourceReason::NetworkError,
@@ -573,5 +564,20 @@ mod tests {
         for (hint, header) in cases {
             assert_eq!(retry_after_header_secs(hint), header, "hint {hint}");
         }
+    }
+}
+
+/// The examples of this file's crate-private items (their doc examples until the public API
+/// was cut down, issue #50 item 4), kept as unit tests.
+#[cfg(test)]
+mod private_item_examples {
+    #[test]
+    fn transport_error_rejected_example() {
+        use crate::ports::{Classify, FailureClass};
+        use crate::TransportError;
+        let e = TransportError::rejected("image is neither PNG nor JPEG");
+        assert_eq!(e.class(), FailureClass::RequestRejected);
+        // Built locally: nothing was sent, so it says nothing about the source's health.
+        assert!(!e.answered && !e.proves_alive());
     }
 }
