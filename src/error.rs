@@ -303,16 +303,7 @@ impl TransportError {
     }
 
     /// The result arrived but is unusable; the service answered.
-    ///
-    /// ```
-    /// use polygateway::ports::{Classify, FailureClass};
-    /// use polygateway::TransportError;
-    /// let e = TransportError::invalid("expected 3 vectors, got 2");
-    /// assert_eq!(e.class(), FailureClass::ResultInvalid);
-    /// // The service answered, so the breaker counts it as alive.
-    /// assert!(e.answered && e.proves_alive());
-    /// ```
-    pub fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         let mut e = Self::new(
             FailureClass::ResultInvalid,
             SourceReason::NetworkError,
@@ -567,10 +558,10 @@ mod tests {
     }
 }
 
-/// The examples of this file's crate-private items (their doc examples until the public API
-/// was cut down, issue #50 item 4), kept as unit tests.
 #[cfg(test)]
-mod private_item_examples {
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
     #[test]
     fn transport_error_rejected_example() {
         use crate::ports::{Classify, FailureClass};
@@ -579,5 +570,15 @@ mod private_item_examples {
         assert_eq!(e.class(), FailureClass::RequestRejected);
         // Built locally: nothing was sent, so it says nothing about the source's health.
         assert!(!e.answered && !e.proves_alive());
+    }
+
+    #[test]
+    fn transport_error_invalid_example() {
+        use crate::ports::{Classify, FailureClass};
+        use crate::TransportError;
+        let e = TransportError::invalid("expected 3 vectors, got 2");
+        assert_eq!(e.class(), FailureClass::ResultInvalid);
+        // The service answered, so the breaker counts it as alive.
+        assert!(e.answered && e.proves_alive());
     }
 }

@@ -330,12 +330,7 @@ mod examples {
         );
         assert_eq!(fp.as_array().map(Vec::len), Some(1));
     }
-}
 
-/// The examples of this file's crate-private items (their doc examples until the public API
-/// was cut down, issue #50 item 4), kept as unit tests.
-#[cfg(test)]
-mod private_item_examples {
     #[test]
     fn cache_key_prefix_example() {
         use crate::cache::key::CACHE_KEY_PREFIX;

@@ -176,9 +176,8 @@ impl Column {
 /// Why a table name was refused.
 ///
 /// ```
-/// use polygateway::telemetry::schema::{validate_table, InvalidTableName};
-/// let err = validate_table("calls; DROP TABLE users").unwrap_err();
-/// assert_eq!(err, InvalidTableName("calls; DROP TABLE users".into()));
+/// use polygateway::telemetry::schema::InvalidTableName;
+/// let err = InvalidTableName("calls; DROP TABLE users".into());
 /// assert!(err.to_string().starts_with("invalid telemetry table name"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -508,10 +507,10 @@ mod tests {
     }
 }
 
-/// The examples of this file's crate-private items (their doc examples until the public API
-/// was cut down, issue #50 item 4), kept as unit tests.
 #[cfg(test)]
-mod private_item_examples {
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
     #[test]
     fn insert_columns_example() {
         use crate::telemetry::{schema::insert_columns, COLUMNS};
@@ -536,11 +535,14 @@ mod private_item_examples {
 
     #[test]
     fn validate_table_example() {
-        use crate::telemetry::schema::validate_table;
+        use crate::telemetry::schema::{validate_table, InvalidTableName};
         assert!(validate_table("llm_calls").is_ok());
         assert!(validate_table("audit.llm_calls").is_ok());
         assert!(validate_table("1calls").is_err()); // starts with a digit
         assert!(validate_table("\"llm_calls\"").is_err()); // quoting is not supported
+                                                           // The refusal names the table as given (this was `InvalidTableName`'s example).
+        let err = validate_table("calls; DROP TABLE users").unwrap_err();
+        assert_eq!(err, InvalidTableName("calls; DROP TABLE users".into()));
     }
 
     #[test]

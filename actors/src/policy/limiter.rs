@@ -885,10 +885,10 @@ mod tests {
     }
 }
 
-/// The examples of this file's crate-private items (their doc examples until the public API
-/// was cut down, issue #50 item 4), kept as unit tests.
 #[cfg(test)]
-mod private_item_examples {
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
     #[test]
     fn lease_poll_example() {
         use crate::{GateRequest, Limits};

@@ -70,7 +70,6 @@ fn digest(salt: &[u8], key: &str) -> [u8; 32] {
 /// let keys = KeyStore::from_json(&json).unwrap();
 /// let key = keys.authenticate("pgw-a").unwrap();
 /// assert_eq!((key.name(), key.tenant()), ("team-a", "acme"));
-/// assert!(key.may_use("LLM") && !key.may_use("EMBED"));
 /// assert_eq!((key.rpm(), key.max_concurrency()), (60, 4));
 /// assert!(!format!("{key:?}").contains("hash"));
 /// ```
@@ -214,21 +213,7 @@ impl VirtualKey {
 
     /// The key's spend budget (`"budget": "20/day"` in the key file): its chat calls count
     /// against `vkey:<name>` besides their scope's and tenant's budgets.
-    ///
-    /// ```
-    /// use polygateway::server::{hash_key, KeyStore};
-    /// let json = format!(
-    ///     r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"], "budget": "20/day"}}]}}"#,
-    ///     hash_key("k")
-    /// );
-    /// let keys = KeyStore::from_json(&json).unwrap();
-    /// assert_eq!(keys.authenticate("k").unwrap().budget().unwrap().to_string(), "20/day");
-    /// // A budget that does not parse names the key and what is allowed.
-    /// let bad = json.replace("20/day", "20 dollars");
-    /// let err = KeyStore::from_json(&bad).unwrap_err().to_string();
-    /// assert!(err.contains("key ci: budget") && err.contains("hour|day|month"), "{err}");
-    /// ```
-    pub fn budget(&self) -> Option<crate::config::SpendBudget> {
+    pub(crate) fn budget(&self) -> Option<crate::config::SpendBudget> {
         self.budget
     }
 
@@ -497,10 +482,10 @@ mod tests {
     }
 }
 
-/// The examples of this file's crate-private items (their doc examples until the public API
-/// was cut down, issue #50 item 4), kept as unit tests.
 #[cfg(test)]
-mod private_item_examples {
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
     #[test]
     fn virtual_key_may_use_example() {
         use crate::server::{hash_key, KeyStore};
@@ -510,6 +495,14 @@ mod private_item_examples {
         );
         let keys = KeyStore::from_json(&json).unwrap();
         assert!(keys.authenticate("k").unwrap().may_use("ANY_SCOPE"));
+        // A key listing its scopes may use those only (this was in `VirtualKey`'s example).
+        let json = format!(
+            r#"{{"keys": [{{"name": "team-a", "hash": "{}", "scopes": ["LLM"]}}]}}"#,
+            hash_key("pgw-a")
+        );
+        let keys = KeyStore::from_json(&json).unwrap();
+        let key = keys.authenticate("pgw-a").unwrap();
+        assert!(key.may_use("LLM") && !key.may_use("EMBED"));
     }
 
     #[test]
@@ -524,5 +517,30 @@ mod private_item_examples {
         let keys = KeyStore::from_json(&json).unwrap();
         assert!(keys.authenticate("k-ops").unwrap().is_admin());
         assert!(!keys.authenticate("k-app").unwrap().is_admin());
+    }
+
+    #[test]
+    fn virtual_key_budget_example() {
+        use crate::server::{hash_key, KeyStore};
+        let json = format!(
+            r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"], "budget": "20/day"}}]}}"#,
+            hash_key("k")
+        );
+        let keys = KeyStore::from_json(&json).unwrap();
+        assert_eq!(
+            keys.authenticate("k")
+                .unwrap()
+                .budget()
+                .unwrap()
+                .to_string(),
+            "20/day"
+        );
+        // A budget that does not parse names the key and what is allowed.
+        let bad = json.replace("20/day", "20 dollars");
+        let err = KeyStore::from_json(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("key ci: budget") && err.contains("hour|day|month"),
+            "{err}"
+        );
     }
 }

@@ -360,10 +360,10 @@ pub fn layout_zip(stem: &str, middle: Option<&Value>) -> Vec<u8> {
     writer.finish().expect("in-memory ZIP").into_inner()
 }
 
-/// The examples of this file's crate-private items (their doc examples until the public API
-/// was cut down, issue #50 item 4), kept as unit tests.
 #[cfg(test)]
-mod private_item_examples {
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
     #[test]
     fn degenerate_middle_json_example() {
         use crate::testkit::mock_ocr::fixture::{degenerate_middle_json, sample_middle_json};
