@@ -294,16 +294,7 @@ impl TransportError {
     }
 
     /// A local or upstream rejection of the request (no retry, no switch).
-    ///
-    /// ```
-    /// use polygateway::ports::{Classify, FailureClass};
-    /// use polygateway::TransportError;
-    /// let e = TransportError::rejected("image is neither PNG nor JPEG");
-    /// assert_eq!(e.class(), FailureClass::RequestRejected);
-    /// // Built locally: nothing was sent, so it says nothing about the source's health.
-    /// assert!(!e.answered && !e.proves_alive());
-    /// ```
-    pub fn rejected(message: impl Into<String>) -> Self {
+    pub(crate) fn rejected(message: impl Into<String>) -> Self {
         Self::new(
             FailureClass::RequestRejected,
             SourceReason::NetworkError,
@@ -312,16 +303,7 @@ impl TransportError {
     }
 
     /// The result arrived but is unusable; the service answered.
-    ///
-    /// ```
-    /// use polygateway::ports::{Classify, FailureClass};
-    /// use polygateway::TransportError;
-    /// let e = TransportError::invalid("expected 3 vectors, got 2");
-    /// assert_eq!(e.class(), FailureClass::ResultInvalid);
-    /// // The service answered, so the breaker counts it as alive.
-    /// assert!(e.answered && e.proves_alive());
-    /// ```
-    pub fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         let mut e = Self::new(
             FailureClass::ResultInvalid,
             SourceReason::NetworkError,
@@ -573,5 +555,30 @@ mod tests {
         for (hint, header) in cases {
             assert_eq!(retry_after_header_secs(hint), header, "hint {hint}");
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn transport_error_rejected_example() {
+        use crate::ports::{Classify, FailureClass};
+        use crate::TransportError;
+        let e = TransportError::rejected("image is neither PNG nor JPEG");
+        assert_eq!(e.class(), FailureClass::RequestRejected);
+        // Built locally: nothing was sent, so it says nothing about the source's health.
+        assert!(!e.answered && !e.proves_alive());
+    }
+
+    #[test]
+    fn transport_error_invalid_example() {
+        use crate::ports::{Classify, FailureClass};
+        use crate::TransportError;
+        let e = TransportError::invalid("expected 3 vectors, got 2");
+        assert_eq!(e.class(), FailureClass::ResultInvalid);
+        // The service answered, so the breaker counts it as alive.
+        assert!(e.answered && e.proves_alive());
     }
 }

@@ -16,41 +16,14 @@ pub use polygateway_actors::runtime::metrics::{
 pub use polygateway_actors::runtime::series;
 
 /// Response-cache hits, by `scope`.
-///
-/// ```
-/// use polygateway::metrics::{all, CACHE_HITS_TOTAL};
-/// assert_eq!(CACHE_HITS_TOTAL, "pgw_cache_hits_total");
-/// assert!(all().contains(&(CACHE_HITS_TOTAL, "counter", "scope")));
-/// ```
-pub const CACHE_HITS_TOTAL: &str = "pgw_cache_hits_total";
+pub(crate) const CACHE_HITS_TOTAL: &str = "pgw_cache_hits_total";
 /// Response-cache misses (including backend errors and corrupt entries), by `scope`.
-///
-/// ```
-/// use polygateway::metrics::{all, CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL};
-/// let labels = |metric: &str| all().into_iter().find(|(n, _, _)| *n == metric).map(|(_, _, l)| l);
-/// // Same labels as the hits, so a dashboard can divide the two into a hit ratio per scope.
-/// assert_eq!(labels(CACHE_MISSES_TOTAL), Some("scope"));
-/// assert_eq!(labels(CACHE_MISSES_TOTAL), labels(CACHE_HITS_TOTAL));
-/// ```
-pub const CACHE_MISSES_TOTAL: &str = "pgw_cache_misses_total";
+pub(crate) const CACHE_MISSES_TOTAL: &str = "pgw_cache_misses_total";
 /// Time to first token of successful streamed chat attempts, by `scope` (seconds).
-///
-/// ```
-/// use polygateway::metrics::{all, TTFT_SECONDS};
-/// // A histogram in seconds (not milliseconds, unlike `LlmResponse::ttft_ms`).
-/// assert!(TTFT_SECONDS.ends_with("_seconds"));
-/// assert!(all().contains(&(TTFT_SECONDS, "histogram", "scope")));
-/// ```
-pub const TTFT_SECONDS: &str = "pgw_ttft_seconds";
+pub(crate) const TTFT_SECONDS: &str = "pgw_ttft_seconds";
 /// Telemetry rows dropped because the queue was full (no labels). Rows a degraded sink could
 /// not write are counted in `Gateway::telemetry_status().dropped_rows`.
-///
-/// ```
-/// use polygateway::metrics::{all, TELEMETRY_DROPPED_ROWS_TOTAL};
-/// // One process-wide series: no labels.
-/// assert!(all().contains(&(TELEMETRY_DROPPED_ROWS_TOTAL, "counter", "")));
-/// ```
-pub const TELEMETRY_DROPPED_ROWS_TOTAL: &str = "pgw_telemetry_dropped_rows_total";
+pub(crate) const TELEMETRY_DROPPED_ROWS_TOTAL: &str = "pgw_telemetry_dropped_rows_total";
 
 /// Requests `polygateway serve` received, by ingress (`chat`, `messages`, `responses`,
 /// `embeddings`, `ocr`): the server's own counter, not the runtime's.
@@ -120,4 +93,45 @@ pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn cache_hits_total_example() {
+        use crate::metrics::{all, CACHE_HITS_TOTAL};
+        assert_eq!(CACHE_HITS_TOTAL, "pgw_cache_hits_total");
+        assert!(all().contains(&(CACHE_HITS_TOTAL, "counter", "scope")));
+    }
+
+    #[test]
+    fn cache_misses_total_example() {
+        use crate::metrics::{all, CACHE_HITS_TOTAL, CACHE_MISSES_TOTAL};
+        let labels = |metric: &str| {
+            all()
+                .into_iter()
+                .find(|(n, _, _)| *n == metric)
+                .map(|(_, _, l)| l)
+        };
+        // Same labels as the hits, so a dashboard can divide the two into a hit ratio per scope.
+        assert_eq!(labels(CACHE_MISSES_TOTAL), Some("scope"));
+        assert_eq!(labels(CACHE_MISSES_TOTAL), labels(CACHE_HITS_TOTAL));
+    }
+
+    #[test]
+    fn ttft_seconds_example() {
+        use crate::metrics::{all, TTFT_SECONDS};
+        // A histogram in seconds (not milliseconds, unlike `LlmResponse::ttft_ms`).
+        assert!(TTFT_SECONDS.ends_with("_seconds"));
+        assert!(all().contains(&(TTFT_SECONDS, "histogram", "scope")));
+    }
+
+    #[test]
+    fn telemetry_dropped_rows_total_example() {
+        use crate::metrics::{all, TELEMETRY_DROPPED_ROWS_TOTAL};
+        // One process-wide series: no labels.
+        assert!(all().contains(&(TELEMETRY_DROPPED_ROWS_TOTAL, "counter", "")));
+    }
 }

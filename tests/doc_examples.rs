@@ -468,7 +468,16 @@ fn the_public_surface_stays_within_its_ceiling() {
 /// `config::HedgeSettings`, a scope's `HEDGE__*` keys. +2 for mid-stream continuation (issue
 /// #47 part 2): `config::ContinueSettings` (a scope's `CONTINUE__*` keys) and
 /// `ProviderProfile::with_prefill` (the registry's prefill capability).
-const ROOT_CEILING: usize = 539;
+/// 513 with one path per item (issue #50 item 4), items named nowhere outside the crate made
+/// crate-private (their examples kept as unit tests): `cache::CACHE_KEY_PREFIX`,
+/// `config::keys::SCOPE_KEY_GROUPS`, `TransportError::{rejected, invalid}`, four `metrics` names
+/// (`CACHE_HITS_TOTAL`, `CACHE_MISSES_TOTAL`, `TTFT_SECONDS`, `TELEMETRY_DROPPED_ROWS_TOTAL`; the
+/// list `metrics::all` keeps them), `VirtualKey::{may_use, is_admin, budget}`,
+/// `telemetry::schema::{insert_columns, Column::sql_type, validate_table, add_column_sql}`,
+/// `testkit::mock_ocr::{degenerate_middle_json, blank_middle_json}`, `SpendBudget::amount`,
+/// `LlmResponse::{has_answer, is_cacheable}` and `validate`'s six limits (`TENANT_ID_MAX_CHARS`,
+/// `META_*`, `PROTECTED_BODY_KEYS`).
+const ROOT_CEILING: usize = 513;
 /// Public items of `polygateway-actors` (actors/src/) allowed by the surface check; 207 with the
 /// capacity-wait metric's name and its reason vocabulary (issue #37); 208 with the priority
 /// classes of waiting calls (issue #30: `policy::wait_queue::Priority`, its `ALL` and `as_str`).
@@ -498,7 +507,13 @@ const ROOT_CEILING: usize = 539;
 /// (`TelemetryQueue::{set_wake_at, wait_full, wake_consumer}`) is crate-private, only the
 /// telemetry actor waits on the queue; the hidden `assembly` items became documented API at their
 /// one path each and stay counted.
-const ACTORS_CEILING: usize = 266;
+/// 253 with the items named nowhere outside the crate made crate-private (issue #50 item 4; their
+/// examples kept as unit tests): `BreakerMachine::open_duration_ms`, `limiter::LEASE_POLL`,
+/// `LimiterState::window_index`, `pacer::AIMD_FLOOR`, `select::{DEFAULT_EXPLORATION,
+/// DEFAULT_HEALTH_THRESHOLD}`, `EventSink::is_closed`, `series::{FINE_SLOTS, COARSE_SLOTS,
+/// MAX_PARTIES}`, `SourceSeries::attempt_took`, and `AdaptivePacer::{in_slow_start, baseline}`
+/// (test-only now).
+const ACTORS_CEILING: usize = 253;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

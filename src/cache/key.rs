@@ -19,24 +19,7 @@ use crate::config::SourceSettings;
 use crate::types::{Content, ContentPart, ImageUrl, Message};
 
 /// Prefix of every cache key.
-///
-/// ```
-/// use polygateway::cache::key::CACHE_KEY_PREFIX;
-/// use polygateway::cache::{cache_key, model_fingerprint, CacheKeyInput};
-/// let model = model_fingerprint(&[("gpt-4o-mini".into(), serde_json::Map::new())]);
-/// let key = cache_key(&CacheKeyInput {
-///     model_fingerprint: &model,
-///     messages: &[polygateway::Message::user("hi")],
-///     namespace: "prod",
-///     salt: None,
-///     sampling: &serde_json::Map::new(),
-///     structured: None,
-/// });
-/// // The prefix, then 64 hex digits of sha256: easy to find (and flush) in a shared Redis.
-/// assert!(key.starts_with(CACHE_KEY_PREFIX));
-/// assert_eq!(key.len(), CACHE_KEY_PREFIX.len() + 64);
-/// ```
-pub const CACHE_KEY_PREFIX: &str = "pgw:cache:";
+pub(crate) const CACHE_KEY_PREFIX: &str = "pgw:cache:";
 
 /// Everything that decides whether two chat calls may share a cached answer.
 ///
@@ -346,5 +329,23 @@ mod examples {
             model_fingerprint(&[("test-model".into(), serde_json::Map::new())])
         );
         assert_eq!(fp.as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn cache_key_prefix_example() {
+        use crate::cache::key::CACHE_KEY_PREFIX;
+        use crate::cache::{cache_key, model_fingerprint, CacheKeyInput};
+        let model = model_fingerprint(&[("gpt-4o-mini".into(), serde_json::Map::new())]);
+        let key = cache_key(&CacheKeyInput {
+            model_fingerprint: &model,
+            messages: &[crate::Message::user("hi")],
+            namespace: "prod",
+            salt: None,
+            sampling: &serde_json::Map::new(),
+            structured: None,
+        });
+        // The prefix, then 64 hex digits of sha256: easy to find (and flush) in a shared Redis.
+        assert!(key.starts_with(CACHE_KEY_PREFIX));
+        assert_eq!(key.len(), CACHE_KEY_PREFIX.len() + 64);
     }
 }

@@ -1005,20 +1005,7 @@ pub const EMBEDDING_SCOPE_KEYS: [&str; count(EMBEDDINGS)] = names(EMBEDDINGS);
 
 /// Second segments that introduce a scope-key group (`{SCOPE}__{GROUP}__{FIELD}`); they can never
 /// be provider names. (A test checks they are exactly the groups of [`SCOPE_KEYS`].)
-///
-/// ```
-/// use polygateway::config::keys::SCOPE_KEY_GROUPS;
-/// use polygateway::config::{ConfigError, Settings};
-/// # use std::collections::BTreeMap;
-/// # fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-/// #     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
-/// # }
-/// assert!(SCOPE_KEY_GROUPS.contains(&"RETRY"));
-/// // `RETRY` cannot be read as a provider name, even in a source-shaped key.
-/// let err = Settings::from_map(&env(&[("LLM__RETRY__1__MODEL", "m")])).unwrap_err();
-/// assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
-/// ```
-pub const SCOPE_KEY_GROUPS: [&str; 7] = [
+pub(crate) const SCOPE_KEY_GROUPS: [&str; 7] = [
     "GLOBAL",
     "PACER",
     "RETRY",
@@ -1246,5 +1233,27 @@ mod tests {
         assert!(scope::BREAKER_MAX_COOLDOWN_S
             .default
             .contains(&format!("max({}", d::MAX_COOLDOWN_FLOOR_S)));
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn scope_key_groups_example() {
+        use crate::config::keys::SCOPE_KEY_GROUPS;
+        use crate::config::{ConfigError, Settings};
+        use std::collections::BTreeMap;
+        fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        }
+        assert!(SCOPE_KEY_GROUPS.contains(&"RETRY"));
+        // `RETRY` cannot be read as a provider name, even in a source-shaped key.
+        let err = Settings::from_map(&env(&[("LLM__RETRY__1__MODEL", "m")])).unwrap_err();
+        assert!(matches!(err, ConfigError::UnknownKey { .. }), "{err}");
     }
 }

@@ -33,8 +33,7 @@ pub use postgres::{PostgresOptions, PostgresSink};
 pub use retention::{retention, RetentionError, RetentionReport, RetentionTarget};
 pub use row::TelemetryRow;
 pub use schema::{
-    add_column_sql, create_table_sql, telemetry_schema_sql, Column, SchemaBackend, COLUMNS,
-    DEFAULT_TABLE,
+    create_table_sql, telemetry_schema_sql, Column, SchemaBackend, COLUMNS, DEFAULT_TABLE,
 };
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteSink};

@@ -159,27 +159,13 @@ pub const COLUMNS: [Column; 34] = [
 
 /// The columns the library INSERTs, in order (every column but `created_at`); the order of
 /// `TelemetryRow`'s fields.
-///
-/// ```
-/// use polygateway::telemetry::{schema::insert_columns, COLUMNS};
-/// let names: Vec<&str> = insert_columns().map(|c| c.name).collect();
-/// assert_eq!(names.len(), COLUMNS.len() - 1);
-/// assert!(!names.contains(&"created_at")); // filled by the database
-/// ```
-pub fn insert_columns() -> impl Iterator<Item = &'static Column> {
+pub(crate) fn insert_columns() -> impl Iterator<Item = &'static Column> {
     COLUMNS.iter().filter(|c| c.inserted)
 }
 
 impl Column {
     /// The type clause for `backend`.
-    ///
-    /// ```
-    /// use polygateway::telemetry::{SchemaBackend, COLUMNS};
-    /// let meta = COLUMNS.iter().find(|c| c.name == "meta").unwrap();
-    /// assert_eq!(meta.sql_type(SchemaBackend::Postgres), "JSONB NOT NULL DEFAULT '{}'");
-    /// assert_eq!(meta.sql_type(SchemaBackend::Sqlite), "TEXT NOT NULL DEFAULT '{}'");
-    /// ```
-    pub fn sql_type(&self, backend: SchemaBackend) -> &'static str {
+    pub(crate) fn sql_type(&self, backend: SchemaBackend) -> &'static str {
         match backend {
             SchemaBackend::Postgres => self.pg,
             SchemaBackend::Sqlite => self.sqlite,
@@ -190,9 +176,8 @@ impl Column {
 /// Why a table name was refused.
 ///
 /// ```
-/// use polygateway::telemetry::schema::{validate_table, InvalidTableName};
-/// let err = validate_table("calls; DROP TABLE users").unwrap_err();
-/// assert_eq!(err, InvalidTableName("calls; DROP TABLE users".into()));
+/// use polygateway::telemetry::schema::InvalidTableName;
+/// let err = InvalidTableName("calls; DROP TABLE users".into());
 /// assert!(err.to_string().starts_with("invalid telemetry table name"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -200,15 +185,7 @@ impl Column {
 pub struct InvalidTableName(pub String);
 
 /// Check a table name (optionally schema-qualified) so it can be spliced into SQL unquoted.
-///
-/// ```
-/// use polygateway::telemetry::schema::validate_table;
-/// assert!(validate_table("llm_calls").is_ok());
-/// assert!(validate_table("audit.llm_calls").is_ok());
-/// assert!(validate_table("1calls").is_err()); // starts with a digit
-/// assert!(validate_table("\"llm_calls\"").is_err()); // quoting is not supported
-/// ```
-pub fn validate_table(table: &str) -> Result<(), InvalidTableName> {
+pub(crate) fn validate_table(table: &str) -> Result<(), InvalidTableName> {
     let ident = |s: &str| {
         !s.is_empty()
             && s.len() <= 63
@@ -252,21 +229,7 @@ pub fn create_table_sql(backend: SchemaBackend, table: &str) -> String {
 
 /// `ALTER TABLE … ADD COLUMN …` for one column. `if_not_exists` is only for the printed
 /// PostgreSQL script; the library probes first and never sends it.
-///
-/// ```
-/// use polygateway::telemetry::{add_column_sql, SchemaBackend, COLUMNS};
-/// let tenant = COLUMNS.iter().find(|c| c.name == "tenant_id").unwrap();
-/// assert_eq!(
-///     add_column_sql(SchemaBackend::Postgres, "llm_calls", tenant, true),
-///     "ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS tenant_id TEXT NOT NULL DEFAULT ''"
-/// );
-/// // SQLite has no `IF NOT EXISTS` here: the flag is ignored.
-/// assert_eq!(
-///     add_column_sql(SchemaBackend::Sqlite, "llm_calls", tenant, true),
-///     "ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT ''"
-/// );
-/// ```
-pub fn add_column_sql(
+pub(crate) fn add_column_sql(
     backend: SchemaBackend,
     table: &str,
     column: &Column,
@@ -541,5 +504,60 @@ mod tests {
             ]
         );
         assert_eq!(present, (0..18).collect::<Vec<_>>());
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn insert_columns_example() {
+        use crate::telemetry::{schema::insert_columns, COLUMNS};
+        let names: Vec<&str> = insert_columns().map(|c| c.name).collect();
+        assert_eq!(names.len(), COLUMNS.len() - 1);
+        assert!(!names.contains(&"created_at")); // filled by the database
+    }
+
+    #[test]
+    fn column_sql_type_example() {
+        use crate::telemetry::{SchemaBackend, COLUMNS};
+        let meta = COLUMNS.iter().find(|c| c.name == "meta").unwrap();
+        assert_eq!(
+            meta.sql_type(SchemaBackend::Postgres),
+            "JSONB NOT NULL DEFAULT '{}'"
+        );
+        assert_eq!(
+            meta.sql_type(SchemaBackend::Sqlite),
+            "TEXT NOT NULL DEFAULT '{}'"
+        );
+    }
+
+    #[test]
+    fn validate_table_example() {
+        use crate::telemetry::schema::{validate_table, InvalidTableName};
+        assert!(validate_table("llm_calls").is_ok());
+        assert!(validate_table("audit.llm_calls").is_ok());
+        assert!(validate_table("1calls").is_err()); // starts with a digit
+        assert!(validate_table("\"llm_calls\"").is_err()); // quoting is not supported
+                                                           // The refusal names the table as given (this was `InvalidTableName`'s example).
+        let err = validate_table("calls; DROP TABLE users").unwrap_err();
+        assert_eq!(err, InvalidTableName("calls; DROP TABLE users".into()));
+    }
+
+    #[test]
+    fn add_column_sql_example() {
+        use crate::telemetry::schema::add_column_sql;
+        use crate::telemetry::{SchemaBackend, COLUMNS};
+        let tenant = COLUMNS.iter().find(|c| c.name == "tenant_id").unwrap();
+        assert_eq!(
+            add_column_sql(SchemaBackend::Postgres, "llm_calls", tenant, true),
+            "ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS tenant_id TEXT NOT NULL DEFAULT ''"
+        );
+        // SQLite has no `IF NOT EXISTS` here: the flag is ignored.
+        assert_eq!(
+            add_column_sql(SchemaBackend::Sqlite, "llm_calls", tenant, true),
+            "ALTER TABLE llm_calls ADD COLUMN tenant_id TEXT NOT NULL DEFAULT ''"
+        );
     }
 }

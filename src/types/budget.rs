@@ -30,13 +30,7 @@ pub struct SpendBudget {
 
 impl SpendBudget {
     /// The limit in currency units.
-    ///
-    /// ```
-    /// use polygateway::config::SpendBudget;
-    /// assert_eq!(SpendBudget::parse("K", "0.25/hour")?.amount(), 0.25);
-    /// # Ok::<(), polygateway::config::ConfigError>(())
-    /// ```
-    pub fn amount(&self) -> f64 {
+    pub(crate) fn amount(&self) -> f64 {
         self.micros as f64 / 1e6
     }
 }
@@ -112,5 +106,17 @@ impl BudgetStatus {
             period,
             resets_in,
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn spend_budget_amount_example() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::config::SpendBudget;
+        assert_eq!(SpendBudget::parse("K", "0.25/hour")?.amount(), 0.25);
+        Ok(())
     }
 }

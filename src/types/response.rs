@@ -363,15 +363,7 @@ impl LlmResponse {
 
     /// Whether the answer says anything: content, a tool call or a refusal
     /// (docs/behaviour.md §7.1). An answer without any of them is an empty completion.
-    ///
-    /// ```
-    /// use polygateway::{LlmResponse, ToolCall};
-    /// assert!(!LlmResponse::new(" ").has_answer());
-    /// let mut calls = LlmResponse::new("");
-    /// calls.tool_calls.push(ToolCall::function("call_1", "now", "{}"));
-    /// assert!(calls.has_answer());
-    /// ```
-    pub fn has_answer(&self) -> bool {
+    pub(crate) fn has_answer(&self) -> bool {
         !self.content.trim().is_empty()
             || !self.tool_calls.is_empty()
             || self.function_call.is_some()
@@ -399,19 +391,7 @@ impl LlmResponse {
     /// Whether this answer may be stored in the response cache: it has an answer (content,
     /// tool calls or a refusal, [`LlmResponse::has_answer`]) and came from a complete response
     /// (docs/behaviour.md §9.1: empty completions and truncated streams are never stored).
-    ///
-    /// ```
-    /// use polygateway::{LlmResponse, ToolCall};
-    /// assert!(LlmResponse::new("Paris").is_cacheable());
-    /// assert!(!LlmResponse::new("  \n").is_cacheable()); // blank
-    /// let mut salvaged = LlmResponse::new("Par");
-    /// salvaged.truncated = true; // stream ended without [DONE]
-    /// assert!(!salvaged.is_cacheable());
-    /// let mut calls = LlmResponse::new("");
-    /// calls.tool_calls.push(ToolCall::function("call_1", "now", "{}"));
-    /// assert!(calls.is_cacheable());
-    /// ```
-    pub fn is_cacheable(&self) -> bool {
+    pub(crate) fn is_cacheable(&self) -> bool {
         self.has_answer() && !self.truncated
     }
 }
@@ -570,5 +550,36 @@ mod tests {
         let before = last.clone();
         EarlierAsks::default().charge_to(&mut last);
         assert_eq!(last, before);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn llm_response_has_answer_example() {
+        use crate::{LlmResponse, ToolCall};
+        assert!(!LlmResponse::new(" ").has_answer());
+        let mut calls = LlmResponse::new("");
+        calls
+            .tool_calls
+            .push(ToolCall::function("call_1", "now", "{}"));
+        assert!(calls.has_answer());
+    }
+
+    #[test]
+    fn llm_response_is_cacheable_example() {
+        use crate::{LlmResponse, ToolCall};
+        assert!(LlmResponse::new("Paris").is_cacheable());
+        assert!(!LlmResponse::new("  \n").is_cacheable()); // blank
+        let mut salvaged = LlmResponse::new("Par");
+        salvaged.truncated = true; // stream ended without [DONE]
+        assert!(!salvaged.is_cacheable());
+        let mut calls = LlmResponse::new("");
+        calls
+            .tool_calls
+            .push(ToolCall::function("call_1", "now", "{}"));
+        assert!(calls.is_cacheable());
     }
 }

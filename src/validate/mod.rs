@@ -19,88 +19,17 @@ pub use error::ValidationError;
 use crate::types::MetaValue;
 
 /// Longest accepted `tenant_id`, in chars.
-///
-/// ```
-/// use polygateway::validate::{validate_tenant_id, ValidationError, TENANT_ID_MAX_CHARS};
-/// // Counted in chars, not bytes.
-/// assert!(validate_tenant_id(&"é".repeat(TENANT_ID_MAX_CHARS)).is_ok());
-/// let too_long = "t".repeat(TENANT_ID_MAX_CHARS + 1);
-/// assert!(matches!(
-///     validate_tenant_id(&too_long),
-///     Err(ValidationError::TenantIdTooLong { len: 129, limit: TENANT_ID_MAX_CHARS, .. })
-/// ));
-/// ```
-pub const TENANT_ID_MAX_CHARS: usize = 128;
+pub(crate) const TENANT_ID_MAX_CHARS: usize = 128;
 /// Most keys a `meta` map may hold.
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use polygateway::types::MetaValue;
-/// use polygateway::validate::{validate_meta, ValidationError, META_MAX_KEYS};
-/// let mut meta: BTreeMap<String, MetaValue> =
-///     (0..META_MAX_KEYS).map(|i| (format!("k{i}"), MetaValue::from(true))).collect();
-/// assert!(validate_meta(&meta).is_ok());
-/// meta.insert("one_more".into(), MetaValue::from(true));
-/// assert_eq!(
-///     validate_meta(&meta),
-///     Err(ValidationError::MetaTooManyKeys { count: 17, limit: META_MAX_KEYS })
-/// );
-/// ```
-pub const META_MAX_KEYS: usize = 16;
+pub(crate) const META_MAX_KEYS: usize = 16;
 /// Longest `meta` key, in chars (keys match `[a-z0-9_.]{1,64}`).
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use polygateway::types::MetaValue;
-/// use polygateway::validate::{validate_meta, ValidationError, META_KEY_MAX_CHARS};
-/// let longest = BTreeMap::from([("k".repeat(META_KEY_MAX_CHARS), MetaValue::from(1))]);
-/// assert!(validate_meta(&longest).is_ok());
-/// let too_long = BTreeMap::from([("k".repeat(META_KEY_MAX_CHARS + 1), MetaValue::from(1))]);
-/// assert!(matches!(
-///     validate_meta(&too_long),
-///     Err(ValidationError::MetaKeyInvalid { limit: META_KEY_MAX_CHARS, .. })
-/// ));
-/// ```
-pub const META_KEY_MAX_CHARS: usize = 64;
+pub(crate) const META_KEY_MAX_CHARS: usize = 64;
 /// Longest `meta` string value, in chars.
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use polygateway::types::MetaValue;
-/// use polygateway::validate::{validate_meta, ValidationError, META_STRING_MAX_CHARS};
-/// let note = |len: usize| BTreeMap::from([("note".to_string(), MetaValue::from("x".repeat(len)))]);
-/// assert!(validate_meta(&note(META_STRING_MAX_CHARS)).is_ok());
-/// assert!(matches!(
-///     validate_meta(&note(META_STRING_MAX_CHARS + 1)),
-///     Err(ValidationError::MetaStringTooLong { len: 257, .. })
-/// ));
-/// ```
-pub const META_STRING_MAX_CHARS: usize = 256;
+pub(crate) const META_STRING_MAX_CHARS: usize = 256;
 /// `meta` key prefix reserved for the library.
-///
-/// ```
-/// use std::collections::BTreeMap;
-/// use polygateway::types::MetaValue;
-/// use polygateway::validate::{validate_meta, ValidationError, META_RESERVED_PREFIX};
-/// let key = format!("{META_RESERVED_PREFIX}run");
-/// let meta = BTreeMap::from([(key.clone(), MetaValue::from("r1"))]);
-/// assert_eq!(
-///     validate_meta(&meta),
-///     Err(ValidationError::MetaKeyReserved { key, prefix: META_RESERVED_PREFIX })
-/// );
-/// ```
-pub const META_RESERVED_PREFIX: &str = "pg_";
+pub(crate) const META_RESERVED_PREFIX: &str = "pg_";
 /// Keys an overlay or a source `extra_body` may not set: the runtime owns them.
-///
-/// ```
-/// use polygateway::validate::{validate_overlay, PROTECTED_BODY_KEYS};
-/// for key in PROTECTED_BODY_KEYS {
-///     let mut overlay = serde_json::Map::new();
-///     overlay.insert(key.to_string(), serde_json::json!(null));
-///     assert!(validate_overlay("overlay", &overlay).is_err(), "{key}");
-/// }
-/// ```
-pub const PROTECTED_BODY_KEYS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
+pub(crate) const PROTECTED_BODY_KEYS: [&str; 4] = ["model", "messages", "stream", "stream_options"];
 
 /// The longest deadline a call may carry: one day (a longer one is a unit mistake).
 pub(crate) const DEADLINE_MAX_S: u64 = 86_400;
@@ -325,6 +254,103 @@ mod tests {
         }
         for bad in ["", "A", "run-id", "ключ", "a b", &"k".repeat(65)] {
             assert!(!valid_meta_key(bad), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn tenant_id_max_chars_example() {
+        use crate::validate::{validate_tenant_id, ValidationError, TENANT_ID_MAX_CHARS};
+        // Counted in chars, not bytes.
+        assert!(validate_tenant_id(&"é".repeat(TENANT_ID_MAX_CHARS)).is_ok());
+        let too_long = "t".repeat(TENANT_ID_MAX_CHARS + 1);
+        assert!(matches!(
+            validate_tenant_id(&too_long),
+            Err(ValidationError::TenantIdTooLong {
+                len: 129,
+                limit: TENANT_ID_MAX_CHARS,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn meta_max_keys_example() {
+        use crate::types::MetaValue;
+        use crate::validate::{validate_meta, ValidationError, META_MAX_KEYS};
+        use std::collections::BTreeMap;
+        let mut meta: BTreeMap<String, MetaValue> = (0..META_MAX_KEYS)
+            .map(|i| (format!("k{i}"), MetaValue::from(true)))
+            .collect();
+        assert!(validate_meta(&meta).is_ok());
+        meta.insert("one_more".into(), MetaValue::from(true));
+        assert_eq!(
+            validate_meta(&meta),
+            Err(ValidationError::MetaTooManyKeys {
+                count: 17,
+                limit: META_MAX_KEYS
+            })
+        );
+    }
+
+    #[test]
+    fn meta_key_max_chars_example() {
+        use crate::types::MetaValue;
+        use crate::validate::{validate_meta, ValidationError, META_KEY_MAX_CHARS};
+        use std::collections::BTreeMap;
+        let longest = BTreeMap::from([("k".repeat(META_KEY_MAX_CHARS), MetaValue::from(1))]);
+        assert!(validate_meta(&longest).is_ok());
+        let too_long = BTreeMap::from([("k".repeat(META_KEY_MAX_CHARS + 1), MetaValue::from(1))]);
+        assert!(matches!(
+            validate_meta(&too_long),
+            Err(ValidationError::MetaKeyInvalid {
+                limit: META_KEY_MAX_CHARS,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn meta_string_max_chars_example() {
+        use crate::types::MetaValue;
+        use crate::validate::{validate_meta, ValidationError, META_STRING_MAX_CHARS};
+        use std::collections::BTreeMap;
+        let note =
+            |len: usize| BTreeMap::from([("note".to_string(), MetaValue::from("x".repeat(len)))]);
+        assert!(validate_meta(&note(META_STRING_MAX_CHARS)).is_ok());
+        assert!(matches!(
+            validate_meta(&note(META_STRING_MAX_CHARS + 1)),
+            Err(ValidationError::MetaStringTooLong { len: 257, .. })
+        ));
+    }
+
+    #[test]
+    fn meta_reserved_prefix_example() {
+        use crate::types::MetaValue;
+        use crate::validate::{validate_meta, ValidationError, META_RESERVED_PREFIX};
+        use std::collections::BTreeMap;
+        let key = format!("{META_RESERVED_PREFIX}run");
+        let meta = BTreeMap::from([(key.clone(), MetaValue::from("r1"))]);
+        assert_eq!(
+            validate_meta(&meta),
+            Err(ValidationError::MetaKeyReserved {
+                key,
+                prefix: META_RESERVED_PREFIX
+            })
+        );
+    }
+
+    #[test]
+    fn protected_body_keys_example() {
+        use crate::validate::{validate_overlay, PROTECTED_BODY_KEYS};
+        for key in PROTECTED_BODY_KEYS {
+            let mut overlay = serde_json::Map::new();
+            overlay.insert(key.to_string(), serde_json::json!(null));
+            assert!(validate_overlay("overlay", &overlay).is_err(), "{key}");
         }
     }
 }

@@ -199,23 +199,15 @@ impl AdaptivePacer {
         (self.ceiling < f64::from(u32::MAX)).then_some(self.ceiling as u32)
     }
 
-    /// `true` until the first pushback or sign of queueing.
-    ///
-    /// ```
-    /// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
-    /// assert!(AdaptivePacer::new(8, 0).in_slow_start());
-    /// ```
-    pub fn in_slow_start(&self) -> bool {
+    /// `true` until the first pushback or sign of queueing (what the tests read).
+    #[cfg(test)]
+    fn in_slow_start(&self) -> bool {
         self.slow_start
     }
 
-    /// The lowest round latency seen lately (the queueing baseline).
-    ///
-    /// ```
-    /// use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
-    /// assert_eq!(AdaptivePacer::new(8, 0).baseline(), None);
-    /// ```
-    pub fn baseline(&self) -> Option<Duration> {
+    /// The lowest round latency seen lately (the queueing baseline; what the tests read).
+    #[cfg(test)]
+    fn baseline(&self) -> Option<Duration> {
         self.baseline.value()
     }
 
@@ -581,6 +573,13 @@ mod tests {
             );
             assert!(!sim.pacer.is_open());
         }
+    }
+
+    #[test]
+    fn a_new_pacer_is_in_slow_start_without_a_baseline() {
+        let pacer = AdaptivePacer::new(8, 0);
+        assert!(pacer.in_slow_start());
+        assert_eq!(pacer.baseline(), None);
     }
 
     #[test]

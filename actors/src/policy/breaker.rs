@@ -150,21 +150,7 @@ impl BreakerMachine {
 
     /// The open duration for `streak`: `cooldown × 2^(max(streak,1)−1)` capped at
     /// `max(max_cooldown, cooldown)`, in milliseconds.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway_actors::policy::breaker::BreakerMachine;
-    /// use polygateway_actors::BreakerConfig;
-    /// let cfg = BreakerConfig {
-    ///     cooldown: Duration::from_secs(30),
-    ///     max_cooldown: Duration::from_secs(300),
-    ///     ..BreakerConfig::default()
-    /// };
-    /// let by_streak: Vec<u64> =
-    ///     (0..=5).map(|streak| BreakerMachine::open_duration_ms(&cfg, streak)).collect();
-    /// assert_eq!(by_streak, [30_000, 30_000, 60_000, 120_000, 240_000, 300_000]);
-    /// ```
-    pub fn open_duration_ms(config: &BreakerConfig, streak: u32) -> u64 {
+    pub(crate) fn open_duration_ms(config: &BreakerConfig, streak: u32) -> u64 {
         let base = duration_ms(config.cooldown);
         let cap = duration_ms(config.max_cooldown).max(base);
         let exp = streak.max(1) - 1;
@@ -878,5 +864,29 @@ mod tests {
         let mut b = BreakerMachine::new();
         fail(&mut b, 0, &c);
         assert_eq!(b.state(), BreakerState::Open);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn breaker_machine_open_duration_ms_example() {
+        use crate::policy::breaker::BreakerMachine;
+        use crate::BreakerConfig;
+        use std::time::Duration;
+        let cfg = BreakerConfig {
+            cooldown: Duration::from_secs(30),
+            max_cooldown: Duration::from_secs(300),
+            ..BreakerConfig::default()
+        };
+        let by_streak: Vec<u64> = (0..=5)
+            .map(|streak| BreakerMachine::open_duration_ms(&cfg, streak))
+            .collect();
+        assert_eq!(
+            by_streak,
+            [30_000, 30_000, 60_000, 120_000, 240_000, 300_000]
+        );
     }
 }

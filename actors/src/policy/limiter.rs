@@ -35,29 +35,7 @@ use crate::ports::gate::{Gate, GateDecision, GateRequest, Lease, Limits};
 pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 /// Longest hint given for a full concurrency gate: slots usually free on release, long before
 /// the earliest lease expiry.
-///
-/// ```
-/// # use std::time::Duration;
-/// # use polygateway_actors::{GateRequest, Limits};
-/// # fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
-/// #     GateRequest {
-/// #         scope: "LLM".into(), source: "openai_1".into(),
-/// #         global: Limits::default(), per_source,
-/// #         est_tokens, lease_id: id.into(), lease_ttl: Duration::from_secs(120),
-/// #     }
-/// # }
-/// use polygateway_actors::policy::limiter::{LimiterState, LEASE_POLL};
-/// use polygateway_actors::{Gate, GateDecision};
-/// let one_at_a_time = Limits { max_concurrency: 1, ..Limits::default() };
-/// let mut l = LimiterState::default();
-/// assert!(matches!(l.admit(&req("1", one_at_a_time, 0), 0), GateDecision::Admitted(_)));
-/// // The held lease expires in 119 s, but the caller is told to look again much sooner.
-/// assert_eq!(
-///     l.admit(&req("2", one_at_a_time, 0), 1_000),
-///     GateDecision::Refused { gate: Gate::SourceConcurrency, retry_after: LEASE_POLL }
-/// );
-/// ```
-pub const LEASE_POLL: Duration = Duration::from_millis(250);
+pub(crate) const LEASE_POLL: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Window {
@@ -286,14 +264,7 @@ impl LimiterState {
     }
 
     /// The window index at `now_ms` (what [`Lease::window`] holds).
-    ///
-    /// ```
-    /// use polygateway_actors::policy::limiter::LimiterState;
-    /// let l = LimiterState::default(); // 60 s windows
-    /// let at = [0, 59_999, 60_000, 125_000].map(|now_ms| l.window_index(now_ms));
-    /// assert_eq!(at, [0, 0, 1, 2]);
-    /// ```
-    pub fn window_index(&self, now_ms: u64) -> u64 {
+    pub(crate) fn window_index(&self, now_ms: u64) -> u64 {
         now_ms / self.window_ms
     }
 
@@ -911,5 +882,54 @@ mod tests {
             ));
         }
         assert_eq!(l.leases_held("S", 0), 1_000);
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn lease_poll_example() {
+        use crate::{GateRequest, Limits};
+        use std::time::Duration;
+        fn req(id: &str, per_source: Limits, est_tokens: u64) -> GateRequest {
+            GateRequest {
+                scope: "LLM".into(),
+                source: "openai_1".into(),
+                global: Limits::default(),
+                per_source,
+                est_tokens,
+                lease_id: id.into(),
+                lease_ttl: Duration::from_secs(120),
+            }
+        }
+        use crate::policy::limiter::{LimiterState, LEASE_POLL};
+        use crate::{Gate, GateDecision};
+        let one_at_a_time = Limits {
+            max_concurrency: 1,
+            ..Limits::default()
+        };
+        let mut l = LimiterState::default();
+        assert!(matches!(
+            l.admit(&req("1", one_at_a_time, 0), 0),
+            GateDecision::Admitted(_)
+        ));
+        // The held lease expires in 119 s, but the caller is told to look again much sooner.
+        assert_eq!(
+            l.admit(&req("2", one_at_a_time, 0), 1_000),
+            GateDecision::Refused {
+                gate: Gate::SourceConcurrency,
+                retry_after: LEASE_POLL
+            }
+        );
+    }
+
+    #[test]
+    fn limiter_state_window_index_example() {
+        use crate::policy::limiter::LimiterState;
+        let l = LimiterState::default(); // 60 s windows
+        let at = [0, 59_999, 60_000, 125_000].map(|now_ms| l.window_index(now_ms));
+        assert_eq!(at, [0, 0, 1, 2]);
     }
 }

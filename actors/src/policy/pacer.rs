@@ -22,19 +22,7 @@ use crate::outcome::AttemptVerdict;
 /// ```
 pub const AIMD_START: f64 = 8.0;
 /// Lowest limit of [`AimdPacer`].
-///
-/// ```
-/// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation, AIMD_FLOOR};
-/// use polygateway_actors::AttemptVerdict;
-/// let mut p = AimdPacer::new(0);
-/// for _ in 0..10 {
-///     p.observe(&PacerObservation::new(AttemptVerdict::RateLimited, std::time::Instant::now()));
-/// }
-/// // However hard the pushback, one attempt at a time still goes.
-/// assert_eq!(p.exact_limit(), AIMD_FLOOR);
-/// assert_eq!(p.limit(), 1);
-/// ```
-pub const AIMD_FLOOR: f64 = 1.0;
+pub(crate) const AIMD_FLOOR: f64 = 1.0;
 /// Minimum ceiling of [`AimdPacer`] (raised to the source's `MAX_CONCURRENCY` when larger).
 ///
 /// ```
@@ -454,5 +442,26 @@ mod tests {
             ..h
         };
         assert_eq!(h.refill_per_s(), Some(10.0));
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn aimd_floor_example() {
+        use crate::policy::pacer::{AimdPacer, Pacer, PacerObservation, AIMD_FLOOR};
+        use crate::AttemptVerdict;
+        let mut p = AimdPacer::new(0);
+        for _ in 0..10 {
+            p.observe(&PacerObservation::new(
+                AttemptVerdict::RateLimited,
+                std::time::Instant::now(),
+            ));
+        }
+        // However hard the pushback, one attempt at a time still goes.
+        assert_eq!(p.exact_limit(), AIMD_FLOOR);
+        assert_eq!(p.limit(), 1);
     }
 }

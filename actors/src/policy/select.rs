@@ -63,41 +63,9 @@ pub trait Selector: Send + std::fmt::Debug {
 }
 
 /// Default probability of exploring (a uniform pick among all eligible sources).
-///
-/// ```
-/// use rand::{rngs::StdRng, SeedableRng};
-/// use polygateway_actors::policy::select::{Candidate, HealthAware, Selector, DEFAULT_EXPLORATION};
-/// let mut sel = HealthAware::default();
-/// assert_eq!(sel.exploration, DEFAULT_EXPLORATION);
-/// let healthy = Candidate { index: 0, health: 1.0, in_flight: 0, eligible: true };
-/// let degraded = Candidate { index: 1, health: 0.0, ..healthy };
-/// let mut rng = StdRng::seed_from_u64(42);
-/// // Only exploration ever picks the degraded source: about 5 % × 1/2 of the time.
-/// let explored = (0..2_000)
-///     .filter(|_| sel.select(&[healthy, degraded], &mut rng) == Some(1))
-///     .count();
-/// assert!((10..200).contains(&explored), "{explored}");
-/// ```
-pub const DEFAULT_EXPLORATION: f64 = 0.05;
+pub(crate) const DEFAULT_EXPLORATION: f64 = 0.05;
 /// Default health below which a source is chosen by P2C only when no healthier one is eligible.
-///
-/// ```
-/// use rand::{rngs::StdRng, SeedableRng};
-/// use polygateway_actors::policy::select::{
-///     Candidate, HealthAware, Selector, DEFAULT_HEALTH_THRESHOLD,
-/// };
-/// let mut sel = HealthAware { exploration: 0.0, ..HealthAware::default() };
-/// assert_eq!(sel.threshold, DEFAULT_HEALTH_THRESHOLD);
-/// let weak = Candidate { index: 0, health: 0.1, in_flight: 0, eligible: true };
-/// let strong = Candidate { index: 1, health: 0.5, in_flight: 9, eligible: true };
-/// let mut rng = StdRng::seed_from_u64(1);
-/// // Below the threshold, the idle source loses to a busy but healthy one...
-/// assert_eq!(sel.select(&[weak, strong], &mut rng), Some(1));
-/// // ...and is still used when nothing healthier is eligible.
-/// let strong_refused = Candidate { eligible: false, ..strong };
-/// assert_eq!(sel.select(&[weak, strong_refused], &mut rng), Some(0));
-/// ```
-pub const DEFAULT_HEALTH_THRESHOLD: f64 = 0.2;
+pub(crate) const DEFAULT_HEALTH_THRESHOLD: f64 = 0.2;
 
 /// Health-aware power-of-two-choices.
 ///
@@ -422,5 +390,67 @@ mod tests {
         for s in &mut all {
             assert_eq!(s.select(&cands, &mut rng), Some(4));
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn default_exploration_example() {
+        use crate::policy::select::{Candidate, HealthAware, Selector, DEFAULT_EXPLORATION};
+        use rand::{rngs::StdRng, SeedableRng};
+        let mut sel = HealthAware::default();
+        assert_eq!(sel.exploration, DEFAULT_EXPLORATION);
+        let healthy = Candidate {
+            index: 0,
+            health: 1.0,
+            in_flight: 0,
+            eligible: true,
+        };
+        let degraded = Candidate {
+            index: 1,
+            health: 0.0,
+            ..healthy
+        };
+        let mut rng = StdRng::seed_from_u64(42);
+        // Only exploration ever picks the degraded source: about 5 % × 1/2 of the time.
+        let explored = (0..2_000)
+            .filter(|_| sel.select(&[healthy, degraded], &mut rng) == Some(1))
+            .count();
+        assert!((10..200).contains(&explored), "{explored}");
+    }
+
+    #[test]
+    fn default_health_threshold_example() {
+        use crate::policy::select::{Candidate, HealthAware, Selector, DEFAULT_HEALTH_THRESHOLD};
+        use rand::{rngs::StdRng, SeedableRng};
+        let mut sel = HealthAware {
+            exploration: 0.0,
+            ..HealthAware::default()
+        };
+        assert_eq!(sel.threshold, DEFAULT_HEALTH_THRESHOLD);
+        let weak = Candidate {
+            index: 0,
+            health: 0.1,
+            in_flight: 0,
+            eligible: true,
+        };
+        let strong = Candidate {
+            index: 1,
+            health: 0.5,
+            in_flight: 9,
+            eligible: true,
+        };
+        let mut rng = StdRng::seed_from_u64(1);
+        // Below the threshold, the idle source loses to a busy but healthy one...
+        assert_eq!(sel.select(&[weak, strong], &mut rng), Some(1));
+        // ...and is still used when nothing healthier is eligible.
+        let strong_refused = Candidate {
+            eligible: false,
+            ..strong
+        };
+        assert_eq!(sel.select(&[weak, strong_refused], &mut rng), Some(0));
     }
 }

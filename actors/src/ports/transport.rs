@@ -323,16 +323,7 @@ impl<E: Send> EventSink<E> {
     }
 
     /// `true` once the consumer dropped its end.
-    ///
-    /// ```
-    /// use polygateway_actors::EventSink;
-    /// let (sink, rx) = EventSink::<String>::channel(8);
-    /// assert!(!sink.is_closed());
-    /// drop(rx);
-    /// // Nobody is listening: stop reading the upstream.
-    /// assert!(sink.is_closed());
-    /// ```
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.sender.is_closed()
     }
 
@@ -355,5 +346,20 @@ impl<E: Send> EventSink<E> {
     /// ```
     pub fn sender(&self) -> &mpsc::Sender<E> {
         &self.sender
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn event_sink_is_closed_example() {
+        use crate::EventSink;
+        let (sink, rx) = EventSink::<String>::channel(8);
+        assert!(!sink.is_closed());
+        drop(rx);
+        // Nobody is listening: stop reading the upstream.
+        assert!(sink.is_closed());
     }
 }

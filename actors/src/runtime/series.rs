@@ -20,24 +20,12 @@ use serde::Serialize;
 use super::labels::{ATTEMPT_RESULTS, CALL_OUTCOMES, CAPACITY_WAIT_REASONS};
 
 /// Seconds kept at one-second resolution (15 minutes).
-///
-/// ```
-/// assert_eq!(polygateway_actors::runtime::series::FINE_SLOTS, 900);
-/// ```
-pub const FINE_SLOTS: usize = 900;
+pub(crate) const FINE_SLOTS: usize = 900;
 /// Minutes kept at one-minute resolution (24 hours).
-///
-/// ```
-/// assert_eq!(polygateway_actors::runtime::series::COARSE_SLOTS, 24 * 60);
-/// ```
-pub const COARSE_SLOTS: usize = 1440;
+pub(crate) const COARSE_SLOTS: usize = 1440;
 /// Virtual keys (and, separately, tenants) with a series of their own; later ones share one
 /// series named `(other)`.
-///
-/// ```
-/// assert_eq!(polygateway_actors::runtime::series::MAX_PARTIES, 1024);
-/// ```
-pub const MAX_PARTIES: usize = 1024;
+pub(crate) const MAX_PARTIES: usize = 1024;
 /// Breaker changes kept per source for the timeline.
 const BREAKER_CHANGES: usize = 64;
 /// Latency histogram bins: bin 0 is under 1 ms, bin `i` is `[2^(i-1), 2^i)` ms, the last is
@@ -332,15 +320,7 @@ impl SourceSeries {
     }
 
     /// An attempt took `seconds` from being sent to being answered.
-    ///
-    /// ```
-    /// # use polygateway_actors::runtime::series::Book;
-    /// let book = Book::default();
-    /// book.source("LLM", "a").attempt_took(5, 0.003);
-    /// let p50 = book.view(5, 1).scopes["LLM"].sources["a"].latency_ms.p50[0].unwrap();
-    /// assert!((2.0..4.0).contains(&p50));
-    /// ```
-    pub fn attempt_took(&self, now: u64, seconds: f64) {
+    pub(crate) fn attempt_took(&self, now: u64, seconds: f64) {
         let bin = bin_of(seconds);
         self.with(
             now,
@@ -1161,5 +1141,34 @@ mod tests {
             bytes > bound / 2,
             "{bytes} far under {bound}: the bound is not tight"
         );
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn fine_slots_example() {
+        assert_eq!(crate::runtime::series::FINE_SLOTS, 900);
+    }
+
+    #[test]
+    fn coarse_slots_example() {
+        assert_eq!(crate::runtime::series::COARSE_SLOTS, 24 * 60);
+    }
+
+    #[test]
+    fn max_parties_example() {
+        assert_eq!(crate::runtime::series::MAX_PARTIES, 1024);
+    }
+
+    #[test]
+    fn source_series_attempt_took_example() {
+        use crate::runtime::series::Book;
+        let book = Book::default();
+        book.source("LLM", "a").attempt_took(5, 0.003);
+        let p50 = book.view(5, 1).scopes["LLM"].sources["a"].latency_ms.p50[0].unwrap();
+        assert!((2.0..4.0).contains(&p50));
     }
 }

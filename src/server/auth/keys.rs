@@ -70,7 +70,6 @@ fn digest(salt: &[u8], key: &str) -> [u8; 32] {
 /// let keys = KeyStore::from_json(&json).unwrap();
 /// let key = keys.authenticate("pgw-a").unwrap();
 /// assert_eq!((key.name(), key.tenant()), ("team-a", "acme"));
-/// assert!(key.may_use("LLM") && !key.may_use("EMBED"));
 /// assert_eq!((key.rpm(), key.max_concurrency()), (60, 4));
 /// assert!(!format!("{key:?}").contains("hash"));
 /// ```
@@ -138,32 +137,14 @@ impl VirtualKey {
     }
 
     /// Whether the key may call scope `scope` (`"*"` in the file allows every scope).
-    ///
-    /// ```
-    /// # use polygateway::server::{hash_key, KeyStore};
-    /// # let json = format!(r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"]}}]}}"#, hash_key("k"));
-    /// let keys = KeyStore::from_json(&json).unwrap();
-    /// assert!(keys.authenticate("k").unwrap().may_use("ANY_SCOPE"));
-    /// ```
-    pub fn may_use(&self, scope: &str) -> bool {
+    pub(crate) fn may_use(&self, scope: &str) -> bool {
         self.scopes.as_ref().is_none_or(|s| s.contains(scope))
     }
 
     /// Whether the key's `scopes` include `"admin"`: it may read the status page's operator data
     /// (key and tenant names, spend, budgets, error text; docs/behaviour.md §12.8). `"*"` alone
     /// is not admin.
-    ///
-    /// ```
-    /// # use polygateway::server::{hash_key, KeyStore};
-    /// let json = format!(
-    ///     r#"{{"keys": [{{"name": "ops", "hash": "{}", "scopes": ["*", "admin"]}},
-    ///                  {{"name": "app", "hash": "{}", "scopes": ["*"]}}]}}"#,
-    ///     hash_key("k-ops"), hash_key("k-app"));
-    /// let keys = KeyStore::from_json(&json).unwrap();
-    /// assert!(keys.authenticate("k-ops").unwrap().is_admin());
-    /// assert!(!keys.authenticate("k-app").unwrap().is_admin());
-    /// ```
-    pub fn is_admin(&self) -> bool {
+    pub(crate) fn is_admin(&self) -> bool {
         self.admin
     }
 
@@ -232,21 +213,7 @@ impl VirtualKey {
 
     /// The key's spend budget (`"budget": "20/day"` in the key file): its chat calls count
     /// against `vkey:<name>` besides their scope's and tenant's budgets.
-    ///
-    /// ```
-    /// use polygateway::server::{hash_key, KeyStore};
-    /// let json = format!(
-    ///     r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"], "budget": "20/day"}}]}}"#,
-    ///     hash_key("k")
-    /// );
-    /// let keys = KeyStore::from_json(&json).unwrap();
-    /// assert_eq!(keys.authenticate("k").unwrap().budget().unwrap().to_string(), "20/day");
-    /// // A budget that does not parse names the key and what is allowed.
-    /// let bad = json.replace("20/day", "20 dollars");
-    /// let err = KeyStore::from_json(&bad).unwrap_err().to_string();
-    /// assert!(err.contains("key ci: budget") && err.contains("hour|day|month"), "{err}");
-    /// ```
-    pub fn budget(&self) -> Option<crate::config::SpendBudget> {
+    pub(crate) fn budget(&self) -> Option<crate::config::SpendBudget> {
         self.budget
     }
 
@@ -512,5 +479,68 @@ mod tests {
         for bad in ["", "$", "zz$00", "00$", "00$abcd", "nodollar"] {
             assert!(parse_hash(bad).is_none(), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn virtual_key_may_use_example() {
+        use crate::server::{hash_key, KeyStore};
+        let json = format!(
+            r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"]}}]}}"#,
+            hash_key("k")
+        );
+        let keys = KeyStore::from_json(&json).unwrap();
+        assert!(keys.authenticate("k").unwrap().may_use("ANY_SCOPE"));
+        // A key listing its scopes may use those only (this was in `VirtualKey`'s example).
+        let json = format!(
+            r#"{{"keys": [{{"name": "team-a", "hash": "{}", "scopes": ["LLM"]}}]}}"#,
+            hash_key("pgw-a")
+        );
+        let keys = KeyStore::from_json(&json).unwrap();
+        let key = keys.authenticate("pgw-a").unwrap();
+        assert!(key.may_use("LLM") && !key.may_use("EMBED"));
+    }
+
+    #[test]
+    fn virtual_key_is_admin_example() {
+        use crate::server::{hash_key, KeyStore};
+        let json = format!(
+            r#"{{"keys": [{{"name": "ops", "hash": "{}", "scopes": ["*", "admin"]}},
+                         {{"name": "app", "hash": "{}", "scopes": ["*"]}}]}}"#,
+            hash_key("k-ops"),
+            hash_key("k-app")
+        );
+        let keys = KeyStore::from_json(&json).unwrap();
+        assert!(keys.authenticate("k-ops").unwrap().is_admin());
+        assert!(!keys.authenticate("k-app").unwrap().is_admin());
+    }
+
+    #[test]
+    fn virtual_key_budget_example() {
+        use crate::server::{hash_key, KeyStore};
+        let json = format!(
+            r#"{{"keys": [{{"name": "ci", "hash": "{}", "scopes": ["*"], "budget": "20/day"}}]}}"#,
+            hash_key("k")
+        );
+        let keys = KeyStore::from_json(&json).unwrap();
+        assert_eq!(
+            keys.authenticate("k")
+                .unwrap()
+                .budget()
+                .unwrap()
+                .to_string(),
+            "20/day"
+        );
+        // A budget that does not parse names the key and what is allowed.
+        let bad = json.replace("20/day", "20 dollars");
+        let err = KeyStore::from_json(&bad).unwrap_err().to_string();
+        assert!(
+            err.contains("key ci: budget") && err.contains("hour|day|month"),
+            "{err}"
+        );
     }
 }

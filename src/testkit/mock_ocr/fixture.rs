@@ -299,31 +299,14 @@ pub fn sample_middle_json() -> Value {
 }
 
 /// [`sample_middle_json`] with page 1 block 1 (the table) given a zero-width bbox.
-///
-/// ```
-/// use polygateway::testkit::mock_ocr::fixture::{degenerate_middle_json, sample_middle_json};
-/// let bad = degenerate_middle_json();
-/// let bbox = &bad["pdf_info"][1]["para_blocks"][1]["bbox"];
-/// assert_eq!(bbox[0], bbox[2], "x0 == x1: zero width");
-/// assert_ne!(bad, sample_middle_json());
-/// ```
-pub fn degenerate_middle_json() -> Value {
+pub(crate) fn degenerate_middle_json() -> Value {
     let mut doc = sample_middle_json();
     doc["pdf_info"][1]["para_blocks"][1]["bbox"] = json!([314, 356, 314, 459]);
     doc
 }
 
 /// A one-page middle JSON with no content (only a discarded header): a blank scan.
-///
-/// ```
-/// use polygateway::testkit::mock_ocr::fixture::blank_middle_json;
-/// let doc = blank_middle_json();
-/// let pages = doc["pdf_info"].as_array().unwrap();
-/// assert_eq!(pages.len(), 1);
-/// assert!(pages[0]["para_blocks"].as_array().unwrap().is_empty());
-/// assert!(!pages[0]["discarded_blocks"].as_array().unwrap().is_empty());
-/// ```
-pub fn blank_middle_json() -> Value {
+pub(crate) fn blank_middle_json() -> Value {
     json!({"pdf_info": [page(0, vec![], header_footer(0))], "_parse_type": "ocr", "_version_name": "1.1.0"})
 }
 
@@ -375,4 +358,28 @@ pub fn layout_zip(stem: &str, middle: Option<&Value>) -> Vec<u8> {
         writer.write_all(&data).expect("in-memory ZIP write");
     }
     writer.finish().expect("in-memory ZIP").into_inner()
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    #[test]
+    fn degenerate_middle_json_example() {
+        use crate::testkit::mock_ocr::fixture::{degenerate_middle_json, sample_middle_json};
+        let bad = degenerate_middle_json();
+        let bbox = &bad["pdf_info"][1]["para_blocks"][1]["bbox"];
+        assert_eq!(bbox[0], bbox[2], "x0 == x1: zero width");
+        assert_ne!(bad, sample_middle_json());
+    }
+
+    #[test]
+    fn blank_middle_json_example() {
+        use crate::testkit::mock_ocr::fixture::blank_middle_json;
+        let doc = blank_middle_json();
+        let pages = doc["pdf_info"].as_array().unwrap();
+        assert_eq!(pages.len(), 1);
+        assert!(pages[0]["para_blocks"].as_array().unwrap().is_empty());
+        assert!(!pages[0]["discarded_blocks"].as_array().unwrap().is_empty());
+    }
 }
