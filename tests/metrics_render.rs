@@ -29,6 +29,18 @@ async fn the_installed_recorder_renders_the_gateways_metrics_after_a_call() {
         text.contains(r#"pgw_attempts_total{scope="LLM",source="only_1",result="success"} 1"#),
         "{text}"
     );
+    // Histograms with fixed buckets, not summaries: a summary keeps a quantile sketch per
+    // series that grows with the latencies it has seen and stays grown while the server idles.
+    assert!(
+        text.lines()
+            .any(|l| l == "# TYPE pgw_call_duration_seconds histogram"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l == r#"pgw_call_duration_seconds_bucket{scope="LLM",le="+Inf"} 1"#),
+        "{text}"
+    );
     gw.shutdown().await;
 }
 
