@@ -28,7 +28,7 @@ pub enum ValidationError {
     /// leave the field unset instead).
     #[error("tenant_id must not be empty (the empty string is the unattributed sentinel; leave tenant_id unset instead)")]
     TenantIdEmpty,
-    /// `tenant_id` is longer than [`TENANT_ID_MAX_CHARS`](super::TENANT_ID_MAX_CHARS).
+    /// `tenant_id` is longer than 128 characters (`limit`).
     #[error("tenant_id is {len} chars, limit {limit}: {value:?}")]
     TenantIdTooLong {
         /// Its length in chars.
@@ -44,7 +44,7 @@ pub enum ValidationError {
         /// The value, shortened.
         value: String,
     },
-    /// `meta` holds more than [`META_MAX_KEYS`](super::META_MAX_KEYS) keys.
+    /// `meta` holds more than 16 keys (`limit`).
     #[error("meta has {count} keys, limit {limit}")]
     MetaTooManyKeys {
         /// How many keys it has.
@@ -76,7 +76,7 @@ pub enum ValidationError {
         /// The JSON type that was found (`null`, `array`, `object`).
         found: &'static str,
     },
-    /// A `meta` string value is longer than [`META_STRING_MAX_CHARS`](super::META_STRING_MAX_CHARS).
+    /// A `meta` string value is longer than 256 characters (`limit`).
     #[error("meta value of key {key:?} is {len} chars, limit {limit}: {value:?}")]
     MetaStringTooLong {
         /// The key, shortened.

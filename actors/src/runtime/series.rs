@@ -3,12 +3,12 @@
 //! bookkeeping) and read by the status page, `GET /status.json`, `Gateway::series` and
 //! `polygateway top`.
 //!
-//! Two tiers per scope and source: one bucket per second for the last [`FINE_SLOTS`] seconds
-//! (15 min) and one per minute for the last [`COARSE_SLOTS`] minutes (24 h); keys and tenants
+//! Two tiers per scope and source: one bucket per second for the last 900 seconds
+//! (15 min) and one per minute for the last 1,440 minutes (24 h); keys and tenants
 //! keep the minute tier only. Every event writes both tiers under one lock (the series' own), so
 //! a read never merges tiers. The logic is sans-I/O: every writer and reader is passed `now`
 //! (Unix seconds), so the tests drive time by hand. Memory is fixed per series and the number of
-//! series is bounded (configured scopes and sources; at most [`MAX_PARTIES`] keys and as many
+//! series is bounded (configured scopes and sources; at most 1,024 keys and as many
 //! tenants, the rest counted together as `(other)`): see [`Book::bytes`] and [`bound_bytes`].
 
 use std::collections::{BTreeMap, VecDeque};
@@ -562,7 +562,7 @@ impl Book {
         }))
     }
 
-    /// The series of virtual key `name` (the first [`MAX_PARTIES`] keys; then `(other)`).
+    /// The series of virtual key `name` (the first 1,024 keys; then `(other)`).
     ///
     /// ```
     /// # use polygateway_actors::runtime::series::Book;
@@ -574,7 +574,7 @@ impl Book {
         party(&self.keys, name)
     }
 
-    /// The series of tenant `name` (the first [`MAX_PARTIES`] tenants; then `(other)`).
+    /// The series of tenant `name` (the first 1,024 tenants; then `(other)`).
     ///
     /// ```
     /// # use polygateway_actors::runtime::series::Book;
