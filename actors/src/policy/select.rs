@@ -243,7 +243,7 @@ mod tests {
     use rand::rngs::StdRng;
     use rand::SeedableRng;
 
-    fn c(index: usize, health: f64, in_flight: u32, eligible: bool) -> Candidate {
+    pub(super) fn c(index: usize, health: f64, in_flight: u32, eligible: bool) -> Candidate {
         Candidate {
             index,
             health,
@@ -399,21 +399,13 @@ mod examples {
 
     #[test]
     fn default_exploration_example() {
-        use crate::policy::select::{Candidate, HealthAware, Selector, DEFAULT_EXPLORATION};
+        use crate::policy::select::tests::c;
+        use crate::policy::select::{HealthAware, Selector, DEFAULT_EXPLORATION};
         use rand::{rngs::StdRng, SeedableRng};
         let mut sel = HealthAware::default();
         assert_eq!(sel.exploration, DEFAULT_EXPLORATION);
-        let healthy = Candidate {
-            index: 0,
-            health: 1.0,
-            in_flight: 0,
-            eligible: true,
-        };
-        let degraded = Candidate {
-            index: 1,
-            health: 0.0,
-            ..healthy
-        };
+        let healthy = c(0, 1.0, 0, true);
+        let degraded = c(1, 0.0, 0, true);
         let mut rng = StdRng::seed_from_u64(42);
         // Only exploration ever picks the degraded source: about 5 % × 1/2 of the time.
         let explored = (0..2_000)
@@ -424,6 +416,7 @@ mod examples {
 
     #[test]
     fn default_health_threshold_example() {
+        use crate::policy::select::tests::c;
         use crate::policy::select::{Candidate, HealthAware, Selector, DEFAULT_HEALTH_THRESHOLD};
         use rand::{rngs::StdRng, SeedableRng};
         let mut sel = HealthAware {
@@ -431,18 +424,8 @@ mod examples {
             ..HealthAware::default()
         };
         assert_eq!(sel.threshold, DEFAULT_HEALTH_THRESHOLD);
-        let weak = Candidate {
-            index: 0,
-            health: 0.1,
-            in_flight: 0,
-            eligible: true,
-        };
-        let strong = Candidate {
-            index: 1,
-            health: 0.5,
-            in_flight: 9,
-            eligible: true,
-        };
+        let weak = c(0, 0.1, 0, true);
+        let strong = c(1, 0.5, 9, true);
         let mut rng = StdRng::seed_from_u64(1);
         // Below the threshold, the idle source loses to a busy but healthy one...
         assert_eq!(sel.select(&[weak, strong], &mut rng), Some(1));
