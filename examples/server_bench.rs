@@ -30,7 +30,9 @@
 //! requests, at its peak (`VmHWM`), 6 s after the callers hung up (`rss_after_6s_mb`) and 10 s
 //! after (`rss_after_mb`, `after_vs_idle`: when hyper's pool has reaped every upstream
 //! connection past its 4 s idle timeout), with its open descriptors then. Every line names the
-//! server's allocator (`jemalloc` with the feature of that name, else `system`).
+//! server's allocator (`jemalloc` with the feature of that name, else `system`) and its worker
+//! threads (`server_workers`: `PGW_SERVER_WORKERS` from this process's environment, as
+//! `polygateway serve` reads it, else one per core).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -95,21 +97,29 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     match args.child {
-        Some(child) => runtime.block_on(serve_child(&child[0], &child[1])),
-        None => runtime.block_on(async {
-            let runs = |part| args.only.is_none_or(|only| only == part);
-            if runs(Part::Overhead) {
-                bench(args.calls, &args.concurrency).await;
-            }
-            if runs(Part::Ingress) {
-                ingress(args.ingress_calls, &args.concurrency, args.ingress_rounds).await;
-            }
-            if runs(Part::Sweep) && !args.sweep.is_empty() {
-                sweep(&args.sweep).await;
-            }
-        }),
+        Some(child) => {
+            // The server's runtime as `polygateway serve` builds it: `PGW_SERVER_WORKERS`
+            // worker threads when set, else one per core.
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.enable_all().worker_threads(server_workers());
+            let runtime = builder.build().expect("tokio runtime");
+            runtime.block_on(serve_child(&child[0], &child[1]));
+        }
+        None => tokio::runtime::Runtime::new()
+            .expect("tokio runtime")
+            .block_on(async {
+                let runs = |part| args.only.is_none_or(|only| only == part);
+                if runs(Part::Overhead) {
+                    bench(args.calls, &args.concurrency).await;
+                }
+                if runs(Part::Ingress) {
+                    ingress(args.ingress_calls, &args.concurrency, args.ingress_rounds).await;
+                }
+                if runs(Part::Sweep) && !args.sweep.is_empty() {
+                    sweep(&args.sweep).await;
+                }
+            }),
     }
 }
 
@@ -394,6 +404,7 @@ async fn bench(calls: usize, levels: &[usize]) {
                 "server_cpu_ms_per_call": round3(cpu_ms_per_call),
                 "server_rss_mb": (server.rss_mb() * 10.0).round() / 10.0,
                 "allocator": ALLOCATOR_NAME,
+                "server_workers": server_workers(),
             });
             println!("{line}");
         }
@@ -536,6 +547,7 @@ async fn sweep(levels: &[usize]) {
             "server_cpu_us_per_call": cpu_us.round(),
             "server_rss_mb": (rss * 10.0).round() / 10.0,
             "allocator": ALLOCATOR_NAME,
+                "server_workers": server_workers(),
         });
         println!("{line}");
         if m.p99_ms < 1_000.0 {
@@ -565,8 +577,22 @@ async fn sweep(levels: &[usize]) {
         "after_vs_idle": (after / idle * 1e3).round() / 1e3,
         "server_fds_after": fds_after,
         "allocator": ALLOCATOR_NAME,
+                "server_workers": server_workers(),
     });
     println!("{summary}");
+}
+
+/// The server child's worker threads: `PGW_SERVER_WORKERS` (inherited from this process's
+/// environment), else one per core, as `polygateway serve` decides. Stated in every line.
+fn server_workers() -> usize {
+    match std::env::var("PGW_SERVER_WORKERS") {
+        Ok(n) => n
+            .parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .expect("PGW_SERVER_WORKERS: a positive whole number"),
+        Err(_) => std::thread::available_parallelism().map_or(1, usize::from),
+    }
 }
 
 fn round3(x: f64) -> f64 {

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 
 struct Run {
@@ -278,6 +279,57 @@ async fn key_new_and_key_hash_print_a_key_file_hash_and_serve_needs_the_file() {
         "{}",
         run.stderr
     );
+}
+
+/// `serve` runs on `PGW_SERVER_WORKERS` worker threads and says so when it starts; a count that
+/// is not a positive whole number is refused at start, naming the key.
+#[tokio::test]
+async fn serve_runs_on_the_worker_threads_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let mock = MockUpstream::start(Behaviour::healthy()).await;
+    let keys_path = dir.path().join("keys.json");
+    let hash = polygateway::server::hash_key("pgw-workers-test-key");
+    std::fs::write(
+        &keys_path,
+        format!(r#"{{"keys": [{{"name": "k", "hash": "{hash}", "scopes": ["*"]}}]}}"#),
+    )
+    .unwrap();
+    let mut env = env_for(&mock.base_url());
+    env.push(("PGW_SERVER_KEYS_FILE", keys_path.display().to_string()));
+    env.push(("PGW_SERVER_BIND", "127.0.0.1:0".into()));
+
+    let mut refused = env.clone();
+    refused.push(("PGW_SERVER_WORKERS", "0".into()));
+    let run = cli(dir.path(), &refused, &["serve"]).await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("PGW_SERVER_WORKERS"), "{}", run.stderr);
+
+    for (workers, says) in [("1", "; 1 worker thread)"), ("3", "; 3 worker threads)")] {
+        let mut env = env.clone();
+        env.push(("PGW_SERVER_WORKERS", workers.into()));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_polygateway"))
+            .arg("serve")
+            .current_dir(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("serve prints its start line")
+            .unwrap()
+            .unwrap_or_default();
+        assert!(
+            first.starts_with("polygateway serve: listening on http://127.0.0.1:")
+                && first.contains(says),
+            "PGW_SERVER_WORKERS={workers}: {first}"
+        );
+        child.kill().await.unwrap();
+    }
 }
 
 fn batch_input(dir: &Path, n: usize, bad: bool) -> std::path::PathBuf {

@@ -592,9 +592,11 @@ async fn serve(cli: &Cli, bind: Option<std::net::SocketAddr>) -> Result<ExitCode
         }
     };
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
     println!(
-        "polygateway serve: listening on http://{local} (scopes: {})",
-        gw.scopes().join(", ")
+        "polygateway serve: listening on http://{local} (scopes: {}; {workers} worker thread{})",
+        gw.scopes().join(", "),
+        if workers == 1 { "" } else { "s" }
     );
     let result = server.serve(listener, stop_signal()).await;
     println!("polygateway serve: draining done; shutting the runtime down");
@@ -677,13 +679,33 @@ async fn mock(ttft_ms: u64, inter_token_ms: u64, chunks: usize) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match runtime_for(&cli).and_then(|runtime| runtime.block_on(run(cli))) {
         Ok(code) => code,
         Err(message) => {
             eprintln!("polygateway: {message}");
             ExitCode::from(1)
         }
     }
+}
+
+/// The runtime every command runs on: tokio's multi-threaded one, a worker per core, except that
+/// `serve` takes `PGW_SERVER_WORKERS` when it is set. It is read before the runtime exists, so
+/// it cannot come from anywhere the runtime would be needed for; `serve` reads its settings
+/// again, the same way, once running.
+fn runtime_for(cli: &Cli) -> Result<tokio::runtime::Runtime, String> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    #[cfg(not(feature = "server"))]
+    let _ = cli; // no `serve` in this build: every command takes the default
+    #[cfg(feature = "server")]
+    if let Command::Serve { .. } = cli.command {
+        if let Some(workers) = settings(cli)?.server.workers {
+            builder.worker_threads(workers);
+        }
+    }
+    builder
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
 }

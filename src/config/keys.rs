@@ -244,6 +244,7 @@ pub const KEYS: &[KeyDef] = &[
     global::PGW_SERVER_IDLE_TIMEOUT_S,
     global::PGW_SERVER_MAX_CONNECTIONS,
     global::PGW_SERVER_ADMIN_BIND,
+    global::PGW_SERVER_WORKERS,
 ];
 
 /// Bit of a family in a family mask (for the derived name lists below).
@@ -932,6 +933,13 @@ pub(crate) mod global {
         doc: "open client connections at most; past it a new one is closed at once",
         default:
             "¾ of the open-file limit (raised to its hard limit at start), at most the limit − 256",
+    };
+    pub(crate) const PGW_SERVER_WORKERS: KeyDef = KeyDef {
+        name: "PGW_SERVER_WORKERS",
+        family: Global,
+        value: Positive,
+        doc: "threads that run `serve`'s requests and the runtime; fewer when the host's cores are shared with the clients or the upstreams",
+        default: "the cores available to the process",
     };
     pub(crate) const PGW_SERVER_ADMIN_BIND: KeyDef = KeyDef {
         name: "PGW_SERVER_ADMIN_BIND",

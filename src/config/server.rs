@@ -20,6 +20,7 @@ use std::time::Duration;
 ///     ("PGW_SERVER_HEADER_TIMEOUT_S", "2.5"),
 ///     ("PGW_SERVER_MAX_CONNECTIONS", "5000"),
 ///     ("PGW_SERVER_ADMIN_BIND", "127.0.0.1:9001"),
+///     ("PGW_SERVER_WORKERS", "1"),
 /// ]
 /// .into_iter()
 /// .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -35,6 +36,7 @@ use std::time::Duration;
 /// assert_eq!(server.idle_timeout, Duration::from_secs(60));
 /// assert_eq!(server.max_connections, Some(5000));
 /// assert_eq!(server.admin_bind.map(|a| a.port()), Some(9001));
+/// assert_eq!(server.workers, Some(1));
 /// // A malformed alias table is refused, naming the key.
 /// let bad: BTreeMap<String, String> =
 ///     [("PGW_SERVER_MODEL_ALIASES".to_string(), "gpt-4o-mini".to_string())].into();
@@ -78,6 +80,10 @@ pub struct ServerSettings {
     pub max_connections: Option<usize>,
     /// `PGW_SERVER_ADMIN_BIND`: a second listener for `/healthz`, `/readyz` and `/metrics` only.
     pub admin_bind: Option<SocketAddr>,
+    /// `PGW_SERVER_WORKERS`: the worker threads of `polygateway serve`'s runtime (`None`: one
+    /// per core available to the process). Read by the binary before it builds its runtime; a
+    /// server embedded in an application runs on the application's runtime.
+    pub workers: Option<usize>,
 }
 
 impl Default for ServerSettings {
@@ -97,6 +103,7 @@ impl Default for ServerSettings {
             idle_timeout: Duration::from_secs_f64(super::defaults::SERVER_IDLE_TIMEOUT_S),
             max_connections: None,
             admin_bind: None,
+            workers: None,
         }
     }
 }

@@ -238,6 +238,7 @@ fn server(globals: &Keys<'_>) -> Result<ServerSettings, ConfigError> {
         server.idle_timeout = d;
     }
     server.max_connections = globals.positive(&global::PGW_SERVER_MAX_CONNECTIONS)?;
+    server.workers = globals.positive(&global::PGW_SERVER_WORKERS)?;
     if let Some(entry) = globals.get(&global::PGW_SERVER_ADMIN_BIND) {
         let admin: SocketAddr = entry.value.parse().map_err(|_| {
             invalid(
