@@ -2,7 +2,7 @@
 //!
 //! This crate holds the supervised actors (runtime supervisor, scope router, source actors,
 //! admission, telemetry) and the sans-I/O policies they run (breaker, AIMD pacer, health EWMA,
-//! selection, backoff, stall clock, in-memory six-gate limiter). It is generic over small ports
+//! selection, backoff, stall window, in-memory six-gate limiter). It is generic over small ports
 //! ([`Transport`], [`GateBackend`], [`BreakerBackend`], telemetry sinks) and knows nothing of
 //! OpenAI, SSE, SQL or HTTP; the `polygateway` crate supplies those.
 #![forbid(unsafe_code)]

@@ -30,7 +30,7 @@ use rand::Rng;
 use crate::outcome::{AttemptVerdict, FailureClass, SourceReason};
 use crate::policy::backoff::Backoff;
 use crate::policy::limiter::LEASE_POLL;
-use crate::policy::stall::StallClock;
+use crate::policy::stall::StallWindow;
 use crate::ports::breaker::{BreakerState, BreakerVerdict};
 use crate::ports::gate::Gate;
 
@@ -51,13 +51,13 @@ pub(crate) enum Action {
     Admit { source: usize },
     /// Run attempt number `attempt` (1-based, 429 pushbacks included) on the admitted source.
     Send { source: usize, attempt: u32 },
-    /// Transient backoff: attempt time, not charged to the stall clock. Then [`Event::Woke`].
+    /// Transient backoff: attempt time, not charged to the stall window. Then [`Event::Woke`].
     Backoff(Duration),
     /// Wait for a freed pacer slot, at most this long. Then [`Event::Woke`].
     AwaitSlot(Duration),
     /// Ask how long ago the scope last progressed. Then [`Event::Progress`].
     AskProgress,
-    /// Non-productive wait, charged to the stall clock. Then [`Event::Woke`].
+    /// Non-productive wait, charged to the stall window. Then [`Event::Woke`].
     Wait(Duration),
     /// The call ends.
     Finish(Ending),
@@ -218,7 +218,7 @@ enum State {
     BackingOff,
     AwaitingSlot(Instant),
     AskingProgress(Duration, WaitReason),
-    /// Waiting `wait` (charged to the stall clock) since `began`, for `reason`.
+    /// Waiting `wait` (charged to the stall window) since `began`, for `reason`.
     Waiting {
         wait: Duration,
         began: Instant,
@@ -236,7 +236,7 @@ pub(crate) struct CallMachine {
     quota_full_fails_fast: bool,
     circuit_open_waits: bool,
     poll_interval: Duration,
-    stall: StallClock,
+    stall: StallWindow,
     rng: SmallRng,
     state: State,
     budget_used: u32,
@@ -281,7 +281,7 @@ impl CallMachine {
             quota_full_fails_fast: config.quota_full_fails_fast,
             circuit_open_waits: config.circuit_open_waits,
             poll_interval: config.poll_interval,
-            stall: StallClock::new(config.stall_window, now),
+            stall: StallWindow::new(config.stall_window, now),
             rng,
             state: State::Selecting,
             budget_used: 0,
@@ -329,7 +329,7 @@ impl CallMachine {
         self.budget_used
     }
 
-    /// Non-productive waiting charged to the stall clock so far.
+    /// Non-productive waiting charged to the stall window so far.
     #[cfg(any(test, feature = "testkit"))]
     pub(crate) fn waited(&self) -> Duration {
         self.stall.waited()
@@ -355,7 +355,7 @@ impl CallMachine {
     }
 
     /// The call queued behind waiting calls before it could look for capacity: waiting for
-    /// capacity like a pacer wait, charged to the stall clock.
+    /// capacity like a pacer wait, charged to the stall window.
     pub(crate) fn queued(&mut self, waited: Duration) {
         if !waited.is_zero() {
             self.stall.record_wait(waited);

@@ -12,16 +12,17 @@
 
 use std::time::{Duration, Instant};
 
-/// Accumulated non-productive waiting of one call.
+/// Accumulated non-productive waiting of one call, against its stall window. (Not the
+/// transport's `StallClock`, which times one attempt's tokens: this one counts a call's waits.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct StallClock {
+pub(crate) struct StallWindow {
     window: Duration,
     started: Instant,
     waited: Duration,
     wait_began: Option<Instant>,
 }
 
-impl StallClock {
+impl StallWindow {
     /// A clock for a call that started at `now` with `STALL_WINDOW_S = window`.
     pub(crate) fn new(window: Duration, now: Instant) -> Self {
         Self {
@@ -60,7 +61,7 @@ impl StallClock {
         self.wait_began.get_or_insert(now);
     }
 
-    /// Close the wait opened by [`StallClock::begin_wait`] and account it. No-op if none is
+    /// Close the wait opened by [`StallWindow::begin_wait`] and account it. No-op if none is
     /// open, so a cancelled sleep that never began adds nothing.
     #[cfg(test)]
     pub(crate) fn end_wait(&mut self, now: Instant) {
@@ -90,7 +91,7 @@ mod tests {
     #[test]
     fn needs_both_conditions() {
         let t0 = Instant::now();
-        let mut s = StallClock::new(W, t0);
+        let mut s = StallWindow::new(W, t0);
         assert!(!s.is_stalled(None), "no waiting yet");
         assert!(!s.is_stalled(Some(Duration::from_secs(10_000))));
         s.record_wait(Duration::from_secs(299));
@@ -106,7 +107,7 @@ mod tests {
 
     #[test]
     fn remaining_budget_shrinks_to_zero() {
-        let mut s = StallClock::new(W, Instant::now());
+        let mut s = StallWindow::new(W, Instant::now());
         assert_eq!(s.remaining_budget(), W);
         s.record_wait(Duration::from_secs(100));
         assert_eq!(s.remaining_budget(), Duration::from_secs(200));
@@ -117,7 +118,7 @@ mod tests {
     #[test]
     fn begin_end_accounts_only_waiting_time() {
         let t0 = Instant::now();
-        let mut s = StallClock::new(W, t0);
+        let mut s = StallWindow::new(W, t0);
         // An attempt from t0 to t0+50 s is not waiting; a wait from 50 s to 80 s is.
         s.end_wait(t0 + Duration::from_secs(50));
         assert_eq!(s.waited(), Duration::ZERO);
@@ -136,10 +137,10 @@ mod examples {
 
     #[test]
     fn stall_clock_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
         let t0 = Instant::now();
-        let mut s = StallClock::new(Duration::from_secs(300), t0);
+        let mut s = StallWindow::new(Duration::from_secs(300), t0);
         s.record_wait(Duration::from_secs(300));
         assert!(s.is_stalled(None));
         assert!(!s.is_stalled(Some(Duration::from_secs(5))));
@@ -147,9 +148,9 @@ mod examples {
 
     #[test]
     fn stall_clock_new_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
-        let s = StallClock::new(Duration::from_secs(300), Instant::now());
+        let s = StallWindow::new(Duration::from_secs(300), Instant::now());
         assert_eq!(s.waited(), Duration::ZERO);
         assert!(
             !s.is_stalled(None),
@@ -159,20 +160,20 @@ mod examples {
 
     #[test]
     fn stall_clock_window_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
         // STALL_WINDOW_S=120
-        let s = StallClock::new(Duration::from_secs(120), Instant::now());
+        let s = StallWindow::new(Duration::from_secs(120), Instant::now());
         assert_eq!(s.window(), Duration::from_secs(120));
         assert_eq!(s.remaining_budget(), s.window());
     }
 
     #[test]
     fn stall_clock_started_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
         let t0 = Instant::now();
-        let s = StallClock::new(Duration::from_secs(300), t0);
+        let s = StallWindow::new(Duration::from_secs(300), t0);
         // The call's total age, for the error report when it gives up.
         let now = t0 + Duration::from_secs(90);
         assert_eq!(now.duration_since(s.started()), Duration::from_secs(90));
@@ -180,10 +181,10 @@ mod examples {
 
     #[test]
     fn stall_clock_waited_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
         let t0 = Instant::now();
-        let mut s = StallClock::new(Duration::from_secs(300), t0);
+        let mut s = StallWindow::new(Duration::from_secs(300), t0);
         s.begin_wait(t0 + Duration::from_secs(10));
         assert_eq!(
             s.waited(),
@@ -196,9 +197,9 @@ mod examples {
 
     #[test]
     fn stall_clock_record_wait_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
-        let mut s = StallClock::new(Duration::from_secs(300), Instant::now());
+        let mut s = StallWindow::new(Duration::from_secs(300), Instant::now());
         // Two 429 backoff sleeps, measured by the caller.
         s.record_wait(Duration::from_secs(2));
         s.record_wait(Duration::from_secs(4));
@@ -207,10 +208,10 @@ mod examples {
 
     #[test]
     fn stall_clock_begin_wait_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
         let t0 = Instant::now();
-        let mut s = StallClock::new(Duration::from_secs(300), t0);
+        let mut s = StallWindow::new(Duration::from_secs(300), t0);
         s.begin_wait(t0 + Duration::from_secs(10));
         s.begin_wait(t0 + Duration::from_secs(20)); // already waiting: the first start is kept
         s.end_wait(t0 + Duration::from_secs(30));
@@ -219,10 +220,10 @@ mod examples {
 
     #[test]
     fn stall_clock_end_wait_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
         let t0 = Instant::now();
-        let mut s = StallClock::new(Duration::from_secs(300), t0);
+        let mut s = StallWindow::new(Duration::from_secs(300), t0);
         s.end_wait(t0 + Duration::from_secs(5)); // no wait open: nothing added
         assert_eq!(s.waited(), Duration::ZERO);
         s.begin_wait(t0 + Duration::from_secs(5));
@@ -233,10 +234,10 @@ mod examples {
 
     #[test]
     fn stall_clock_is_stalled_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
         let window = Duration::from_secs(300);
-        let mut s = StallClock::new(window, Instant::now());
+        let mut s = StallWindow::new(window, Instant::now());
         s.record_wait(window); // (A) holds
                                // (B): another call in the scope succeeded 10 s ago, so waiting still pays off.
         assert!(!s.is_stalled(Some(Duration::from_secs(10))));
@@ -245,9 +246,9 @@ mod examples {
 
     #[test]
     fn stall_clock_remaining_budget_example() {
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
-        let mut s = StallClock::new(Duration::from_secs(300), Instant::now());
+        let mut s = StallWindow::new(Duration::from_secs(300), Instant::now());
         s.record_wait(Duration::from_secs(280));
         // The backoff asks for 60 s; the call may only wait 20 s more.
         let sleep = Duration::from_secs(60).min(s.remaining_budget());
@@ -257,13 +258,13 @@ mod examples {
     #[test]
     fn a_full_wait_in_a_scope_the_limiter_reports_stale_is_stalled() {
         use crate::policy::limiter::LimiterState;
-        use crate::policy::stall::StallClock;
+        use crate::policy::stall::StallWindow;
         use std::time::{Duration, Instant};
         let mut limiter = LimiterState::default();
         limiter.mark_progress("LLM", 0);
         let age = limiter.progress_age("LLM", 400_000);
         let window = Duration::from_secs(300);
-        let mut call = StallClock::new(window, Instant::now());
+        let mut call = StallWindow::new(window, Instant::now());
         call.record_wait(window);
         assert!(call.is_stalled(age));
     }
