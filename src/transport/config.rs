@@ -1,0 +1,223 @@
+//! What a transport is configured with ([`TransportConfig`]): the part of a source's settings
+//! that reaches the wire — where and how to connect, what to send, how long to wait. Governance
+//! (limits, token estimates) stays in [`SourceSettings`], which only the runtime reads; this file
+//! is the one place a transport's configuration is taken from a source's settings.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::config::{redact_dsn, MissingDone, Secret, SourceSettings};
+use crate::provider::{Dialect, ProviderProfile};
+use crate::structured::StructuredMode;
+
+/// The configuration of one source's transport (chat, embeddings or OCR): a source's settings
+/// without its governance (`MAX_CONCURRENCY`, `RPM`, `TPM`, `EST_TOKENS`), which the runtime
+/// applies around the transport. Built from a configured source with `From<&SourceSettings>`;
+/// the fields mean what the source's keys of the same name do
+/// ([`SourceSettings`](crate::config::SourceSettings)).
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway::config::Secret;
+/// use polygateway::provider::ProviderProfile;
+/// use polygateway::transport::{ChatTransport, TransportConfig};
+/// let mut settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+/// settings.api_key = Secret::new("sk-live-123");
+/// settings.rpm = 600; // governance: the runtime's, not the transport's
+/// let mut config = TransportConfig::from(&settings);
+/// assert_eq!((config.name.as_str(), config.model.as_str()), ("openai_1", "test-model"));
+/// config.ttft_timeout = Duration::from_secs(2);
+/// let transport = ChatTransport::new(config, ProviderProfile::generic());
+/// assert_eq!(transport.config().ttft_timeout, Duration::from_secs(2));
+/// // Debug output never shows the key.
+/// assert!(!format!("{:?}", transport.config()).contains("sk-live-123"));
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct TransportConfig {
+    /// The source's name (`{provider}_{n}`): answers, errors and metrics carry it.
+    pub name: String,
+    /// Provider registry key: answers carry it.
+    pub provider: String,
+    /// Base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// API key (may be empty for keyless services such as a local OCR server).
+    pub api_key: Secret,
+    /// Model name sent upstream.
+    pub model: String,
+    /// Total deadline of one attempt.
+    pub timeout: Duration,
+    /// Time to first token deadline.
+    pub ttft_timeout: Duration,
+    /// Inter-token deadline.
+    pub inter_token_timeout: Duration,
+    /// `None` = inject nothing; `Some(b)` = ask for thinking on or off.
+    pub enable_thinking: Option<bool>,
+    /// What a stream that ended without `[DONE]` is.
+    pub missing_done: MissingDone,
+    /// Honour proxy env vars.
+    pub trust_env: bool,
+    /// `false`: no attempt on this source streams.
+    pub stream: bool,
+    /// The structured mode typed calls start in (`None` = the provider's strongest).
+    pub structured_mode: Option<StructuredMode>,
+    /// The wire protocol (`None` = the provider's; embeddings without a provider: OpenAI's).
+    pub dialect: Option<Dialect>,
+    /// How long an idle pooled connection is kept.
+    pub pool_idle_timeout: Duration,
+    /// Extra JSON merged into each request body (lowest priority).
+    pub extra_body: Map<String, Value>,
+}
+
+impl From<&SourceSettings> for TransportConfig {
+    fn from(s: &SourceSettings) -> Self {
+        Self {
+            name: s.name.clone(),
+            provider: s.provider.clone(),
+            base_url: s.base_url.clone(),
+            api_key: s.api_key.clone(),
+            model: s.model.clone(),
+            timeout: s.timeout,
+            ttft_timeout: s.ttft_timeout,
+            inter_token_timeout: s.inter_token_timeout,
+            enable_thinking: s.enable_thinking,
+            missing_done: s.missing_done,
+            trust_env: s.trust_env,
+            stream: s.stream,
+            structured_mode: s.structured_mode,
+            dialect: s.dialect,
+            pool_idle_timeout: s.pool_idle_timeout,
+            extra_body: s.extra_body.clone(),
+        }
+    }
+}
+
+impl TransportConfig {
+    /// The wire protocol this source speaks: `dialect` when set, else its provider's.
+    pub(crate) fn effective_dialect(&self, profile: &ProviderProfile) -> Dialect {
+        self.dialect.unwrap_or(profile.dialect)
+    }
+
+    /// The structured mode typed calls start in: `structured_mode` when set, else the strongest
+    /// mode of the provider's profile.
+    pub(crate) fn effective_structured_mode(&self, profile: &ProviderProfile) -> StructuredMode {
+        self.structured_mode
+            .unwrap_or_else(|| profile.structured_mode())
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+impl TransportConfig {
+    /// The configuration of `testkit::source_settings(base_url)`, for unit tests.
+    pub(crate) fn for_tests(base_url: &str) -> Self {
+        Self::from(&crate::testkit::source_settings(base_url))
+    }
+}
+
+impl fmt::Debug for TransportConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransportConfig")
+            .field("name", &self.name)
+            .field("provider", &self.provider)
+            .field("base_url", &redact_dsn(&self.base_url))
+            .field("api_key", &self.api_key)
+            .field("model", &self.model)
+            .field("timeout", &self.timeout)
+            .field("ttft_timeout", &self.ttft_timeout)
+            .field("inter_token_timeout", &self.inter_token_timeout)
+            .field("enable_thinking", &self.enable_thinking)
+            .field("missing_done", &self.missing_done)
+            .field("trust_env", &self.trust_env)
+            .field("stream", &self.stream)
+            .field("structured_mode", &self.structured_mode)
+            .field("dialect", &self.dialect)
+            .field("pool_idle_timeout", &self.pool_idle_timeout)
+            .field("extra_body", &self.extra_body)
+            .finish()
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_neither_the_key_nor_a_password_in_the_url() {
+        let mut settings =
+            crate::testkit::source_settings("https://user:url-s3cret@llm.example/v1");
+        settings.api_key = Secret::new("sk-live-transport-123");
+        let config = TransportConfig::from(&settings);
+        assert_eq!(config.api_key.expose(), "sk-live-transport-123");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("sk-live-transport-123"), "{shown}");
+        assert!(!shown.contains("url-s3cret"), "{shown}");
+        // The rest is shown: a config stays debuggable.
+        assert!(
+            shown.contains("openai_1") && shown.contains("test-model"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn every_wire_field_is_taken_from_the_source() {
+        use crate::provider::Dialect;
+        let mut s = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        s.enable_thinking = Some(true);
+        s.missing_done = MissingDone::Salvage;
+        s.trust_env = true;
+        s.stream = false;
+        s.structured_mode = Some(StructuredMode::Prompt);
+        s.dialect = Some(Dialect::Gemini);
+        s.pool_idle_timeout = Duration::from_secs(9);
+        s.extra_body.insert("temperature".into(), 0.2.into());
+        let c = TransportConfig::from(&s);
+        assert_eq!(
+            (c.name, c.provider, c.base_url, c.api_key, c.model),
+            (s.name, s.provider, s.base_url, s.api_key, s.model)
+        );
+        assert_eq!(
+            (
+                c.timeout,
+                c.ttft_timeout,
+                c.inter_token_timeout,
+                c.pool_idle_timeout
+            ),
+            (
+                s.timeout,
+                s.ttft_timeout,
+                s.inter_token_timeout,
+                s.pool_idle_timeout
+            )
+        );
+        assert_eq!(
+            (c.enable_thinking, c.missing_done, c.trust_env, c.stream),
+            (s.enable_thinking, s.missing_done, s.trust_env, s.stream)
+        );
+        assert_eq!(
+            (c.structured_mode, c.dialect),
+            (s.structured_mode, s.dialect)
+        );
+        assert_eq!(c.extra_body, s.extra_body);
+    }
+
+    #[test]
+    fn the_source_or_else_its_provider_decides_dialect_and_mode() {
+        use crate::provider::ProviderRegistry;
+        let registry = ProviderRegistry::with_defaults();
+        let mut s = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        s.provider = "anthropic".into();
+        let profile = registry.get(&s.provider);
+        let c = TransportConfig::from(&s);
+        assert_eq!(c.effective_dialect(profile), s.effective_dialect(profile));
+        assert_eq!(
+            c.effective_structured_mode(profile),
+            s.effective_structured_mode(profile)
+        );
+        s.dialect = Some(Dialect::OpenAi);
+        s.structured_mode = Some(StructuredMode::Prompt);
+        let c = TransportConfig::from(&s);
+        assert_eq!(c.effective_dialect(profile), Dialect::OpenAi);
+        assert_eq!(c.effective_structured_mode(profile), StructuredMode::Prompt);
+    }
+}
