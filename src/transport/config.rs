@@ -36,37 +36,43 @@ use crate::structured::StructuredMode;
 /// ```
 #[derive(Clone, PartialEq)]
 pub struct TransportConfig {
-    /// The source's name (`{provider}_{n}`): answers, errors and metrics carry it.
+    /// The source's name (`{provider}_{n}`): answers, errors, logs and metrics carry it.
     pub name: String,
-    /// Provider registry key: answers carry it.
+    /// The provider registry key (`{PROVIDER}` of the keys), carried by every answer.
     pub provider: String,
-    /// Base URL, e.g. `https://api.openai.com/v1`.
+    /// `BASE_URL`: requests go to `{base_url}/{path}` (`/chat/completions`, `/embeddings`, …).
     pub base_url: String,
-    /// API key (may be empty for keyless services such as a local OCR server).
+    /// `API_KEY`, sent in the header the dialect takes it in; empty sends none (a keyless
+    /// service, such as a local OCR server).
     pub api_key: Secret,
-    /// Model name sent upstream.
+    /// `MODEL`, put in each request body (Gemini: in the path).
     pub model: String,
-    /// Total deadline of one attempt.
+    /// `TIMEOUT_S`: how long one attempt may take in all.
     pub timeout: Duration,
-    /// Time to first token deadline.
+    /// `TTFT_TIMEOUT_S`: how long a stream may take to its first token (also caps the connect
+    /// deadline).
     pub ttft_timeout: Duration,
-    /// Inter-token deadline.
+    /// `INTER_TOKEN_TIMEOUT_S`: the longest gap a stream may leave between two tokens.
     pub inter_token_timeout: Duration,
-    /// `None` = inject nothing; `Some(b)` = ask for thinking on or off.
+    /// `ENABLE_THINKING`: `Some(on)` asks the model for thinking on or off in the provider's
+    /// form; `None` asks nothing.
     pub enable_thinking: Option<bool>,
-    /// What a stream that ended without `[DONE]` is.
+    /// `MISSING_DONE`: how a stream that ended with content but no end marker is judged.
     pub missing_done: MissingDone,
-    /// Honour proxy env vars.
+    /// `TRUST_ENV`: `false` ignores the proxy environment variables.
     pub trust_env: bool,
-    /// `false`: no attempt on this source streams.
+    /// `STREAM`: `false` sends every chat attempt on this source unstreamed.
     pub stream: bool,
-    /// The structured mode typed calls start in (`None` = the provider's strongest).
+    /// `STRUCTURED_MODE`: the mode a typed call is first sent in (`None`: the provider's
+    /// strongest); the chat transport falls back from it on a refusal.
     pub structured_mode: Option<StructuredMode>,
-    /// The wire protocol (`None` = the provider's; embeddings without a provider: OpenAI's).
+    /// `DIALECT`: the API spoken (`None`: the provider's; an embeddings transport built without
+    /// a provider speaks OpenAI's).
     pub dialect: Option<Dialect>,
-    /// How long an idle pooled connection is kept.
+    /// `POOL_IDLE_TIMEOUT_S`: how long the pool keeps an idle connection (lowered when the
+    /// upstream announces a shorter `Keep-Alive: timeout=`).
     pub pool_idle_timeout: Duration,
-    /// Extra JSON merged into each request body (lowest priority).
+    /// `EXTRA_BODY`: JSON keys merged into every request body, below everything the call sets.
     pub extra_body: Map<String, Value>,
 }
 
