@@ -11,7 +11,7 @@ use futures::StreamExt;
 use polygateway::ports::Transport;
 use polygateway::provider::ProviderRegistry;
 use polygateway::testkit::{source_settings, Behaviour, MockUpstream};
-use polygateway::transport::{ChatTransport, ChatWireRequest};
+use polygateway::transport::{ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::Message;
 use serde_json::json;
 
@@ -35,7 +35,7 @@ fn stream_200_chunks(c: &mut Criterion) {
         content: content.clone(),
     }));
     let transport = Arc::new(ChatTransport::new(
-        source_settings(&mock.base_url()),
+        TransportConfig::from(&source_settings(&mock.base_url())),
         ProviderRegistry::with_defaults().get("openai").clone(),
     ));
     let mut req = ChatWireRequest::new(vec![Message::user("hello there")]);
@@ -63,7 +63,7 @@ fn overhead(c: &mut Criterion) {
     )));
     let settings = source_settings(&mock.base_url());
     let transport = Arc::new(ChatTransport::new(
-        settings.clone(),
+        TransportConfig::from(&settings),
         ProviderRegistry::with_defaults().get("openai").clone(),
     ));
     let client = reqwest::Client::builder().no_proxy().build().unwrap();

@@ -476,7 +476,9 @@ fn the_public_surface_stays_within_its_ceiling() {
 /// `telemetry::schema::{insert_columns, Column::sql_type, validate_table, add_column_sql}`,
 /// `testkit::mock_ocr::{degenerate_middle_json, blank_middle_json}`, `SpendBudget::amount`,
 /// `LlmResponse::{has_answer, is_cacheable}` and `validate`'s six limits (`TENANT_ID_MAX_CHARS`,
-/// `META_*`, `PROTECTED_BODY_KEYS`).
+/// `META_*`, `PROTECTED_BODY_KEYS`). Still 513 with transports configured by their own type
+/// (issue #50 item 4): `transport::TransportConfig` added, `ChatTransport::profile` (read nowhere
+/// outside the crate) made crate-private, the transports' `settings()` renamed `config()`.
 const ROOT_CEILING: usize = 513;
 /// Public items of `polygateway-actors` (actors/src/) allowed by the surface check; 207 with the
 /// capacity-wait metric's name and its reason vocabulary (issue #37); 208 with the priority

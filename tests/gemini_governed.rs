@@ -18,6 +18,7 @@ use polygateway::testkit::mock_gemini::{
 };
 use polygateway::testkit::{mock_env, source_settings, Behaviour, MockUpstream};
 use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
+use polygateway::transport::TransportConfig;
 use polygateway::{CallOptions, Gateway, GatewayError, LlmResponse, Message, Tool, UsageSource};
 use serde_json::json;
 
@@ -143,7 +144,7 @@ async fn embedding_errors_are_read_from_geminis_body() {
     settings.dialect = Some(Dialect::Gemini);
     settings.model = "gemini-embedding-001".into();
     settings.api_key = Secret::new(MOCK_GEMINI_KEY);
-    let transport = EmbeddingTransport::new(settings.clone());
+    let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
     assert!(transport
         .url()
         .ends_with("/models/gemini-embedding-001:batchEmbedContents"));
@@ -173,7 +174,7 @@ async fn embedding_errors_are_read_from_geminis_body() {
     assert_eq!(e.class, FailureClass::SourceDead);
     // A wrong key (Gemini answers 400 API_KEY_INVALID) is a dead source, and the key is nowhere.
     settings.api_key = Secret::new("AIza-wrong-key");
-    let e = EmbeddingTransport::new(settings)
+    let e = EmbeddingTransport::new(TransportConfig::from(&settings))
         .send(&request, None)
         .await
         .unwrap_err();

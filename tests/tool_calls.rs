@@ -9,7 +9,7 @@ use futures::StreamExt;
 use polygateway::ports::{BreakerState, Classify, EventSink, FailureClass, Transport};
 use polygateway::provider::ProviderProfile;
 use polygateway::testkit::{mock_settings, source_settings, Behaviour, MockUpstream};
-use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest};
+use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::{
     CallOptions, ChatEvent, Gateway, GatewayError, LlmResponse, Message, Tool, ToolCallDelta,
 };
@@ -55,7 +55,7 @@ async fn send(
     })
     .await;
     let t = ChatTransport::new(
-        source_settings(&mock.base_url()),
+        TransportConfig::from(&source_settings(&mock.base_url())),
         ProviderProfile::generic(),
     );
     let mut request = ChatWireRequest::new(vec![Message::user("weather?")]);

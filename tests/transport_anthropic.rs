@@ -14,7 +14,7 @@ use polygateway::ports::{Classify, FailureClass, SourceReason, Transport};
 use polygateway::provider::ProviderRegistry;
 use polygateway::testkit::mock_anthropic::{AnthropicFault, MockAnthropic, MOCK_ANTHROPIC_KEY};
 use polygateway::testkit::{mock_env, source_settings};
-use polygateway::transport::{ChatTransport, ChatWireRequest};
+use polygateway::transport::{ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message, ThinkingBlock, Tool};
 use serde_json::{json, Value};
 
@@ -328,7 +328,7 @@ async fn attempt(
     settings.api_key = polygateway::config::Secret::new(MOCK_ANTHROPIC_KEY);
     settings.ttft_timeout = Duration::from_millis(300);
     let transport = ChatTransport::new(
-        settings,
+        TransportConfig::from(&settings),
         ProviderRegistry::with_defaults().get("anthropic").clone(),
     );
     let mut request = ChatWireRequest::new(vec![Message::user("Hi")]);

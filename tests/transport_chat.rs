@@ -5,14 +5,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use polygateway::config::{MissingDone, Secret, SourceSettings};
+use polygateway::config::{MissingDone, Secret};
 use polygateway::ports::{Classify, EventSink, FailureClass, SourceReason, Transport};
 use polygateway::provider::{ProviderProfile, ProviderRegistry};
 use polygateway::testkit::mock_llm::{
     MOCK_CACHED_TOKENS, MOCK_CONTENT, MOCK_PROMPT_TOKENS, MOCK_REASONING_TOKENS, MOCK_THINKING,
 };
 use polygateway::testkit::{source_settings, Behaviour, MockUpstream};
-use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest};
+use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::{LlmResponse, Message, TransportError, UsageSource};
 use serde_json::{json, Value};
 
@@ -20,12 +20,17 @@ fn profile(name: &str) -> ProviderProfile {
     ProviderRegistry::with_defaults().get(name).clone()
 }
 
-fn transport(mock: &MockUpstream) -> ChatTransport {
-    ChatTransport::new(source_settings(&mock.base_url()), profile("openai"))
+/// The transport configuration of `testkit::source_settings(base_url)`.
+fn config(base_url: &str) -> TransportConfig {
+    TransportConfig::from(&source_settings(base_url))
 }
 
-fn transport_with(mock: &MockUpstream, f: impl FnOnce(&mut SourceSettings)) -> ChatTransport {
-    let mut s = source_settings(&mock.base_url());
+fn transport(mock: &MockUpstream) -> ChatTransport {
+    ChatTransport::new(config(&mock.base_url()), profile("openai"))
+}
+
+fn transport_with(mock: &MockUpstream, f: impl FnOnce(&mut TransportConfig)) -> ChatTransport {
+    let mut s = config(&mock.base_url());
     f(&mut s);
     ChatTransport::new(s, profile("openai"))
 }
@@ -217,7 +222,7 @@ async fn connection_refused_is_transient_network_error() {
         l.local_addr().unwrap().port()
     };
     let t = ChatTransport::new(
-        source_settings(&format!("http://127.0.0.1:{port}/v1")),
+        config(&format!("http://127.0.0.1:{port}/v1")),
         profile("openai"),
     );
     let e = call(&t, true).await.unwrap_err();
@@ -438,7 +443,7 @@ async fn reasoning_content_goes_to_thinking_and_starts_ttft() {
 #[tokio::test]
 async fn think_tags_are_stripped_for_tag_providers_only() {
     let mock = MockUpstream::start(Behaviour::ThinkTags).await;
-    let tags = ChatTransport::new(source_settings(&mock.base_url()), profile("minimax"));
+    let tags = ChatTransport::new(config(&mock.base_url()), profile("minimax"));
     for stream in [true, false] {
         let r = call(&tags, stream).await.unwrap();
         assert_eq!(r.thinking, MOCK_THINKING, "stream={stream}");
@@ -509,7 +514,7 @@ async fn merge_priority_structured_over_overlay_over_extra_body() {
 
 async fn sent_body(provider: &str, enable: Option<bool>) -> Value {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
-    let mut s = source_settings(&mock.base_url());
+    let mut s = config(&mock.base_url());
     s.enable_thinking = enable;
     ChatTransport::new(s, profile(provider))
         .send(&request(true), None)
@@ -538,7 +543,7 @@ async fn thinking_injection_forms_on_and_off() {
 #[tokio::test]
 async fn call_overlay_overrides_thinking_injection() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
-    let mut s = source_settings(&mock.base_url());
+    let mut s = config(&mock.base_url());
     s.enable_thinking = Some(true);
     let t = ChatTransport::new(s, profile("qwen"));
     let mut req = request(true);
@@ -625,7 +630,7 @@ async fn aborted_attempt_drops_the_upstream_stream() {
 
 // ---------------------------------------------------------------- watchdog over sockets
 
-fn deadlines(s: &mut SourceSettings, ttft: u64, inter: u64, total: u64) {
+fn deadlines(s: &mut TransportConfig, ttft: u64, inter: u64, total: u64) {
     s.ttft_timeout = Duration::from_millis(ttft);
     s.inter_token_timeout = Duration::from_millis(inter);
     s.timeout = Duration::from_millis(total);
@@ -817,7 +822,7 @@ async fn trust_env_false_bypasses_the_proxy_env() {
 async fn proxy_env_child() {
     let base = std::env::var("PGW_TEST_TARGET_URL").expect("started by its parent test");
     let with = |trust_env: bool| {
-        let mut s = source_settings(&base);
+        let mut s = config(&base);
         s.trust_env = trust_env;
         ChatTransport::new(s, profile("openai"))
     };

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use polygateway::ports::{Classify, FailureClass, SourceReason, Transport};
 use polygateway::testkit::{mock_embedding, source_settings, Behaviour, MockUpstream};
-use polygateway::transport::{EmbeddingTransport, EmbeddingWireRequest};
+use polygateway::transport::{EmbeddingTransport, EmbeddingWireRequest, TransportConfig};
 use polygateway::UsageSource;
 
 fn request(texts: &[&str]) -> EmbeddingWireRequest {
@@ -15,7 +15,7 @@ fn request(texts: &[&str]) -> EmbeddingWireRequest {
 }
 
 fn transport(mock: &MockUpstream) -> EmbeddingTransport {
-    EmbeddingTransport::new(source_settings(&mock.base_url()))
+    EmbeddingTransport::new(TransportConfig::from(&source_settings(&mock.base_url())))
 }
 
 #[tokio::test]
@@ -100,7 +100,7 @@ async fn black_hole_hits_the_total_deadline() {
     let mock = MockUpstream::start(Behaviour::BlackHole).await;
     let mut s = source_settings(&mock.base_url());
     s.timeout = std::time::Duration::from_millis(200);
-    let e = EmbeddingTransport::new(s)
+    let e = EmbeddingTransport::new(TransportConfig::from(&s))
         .send(&request(&["a"]), None)
         .await
         .unwrap_err();

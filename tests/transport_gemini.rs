@@ -11,7 +11,7 @@ use polygateway::provider::{Dialect, ProviderRegistry};
 use polygateway::structured::SchemaRequest;
 use polygateway::testkit::mock_gemini::{GeminiFault, MockGemini, MOCK_GEMINI_KEY};
 use polygateway::testkit::source_settings;
-use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest};
+use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::{LlmResponse, Message, TransportError, UsageSource};
 use serde_json::{json, Value};
 
@@ -29,7 +29,7 @@ fn transport_with(mock: &MockGemini, f: impl FnOnce(&mut SourceSettings)) -> Cha
     f(&mut s);
     let profile = ProviderRegistry::with_defaults().get("gemini").clone();
     assert_eq!(s.effective_dialect(&profile), Dialect::Gemini);
-    ChatTransport::new(s, profile)
+    ChatTransport::new(TransportConfig::from(&s), profile)
 }
 
 fn transport(mock: &MockGemini) -> ChatTransport {

@@ -5,30 +5,27 @@
 
 use std::time::{Duration, Instant};
 
-use polygateway::config::{MissingDone, Secret, SourceSettings};
+use polygateway::config::{MissingDone, Secret};
 use polygateway::ports::{AttemptVerdict, Classify, FailureClass, SourceReason, Transport};
 use polygateway::testkit::mock_ocr::fixture::{
     SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE, SAMPLE_TABLE_HTML, SAMPLE_TEXT,
 };
 use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
 use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
+use polygateway::transport::TransportConfig;
 use polygateway::{OcrLayoutResult, OcrTextResult, TransportError};
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body";
 const JPEG: &[u8] = &[0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F'];
 
-fn settings(base_url: &str, timeout: Duration) -> SourceSettings {
-    SourceSettings {
+fn settings(base_url: &str, timeout: Duration) -> TransportConfig {
+    TransportConfig {
         name: "monkey_1".to_owned(),
         provider: "monkey".to_owned(),
         base_url: base_url.to_owned(),
         api_key: Secret::new(""),
         model: "monkey-ocr".to_owned(),
         timeout,
-        max_concurrency: 0,
-        rpm: 0,
-        tpm: 0,
-        est_tokens: None,
         ttft_timeout: timeout,
         inter_token_timeout: timeout,
         enable_thinking: None,

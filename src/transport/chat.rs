@@ -28,7 +28,7 @@ use super::machine::{AnthropicMessages, ChatExchange, OpenAiChat, WireDialect};
 use super::pool::SourcePool;
 use super::prefill::{self, LeadTrim};
 use super::watchdog::now;
-use crate::config::SourceSettings;
+use super::TransportConfig;
 use crate::error::TransportError;
 use crate::provider::{Dialect, ProviderProfile};
 use crate::structured::source_mode::{refuses_mode, SourceMode};
@@ -47,11 +47,10 @@ pub(crate) const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "st
 /// use polygateway::provider::ProviderProfile;
 /// use polygateway::testkit::{Behaviour, MockUpstream};
 /// use polygateway::transport::chat::{ChatDelta, ChatTransport, ChatWireRequest};
+/// use polygateway::transport::TransportConfig;
 /// let mock = MockUpstream::start(Behaviour::healthy_with("Hello there")).await;
-/// let transport = ChatTransport::new(
-///     polygateway::testkit::source_settings(&mock.base_url()),
-///     ProviderProfile::generic(),
-/// );
+/// let settings = polygateway::testkit::source_settings(&mock.base_url());
+/// let transport = ChatTransport::new(TransportConfig::from(&settings), ProviderProfile::generic());
 /// let request = ChatWireRequest::new(vec![polygateway::Message::user("Hi")]);
 /// // One streaming attempt; deltas reach the consumer while the response is assembled.
 /// let (sink, mut deltas) = EventSink::channel(16);
@@ -67,7 +66,8 @@ pub(crate) const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "st
 /// # }
 /// ```
 pub struct ChatTransport {
-    settings: SourceSettings,
+    /// Shared with the endpoint's pool and re-sender, which rebuild clients from it.
+    config: Arc<TransportConfig>,
     profile: ProviderProfile,
     /// The wire protocol of this source (`DIALECT`, else the provider's).
     dialect: Dialect,
@@ -81,7 +81,7 @@ pub struct ChatTransport {
 impl std::fmt::Debug for ChatTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChatTransport")
-            .field("source", &self.settings.name)
+            .field("source", &self.config.name)
             .field("url", &self.endpoint.url())
             .field("provider", &self.profile.name)
             .field("dialect", &self.dialect)
@@ -106,21 +106,29 @@ struct StreamOptions {
 }
 
 impl ChatTransport {
-    /// A transport with its own client (`client::build_client`).
+    /// A transport with its own client (`client::build_client`), for the source `config`
+    /// describes (`TransportConfig::from(&source_settings)` for a configured source) speaking
+    /// `profile`'s API unless `config.dialect` says otherwise.
     ///
     /// ```
-    /// use polygateway::provider::ProviderRegistry;
-    /// use polygateway::transport::chat::ChatTransport;
+    /// use polygateway::provider::{Dialect, ProviderRegistry};
+    /// use polygateway::transport::{ChatTransport, TransportConfig};
     /// let registry = ProviderRegistry::with_defaults();
     /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
     /// // Building a transport connects nowhere; the first attempt does.
-    /// let transport = ChatTransport::new(settings, registry.get("deepseek").clone());
-    /// assert_eq!(transport.settings().name, "openai_1");
-    /// assert_eq!(transport.profile().name, "deepseek");
+    /// let transport = ChatTransport::new(TransportConfig::from(&settings), registry.get("anthropic").clone());
+    /// assert_eq!(transport.config().name, "openai_1");
+    /// // The provider's dialect decides the endpoint.
+    /// assert_eq!(transport.url(), "http://127.0.0.1:9/v1/messages");
+    /// let mut config = TransportConfig::from(&settings);
+    /// config.dialect = Some(Dialect::OpenAi); // an Anthropic model behind an OpenAI-compatible proxy
+    /// let proxied = ChatTransport::new(config, registry.get("anthropic").clone());
+    /// assert_eq!(proxied.url(), "http://127.0.0.1:9/v1/chat/completions");
     /// ```
-    pub fn new(settings: SourceSettings, profile: ProviderProfile) -> Self {
-        let pool = SourcePool::built(&settings);
-        Self::with_pool(settings, profile, pool)
+    pub fn new(config: TransportConfig, profile: ProviderProfile) -> Self {
+        let config = Arc::new(config);
+        let pool = SourcePool::built(&config);
+        Self::with_pool(config, profile, pool)
     }
 
     /// A transport using a given client (e.g. shared in a benchmark). It is used as it is: unlike
@@ -129,28 +137,29 @@ impl ChatTransport {
     /// ```
     /// use polygateway::provider::ProviderProfile;
     /// use polygateway::testkit::source_settings;
-    /// use polygateway::transport::chat::ChatTransport;
+    /// use polygateway::transport::{ChatTransport, TransportConfig};
+    /// let config = |url: &str| TransportConfig::from(&source_settings(url));
     /// // Two sources on one connection pool.
     /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    /// let a = ChatTransport::with_client(source_settings("http://10.0.0.1/v1"), ProviderProfile::generic(), client.clone());
-    /// let b = ChatTransport::with_client(source_settings("http://10.0.0.2/v1"), ProviderProfile::generic(), client);
+    /// let a = ChatTransport::with_client(config("http://10.0.0.1/v1"), ProviderProfile::generic(), client.clone());
+    /// let b = ChatTransport::with_client(config("http://10.0.0.2/v1"), ProviderProfile::generic(), client);
     /// assert_eq!(a.url(), "http://10.0.0.1/v1/chat/completions");
     /// assert_eq!(b.url(), "http://10.0.0.2/v1/chat/completions");
     /// ```
     pub fn with_client(
-        settings: SourceSettings,
+        config: TransportConfig,
         profile: ProviderProfile,
         client: reqwest::Client,
     ) -> Self {
-        Self::with_pool(settings, profile, SourcePool::given(client))
+        Self::with_pool(Arc::new(config), profile, SourcePool::given(client))
     }
 
-    fn with_pool(settings: SourceSettings, profile: ProviderProfile, pool: SourcePool) -> Self {
-        let dialect = settings.effective_dialect(&profile);
+    fn with_pool(config: Arc<TransportConfig>, profile: ProviderProfile, pool: SourcePool) -> Self {
+        let dialect = config.effective_dialect(&profile);
         let mut gemini = None;
         let endpoint = match dialect {
             Dialect::Anthropic => JsonEndpoint::with_credentials(
-                &settings,
+                &config,
                 pool,
                 "messages",
                 Credentials {
@@ -159,16 +168,16 @@ impl ChatTransport {
                 },
             ),
             Dialect::Gemini => {
-                let endpoints = GeminiEndpoints::new(&settings, pool);
+                let endpoints = GeminiEndpoints::new(&config, pool);
                 let plain = endpoints.plain().clone();
                 gemini = Some(endpoints);
                 plain
             }
-            _ => JsonEndpoint::new(&settings, pool, "chat/completions"),
+            _ => JsonEndpoint::new(&config, pool, "chat/completions"),
         };
-        let mode = SourceMode::new(&settings.name, settings.effective_structured_mode(&profile));
+        let mode = SourceMode::new(&config.name, config.effective_structured_mode(&profile));
         Self {
-            settings,
+            config,
             profile,
             dialect,
             endpoint,
@@ -193,34 +202,24 @@ impl ChatTransport {
         &self.mode
     }
 
-    /// The source's settings.
+    /// The transport's configuration.
     ///
     /// ```
     /// use std::time::Duration;
     /// use polygateway::provider::ProviderProfile;
-    /// use polygateway::transport::chat::ChatTransport;
+    /// use polygateway::transport::{ChatTransport, TransportConfig};
     /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
-    /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
+    /// let transport = ChatTransport::new(TransportConfig::from(&settings), ProviderProfile::generic());
     /// // The watchdog's first-token deadline comes from here.
-    /// assert_eq!(transport.settings().ttft_timeout, Duration::from_secs(10));
+    /// assert_eq!(transport.config().ttft_timeout, Duration::from_secs(10));
     /// ```
-    pub fn settings(&self) -> &SourceSettings {
-        &self.settings
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
     }
 
     /// The provider profile in use.
-    ///
-    /// ```
-    /// use polygateway::provider::ProviderRegistry;
-    /// use polygateway::structured::StructuredMode;
-    /// use polygateway::transport::chat::ChatTransport;
-    /// let registry = ProviderRegistry::with_defaults();
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
-    /// let transport = ChatTransport::new(settings, registry.get("qwen").clone());
-    /// // The profile says how a typed call's schema is sent to this source.
-    /// assert_eq!(transport.profile().structured_mode(), StructuredMode::JsonSchema);
-    /// ```
-    pub fn profile(&self) -> &ProviderProfile {
+    #[cfg(all(test, feature = "testkit"))]
+    pub(crate) fn profile(&self) -> &ProviderProfile {
         &self.profile
     }
 
@@ -228,9 +227,9 @@ impl ChatTransport {
     ///
     /// ```
     /// use polygateway::provider::ProviderProfile;
-    /// use polygateway::transport::chat::ChatTransport;
+    /// use polygateway::transport::{ChatTransport, TransportConfig};
     /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1/");
-    /// let transport = ChatTransport::new(settings, ProviderProfile::generic());
+    /// let transport = ChatTransport::new(TransportConfig::from(&settings), ProviderProfile::generic());
     /// assert_eq!(transport.url(), "https://api.example.com/v1/chat/completions");
     /// ```
     pub fn url(&self) -> &str {
@@ -242,8 +241,8 @@ impl ChatTransport {
     /// `ENABLE_THINKING` is set) < call overlay < `response_format`. Protected keys are dropped
     /// from every layer.
     pub(crate) fn body_params(&self, request: &ChatWireRequest) -> Map<String, Value> {
-        let mut params = self.settings.extra_body.clone();
-        if let Some(on) = self.settings.enable_thinking {
+        let mut params = self.config.extra_body.clone();
+        if let Some(on) = self.config.enable_thinking {
             params.extend(self.profile.thinking.injection(on));
         }
         params.extend(request.overlay.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -283,7 +282,7 @@ impl ChatTransport {
         let messages = super::quirks::adapt(&self.profile, messages);
         let stream = self.streams(request);
         let body = WireBody {
-            model: &self.settings.model,
+            model: &self.config.model,
             messages: &messages,
             stream,
             stream_options: stream.then_some(StreamOptions {
@@ -316,7 +315,7 @@ impl ChatTransport {
             .as_ref()
             .filter(|n| n.dialect == Dialect::Anthropic && request.schema.is_none())
         {
-            let body = native.for_source(&self.settings.model, self.streams(request));
+            let body = native.for_source(&self.config.model, self.streams(request));
             return Ok(Outgoing {
                 body: serde_json::to_vec(&body).map_err(|e| {
                     TransportError::rejected(format!("request body not serialisable: {e}"))
@@ -325,7 +324,7 @@ impl ChatTransport {
                 forced_tool: None,
             });
         }
-        let mut params = self.settings.extra_body.clone();
+        let mut params = self.config.extra_body.clone();
         params.extend(request.overlay.iter().map(|(k, v)| (k.clone(), v.clone())));
         if let Some(rf) = &request.response_format {
             params.insert("response_format".into(), rf.clone());
@@ -348,12 +347,12 @@ impl ChatTransport {
             messages.to_mut().push(turn);
         }
         let built = anthropic::request::build(
-            &self.settings.model,
+            &self.config.model,
             &messages,
             params,
             self.streams(request),
             structured,
-            self.settings.enable_thinking,
+            self.config.enable_thinking,
         )?;
         Ok(Outgoing {
             body: built.body,
@@ -365,7 +364,7 @@ impl ChatTransport {
     /// Whether an attempt streams: the call can refuse streaming, and so can the source
     /// (`STREAM=false`, for servers that do not stream or stream badly).
     fn streams(&self, request: &ChatWireRequest) -> bool {
-        request.stream && self.settings.stream
+        request.stream && self.config.stream
     }
 
     fn post(&self, out: Outgoing, stream: bool) -> Result<reqwest::RequestBuilder, TransportError> {
@@ -482,7 +481,7 @@ impl ChatTransport {
     ) -> ChatExchange<'_, D> {
         let strips_think = self.profile.reasoning.strips_think_tags();
         ChatExchange::new(
-            &self.settings,
+            &self.config,
             start,
             dialect,
             strips_think,
@@ -531,7 +530,7 @@ impl Transport for ChatTransport {
                 let stream = self.streams(request);
                 Box::pin(gemini_send(
                     gemini,
-                    &self.settings,
+                    &self.config,
                     request,
                     mode,
                     stream,
@@ -583,9 +582,7 @@ impl Transport for ChatTransport {
     fn prefill(&self) -> bool {
         match self.dialect {
             Dialect::OpenAi => self.profile.prefill,
-            Dialect::Anthropic => {
-                self.profile.prefill && self.settings.enable_thinking != Some(true)
-            }
+            Dialect::Anthropic => self.profile.prefill && self.config.enable_thinking != Some(true),
             _ => false,
         }
     }
@@ -611,8 +608,8 @@ mod examples {
     fn protected_keys_example() {
         use crate::provider::ProviderProfile;
         use crate::transport::chat::{ChatTransport, ChatWireRequest, PROTECTED_KEYS};
-        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        let transport = ChatTransport::new(settings, ProviderProfile::generic());
+        let config = crate::transport::TransportConfig::for_tests("http://127.0.0.1:9/v1");
+        let transport = ChatTransport::new(config, ProviderProfile::generic());
         let mut request = ChatWireRequest::new(vec![crate::Message::user("hi")]);
         for key in PROTECTED_KEYS {
             request.overlay.insert(key.into(), "from the caller".into());
@@ -621,13 +618,34 @@ mod examples {
         assert!(transport.body_params(&request).is_empty());
     }
 
+    /// `ChatTransport::new`'s and `profile`'s doc examples while `profile` was public.
+    #[cfg(feature = "testkit")]
+    #[test]
+    fn chat_transport_profile_example() {
+        use crate::provider::ProviderRegistry;
+        use crate::structured::StructuredMode;
+        use crate::transport::chat::ChatTransport;
+        let registry = ProviderRegistry::with_defaults();
+        let config = crate::transport::TransportConfig::for_tests("http://127.0.0.1:9/v1");
+        // Building a transport connects nowhere; the first attempt does.
+        let transport = ChatTransport::new(config.clone(), registry.get("deepseek").clone());
+        assert_eq!(transport.config().name, "openai_1");
+        assert_eq!(transport.profile().name, "deepseek");
+        let transport = ChatTransport::new(config, registry.get("qwen").clone());
+        // The profile says how a typed call's schema is sent to this source.
+        assert_eq!(
+            transport.profile().structured_mode(),
+            StructuredMode::JsonSchema
+        );
+    }
+
     #[cfg(feature = "testkit")]
     #[test]
     fn chat_transport_body_params_example() {
         use crate::provider::ProviderRegistry;
         use crate::transport::chat::{ChatTransport, ChatWireRequest};
-        fn settings() -> crate::config::SourceSettings {
-            crate::testkit::source_settings("http://127.0.0.1:1/v1")
+        fn settings() -> crate::transport::TransportConfig {
+            crate::transport::TransportConfig::for_tests("http://127.0.0.1:1/v1")
         }
         let mut s = settings();
         s.extra_body.insert("temperature".into(), 0.1.into());
@@ -646,8 +664,8 @@ mod examples {
         use crate::provider::ProviderProfile;
         use crate::transport::chat::{ChatTransport, ChatWireRequest};
         use serde_json::Value;
-        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        let transport = ChatTransport::new(settings, ProviderProfile::generic());
+        let config = crate::transport::TransportConfig::for_tests("http://127.0.0.1:9/v1");
+        let transport = ChatTransport::new(config, ProviderProfile::generic());
         let mut request = ChatWireRequest::new(vec![crate::Message::user("hi")]);
         let mode = transport.source_mode().current();
         let body: Value = serde_json::from_slice(&transport.body(&request, mode).unwrap()).unwrap();

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::config::SourceSettings;
+use super::TransportConfig;
 
 /// Connect deadline when the source's TTFT deadline is longer: a TCP/TLS handshake that takes
 /// longer than this is a dead route, not a slow model.
@@ -27,8 +27,8 @@ const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// # Panics
 /// Like `reqwest::Client::new`, when the TLS backend cannot be initialised.
-pub(crate) fn build_client(settings: &SourceSettings) -> reqwest::Client {
-    build_client_with_idle_timeout(settings, settings.pool_idle_timeout)
+pub(crate) fn build_client(config: &TransportConfig) -> reqwest::Client {
+    build_client_with_idle_timeout(config, config.pool_idle_timeout)
 }
 
 /// [`build_client`] with another idle timeout than the configured one (`pool::SourcePool`).
@@ -36,10 +36,10 @@ pub(crate) fn build_client(settings: &SourceSettings) -> reqwest::Client {
 /// # Panics
 /// Like [`build_client`].
 pub(crate) fn build_client_with_idle_timeout(
-    settings: &SourceSettings,
+    config: &TransportConfig,
     idle_timeout: Duration,
 ) -> reqwest::Client {
-    client_builder(settings)
+    client_builder(config)
         .pool_idle_timeout(idle_timeout)
         .build()
         .expect("the HTTP client's TLS backend could not be initialised")
@@ -50,24 +50,24 @@ pub(crate) fn build_client_with_idle_timeout(
 ///
 /// # Panics
 /// Like [`build_client`].
-pub(crate) fn fresh_connection_client(settings: &SourceSettings) -> reqwest::Client {
-    client_builder(settings)
+pub(crate) fn fresh_connection_client(config: &TransportConfig) -> reqwest::Client {
+    client_builder(config)
         .pool_max_idle_per_host(0)
         .build()
         .expect("the HTTP client's TLS backend could not be initialised")
 }
 
-fn client_builder(settings: &SourceSettings) -> reqwest::ClientBuilder {
+fn client_builder(config: &TransportConfig) -> reqwest::ClientBuilder {
     #[cfg(feature = "rustls")]
     install_rustls_provider();
-    let connect = settings
+    let connect = config
         .ttft_timeout
-        .min(settings.timeout)
+        .min(config.timeout)
         .min(MAX_CONNECT_TIMEOUT);
     let builder = reqwest::Client::builder()
         .connect_timeout(connect)
         .tcp_nodelay(true);
-    if settings.trust_env {
+    if config.trust_env {
         builder
     } else {
         builder.no_proxy()
@@ -94,7 +94,8 @@ mod examples {
             use crate::transport::client::build_client;
             let mock = MockUpstream::start(Behaviour::healthy()).await;
             // testkit settings have TRUST_ENV=false: no proxy from the environment.
-            let client = build_client(&crate::testkit::source_settings(&mock.base_url()));
+            let config = crate::transport::TransportConfig::for_tests(&mock.base_url());
+            let client = build_client(&config);
             let resp = client
                 .get(format!("{}/models", mock.base_url()))
                 .send()

@@ -15,7 +15,7 @@ use super::endpoint::JsonEndpoint;
 use super::http::AnswerReader;
 use super::pool::SourcePool;
 use super::watchdog::{now, StallLimits, Watchdog};
-use crate::config::SourceSettings;
+use super::TransportConfig;
 use crate::error::TransportError;
 use crate::provider::{Dialect, ProviderProfile};
 use crate::types::UsageSource;
@@ -28,11 +28,13 @@ use crate::types::UsageSource;
 /// use std::sync::Arc;
 /// use polygateway::ports::Transport;
 /// use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
+/// use polygateway::transport::TransportConfig;
 /// let request = EmbeddingWireRequest { inputs: Arc::new(vec!["first".into(), "second".into()]) };
 /// // Attempts share the texts instead of copying them.
 /// assert!(Arc::ptr_eq(&request.clone().inputs, &request.inputs));
 /// // An empty batch is answered locally: nothing is sent (nothing listens on port 9).
-/// let transport = EmbeddingTransport::new(polygateway::testkit::source_settings("http://127.0.0.1:9/v1"));
+/// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+/// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
 /// let empty = EmbeddingWireRequest { inputs: Arc::new(Vec::new()) };
 /// assert!(transport.send(&empty, None).await.unwrap().vectors.is_empty());
 /// # }
@@ -83,10 +85,12 @@ pub struct EmbeddingBatch {
 /// use polygateway::ports::Transport;
 /// use polygateway::testkit::{mock_embedding, Behaviour, MockUpstream};
 /// use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
+/// use polygateway::transport::TransportConfig;
 /// use polygateway::UsageSource;
 /// // The mock answers its items in reverse order; the transport restores input order.
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// let transport = EmbeddingTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+/// let settings = polygateway::testkit::source_settings(&mock.base_url());
+/// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
 /// let request = EmbeddingWireRequest { inputs: Arc::new(vec!["alpha".into(), "beta".into()]) };
 /// let batch = transport.send(&request, None).await.unwrap();
 /// assert_eq!(batch.vectors, vec![mock_embedding("alpha", 8), mock_embedding("beta", 8)]);
@@ -95,7 +99,8 @@ pub struct EmbeddingBatch {
 /// # }
 /// ```
 pub struct EmbeddingTransport {
-    settings: SourceSettings,
+    /// Shared with the endpoint's pool and re-sender, which rebuild clients from it.
+    config: Arc<TransportConfig>,
     endpoint: JsonEndpoint,
     wire: Wire,
 }
@@ -113,7 +118,7 @@ enum Wire {
 impl std::fmt::Debug for EmbeddingTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmbeddingTransport")
-            .field("source", &self.settings.name)
+            .field("source", &self.config.name)
             .field("url", &self.endpoint.url())
             .field("wire", &self.wire)
             .finish_non_exhaustive()
@@ -149,19 +154,23 @@ struct WireUsage {
 }
 
 impl EmbeddingTransport {
-    /// A transport with its own client.
+    /// A transport with its own client, for the source `config` describes
+    /// (`TransportConfig::from(&source_settings)` for a configured source), speaking
+    /// `config.dialect` (OpenAI's API when unset).
     ///
     /// ```
     /// use polygateway::transport::embeddings::EmbeddingTransport;
+    /// use polygateway::transport::TransportConfig;
     /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
     /// // Builds the source's own client; nothing is contacted yet.
-    /// let transport = EmbeddingTransport::new(settings);
+    /// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
     /// assert_eq!(transport.url(), "http://127.0.0.1:9/v1/embeddings");
     /// ```
-    pub fn new(settings: SourceSettings) -> Self {
-        let pool = SourcePool::built(&settings);
-        let dialect = settings.dialect.unwrap_or_default();
-        Self::with_pool(settings, pool, dialect, None)
+    pub fn new(config: TransportConfig) -> Self {
+        let config = Arc::new(config);
+        let pool = SourcePool::built(&config);
+        let dialect = config.dialect.unwrap_or_default();
+        Self::with_pool(config, pool, dialect, None)
     }
 
     /// The transport of a configured source: its dialect from the source or its provider
@@ -169,13 +178,14 @@ impl EmbeddingTransport {
     /// source is asked for. An Anthropic source has no embeddings API: it is refused when the
     /// scope is built, before this.
     pub(crate) fn for_source(
-        settings: SourceSettings,
+        config: TransportConfig,
         profile: &ProviderProfile,
         expected_dim: Option<usize>,
     ) -> Self {
-        let pool = SourcePool::built(&settings);
-        let dialect = settings.effective_dialect(profile);
-        Self::with_pool(settings, pool, dialect, expected_dim)
+        let config = Arc::new(config);
+        let pool = SourcePool::built(&config);
+        let dialect = config.effective_dialect(profile);
+        Self::with_pool(config, pool, dialect, expected_dim)
     }
 
     /// A transport using a given client, used as it is (its idle timeout does not follow the
@@ -184,19 +194,21 @@ impl EmbeddingTransport {
     /// ```
     /// use polygateway::testkit::source_settings;
     /// use polygateway::transport::embeddings::EmbeddingTransport;
+    /// use polygateway::transport::TransportConfig;
+    /// let config = |url: &str| TransportConfig::from(&source_settings(url));
     /// // Two sources on one connection pool (e.g. in a benchmark).
     /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
-    /// let a = EmbeddingTransport::with_client(source_settings("http://10.0.0.1/v1"), client.clone());
-    /// let b = EmbeddingTransport::with_client(source_settings("http://10.0.0.2/v1"), client);
+    /// let a = EmbeddingTransport::with_client(config("http://10.0.0.1/v1"), client.clone());
+    /// let b = EmbeddingTransport::with_client(config("http://10.0.0.2/v1"), client);
     /// assert_ne!(a.url(), b.url());
     /// ```
-    pub fn with_client(settings: SourceSettings, client: reqwest::Client) -> Self {
-        let dialect = settings.dialect.unwrap_or_default();
-        Self::with_pool(settings, SourcePool::given(client), dialect, None)
+    pub fn with_client(config: TransportConfig, client: reqwest::Client) -> Self {
+        let dialect = config.dialect.unwrap_or_default();
+        Self::with_pool(Arc::new(config), SourcePool::given(client), dialect, None)
     }
 
     fn with_pool(
-        settings: SourceSettings,
+        config: Arc<TransportConfig>,
         pool: SourcePool,
         dialect: Dialect,
         expected_dim: Option<usize>,
@@ -204,22 +216,19 @@ impl EmbeddingTransport {
         let (endpoint, wire) = match dialect {
             Dialect::Gemini => (
                 JsonEndpoint::keyed(
-                    &settings,
+                    &config,
                     pool,
-                    &gemini_embed::path(gemini::model_id(&settings)),
+                    &gemini_embed::path(gemini::model_id(&config)),
                     gemini::KEY_HEADER,
                 ),
                 Wire::Gemini {
                     dimensions: expected_dim,
                 },
             ),
-            _ => (
-                JsonEndpoint::new(&settings, pool, "embeddings"),
-                Wire::OpenAi,
-            ),
+            _ => (JsonEndpoint::new(&config, pool, "embeddings"), Wire::OpenAi),
         };
         Self {
-            settings,
+            config,
             endpoint,
             wire,
         }
@@ -231,24 +240,27 @@ impl EmbeddingTransport {
         self.endpoint.pool_idle_timeout()
     }
 
-    /// The source's settings.
+    /// The transport's configuration.
     ///
     /// ```
     /// use polygateway::transport::embeddings::EmbeddingTransport;
-    /// let transport = EmbeddingTransport::new(polygateway::testkit::source_settings("http://127.0.0.1:9/v1"));
+    /// use polygateway::transport::TransportConfig;
+    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
     /// // The model sent in every request body.
-    /// assert_eq!(transport.settings().model, "test-model");
+    /// assert_eq!(transport.config().model, "test-model");
     /// ```
-    pub fn settings(&self) -> &SourceSettings {
-        &self.settings
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
     }
 
     /// The endpoint URL.
     ///
     /// ```
     /// use polygateway::transport::embeddings::EmbeddingTransport;
+    /// use polygateway::transport::TransportConfig;
     /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1/");
-    /// let transport = EmbeddingTransport::new(settings);
+    /// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
     /// assert_eq!(transport.url(), "https://api.example.com/v1/embeddings");
     /// ```
     pub fn url(&self) -> &str {
@@ -330,7 +342,7 @@ impl Transport for EmbeddingTransport {
         request: &EmbeddingWireRequest,
         _events: Option<&EventSink<()>>,
     ) -> Result<EmbeddingBatch, TransportError> {
-        let wd = Watchdog::start(StallLimits::from_settings(&self.settings));
+        let wd = Watchdog::start(StallLimits::from_config(&self.config));
         if request.inputs.is_empty() {
             // Nothing to embed is a legitimate empty answer; nothing is sent.
             return Ok(EmbeddingBatch {
@@ -344,14 +356,14 @@ impl Transport for EmbeddingTransport {
         let (body, reader) = match self.wire {
             Wire::OpenAi => (
                 serde_json::to_vec(&WireBody {
-                    model: &self.settings.model,
+                    model: &self.config.model,
                     input: &request.inputs,
                 }),
                 AnswerReader::OPENAI,
             ),
             Wire::Gemini { dimensions } => (
                 serde_json::to_vec(&gemini_embed::encode(
-                    gemini::model_id(&self.settings),
+                    gemini::model_id(&self.config),
                     &request.inputs,
                     dimensions,
                 )),
@@ -475,13 +487,13 @@ mod served {
     use polygateway_actors::{Classify, FailureClass, Transport};
 
     use super::*;
-    use crate::testkit::{source_settings, Behaviour, MockUpstream};
+    use crate::testkit::{Behaviour, MockUpstream};
 
     #[tokio::test]
     async fn dimension_check_and_normalisation_on_served_vectors() {
         let mock = MockUpstream::start(Behaviour::healthy()).await;
         mock.set_embedding_dim(12);
-        let mut b = EmbeddingTransport::new(source_settings(&mock.base_url()))
+        let mut b = EmbeddingTransport::new(TransportConfig::for_tests(&mock.base_url()))
             .send(
                 &EmbeddingWireRequest {
                     inputs: Arc::new(vec!["a".to_string(), "b".to_string()]),

@@ -2,12 +2,13 @@
 //! client with its one re-send. Chat, embeddings and Gemini post through it; it sits above `pool`
 //! and `resend`, which only know clients, so the three stay in one direction.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use polygateway_actors::{FailureClass, SourceReason};
 use reqwest::header::{HeaderName, HeaderValue};
 
-use crate::config::SourceSettings;
+use super::TransportConfig;
 use crate::error::TransportError;
 
 /// How a source's key is sent: `Authorization: Bearer …` (OpenAI and most others), or under a
@@ -25,7 +26,7 @@ pub(crate) struct Credentials {
 /// (keyless services) besides the fixed ones. A key that cannot be an HTTP header value makes
 /// the source unable to serve anything: SourceDead, with a message that does not echo the key.
 fn auth_headers(
-    settings: &SourceSettings,
+    config: &TransportConfig,
     credentials: Credentials,
 ) -> Result<Vec<(HeaderName, HeaderValue)>, TransportError> {
     let mut headers: Vec<(HeaderName, HeaderValue)> = credentials
@@ -38,17 +39,17 @@ fn auth_headers(
             )
         })
         .collect();
-    if settings.api_key.is_empty() {
+    if config.api_key.is_empty() {
         return Ok(headers);
     }
     let (name, value) = match credentials.key_header {
         None => (
             reqwest::header::AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {}", settings.api_key.expose())),
+            HeaderValue::from_str(&format!("Bearer {}", config.api_key.expose())),
         ),
         Some(name) => (
             HeaderName::from_static(name),
-            HeaderValue::from_str(settings.api_key.expose()),
+            HeaderValue::from_str(config.api_key.expose()),
         ),
     };
     match value {
@@ -62,7 +63,7 @@ fn auth_headers(
             SourceReason::SourceDead,
             format!(
                 "source {}: API key contains characters not allowed in an HTTP header",
-                settings.name
+                config.name
             ),
         )),
     }
@@ -72,7 +73,7 @@ fn auth_headers(
 /// embeddings post through it, so both build requests the same way.
 #[derive(Clone)]
 pub(crate) struct JsonEndpoint {
-    resender: std::sync::Arc<super::resend::Resender>,
+    resender: Arc<super::resend::Resender>,
     url: String,
     /// `url` parsed once: parsing it per request (host, IDNA) cost more than the clone. `None`
     /// when it does not parse; each request then reports why, as before.
@@ -89,35 +90,35 @@ impl std::fmt::Debug for JsonEndpoint {
 }
 
 impl JsonEndpoint {
-    /// `{base_url}/{path}` of `settings`, posted through `pool`.
+    /// `{base_url}/{path}` of `config`, posted through `pool`.
     pub(crate) fn new(
-        settings: &SourceSettings,
+        config: &Arc<TransportConfig>,
         pool: super::pool::SourcePool,
         path: &str,
     ) -> Self {
-        Self::with_credentials(settings, pool, path, Credentials::default())
+        Self::with_credentials(config, pool, path, Credentials::default())
     }
 
-    /// `{base_url}/{path}` of `settings`, its key sent as `credentials` say.
+    /// `{base_url}/{path}` of `config`, its key sent as `credentials` say.
     pub(crate) fn with_credentials(
-        settings: &SourceSettings,
+        config: &Arc<TransportConfig>,
         pool: super::pool::SourcePool,
         path: &str,
         credentials: Credentials,
     ) -> Self {
-        let url = format!("{}/{path}", settings.base_url.trim_end_matches('/'));
+        let url = format!("{}/{path}", config.base_url.trim_end_matches('/'));
         Self {
-            resender: std::sync::Arc::new(super::resend::Resender::new(settings, pool)),
+            resender: Arc::new(super::resend::Resender::new(config, pool)),
             parsed: reqwest::Url::parse(&url).ok(),
             url,
-            auth: auth_headers(settings, credentials),
+            auth: auth_headers(config, credentials),
         }
     }
 
     /// An endpoint at `path` whose key goes, bare, in the header `header` (Gemini's
     /// `x-goog-api-key`): never in the URL, where it would reach logs.
     pub(crate) fn keyed(
-        settings: &SourceSettings,
+        config: &Arc<TransportConfig>,
         pool: super::pool::SourcePool,
         path: &str,
         header: &'static str,
@@ -126,12 +127,12 @@ impl JsonEndpoint {
             key_header: Some(header),
             fixed: &[],
         };
-        Self::with_credentials(settings, pool, path, credentials)
+        Self::with_credentials(config, pool, path, credentials)
     }
 
     /// The same pool and key at another path of the same base URL.
-    pub(crate) fn sibling(&self, settings: &SourceSettings, path: &str) -> Self {
-        let url = format!("{}/{path}", settings.base_url.trim_end_matches('/'));
+    pub(crate) fn sibling(&self, config: &TransportConfig, path: &str) -> Self {
+        let url = format!("{}/{path}", config.base_url.trim_end_matches('/'));
         Self {
             resender: self.resender.clone(),
             parsed: reqwest::Url::parse(&url).ok(),
@@ -191,13 +192,21 @@ impl JsonEndpoint {
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
 
+    use std::sync::Arc;
+
+    use crate::transport::TransportConfig;
+
+    /// The shared configuration of `testkit::source_settings(base_url)`.
+    fn config(base_url: &str) -> Arc<TransportConfig> {
+        Arc::new(TransportConfig::for_tests(base_url))
+    }
+
     #[cfg(feature = "testkit")]
     #[test]
     fn json_endpoint_example() {
         use crate::transport::endpoint::JsonEndpoint;
-        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
         let endpoint = JsonEndpoint::new(
-            &settings,
+            &config("http://127.0.0.1:9/v1"),
             crate::transport::pool::SourcePool::given(reqwest::Client::new()),
             "embeddings",
         );
@@ -212,9 +221,8 @@ mod examples {
     fn json_endpoint_new_example() {
         use crate::transport::endpoint::JsonEndpoint;
         // A trailing slash on BASE_URL does not double the separator.
-        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1/");
         let endpoint = JsonEndpoint::new(
-            &settings,
+            &config("http://127.0.0.1:9/v1/"),
             crate::transport::pool::SourcePool::given(reqwest::Client::new()),
             "chat/completions",
         );
@@ -227,7 +235,7 @@ mod examples {
         use crate::transport::endpoint::JsonEndpoint;
         let endpoint = |base: &str| {
             JsonEndpoint::new(
-                &crate::testkit::source_settings(base),
+                &config(base),
                 crate::transport::pool::SourcePool::given(reqwest::Client::new()),
                 "chat/completions",
             )
@@ -249,9 +257,8 @@ mod examples {
     #[test]
     fn json_endpoint_url_example() {
         use crate::transport::endpoint::JsonEndpoint;
-        let settings = crate::testkit::source_settings("https://api.example.com/v1");
         let endpoint = JsonEndpoint::new(
-            &settings,
+            &config("https://api.example.com/v1"),
             crate::transport::pool::SourcePool::given(reqwest::Client::new()),
             "embeddings",
         );
@@ -268,10 +275,10 @@ mod examples {
             use crate::testkit::{Behaviour, MockUpstream};
             use crate::transport::endpoint::JsonEndpoint;
             let mock = MockUpstream::start(Behaviour::healthy()).await;
-            let mut settings = crate::testkit::source_settings(&mock.base_url());
+            let mut settings = TransportConfig::for_tests(&mock.base_url());
             let client = reqwest::Client::builder().no_proxy().build().unwrap();
             let endpoint = JsonEndpoint::new(
-                &settings,
+                &Arc::new(settings.clone()),
                 crate::transport::pool::SourcePool::given(client.clone()),
                 "embeddings",
             );
@@ -283,7 +290,7 @@ mod examples {
             // A key that cannot be a header value: nothing is sent, the source is dead.
             settings.api_key = Secret::new("sk-bad\nkey");
             let broken = JsonEndpoint::new(
-                &settings,
+                &Arc::new(settings),
                 crate::transport::pool::SourcePool::given(client),
                 "embeddings",
             );

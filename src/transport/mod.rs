@@ -5,7 +5,8 @@
 //! this module's.
 //!
 //! Public: the three shipped transports, [`chat`], [`embeddings`] and [`ocr`], with their request
-//! and answer types, for users who run the `polygateway-actors` runtime over them or wrap them in
+//! and answer types, and the [`TransportConfig`] each is built from (a source's settings without
+//! their governance), for users who run the `polygateway-actors` runtime over them or wrap them in
 //! a transport of their own. Crate-private, free to change: `client` (client construction),
 //! `endpoint` (a source's JSON endpoint: URL, credentials, pooled client), `http` (status and
 //! network-error classification), `quirks` (what a provider needs changed in the messages it is
@@ -21,6 +22,7 @@
 pub(crate) mod assembly;
 pub mod chat;
 pub(crate) mod client;
+mod config;
 pub(crate) mod dialect;
 pub(crate) mod drive;
 pub mod embeddings;
@@ -41,4 +43,5 @@ pub(crate) mod watchdog;
 pub(crate) mod wire;
 
 pub use chat::{ChatDelta, ChatTransport, ChatWireRequest};
+pub use config::TransportConfig;
 pub use embeddings::{EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest};

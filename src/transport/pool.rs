@@ -19,9 +19,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock, TryLockError};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::config::SourceSettings;
+use super::TransportConfig;
 
 /// The lowest idle timeout a server's announcement can bring a pool to: below it, nearly every
 /// request would open a connection, and a stale pick is rare enough for `resend` to absorb.
@@ -79,7 +81,7 @@ pub(crate) struct SourcePool {
     client: RwLock<reqwest::Client>,
     /// What the client was built with, for rebuilding it with a lower idle timeout; `None` for a
     /// client the application gave, which is never replaced.
-    settings: Option<SourceSettings>,
+    config: Option<Arc<TransportConfig>>,
     /// The current client's idle timeout in milliseconds (read without the lock on every answer).
     idle_timeout_ms: AtomicU64,
     /// Held while a lower-timeout client is built, so concurrent answers saying the same build it
@@ -97,11 +99,11 @@ impl std::fmt::Debug for SourcePool {
 
 impl SourcePool {
     /// A pool this crate builds (`client::build_client`) and may rebuild with a lower idle timeout.
-    pub(crate) fn built(settings: &SourceSettings) -> Self {
+    pub(crate) fn built(config: &Arc<TransportConfig>) -> Self {
         Self {
-            client: RwLock::new(super::client::build_client(settings)),
-            idle_timeout_ms: AtomicU64::new(millis(settings.pool_idle_timeout)),
-            settings: Some(settings.clone()),
+            client: RwLock::new(super::client::build_client(config)),
+            idle_timeout_ms: AtomicU64::new(millis(config.pool_idle_timeout)),
+            config: Some(Arc::clone(config)),
             rebuilding: Mutex::new(()),
         }
     }
@@ -111,7 +113,7 @@ impl SourcePool {
         Self {
             client: RwLock::new(client),
             idle_timeout_ms: AtomicU64::new(u64::MAX),
-            settings: None,
+            config: None,
             rebuilding: Mutex::new(()),
         }
     }
@@ -126,7 +128,7 @@ impl SourcePool {
 
     /// The current idle timeout of a pool this crate built; `None` for a given client.
     pub(crate) fn idle_timeout(&self) -> Option<Duration> {
-        self.settings
+        self.config
             .as_ref()
             .map(|_| Duration::from_millis(self.idle_timeout_ms.load(Ordering::Relaxed)))
     }
@@ -138,7 +140,7 @@ impl SourcePool {
         let Some(value) = headers.get(KEEP_ALIVE) else {
             return;
         };
-        let Some(settings) = &self.settings else {
+        let Some(config) = &self.config else {
             return;
         };
         let Some(announced) = header_timeout(value) else {
@@ -159,12 +161,12 @@ impl SourcePool {
             return;
         };
         // Built outside the client lock: requests keep taking the old client meanwhile.
-        let rebuilt = super::client::build_client_with_idle_timeout(settings, lowered);
+        let rebuilt = super::client::build_client_with_idle_timeout(config, lowered);
         *self.client.write().unwrap_or_else(PoisonError::into_inner) = rebuilt;
         self.idle_timeout_ms
             .store(millis(lowered), Ordering::Relaxed);
         tracing::info!(
-            source = %settings.name,
+            source = %config.name,
             announced_s = announced.as_secs_f64(),
             idle_timeout_s = lowered.as_secs_f64(),
             "the upstream's Keep-Alive timeout is shorter than the pool's: idle connections to it are now dropped sooner"
@@ -250,11 +252,11 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "testkit")] // the source settings come from the testkit
+    #[cfg(feature = "testkit")] // the configuration comes from the testkit
     fn a_built_pool_follows_a_shorter_announcement_and_never_rises() {
-        let mut settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        settings.pool_idle_timeout = Duration::from_secs(30);
-        let pool = SourcePool::built(&settings);
+        let mut config = TransportConfig::for_tests("http://127.0.0.1:9/v1");
+        config.pool_idle_timeout = Duration::from_secs(30);
+        let pool = SourcePool::built(&Arc::new(config));
         assert_eq!(pool.idle_timeout(), Some(Duration::from_secs(30)));
         pool.observe(&HeaderMap::new());
         pool.observe(&keep_alive("max=100"));
@@ -272,6 +274,6 @@ mod tests {
         let pool = SourcePool::given(reqwest::Client::new());
         pool.observe(&keep_alive("timeout=1"));
         assert_eq!(pool.idle_timeout(), None);
-        assert!(pool.settings.is_none());
+        assert!(pool.config.is_none());
     }
 }

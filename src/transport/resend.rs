@@ -21,9 +21,9 @@
 
 use std::error::Error as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use crate::config::SourceSettings;
+use super::TransportConfig;
 
 /// `pgw_resends_total`: requests re-sent on a fresh connection, by `source`.
 pub(crate) const RESENDS_TOTAL: &str = "pgw_resends_total";
@@ -35,23 +35,24 @@ pub(crate) const RESENDS_TOTAL: &str = "pgw_resends_total";
 pub(crate) struct Resender {
     pooled: super::pool::SourcePool,
     /// Keeps no idle connection: every request it sends opens its own. Built at the first
-    /// re-send, from `settings`: building a client sets up its TLS backend (the system's CA
+    /// re-send, from `config`: building a client sets up its TLS backend (the system's CA
     /// store read and parsed, about 36 ms and 1 MB each on a 2-core CI machine), and most sources
     /// never re-send — built with the pooled one, it doubled every source's start-up cost.
     fresh: OnceLock<reqwest::Client>,
-    settings: SourceSettings,
+    /// The transport's, shared.
+    config: Arc<TransportConfig>,
     resends: AtomicU64,
     counter: metrics::Counter,
 }
 
 impl Resender {
-    pub(crate) fn new(settings: &SourceSettings, pooled: super::pool::SourcePool) -> Self {
+    pub(crate) fn new(config: &Arc<TransportConfig>, pooled: super::pool::SourcePool) -> Self {
         Self {
             pooled,
             fresh: OnceLock::new(),
-            settings: settings.clone(),
+            config: Arc::clone(config),
             resends: AtomicU64::new(0),
-            counter: metrics::counter!(RESENDS_TOTAL, "source" => settings.name.clone()),
+            counter: metrics::counter!(RESENDS_TOTAL, "source" => config.name.clone()),
         }
     }
 
@@ -85,7 +86,7 @@ impl Resender {
                     self.resends.fetch_add(1, Ordering::Relaxed);
                     self.counter.increment(1);
                     tracing::debug!(
-                        source = %self.settings.name,
+                        source = %self.config.name,
                         error = %super::http::error_chain(&e),
                         "the connection was closed before any answer; re-sending on a fresh one"
                     );
@@ -93,7 +94,7 @@ impl Resender {
                     // client build on the first re-send, instead of one at every start.
                     let fresh = self
                         .fresh
-                        .get_or_init(|| super::client::fresh_connection_client(&self.settings));
+                        .get_or_init(|| super::client::fresh_connection_client(&self.config));
                     fresh.execute(again).await
                 }
                 None => Err(e),
@@ -156,8 +157,8 @@ mod tests {
     #[tokio::test]
     async fn a_close_before_the_answer_is_recognised_and_resent_once() {
         let base = closing_server().await;
-        let settings = crate::testkit::source_settings(&base);
-        let resender = Resender::new(&settings, super::super::pool::SourcePool::built(&settings));
+        let config = Arc::new(TransportConfig::for_tests(&base));
+        let resender = Resender::new(&config, super::super::pool::SourcePool::built(&config));
         let request = resender
             .pool()
             .client()
@@ -175,8 +176,8 @@ mod tests {
 
     #[tokio::test]
     async fn refused_connections_and_timeouts_are_not_resent() {
-        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        let resender = Resender::new(&settings, super::super::pool::SourcePool::built(&settings));
+        let config = Arc::new(TransportConfig::for_tests("http://127.0.0.1:9/v1"));
+        let resender = Resender::new(&config, super::super::pool::SourcePool::built(&config));
         let request = resender
             .pool()
             .client()

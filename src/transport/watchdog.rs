@@ -16,7 +16,7 @@ use futures::FutureExt;
 use polygateway_actors::policy::pacer::RateLimitHint;
 use polygateway_actors::SourceReason;
 
-use crate::config::SourceSettings;
+use super::TransportConfig;
 use crate::error::TransportError;
 
 /// Which deadline fired.
@@ -54,11 +54,11 @@ pub(crate) struct StallLimits {
 
 impl StallLimits {
     /// The limits configured for a source.
-    pub(crate) fn from_settings(settings: &SourceSettings) -> Self {
+    pub(crate) fn from_config(config: &TransportConfig) -> Self {
         Self {
-            ttft: settings.ttft_timeout,
-            inter_token: settings.inter_token_timeout,
-            total: settings.timeout,
+            ttft: config.ttft_timeout,
+            inter_token: config.inter_token_timeout,
+            total: config.timeout,
         }
     }
 
@@ -468,12 +468,12 @@ mod examples {
 
     #[cfg(feature = "testkit")]
     #[test]
-    fn stall_limits_from_settings_example() {
+    fn stall_limits_from_config_example() {
         use crate::transport::watchdog::StallLimits;
         use std::time::Duration;
         // TIMEOUT_S=30, TTFT_TIMEOUT_S=10, INTER_TOKEN_TIMEOUT_S=5
-        let settings = crate::testkit::source_settings("http://127.0.0.1:9/v1");
-        let limits = StallLimits::from_settings(&settings);
+        let settings = crate::transport::TransportConfig::for_tests("http://127.0.0.1:9/v1");
+        let limits = StallLimits::from_config(&settings);
         assert_eq!(limits.ttft, Duration::from_secs(10));
         assert_eq!(limits.inter_token, Duration::from_secs(5));
         assert_eq!(limits.total, settings.timeout);
@@ -858,7 +858,7 @@ mod examples {
             use crate::transport::http::AnswerReader;
             use crate::transport::watchdog::{StallLimits, Watchdog};
             let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
-            let settings = crate::testkit::source_settings(&mock.base_url());
+            let settings = crate::transport::TransportConfig::for_tests(&mock.base_url());
             let client = reqwest::Client::builder().no_proxy().build().unwrap();
             let body = serde_json::json!({
                 "model": "test-model",
@@ -866,7 +866,7 @@ mod examples {
                 "stream": false,
             });
             let url = format!("{}/chat/completions", mock.base_url());
-            let wd = Watchdog::start(StallLimits::from_settings(&settings));
+            let wd = Watchdog::start(StallLimits::from_config(&settings));
             let (bytes, _rate_limit) = wd
                 .whole_body(client.post(&url).json(&body).send(), AnswerReader::OPENAI)
                 .await

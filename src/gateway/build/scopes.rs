@@ -95,7 +95,7 @@ impl GatewayBuilder {
         scope: &ScopeSettings,
     ) -> Result<ScopeEntry, GatewayError> {
         let specs = source_specs(scope, |s| {
-            ChatTransport::new(s.clone(), self.registry.get(&s.provider).clone())
+            ChatTransport::new(s.into(), self.registry.get(&s.provider).clone())
         });
         // Each source's configured mode (a fallback later only weakens how the schema is asked
         // for, never what is accepted); the set is part of the cache key of typed calls.
@@ -204,7 +204,7 @@ impl GatewayBuilder {
         }
         let specs = source_specs(scope, |s| {
             EmbeddingTransport::for_source(
-                s.clone(),
+                s.into(),
                 self.registry.get(&s.provider),
                 embedding.expected_dim,
             )
@@ -226,7 +226,7 @@ impl GatewayBuilder {
         name: &str,
         scope: &ScopeSettings,
     ) -> Result<ScopeEntry, GatewayError> {
-        let specs = source_specs(scope, |s| OcrTransport::new(s.clone()));
+        let specs = source_specs(scope, |s| OcrTransport::new(s.into()));
         let governed = add_scope(runtime, self.governed(scope), specs).await?;
         Ok(ScopeEntry::Ocr(OcrScope {
             stack: OcrStack {

@@ -30,10 +30,10 @@ use polygateway_actors::SourceReason;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Map, Value};
 
-use crate::config::SourceSettings;
 use crate::error::{summarize_body, TransportError};
 use crate::transport::http::{classify_status, AnswerReader};
 use crate::transport::wire::{ChoiceFrame, ChunkFrame, WireFunction, WireToolCall, WireUsage};
+use crate::transport::TransportConfig;
 use crate::types::{Content, ContentPart, Message, Role, ThinkingBlock};
 
 /// The header Gemini takes its key in (never the `?key=` query string, which reaches logs).
@@ -48,8 +48,8 @@ pub(crate) const READER: AnswerReader = AnswerReader {
 
 /// The source's model as Gemini's paths name it (`models/{id}`): the id, with a configured
 /// `models/` prefix taken off.
-pub(crate) fn model_id(settings: &SourceSettings) -> &str {
-    settings.model.trim_start_matches("models/")
+pub(crate) fn model_id(config: &TransportConfig) -> &str {
+    config.model.trim_start_matches("models/")
 }
 
 /// The signature Gemini's API documents for a function call it did not generate (a

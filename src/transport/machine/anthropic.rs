@@ -97,17 +97,17 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::config::SourceSettings;
     use crate::transport::machine::chat_exchange::script::{
-        assert_same_at_every_split, content, ms, pieces, run, settings,
+        assert_same_at_every_split, config, content, ms, pieces, run,
     };
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::{assistant_turn, LeadTrim};
+    use crate::transport::TransportConfig;
     use crate::types::LlmResponse;
 
-    fn exchange(settings: &SourceSettings, t0: Instant) -> ChatExchange<'_, AnthropicMessages> {
+    fn exchange(config: &TransportConfig, t0: Instant) -> ChatExchange<'_, AnthropicMessages> {
         ChatExchange::new(
-            settings,
+            config,
             t0,
             AnthropicMessages::new(None),
             false,
@@ -159,7 +159,7 @@ mod tests {
         body: &str,
         how: BodyEnd,
     ) -> (Vec<ChatDelta>, Result<LlmResponse, TransportError>) {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         run(
             exchange(&s, t0),
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn events_split_anywhere_give_the_same_deltas_and_answer() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let body = start()
             + &event(json!({"type": "ping"}))
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn pings_are_no_tokens_and_the_first_token_deadline_fires() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let body = start() + &event(json!({"type": "ping"}));
         let chunks = [
@@ -296,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_continuation_loses_the_whitespace_its_prefill_lost() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let (_, trim) = assistant_turn("The answer is \n");
         let x = ChatExchange::new(&s, t0, AnthropicMessages::new(None), false, trim);
@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn a_whole_message_is_one_answer() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let message = json!({"id": "msg_1", "type": "message", "role": "assistant",
             "model": "claude-test", "stop_reason": "end_turn",

@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use polygateway_actors::SourceReason;
 
-use crate::config::{MissingDone, SourceSettings};
+use crate::config::MissingDone;
 use crate::error::TransportError;
 use crate::transport::assembly::Assembly;
 use crate::transport::exchange::{frame_too_large, ChatDelta};
@@ -34,6 +34,7 @@ use crate::transport::prefill::{keep_cut, LeadTrim};
 use crate::transport::sse::{SseEvent, SseParser};
 use crate::transport::watchdog::{StallClock, StallLayer, StallLimits};
 use crate::transport::wire::{ChunkFrame, WireUsage};
+use crate::transport::TransportConfig;
 use crate::types::{LlmResponse, ThinkingBlock, UsageSource};
 
 /// What a dialect decides in an exchange: how its events and whole answers read, and how the
@@ -140,7 +141,7 @@ impl Reading {
 /// One chat attempt's exchange in dialect `D`: see the module's documentation.
 pub(crate) struct ChatExchange<'a, D> {
     /// The source: the answer is named after it; `MISSING_DONE` judges a truncated stream.
-    settings: &'a SourceSettings,
+    config: &'a TransportConfig,
     parser: SseParser,
     /// Events framed but not read yet, from `next` on.
     events: Vec<SseEvent>,
@@ -154,24 +155,24 @@ pub(crate) struct ChatExchange<'a, D> {
 }
 
 impl<'a, D: WireDialect> ChatExchange<'a, D> {
-    /// The exchange of an attempt to `settings`' source that started at `start`: its deadlines
+    /// The exchange of an attempt to `config`'s source that started at `start`: its deadlines
     /// are the source's, `<think>` tags in content are reasoning when `strips_think`, and a
     /// continuation's content loses `trim`.
     pub(crate) fn new(
-        settings: &'a SourceSettings,
+        config: &'a TransportConfig,
         start: Instant,
         dialect: D,
         strips_think: bool,
         trim: LeadTrim,
     ) -> Self {
         Self {
-            settings,
+            config,
             parser: SseParser::new(),
             events: Vec::new(),
             next: 0,
             read: Reading {
                 acc: Assembly::new(strips_think),
-                clock: StallClock::new(start, StallLimits::from_settings(settings)),
+                clock: StallClock::new(start, StallLimits::from_config(config)),
                 complete: false,
                 ending: StreamEnd::Clean,
                 whole: false,
@@ -280,9 +281,7 @@ impl<'a, D: WireDialect> ChatExchange<'a, D> {
         self.dialect.read_answer(&mut self.read, &body, out)?;
         self.read.acc.finish(out);
         self.read.whole = true;
-        let usage_source = self
-            .dialect
-            .verdict(&self.read, self.settings.missing_done)?;
+        let usage_source = self.dialect.verdict(&self.read, self.config.missing_done)?;
         self.trim.deltas(out);
         self.answered = Some(usage_source);
         Ok(())
@@ -302,7 +301,7 @@ impl<'a, D: WireDialect> ChatExchange<'a, D> {
             answer.latency_ms = latency_ms;
             return Ok(answer);
         }
-        let usage_source = match self.dialect.verdict(&self.read, self.settings.missing_done) {
+        let usage_source = match self.dialect.verdict(&self.read, self.config.missing_done) {
             Ok(usage_source) => usage_source,
             Err(e) => return Err(self.cut(e)),
         };
@@ -328,14 +327,14 @@ impl<'a, D: WireDialect> ChatExchange<'a, D> {
 
     /// The answer assembled so far, taken out (the exchange keeps an empty one).
     fn take_response(&mut self, usage_source: UsageSource) -> LlmResponse {
-        let settings = self.settings;
+        let config = self.config;
         let acc = std::mem::replace(&mut self.read.acc, Assembly::new(false));
         let usage = acc.usage;
         let mut r = acc.into_response();
         r.thinking_blocks = std::mem::take(&mut self.dialect).into_thinking();
-        r.model = settings.model.clone();
-        r.provider = settings.provider.clone();
-        r.source_name = settings.name.clone();
+        r.model = config.model.clone();
+        r.provider = config.provider.clone();
+        r.source_name = config.name.clone();
         r.usage_source = usage_source;
         // Numbers only from a frame the upstream sent; never invented.
         if let (Some(u), true) = (usage, usage_source != UsageSource::Unavailable) {
@@ -499,8 +498,8 @@ pub(crate) mod script {
     }
 
     /// A source with a 100 ms TTFT, 30 ms inter-token and 1 s total deadline.
-    pub(crate) fn settings() -> SourceSettings {
-        let mut s = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+    pub(crate) fn config() -> TransportConfig {
+        let mut s = TransportConfig::for_tests("http://127.0.0.1:9/v1");
         s.ttft_timeout = ms(100);
         s.inter_token_timeout = ms(30);
         s.timeout = ms(1000);

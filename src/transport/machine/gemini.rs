@@ -127,17 +127,17 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::config::SourceSettings;
     use crate::transport::machine::chat_exchange::script::{
-        assert_same_at_every_split, content, ms, run, settings,
+        assert_same_at_every_split, config, content, ms, run,
     };
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::LeadTrim;
+    use crate::transport::TransportConfig;
     use crate::types::LlmResponse;
 
-    fn exchange(settings: &SourceSettings, t0: Instant) -> ChatExchange<'_, GeminiContent> {
+    fn exchange(config: &TransportConfig, t0: Instant) -> ChatExchange<'_, GeminiContent> {
         ChatExchange::new(
-            settings,
+            config,
             t0,
             GeminiContent::default(),
             false,
@@ -169,7 +169,7 @@ mod tests {
         how: BodyEnd,
         missing_done: MissingDone,
     ) -> (Vec<ChatDelta>, Result<LlmResponse, TransportError>) {
-        let mut s = settings();
+        let mut s = config();
         s.missing_done = missing_done;
         let t0 = Instant::now();
         run(
@@ -181,7 +181,7 @@ mod tests {
 
     #[test]
     fn frames_split_anywhere_give_the_same_deltas_and_answer() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let body = text(json!({"text": "Denke …", "thought": true}), None)
             + &text(
@@ -218,7 +218,7 @@ mod tests {
 
     #[test]
     fn the_stream_is_read_to_its_end_and_stalls_are_cuts() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let mut x = exchange(&s, t0);
         let mut out = Vec::new();
@@ -324,7 +324,7 @@ mod tests {
 
     #[test]
     fn a_whole_answer_is_one_response() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let body = json!({"candidates": [{"index": 0, "finishReason": "STOP",
             "content": {"role": "model", "parts": [{"text": "Paris."}]}}],

@@ -57,17 +57,18 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::config::{MissingDone, SourceSettings};
+    use crate::config::MissingDone;
     use crate::transport::machine::chat_exchange::script::{
-        assert_same_at_every_split, content, ms, run, settings,
+        assert_same_at_every_split, config, content, ms, run,
     };
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::LeadTrim;
     use crate::transport::watchdog::StallLayer;
+    use crate::transport::TransportConfig;
     use crate::types::UsageSource;
 
-    fn exchange(settings: &SourceSettings, t0: Instant) -> ChatExchange<'_, OpenAiChat> {
-        ChatExchange::new(settings, t0, OpenAiChat, true, LeadTrim::default())
+    fn exchange(config: &TransportConfig, t0: Instant) -> ChatExchange<'_, OpenAiChat> {
+        ChatExchange::new(config, t0, OpenAiChat, true, LeadTrim::default())
     }
 
     fn frame(delta: serde_json::Value, finish: Option<&str>) -> String {
@@ -93,7 +94,7 @@ mod tests {
 
     #[test]
     fn bytes_split_anywhere_give_the_same_deltas_and_answer() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let body = rich_stream();
         let end = (t0 + ms(20), BodyEnd::Finished);
@@ -121,7 +122,7 @@ mod tests {
 
     #[test]
     fn nothing_after_done_is_read() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let mut x = exchange(&s, t0);
         let mut body = frame(json!({"content": "hi"}), Some("stop")) + "data: [DONE]\n\n";
@@ -136,7 +137,7 @@ mod tests {
 
     #[test]
     fn the_first_token_deadline_fires_on_a_fake_clock() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let mut x = exchange(&s, t0);
         assert_eq!(x.deadline(), (t0 + ms(100), StallLayer::Ttft));
@@ -159,7 +160,7 @@ mod tests {
 
     #[test]
     fn an_inter_token_stall_is_a_cut_carrying_what_was_delivered() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let first = frame(json!({"content": "Hello"}), None);
         let late = frame(json!({"content": " world"}), None);
@@ -180,7 +181,7 @@ mod tests {
         assert!(cut.truncated);
         assert_eq!(cut.source_name, "openai_1");
         // Tokens every 25 ms never stall between tokens, but the total deadline ends it.
-        let mut s = settings();
+        let mut s = config();
         s.timeout = ms(120);
         let token = frame(json!({"content": "x"}), None);
         let chunks: Vec<_> = (1..=6)
@@ -194,7 +195,7 @@ mod tests {
 
     #[test]
     fn timings_come_from_the_instants_given() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let a = frame(json!({"content": "a"}), None);
         let b = frame(json!({"reasoning_content": "b"}), None);
@@ -220,7 +221,7 @@ mod tests {
         how: BodyEnd,
         missing_done: MissingDone,
     ) -> Result<crate::types::LlmResponse, TransportError> {
-        let mut s = settings();
+        let mut s = config();
         s.missing_done = missing_done;
         let t0 = Instant::now();
         let chunks: Vec<_> = frames.iter().map(|f| (t0 + ms(5), f.as_bytes())).collect();
@@ -315,7 +316,7 @@ mod tests {
 
     #[test]
     fn a_whole_answer_is_judged_before_its_deltas_are_handed_on() {
-        let s = settings();
+        let s = config();
         let t0 = Instant::now();
         let body = json!({"model": "m", "choices": [{"index": 0,
             "message": {"role": "assistant", "content": "<think>hm</think>Paris"},

@@ -28,9 +28,9 @@ use bytes::Bytes;
 use polygateway_actors::{EventSink, FailureClass, SourceReason, Transport};
 use url::Url;
 
-use crate::config::SourceSettings;
 use crate::error::TransportError;
 use crate::transport::client::build_client;
+use crate::transport::TransportConfig;
 use crate::types::{OcrLayoutResult, OcrProvenance, OcrTextResult};
 
 pub(crate) use image::{detect_image_kind, ImageKind};
@@ -128,8 +128,10 @@ impl fmt::Debug for OcrRequest {
 /// # async fn main() {
 /// use polygateway::testkit::mock_ocr::{fixture::SAMPLE_TEXT, MockOcr, OcrFault};
 /// use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
+/// use polygateway::transport::TransportConfig;
 /// let mock = MockOcr::start(OcrFault::None).await;
-/// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+/// let settings = polygateway::testkit::source_settings(&mock.base_url());
+/// let transport = OcrTransport::new(TransportConfig::from(&settings));
 /// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
 /// match transport.attempt(&OcrRequest::text(png)).await.unwrap() {
 ///     OcrOutput::Text(result) => assert_eq!(result.text, SAMPLE_TEXT),
@@ -153,10 +155,11 @@ impl OcrOutput {
     /// # async fn main() {
     /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::{OcrRequest, OcrTransport};
+    /// use polygateway::transport::TransportConfig;
     /// let mock = MockOcr::start(OcrFault::None).await;
     /// let mut settings = polygateway::testkit::source_settings(&mock.base_url());
     /// settings.name = "monkey_1".into();
-    /// let transport = OcrTransport::new(settings);
+    /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
     /// let output = transport.attempt(&OcrRequest::layout(png)).await.unwrap();
     /// let provenance = output.provenance();
@@ -173,7 +176,7 @@ impl OcrOutput {
     }
 }
 
-/// The transport of one MonkeyOCR source: its settings and its own pooled HTTP client (which
+/// The transport of one MonkeyOCR source: its configuration and its own pooled HTTP client (which
 /// honours the source's `TRUST_ENV`).
 ///
 /// ```
@@ -183,8 +186,10 @@ impl OcrOutput {
 /// use polygateway::testkit::mock_ocr::fixture::{SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE};
 /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
 /// use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
+/// use polygateway::transport::TransportConfig;
 /// let mock = MockOcr::start(OcrFault::None).await;
-/// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+/// let settings = polygateway::testkit::source_settings(&mock.base_url());
+/// let transport = OcrTransport::new(TransportConfig::from(&settings));
 /// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
 /// // What the runtime calls: `/parse`, then the result ZIP.
 /// let output = transport.send(&OcrRequest::layout(png), None).await.unwrap();
@@ -196,40 +201,44 @@ impl OcrOutput {
 /// ```
 #[derive(Debug, Clone)]
 pub struct OcrTransport {
-    settings: SourceSettings,
+    config: TransportConfig,
     client: reqwest::Client,
 }
 
 impl OcrTransport {
-    /// Build the transport and its HTTP client.
+    /// Build the transport and its HTTP client for the source `config` describes
+    /// (`TransportConfig::from(&source_settings)` for a configured source).
     ///
     /// # Panics
     /// When the TLS backend cannot be initialised (see `client::build_client`).
     ///
     /// ```
     /// use polygateway::transport::ocr::OcrTransport;
+    /// use polygateway::transport::TransportConfig;
     /// // Building the transport contacts nothing.
-    /// let transport = OcrTransport::new(polygateway::testkit::source_settings("http://127.0.0.1:9"));
-    /// assert_eq!(transport.settings().base_url, "http://127.0.0.1:9");
+    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9");
+    /// let transport = OcrTransport::new(TransportConfig::from(&settings));
+    /// assert_eq!(transport.config().base_url, "http://127.0.0.1:9");
     /// ```
-    pub fn new(settings: SourceSettings) -> Self {
-        let client = build_client(&settings);
-        Self { settings, client }
+    pub fn new(config: TransportConfig) -> Self {
+        let client = build_client(&config);
+        Self { config, client }
     }
 
-    /// The source's settings.
+    /// The transport's configuration.
     ///
     /// ```
     /// use std::time::Duration;
     /// use polygateway::transport::ocr::OcrTransport;
+    /// use polygateway::transport::TransportConfig;
     /// let mut settings = polygateway::testkit::source_settings("http://127.0.0.1:9");
     /// settings.timeout = Duration::from_secs(120);
-    /// let transport = OcrTransport::new(settings);
+    /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// // The deadline of each whole attempt (both legs of `/parse` included).
-    /// assert_eq!(transport.settings().timeout, Duration::from_secs(120));
+    /// assert_eq!(transport.config().timeout, Duration::from_secs(120));
     /// ```
-    pub fn settings(&self) -> &SourceSettings {
-        &self.settings
+    pub fn config(&self) -> &TransportConfig {
+        &self.config
     }
 
     /// One attempt of `request`, outside any governance (what [`Transport::send`] runs).
@@ -240,8 +249,10 @@ impl OcrTransport {
     /// use polygateway::ports::FailureClass;
     /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::{OcrRequest, OcrTransport};
+    /// use polygateway::transport::TransportConfig;
     /// let mock = MockOcr::start(OcrFault::None).await;
-    /// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+    /// let settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// // A PDF is refused locally: RequestRejected, and nothing reaches the service.
     /// let err = transport.attempt(&OcrRequest::text(b"%PDF-1.7".to_vec())).await.unwrap_err();
     /// assert_eq!(err.class, FailureClass::RequestRejected);
@@ -263,10 +274,10 @@ impl OcrTransport {
         })?;
         let started = Instant::now();
         let call_id = uuid::Uuid::new_v4().to_string();
-        let limit = self.settings.timeout;
-        let base = self.settings.base_url.as_str();
+        let limit = self.config.timeout;
+        let base = self.config.base_url.as_str();
         let provenance = |raw| OcrProvenance {
-            source_name: self.settings.name.clone(),
+            source_name: self.config.name.clone(),
             usage: 0,
             latency_ms: started.elapsed().as_secs_f64() * 1000.0,
             // The runtime knows the call's waiting, the transport does not.
@@ -318,11 +329,14 @@ impl OcrTransport {
     /// # async fn main() {
     /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::OcrTransport;
+    /// use polygateway::transport::TransportConfig;
     /// let mock = MockOcr::start(OcrFault::None).await;
-    /// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+    /// let settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// assert!(transport.check_health().await);
     /// // A source whose base URL is not a URL is never healthy.
-    /// assert!(!OcrTransport::new(polygateway::testkit::source_settings("not a url")).check_health().await);
+    /// let unusable = TransportConfig::from(&polygateway::testkit::source_settings("not a url"));
+    /// assert!(!OcrTransport::new(unusable).check_health().await);
     /// # }
     /// ```
     pub async fn check_health(&self) -> bool {
@@ -337,16 +351,18 @@ impl OcrTransport {
     /// use std::time::{Duration, Instant};
     /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::OcrTransport;
+    /// use polygateway::transport::TransportConfig;
     /// // A server that accepts the request and never answers.
     /// let mock = MockOcr::start(OcrFault::BlackHole).await;
-    /// let transport = OcrTransport::new(polygateway::testkit::source_settings(&mock.base_url()));
+    /// let settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// let started = Instant::now();
     /// assert!(!transport.check_health_within(Duration::from_millis(100)).await);
     /// assert!(started.elapsed() < Duration::from_secs(1));
     /// # }
     /// ```
     pub async fn check_health_within(&self, limit: Duration) -> bool {
-        health::probe(&self.client, &self.settings.base_url, limit).await
+        health::probe(&self.client, &self.config.base_url, limit).await
     }
 }
 
@@ -394,6 +410,9 @@ mod examples {
         use std::time::Duration;
         // Much shorter than an attempt: a probe asks "is it up?", not "can it finish a page?".
         assert_eq!(HEALTH_TIMEOUT, Duration::from_secs(3));
-        assert!(HEALTH_TIMEOUT < crate::testkit::source_settings("http://127.0.0.1:9").timeout);
+        assert!(
+            HEALTH_TIMEOUT
+                < crate::transport::TransportConfig::for_tests("http://127.0.0.1:9").timeout
+        );
     }
 }

@@ -4,12 +4,13 @@
 //! `[DONE]`, a stream is complete when a `finishReason` arrived and the body ended), run by the
 //! driver every dialect shares (`transport::drive`).
 
+use std::sync::Arc;
+
 use polygateway_actors::EventSink;
 use reqwest::header::ACCEPT;
 use serde_json::{Map, Value};
 
 use super::{encode_request, model_id, ThinkingAsk, KEY_HEADER, READER};
-use crate::config::SourceSettings;
 use crate::error::TransportError;
 use crate::structured::StructuredMode;
 use crate::transport::drive;
@@ -19,6 +20,7 @@ use crate::transport::machine::{ChatExchange, GeminiContent};
 use crate::transport::pool::SourcePool;
 use crate::transport::prefill::LeadTrim;
 use crate::transport::watchdog::now;
+use crate::transport::TransportConfig;
 use crate::types::LlmResponse;
 
 /// A Gemini source's two endpoints, on one pool.
@@ -29,16 +31,16 @@ pub(crate) struct GeminiEndpoints {
 }
 
 impl GeminiEndpoints {
-    pub(crate) fn new(settings: &SourceSettings, pool: SourcePool) -> Self {
-        let model = model_id(settings);
+    pub(crate) fn new(config: &Arc<TransportConfig>, pool: SourcePool) -> Self {
+        let model = model_id(config);
         let plain = JsonEndpoint::keyed(
-            settings,
+            config,
             pool,
             &format!("models/{model}:generateContent"),
             KEY_HEADER,
         );
         let stream = plain.sibling(
-            settings,
+            config,
             &format!("models/{model}:streamGenerateContent?alt=sse"),
         );
         Self { plain, stream }
@@ -52,11 +54,11 @@ impl GeminiEndpoints {
 
 /// The request body for `request` in structured `mode`.
 pub(crate) fn body(
-    settings: &SourceSettings,
+    config: &TransportConfig,
     request: &ChatWireRequest,
     mode: StructuredMode,
 ) -> Result<Vec<u8>, TransportError> {
-    let mut overlay: Map<String, Value> = settings.extra_body.clone();
+    let mut overlay: Map<String, Value> = config.extra_body.clone();
     overlay.extend(request.overlay.iter().map(|(k, v)| (k.clone(), v.clone())));
     if let Some(rf) = &request.response_format {
         overlay.insert("response_format".into(), rf.clone());
@@ -69,7 +71,7 @@ pub(crate) fn body(
             overlay.insert("response_format".into(), format);
         }
     }
-    let thinking = settings.enable_thinking.map(|on| ThinkingAsk {
+    let thinking = config.enable_thinking.map(|on| ThinkingAsk {
         include_thoughts: on,
         budget: if on { None } else { Some(0) },
     });
@@ -81,20 +83,20 @@ pub(crate) fn body(
 /// One attempt: Gemini's exchange run over HTTP by the driver.
 pub(crate) async fn send(
     endpoints: &GeminiEndpoints,
-    settings: &SourceSettings,
+    config: &TransportConfig,
     request: &ChatWireRequest,
     mode: StructuredMode,
     stream: bool,
     sink: Option<&EventSink<ChatDelta>>,
 ) -> Result<LlmResponse, TransportError> {
     let mut exchange = ChatExchange::new(
-        settings,
+        config,
         now(),
         GeminiContent::default(),
         false,
         LeadTrim::default(),
     );
-    let body = body(settings, request, mode)?;
+    let body = body(config, request, mode)?;
     // Each attempt is built in a statement of its own: a temporary of the awaited expression
     // (the request) would be kept beside the driver's copy.
     if stream {
