@@ -172,10 +172,10 @@ pub fn aimd() -> PacerFactory {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+/// use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
 /// use polygateway_actors::testkit::{echo, start};
 /// let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
-/// let answer = scope.call(&"hello".to_string(), &NoObserver, None, CallOptions::default()).await;
+/// let answer = scope.call(&"hello".to_string(), &NoObserver, None, GovernOptions::default()).await;
 /// assert_eq!(answer.unwrap().response, "hello");
 /// runtime.shutdown(std::time::Duration::from_secs(1)).await;
 /// # }

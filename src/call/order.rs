@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use polygateway_actors::runtime::CallOptions as GovernOptions;
+use polygateway_actors::runtime::GovernOptions;
 
 use crate::types::CallOptions;
 

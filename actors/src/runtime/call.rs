@@ -27,7 +27,7 @@ use crate::ports::transport::{EventSink, Transport};
 use super::admission::AdmissionMsg;
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
 use super::driver::{self, CallEffects};
-use super::governed::{CallFailure, CallOptions, Governed};
+use super::governed::{CallFailure, GovernOptions, Governed};
 use super::ids::new_id;
 use super::metrics::ScopeMetrics;
 use super::observer::CallObserver;
@@ -159,7 +159,7 @@ impl<T: Transport> ScopeInner<T> {
         request: &T::Request,
         observer: &dyn CallObserver<T>,
         events: Option<&EventSink<T::Event>>,
-        options: CallOptions,
+        options: GovernOptions,
     ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
         driver::run(self, request, observer, events, options).await
     }

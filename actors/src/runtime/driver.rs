@@ -39,7 +39,7 @@ use crate::ports::transport::{EventSink, Transport};
 
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
 use super::continuation::{self, ContinueOutcome, Continuing};
-use super::governed::{CallFailure, CallOptions, Governed};
+use super::governed::{CallFailure, GovernOptions, Governed};
 use super::hedge::{self, Hedging};
 use super::metrics::ScopeMetrics;
 use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
@@ -143,7 +143,7 @@ pub(crate) async fn run<T: Transport, E: CallEffects<T>>(
     request: &T::Request,
     observer: &dyn CallObserver<T>,
     events: Option<&EventSink<T::Event>>,
-    options: CallOptions,
+    options: GovernOptions,
 ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
     let mut trace = CallTrace::default();
     let result = run_loop(effects, request, observer, events, options, &mut trace).await;
@@ -171,7 +171,7 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
     request: &T::Request,
     observer: &dyn CallObserver<T>,
     events: Option<&EventSink<T::Event>>,
-    options: CallOptions,
+    options: GovernOptions,
     trace: &mut CallTrace,
 ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
     let now = effects.now();
@@ -541,7 +541,7 @@ async fn hedged<'a, T: Transport, E: CallEffects<T>>(
     guard: AttemptGuard<'a, T, E>,
     request: &'a T::Request,
     events: Option<&EventSink<T::Event>>,
-    options: &CallOptions,
+    options: &GovernOptions,
     deadline: Option<Instant>,
 ) -> SideAnswer<'a, T, E> {
     let effects = guard.effects;
@@ -641,7 +641,7 @@ async fn continue_cut<T: Transport, E: CallEffects<T>>(
     request: &T::Request,
     cut: Cut<'_, T>,
     events: &EventSink<T::Event>,
-    options: &CallOptions,
+    options: &GovernOptions,
     deadline: Option<Instant>,
 ) -> (
     Result<T::Response, T::Error>,
@@ -664,7 +664,7 @@ async fn continue_after<T: Transport, E: CallEffects<T>>(
     request: &T::Request,
     cut: &Cut<'_, T>,
     events: &EventSink<T::Event>,
-    options: &CallOptions,
+    options: &GovernOptions,
     deadline: Option<Instant>,
 ) -> Option<Continued<T::Response>> {
     let Err(error) = &cut.result else {
@@ -952,7 +952,7 @@ async fn attempt_once<T: Transport, E: CallEffects<T>>(
 
 #[cfg(all(test, feature = "testkit"))]
 mod tests {
-    use crate::runtime::{CallOptions, NoObserver, ScopeConfig};
+    use crate::runtime::{GovernOptions, NoObserver, ScopeConfig};
     use crate::testkit::{echo, start};
 
     /// A call's future is moved whenever it is boxed, spawned or awaited inside another, so its
@@ -963,7 +963,7 @@ mod tests {
     async fn a_call_future_does_not_carry_the_hedge_race_inline() {
         let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
         let request = "hello".to_string();
-        let call = scope.call(&request, &NoObserver, None, CallOptions::default());
+        let call = scope.call(&request, &NoObserver, None, GovernOptions::default());
         // 2.8 KiB in a debug build with the race boxed, 6.6 KiB with it inline.
         let size = std::mem::size_of_val(&call);
         assert!(

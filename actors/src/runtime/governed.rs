@@ -1,5 +1,5 @@
 //! What a governed call answers: its result ([`Governed`]), its failure ([`CallFailure`]) and
-//! its options ([`CallOptions`]).
+//! its options ([`GovernOptions`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -92,14 +92,14 @@ impl<E> CallFailure<E> {
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
 /// # use polygateway_actors::testkit::{echo, start};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
 /// use polygateway_actors::runtime::Governed;
 /// let Governed { response, source, attempts, attempt_id, capacity_wait, continued_from } = scope
-///     .call(&"hello".to_string(), &NoObserver, None, CallOptions::default())
+///     .call(&"hello".to_string(), &NoObserver, None, GovernOptions::default())
 ///     .await
 ///     .unwrap();
 /// assert_eq!(response, "hello");
@@ -132,30 +132,32 @@ pub struct Governed<R> {
     pub continued_from: Option<Arc<str>>,
 }
 
-/// Options of one governed call.
+/// Options of one governed call: what the runtime needs of a call besides its request. (The
+/// root crate's `CallOptions` is what a caller sets; it is turned into these where it enters
+/// the govern layer.)
 ///
 /// ```
 /// use std::time::Duration;
 /// use polygateway_actors::policy::wait_queue::Priority;
-/// use polygateway_actors::runtime::CallOptions;
+/// use polygateway_actors::runtime::GovernOptions;
 /// // An ordinary call feeds its verdict to the breaker …
-/// assert!(!CallOptions::default().breaker_exempt);
+/// assert!(!GovernOptions::default().breaker_exempt);
 /// // … a re-ask after unusable structured output does not.
-/// let reask = CallOptions { breaker_exempt: true, ..CallOptions::default() };
+/// let reask = GovernOptions { breaker_exempt: true, ..GovernOptions::default() };
 /// assert!(reask.breaker_exempt);
 /// // An interactive call of tenant "acme" (weight 2) that must be answered within 5 s.
-/// let urgent = CallOptions {
+/// let urgent = GovernOptions {
 ///     priority: Priority::Interactive,
 ///     deadline: Some(Duration::from_secs(5)),
 ///     tenant: Some("acme".into()),
 ///     weight: 2,
-///     ..CallOptions::default()
+///     ..GovernOptions::default()
 /// };
-/// assert_eq!(CallOptions::default().weight, 1);
+/// assert_eq!(GovernOptions::default().weight, 1);
 /// # let _ = urgent;
 /// ```
 #[derive(Debug, Clone)]
-pub struct CallOptions {
+pub struct GovernOptions {
     /// A structured-output re-ask: its verdict never counts toward the breaker (docs/behaviour.md §9.2).
     pub breaker_exempt: bool,
     /// The call's class in the scope's waiting room (docs/behaviour.md §5.7).
@@ -169,7 +171,7 @@ pub struct CallOptions {
     pub weight: u32,
 }
 
-impl Default for CallOptions {
+impl Default for GovernOptions {
     fn default() -> Self {
         Self {
             breaker_exempt: false,

@@ -34,7 +34,7 @@ pub(crate) mod waiting_room;
 pub use crate::machine::reason::ScopeReason;
 pub use admission::{Governance, GovernanceFactory};
 pub use continuation::ContinueConfig;
-pub use governed::{CallFailure, CallOptions, Governed};
+pub use governed::{CallFailure, GovernOptions, Governed};
 pub use hedge::HedgeConfig;
 pub use ids::new_id;
 pub use observer::{AttemptReport, AttemptResult, CallObserver, NoObserver, TerminalReport};

@@ -15,7 +15,7 @@ use super::governed::CallFailure;
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, ScopeConfig};
 /// # use polygateway_actors::testkit::{echo, start, Echo, EchoError};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -39,10 +39,10 @@ use super::governed::CallFailure;
 /// }
 ///
 /// let results = Results::default();
-/// scope.call(&"hi".to_string(), &results, None, CallOptions::default()).await.unwrap();
+/// scope.call(&"hi".to_string(), &results, None, GovernOptions::default()).await.unwrap();
 /// // The caller gives up on an upstream that never answers: that attempt ends `Cancelled`.
 /// let hang = "hang".to_string();
-/// let slow = scope.call(&hang, &results, None, CallOptions::default());
+/// let slow = scope.call(&hang, &results, None, GovernOptions::default());
 /// assert!(tokio::time::timeout(Duration::from_millis(200), slow).await.is_err());
 /// assert_eq!(*results.0.lock().unwrap(), ["ok: hi", "cancelled"]);
 /// # runtime.shutdown(Duration::from_secs(1)).await;
@@ -64,7 +64,7 @@ pub enum AttemptResult<'a, T: Transport> {
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, ScopeConfig};
 /// # use polygateway_actors::testkit::{echo, start, Echo, EchoError};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -83,7 +83,7 @@ pub enum AttemptResult<'a, T: Transport> {
 /// }
 ///
 /// let attempts = Attempts::default();
-/// let governed = scope.call(&"hi".to_string(), &attempts, None, CallOptions::default()).await.unwrap();
+/// let governed = scope.call(&"hi".to_string(), &attempts, None, GovernOptions::default()).await.unwrap();
 /// // The attempt that answered is the one the call returns.
 /// let rows = attempts.0.lock().unwrap();
 /// assert_eq!(*rows, [("echo_1".to_string(), governed.attempt_id.clone(), 1, false)]);
@@ -117,7 +117,7 @@ pub struct AttemptReport<'a, T: Transport> {
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, ScopeConfig};
 /// # use polygateway_actors::testkit::{start, Echo, EchoError};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -136,7 +136,7 @@ pub struct AttemptReport<'a, T: Transport> {
 /// // A scope without sources fails every call before any attempt.
 /// let (runtime, scope) = start(ScopeConfig::new("OCR"), vec![]).await;
 /// let terminals = Terminals::default();
-/// let failure = scope.call(&"page".to_string(), &terminals, None, CallOptions::default()).await.unwrap_err();
+/// let failure = scope.call(&"page".to_string(), &terminals, None, GovernOptions::default()).await.unwrap_err();
 /// assert_eq!(failure.kind(), "no_sources");
 /// assert_eq!(*terminals.0.lock().unwrap(), ["OCR no_sources"]);
 /// # runtime.shutdown(Duration::from_secs(1)).await;
@@ -159,7 +159,7 @@ pub struct TerminalReport<'a, E> {
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, ScopeConfig};
 /// # use polygateway_actors::testkit::{echo, start, Echo, EchoError};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -179,7 +179,7 @@ pub struct TerminalReport<'a, E> {
 /// }
 ///
 /// let counts = Counts::default();
-/// let failure = scope.call(&"reject".to_string(), &counts, None, CallOptions::default()).await;
+/// let failure = scope.call(&"reject".to_string(), &counts, None, GovernOptions::default()).await;
 /// assert!(matches!(failure, Err(CallFailure::Rejected(_))));
 /// // The rejected attempt has its own record, so there is no terminal record.
 /// assert_eq!(counts.attempts.load(Ordering::Relaxed), 1);
@@ -198,13 +198,13 @@ pub trait CallObserver<T: Transport>: Send + Sync {
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
 /// # use polygateway_actors::testkit::{echo, start};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
 /// let governed = scope
-///     .call(&"fire and forget".to_string(), &NoObserver, None, CallOptions::default())
+///     .call(&"fire and forget".to_string(), &NoObserver, None, GovernOptions::default())
 ///     .await
 ///     .unwrap();
 /// assert_eq!(governed.response, "fire and forget");

@@ -14,7 +14,7 @@ use crate::ports::transport::{EventSink, Transport};
 #[cfg(feature = "testkit")]
 use super::admission::AdmissionMsg;
 use super::admission::AdmissionSlot;
-use super::governed::{CallFailure, CallOptions, Governed};
+use super::governed::{CallFailure, GovernOptions, Governed};
 use super::observer::CallObserver;
 use super::router::RouterMsg;
 use super::shared::SourceShared;
@@ -135,7 +135,7 @@ pub(crate) struct ScopeInner<T> {
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
 /// # use polygateway_actors::testkit::{echo, start};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -146,7 +146,7 @@ pub(crate) struct ScopeInner<T> {
 ///     let scope = scope.clone();
 ///     tasks.push(tokio::spawn(async move {
 ///         let request = format!("request {i}");
-///         scope.call(&request, &NoObserver, None, CallOptions::default()).await.map(|g| g.response)
+///         scope.call(&request, &NoObserver, None, GovernOptions::default()).await.map(|g| g.response)
 ///     }));
 /// }
 /// for (i, task) in tasks.into_iter().enumerate() {
@@ -189,7 +189,7 @@ impl<T: Transport> Scope<T> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
     /// # use polygateway_actors::EventSink;
     /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
@@ -198,7 +198,7 @@ impl<T: Transport> Scope<T> {
     /// // A streaming call: deltas go to the sink while the attempt runs.
     /// let (sink, mut deltas) = EventSink::channel(16);
     /// let request = "hello governed world".to_string();
-    /// let governed = scope.call(&request, &NoObserver, Some(&sink), CallOptions::default()).await.unwrap();
+    /// let governed = scope.call(&request, &NoObserver, Some(&sink), GovernOptions::default()).await.unwrap();
     /// assert_eq!(governed.response, "hello governed world");
     /// assert_eq!(sink.delivered(), 3);
     /// assert_eq!(deltas.recv().await.as_deref(), Some("hello"));
@@ -210,7 +210,7 @@ impl<T: Transport> Scope<T> {
         request: &T::Request,
         observer: &dyn CallObserver<T>,
         events: Option<&EventSink<T::Event>>,
-        options: CallOptions,
+        options: GovernOptions,
     ) -> Result<Governed<T::Response>, CallFailure<T::Error>> {
         let span = tracing::info_span!(
             "pgw.call",
@@ -289,14 +289,14 @@ impl<T: Transport> Scope<T> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
     /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
     /// scope.crash_source(0, "chaos test");
     /// // The router restarts the source actor; the scope keeps serving meanwhile.
-    /// let governed = scope.call(&"still here".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// let governed = scope.call(&"still here".to_string(), &NoObserver, None, GovernOptions::default()).await;
     /// assert_eq!(governed.unwrap().response, "still here");
     /// assert_eq!(scope.router_status(), Ok(()));
     /// # runtime.shutdown(Duration::from_secs(1)).await;
@@ -312,7 +312,7 @@ impl<T: Transport> Scope<T> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
     /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -321,7 +321,7 @@ impl<T: Transport> Scope<T> {
     /// // The runtime supervisor restarts it after a short backoff (50 ms by default) …
     /// tokio::time::sleep(Duration::from_millis(500)).await;
     /// // … and calls are admitted again.
-    /// let governed = scope.call(&"admitted".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// let governed = scope.call(&"admitted".to_string(), &NoObserver, None, GovernOptions::default()).await;
     /// assert_eq!(governed.unwrap().response, "admitted");
     /// # runtime.shutdown(Duration::from_secs(1)).await;
     /// # }

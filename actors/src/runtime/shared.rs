@@ -26,16 +26,16 @@ use crate::ports::breaker::BreakerConfig;
 ///
 /// ```
 /// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
 /// # use polygateway_actors::testkit::{echo, start};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
 /// use std::sync::atomic::Ordering;
-/// scope.call(&"one".to_string(), &NoObserver, None, CallOptions::default()).await.unwrap();
+/// scope.call(&"one".to_string(), &NoObserver, None, GovernOptions::default()).await.unwrap();
 /// // A caller that gives up mid-attempt leaves a cancelled attempt behind.
 /// let hang = "hang".to_string();
-/// let slow = scope.call(&hang, &NoObserver, None, CallOptions::default());
+/// let slow = scope.call(&hang, &NoObserver, None, GovernOptions::default());
 /// assert!(tokio::time::timeout(Duration::from_millis(200), slow).await.is_err());
 ///
 /// let counters = &scope.sources()[0].counters;
@@ -188,14 +188,14 @@ impl<T> SourceShared<T> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
     /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
     /// let source = &scope.sources()[0];
     /// let hang = "hang".to_string();
-    /// let mut call = Box::pin(scope.call(&hang, &NoObserver, None, CallOptions::default()));
+    /// let mut call = Box::pin(scope.call(&hang, &NoObserver, None, GovernOptions::default()));
     /// // While its attempt runs, the call holds one pacer slot …
     /// assert!(tokio::time::timeout(Duration::from_millis(200), &mut call).await.is_err());
     /// assert_eq!(source.in_flight(), 1);
@@ -253,13 +253,13 @@ impl<T> SourceShared<T> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
     /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
     /// use polygateway_actors::policy::pacer::PacerSignal;
-    /// scope.call(&"hi".to_string(), &NoObserver, None, CallOptions::default()).await.unwrap();
+    /// scope.call(&"hi".to_string(), &NoObserver, None, GovernOptions::default()).await.unwrap();
     /// // A success is no signal: the pacer still reports none (429s would say `rate_limited`).
     /// assert_eq!(scope.sources()[0].pacer_signal(), PacerSignal::None);
     /// # runtime.shutdown(Duration::from_secs(1)).await;
@@ -291,7 +291,7 @@ impl<T> SourceShared<T> {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
     /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -301,7 +301,7 @@ impl<T> SourceShared<T> {
     /// let source = &scope.sources()[0];
     /// assert_eq!(source.cooling_until(Instant::now()), None);
     /// // The source answers "dead": it is skipped for its breaker cooldown.
-    /// let failure = scope.call(&"dead".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// let failure = scope.call(&"dead".to_string(), &NoObserver, None, GovernOptions::default()).await;
     /// assert!(matches!(failure, Err(CallFailure::Unavailable { reason: ScopeReason::CircuitOpen, .. })));
     /// let now = Instant::now();
     /// assert!(source.cooling_until(now).is_some_and(|until| until > now));
@@ -473,7 +473,7 @@ mod tests {
     #[cfg(feature = "testkit")]
     #[tokio::test(flavor = "current_thread")]
     async fn counters_include_an_attempt_when_its_call_returns() {
-        use crate::runtime::{CallOptions, NoObserver, ScopeConfig};
+        use crate::runtime::{GovernOptions, NoObserver, ScopeConfig};
         use crate::testkit::{echo, start};
         let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
         let call = |text: &str| {
@@ -481,7 +481,7 @@ mod tests {
             let scope = scope.clone();
             async move {
                 scope
-                    .call(&text, &NoObserver, None, CallOptions::default())
+                    .call(&text, &NoObserver, None, GovernOptions::default())
                     .await
             }
         };

@@ -272,7 +272,7 @@ pub struct SourceSpec<T> {
 /// ```
 /// # use std::time::Duration;
 /// # use polygateway_actors::policy::select::LeastInflight;
-/// # use polygateway_actors::runtime::{CallOptions, NoObserver, Runtime, RuntimeOptions, ScopeConfig};
+/// # use polygateway_actors::runtime::{GovernOptions, NoObserver, Runtime, RuntimeOptions, ScopeConfig};
 /// # use polygateway_actors::testkit::{aimd, echo, memory_governance, start};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -281,7 +281,7 @@ pub struct SourceSpec<T> {
 ///     .add_scope(ScopeConfig::new("LLM"), vec![echo("echo_1")], Box::new(LeastInflight), aimd())
 ///     .await
 ///     .unwrap();
-/// let governed = scope.call(&"hi".to_string(), &NoObserver, None, CallOptions::default()).await.unwrap();
+/// let governed = scope.call(&"hi".to_string(), &NoObserver, None, GovernOptions::default()).await.unwrap();
 /// assert_eq!(governed.response, "hi");
 /// runtime.shutdown(Duration::from_secs(1)).await;
 /// assert!(runtime.is_shut_down());
@@ -492,7 +492,7 @@ impl Runtime {
     /// # use std::sync::Arc;
     /// # use std::time::Duration;
     /// # use polygateway_actors::policy::pacer::{AimdPacer, Pacer};
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, PacerFactory, Runtime, RuntimeOptions, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, PacerFactory, Runtime, RuntimeOptions, ScopeConfig};
     /// # use polygateway_actors::Limits;
     /// # use polygateway_actors::testkit::{echo, memory_governance, start};
     /// # #[tokio::main(flavor = "current_thread")]
@@ -506,7 +506,7 @@ impl Runtime {
     ///     .await
     ///     .unwrap();
     /// assert_eq!(scope.sources().len(), 2);
-    /// let governed = scope.call(&"hi".to_string(), &NoObserver, None, CallOptions::default()).await.unwrap();
+    /// let governed = scope.call(&"hi".to_string(), &NoObserver, None, GovernOptions::default()).await.unwrap();
     /// assert!(["a_1", "b_1"].contains(&&*governed.source));
     /// # runtime.shutdown(Duration::from_secs(1)).await;
     /// # }
@@ -633,7 +633,7 @@ impl Runtime {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
     /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
@@ -641,7 +641,7 @@ impl Runtime {
     /// use polygateway_actors::runtime::CallFailure;
     /// runtime.quiesce(Duration::from_secs(1)).await;
     /// // New calls end at once with a shutdown error …
-    /// let late = scope.call(&"late".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// let late = scope.call(&"late".to_string(), &NoObserver, None, GovernOptions::default()).await;
     /// assert!(matches!(late, Err(CallFailure::Shutdown(_))));
     /// // … while the tree keeps running, so telemetry can still be flushed before `shutdown`.
     /// assert_eq!(scope.router_status(), Ok(()));
@@ -660,14 +660,14 @@ impl Runtime {
     ///
     /// ```
     /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{CallOptions, NoObserver, ScopeConfig};
+    /// # use polygateway_actors::runtime::{GovernOptions, NoObserver, ScopeConfig};
     /// # use polygateway_actors::testkit::{echo, start};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # let (runtime, scope) = start(ScopeConfig::new("LLM"), vec![echo("echo_1")]).await;
     /// use polygateway_actors::runtime::CallFailure;
     /// runtime.shutdown(Duration::from_secs(1)).await;
-    /// let late = scope.call(&"late".to_string(), &NoObserver, None, CallOptions::default()).await;
+    /// let late = scope.call(&"late".to_string(), &NoObserver, None, GovernOptions::default()).await;
     /// assert!(matches!(late, Err(CallFailure::Shutdown(_))));
     /// assert!(runtime.is_shut_down());
     /// // A second shutdown is a no-op.

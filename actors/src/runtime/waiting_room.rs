@@ -783,7 +783,7 @@ mod tests {
         use crate::policy::wait_queue::Priority;
         use crate::ports::gate::Limits;
         use crate::runtime::{
-            CallFailure, CallOptions, NoObserver, Runtime, RuntimeOptions, Scope, ScopeConfig,
+            CallFailure, GovernOptions, NoObserver, Runtime, RuntimeOptions, Scope, ScopeConfig,
             ScopeReason,
         };
         use crate::testkit::{echo, memory_governance, Echo};
@@ -808,7 +808,7 @@ mod tests {
         fn call(
             scope: &Scope<Echo>,
             text: &str,
-            options: CallOptions,
+            options: GovernOptions,
         ) -> tokio::task::JoinHandle<Result<String, String>> {
             let (scope, text) = (scope.clone(), text.to_string());
             tokio::spawn(async move {
@@ -827,11 +827,11 @@ mod tests {
         #[tokio::test]
         async fn a_deadline_that_passes_in_the_room_ends_the_call_unsent() {
             let (runtime, scope) = one_slot().await;
-            let hang = call(&scope, "hang", CallOptions::default());
+            let hang = call(&scope, "hang", GovernOptions::default());
             settle().await;
-            let options = CallOptions {
+            let options = GovernOptions {
                 deadline: Some(Duration::from_millis(150)),
-                ..CallOptions::default()
+                ..GovernOptions::default()
             };
             let started = std::time::Instant::now();
             let failure = scope
@@ -868,9 +868,9 @@ mod tests {
         #[tokio::test]
         async fn a_cancelled_waiting_call_leaves_the_room() {
             let (runtime, scope) = one_slot().await;
-            let hang = call(&scope, "hang", CallOptions::default());
+            let hang = call(&scope, "hang", GovernOptions::default());
             settle().await;
-            let waiting = call(&scope, "patient", CallOptions::default());
+            let waiting = call(&scope, "patient", GovernOptions::default());
             settle().await;
             assert!(scope.room_busy());
             waiting.abort();
@@ -879,7 +879,9 @@ mod tests {
             hang.abort();
             let _ = hang.await;
             // The slot is back and nobody waits: the next call goes straight through.
-            let again = call(&scope, "again", CallOptions::default()).await.unwrap();
+            let again = call(&scope, "again", GovernOptions::default())
+                .await
+                .unwrap();
             assert_eq!(again.as_deref(), Ok("again"));
             runtime.shutdown(Duration::from_secs(1)).await;
         }
@@ -887,7 +889,7 @@ mod tests {
         #[tokio::test]
         async fn the_freed_slot_goes_to_the_higher_class_first() {
             let (runtime, scope) = one_slot().await;
-            let hang = call(&scope, "hang", CallOptions::default());
+            let hang = call(&scope, "hang", GovernOptions::default());
             settle().await;
             let order = Arc::new(std::sync::Mutex::new(Vec::new()));
             let mut calls = Vec::new();
@@ -897,9 +899,9 @@ mod tests {
                 ("interactive", Priority::Interactive),
             ] {
                 let (scope, order) = (scope.clone(), Arc::clone(&order));
-                let options = CallOptions {
+                let options = GovernOptions {
                     priority,
-                    ..CallOptions::default()
+                    ..GovernOptions::default()
                 };
                 calls.push(tokio::spawn(async move {
                     let text = text.to_string();

@@ -22,7 +22,8 @@ use crate::ports::gate::{GateBackend, GateRequest};
 use crate::ports::BackendError;
 use crate::runtime::metrics::BreakerGauge;
 use crate::runtime::{
-    CallFailure, CallOptions, NoObserver, Runtime, RuntimeOptions, Scope, ScopeConfig, ScopeReason,
+    CallFailure, GovernOptions, NoObserver, Runtime, RuntimeOptions, Scope, ScopeConfig,
+    ScopeReason,
 };
 use crate::testkit::{aimd, echo, Echo};
 
@@ -298,7 +299,12 @@ async fn runtime(delay: Duration) -> (Runtime, Scope<Echo>, Arc<Mutex<Vec<Arc<Co
 
 async fn call(scope: &Scope<Echo>) -> Result<(), CallFailure<std::io::Error>> {
     match scope
-        .call(&"hi".to_string(), &NoObserver, None, CallOptions::default())
+        .call(
+            &"hi".to_string(),
+            &NoObserver,
+            None,
+            GovernOptions::default(),
+        )
         .await
     {
         Ok(_) => Ok(()),

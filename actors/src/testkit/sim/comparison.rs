@@ -12,7 +12,7 @@ use crate::ports::breaker::BreakerConfig;
 use crate::ports::gate::Limits;
 use crate::ports::transport::{EventSink, Transport};
 use crate::runtime::{
-    AttemptReport, AttemptResult, CallFailure, CallObserver, CallOptions, ScopeConfig,
+    AttemptReport, AttemptResult, CallFailure, CallObserver, GovernOptions, ScopeConfig,
     TerminalReport,
 };
 use rand::rngs::SmallRng;
@@ -169,7 +169,7 @@ mod tests {
             .await
             .unwrap();
         let log = Log::default();
-        let result = scope.call(&(), &log, None, CallOptions::default()).await;
+        let result = scope.call(&(), &log, None, GovernOptions::default()).await;
         runtime.shutdown(Duration::from_secs(1)).await;
         let ending = result.as_ref().map_or_else(CallFailure::kind, |_| "ok");
         (log.0.into_inner().unwrap(), ending)

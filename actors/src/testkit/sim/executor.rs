@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::ports::transport::EventSink;
 use crate::runtime::driver;
-use crate::runtime::CallOptions;
+use crate::runtime::GovernOptions;
 
 use super::effects::SimCall;
 use super::observer::SimObserver;
@@ -39,14 +39,14 @@ pub(super) async fn one_call(world: Rc<World>, call: usize) {
     let options = {
         let state = world.lock();
         let c = &state.calls[call];
-        CallOptions {
+        GovernOptions {
             priority: c.priority,
             deadline: c
                 .deadline
                 .map(|d| Duration::from_millis(d.saturating_sub(state.now))),
             tenant: c.tenant.clone(),
             weight: c.weight,
-            ..CallOptions::default()
+            ..GovernOptions::default()
         }
     };
     let effects = SimCall {
