@@ -1,7 +1,7 @@
 //! The call driver, written once for both worlds: it performs the [`CallMachine`]'s actions
 //! through a [`CallEffects`] implementation and feeds back what happened.
 //!
-//! Production implements the effects with tokio and the scope's actors (`call.rs`: the router
+//! Production implements the effects with tokio and the scope's actors (`effects.rs`: the router
 //! actor selects, the admission actor's door admits and settles, the source actor hears each
 //! attempt); the simulator (`testkit::sim`) implements them in virtual time over the same
 //! selection function, the `ComposedAttempts` admission with the memory backends and the real

@@ -10,9 +10,9 @@
 //! under the runtime (the `polygateway` crate does so for its telemetry writer).
 
 pub(crate) mod admission;
-mod call;
 pub(crate) mod continuation;
 pub(crate) mod driver;
+mod effects;
 mod governed;
 pub(crate) mod hedge;
 pub(crate) mod ids;
