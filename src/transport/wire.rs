@@ -12,6 +12,7 @@ use std::borrow::Cow;
 
 use super::http::classify_status;
 use crate::error::{summarize_body, TransportError};
+use crate::types::{Usage, UsageSource};
 
 /// Token usage as reported on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,6 +29,21 @@ pub(crate) struct WireUsage {
     pub(crate) cache_write_1h_tokens: Option<u64>,
     /// `completion_tokens_details.reasoning_tokens`.
     pub(crate) reasoning_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// These numbers as an answer's usage, from `source`.
+    pub(crate) fn reported_by(self, source: UsageSource) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            cached_prompt_tokens: self.cached_prompt_tokens,
+            cache_write_5m_tokens: self.cache_write_5m_tokens,
+            cache_write_1h_tokens: self.cache_write_1h_tokens,
+            reasoning_tokens: self.reasoning_tokens,
+            source,
+        }
+    }
 }
 
 /// What one stream chunk (or a whole non-streaming completion) carried. `model` and

@@ -274,6 +274,17 @@ impl LlmResponse {
         }
     }
 
+    /// Set the token counts and their source from `usage` (what [`LlmResponse::usage`] reads).
+    pub(crate) fn set_usage(&mut self, usage: Usage) {
+        self.prompt_tokens = usage.prompt_tokens;
+        self.completion_tokens = usage.completion_tokens;
+        self.cached_prompt_tokens = usage.cached_prompt_tokens;
+        self.cache_write_5m_tokens = usage.cache_write_5m_tokens;
+        self.cache_write_1h_tokens = usage.cache_write_1h_tokens;
+        self.reasoning_tokens = usage.reasoning_tokens;
+        self.usage_source = usage.source;
+    }
+
     /// The assistant turn this answer makes in a conversation: its text (or `null` when it only
     /// called tools), its tool calls, its refusal and its thinking blocks with their signatures.
     /// A tool loop appends it before the tool results, and the same loop runs on every dialect.
@@ -463,14 +474,7 @@ impl EarlierAsks {
         let Some(earlier) = self.usage else {
             return;
         };
-        let total = add_usage(last.usage(), earlier);
-        last.prompt_tokens = total.prompt_tokens;
-        last.completion_tokens = total.completion_tokens;
-        last.cached_prompt_tokens = total.cached_prompt_tokens;
-        last.cache_write_5m_tokens = total.cache_write_5m_tokens;
-        last.cache_write_1h_tokens = total.cache_write_1h_tokens;
-        last.reasoning_tokens = total.reasoning_tokens;
-        last.usage_source = total.source;
+        last.set_usage(add_usage(last.usage(), earlier));
         // Unknown is not free: one unpriced ask makes the total unknown.
         last.cost = match (last.cost, self.cost_unknown) {
             (Some(c), false) => Some(c + self.cost.unwrap_or(0.0)),

@@ -338,12 +338,7 @@ impl<'a, D: WireDialect> ChatExchange<'a, D> {
         r.usage_source = usage_source;
         // Numbers only from a frame the upstream sent; never invented.
         if let (Some(u), true) = (usage, usage_source != UsageSource::Unavailable) {
-            r.prompt_tokens = u.prompt_tokens;
-            r.completion_tokens = u.completion_tokens;
-            r.cached_prompt_tokens = u.cached_prompt_tokens;
-            r.cache_write_5m_tokens = u.cache_write_5m_tokens;
-            r.cache_write_1h_tokens = u.cache_write_1h_tokens;
-            r.reasoning_tokens = u.reasoning_tokens;
+            r.set_usage(u.reported_by(usage_source));
         }
         r
     }
