@@ -188,7 +188,7 @@ impl JsonEndpoint {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "testkit"))]
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
 
@@ -201,7 +201,6 @@ mod examples {
         Arc::new(TransportConfig::for_tests(base_url))
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn json_endpoint_example() {
         use crate::transport::endpoint::JsonEndpoint;
@@ -216,7 +215,6 @@ mod examples {
         assert!(!shown.contains("sk-test"));
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn json_endpoint_new_example() {
         use crate::transport::endpoint::JsonEndpoint;
@@ -229,7 +227,6 @@ mod examples {
         assert_eq!(endpoint.url(), "http://127.0.0.1:9/v1/chat/completions");
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn requests_go_to_the_endpoint_url_and_a_bad_url_still_says_why() {
         use crate::transport::endpoint::JsonEndpoint;
@@ -253,7 +250,6 @@ mod examples {
         assert!(err.is_builder(), "{err:?}");
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn json_endpoint_url_example() {
         use crate::transport::endpoint::JsonEndpoint;
@@ -265,7 +261,6 @@ mod examples {
         assert_eq!(endpoint.url(), "https://api.example.com/v1/embeddings");
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn json_endpoint_post_json_example() {
         #[tokio::main(flavor = "current_thread")]
