@@ -547,7 +547,7 @@ async fn sweep(levels: &[usize]) {
             "server_cpu_us_per_call": cpu_us.round(),
             "server_rss_mb": (rss * 10.0).round() / 10.0,
             "allocator": ALLOCATOR_NAME,
-                "server_workers": server_workers(),
+            "server_workers": server_workers(),
         });
         println!("{line}");
         if m.p99_ms < 1_000.0 {
@@ -577,7 +577,7 @@ async fn sweep(levels: &[usize]) {
         "after_vs_idle": (after / idle * 1e3).round() / 1e3,
         "server_fds_after": fds_after,
         "allocator": ALLOCATOR_NAME,
-                "server_workers": server_workers(),
+        "server_workers": server_workers(),
     });
     println!("{summary}");
 }
