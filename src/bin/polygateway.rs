@@ -341,7 +341,11 @@ fn warn_if_telemetry_degraded(gw: &Gateway) {
     }
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, String> {
+/// `serving`: `serve`'s settings, read by [`start`] before the runtime.
+async fn run(
+    cli: Cli,
+    #[cfg_attr(not(feature = "server"), allow(unused_variables))] serving: Option<Settings>,
+) -> Result<ExitCode, String> {
     match &cli.command {
         Command::Config {
             action: ConfigAction::Check,
@@ -545,7 +549,7 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
         #[cfg(feature = "sqlite")]
         Command::Batch(args) => batch_cmd::run(settings(&cli)?, args).await,
         #[cfg(feature = "server")]
-        Command::Serve { bind } => serve(&cli, *bind).await,
+        Command::Serve { bind } => serve(serving.map_or_else(|| settings(&cli), Ok)?, *bind).await,
         Command::Top(args) => top_cmd::run(args).await,
         #[cfg(feature = "server")]
         Command::Key { action } => key(action),
@@ -559,11 +563,10 @@ async fn run(cli: Cli) -> Result<ExitCode, String> {
 }
 
 #[cfg(feature = "server")]
-async fn serve(cli: &Cli, bind: Option<std::net::SocketAddr>) -> Result<ExitCode, String> {
+async fn serve(s: Settings, bind: Option<std::net::SocketAddr>) -> Result<ExitCode, String> {
     use polygateway::server::{install_metrics_recorder, KeyStore, Server};
     // Before the gateway: its scopes register their metric handles with the recorder of the day.
     install_metrics_recorder();
-    let s = settings(cli)?;
     let default_scope = s.scopes.keys().next().cloned().ok_or(
         "no scope is configured: add a source such as LLM__OPENAI__1__BASE_URL, \
                 LLM__OPENAI__1__API_KEY and LLM__OPENAI__1__MODEL (see .env.example)",
@@ -681,7 +684,7 @@ async fn mock(ttft_ms: u64, inter_token_ms: u64, chunks: usize) -> Result<ExitCo
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match runtime_for(&cli).and_then(|runtime| runtime.block_on(run(cli))) {
+    match start(cli) {
         Ok(code) => code,
         Err(message) => {
             eprintln!("polygateway: {message}");
@@ -690,22 +693,24 @@ fn main() -> ExitCode {
     }
 }
 
-/// The runtime every command runs on: tokio's multi-threaded one, a worker per core, except that
-/// `serve` takes `PGW_SERVER_WORKERS` when it is set. It is read before the runtime exists, so
-/// it cannot come from anywhere the runtime would be needed for; `serve` reads its settings
-/// again, the same way, once running.
-fn runtime_for(cli: &Cli) -> Result<tokio::runtime::Runtime, String> {
+/// Runs the command on tokio's multi-threaded runtime, a worker per core, except that `serve`
+/// takes `PGW_SERVER_WORKERS` when it is set: `serve`'s settings are therefore read here, before
+/// the runtime exists, and handed to it (read once).
+fn start(cli: Cli) -> Result<ExitCode, String> {
+    #[cfg(feature = "server")]
+    let serving = match cli.command {
+        Command::Serve { .. } => Some(settings(&cli)?),
+        _ => None,
+    };
+    #[cfg(not(feature = "server"))]
+    let serving = None;
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
-    #[cfg(not(feature = "server"))]
-    let _ = cli; // no `serve` in this build: every command takes the default
-    #[cfg(feature = "server")]
-    if let Command::Serve { .. } = cli.command {
-        if let Some(workers) = settings(cli)?.server.workers {
-            builder.worker_threads(workers);
-        }
+    if let Some(workers) = serving.as_ref().and_then(|s: &Settings| s.server.workers) {
+        builder.worker_threads(workers);
     }
-    builder
+    let runtime = builder
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(run(cli, serving))
 }
