@@ -2,7 +2,7 @@
 //! server adds per call, and what it costs in CPU and memory.
 //!
 //! The server runs as a child process (this binary re-executed with `--child`, built exactly as
-//! `polygateway serve` builds it: Prometheus recorder, in-memory governance, one virtual key, no
+//! `polygateway serve` builds it: Prometheus recorder, in-memory governance, `--keys` virtual keys, no
 //! telemetry, `PACER=off` so the figures are the server's and not the pacer's warm-up). Its CPU
 //! (utime + stime) and RSS are read from `/proc/<pid>/stat` and `/proc/<pid>/status` around each
 //! measured run. The client (one reqwest client, closed loop) and the mock upstream share this
@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! cargo run --release --features server,testkit,jemalloc --example server_bench -- [--calls 20000] [--concurrency 1,64]
-//!     [--ingress-rounds 5] [--ingress-calls 4000] [--only overhead|ingress|sweep]
+//!     [--ingress-rounds 5] [--ingress-calls 4000] [--only overhead|ingress|sweep] [--keys 1]
 //! ```
 //!
 //! One JSON line per configuration (concurrency × streaming): `direct_calls_per_s`,
@@ -30,12 +30,15 @@
 //! requests, at its peak (`VmHWM`), 6 s after the callers hung up (`rss_after_6s_mb`) and 10 s
 //! after (`rss_after_mb`, `after_vs_idle`: when hyper's pool has reaped every upstream
 //! connection past its 4 s idle timeout), with its open descriptors then. Every line names the
-//! server's allocator (`jemalloc` with the feature of that name, else `system`) and its worker
+//! server's allocator (`jemalloc` with the feature of that name, else `system`), its worker
 //! threads (`server_workers`: `PGW_SERVER_WORKERS` from this process's environment, as
-//! `polygateway serve` reads it, else one per core).
+//! `polygateway serve` reads it, else one per core) and the virtual keys its key file holds
+//! (`server_keys`, `--keys`: the bench's own, last, after the others; what authenticating a
+//! request costs may grow with their number).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,6 +57,8 @@ use serde_json::{json, Value};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const KEY: &str = "pgw-bench-key";
+/// The virtual keys in the server's key file (`--keys`), stated in every line.
+static SERVER_KEYS: AtomicUsize = AtomicUsize::new(1);
 /// The server's global allocator (feature `jemalloc`), stated in every line.
 const ALLOCATOR_NAME: &str = if cfg!(feature = "jemalloc") {
     "jemalloc"
@@ -90,6 +95,9 @@ struct Args {
     /// Run only one part: `overhead` (server vs direct), `ingress` or `sweep`.
     #[arg(long, value_enum)]
     only: Option<Part>,
+    /// Virtual keys in the server's key file: the bench's own and `keys - 1` others before it.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    keys: u32,
     /// Internal: run the server for MOCK_URL with the keys file KEYS.
     #[arg(long, num_args = 2, value_names = ["MOCK_URL", "KEYS"], hide = true)]
     child: Option<Vec<String>>,
@@ -106,20 +114,23 @@ fn main() {
             let runtime = builder.build().expect("tokio runtime");
             runtime.block_on(serve_child(&child[0], &child[1]));
         }
-        None => tokio::runtime::Runtime::new()
-            .expect("tokio runtime")
-            .block_on(async {
-                let runs = |part| args.only.is_none_or(|only| only == part);
-                if runs(Part::Overhead) {
-                    bench(args.calls, &args.concurrency).await;
-                }
-                if runs(Part::Ingress) {
-                    ingress(args.ingress_calls, &args.concurrency, args.ingress_rounds).await;
-                }
-                if runs(Part::Sweep) && !args.sweep.is_empty() {
-                    sweep(&args.sweep).await;
-                }
-            }),
+        None => {
+            SERVER_KEYS.store(args.keys as usize, Ordering::Relaxed);
+            tokio::runtime::Runtime::new()
+                .expect("tokio runtime")
+                .block_on(async {
+                    let runs = |part| args.only.is_none_or(|only| only == part);
+                    if runs(Part::Overhead) {
+                        bench(args.calls, &args.concurrency).await;
+                    }
+                    if runs(Part::Ingress) {
+                        ingress(args.ingress_calls, &args.concurrency, args.ingress_rounds).await;
+                    }
+                    if runs(Part::Sweep) && !args.sweep.is_empty() {
+                        sweep(&args.sweep).await;
+                    }
+                })
+        }
     }
 }
 
@@ -353,14 +364,13 @@ async fn setup(
     .await;
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.json");
-    std::fs::write(
-        &keys,
-        format!(
-            r#"{{"keys": [{{"name": "bench", "hash": "{}", "scopes": ["*"]}}]}}"#,
-            hash_key(KEY)
-        ),
-    )
-    .unwrap();
+    // The bench's key last: a search in file order would try every other key first.
+    let entries: Vec<Value> = (1..server_keys())
+        .map(|i| (format!("other-{i}"), format!("pgw-other-key-{i}")))
+        .chain([("bench".to_string(), KEY.to_string())])
+        .map(|(name, key)| json!({"name": name, "hash": hash_key(&key), "scopes": ["*"]}))
+        .collect();
+    std::fs::write(&keys, json!({ "keys": entries }).to_string()).unwrap();
     let server = ChildServer::start(&mock.base_url(), keys.to_str().unwrap());
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
@@ -405,6 +415,7 @@ async fn bench(calls: usize, levels: &[usize]) {
                 "server_rss_mb": (server.rss_mb() * 10.0).round() / 10.0,
                 "allocator": ALLOCATOR_NAME,
                 "server_workers": server_workers(),
+                "server_keys": server_keys(),
             });
             println!("{line}");
         }
@@ -496,6 +507,8 @@ async fn ingress(calls: usize, levels: &[usize], rounds: usize) {
                 "server_cpu_us_per_call": of(|s| s.1).round(),
                 "cpu_vs_chat": round3(median(cpu_ratios)),
                 "server_p50_ms": round3(of(|s| s.2)), "server_p99_ms": round3(of(|s| s.3)),
+                "server_workers": server_workers(),
+                "server_keys": server_keys(),
             });
             println!("{line}");
         }
@@ -548,6 +561,7 @@ async fn sweep(levels: &[usize]) {
             "server_rss_mb": (rss * 10.0).round() / 10.0,
             "allocator": ALLOCATOR_NAME,
             "server_workers": server_workers(),
+            "server_keys": server_keys(),
         });
         println!("{line}");
         if m.p99_ms < 1_000.0 {
@@ -578,6 +592,7 @@ async fn sweep(levels: &[usize]) {
         "server_fds_after": fds_after,
         "allocator": ALLOCATOR_NAME,
         "server_workers": server_workers(),
+        "server_keys": server_keys(),
     });
     println!("{summary}");
 }
@@ -593,6 +608,11 @@ fn server_workers() -> usize {
             .expect("PGW_SERVER_WORKERS: a positive whole number"),
         Err(_) => std::thread::available_parallelism().map_or(1, usize::from),
     }
+}
+
+/// The virtual keys in the server's key file (`--keys`). Stated in every line.
+fn server_keys() -> usize {
+    SERVER_KEYS.load(Ordering::Relaxed)
 }
 
 fn round3(x: f64) -> f64 {
