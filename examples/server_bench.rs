@@ -2,10 +2,10 @@
 //! server adds per call, and what it costs in CPU and memory.
 //!
 //! The server runs as a child process (this binary re-executed with `--child`, built exactly as
-//! `polygateway serve` builds it: Prometheus recorder, in-memory governance, `--keys` virtual keys, no
-//! telemetry, `PACER=off` so the figures are the server's and not the pacer's warm-up). Its CPU
-//! (utime + stime) and RSS are read from `/proc/<pid>/stat` and `/proc/<pid>/status` around each
-//! measured run. The client (one reqwest client, closed loop) and the mock upstream share this
+//! `polygateway serve` builds it: Prometheus recorder, in-memory governance, `--keys` virtual
+//! keys, no telemetry, `PACER=off` so the figures are the server's and not the pacer's warm-up).
+//! Its CPU (utime + stime) and RSS are read from `/proc/<pid>/stat` and `/proc/<pid>/status`
+//! around each measured run. The client (one reqwest client, closed loop) and the mock upstream share this
 //! process; all three share the machine's cores.
 //!
 //! ```text

@@ -3,9 +3,20 @@
 //! `Debug`. Each key names its tenant (telemetry `tenant_id`), the scopes it may use and its
 //! optional request-rate and concurrency limits. Not the enforcement of those limits: that is
 //! [`super::limits`], through the runtime's limiter backend.
+//!
+//! Every key has a salt of its own, so a presented string can only be checked against a key by
+//! hashing it with that key's salt: finding which key it is, among all of them, costs one
+//! SHA-256 per configured key. A thousand keys doubled the server's CPU per request that way
+//! (`examples/server_bench --keys 1000`). So a string that verified once is remembered by a keyed
+//! hash of it (SipHash under a key drawn at start, so nobody outside can aim at an entry): its
+//! next request checks that one key (one SHA-256, still compared in constant time) and searches
+//! only if that fails. The memory holds a `u64` and an index per key that was used, never the
+//! string.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasher, RandomState};
 use std::path::Path;
+use std::sync::RwLock;
 use std::time::Duration;
 
 use rand::RngCore;
@@ -51,6 +62,8 @@ pub fn hash_key(key: &str) -> String {
 }
 
 fn digest(salt: &[u8], key: &str) -> [u8; 32] {
+    #[cfg(test)]
+    tests::DIGESTS.with(|n| n.set(n.get() + 1));
     let mut h = Sha256::new();
     h.update(salt);
     h.update(key.as_bytes());
@@ -269,9 +282,21 @@ struct KeyEntry {
 ///     .unwrap_err();
 /// assert!(err.to_string().contains("name"), "{err}");
 /// ```
-#[derive(Debug)]
 pub struct KeyStore {
     keys: Vec<VirtualKey>,
+    /// Which key a presented string verified as, by `hint_hasher`'s hash of the string: at most
+    /// one entry per key (module docs).
+    hints: RwLock<HashMap<u64, usize>>,
+    hint_hasher: RandomState,
+}
+
+/// The keys, not the hints (keyed hashes of secrets).
+impl std::fmt::Debug for KeyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyStore")
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KeyStore {
@@ -398,12 +423,17 @@ impl KeyStore {
                 hash,
             });
         }
-        Ok(Self { keys })
+        Ok(Self {
+            keys,
+            hints: RwLock::default(),
+            hint_hasher: RandomState::new(),
+        })
     }
 
-    /// The key `presented` is, if any. Every configured key is hashed and compared in constant
-    /// time, whichever matches, so the time taken says nothing about which key or how much of
-    /// it was right.
+    /// The key `presented` is, if any. A string that verified before is checked against its key
+    /// first (module docs); any other is hashed with every configured key's salt and compared
+    /// in constant time, whichever matches, so the time a wrong key takes says nothing about
+    /// which key it was near or how much of it was right.
     ///
     /// ```
     /// use polygateway::server::{hash_key, KeyStore};
@@ -417,13 +447,31 @@ impl KeyStore {
     /// assert!(keys.authenticate("").is_none());
     /// ```
     pub fn authenticate(&self, presented: &str) -> Option<&VirtualKey> {
-        let mut found: Option<&VirtualKey> = None;
-        for key in &self.keys {
+        let hint = self.hint_hasher.hash_one(presented);
+        let hinted = (self.hints.read().unwrap_or_else(|e| e.into_inner()))
+            .get(&hint)
+            .copied();
+        if let Some(index) = hinted {
+            // A hint is only where to look: the key's own hash decides.
+            let key = &self.keys[index];
             if bool::from(key.matches(presented)) {
-                found = Some(key);
+                return Some(key);
             }
         }
-        found
+        let mut found: Option<usize> = None;
+        for (index, key) in self.keys.iter().enumerate() {
+            if bool::from(key.matches(presented)) {
+                found = Some(index);
+            }
+        }
+        let index = found?;
+        let mut hints = self.hints.write().unwrap_or_else(|e| e.into_inner());
+        // One entry per key: a second string verifying as the same key would take a SHA-256
+        // collision, and the bound holds even then.
+        if hints.len() < self.keys.len() {
+            hints.insert(hint, index);
+        }
+        Some(&self.keys[index])
     }
 
     /// Every key (the status page lists their spend budgets).
@@ -463,6 +511,78 @@ fn parse_hash(stored: &str) -> Option<(Vec<u8>, [u8; 32])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// SHA-256 digests taken on this thread: what authenticating cost.
+        pub(super) static DIGESTS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn digests_for(f: impl FnOnce()) -> usize {
+        let before = DIGESTS.with(Cell::get);
+        f();
+        DIGESTS.with(Cell::get) - before
+    }
+
+    fn store(n: usize) -> KeyStore {
+        let entries: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    r#"{{"name": "k{i}", "hash": "{}", "scopes": ["*"]}}"#,
+                    hash_key(&format!("pgw-{i}"))
+                )
+            })
+            .collect();
+        KeyStore::from_json(&format!(r#"{{"keys": [{}]}}"#, entries.join(","))).unwrap()
+    }
+
+    fn hints(keys: &KeyStore) -> usize {
+        keys.hints.read().unwrap().len()
+    }
+
+    /// A key is searched for once: from its second request on it costs one digest, not one per
+    /// configured key. A wrong key always costs one per configured key and is not remembered.
+    #[test]
+    fn a_key_that_verified_is_checked_alone_the_next_time() {
+        let keys = store(50);
+        let first = digests_for(|| assert_eq!(keys.authenticate("pgw-31").unwrap().name(), "k31"));
+        assert_eq!(first, 50);
+        let again = digests_for(|| assert_eq!(keys.authenticate("pgw-31").unwrap().name(), "k31"));
+        assert_eq!(again, 1);
+        for _ in 0..2 {
+            let wrong = digests_for(|| assert!(keys.authenticate("pgw-31 ").is_none()));
+            assert_eq!(wrong, 50);
+        }
+        assert_eq!(hints(&keys), 1);
+    }
+
+    /// A hint is only where to look first: one that points at another key (a collision of the
+    /// keyed hash) costs one digest more and the search still finds the right key, or none.
+    #[test]
+    fn a_hint_that_does_not_verify_is_only_a_detour() {
+        let keys = store(3);
+        let hint_of = |s: &str| keys.hint_hasher.hash_one(s);
+        keys.hints.write().unwrap().insert(hint_of("pgw-2"), 0);
+        keys.hints.write().unwrap().insert(hint_of("pgw-wrong"), 1);
+        let found = digests_for(|| assert_eq!(keys.authenticate("pgw-2").unwrap().name(), "k2"));
+        assert_eq!(found, 1 + 3);
+        assert!(keys.authenticate("pgw-wrong").is_none());
+        // The detour is mended: the next request of that key goes straight to it.
+        let again = digests_for(|| assert_eq!(keys.authenticate("pgw-2").unwrap().name(), "k2"));
+        assert_eq!(again, 1);
+    }
+
+    /// The hints never outnumber the keys, even when entries that no key would make fill them.
+    #[test]
+    fn the_hints_are_bounded_by_the_keys() {
+        let keys = store(2);
+        let hint_of = |s: &str| keys.hint_hasher.hash_one(s);
+        keys.hints.write().unwrap().insert(hint_of("x"), 0);
+        keys.hints.write().unwrap().insert(hint_of("y"), 1);
+        assert_eq!(keys.authenticate("pgw-0").unwrap().name(), "k0");
+        assert_eq!(hints(&keys), 2);
+        assert!(!format!("{keys:?}").contains("hints"));
+    }
 
     #[test]
     fn a_stored_hash_verifies_only_its_key() {
