@@ -541,6 +541,12 @@ mod tests {
         keys.hints.read().unwrap().len()
     }
 
+    /// Points `presented`'s hint at the key at `index`, as a collision of the keyed hash would.
+    fn point(keys: &KeyStore, presented: &str, index: usize) {
+        let hint = keys.hint_hasher.hash_one(presented);
+        keys.hints.write().unwrap().insert(hint, index);
+    }
+
     /// A key is searched for once: from its second request on it costs one digest, not one per
     /// configured key. A wrong key always costs one per configured key and is not remembered.
     #[test]
@@ -562,9 +568,8 @@ mod tests {
     #[test]
     fn a_hint_that_does_not_verify_is_only_a_detour() {
         let keys = store(3);
-        let hint_of = |s: &str| keys.hint_hasher.hash_one(s);
-        keys.hints.write().unwrap().insert(hint_of("pgw-2"), 0);
-        keys.hints.write().unwrap().insert(hint_of("pgw-wrong"), 1);
+        point(&keys, "pgw-2", 0);
+        point(&keys, "pgw-wrong", 1);
         let found = digests_for(|| assert_eq!(keys.authenticate("pgw-2").unwrap().name(), "k2"));
         assert_eq!(found, 1 + 3);
         assert!(keys.authenticate("pgw-wrong").is_none());
@@ -578,13 +583,13 @@ mod tests {
     #[test]
     fn the_hints_are_bounded_by_the_keys() {
         let keys = store(2);
-        let hint_of = |s: &str| keys.hint_hasher.hash_one(s);
-        keys.hints.write().unwrap().insert(hint_of("x"), 0);
-        keys.hints.write().unwrap().insert(hint_of("y"), 1);
+        point(&keys, "x", 0);
+        point(&keys, "y", 1);
         assert_eq!(keys.authenticate("pgw-0").unwrap().name(), "k0");
         assert_eq!(hints(&keys), 2);
-        keys.hints.write().unwrap().remove(&hint_of("x"));
-        keys.hints.write().unwrap().insert(hint_of("pgw-1"), 0);
+        let x = keys.hint_hasher.hash_one("x");
+        keys.hints.write().unwrap().remove(&x);
+        point(&keys, "pgw-1", 0);
         let detour = digests_for(|| assert_eq!(keys.authenticate("pgw-1").unwrap().name(), "k1"));
         assert_eq!(detour, 1 + 2);
         let again = digests_for(|| assert_eq!(keys.authenticate("pgw-1").unwrap().name(), "k1"));
