@@ -318,6 +318,17 @@ impl ProviderProfile {
         }
     }
 
+    /// The wire protocol of a source of this provider: its `DIALECT` when set, else ours.
+    pub(crate) fn dialect_for(&self, configured: Option<Dialect>) -> Dialect {
+        configured.unwrap_or(self.dialect)
+    }
+
+    /// The structured mode a source of this provider starts typed calls in: its
+    /// `STRUCTURED_MODE` when set, else [`Self::structured_mode`].
+    pub(crate) fn structured_mode_for(&self, configured: Option<StructuredMode>) -> StructuredMode {
+        configured.unwrap_or_else(|| self.structured_mode())
+    }
+
     /// The fallback for providers without an entry: no thinking switch, reasoning from either
     /// form, no native JSON schema.
     ///

@@ -337,8 +337,7 @@ impl SourceSettings {
         &self,
         profile: &crate::provider::ProviderProfile,
     ) -> crate::structured::StructuredMode {
-        self.structured_mode
-            .unwrap_or_else(|| profile.structured_mode())
+        profile.structured_mode_for(self.structured_mode)
     }
 
     /// The wire protocol this source speaks: `DIALECT` when set, else its provider's.
@@ -357,7 +356,7 @@ impl SourceSettings {
         &self,
         profile: &crate::provider::ProviderProfile,
     ) -> crate::provider::Dialect {
-        self.dialect.unwrap_or(profile.dialect)
+        profile.dialect_for(self.dialect)
     }
 }
 

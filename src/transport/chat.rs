@@ -155,7 +155,7 @@ impl ChatTransport {
     }
 
     fn with_pool(config: Arc<TransportConfig>, profile: ProviderProfile, pool: SourcePool) -> Self {
-        let dialect = config.effective_dialect(&profile);
+        let dialect = profile.dialect_for(config.dialect);
         let mut gemini = None;
         let endpoint = match dialect {
             Dialect::Anthropic => JsonEndpoint::with_credentials(
@@ -175,7 +175,10 @@ impl ChatTransport {
             }
             _ => JsonEndpoint::new(&config, pool, "chat/completions"),
         };
-        let mode = SourceMode::new(&config.name, config.effective_structured_mode(&profile));
+        let mode = SourceMode::new(
+            &config.name,
+            profile.structured_mode_for(config.structured_mode),
+        );
         Self {
             config,
             profile,

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::config::{redact_dsn, MissingDone, Secret, SourceSettings};
-use crate::provider::{Dialect, ProviderProfile};
+use crate::provider::Dialect;
 use crate::structured::StructuredMode;
 
 /// The configuration of one source's transport (chat, embeddings or OCR): a source's settings
@@ -96,20 +96,6 @@ impl From<&SourceSettings> for TransportConfig {
             pool_idle_timeout: s.pool_idle_timeout,
             extra_body: s.extra_body.clone(),
         }
-    }
-}
-
-impl TransportConfig {
-    /// The wire protocol this source speaks: `dialect` when set, else its provider's.
-    pub(crate) fn effective_dialect(&self, profile: &ProviderProfile) -> Dialect {
-        self.dialect.unwrap_or(profile.dialect)
-    }
-
-    /// The structured mode typed calls start in: `structured_mode` when set, else the strongest
-    /// mode of the provider's profile.
-    pub(crate) fn effective_structured_mode(&self, profile: &ProviderProfile) -> StructuredMode {
-        self.structured_mode
-            .unwrap_or_else(|| profile.structured_mode())
     }
 }
 
@@ -212,15 +198,18 @@ mod tests {
         s.provider = "anthropic".into();
         let profile = registry.get(&s.provider);
         let c = TransportConfig::from(&s);
-        assert_eq!(c.effective_dialect(profile), s.effective_dialect(profile));
+        assert_eq!(profile.dialect_for(c.dialect), s.effective_dialect(profile));
         assert_eq!(
-            c.effective_structured_mode(profile),
+            profile.structured_mode_for(c.structured_mode),
             s.effective_structured_mode(profile)
         );
         s.dialect = Some(Dialect::OpenAi);
         s.structured_mode = Some(StructuredMode::Prompt);
         let c = TransportConfig::from(&s);
-        assert_eq!(c.effective_dialect(profile), Dialect::OpenAi);
-        assert_eq!(c.effective_structured_mode(profile), StructuredMode::Prompt);
+        assert_eq!(profile.dialect_for(c.dialect), Dialect::OpenAi);
+        assert_eq!(
+            profile.structured_mode_for(c.structured_mode),
+            StructuredMode::Prompt
+        );
     }
 }

@@ -184,7 +184,7 @@ impl EmbeddingTransport {
     ) -> Self {
         let config = Arc::new(config);
         let pool = SourcePool::built(&config);
-        let dialect = config.effective_dialect(profile);
+        let dialect = profile.dialect_for(config.dialect);
         Self::with_pool(config, pool, dialect, expected_dim)
     }
 

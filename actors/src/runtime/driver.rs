@@ -75,13 +75,6 @@ pub(crate) trait CallEffects<T: Transport> {
     ) -> impl Future<Output = Result<Selection<T>, String>>;
     /// The source's breaker, then the six gates.
     fn admit(&self, request: AdmitRequest) -> impl Future<Output = AdmitAnswer>;
-    /// Run the attempt on the source's transport.
-    fn send<'a>(
-        &'a self,
-        source: &'a SourceShared<T>,
-        request: &'a T::Request,
-        events: Option<&'a EventSink<T::Event>>,
-    ) -> impl Future<Output = Result<T::Response, T::Error>> + 'a;
     /// Settle the permit (breaker verdict, tokens, release, progress). With `answer`, return
     /// the pending answer of the breaker state it leaves. Never awaits: a cancelled attempt
     /// settles from `Drop`.
@@ -892,7 +885,7 @@ async fn attempt_once<T: Transport, E: CallEffects<T>>(
         .as_ref()
         .map_or(0, |p| p.attempt.lease.est_tokens);
     let sent = effects.now();
-    let result = effects.send(&source, request, events).await;
+    let result = source.transport.send(request, events).await;
     let ended = effects.now();
     let elapsed = ended.saturating_duration_since(guard.started);
     let verdict = match &result {

@@ -11,7 +11,6 @@
 //! (retry, switch, backoff, wait, stall, the `retry_after` hint) is made by the sans-I/O
 //! `CallMachine`.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,15 +87,6 @@ impl<T: Transport> CallEffects<T> for ScopeInner<T> {
         self.admission.door()?.admit(request).await
     }
 
-    fn send<'a>(
-        &'a self,
-        source: &'a SourceShared<T>,
-        request: &'a T::Request,
-        events: Option<&'a EventSink<T::Event>>,
-    ) -> impl Future<Output = Result<T::Response, T::Error>> + 'a {
-        source.transport.send(request, events)
-    }
-
     fn settle(
         &self,
         permit: Permit,
@@ -153,7 +143,9 @@ impl<T: Transport> CallEffects<T> for ScopeInner<T> {
 }
 
 impl<T: Transport> ScopeInner<T> {
-    /// Run one governed call through the driver with the production effects.
+    /// Run one governed call through the driver with the production effects. Here rather than
+    /// in `Scope::call`: the driver reads `scope`'s types, so `scope` naming the driver would
+    /// make an import cycle (`tests/import_cycles.rs`).
     pub(crate) async fn run(
         &self,
         request: &T::Request,

@@ -1,7 +1,6 @@
 //! The simulator's [`CallEffects`] ([`SimCall`]): what the production driver asks of a call —
 //! selection, admission, send, settlement, waits — answered over the world in virtual time.
 
-use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +12,6 @@ use crate::policy::wait_queue::Priority;
 use crate::ports::attempt::{AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerStatus};
 use crate::ports::breaker::{BreakerBackend, BreakerState};
 use crate::ports::gate::GateBackend;
-use crate::ports::transport::{EventSink, Transport};
 use crate::ports::BackendError;
 use crate::runtime::admission::{AdmitAnswer, AdmitRequest, Permit};
 use crate::runtime::driver::CallEffects;
@@ -24,10 +22,9 @@ use crate::runtime::{ScopeConfig, SourceShared};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use super::faults::SimError;
 use super::params::{ms, SCOPE};
 use super::sleep::Sleep;
-use super::transport::{SimRequest, SimTransport};
+use super::transport::SimTransport;
 use super::world::World;
 /// The simulator's effects for one call.
 pub(super) struct SimCall {
@@ -254,15 +251,6 @@ impl CallEffects<SimTransport> for SimCall {
         }
         state.trace_event(call, || format!("{answer:?}"));
         answer
-    }
-
-    fn send<'a>(
-        &'a self,
-        source: &'a SourceShared<SimTransport>,
-        request: &'a SimRequest,
-        events: Option<&'a EventSink<u64>>,
-    ) -> impl Future<Output = Result<(), SimError>> + 'a {
-        source.transport.send(request, events)
     }
 
     fn settle(
