@@ -10,9 +10,9 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use futures::StreamExt;
 use polygateway::ports::Transport;
 use polygateway::provider::ProviderRegistry;
-use polygateway::testkit::{source_settings, Behaviour, MockUpstream};
 use polygateway::transport::{ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::Message;
+use polygateway_testkit::{source_settings, Behaviour, MockUpstream};
 use serde_json::json;
 
 /// A 200-chunk streamed answer (multi-byte text every seventh chunk) read through

@@ -3,15 +3,15 @@
 //! `retry_after_s`, the way a job queue would reschedule them.
 //!
 //! ```text
-//! cargo run --release --features testkit --example batch -- [--items N] [--concurrency C]
+//! cargo run --release --example batch -- [--items N] [--concurrency C]
 //! ```
 
 use std::time::Instant;
 
 use futures::StreamExt;
 use polygateway::config::ScopeKind;
-use polygateway::testkit::demo::settings_or_mock;
 use polygateway::{CallOptions, Gateway, Message};
+use polygateway_testkit::demo::settings_or_mock;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -5,7 +5,7 @@
 //! phase:
 //!
 //! - `goodput`: N items against two mocks that serve 64 requests at once each in `service_ms`
-//!   and queue the rest (`testkit::capacity::Scenario::queueing`): goodput against their
+//!   and queue the rest (`polygateway_testkit::capacity::Scenario::queueing`): goodput against their
 //!   capacity, the child's peak RSS (`VmHWM`), wall time.
 //! - `kill_resume`: the same job with SQLite telemetry and a pricing table, SIGKILLed once about
 //!   half of it is journalled, then run again: every `custom_id` exactly once in the output, no
@@ -15,7 +15,7 @@
 //!   the child's peak RSS.
 //!
 //! ```text
-//! cargo build --release --features testkit --example batch_bench
+//! cargo build --release --example batch_bench
 //! target/release/examples/batch_bench [--items 100000] [--service-ms 200] [--million 1000000] [--phases goodput,kill_resume,million_lines]
 //! ```
 
@@ -29,10 +29,10 @@ use clap::Parser;
 use futures::StreamExt;
 use polygateway::batch::BatchOptions;
 use polygateway::config::Settings;
-use polygateway::testkit::capacity::Scenario;
-use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
-use polygateway::testkit::mock_env;
 use polygateway::Gateway;
+use polygateway_testkit::capacity::Scenario;
+use polygateway_testkit::mock_capacity::{CapacityMock, Regime};
+use polygateway_testkit::mock_env;
 use serde_json::{json, Value};
 use tokio::io::AsyncBufReadExt;
 

@@ -15,7 +15,7 @@
 //! 0.95× the pacer-off run's).
 //!
 //! ```text
-//! cargo run --release --features testkit --example capacity -- [--seconds 10] [--callers 1024] [--pacer adaptive|aimd|off] [--no-headers]
+//! cargo run --release --example capacity -- [--seconds 10] [--callers 1024] [--pacer adaptive|aimd|off] [--no-headers]
 //! ```
 //!
 //! Prints one JSON line per scenario. The mocks run in the same process on the same cores.
@@ -23,7 +23,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use polygateway::testkit::capacity::{run_cold_start, run_scenario, Scenario};
+use polygateway_testkit::capacity::{run_cold_start, run_scenario, Scenario};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -97,8 +97,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         let median =
-            |runs: &[polygateway::testkit::capacity::ColdStartReport],
-             f: fn(&polygateway::testkit::capacity::ColdStartReport) -> f64| {
+            |runs: &[polygateway_testkit::capacity::ColdStartReport],
+             f: fn(&polygateway_testkit::capacity::ColdStartReport) -> f64| {
                 let mut v: Vec<f64> = runs.iter().map(f).collect();
                 v.sort_by(f64::total_cmp);
                 v.get(v.len() / 2).copied().unwrap_or(0.0)

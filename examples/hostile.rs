@@ -17,7 +17,7 @@
 //!   the point of the cap) one after the other, without pause.
 //!
 //! ```text
-//! cargo run --release --features server,testkit --example hostile -- [--flood 25000] [--slow 2000]
+//! cargo run --release --features server --example hostile -- [--flood 25000] [--slow 2000]
 //! ```
 //!
 //! One JSON line per phase: `baseline` (the client alone), `half_open_flood`, `slow_body`; each
@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use polygateway::config::Settings;
 use polygateway::server::{hash_key, install_metrics_recorder, KeyStore, Server};
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Gateway;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -15,7 +15,7 @@
 //! The last line is one JSON object.
 //!
 //! ```text
-//! cargo run --release --features testkit,redis --example multi_process -- --processes 4
+//! cargo run --release --features redis --example multi_process -- --processes 4
 //! ```
 
 use std::collections::BTreeMap;
@@ -24,9 +24,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use polygateway::config::Settings;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::types::Priority;
 use polygateway::{CallOptions, Gateway, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 

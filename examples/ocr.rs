@@ -1,14 +1,14 @@
 //! OCR through the governed path: text transcription, layout parsing, per-source health.
 //!
 //! ```text
-//! cargo run --features testkit --example ocr -- [path/to/page.png]
+//! cargo run --example ocr -- [path/to/page.png]
 //! ```
 //!
 //! With `OCR__…` sources configured it calls them; otherwise the built-in MonkeyOCR mock.
 
 use polygateway::config::ScopeKind;
-use polygateway::testkit::demo::settings_or_mock;
 use polygateway::{CallOptions, Gateway};
+use polygateway_testkit::demo::settings_or_mock;
 
 /// A PNG signature with a minimal header: enough for the mock (a real service needs a real page).
 const DEMO_PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR demo page";

@@ -4,12 +4,15 @@
 //! success rate and the invariants; the last line is one JSON object.
 //!
 //! ```text
-//! cargo run --release --features testkit,redis --example ocr_soak -- --calls 1500 --processes 3
+//! cargo run --release --features redis --example ocr_soak -- --calls 1500 --processes 3
 //! ```
 
 use std::process::Stdio;
 
-use polygateway::testkit::ocr_soak::{run_worker, verdict, OcrPool, WorkerConfig, WorkerReport};
+use polygateway::config::Secret;
+use polygateway::redis::{RedisBreakers, RedisGate, RedisGovernance};
+use polygateway::GatewayBuilder;
+use polygateway_testkit::ocr_soak::{run_worker, verdict, OcrPool, WorkerConfig, WorkerReport};
 
 const WORKER_ENV: &str = "PGW_OCR_SOAK_WORKER";
 const USAGE: &str = "usage: ocr_soak [--calls N] [--processes P] [--concurrency C]";
@@ -18,7 +21,9 @@ const USAGE: &str = "usage: ocr_soak [--calls N] [--processes P] [--concurrency 
 async fn main() {
     if let Ok(config) = std::env::var(WORKER_ENV) {
         let config: WorkerConfig = serde_json::from_str(&config).expect("worker config");
-        let report = run_worker(&config).await.expect("worker runs");
+        let report = run_worker(&config, GatewayBuilder::redis_key_prefix)
+            .await
+            .expect("worker runs");
         println!("{}", serde_json::to_string(&report).unwrap());
         return;
     }
@@ -81,9 +86,16 @@ async fn main() {
             }
         }
     }
-    let v = verdict(&reports, &redis_url, &key_prefix, &pool.sources)
+    // What the workers left in Redis, read through the same governance they shared.
+    let redis = RedisGovernance::connect(&Secret::new(&redis_url), &key_prefix)
         .await
         .expect("Redis is reachable for the verdict");
+    let gate = RedisGate::new(redis.clone());
+    let breakers = RedisBreakers::new(redis.clone());
+    let v = verdict(&reports, &gate, &breakers, &pool.sources)
+        .await
+        .expect("Redis is reachable for the verdict");
+    redis.close().await;
     println!("attempts per source: {:?}", v.attempts);
     println!("breaker openings:    {:?}", v.breaker_opens);
     println!(

@@ -23,8 +23,8 @@
 //! would add if its finish and every contention were free (a sum of medians: an estimate).
 //!
 //! ```text
-//! cargo run --release --example overhead --features testkit,redis -- [--calls N] [--concurrency 1,64,256] [--rounds 3]
-//! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example overhead --features testkit,redis
+//! cargo run --release --example overhead --features redis -- [--calls N] [--concurrency 1,64,256] [--rounds 3]
+//! REDIS_URL=redis://127.0.0.1:6390 cargo run --release --example overhead --features redis
 //! ```
 //!
 //! Each configuration runs `--rounds` times (default 3), the direct calls and every variant
@@ -52,8 +52,8 @@ use polygateway::ports::{
     GateRequest, Limits,
 };
 use polygateway::redis::{RedisAttempts, RedisGate, RedisGovernance};
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, ChatEvent, Gateway, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use process_cpu::process_cpu_s;
 use serde_json::{json, Value};
 

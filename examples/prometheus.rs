@@ -5,12 +5,12 @@
 //! service, serve `handle.render()` on `/metrics` instead (see `examples/service.rs` for axum).
 //!
 //! ```text
-//! cargo run --features testkit --example prometheus
+//! cargo run --example prometheus
 //! ```
 
 use polygateway::config::Settings;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{Gateway, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 #[tokio::main]
 async fn main() {
@@ -19,7 +19,7 @@ async fn main() {
         .expect("install the Prometheus recorder");
     let healthy = MockUpstream::start(Behaviour::healthy()).await;
     let failing = MockUpstream::start(Behaviour::ServerError(503)).await;
-    let mut env = polygateway::testkit::mock_env();
+    let mut env = polygateway_testkit::mock_env();
     env.insert("LLM__RETRY__BACKOFF_BASE_S".into(), "0.01".into());
     for (name, mock) in [("HEALTHY", &healthy), ("FAILING", &failing)] {
         env.insert(format!("LLM__{name}__1__BASE_URL"), mock.base_url());

@@ -1,15 +1,15 @@
 //! The three lines: build from the environment, call, shut down.
 //!
 //! ```text
-//! cargo run --features testkit --example quickstart
+//! cargo run --example quickstart
 //! ```
 //!
 //! With `LLM__…` sources in the environment or `.env` it calls them; otherwise it starts the
 //! built-in mock upstream and calls that.
 
 use polygateway::config::ScopeKind;
-use polygateway::testkit::demo::settings_or_mock;
 use polygateway::{Gateway, Message};
+use polygateway_testkit::demo::settings_or_mock;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -9,7 +9,7 @@
 //! process; all three share the machine's cores.
 //!
 //! ```text
-//! cargo run --release --features server,testkit,jemalloc --example server_bench -- [--calls 20000] [--concurrency 1,64]
+//! cargo run --release --features server,jemalloc --example server_bench -- [--calls 20000] [--concurrency 1,64]
 //!     [--ingress-rounds 5] [--ingress-calls 4000] [--only overhead|ingress|sweep] [--keys 1]
 //! ```
 //!
@@ -46,8 +46,8 @@ use clap::Parser;
 use futures::StreamExt;
 use polygateway::config::Settings;
 use polygateway::server::{hash_key, install_metrics_recorder, KeyStore, Server};
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Gateway;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use serde_json::{json, Value};
 
 /// The `polygateway` binary's allocator, with the feature of that name (ARCHITECTURE.md, "The

@@ -2,8 +2,8 @@
 //! relay, `/healthz` backed by the runtime, Prometheus `/metrics`, graceful shutdown.
 //!
 //! ```text
-//! cargo run --features testkit,server --example service                 # serve on 127.0.0.1:8080 until Ctrl-C or SIGTERM
-//! cargo run --features testkit,server --example service -- --self-test  # serve on a random port, exercise it, exit
+//! cargo run --features server --example service                 # serve on 127.0.0.1:8080 until Ctrl-C or SIGTERM
+//! cargo run --features server --example service -- --self-test  # serve on a random port, exercise it, exit
 //! ```
 //!
 //! With no `LLM__…` sources in the environment it serves against the built-in mock upstream, so it
@@ -38,9 +38,9 @@ use axum::Router;
 use futures::{Stream, StreamExt};
 use polygateway::config::ScopeKind;
 use polygateway::ports::BreakerState;
-use polygateway::testkit::demo::settings_or_mock;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message, UnavailableReason};
+use polygateway_testkit::demo::settings_or_mock;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use serde::Deserialize;
 use serde_json::json;
 

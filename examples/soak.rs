@@ -6,12 +6,12 @@
 //! 127.0.0.1 only; the run is bounded and stops by itself.
 //!
 //! ```text
-//! cargo run --release --features testkit --example soak -- --calls 8000 --concurrency 64 --seed 7
+//! cargo run --release --example soak -- --calls 8000 --concurrency 64 --seed 7
 //! ```
 
 use std::path::PathBuf;
 
-use polygateway::testkit::soak::{run_soak, SoakConfig};
+use polygateway_testkit::soak::{run_soak, SoakConfig};
 
 const USAGE: &str =
     "usage: soak [--calls N] [--concurrency C] [--seed S] [--telemetry-sqlite PATH]";

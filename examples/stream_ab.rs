@@ -10,7 +10,7 @@
 //! is the runtime.
 //!
 //! ```text
-//! cargo run --release --features testkit --example stream_ab -- [--calls N] [--rounds R] [--source-limit L]
+//! cargo run --release --example stream_ab -- [--calls N] [--rounds R] [--source-limit L]
 //! ```
 //!
 //! The same answer also comes as Anthropic's event stream (`message_start`, four `text_delta`s,
@@ -216,7 +216,7 @@ async fn main() {
     // helper and the same settings in every build this example is compiled against.
     let source_limit_value = source_limit.to_string();
     let base = format!("http://{upstream}/v1");
-    let settings = polygateway::testkit::mock_settings(
+    let settings = polygateway_testkit::mock_settings(
         &[("LLM", &base), ("CLAUDE", &base)],
         &[
             ("LLM__OPENAI__1__MAX_CONCURRENCY", &source_limit_value),

@@ -2,15 +2,15 @@
 //! validation into your type, bounded re-ask with feedback).
 //!
 //! ```text
-//! cargo run --features testkit --example structured
+//! cargo run --example structured
 //! ```
 //!
 //! Against the built-in mock the first answer is broken on purpose (prose, single quotes, a
 //! trailing comma, a wrong type) so you can see the repair and the re-ask at work.
 
 use polygateway::config::Settings;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, Gateway, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

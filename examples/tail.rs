@@ -2,7 +2,7 @@
 //! and mid-stream continuation (§5.10), on the mock.
 //!
 //! ```text
-//! cargo run --release --features testkit --example tail -- [--calls N] [--rounds R] [--seed S]
+//! cargo run --release --example tail -- [--calls N] [--rounds R] [--seed S]
 //! ```
 //!
 //! A scope of 4 sources on the built-in mock, each a DeepSeek source (whose chat prefix
@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use polygateway::config::Settings;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream, MOCK_PROMPT_TOKENS};
 use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream, MOCK_PROMPT_TOKENS};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
@@ -97,7 +97,7 @@ struct Mode {
 }
 
 fn settings(mocks: &[MockUpstream], mode: Mode) -> Settings {
-    let mut map = polygateway::testkit::mock_env();
+    let mut map = polygateway_testkit::mock_env();
     for (i, mock) in mocks.iter().enumerate() {
         let p = format!("LLM__DEEPSEEK__{}", i + 1);
         map.insert(format!("{p}__BASE_URL"), mock.base_url());

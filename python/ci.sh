@@ -24,7 +24,7 @@ fi
 # The Rust process of the cross-process tests (test_redis_shared.py, test_telemetry.py): the
 # operator CLI. `.ci/run` passes the one its nextest run just built; otherwise build it here.
 if [ -z "${PGW_TEST_CLI:-}" ]; then
-  cargo build --quiet -p polygateway --features full,testkit --bin polygateway
+  cargo build --quiet -p polygateway --features full --bin polygateway
   export PGW_TEST_CLI="$CARGO_TARGET_DIR/debug/polygateway"
 fi
 

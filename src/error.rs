@@ -116,7 +116,7 @@ impl UnavailableKind {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use polygateway::ports::SourceReason;
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// use polygateway::{Message, UnavailableKind, UnavailableReason};
 /// let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
 /// let extra = [("LLM__RETRY__MAX_ATTEMPTS", "2")];
@@ -161,7 +161,7 @@ impl Unavailable {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// use polygateway::Message;
     /// let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
     /// let extra = [("LLM__RETRY__MAX_ATTEMPTS", "1")];
@@ -461,7 +461,7 @@ impl GatewayError {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// use polygateway::Message;
     /// let mock = MockUpstream::start(Behaviour::ServerError(502)).await;
     /// let extra = [("LLM__RETRY__MAX_ATTEMPTS", "1")];

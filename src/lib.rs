@@ -13,7 +13,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::collections::BTreeMap;
 //! use polygateway::config::Settings;
-//! use polygateway::testkit::{Behaviour, MockUpstream};
+//! use polygateway_testkit::{Behaviour, MockUpstream};
 //! use polygateway::{Gateway, Message};
 //!
 //! // A built-in mock upstream stands in for an OpenAI-compatible endpoint.
@@ -42,7 +42,7 @@
 //! [`types`] for messages, options and answers; [`error`] for what reaches the caller;
 //! [`telemetry`] for the rows and their sinks; [`metrics`] for the metric names; [`ports`] and
 //! [`policy`] for the parts you can replace with your own (limiter, breaker, transport, clock,
-//! pacer, selector); [`testkit`] for the fault-injecting mock upstreams.
+//! pacer, selector). The fault-injecting mock upstreams are the `polygateway-testkit` crate.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![deny(unreachable_pub)]
@@ -71,8 +71,8 @@ pub mod server;
 pub mod structured;
 mod summary;
 pub mod telemetry;
-#[cfg(feature = "testkit")]
-pub mod testkit;
+#[cfg(test)]
+mod test_support;
 pub mod transport;
 pub mod types;
 pub mod validate;

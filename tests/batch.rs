@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use futures::StreamExt;
 use polygateway::batch::{BatchOptions, BatchResult};
-use polygateway::testkit::{mock_settings, Behaviour, MockUpstream, RecordedRequest};
 use polygateway::Gateway;
+use polygateway_testkit::{mock_settings, Behaviour, MockUpstream, RecordedRequest};
 use serde_json::{json, Value};
 
 fn chat_line(id: &str, model: &str) -> String {

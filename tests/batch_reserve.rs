@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use polygateway::config::Settings;
-use polygateway::testkit::mock_env;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::types::Priority;
 use polygateway::{CallOptions, Gateway, Message};
+use polygateway_testkit::mock_env;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 async fn gateway(mock: &MockUpstream, reserve: Option<&str>) -> Gateway {
     let mut env = mock_env();

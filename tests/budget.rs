@@ -12,8 +12,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use polygateway::config::{ConfigError, Settings};
-use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
 use polygateway::{BudgetStatus, CallOptions, Gateway, GatewayError, Message, UnavailableReason};
+use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 use server_support::*;
 
 /// The mock's healthy answer is 12 prompt + 4 completion tokens; at these prices it costs

@@ -4,8 +4,8 @@
 
 mod common;
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, GatewayError, Message, UnavailableReason};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 fn calls_total(handle: &metrics_exporter_prometheus::PrometheusHandle, outcome: &str) -> u64 {
     let series = format!(r#"pgw_calls_total{{scope="LLM",outcome="{outcome}"}}"#);

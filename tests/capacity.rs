@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use polygateway::policy::PacerSignal;
-use polygateway::testkit::capacity::{run_cold_start, run_scenario, CapacityReport, Scenario};
-use polygateway::testkit::mock_capacity::Regime;
+use polygateway_testkit::capacity::{run_cold_start, run_scenario, CapacityReport, Scenario};
+use polygateway_testkit::mock_capacity::Regime;
 
 const RUN: Duration = Duration::from_secs(4);
 

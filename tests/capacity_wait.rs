@@ -7,8 +7,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Message;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 /// `count` of the `pgw_capacity_wait_seconds` series of `reason` in scope `LLM` (0 when absent).
 fn waits_recorded(handle: &metrics_exporter_prometheus::PrometheusHandle, reason: &str) -> u64 {

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use tokio::io::AsyncBufReadExt;
 use tokio::process::Command;
 

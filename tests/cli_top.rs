@@ -4,7 +4,7 @@
 
 mod server_support;
 
-use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 use server_support::*;
 use tokio::process::Command;
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream, MOCK_CONTENT};
 use polygateway::{Gateway, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream, MOCK_CONTENT};
 
 const CALLS: usize = 2_000;
 const CONCURRENCY: usize = 64;

@@ -12,9 +12,9 @@ use std::time::Duration;
 use common::{gateway, source, wait_idle};
 use futures::StreamExt;
 use polygateway::config::Settings;
-use polygateway::testkit::mock_anthropic::{AnthropicFault, MockAnthropic, MOCK_ANTHROPIC_KEY};
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream, MOCK_PROMPT_TOKENS};
 use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, LlmResponse, Message};
+use polygateway_testkit::mock_anthropic::{AnthropicFault, MockAnthropic, MOCK_ANTHROPIC_KEY};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream, MOCK_PROMPT_TOKENS};
 
 const ANSWER: &str = "one two three four five six seven eight";
 const PROMPT: &str = "count to eight, please";
@@ -246,7 +246,7 @@ async fn a_caller_gone_mid_continuation_leaves_nothing_held() {
 
 /// A scope `LLM` of Anthropic sources on the mocks (the first picked first).
 async fn anthropic(mocks: &[&MockAnthropic]) -> Gateway {
-    let mut env: BTreeMap<String, String> = polygateway::testkit::mock_env();
+    let mut env: BTreeMap<String, String> = polygateway_testkit::mock_env();
     for (i, mock) in mocks.iter().enumerate() {
         let source = format!("LLM__ANTHROPIC__{}", i + 1);
         env.insert(format!("{source}__BASE_URL"), mock.base_url());
@@ -301,7 +301,7 @@ async fn anthropic_continues_a_prefill_without_its_trailing_whitespace_and_usage
 
 #[tokio::test]
 async fn a_gemini_stream_cut_is_continued_on_a_prefix_completion_source() {
-    use polygateway::testkit::mock_gemini::{GeminiFault, MockGemini, MOCK_GEMINI_KEY};
+    use polygateway_testkit::mock_gemini::{GeminiFault, MockGemini, MOCK_GEMINI_KEY};
     let gemini = MockGemini::start().await;
     gemini.script(ANSWER, None, None, None);
     let deepseek = MockUpstream::start(eight_deltas(ANSWER)).await;

@@ -4,8 +4,8 @@ mod common;
 
 use std::time::Duration;
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, GatewayError, Message, Structured};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 fn cached(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
     let mut keys = vec![
@@ -256,7 +256,7 @@ async fn a_mixed_scope_sends_each_source_the_strongest_mode_it_supports() {
     let openai = MockUpstream::start(Behaviour::healthy_with(answer)).await;
     let deepseek = MockUpstream::start(Behaviour::healthy_with(answer)).await;
     let proxy = MockUpstream::start(Behaviour::healthy_with(answer)).await;
-    let settings = polygateway::testkit::mock_sources_settings(
+    let settings = polygateway_testkit::mock_sources_settings(
         &[
             ("LLM", "openai", &openai.base_url()),
             ("LLM", "deepseek", &deepseek.base_url()),
@@ -460,7 +460,7 @@ async fn an_abruptly_closed_stream_is_salvaged_but_never_cached() {
     assert!(salvaged.truncated);
     assert_eq!(
         salvaged.content,
-        polygateway::testkit::mock_llm::MOCK_CONTENT
+        polygateway_testkit::mock_llm::MOCK_CONTENT
     );
     assert_eq!(salvaged.usage_source, polygateway::UsageSource::Estimated);
     let next = gw.chat(vec![Message::user("q")]).await.unwrap();

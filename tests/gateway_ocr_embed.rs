@@ -1,15 +1,15 @@
 //! Embeddings and OCR through the same governed call path as chat (docs/behaviour.md §7.3, §7.4).
 
 use polygateway::config::Settings;
-use polygateway::testkit::mock_llm::{mock_embedding, Behaviour, MockUpstream};
-use polygateway::testkit::mock_ocr::fixture::{SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE, SAMPLE_TEXT};
-use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
 use polygateway::{CallOptions, Gateway, GatewayError, UsageSource};
+use polygateway_testkit::mock_llm::{mock_embedding, Behaviour, MockUpstream};
+use polygateway_testkit::mock_ocr::fixture::{SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE, SAMPLE_TEXT};
+use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body";
 
 async fn gateway(pairs: Vec<(String, String)>, scope: &str) -> Gateway {
-    let mut map = polygateway::testkit::mock_env();
+    let mut map = polygateway_testkit::mock_env();
     map.extend(pairs);
     Gateway::from_settings(Settings::from_map(&map).unwrap(), scope)
         .await

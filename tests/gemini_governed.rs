@@ -12,14 +12,14 @@ use std::time::Duration;
 use polygateway::config::{Secret, Settings};
 use polygateway::ports::{FailureClass, SourceReason, Transport};
 use polygateway::provider::Dialect;
-use polygateway::testkit::mock_anthropic::{MockAnthropic, MOCK_ANTHROPIC_KEY};
-use polygateway::testkit::mock_gemini::{
-    embedding, GeminiFault, MockGemini, EMBEDDING_DIM, MOCK_GEMINI_KEY,
-};
-use polygateway::testkit::{mock_env, source_settings, Behaviour, MockUpstream};
 use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
 use polygateway::transport::TransportConfig;
 use polygateway::{CallOptions, Gateway, GatewayError, LlmResponse, Message, Tool, UsageSource};
+use polygateway_testkit::mock_anthropic::{MockAnthropic, MOCK_ANTHROPIC_KEY};
+use polygateway_testkit::mock_gemini::{
+    embedding, GeminiFault, MockGemini, EMBEDDING_DIM, MOCK_GEMINI_KEY,
+};
+use polygateway_testkit::{mock_env, source_settings, Behaviour, MockUpstream};
 use serde_json::json;
 
 /// A scope `scope` with one Gemini source on `mock` (model `model`), and `extra` keys.

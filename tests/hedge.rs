@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{gateway, wait_idle};
 use futures::StreamExt;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, ChatEvent, Gateway, Message, SourceSnapshot};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 fn slow(ttft: Duration, content: &str) -> Behaviour {
     Behaviour::Healthy {

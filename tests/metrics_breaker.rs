@@ -6,8 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{Message, UnavailableReason};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 /// The value of the series whose line starts with `series` (labels included), if rendered.
 fn value(text: &str, series: &str) -> Option<f64> {

@@ -2,8 +2,8 @@
 
 mod common;
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Message;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 #[tokio::test]
 async fn governed_calls_emit_the_documented_metrics() {

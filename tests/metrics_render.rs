@@ -4,8 +4,8 @@
 
 mod common;
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Message;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 #[tokio::test]
 async fn the_installed_recorder_renders_the_gateways_metrics_after_a_call() {

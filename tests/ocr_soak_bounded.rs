@@ -2,7 +2,10 @@
 //! real Redis for limits and breakers. `examples/ocr_soak.rs` runs the same engine in separate OS
 //! processes.
 
-use polygateway::testkit::ocr_soak::{run_worker, verdict, OcrPool, WorkerConfig};
+use polygateway::config::Secret;
+use polygateway::redis::{RedisBreakers, RedisGate, RedisGovernance};
+use polygateway::GatewayBuilder;
+use polygateway_testkit::ocr_soak::{run_worker, verdict, OcrPool, WorkerConfig};
 
 fn redis_url() -> Option<String> {
     let url = "redis://127.0.0.1:6379".to_string();
@@ -33,15 +36,24 @@ async fn two_gateways_over_one_redis_meet_the_ocr_soak_targets() {
             telemetry_sqlite: dir.path().join(format!("w{worker}.sqlite")),
         })
         .collect();
-    let runs = workers.iter().map(run_worker);
+    let runs = workers
+        .iter()
+        .map(|config| run_worker(config, GatewayBuilder::redis_key_prefix));
     let reports: Vec<_> = futures::future::join_all(runs)
         .await
         .into_iter()
         .map(Result::unwrap)
         .collect();
-    let v = verdict(&reports, &redis_url, &key_prefix, &pool.sources)
+    // What the workers left in Redis, read through the same governance they shared.
+    let redis = RedisGovernance::connect(&Secret::new(&redis_url), &key_prefix)
         .await
         .unwrap();
+    let gate = RedisGate::new(redis.clone());
+    let breakers = RedisBreakers::new(redis.clone());
+    let v = verdict(&reports, &gate, &breakers, &pool.sources)
+        .await
+        .unwrap();
+    redis.close().await;
     println!("{}", serde_json::to_string(&v).unwrap());
     assert!(v.invariants_ok(), "{:?}", v.invariants);
     assert!(v.success_rate >= 0.997, "{:?}", v.failures);

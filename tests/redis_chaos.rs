@@ -24,8 +24,8 @@ use fred::types::{ClusterHash, CustomCommand};
 use polygateway::config::Secret;
 use polygateway::ports::{GateBackend, GateDecision, GateRequest, Lease, Limits};
 use polygateway::redis::{RedisGate, RedisGovernance, RedisOptions};
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{Gateway, GatewayError, Message, UnavailableReason};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Upper bound of any single call while Redis is down (command timeout 400 ms + slack).

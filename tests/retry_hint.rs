@@ -9,8 +9,8 @@ mod common;
 mod server_support;
 
 use futures::StreamExt;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, Gateway, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 /// The breaker cooldown of these tests, seconds.
 const COOLDOWN_S: f64 = 30.0;

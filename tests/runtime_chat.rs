@@ -2,8 +2,8 @@
 
 mod common;
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Message;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 #[tokio::test]
 async fn a_healthy_source_answers_through_the_runtime() {
@@ -46,7 +46,7 @@ async fn an_abrupt_close_is_named_in_the_error_and_in_telemetry() {
     let gw = common::gateway(&[("openai", &mock)], &keys).await;
     let err = gw.chat(vec![Message::user("hi")]).await.unwrap_err();
     gw.shutdown().await;
-    let chars = polygateway::testkit::mock_llm::MOCK_CONTENT.chars().count();
+    let chars = polygateway_testkit::mock_llm::MOCK_CONTENT.chars().count();
     let named = format!("truncated stream: connection closed after {chars} chars");
     let text = err.to_string();
     assert_eq!(text.matches(&named).count(), 1, "{text}");

@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{cancelled_attempts, gateway, wait_idle};
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{GatewayError, Message, UnavailableKind, UnavailableReason};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 #[tokio::test]
 async fn transient_failures_switch_to_a_healthy_source() {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use common::{cancelled_attempts, gateway, wait_idle};
 use futures::StreamExt;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, ChatEvent, GatewayError, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 #[tokio::test]
 async fn a_clean_stream_delivers_deltas_then_the_response() {

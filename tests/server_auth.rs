@@ -7,7 +7,7 @@ mod server_support;
 use std::time::Duration;
 
 use futures::StreamExt;
-use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 use serde_json::Value;
 use server_support::*;
 

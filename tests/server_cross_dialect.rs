@@ -10,9 +10,9 @@ mod server_support;
 use std::collections::BTreeMap;
 
 use polygateway::config::Settings;
-use polygateway::testkit::mock_anthropic::{MockAnthropic, MOCK_ANTHROPIC_KEY};
-use polygateway::testkit::mock_env;
-use polygateway::testkit::mock_gemini::{MockGemini, MOCK_GEMINI_KEY};
+use polygateway_testkit::mock_anthropic::{MockAnthropic, MOCK_ANTHROPIC_KEY};
+use polygateway_testkit::mock_env;
+use polygateway_testkit::mock_gemini::{MockGemini, MOCK_GEMINI_KEY};
 use serde_json::{json, Value};
 use server_support::*;
 
@@ -593,7 +593,7 @@ async fn responses_on_an_anthropic_source_are_translated_with_a_function_round_t
 
 #[tokio::test]
 async fn a_mixed_scope_sends_each_source_its_own_form_and_the_cache_key_covers_the_body() {
-    use polygateway::testkit::{Behaviour, MockUpstream};
+    use polygateway_testkit::{Behaviour, MockUpstream};
     let claude = MockAnthropic::start().await;
     let openai = MockUpstream::start(Behaviour::healthy()).await;
     let mut env: BTreeMap<String, String> = mock_env();

@@ -8,7 +8,7 @@ mod server_support;
 
 use std::time::Duration;
 
-use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -5,8 +5,8 @@
 
 mod server_support;
 
-use polygateway::testkit::mock_llm::MOCK_CONTENT;
-use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+use polygateway_testkit::mock_llm::MOCK_CONTENT;
+use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 use serde_json::{json, Value};
 use server_support::*;
 

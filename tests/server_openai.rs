@@ -5,9 +5,9 @@
 mod server_support;
 
 use base64::Engine;
-use polygateway::testkit::mock_llm::{mock_embedding, MOCK_CONTENT};
-use polygateway::testkit::mock_ocr::{fixture, MockOcr, OcrFault};
-use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+use polygateway_testkit::mock_llm::{mock_embedding, MOCK_CONTENT};
+use polygateway_testkit::mock_ocr::{fixture, MockOcr, OcrFault};
+use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 use serde_json::{json, Value};
 use server_support::*;
 

@@ -1,6 +1,6 @@
 //! A bounded run of the main job's fault-mix soak (the example runs 8000 calls; this runs 600).
 
-use polygateway::testkit::soak::{run_soak, SoakConfig};
+use polygateway_testkit::soak::{run_soak, SoakConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fault_mix_soak_meets_its_targets() {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use polygateway::config::{ConfigError, Settings};
 use polygateway::structured::StructuredMode;
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, Gateway, Message};
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
 #[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
 struct Verdict {
@@ -99,7 +99,7 @@ async fn structured_mode_overrides_the_registry_for_one_source() {
 
 #[test]
 fn a_bad_structured_mode_names_the_key_and_the_allowed_values() {
-    let mut map = polygateway::testkit::mock_env();
+    let mut map = polygateway_testkit::mock_env();
     map.extend(common::source("LLM", "vllm", 1, "http://127.0.0.1:9/v1"));
     map.insert("LLM__VLLM__1__STRUCTURED_MODE".into(), "strict".into());
     let err = Settings::from_map(&map).unwrap_err();

@@ -8,8 +8,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use polygateway::structured::SchemaRequest;
-use polygateway::testkit::{Behaviour, MockUpstream};
 use polygateway::{CallOptions, Gateway, GatewayError, Message, Structured, Tool, ToolCall};
+use polygateway_testkit::{Behaviour, MockUpstream};
 use serde_json::{json, Value};
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]

@@ -275,7 +275,7 @@ async fn a_bad_path_is_degraded_before_the_first_row() {
 /// build, and calls still succeed.
 #[tokio::test]
 async fn a_gateway_with_a_bad_sqlite_path_reports_it_right_after_build() {
-    use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nowhere").join("t.db");

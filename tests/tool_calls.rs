@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use polygateway::ports::{BreakerState, Classify, EventSink, FailureClass, Transport};
 use polygateway::provider::ProviderProfile;
-use polygateway::testkit::{mock_settings, source_settings, Behaviour, MockUpstream};
 use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::{
     CallOptions, ChatEvent, Gateway, GatewayError, LlmResponse, Message, Tool, ToolCallDelta,
 };
+use polygateway_testkit::{mock_settings, source_settings, Behaviour, MockUpstream};
 use serde_json::{json, Value};
 
 fn chunk(delta: Value, finish: Value) -> Value {

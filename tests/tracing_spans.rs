@@ -5,8 +5,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use polygateway::testkit::mock_llm::{Behaviour, MockUpstream};
 use polygateway::Message;
+use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};

@@ -12,10 +12,10 @@ use futures::StreamExt;
 use polygateway::config::Settings;
 use polygateway::ports::{Classify, FailureClass, SourceReason, Transport};
 use polygateway::provider::ProviderRegistry;
-use polygateway::testkit::mock_anthropic::{AnthropicFault, MockAnthropic, MOCK_ANTHROPIC_KEY};
-use polygateway::testkit::{mock_env, source_settings};
 use polygateway::transport::{ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::{CallOptions, ChatEvent, Gateway, GatewayError, Message, ThinkingBlock, Tool};
+use polygateway_testkit::mock_anthropic::{AnthropicFault, MockAnthropic, MOCK_ANTHROPIC_KEY};
+use polygateway_testkit::{mock_env, source_settings};
 use serde_json::{json, Value};
 
 /// A scope `LLM` of Anthropic sources, one per mock, with `extra` keys.

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use polygateway::config::{MissingDone, Secret};
 use polygateway::ports::{Classify, EventSink, FailureClass, SourceReason, Transport};
 use polygateway::provider::{ProviderProfile, ProviderRegistry};
-use polygateway::testkit::mock_llm::{
-    MOCK_CACHED_TOKENS, MOCK_CONTENT, MOCK_PROMPT_TOKENS, MOCK_REASONING_TOKENS, MOCK_THINKING,
-};
-use polygateway::testkit::{source_settings, Behaviour, MockUpstream};
 use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::{LlmResponse, Message, TransportError, UsageSource};
+use polygateway_testkit::mock_llm::{
+    MOCK_CACHED_TOKENS, MOCK_CONTENT, MOCK_PROMPT_TOKENS, MOCK_REASONING_TOKENS, MOCK_THINKING,
+};
+use polygateway_testkit::{source_settings, Behaviour, MockUpstream};
 use serde_json::{json, Value};
 
 fn profile(name: &str) -> ProviderProfile {

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use polygateway::ports::{Classify, FailureClass, SourceReason, Transport};
-use polygateway::testkit::{mock_embedding, source_settings, Behaviour, MockUpstream};
 use polygateway::transport::{EmbeddingTransport, EmbeddingWireRequest, TransportConfig};
 use polygateway::UsageSource;
+use polygateway_testkit::{mock_embedding, source_settings, Behaviour, MockUpstream};
 
 fn request(texts: &[&str]) -> EmbeddingWireRequest {
     EmbeddingWireRequest {

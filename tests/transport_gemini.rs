@@ -9,10 +9,10 @@ use polygateway::config::{MissingDone, Secret, SourceSettings};
 use polygateway::ports::{EventSink, FailureClass, SourceReason, Transport};
 use polygateway::provider::{Dialect, ProviderRegistry};
 use polygateway::structured::SchemaRequest;
-use polygateway::testkit::mock_gemini::{GeminiFault, MockGemini, MOCK_GEMINI_KEY};
-use polygateway::testkit::source_settings;
 use polygateway::transport::{ChatDelta, ChatTransport, ChatWireRequest, TransportConfig};
 use polygateway::{LlmResponse, Message, TransportError, UsageSource};
+use polygateway_testkit::mock_gemini::{GeminiFault, MockGemini, MOCK_GEMINI_KEY};
+use polygateway_testkit::source_settings;
 use serde_json::{json, Value};
 
 fn settings(mock: &MockGemini) -> SourceSettings {

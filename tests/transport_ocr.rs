@@ -1,19 +1,18 @@
 //! The MonkeyOCR transport against the mock MonkeyOCR server (real sockets on 127.0.0.1): every
 //! fault mode maps to its docs/behaviour.md §6 class, uploads are named after their magic bytes, download URLs
 //! resolve and encode, bbox defence holds, health probes answer.
-#![cfg(feature = "testkit")]
 
 use std::time::{Duration, Instant};
 
 use polygateway::config::{MissingDone, Secret};
 use polygateway::ports::{AttemptVerdict, Classify, FailureClass, SourceReason, Transport};
-use polygateway::testkit::mock_ocr::fixture::{
-    SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE, SAMPLE_TABLE_HTML, SAMPLE_TEXT,
-};
-use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
 use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
 use polygateway::transport::TransportConfig;
 use polygateway::{OcrLayoutResult, OcrTextResult, TransportError};
+use polygateway_testkit::mock_ocr::fixture::{
+    SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE, SAMPLE_TABLE_HTML, SAMPLE_TEXT,
+};
+use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body";
 const JPEG: &[u8] = &[0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F'];

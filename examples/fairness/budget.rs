@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
-use polygateway::testkit::mock_settings;
 use polygateway::{Gateway, Message, UnavailableReason};
+use polygateway_testkit::mock_capacity::{CapacityMock, Regime};
+use polygateway_testkit::mock_settings;
 use serde_json::{json, Value};
 
 /// Cost of one mock answer in micro-units (6 tokens at 1 per million).

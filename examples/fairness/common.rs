@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use polygateway::config::Settings;
-use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
-use polygateway::testkit::mock_env;
 use polygateway::{CallOptions, Gateway, GatewayError, Message};
+use polygateway_testkit::mock_capacity::{CapacityMock, Regime};
+use polygateway_testkit::mock_env;
 
 /// A queueing upstream and the gateway in front of it.
 pub struct Bench {

@@ -9,7 +9,7 @@
 //! - `budget`: a spend budget worth N calls, 10 N offered (`budget.rs`, docs/behaviour.md §5.8).
 //!
 //! ```text
-//! cargo run --release --features testkit --example fairness -- [--scenario NAME] [--slots 32] [--service-ms 100]
+//! cargo run --release --example fairness -- [--scenario NAME] [--slots 32] [--service-ms 100]
 //! ```
 //!
 //! The mock runs in the same process on the same cores.

@@ -9,8 +9,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
-use polygateway::testkit::{Behaviour, MockUpstream};
+use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
+use polygateway_testkit::{Behaviour, MockUpstream};
 
 use crate::runtime::{self, OnRuntime};
 
@@ -37,7 +37,7 @@ fn behaviour(name: &str, params: Option<&Bound<'_, PyDict>>) -> PyResult<Behavio
         "healthy" => {
             let content = match get("content")? {
                 Some(c) => c.extract::<String>()?,
-                None => polygateway::testkit::mock_llm::MOCK_CONTENT.to_string(),
+                None => polygateway_testkit::mock_llm::MOCK_CONTENT.to_string(),
             };
             let chunks = match get("chunks")? {
                 Some(c) => c.extract::<usize>()?,

@@ -25,7 +25,7 @@ def rust_cli() -> Path:
     target = Path(os.environ.get("CARGO_TARGET_DIR", Path(__file__).parents[2] / "target"))
     path = Path(os.environ.get("PGW_TEST_CLI", target / "debug" / "polygateway"))
     if not path.is_file():
-        message = f"the Rust CLI {path} is not built (cargo build --features full,testkit --bin polygateway)"
+        message = f"the Rust CLI {path} is not built (cargo build --features full --bin polygateway)"
         if CI:
             pytest.fail(message)
         pytest.skip(f"LOUD SKIP: {message}")

@@ -100,7 +100,7 @@ impl Default for BatchOptions {
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
 /// use futures::StreamExt;
 /// use polygateway::batch::BatchOptions;
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::healthy_with("ok")).await;
 /// let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
 /// let lines = vec![
@@ -134,7 +134,7 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// use futures::StreamExt;
     /// let job = gw.batch(futures::stream::iter(vec!["{}".to_string()]), Default::default())?;
@@ -154,7 +154,7 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// use futures::StreamExt;
     /// // An input that never ends: only stop() ends the job.
@@ -176,7 +176,7 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// use futures::StreamExt;
     /// let mock = MockUpstream::start(Behaviour::BlackHole).await;
     /// # let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
@@ -203,7 +203,7 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let job = gw.batch(futures::stream::iter(Vec::<String>::new()), Default::default())?;
     /// assert!(!job.stopped());
@@ -219,7 +219,7 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let job = gw.batch(futures::stream::iter(Vec::<String>::new()), Default::default())?;
     /// assert_eq!(job.failure(), None);
@@ -235,7 +235,7 @@ impl BatchJob {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// # let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let job = gw.batch(futures::stream::iter(Vec::<String>::new()), Default::default())?;
     /// assert_eq!(job.journal(), None);
@@ -282,7 +282,7 @@ impl Gateway {
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use futures::StreamExt;
     /// use polygateway::batch::BatchOptions;
-    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
     /// let dir = tempfile::tempdir()?;

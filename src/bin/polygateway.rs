@@ -161,20 +161,6 @@ enum Command {
         #[command(subcommand)]
         action: KeyAction,
     },
-    /// Run the built-in mock upstreams (OpenAI-compatible, Anthropic and MonkeyOCR) until killed, printing
-    /// their base URLs; for trying `serve` and for its end-to-end tests.
-    #[cfg(feature = "testkit")]
-    Mock {
-        /// Delay before the first content delta, milliseconds.
-        #[arg(long, default_value_t = 0)]
-        ttft_ms: u64,
-        /// Delay between content deltas, milliseconds.
-        #[arg(long, default_value_t = 0)]
-        inter_token_ms: u64,
-        /// Content deltas per answer.
-        #[arg(long, default_value_t = 4)]
-        chunks: usize,
-    },
 }
 
 #[derive(Subcommand)]
@@ -553,12 +539,6 @@ async fn run(
         Command::Top(args) => top_cmd::run(args).await,
         #[cfg(feature = "server")]
         Command::Key { action } => key(action),
-        #[cfg(feature = "testkit")]
-        Command::Mock {
-            ttft_ms,
-            inter_token_ms,
-            chunks,
-        } => mock(*ttft_ms, *inter_token_ms, *chunks).await,
     }
 }
 
@@ -657,28 +637,6 @@ fn key(action: &KeyAction) -> Result<ExitCode, String> {
             println!("{}", hash_key(&key));
         }
     }
-    Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(feature = "testkit")]
-async fn mock(ttft_ms: u64, inter_token_ms: u64, chunks: usize) -> Result<ExitCode, String> {
-    use polygateway::testkit::mock_llm::{Behaviour, MockUpstream, MOCK_CONTENT};
-    use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
-    let llm = MockUpstream::start(Behaviour::Healthy {
-        ttft: Duration::from_millis(ttft_ms),
-        inter_token: Duration::from_millis(inter_token_ms),
-        chunks,
-        content: MOCK_CONTENT.to_string(),
-    })
-    .await;
-    let ocr = MockOcr::start(OcrFault::None).await;
-    let anthropic = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
-    println!("LLM_BASE_URL={}", llm.base_url());
-    println!("ANTHROPIC_BASE_URL={}", anthropic.base_url());
-    println!("OCR_BASE_URL={}", ocr.base_url());
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    let _ = tokio::signal::ctrl_c().await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -312,12 +312,11 @@ fn write_string(s: &str, out: &mut String) {
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn fingerprint_sources_example() {
         use crate::cache::key::fingerprint_sources;
         use crate::cache::model_fingerprint;
-        let a = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let a = crate::test_support::source_settings("http://127.0.0.1:9/v1");
         let b = crate::config::SourceSettings {
             name: "openai_2".into(),
             ..a.clone()

@@ -297,7 +297,7 @@ impl SourceSettings {
     /// else 0.
     ///
     /// ```
-    /// let mut source = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let mut source = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
     /// assert_eq!(source.effective_est_tokens(), 0); // no TPM limit: nothing to estimate
     /// source.tpm = 6_000;
     /// assert_eq!(source.effective_est_tokens(), 100); // tpm / 60
@@ -326,7 +326,7 @@ impl SourceSettings {
     /// use polygateway::provider::ProviderRegistry;
     /// use polygateway::structured::StructuredMode;
     /// let registry = ProviderRegistry::with_defaults();
-    /// let mut source = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let mut source = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
     /// source.provider = "llamacpp".into();
     /// let profile = registry.get(&source.provider);
     /// assert_eq!(source.effective_structured_mode(profile), StructuredMode::JsonSchema);
@@ -345,7 +345,7 @@ impl SourceSettings {
     /// ```
     /// use polygateway::provider::{Dialect, ProviderRegistry};
     /// let registry = ProviderRegistry::with_defaults();
-    /// let mut source = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let mut source = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
     /// source.provider = "anthropic".into();
     /// assert_eq!(source.effective_dialect(registry.get(&source.provider)), Dialect::Anthropic);
     /// // An Anthropic model behind an OpenAI-compatible proxy.

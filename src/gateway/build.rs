@@ -69,7 +69,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
     /// use polygateway::GatewayBuilder;
     /// let gw = GatewayBuilder::new(settings).build().await?;
     /// // Without `default_scope`, the first configured scope (in name order) is the default.
@@ -102,7 +102,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
     /// use polygateway::{GatewayBuilder, Message};
     /// let gw = GatewayBuilder::new(settings.clone()).default_scope("LLM").build().await?;
     /// let reply = gw.chat(vec![Message::user("hi")]).await?; // served by LLM, not EMBED
@@ -122,9 +122,9 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::Slow { delay: std::time::Duration::from_millis(600) }).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
     /// # );
@@ -171,7 +171,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::{Arc, Mutex};
     /// use polygateway::telemetry::{TelemetryRow, TelemetrySink, TelemetryStatus};
     ///
@@ -208,7 +208,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// # use std::sync::{Arc, Mutex};
     /// # use polygateway::telemetry::{TelemetryRow, TelemetrySink, TelemetryStatus};
     /// #
@@ -256,9 +256,9 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[
     /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
@@ -291,7 +291,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(
     /// #     &["LLM"],
     /// #     &[
     /// #         ("LLM__OPENAI__1__RPM", "1"),
@@ -323,7 +323,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// # let mut env = vec![
     /// #     ("PGW_LIMITER_BACKEND", "memory".to_string()),
@@ -356,10 +356,10 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// let other = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[
     /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),
@@ -393,7 +393,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::Arc;
     /// use polygateway::policy::{Pacer, PacerObservation};
     /// use polygateway::ports::Limits;
@@ -447,7 +447,7 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use polygateway::policy::{RestartPolicy, RuntimeOptions};
@@ -488,10 +488,10 @@ impl GatewayBuilder {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{Behaviour, MockUpstream};
     /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// # let other = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[
     /// #         ("LLM__OPENAI__1__MODEL", "gpt-test"),

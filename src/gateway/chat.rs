@@ -29,8 +29,9 @@ impl ScopeHandle<Chat> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
-    /// use polygateway::{testkit::mock_llm::MOCK_CONTENT, Message};
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
+    /// use polygateway::Message;
+    /// use polygateway_testkit::mock_llm::MOCK_CONTENT;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let llm = gw.chat_scope("LLM")?;
     /// let reply = llm.chat(vec![Message::user("Say hello")]).await?;
@@ -51,9 +52,9 @@ impl ScopeHandle<Chat> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy_with(r#"{"prime": true}"#)).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
     /// # );
@@ -133,7 +134,7 @@ impl ScopeHandle<Chat> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// use polygateway::{structured::SchemaRequest, CallOptions, Message};
     /// use serde_json::json;
     /// // A missing field first, then a valid answer.

@@ -35,13 +35,14 @@ impl ScopeHandle<Embeddings> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("EMBED", &mock.base_url())],
     /// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "16")],
     /// # );
-    /// use polygateway::{testkit::mock_embedding, CallOptions};
+    /// use polygateway::CallOptions;
+    /// use polygateway_testkit::mock_embedding;
     /// let gw = polygateway::Gateway::from_settings(settings, "EMBED").await?;
     /// let embed = gw.embedding_scope("EMBED")?;
     /// let texts = vec!["alpha".to_string(), "beta".to_string(), "gamma".to_string()];

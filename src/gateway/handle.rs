@@ -35,7 +35,7 @@ mod sealed {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
+/// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
 /// use polygateway::{Kind, ScopeHandle};
 /// /// Code generic over the kind of scope, for logs and dashboards.
 /// fn describe<K: Kind>(handle: &ScopeHandle<K>) -> String {
@@ -108,9 +108,9 @@ kind!(Ocr, OcrScope, Ocr);
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// # let settings = polygateway::testkit::mock_settings(
+/// # let settings = polygateway_testkit::mock_settings(
 /// #     &[("LLM", &mock.base_url())],
 /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
 /// # );
@@ -179,7 +179,7 @@ impl<K: Kind> ScopeHandle<K> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "OCR"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM", "OCR"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let handle = gw.ocr_scope("OCR")?;
     /// assert_eq!(handle.name(), "OCR");

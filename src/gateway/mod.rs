@@ -37,7 +37,7 @@ pub use handle::{Chat, Embeddings, Kind, Ocr, ScopeHandle};
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+/// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
 /// use polygateway::{ChatHandle, Gateway, Message};
 /// let gw = Gateway::from_settings(settings, "LLM").await?;
 /// let llm: ChatHandle = gw.chat_scope("LLM")?;
@@ -52,9 +52,9 @@ pub type ChatHandle = ScopeHandle<Chat>;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// # let settings = polygateway::testkit::mock_settings(
+/// # let settings = polygateway_testkit::mock_settings(
 /// #     &[("EMBED", &mock.base_url())],
 /// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "16")],
 /// # );
@@ -73,7 +73,7 @@ pub type EmbeddingHandle = ScopeHandle<Embeddings>;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// # let (settings, mocks) = polygateway::testkit::doc_setup(&["OCR"], &[]).await;
+/// # let (settings, mocks) = polygateway_testkit::doc_setup(&["OCR"], &[]).await;
 /// use polygateway::{Gateway, OcrHandle};
 /// let gw = Gateway::from_settings(settings, "OCR").await?;
 /// let ocr: OcrHandle = gw.ocr_scope("OCR")?;
@@ -107,7 +107,7 @@ pub(crate) use crate::telemetry::record::Telemetry;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+/// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
 /// use polygateway::{Gateway, GatewayError};
 /// let gw = Gateway::from_settings(settings, "LLM").await?;
 /// assert!(gw.chat_scope("LLM").is_ok());
@@ -185,7 +185,7 @@ impl Core {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+/// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
 /// use polygateway::{Gateway, Message};
 /// let gw = Gateway::from_settings(settings, "LLM").await?;
 /// let worker = gw.clone();
@@ -236,7 +236,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// use std::collections::BTreeMap;
     /// use polygateway::{config::Settings, Gateway, GatewayError};
@@ -273,7 +273,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use std::sync::Arc;
     /// use polygateway::{telemetry::NullSink, Gateway, Message};
     /// let gw = Gateway::builder(settings)
@@ -302,7 +302,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let llm = gw.chat_scope("LLM")?;
     /// assert_eq!(llm.name(), "LLM");
@@ -321,7 +321,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
     /// use polygateway::CallOptions;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let embed = gw.embedding_scope("EMBED")?;
@@ -340,7 +340,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "OCR"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM", "OCR"], &[]).await;
     /// use polygateway::CallOptions;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
@@ -358,8 +358,9 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
-    /// use polygateway::{testkit::mock_llm::MOCK_CONTENT, Message};
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
+    /// use polygateway::Message;
+    /// use polygateway_testkit::mock_llm::MOCK_CONTENT;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let reply = gw.chat(vec![Message::system("Be brief."), Message::user("Say hello")]).await?;
     /// assert_eq!(reply.content, MOCK_CONTENT);
@@ -376,9 +377,9 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
     /// # );
@@ -406,9 +407,9 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::healthy_with(r#"{"score": 5, "reason": "correct"}"#)).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
     /// # );
@@ -444,9 +445,10 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use futures::StreamExt;
-    /// use polygateway::{testkit::mock_llm::MOCK_CONTENT, CallOptions, ChatEvent, Message};
+    /// use polygateway::{CallOptions, ChatEvent, Message};
+    /// use polygateway_testkit::mock_llm::MOCK_CONTENT;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let mut stream = gw.chat_stream(vec![Message::user("hi")], CallOptions::new())?;
     /// let mut text = String::new();
@@ -476,7 +478,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["EMBED"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["EMBED"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "EMBED").await?;
     /// let out = gw.embed(vec!["first".into(), "second".into(), "third".into()]).await?;
     /// assert_eq!(out.vectors.len(), 3);
@@ -495,8 +497,8 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["OCR"], &[]).await;
-    /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_TEXT;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["OCR"], &[]).await;
+    /// use polygateway_testkit::mock_ocr::fixture::SAMPLE_TEXT;
     /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
     /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
     /// let text = gw.recognize_text(png).await?;
@@ -517,8 +519,8 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["OCR"], &[]).await;
-    /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_PAGE_SIZE;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["OCR"], &[]).await;
+    /// use polygateway_testkit::mock_ocr::fixture::SAMPLE_PAGE_SIZE;
     /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
     /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
     /// let layout = gw.parse_layout(png).await?;
@@ -538,7 +540,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["OCR"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["OCR"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
     /// let health = gw.check_health().await?;
     /// assert_eq!(health.into_iter().collect::<Vec<_>>(), [("monkey_1".to_string(), true)]);
@@ -554,7 +556,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM", "EMBED"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// // Every configured scope is built, in name order, whatever the default scope.
     /// assert_eq!(gw.scopes(), ["EMBED", "LLM"]);
@@ -570,7 +572,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let llm = gw.settings().scope("LLM").expect("configured");
     /// assert_eq!(llm.sources[0].model, "gpt-test");
@@ -587,7 +589,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use polygateway::{ports::BreakerState, Message};
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// gw.chat(vec![Message::user("hi")]).await?;
@@ -611,12 +613,12 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{Behaviour, MockUpstream};
     /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// # let dir = tempfile::tempdir()?;
     /// # let prices = dir.path().join("prices.json");
     /// # std::fs::write(&prices, r#"{"gpt-test": {"input_per_1m": 1.0, "output_per_1m": 1.0}}"#)?;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("LLM", &mock.base_url())],
     /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("PGW_PRICING_PATH", prices.to_str().unwrap()),
     /// #       ("PGW_TENANT_BUDGETS", "acme=2/month")],
@@ -655,7 +657,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["SERIES_DOC"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["SERIES_DOC"], &[]).await;
     /// use polygateway::Message;
     /// let gw = polygateway::Gateway::from_settings(settings, "SERIES_DOC").await?;
     /// gw.chat(vec![Message::user("hi")]).await?;
@@ -688,7 +690,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// assert_eq!(gw.leases_held("LLM").await?, 0); // idle
     /// assert!(gw.leases_held("JUDGE").await.is_err()); // not a configured scope
@@ -707,19 +709,19 @@ impl Gateway {
 
     /// Chaos hook for supervision tests and drills: make the actor of source `source` in scope
     /// `scope` fail, as a panic would. The router restarts it under the restart policy. Only with
-    /// the `testkit` feature: a production build has no way to crash its own actors.
+    /// the `test-util` feature: a production build has no way to crash its own actors.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// gw.inject_source_failure("LLM", "openai_1")?; // restarted by its router
     /// assert!(gw.inject_source_failure("LLM", "no_such_source").is_err());
     /// gw.shutdown().await;
     /// # Ok(()) }
     /// ```
-    #[cfg(feature = "testkit")]
+    #[cfg(feature = "test-util")]
     pub fn inject_source_failure(&self, scope: &str, source: &str) -> Result<(), GatewayError> {
         let erased = self.core.entry(scope)?.erased();
         let index = erased
@@ -737,12 +739,12 @@ impl Gateway {
 
     /// Chaos hook for supervision tests and drills: make the admission actor (the door to the
     /// limiter and breaker backends) fail. The supervisor restarts it with backoff; meanwhile
-    /// calls fail closed with `GovernanceBackendError`. Only with the `testkit` feature.
+    /// calls fail closed with `GovernanceBackendError`. Only with the `test-util` feature.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use polygateway::{Message, UnavailableReason};
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// gw.inject_admission_failure();
@@ -754,7 +756,7 @@ impl Gateway {
     /// gw.shutdown().await;
     /// # Ok(()) }
     /// ```
-    #[cfg(feature = "testkit")]
+    #[cfg(feature = "test-util")]
     pub fn inject_admission_failure(&self) {
         if let Some(entry) = self.core.scopes.values().next() {
             entry.erased().crash_admission();
@@ -766,7 +768,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let status = gw.telemetry_status();
     /// assert!(!status.degraded && !status.fatal, "{:?}", status.reason);
@@ -785,7 +787,7 @@ impl Gateway {
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
     /// let dir = tempfile::tempdir().unwrap();
     /// let path = dir.path().join("telemetry.sqlite").display().to_string();
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(
     /// #     &["LLM"],
     /// #     &[("PGW_TELEMETRY_BACKEND", "sqlite"), ("PGW_TELEMETRY_SQLITE_PATH", &path)],
     /// # )
@@ -840,7 +842,7 @@ impl Gateway {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use polygateway::{GatewayError, Message};
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
     /// let clone = gw.clone();

@@ -26,8 +26,8 @@ impl ScopeHandle<Ocr> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["OCR"], &[]).await;
-    /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_TEXT;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["OCR"], &[]).await;
+    /// use polygateway_testkit::mock_ocr::fixture::SAMPLE_TEXT;
     /// use polygateway::CallOptions;
     /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
     /// let ocr = gw.ocr_scope("OCR")?;
@@ -54,8 +54,8 @@ impl ScopeHandle<Ocr> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["OCR"], &[]).await;
-    /// use polygateway::testkit::mock_ocr::fixture::SAMPLE_ELEMENTS;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["OCR"], &[]).await;
+    /// use polygateway_testkit::mock_ocr::fixture::SAMPLE_ELEMENTS;
     /// use polygateway::CallOptions;
     /// let gw = polygateway::Gateway::from_settings(settings, "OCR").await?;
     /// let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body".to_vec();
@@ -82,11 +82,11 @@ impl ScopeHandle<Ocr> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
-    /// #     polygateway::testkit::mock_ocr::OcrFault::None,
+    /// # let ocr_mock = polygateway_testkit::mock_ocr::MockOcr::start(
+    /// #     polygateway_testkit::mock_ocr::OcrFault::None,
     /// # ).await;
-    /// let gone = polygateway::testkit::mock_ocr::MockOcr::start(polygateway::testkit::mock_ocr::OcrFault::None).await;
-    /// # let settings = polygateway::testkit::mock_settings(
+    /// let gone = polygateway_testkit::mock_ocr::MockOcr::start(polygateway_testkit::mock_ocr::OcrFault::None).await;
+    /// # let settings = polygateway_testkit::mock_settings(
     /// #     &[("OCR", &ocr_mock.base_url())],
     /// #     &[
     /// #         ("OCR__MONKEY__1__MODEL", "monkeyocr"),

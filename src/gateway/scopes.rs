@@ -20,10 +20,10 @@ use crate::transport::ocr::OcrTransport;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
 /// let judge_mock = MockUpstream::start(Behaviour::healthy()).await;
-/// # let settings = polygateway::testkit::mock_settings(
+/// # let settings = polygateway_testkit::mock_settings(
 /// #     &[("LLM", &mock.base_url()), ("JUDGE", &judge_mock.base_url())],
 /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test"), ("JUDGE__OPENAI__1__MODEL", "judge-model")],
 /// # );
@@ -50,9 +50,9 @@ pub struct ChatScope {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// # let settings = polygateway::testkit::mock_settings(
+/// # let settings = polygateway_testkit::mock_settings(
 /// #     &[("EMBED", &mock.base_url())],
 /// #     &[("EMBED__OPENAI__1__MODEL", "embed-model"), ("EMBED__BATCH_SIZE", "2")],
 /// # );
@@ -81,10 +81,10 @@ pub struct EmbedScope {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// let ocr_mock = polygateway::testkit::mock_ocr::MockOcr::start(
-///     polygateway::testkit::mock_ocr::OcrFault::None,
+/// let ocr_mock = polygateway_testkit::mock_ocr::MockOcr::start(
+///     polygateway_testkit::mock_ocr::OcrFault::None,
 /// ).await;
-/// # let settings = polygateway::testkit::mock_settings(
+/// # let settings = polygateway_testkit::mock_settings(
 /// #     &[("OCR", &ocr_mock.base_url())],
 /// #     &[("OCR__MONKEY__1__MODEL", "monkeyocr")],
 /// # );

@@ -19,9 +19,9 @@ use crate::structured::StructuredMode;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::Scripted(vec![Behaviour::ServerError(503), Behaviour::healthy()])).await;
-/// # let settings = polygateway::testkit::mock_settings(
+/// # let settings = polygateway_testkit::mock_settings(
 /// #     &[("LLM", &mock.base_url())],
 /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
 /// # );
@@ -113,9 +113,9 @@ pub(crate) trait ErasedScope: Send + Sync {
     /// One source's shared values, as a snapshot without the breaker part.
     fn source_view(&self, index: usize, now: std::time::Instant)
         -> (SourceSnapshot, BreakerConfig);
-    #[cfg(feature = "testkit")]
+    #[cfg(feature = "test-util")]
     fn crash_source(&self, index: usize);
-    #[cfg(feature = "testkit")]
+    #[cfg(feature = "test-util")]
     fn crash_admission(&self);
 }
 
@@ -137,12 +137,12 @@ impl<T: polygateway_actors::Transport> ErasedScope for Scope<T> {
         (view(source, now), source.breaker.clone())
     }
 
-    #[cfg(feature = "testkit")]
+    #[cfg(feature = "test-util")]
     fn crash_source(&self, index: usize) {
         Scope::crash_source(self, index, "injected failure");
     }
 
-    #[cfg(feature = "testkit")]
+    #[cfg(feature = "test-util")]
     fn crash_admission(&self) {
         Scope::crash_admission(self, "injected failure");
     }

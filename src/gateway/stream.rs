@@ -34,9 +34,9 @@ const STREAM_BUFFER: usize = 32;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::Reasoning).await;
-/// # let settings = polygateway::testkit::mock_settings(
+/// # let settings = polygateway_testkit::mock_settings(
 /// #     &[("LLM", &mock.base_url())],
 /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
 /// # );
@@ -106,9 +106,9 @@ impl From<ChatDelta> for ChatEvent {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::BlackHole).await;
-/// # let settings = polygateway::testkit::mock_settings(
+/// # let settings = polygateway_testkit::mock_settings(
 /// #     &[("LLM", &mock.base_url())],
 /// #     &[("LLM__OPENAI__1__MODEL", "gpt-test")],
 /// # );
@@ -190,7 +190,7 @@ impl ScopeHandle<Chat> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # let (settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+    /// # let (settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
     /// use futures::StreamExt;
     /// use polygateway::{CallOptions, ChatEvent, Message};
     /// let gw = polygateway::Gateway::from_settings(settings, "LLM").await?;
@@ -262,7 +262,7 @@ pub(crate) fn whole_answer_deltas(response: &LlmResponse) -> Vec<ChatDelta> {
     text.into_iter().chain(refusal).chain(calls).collect()
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -270,7 +270,8 @@ mod tests {
     /// await of the call path (a 1.4 KiB answer pair did, issue #45) costs every streamed call.
     #[tokio::test]
     async fn a_streamed_call_future_stays_small() {
-        let (settings, _mocks) = crate::testkit::doc_setup(&["LLM"], &[]).await;
+        // Never sent: the call is measured, not run.
+        let settings = crate::test_support::chat_settings("http://127.0.0.1:9/v1");
         let gw = crate::Gateway::from_settings(settings, "LLM")
             .await
             .unwrap();

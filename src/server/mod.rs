@@ -18,7 +18,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use polygateway::server::{hash_key, KeyStore, Server};
-//! use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+//! use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 //! let mock = MockUpstream::start(Behaviour::healthy_with("hi")).await;
 //! let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
 //! let keys = KeyStore::from_json(&format!(
@@ -80,7 +80,7 @@ use state::App;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
 /// use polygateway::server::{KeyStore, Server};
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
 /// // An alias must name a configured scope, or the server refuses to start.
 /// let settings = mock_settings(&[("LLM", &mock.base_url())], &[("PGW_SERVER_MODEL_ALIASES", "gpt-4o=JUDGE")]);
@@ -110,7 +110,7 @@ impl Server {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), polygateway::GatewayError> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
     /// let server = polygateway::server::Server::new(gw.clone(), polygateway::server::KeyStore::from_json(r#"{"keys": []}"#)?)?;
@@ -129,7 +129,7 @@ impl Server {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;
     /// let keys = polygateway::server::KeyStore::from_json(r#"{"keys": []}"#)?;
@@ -183,7 +183,7 @@ impl Server {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// # let mock = MockUpstream::start(Behaviour::healthy()).await;
     /// use polygateway::server::{hash_key, KeyStore, Server};
     /// let gw = polygateway::Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM").await?;

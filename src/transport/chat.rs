@@ -45,11 +45,11 @@ pub(crate) const PROTECTED_KEYS: [&str; 4] = ["model", "messages", "stream", "st
 /// # async fn main() {
 /// use polygateway::ports::{EventSink, Transport};
 /// use polygateway::provider::ProviderProfile;
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// use polygateway::transport::chat::{ChatDelta, ChatTransport, ChatWireRequest};
 /// use polygateway::transport::TransportConfig;
 /// let mock = MockUpstream::start(Behaviour::healthy_with("Hello there")).await;
-/// let settings = polygateway::testkit::source_settings(&mock.base_url());
+/// let settings = polygateway_testkit::source_settings(&mock.base_url());
 /// let transport = ChatTransport::new(TransportConfig::from(&settings), ProviderProfile::generic());
 /// let request = ChatWireRequest::new(vec![polygateway::Message::user("Hi")]);
 /// // One streaming attempt; deltas reach the consumer while the response is assembled.
@@ -114,7 +114,7 @@ impl ChatTransport {
     /// use polygateway::provider::{Dialect, ProviderRegistry};
     /// use polygateway::transport::{ChatTransport, TransportConfig};
     /// let registry = ProviderRegistry::with_defaults();
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let settings = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
     /// // Building a transport connects nowhere; the first attempt does.
     /// let transport = ChatTransport::new(TransportConfig::from(&settings), registry.get("anthropic").clone());
     /// assert_eq!(transport.config().name, "openai_1");
@@ -136,7 +136,7 @@ impl ChatTransport {
     ///
     /// ```
     /// use polygateway::provider::ProviderProfile;
-    /// use polygateway::testkit::source_settings;
+    /// use polygateway_testkit::source_settings;
     /// use polygateway::transport::{ChatTransport, TransportConfig};
     /// let config = |url: &str| TransportConfig::from(&source_settings(url));
     /// // Two sources on one connection pool.
@@ -211,7 +211,7 @@ impl ChatTransport {
     /// use std::time::Duration;
     /// use polygateway::provider::ProviderProfile;
     /// use polygateway::transport::{ChatTransport, TransportConfig};
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let settings = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
     /// let transport = ChatTransport::new(TransportConfig::from(&settings), ProviderProfile::generic());
     /// // The watchdog's first-token deadline comes from here.
     /// assert_eq!(transport.config().ttft_timeout, Duration::from_secs(10));
@@ -221,7 +221,7 @@ impl ChatTransport {
     }
 
     /// The provider profile in use.
-    #[cfg(all(test, feature = "testkit"))]
+    #[cfg(test)]
     pub(crate) fn profile(&self) -> &ProviderProfile {
         &self.profile
     }
@@ -231,7 +231,7 @@ impl ChatTransport {
     /// ```
     /// use polygateway::provider::ProviderProfile;
     /// use polygateway::transport::{ChatTransport, TransportConfig};
-    /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1/");
+    /// let settings = polygateway_testkit::source_settings("https://api.example.com/v1/");
     /// let transport = ChatTransport::new(TransportConfig::from(&settings), ProviderProfile::generic());
     /// assert_eq!(transport.url(), "https://api.example.com/v1/chat/completions");
     /// ```
@@ -606,7 +606,6 @@ impl Transport for ChatTransport {
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn protected_keys_example() {
         use crate::provider::ProviderProfile;
@@ -622,7 +621,6 @@ mod examples {
     }
 
     /// `ChatTransport::new`'s and `profile`'s doc examples while `profile` was public.
-    #[cfg(feature = "testkit")]
     #[test]
     fn chat_transport_profile_example() {
         use crate::provider::ProviderRegistry;
@@ -642,7 +640,6 @@ mod examples {
         );
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn chat_transport_body_params_example() {
         use crate::provider::ProviderRegistry;
@@ -661,7 +658,6 @@ mod examples {
         assert_eq!(p["enable_thinking"], false);
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn chat_transport_body_example() {
         use crate::provider::ProviderProfile;

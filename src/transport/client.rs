@@ -85,13 +85,12 @@ fn install_rustls_provider() {
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn build_client_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-            use crate::testkit::{Behaviour, MockUpstream};
             use crate::transport::client::build_client;
+            use polygateway_testkit::{Behaviour, MockUpstream};
             let mock = MockUpstream::start(Behaviour::healthy()).await;
             // testkit settings have TRUST_ENV=false: no proxy from the environment.
             let config = crate::transport::TransportConfig::for_tests(&mock.base_url());

@@ -23,7 +23,7 @@ use crate::structured::StructuredMode;
 /// use polygateway::config::Secret;
 /// use polygateway::provider::ProviderProfile;
 /// use polygateway::transport::{ChatTransport, TransportConfig};
-/// let mut settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+/// let mut settings = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
 /// settings.api_key = Secret::new("sk-live-123");
 /// settings.rpm = 600; // governance: the runtime's, not the transport's
 /// let mut config = TransportConfig::from(&settings);
@@ -99,11 +99,11 @@ impl From<&SourceSettings> for TransportConfig {
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 impl TransportConfig {
     /// The configuration of `testkit::source_settings(base_url)`, for unit tests.
     pub(crate) fn for_tests(base_url: &str) -> Self {
-        Self::from(&crate::testkit::source_settings(base_url))
+        Self::from(&crate::test_support::source_settings(base_url))
     }
 }
 
@@ -130,7 +130,7 @@ impl fmt::Debug for TransportConfig {
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn every_wire_field_is_taken_from_the_source() {
         use crate::provider::Dialect;
-        let mut s = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let mut s = crate::test_support::source_settings("http://127.0.0.1:9/v1");
         s.enable_thinking = Some(true);
         s.missing_done = MissingDone::Salvage;
         s.trust_env = true;
@@ -194,7 +194,7 @@ mod tests {
     fn the_source_or_else_its_provider_decides_dialect_and_mode() {
         use crate::provider::ProviderRegistry;
         let registry = ProviderRegistry::with_defaults();
-        let mut s = crate::testkit::source_settings("http://127.0.0.1:9/v1");
+        let mut s = crate::test_support::source_settings("http://127.0.0.1:9/v1");
         s.provider = "anthropic".into();
         let profile = registry.get(&s.provider);
         let c = TransportConfig::from(&s);

@@ -33,7 +33,7 @@ use crate::types::UsageSource;
 /// // Attempts share the texts instead of copying them.
 /// assert!(Arc::ptr_eq(&request.clone().inputs, &request.inputs));
 /// // An empty batch is answered locally: nothing is sent (nothing listens on port 9).
-/// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+/// let settings = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
 /// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
 /// let empty = EmbeddingWireRequest { inputs: Arc::new(Vec::new()) };
 /// assert!(transport.send(&empty, None).await.unwrap().vectors.is_empty());
@@ -83,13 +83,13 @@ pub struct EmbeddingBatch {
 /// # async fn main() {
 /// use std::sync::Arc;
 /// use polygateway::ports::Transport;
-/// use polygateway::testkit::{mock_embedding, Behaviour, MockUpstream};
+/// use polygateway_testkit::{mock_embedding, Behaviour, MockUpstream};
 /// use polygateway::transport::embeddings::{EmbeddingTransport, EmbeddingWireRequest};
 /// use polygateway::transport::TransportConfig;
 /// use polygateway::UsageSource;
 /// // The mock answers its items in reverse order; the transport restores input order.
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
-/// let settings = polygateway::testkit::source_settings(&mock.base_url());
+/// let settings = polygateway_testkit::source_settings(&mock.base_url());
 /// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
 /// let request = EmbeddingWireRequest { inputs: Arc::new(vec!["alpha".into(), "beta".into()]) };
 /// let batch = transport.send(&request, None).await.unwrap();
@@ -161,7 +161,7 @@ impl EmbeddingTransport {
     /// ```
     /// use polygateway::transport::embeddings::EmbeddingTransport;
     /// use polygateway::transport::TransportConfig;
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let settings = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
     /// // Builds the source's own client; nothing is contacted yet.
     /// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
     /// assert_eq!(transport.url(), "http://127.0.0.1:9/v1/embeddings");
@@ -192,7 +192,7 @@ impl EmbeddingTransport {
     /// upstream's `Keep-Alive`, unlike the transport's own).
     ///
     /// ```
-    /// use polygateway::testkit::source_settings;
+    /// use polygateway_testkit::source_settings;
     /// use polygateway::transport::embeddings::EmbeddingTransport;
     /// use polygateway::transport::TransportConfig;
     /// let config = |url: &str| TransportConfig::from(&source_settings(url));
@@ -245,7 +245,7 @@ impl EmbeddingTransport {
     /// ```
     /// use polygateway::transport::embeddings::EmbeddingTransport;
     /// use polygateway::transport::TransportConfig;
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9/v1");
+    /// let settings = polygateway_testkit::source_settings("http://127.0.0.1:9/v1");
     /// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
     /// // The model sent in every request body.
     /// assert_eq!(transport.config().model, "test-model");
@@ -259,7 +259,7 @@ impl EmbeddingTransport {
     /// ```
     /// use polygateway::transport::embeddings::EmbeddingTransport;
     /// use polygateway::transport::TransportConfig;
-    /// let settings = polygateway::testkit::source_settings("https://api.example.com/v1/");
+    /// let settings = polygateway_testkit::source_settings("https://api.example.com/v1/");
     /// let transport = EmbeddingTransport::new(TransportConfig::from(&settings));
     /// assert_eq!(transport.url(), "https://api.example.com/v1/embeddings");
     /// ```
@@ -480,14 +480,14 @@ mod tests {
 
 /// The served-vector checks against the mock upstream (`testkit`): the dimension check and
 /// normalisation work on what a real batch returns.
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod served {
     use std::sync::Arc;
 
     use polygateway_actors::{Classify, FailureClass, Transport};
 
     use super::*;
-    use crate::testkit::{Behaviour, MockUpstream};
+    use polygateway_testkit::{Behaviour, MockUpstream};
 
     #[tokio::test]
     async fn dimension_check_and_normalisation_on_served_vectors() {

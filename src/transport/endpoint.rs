@@ -188,7 +188,7 @@ impl JsonEndpoint {
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
 
@@ -267,8 +267,8 @@ mod examples {
         async fn main() {
             use crate::config::Secret;
             use crate::ports::FailureClass;
-            use crate::testkit::{Behaviour, MockUpstream};
             use crate::transport::endpoint::JsonEndpoint;
+            use polygateway_testkit::{Behaviour, MockUpstream};
             let mock = MockUpstream::start(Behaviour::healthy()).await;
             let mut settings = TransportConfig::for_tests(&mock.base_url());
             let client = reqwest::Client::builder().no_proxy().build().unwrap();

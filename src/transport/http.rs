@@ -502,13 +502,12 @@ mod examples {
         assert_eq!(MAX_ERROR_BODY, 1024 * 1024);
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn answer_reader_classify_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
-            use crate::testkit::{Behaviour, MockUpstream};
             use crate::transport::http::AnswerReader;
+            use polygateway_testkit::{Behaviour, MockUpstream};
             use std::time::{Duration, Instant};
             let mock = MockUpstream::start(Behaviour::RateLimited {
                 retry_after_s: Some(3),

@@ -252,7 +252,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "testkit")] // the configuration comes from the testkit
     fn a_built_pool_follows_a_shorter_announcement_and_never_rises() {
         let mut config = TransportConfig::for_tests("http://127.0.0.1:9/v1");
         config.pool_idle_timeout = Duration::from_secs(30);

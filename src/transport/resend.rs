@@ -67,7 +67,7 @@ impl Resender {
     }
 
     /// Whether the fresh-connection client has been built (only a re-send builds it).
-    #[cfg(all(test, feature = "testkit"))]
+    #[cfg(test)]
     fn fresh_client_built(&self) -> bool {
         self.fresh.get().is_some()
     }
@@ -133,7 +133,7 @@ pub(crate) fn closed_before_answer(err: &reqwest::Error) -> bool {
     false
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -466,7 +466,6 @@ mod examples {
         assert_eq!(clock.deadline(), (t0 + limits.ttft, StallLayer::Ttft));
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn stall_limits_from_config_example() {
         use crate::transport::watchdog::StallLimits;
@@ -848,15 +847,14 @@ mod examples {
         main();
     }
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn watchdog_whole_body_example() {
         #[tokio::main(flavor = "current_thread")]
         async fn main() {
             use crate::ports::FailureClass;
-            use crate::testkit::{Behaviour, MockUpstream};
             use crate::transport::http::AnswerReader;
             use crate::transport::watchdog::{StallLimits, Watchdog};
+            use polygateway_testkit::{Behaviour, MockUpstream};
             let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
             let settings = crate::transport::TransportConfig::for_tests(&mock.base_url());
             let client = reqwest::Client::builder().no_proxy().build().unwrap();

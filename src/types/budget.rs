@@ -47,7 +47,7 @@ impl fmt::Display for SpendBudget {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// use polygateway::Message;
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
 /// let dir = tempfile::tempdir()?;

@@ -11,7 +11,7 @@ use super::response::UsageSource;
 /// # async fn main() {
 /// use std::collections::BTreeMap;
 /// use polygateway::config::Settings;
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// use polygateway::{Gateway, UsageSource};
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
 /// let base_url = mock.base_url();

@@ -44,7 +44,7 @@ pub struct OcrProvenance {
 /// # async fn main() {
 /// use std::collections::BTreeMap;
 /// use polygateway::config::Settings;
-/// use polygateway::testkit::mock_ocr::{fixture, MockOcr, OcrFault};
+/// use polygateway_testkit::mock_ocr::{fixture, MockOcr, OcrFault};
 /// use polygateway::Gateway;
 /// let ocr = MockOcr::start(OcrFault::None).await;
 /// let base_url = ocr.base_url();
@@ -117,7 +117,7 @@ pub struct OcrLayoutElement {
 /// # async fn main() {
 /// use std::collections::BTreeMap;
 /// use polygateway::config::Settings;
-/// use polygateway::testkit::mock_ocr::{fixture, MockOcr, OcrFault};
+/// use polygateway_testkit::mock_ocr::{fixture, MockOcr, OcrFault};
 /// use polygateway::Gateway;
 /// let ocr = MockOcr::start(OcrFault::None).await;
 /// let base_url = ocr.base_url();

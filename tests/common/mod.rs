@@ -5,7 +5,7 @@ use polygateway::config::Settings;
 
 /// Env-style settings: memory backends, no telemetry, fast retries, plus `extra` keys.
 pub fn settings(extra: &[(&str, String)]) -> Settings {
-    let mut map = polygateway::testkit::mock_env();
+    let mut map = polygateway_testkit::mock_env();
     for (k, v) in extra {
         map.insert((*k).to_string(), v.clone());
     }
@@ -34,8 +34,8 @@ pub fn settings_from(pairs: Vec<(String, String)>) -> Settings {
 
 use std::time::Duration;
 
-use polygateway::testkit::mock_llm::MockUpstream;
 use polygateway::Gateway;
+use polygateway_testkit::mock_llm::MockUpstream;
 
 /// A gateway with one `LLM` chat source per mock (`{name}_1`), fast retries, plus `extra` keys.
 pub async fn gateway(mocks: &[(&str, &MockUpstream)], extra: &[(&str, &str)]) -> Gateway {

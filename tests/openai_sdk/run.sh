@@ -15,7 +15,8 @@
 #      error spike with its reason and a breaker timeline entry, then in the browser's DOM;
 #      screenshots are kept in $PGW_SCREENSHOT_DIR (default: <target>/dashboard-screenshots);
 #   3. SIGTERM shuts the server down gracefully (exit code 0).
-# The server and the mock upstreams are the debug `polygateway` binary (features full,testkit).
+# The server is the debug `polygateway` binary (feature full); the mock upstreams are the test
+# kit's `polygateway-mock`.
 # Usage: tests/openai_sdk/run.sh   (CI=true: a missing Chromium that cannot be installed fails)
 set -euo pipefail
 
@@ -54,12 +55,15 @@ if [ -z "$CHROMIUM" ]; then
         step "chromium unavailable: the status-page browser check is SKIPPED (it fails under CI=true)"
     fi
 fi
-# `.ci/run` passes the binary its nextest run built (PGW_TEST_CLI); otherwise build it here.
-if [ -n "${PGW_TEST_CLI:-}" ]; then
+# `.ci/run` passes the binaries its workspace build made (PGW_TEST_CLI, PGW_TEST_MOCK); otherwise
+# build them here, in one invocation so the library compiles once.
+if [ -n "${PGW_TEST_CLI:-}" ] && [ -n "${PGW_TEST_MOCK:-}" ]; then
     BIN=$PGW_TEST_CLI
+    MOCK=$PGW_TEST_MOCK
 else
-    (cd "$ROOT" && cargo build --quiet --features full,testkit --bin polygateway)
+    (cd "$ROOT" && cargo build --quiet --features full --bin polygateway --bin polygateway-mock)
     BIN=$TARGET/debug/polygateway
+    MOCK=$TARGET/debug/polygateway-mock
 fi
 
 # The server reads PGW_* from its environment and refuses keys it does not know: the test
@@ -73,12 +77,12 @@ done
 # them at once (a missing file would end this script under `set -e`).
 : >"$WORK/mock.out"
 : >"$WORK/serve.out"
-"$BIN" mock --chunks 6 >"$WORK/mock.out" 2>&1 &
+"$MOCK" --chunks 6 >"$WORK/mock.out" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do grep -q OCR_BASE_URL "$WORK/mock.out" && break; sleep 0.1; done
 # A second mock, FLAKY's only upstream: killed later to inject an outage.
 : >"$WORK/flaky.out"
-"$BIN" mock --chunks 2 >"$WORK/flaky.out" 2>&1 &
+"$MOCK" --chunks 2 >"$WORK/flaky.out" 2>&1 &
 FLAKY_MOCK=$!
 PIDS+=($FLAKY_MOCK)
 for _ in $(seq 100); do grep -q OCR_BASE_URL "$WORK/flaky.out" && break; sleep 0.1; done

@@ -88,7 +88,7 @@ impl WireDialect for AnthropicMessages {
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests {
     //! The machine on virtual time: events split at awkward boundaries, the stall clock, the
     //! error event and the stop reasons at the end of a stream.

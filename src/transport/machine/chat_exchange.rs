@@ -436,7 +436,7 @@ fn end_marker_verdict(
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 pub(crate) mod script {
     //! The driver's loop on virtual time, for the machines' tests: no I/O, no tokio.
 

@@ -118,7 +118,7 @@ impl WireDialect for GeminiContent {
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests {
     //! The machine on virtual time: frames split at awkward boundaries, the stall clock, and the
     //! end of a stream without an end marker.

@@ -48,7 +48,7 @@ impl WireDialect for OpenAiChat {
     }
 }
 
-#[cfg(all(test, feature = "testkit"))]
+#[cfg(test)]
 mod tests {
     //! The machine on virtual time: bytes at awkward boundaries, stall deadlines against a fake
     //! `now`, and the verdicts at the end of a stream.

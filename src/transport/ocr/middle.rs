@@ -631,11 +631,10 @@ mod tests {
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn middle_layout_example() {
         use super::{parse_middle_json, MiddleLayout};
-        use crate::testkit::mock_ocr::fixture::{
+        use polygateway_testkit::mock_ocr::fixture::{
             sample_middle_json, SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE,
         };
         let doc = sample_middle_json().to_string();

@@ -126,11 +126,11 @@ impl fmt::Debug for OcrRequest {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use polygateway::testkit::mock_ocr::{fixture::SAMPLE_TEXT, MockOcr, OcrFault};
+/// use polygateway_testkit::mock_ocr::{fixture::SAMPLE_TEXT, MockOcr, OcrFault};
 /// use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
 /// use polygateway::transport::TransportConfig;
 /// let mock = MockOcr::start(OcrFault::None).await;
-/// let settings = polygateway::testkit::source_settings(&mock.base_url());
+/// let settings = polygateway_testkit::source_settings(&mock.base_url());
 /// let transport = OcrTransport::new(TransportConfig::from(&settings));
 /// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
 /// match transport.attempt(&OcrRequest::text(png)).await.unwrap() {
@@ -153,11 +153,11 @@ impl OcrOutput {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::{OcrRequest, OcrTransport};
     /// use polygateway::transport::TransportConfig;
     /// let mock = MockOcr::start(OcrFault::None).await;
-    /// let mut settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// let mut settings = polygateway_testkit::source_settings(&mock.base_url());
     /// settings.name = "monkey_1".into();
     /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
@@ -183,12 +183,12 @@ impl OcrOutput {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use polygateway::ports::Transport;
-/// use polygateway::testkit::mock_ocr::fixture::{SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE};
-/// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+/// use polygateway_testkit::mock_ocr::fixture::{SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE};
+/// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
 /// use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
 /// use polygateway::transport::TransportConfig;
 /// let mock = MockOcr::start(OcrFault::None).await;
-/// let settings = polygateway::testkit::source_settings(&mock.base_url());
+/// let settings = polygateway_testkit::source_settings(&mock.base_url());
 /// let transport = OcrTransport::new(TransportConfig::from(&settings));
 /// let png = b"\x89PNG\r\n\x1a\n fake".to_vec();
 /// // What the runtime calls: `/parse`, then the result ZIP.
@@ -216,7 +216,7 @@ impl OcrTransport {
     /// use polygateway::transport::ocr::OcrTransport;
     /// use polygateway::transport::TransportConfig;
     /// // Building the transport contacts nothing.
-    /// let settings = polygateway::testkit::source_settings("http://127.0.0.1:9");
+    /// let settings = polygateway_testkit::source_settings("http://127.0.0.1:9");
     /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// assert_eq!(transport.config().base_url, "http://127.0.0.1:9");
     /// ```
@@ -231,7 +231,7 @@ impl OcrTransport {
     /// use std::time::Duration;
     /// use polygateway::transport::ocr::OcrTransport;
     /// use polygateway::transport::TransportConfig;
-    /// let mut settings = polygateway::testkit::source_settings("http://127.0.0.1:9");
+    /// let mut settings = polygateway_testkit::source_settings("http://127.0.0.1:9");
     /// settings.timeout = Duration::from_secs(120);
     /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// // The deadline of each whole attempt (both legs of `/parse` included).
@@ -247,11 +247,11 @@ impl OcrTransport {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use polygateway::ports::FailureClass;
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::{OcrRequest, OcrTransport};
     /// use polygateway::transport::TransportConfig;
     /// let mock = MockOcr::start(OcrFault::None).await;
-    /// let settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// let settings = polygateway_testkit::source_settings(&mock.base_url());
     /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// // A PDF is refused locally: RequestRejected, and nothing reaches the service.
     /// let err = transport.attempt(&OcrRequest::text(b"%PDF-1.7".to_vec())).await.unwrap_err();
@@ -327,15 +327,15 @@ impl OcrTransport {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::OcrTransport;
     /// use polygateway::transport::TransportConfig;
     /// let mock = MockOcr::start(OcrFault::None).await;
-    /// let settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// let settings = polygateway_testkit::source_settings(&mock.base_url());
     /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// assert!(transport.check_health().await);
     /// // A source whose base URL is not a URL is never healthy.
-    /// let unusable = TransportConfig::from(&polygateway::testkit::source_settings("not a url"));
+    /// let unusable = TransportConfig::from(&polygateway_testkit::source_settings("not a url"));
     /// assert!(!OcrTransport::new(unusable).check_health().await);
     /// # }
     /// ```
@@ -349,12 +349,12 @@ impl OcrTransport {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::{Duration, Instant};
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// use polygateway::transport::ocr::OcrTransport;
     /// use polygateway::transport::TransportConfig;
     /// // A server that accepts the request and never answers.
     /// let mock = MockOcr::start(OcrFault::BlackHole).await;
-    /// let settings = polygateway::testkit::source_settings(&mock.base_url());
+    /// let settings = polygateway_testkit::source_settings(&mock.base_url());
     /// let transport = OcrTransport::new(TransportConfig::from(&settings));
     /// let started = Instant::now();
     /// assert!(!transport.check_health_within(Duration::from_millis(100)).await);
@@ -403,7 +403,6 @@ fn endpoint(base_url: &str, path: &str) -> Result<Url, TransportError> {
 mod examples {
     //! Usage cases of crate-private items (they were doc examples while the items were public).
 
-    #[cfg(feature = "testkit")]
     #[test]
     fn health_timeout_example() {
         use crate::transport::ocr::HEALTH_TIMEOUT;

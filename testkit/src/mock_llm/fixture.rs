@@ -4,8 +4,8 @@
 /// Prompt tokens the mock reports for every chat request.
 ///
 /// ```
-/// use polygateway::testkit::mock_llm::MOCK_PROMPT_TOKENS;
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::mock_llm::MOCK_PROMPT_TOKENS;
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -22,8 +22,8 @@ pub const MOCK_PROMPT_TOKENS: u64 = 12;
 /// Cached prompt tokens reported by [`Behaviour::UsageDetails`](super::Behaviour::UsageDetails).
 ///
 /// ```
-/// use polygateway::testkit::mock_llm::MOCK_CACHED_TOKENS;
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::mock_llm::MOCK_CACHED_TOKENS;
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockUpstream::start(Behaviour::UsageDetails).await;
@@ -40,7 +40,7 @@ pub const MOCK_CACHED_TOKENS: u64 = 8;
 /// They are part of `completion_tokens`, as in OpenAI's usage block:
 ///
 /// ```
-/// use polygateway::testkit::{mock_llm::MOCK_REASONING_TOKENS, Behaviour, MockUpstream};
+/// use polygateway_testkit::{mock_llm::MOCK_REASONING_TOKENS, Behaviour, MockUpstream};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockUpstream::start(Behaviour::UsageDetails).await;
@@ -58,8 +58,8 @@ pub const MOCK_REASONING_TOKENS: u64 = 3;
 /// Default answer of [`Behaviour::healthy`](super::Behaviour::healthy).
 ///
 /// ```
-/// use polygateway::testkit::mock_llm::MOCK_CONTENT;
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::mock_llm::MOCK_CONTENT;
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -76,8 +76,8 @@ pub const MOCK_CONTENT: &str = "Hello from the mock upstream.";
 /// The gateway returns the streamed `reasoning_content` as `thinking`, apart from the answer:
 ///
 /// ```
-/// use polygateway::testkit::mock_llm::{MOCK_CONTENT, MOCK_THINKING};
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::mock_llm::{MOCK_CONTENT, MOCK_THINKING};
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockUpstream::start(Behaviour::Reasoning).await;

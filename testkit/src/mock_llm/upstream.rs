@@ -31,7 +31,7 @@ use super::shared::{lock, Plan, Shared, CLOSE_ANNOUNCED, CLOSE_SILENTLY, KEEP_AL
 /// # async fn main() {
 /// use std::collections::BTreeMap;
 /// use polygateway::config::Settings;
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// use polygateway::{Gateway, Message};
 ///
 /// let mock = MockUpstream::start(Behaviour::healthy_with("pong")).await;
@@ -71,7 +71,7 @@ impl MockUpstream {
     /// Bind `127.0.0.1:0` and serve `behaviour`. Embedding vectors have dimension 8 by default.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::RateLimited { retry_after_s: Some(7) }).await;
@@ -140,7 +140,7 @@ impl MockUpstream {
     /// `http://127.0.0.1:<port>/v1` — what a source's `BASE_URL` should be.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -157,7 +157,7 @@ impl MockUpstream {
     /// The bound address.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -172,7 +172,7 @@ impl MockUpstream {
     /// A snapshot of the request counters.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -190,7 +190,7 @@ impl MockUpstream {
     /// Replace the behaviour; scripts and mixes restart from their beginning.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -217,7 +217,7 @@ impl MockUpstream {
     /// Dimension of the embedding vectors served from now on.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -228,7 +228,7 @@ impl MockUpstream {
     ///     .send().await.unwrap()
     ///     .json().await.unwrap();
     /// let vector: Vec<f32> = serde_json::from_value(body["data"][0]["embedding"].clone()).unwrap();
-    /// assert_eq!(vector, polygateway::testkit::mock_embedding("hello", 3));
+    /// assert_eq!(vector, polygateway_testkit::mock_embedding("hello", 3));
     /// # }
     /// ```
     pub fn set_embedding_dim(&self, dim: usize) {
@@ -240,7 +240,7 @@ impl MockUpstream {
     /// still counted and recorded). An empty list accepts every format again.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -267,7 +267,7 @@ impl MockUpstream {
     /// answer), so a client that pools it finds it closed on its next request.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -299,7 +299,7 @@ impl MockUpstream {
     /// itself does not close idle connections).
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -320,7 +320,7 @@ impl MockUpstream {
     /// The last requests received (oldest first, at most 64).
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -344,7 +344,7 @@ impl MockUpstream {
     /// The most recent request.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -367,7 +367,7 @@ impl MockUpstream {
     /// client goes away).
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
@@ -392,7 +392,7 @@ impl MockUpstream {
     /// The most requests ever in flight at once.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
@@ -418,7 +418,7 @@ impl MockUpstream {
     /// limiter counts RPM in, so a test can check no window got more than the limit.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -445,7 +445,7 @@ impl MockUpstream {
     /// TCP connections currently open.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
@@ -469,7 +469,7 @@ impl MockUpstream {
     /// Stop accepting, end in-progress answers, and wait (≤ 2 s) for the server to finish.
     ///
     /// ```
-    /// use polygateway::testkit::{Behaviour, MockUpstream};
+    /// use polygateway_testkit::{Behaviour, MockUpstream};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockUpstream::start(Behaviour::healthy()).await;

@@ -9,23 +9,21 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::mock_ocr::{MockOcr, OcrFault};
-use crate::config::{Secret, Settings};
-use crate::ports::{BreakerBackend, GateBackend};
-use crate::redis::{RedisBreakers, RedisGate, RedisGovernance};
-use crate::{CallOptions, Gateway, GatewayError};
+use polygateway::config::Settings;
+use polygateway::ports::{BreakerBackend, GateBackend};
+use polygateway::{CallOptions, Gateway, GatewayBuilder, GatewayError};
 
 /// The scope every worker uses.
 ///
 /// ```
 /// use polygateway::config::{scope_kind_for, ScopeKind};
-/// use polygateway::testkit::ocr_soak::SCOPE;
+/// use polygateway_testkit::ocr_soak::SCOPE;
 /// // Its name makes it an OCR scope; the pool's sources are configured as `OCR__{NAME}__1__…`.
 /// assert_eq!(scope_kind_for(SCOPE), ScopeKind::Ocr);
 /// ```
@@ -37,7 +35,7 @@ const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR soak page";
 /// One source of the pool: name (provider), base URL, whether it is healthy.
 ///
 /// ```
-/// use polygateway::testkit::ocr_soak::PoolSource;
+/// use polygateway_testkit::ocr_soak::PoolSource;
 /// let source = PoolSource { name: "healthya".into(), base_url: "http://127.0.0.1:9".into(), healthy: true };
 /// // It travels to worker processes as JSON.
 /// let json = serde_json::to_string(&source).unwrap();
@@ -57,7 +55,7 @@ pub struct PoolSource {
 /// The running mock pool (owned by the parent process).
 ///
 /// ```
-/// use polygateway::testkit::ocr_soak::OcrPool;
+/// use polygateway_testkit::ocr_soak::OcrPool;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let pool = OcrPool::start(7).await;
@@ -78,7 +76,7 @@ impl OcrPool {
     /// Start the fault pool on 127.0.0.1.
     ///
     /// ```
-    /// use polygateway::testkit::ocr_soak::OcrPool;
+    /// use polygateway_testkit::ocr_soak::OcrPool;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let pool = OcrPool::start(7).await;
@@ -128,7 +126,7 @@ impl OcrPool {
 /// What one worker runs.
 ///
 /// ```
-/// use polygateway::testkit::ocr_soak::{PoolSource, WorkerConfig};
+/// use polygateway_testkit::ocr_soak::{PoolSource, WorkerConfig};
 /// # let pool_sources: Vec<PoolSource> = Vec::new();
 /// let config = WorkerConfig {
 ///     worker: 1,
@@ -165,7 +163,7 @@ pub struct WorkerConfig {
 /// What one worker saw.
 ///
 /// ```
-/// use polygateway::testkit::ocr_soak::WorkerReport;
+/// use polygateway_testkit::ocr_soak::WorkerReport;
 /// let mut report = WorkerReport { calls: 50, cancelled: 2, succeeded: 47, ..Default::default() };
 /// report.failures.insert("ResultInvalid".into(), 1);
 /// // Every call is accounted for exactly once.
@@ -225,10 +223,14 @@ fn settings(config: &WorkerConfig) -> Result<Settings, GatewayError> {
     Settings::from_map(&env).map_err(GatewayError::Config)
 }
 
-/// Run one worker: its own gateway over the shared Redis.
+/// Run one worker: its own gateway over the shared Redis, its keys under `config.key_prefix`.
+/// `key_prefix` is `GatewayBuilder::redis_key_prefix`, passed in by the caller: that method exists
+/// only with `polygateway`'s `redis` feature, which this crate does not turn on (it would turn it
+/// on for every test build of a service that uses the kit).
 ///
 /// ```no_run
-/// use polygateway::testkit::ocr_soak::{run_worker, OcrPool, WorkerConfig};
+/// use polygateway::GatewayBuilder;
+/// use polygateway_testkit::ocr_soak::{run_worker, OcrPool, WorkerConfig};
 /// # async fn demo() -> Result<(), polygateway::GatewayError> {
 /// let pool = OcrPool::start(7).await;
 /// let dir = tempfile::tempdir().unwrap();
@@ -241,17 +243,19 @@ fn settings(config: &WorkerConfig) -> Result<Settings, GatewayError> {
 ///     sources: pool.sources.clone(),
 ///     telemetry_sqlite: dir.path().join("worker-0.sqlite"),
 /// };
-/// let report = run_worker(&config).await?;
+/// # let redis_key_prefix = |builder: GatewayBuilder, _: &str| builder;
+/// // With `polygateway`'s `redis` feature: `run_worker(&config, GatewayBuilder::redis_key_prefix)`.
+/// let report = run_worker(&config, redis_key_prefix).await?;
 /// assert_eq!(report.in_flight_after, 0);
 /// assert!(report.cancelled > 0, "every 25th call is cancelled on purpose");
 /// # Ok(()) }
 /// ```
-pub async fn run_worker(config: &WorkerConfig) -> Result<WorkerReport, GatewayError> {
-    let gw = Gateway::builder(settings(config)?)
-        .default_scope(SCOPE)
-        .redis_key_prefix(&config.key_prefix)
-        .build()
-        .await?;
+pub async fn run_worker(
+    config: &WorkerConfig,
+    key_prefix: impl FnOnce(GatewayBuilder, &str) -> GatewayBuilder,
+) -> Result<WorkerReport, GatewayError> {
+    let builder = Gateway::builder(settings(config)?).default_scope(SCOPE);
+    let gw = key_prefix(builder, &config.key_prefix).build().await?;
     let outcomes: Vec<Option<Result<(), String>>> = futures::stream::iter(0..config.calls)
         .map(|i| {
             let gw = gw.clone();
@@ -323,7 +327,7 @@ pub async fn run_worker(config: &WorkerConfig) -> Result<WorkerReport, GatewayEr
 /// The run's verdict: the workers' reports plus what Redis holds afterwards.
 ///
 /// ```
-/// use polygateway::testkit::ocr_soak::SoakVerdict;
+/// use polygateway_testkit::ocr_soak::SoakVerdict;
 /// # use std::collections::BTreeMap;
 /// let verdict = SoakVerdict {
 ///     calls: 100,
@@ -367,7 +371,7 @@ impl SoakVerdict {
     /// Every invariant holds.
     ///
     /// ```
-    /// use polygateway::testkit::ocr_soak::SoakVerdict;
+    /// use polygateway_testkit::ocr_soak::SoakVerdict;
     /// # use std::collections::BTreeMap;
     /// let verdict = SoakVerdict {
     ///     calls: 100,
@@ -392,13 +396,16 @@ impl SoakVerdict {
     }
 }
 
-/// Combine worker reports with the shared state left in Redis.
+/// Combine worker reports with the shared state left in Redis, read through the shared
+/// governance the workers used (`polygateway::redis::{RedisGate, RedisBreakers}` over the run's
+/// Redis and key prefix; the caller connects and closes it).
 ///
 /// ```no_run
-/// use polygateway::testkit::ocr_soak::{run_worker, verdict, OcrPool, WorkerConfig};
-/// # async fn demo() -> Result<(), polygateway::GatewayError> {
-/// let redis_url = "redis://127.0.0.1:6379";
-/// let key_prefix = "pgw-ocrsoak-demo";
+/// use polygateway::ports::{BreakerBackend, GateBackend};
+/// use polygateway::GatewayBuilder;
+/// use polygateway_testkit::ocr_soak::{run_worker, verdict, OcrPool, WorkerConfig};
+/// # async fn demo(gate: &dyn GateBackend, breakers: &dyn BreakerBackend)
+/// #     -> Result<(), polygateway::GatewayError> {
 /// let pool = OcrPool::start(7).await;
 /// let dir = tempfile::tempdir().unwrap();
 /// let configs: Vec<WorkerConfig> = (0..2)
@@ -406,31 +413,28 @@ impl SoakVerdict {
 ///         worker,
 ///         calls: 300,
 ///         concurrency: 16,
-///         redis_url: redis_url.into(),
-///         key_prefix: key_prefix.into(),
+///         redis_url: "redis://127.0.0.1:6379".into(),
+///         key_prefix: "pgw-ocrsoak-demo".into(),
 ///         sources: pool.sources.clone(),
 ///         telemetry_sqlite: dir.path().join(format!("w{worker}.sqlite")),
 ///     })
 ///     .collect();
-/// let reports = futures::future::try_join_all(configs.iter().map(run_worker)).await?;
-/// let v = verdict(&reports, redis_url, key_prefix, &pool.sources).await?;
+/// # let prefix = |builder: GatewayBuilder, _: &str| builder; // `GatewayBuilder::redis_key_prefix`
+/// let runs = configs.iter().map(|config| run_worker(config, prefix));
+/// let reports = futures::future::try_join_all(runs).await?;
+/// let v = verdict(&reports, gate, breakers, &pool.sources).await?;
 /// assert!(v.invariants_ok(), "{:?}", v.invariants);
 /// assert!(v.success_rate >= 0.99, "{:?}", v.failures);
 /// # Ok(()) }
 /// ```
 pub async fn verdict(
     reports: &[WorkerReport],
-    redis_url: &str,
-    key_prefix: &str,
+    gate: &dyn GateBackend,
+    breakers: &dyn BreakerBackend,
     sources: &[PoolSource],
 ) -> Result<SoakVerdict, GatewayError> {
-    let redis = RedisGovernance::connect(&Secret::new(redis_url), key_prefix)
-        .await
-        .map_err(|e| GatewayError::Config(crate::config::ConfigError::Assembly(e.to_string())))?;
-    let gate = RedisGate::new(redis.clone());
-    let breakers = Arc::new(RedisBreakers::new(redis.clone()));
-    let backend_err = |e: crate::ports::BackendError| {
-        GatewayError::Config(crate::config::ConfigError::Assembly(e.to_string()))
+    let backend_err = |e: polygateway::ports::BackendError| {
+        GatewayError::Config(polygateway::config::ConfigError::Assembly(e.to_string()))
     };
     // Releases are casts handled in tasks: let the last ones land.
     let mut leases = u64::MAX;
@@ -456,7 +460,6 @@ pub async fn verdict(
         }
         breaker_opens.insert(name, snapshot.epoch);
     }
-    redis.close().await;
 
     let calls: usize = reports.iter().map(|r| r.calls).sum();
     let cancelled: usize = reports.iter().map(|r| r.cancelled).sum();

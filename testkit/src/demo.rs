@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use super::mock_llm::{Behaviour, MockUpstream};
 use super::mock_ocr::{MockOcr, OcrFault};
-use crate::config::{ScopeKind, Settings};
+use polygateway::config::{ScopeKind, Settings};
 
 /// Mocks kept alive for as long as the example runs.
 ///
 /// ```
 /// use polygateway::config::ScopeKind;
-/// use polygateway::testkit::demo::settings_or_mock;
+/// use polygateway_testkit::demo::settings_or_mock;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// // `DEMO` and `OCR_DEMO` are not configured in the environment, so both get a mock.
@@ -38,7 +38,7 @@ pub struct DemoMocks {
 ///
 /// ```
 /// use polygateway::config::ScopeKind;
-/// use polygateway::testkit::demo::settings_or_mock;
+/// use polygateway_testkit::demo::settings_or_mock;
 /// use polygateway::{Gateway, Message};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

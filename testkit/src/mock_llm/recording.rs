@@ -7,7 +7,7 @@ use serde_json::Value;
 /// Requests received so far.
 ///
 /// ```
-/// use polygateway::testkit::{Behaviour, MockUpstream};
+/// use polygateway_testkit::{Behaviour, MockUpstream};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockUpstream::start(Behaviour::BadRequest).await;
@@ -41,7 +41,7 @@ impl MockCounts {
     /// Requests that resolved to the behaviour named `name` (0 if none).
     ///
     /// ```
-    /// use polygateway::testkit::MockCounts;
+    /// use polygateway_testkit::MockCounts;
     /// let mut counts = MockCounts::default();
     /// counts.by_behaviour.insert("healthy", 3);
     /// assert_eq!(counts.of("healthy"), 3);
@@ -57,7 +57,7 @@ impl MockCounts {
 /// What the gateway really sent:
 ///
 /// ```
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockUpstream::start(Behaviour::healthy()).await;

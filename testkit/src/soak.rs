@@ -20,13 +20,13 @@ use serde_json::{json, Value};
 use super::mock_anthropic::{AnthropicFault, MockAnthropic, MOCK_ANTHROPIC_KEY};
 use super::mock_gemini::{MockGemini, MOCK_GEMINI_KEY};
 use super::mock_llm::{Behaviour, MockUpstream};
-use crate::config::Settings;
-use crate::{CallOptions, Gateway, GatewayError, Message, SourceSnapshot};
+use polygateway::config::Settings;
+use polygateway::{CallOptions, Gateway, GatewayError, Message, SourceSnapshot};
 
 /// What to run.
 ///
 /// ```no_run
-/// use polygateway::testkit::soak::{run_soak, SoakConfig};
+/// use polygateway_testkit::soak::{run_soak, SoakConfig};
 /// # async fn demo() -> Result<(), polygateway::GatewayError> {
 /// let dir = tempfile::tempdir().unwrap();
 /// let config = SoakConfig {
@@ -127,7 +127,7 @@ fn fault_mix(seed: u64) -> Vec<MixSource> {
 /// The outcome of a soak.
 ///
 /// ```no_run
-/// use polygateway::testkit::soak::{run_soak, SoakConfig};
+/// use polygateway_testkit::soak::{run_soak, SoakConfig};
 /// # async fn demo() -> Result<(), polygateway::GatewayError> {
 /// let config = SoakConfig { calls: 500, concurrency: 32, seed: 1, telemetry_sqlite: None };
 /// let report = run_soak(&config).await?;
@@ -169,7 +169,7 @@ impl SoakReport {
     /// Share of successful calls (0–1).
     ///
     /// ```
-    /// use polygateway::testkit::soak::SoakReport;
+    /// use polygateway_testkit::soak::SoakReport;
     /// # use std::collections::BTreeMap;
     /// # let report = |calls: usize, succeeded: usize, leases_held: u64| SoakReport {
     /// #     calls, succeeded, failures: BTreeMap::new(), sources: Vec::new(), healthy: Vec::new(),
@@ -192,11 +192,11 @@ impl SoakReport {
     /// Share of all attempts that went to each faulty source.
     ///
     /// ```
-    /// use polygateway::testkit::soak::SoakReport;
+    /// use polygateway_testkit::soak::SoakReport;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # use std::collections::BTreeMap;
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{Behaviour, MockUpstream};
     /// # let good = MockUpstream::start(Behaviour::healthy()).await;
     /// # let bad = MockUpstream::start(Behaviour::Unauthorized).await;
     /// # let mut env: BTreeMap<String, String> = [
@@ -240,11 +240,11 @@ impl SoakReport {
     /// Breaker openings (epochs) on the healthy sources: false opens.
     ///
     /// ```
-    /// use polygateway::testkit::soak::SoakReport;
+    /// use polygateway_testkit::soak::SoakReport;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # use std::collections::BTreeMap;
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{Behaviour, MockUpstream};
     /// # let good = MockUpstream::start(Behaviour::healthy()).await;
     /// # let bad = MockUpstream::start(Behaviour::Unauthorized).await;
     /// # let mut env: BTreeMap<String, String> = [
@@ -287,7 +287,7 @@ impl SoakReport {
     /// Every pacer slot, lease and probe is back.
     ///
     /// ```
-    /// use polygateway::testkit::soak::SoakReport;
+    /// use polygateway_testkit::soak::SoakReport;
     /// # use std::collections::BTreeMap;
     /// # let report = |calls: usize, succeeded: usize, leases_held: u64| SoakReport {
     /// #     calls, succeeded, failures: BTreeMap::new(), sources: Vec::new(), healthy: Vec::new(),
@@ -314,11 +314,11 @@ impl SoakReport {
     /// A human-readable table of the sources.
     ///
     /// ```
-    /// use polygateway::testkit::soak::SoakReport;
+    /// use polygateway_testkit::soak::SoakReport;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # use std::collections::BTreeMap;
-    /// # use polygateway::testkit::{Behaviour, MockUpstream};
+    /// # use polygateway_testkit::{Behaviour, MockUpstream};
     /// # let good = MockUpstream::start(Behaviour::healthy()).await;
     /// # let bad = MockUpstream::start(Behaviour::Unauthorized).await;
     /// # let mut env: BTreeMap<String, String> = [
@@ -376,7 +376,7 @@ impl SoakReport {
     /// The summary as one JSON object.
     ///
     /// ```
-    /// use polygateway::testkit::soak::SoakReport;
+    /// use polygateway_testkit::soak::SoakReport;
     /// # use std::collections::BTreeMap;
     /// # let report = |calls: usize, succeeded: usize, leases_held: u64| SoakReport {
     /// #     calls, succeeded, failures: BTreeMap::new(), sources: Vec::new(), healthy: Vec::new(),
@@ -411,7 +411,7 @@ impl SoakReport {
 /// Run a soak. Fails only if the runtime cannot be built.
 ///
 /// ```no_run
-/// use polygateway::testkit::soak::{run_soak, SoakConfig};
+/// use polygateway_testkit::soak::{run_soak, SoakConfig};
 /// # async fn demo() -> Result<(), polygateway::GatewayError> {
 /// let report = run_soak(&SoakConfig { calls: 8000, concurrency: 64, seed: 42, telemetry_sqlite: None }).await?;
 /// println!("{}", report.table());

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 /// The key the mock accepts (`x-goog-api-key`).
 ///
 /// ```
-/// assert!(!polygateway::testkit::mock_gemini::MOCK_GEMINI_KEY.is_empty());
+/// assert!(!polygateway_testkit::mock_gemini::MOCK_GEMINI_KEY.is_empty());
 /// ```
 pub const MOCK_GEMINI_KEY: &str = "gemini-test-key";
 
@@ -51,14 +51,14 @@ pub const MOCK_GEMINI_KEY: &str = "gemini-test-key";
 /// by the next embeddings request too, when one comes first).
 ///
 /// ```
-/// use polygateway::testkit::mock_gemini::{GeminiFault, MockGemini};
+/// use polygateway_testkit::mock_gemini::{GeminiFault, MockGemini};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockGemini::start().await;
 /// mock.push_fault(GeminiFault::RateLimited { retry_delay_s: 12 });
 /// let resp = reqwest::Client::new()
 ///     .post(format!("{}/models/gemini-2.5-flash:generateContent", mock.base_url()))
-///     .header("x-goog-api-key", polygateway::testkit::mock_gemini::MOCK_GEMINI_KEY)
+///     .header("x-goog-api-key", polygateway_testkit::mock_gemini::MOCK_GEMINI_KEY)
 ///     .json(&serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
 ///     .send().await.unwrap();
 /// assert_eq!(resp.status(), 429);
@@ -119,7 +119,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// The mock Gemini API on `127.0.0.1`.
 ///
 /// ```
-/// use polygateway::testkit::mock_gemini::{MockGemini, MOCK_GEMINI_KEY};
+/// use polygateway_testkit::mock_gemini::{MockGemini, MOCK_GEMINI_KEY};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockGemini::start().await;
@@ -163,7 +163,7 @@ impl MockGemini {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let mock = polygateway::testkit::mock_gemini::MockGemini::start().await;
+    /// let mock = polygateway_testkit::mock_gemini::MockGemini::start().await;
     /// assert!(mock.base_url().ends_with("/v1beta"));
     /// # }
     /// ```
@@ -209,7 +209,7 @@ impl MockGemini {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let mock = polygateway::testkit::mock_gemini::MockGemini::start().await;
+    /// let mock = polygateway_testkit::mock_gemini::MockGemini::start().await;
     /// assert!(mock.base_url().starts_with("http://127.0.0.1:"));
     /// # }
     /// ```
@@ -222,7 +222,7 @@ impl MockGemini {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::testkit::mock_gemini::{GeminiFault, MockGemini};
+    /// use polygateway_testkit::mock_gemini::{GeminiFault, MockGemini};
     /// let mock = MockGemini::start().await;
     /// mock.push_fault(GeminiFault::Unavailable);
     /// # }
@@ -240,7 +240,7 @@ impl MockGemini {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::testkit::mock_gemini::MockGemini;
+    /// use polygateway_testkit::mock_gemini::MockGemini;
     /// let mock = MockGemini::start().await;
     /// mock.script("Sunny.", Some("Check the weather."), Some(("weather", serde_json::json!({"city": "Paris"}))), Some(40));
     /// # }
@@ -265,7 +265,7 @@ impl MockGemini {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let mock = polygateway::testkit::mock_gemini::MockGemini::start().await;
+    /// let mock = polygateway_testkit::mock_gemini::MockGemini::start().await;
     /// assert!(mock.requests().is_empty());
     /// # }
     /// ```
@@ -714,7 +714,7 @@ fn merge(chunks: Vec<Value>) -> Value {
 /// vector, as Gemini's truncatable embeddings are.
 ///
 /// ```
-/// use polygateway::testkit::mock_gemini::{embedding, EMBEDDING_DIM};
+/// use polygateway_testkit::mock_gemini::{embedding, EMBEDDING_DIM};
 /// let full = embedding("hello", EMBEDDING_DIM);
 /// assert_eq!(full.len(), EMBEDDING_DIM);
 /// assert_eq!(embedding("hello", 3), full[..3]);
@@ -733,7 +733,7 @@ pub fn embedding(text: &str, dim: usize) -> Vec<f32> {
 /// The dimension of the mock's embeddings when a request asks none.
 ///
 /// ```
-/// assert_eq!(polygateway::testkit::mock_gemini::EMBEDDING_DIM, 8);
+/// assert_eq!(polygateway_testkit::mock_gemini::EMBEDDING_DIM, 8);
 /// ```
 pub const EMBEDDING_DIM: usize = 8;
 

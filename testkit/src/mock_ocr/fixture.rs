@@ -10,9 +10,9 @@ use serde_json::{json, Value};
 /// Text `/ocr/text` answers in the normal mode.
 ///
 /// ```
-/// use polygateway::testkit::mock_ocr::fixture::SAMPLE_TEXT;
-/// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
-/// use polygateway::testkit::mock_settings;
+/// use polygateway_testkit::mock_ocr::fixture::SAMPLE_TEXT;
+/// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
+/// use polygateway_testkit::mock_settings;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockOcr::start(OcrFault::None).await;
@@ -31,9 +31,9 @@ pub const SAMPLE_TEXT: &str =
 /// `(page_index, type)` of every `para_blocks` entry of [`sample_middle_json`], in order.
 ///
 /// ```
-/// use polygateway::testkit::mock_ocr::fixture::SAMPLE_ELEMENTS;
-/// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
-/// use polygateway::testkit::mock_settings;
+/// use polygateway_testkit::mock_ocr::fixture::SAMPLE_ELEMENTS;
+/// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
+/// use polygateway_testkit::mock_settings;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockOcr::start(OcrFault::None).await;
@@ -63,7 +63,7 @@ pub const SAMPLE_ELEMENTS: &[(usize, &str)] = &[
 /// Page size of every page of the fixture (US letter, in points).
 ///
 /// ```
-/// use polygateway::testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_PAGE_SIZE};
+/// use polygateway_testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_PAGE_SIZE};
 /// let (width, height) = SAMPLE_PAGE_SIZE;
 /// for page in sample_middle_json()["pdf_info"].as_array().unwrap() {
 ///     assert_eq!(page["page_size"], serde_json::json!([width, height]));
@@ -75,7 +75,7 @@ pub const SAMPLE_PAGE_SIZE: (f64, f64) = (612.0, 792.0);
 ///
 /// ```
 /// use std::io::Read;
-/// use polygateway::testkit::mock_ocr::fixture::{layout_zip, SAMPLE_TABLE_HTML};
+/// use polygateway_testkit::mock_ocr::fixture::{layout_zip, SAMPLE_TABLE_HTML};
 /// // The Markdown file of the result ZIP embeds the table as HTML, as MonkeyOCR does.
 /// let mut zip = zip::ZipArchive::new(std::io::Cursor::new(layout_zip("scan", None))).unwrap();
 /// let mut markdown = String::new();
@@ -144,7 +144,7 @@ fn header_footer(page_idx: usize) -> Vec<Value> {
 /// in `discarded_blocks`, and keys the transport must ignore.
 ///
 /// ```
-/// use polygateway::testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_ELEMENTS};
+/// use polygateway_testkit::mock_ocr::fixture::{sample_middle_json, SAMPLE_ELEMENTS};
 /// let doc = sample_middle_json();
 /// let pages = doc["pdf_info"].as_array().unwrap();
 /// assert_eq!(pages.len(), 3);
@@ -314,7 +314,7 @@ pub(crate) fn blank_middle_json() -> Value {
 /// writes: `{stem}.md`, `{stem}_content_list.json`, `{stem}_middle.json`, an extracted image.
 ///
 /// ```
-/// use polygateway::testkit::mock_ocr::fixture::{layout_zip, sample_middle_json};
+/// use polygateway_testkit::mock_ocr::fixture::{layout_zip, sample_middle_json};
 /// let names = |bytes: Vec<u8>| {
 ///     let zip = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
 ///     zip.file_names().map(|name| name.unwrap().into_owned()).collect::<Vec<_>>()
@@ -366,7 +366,7 @@ mod examples {
 
     #[test]
     fn degenerate_middle_json_example() {
-        use crate::testkit::mock_ocr::fixture::{degenerate_middle_json, sample_middle_json};
+        use crate::mock_ocr::fixture::{degenerate_middle_json, sample_middle_json};
         let bad = degenerate_middle_json();
         let bbox = &bad["pdf_info"][1]["para_blocks"][1]["bbox"];
         assert_eq!(bbox[0], bbox[2], "x0 == x1: zero width");
@@ -375,7 +375,7 @@ mod examples {
 
     #[test]
     fn blank_middle_json_example() {
-        use crate::testkit::mock_ocr::fixture::blank_middle_json;
+        use crate::mock_ocr::fixture::blank_middle_json;
         let doc = blank_middle_json();
         let pages = doc["pdf_info"].as_array().unwrap();
         assert_eq!(pages.len(), 1);

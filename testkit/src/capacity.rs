@@ -13,14 +13,14 @@ use serde_json::{json, Value};
 
 use super::mock_capacity::{CapacityMock, CapacityStats, Regime};
 use super::settings::mock_env;
-use crate::config::Settings;
-use crate::{Gateway, GatewayError, Message, SourceSnapshot};
+use polygateway::config::Settings;
+use polygateway::{Gateway, GatewayError, Message, SourceSnapshot};
 
 /// One scenario to run.
 ///
 /// ```
 /// use std::time::Duration;
-/// use polygateway::testkit::capacity::Scenario;
+/// use polygateway_testkit::capacity::Scenario;
 /// let s = Scenario::queueing(Duration::from_millis(200));
 /// assert_eq!((s.name, s.ideal_calls_per_s), ("queueing", Some(640.0)));
 /// ```
@@ -41,7 +41,7 @@ impl Scenario {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use polygateway::testkit::capacity::Scenario;
+    /// use polygateway_testkit::capacity::Scenario;
     /// assert_eq!(Scenario::unlimited(Duration::from_millis(200)).ideal_calls_per_s, None);
     /// ```
     pub fn unlimited(service: Duration) -> Self {
@@ -58,7 +58,7 @@ impl Scenario {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use polygateway::testkit::capacity::Scenario;
+    /// use polygateway_testkit::capacity::Scenario;
     /// let s = Scenario::rate_limited(1000, Duration::from_millis(200), true);
     /// assert_eq!(s.ideal_calls_per_s, Some(2000.0));
     /// ```
@@ -79,7 +79,7 @@ impl Scenario {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use polygateway::testkit::capacity::Scenario;
+    /// use polygateway_testkit::capacity::Scenario;
     /// assert_eq!(Scenario::queueing(Duration::from_millis(100)).ideal_calls_per_s, Some(1280.0));
     /// ```
     pub fn queueing(service: Duration) -> Self {
@@ -95,7 +95,7 @@ impl Scenario {
 /// What one scenario measured. [`CapacityReport::json`] is the benchmark's output line.
 ///
 /// ```
-/// use polygateway::testkit::capacity::CapacityReport;
+/// use polygateway_testkit::capacity::CapacityReport;
 /// let r = CapacityReport { scenario: "queueing", ideal_calls_per_s: 640.0, measured_ideal: false,
 ///     steady_calls_per_s: 600.0, seconds_to_90pct: Some(1.5), rate_limited_share: 0.0,
 ///     upstream_p50_ms: 260.0, caller_p99_ms: 2000.0, calls: 6000, errors: 0, first_error: None, sources: vec![] };
@@ -134,7 +134,7 @@ impl CapacityReport {
     /// Steady rate / ideal.
     ///
     /// ```
-    /// # use polygateway::testkit::capacity::CapacityReport;
+    /// # use polygateway_testkit::capacity::CapacityReport;
     /// # let r = CapacityReport { scenario: "x", ideal_calls_per_s: 100.0, measured_ideal: true,
     /// #     steady_calls_per_s: 95.0, seconds_to_90pct: None, rate_limited_share: 0.0,
     /// #     upstream_p50_ms: 0.0, caller_p99_ms: 0.0, calls: 0, errors: 0, first_error: None, sources: vec![] };
@@ -151,7 +151,7 @@ impl CapacityReport {
     /// The JSON line: exactly the benchmark's keys.
     ///
     /// ```
-    /// # use polygateway::testkit::capacity::CapacityReport;
+    /// # use polygateway_testkit::capacity::CapacityReport;
     /// # let r = CapacityReport { scenario: "unlimited", ideal_calls_per_s: 4000.0, measured_ideal: true,
     /// #     steady_calls_per_s: 3800.0, seconds_to_90pct: Some(1.2), rate_limited_share: 0.0,
     /// #     upstream_p50_ms: 201.0, caller_p99_ms: 260.0, calls: 30000, errors: 0, first_error: None, sources: vec![] };
@@ -317,7 +317,7 @@ async fn direct_rate(mock: &CapacityMock, callers: usize, duration: Duration) ->
 /// ```no_run
 /// # async fn demo() -> Result<(), polygateway::GatewayError> {
 /// use std::time::Duration;
-/// use polygateway::testkit::capacity::{run_scenario, Scenario};
+/// use polygateway_testkit::capacity::{run_scenario, Scenario};
 /// let scenario = Scenario::queueing(Duration::from_millis(200));
 /// let report = run_scenario(&scenario, 1024, Duration::from_secs(10), "adaptive").await?;
 /// println!("{}", report.json());
@@ -417,7 +417,7 @@ pub async fn run_scenario(
 /// over the first seconds. [`ColdStartReport::json`] is the benchmark's output line.
 ///
 /// ```
-/// use polygateway::testkit::capacity::ColdStartReport;
+/// use polygateway_testkit::capacity::ColdStartReport;
 /// let r = ColdStartReport { pacer: "adaptive".into(), calls_per_s: 190.0, p50_ms: 1302.0,
 ///     p99_ms: 1390.0, calls: 1900, errors: 0, pacer_waits: 0, pacer_signal: "none" };
 /// assert_eq!(r.json()["pacer"], "adaptive");
@@ -448,7 +448,7 @@ impl ColdStartReport {
     /// The JSON line.
     ///
     /// ```
-    /// # use polygateway::testkit::capacity::ColdStartReport;
+    /// # use polygateway_testkit::capacity::ColdStartReport;
     /// # let r = ColdStartReport { pacer: "off".into(), calls_per_s: 190.0, p50_ms: 1302.0,
     /// #     p99_ms: 1390.0, calls: 1900, errors: 0, pacer_waits: 0, pacer_signal: "none" };
     /// assert_eq!(r.json()["scenario"], "cold_start");
@@ -479,7 +479,7 @@ impl ColdStartReport {
 /// ```no_run
 /// # async fn demo() -> Result<(), polygateway::GatewayError> {
 /// use std::time::Duration;
-/// use polygateway::testkit::capacity::run_cold_start;
+/// use polygateway_testkit::capacity::run_cold_start;
 /// let on = run_cold_start(256, Duration::from_millis(1300), Duration::from_secs(10), "adaptive").await?;
 /// let off = run_cold_start(256, Duration::from_millis(1300), Duration::from_secs(10), "off").await?;
 /// println!("{}\n{}", on.json(), off.json());

@@ -16,7 +16,7 @@ use super::shared::{InFlight, Shared};
 /// The deterministic vector the mock serves for `text` (components in `[-1, 1]`).
 ///
 /// ```
-/// use polygateway::testkit::mock_embedding;
+/// use polygateway_testkit::mock_embedding;
 /// assert_eq!(mock_embedding("a", 4), mock_embedding("a", 4));
 /// assert_ne!(mock_embedding("a", 4), mock_embedding("b", 4));
 /// ```

@@ -24,7 +24,7 @@ use super::fixture::MOCK_CONTENT;
 /// retry gets the healthy answer.
 ///
 /// ```
-/// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+/// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let script = vec![Behaviour::ServerError(503), Behaviour::healthy()];
@@ -124,7 +124,7 @@ pub enum Behaviour {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::testkit::{mock_settings, Behaviour, MockUpstream};
+    /// use polygateway_testkit::{mock_settings, Behaviour, MockUpstream};
     /// let mock = MockUpstream::start(Behaviour::Mix {
     ///     failure_rate: 0.3,
     ///     failure: Box::new(Behaviour::ServerError(503)),
@@ -169,7 +169,7 @@ pub enum Behaviour {
     /// [`Behaviour::AbruptClose`] drops it. Non-streaming: like `AbruptClose`.
     ///
     /// ```
-    /// use polygateway::testkit::Behaviour;
+    /// use polygateway_testkit::Behaviour;
     /// let cut = Behaviour::CutAfter { deltas: 2, answer: Box::new(Behaviour::healthy()) };
     /// assert_eq!(cut.name(), "cut_after");
     /// ```
@@ -193,7 +193,7 @@ impl Behaviour {
     /// Healthy, no delays, [`MOCK_CONTENT`] in 4 deltas.
     ///
     /// ```
-    /// use polygateway::testkit::{mock_llm::MOCK_CONTENT, Behaviour};
+    /// use polygateway_testkit::{mock_llm::MOCK_CONTENT, Behaviour};
     /// let Behaviour::Healthy { ttft, chunks, content, .. } = Behaviour::healthy() else {
     ///     unreachable!()
     /// };
@@ -207,7 +207,7 @@ impl Behaviour {
     /// Healthy, no delays, the given content in up to 4 deltas.
     ///
     /// ```
-    /// use polygateway::testkit::Behaviour;
+    /// use polygateway_testkit::Behaviour;
     /// let b = Behaviour::healthy_with(r#"{"answer": 42}"#);
     /// assert!(matches!(&b, Behaviour::Healthy { content, .. } if content == r#"{"answer": 42}"#));
     /// assert_eq!(b.name(), "healthy");
@@ -225,7 +225,7 @@ impl Behaviour {
     /// behaviours count under the behaviour they resolved to.
     ///
     /// ```
-    /// use polygateway::testkit::Behaviour;
+    /// use polygateway_testkit::Behaviour;
     /// assert_eq!(Behaviour::RateLimited { retry_after_s: Some(1) }.name(), "rate_limited");
     /// assert_eq!(Behaviour::ServerError(502).name(), "server_error");
     /// // The script's own name; its requests are counted under what each step resolves to.

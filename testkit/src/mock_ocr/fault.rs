@@ -10,8 +10,8 @@ use rand::{Rng, SeedableRng};
 /// A test of the gateway's defence against a broken layout:
 ///
 /// ```
-/// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
-/// use polygateway::testkit::mock_settings;
+/// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
+/// use polygateway_testkit::mock_settings;
 /// use polygateway::GatewayError;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

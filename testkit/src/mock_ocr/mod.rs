@@ -12,7 +12,7 @@
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
-//! use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
+//! use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
 //! let mock = MockOcr::start(OcrFault::None).await;
 //! let health = reqwest::get(format!("{}/health", mock.base_url())).await.unwrap();
 //! assert_eq!(health.status(), 200);
@@ -55,7 +55,7 @@ const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 /// An endpoint of the mock, for request counters.
 ///
 /// ```
-/// use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
+/// use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let mock = MockOcr::start(OcrFault::None).await;
@@ -90,7 +90,7 @@ impl OcrEndpoint {
 /// What the mock saw of an upload.
 ///
 /// ```
-/// use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault, UploadSeen};
+/// use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault, UploadSeen};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
@@ -134,7 +134,7 @@ pub struct UploadSeen {
 /// # async fn main() {
 /// use std::collections::BTreeMap;
 /// use polygateway::config::Settings;
-/// use polygateway::testkit::mock_ocr::{fixture, MockOcr, OcrEndpoint, OcrFault};
+/// use polygateway_testkit::mock_ocr::{fixture, MockOcr, OcrEndpoint, OcrFault};
 /// use polygateway::Gateway;
 ///
 /// let mock = MockOcr::start(OcrFault::None).await;
@@ -205,7 +205,7 @@ impl MockOcr {
     /// Bind `127.0.0.1:0` and serve in `mode`.
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
@@ -262,7 +262,7 @@ impl MockOcr {
     /// `http://127.0.0.1:{port}` (no trailing slash).
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockOcr::start(OcrFault::None).await;
@@ -278,7 +278,7 @@ impl MockOcr {
     /// The bound address.
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockOcr::start(OcrFault::None).await;
@@ -293,7 +293,7 @@ impl MockOcr {
     /// Switch behaviour for the following requests (resets a `Mix` generator to its seed).
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
@@ -320,7 +320,7 @@ impl MockOcr {
     /// instead of the usual relative one.
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
@@ -350,7 +350,7 @@ impl MockOcr {
     /// spaces, written raw into `download_url` as the real server does). `None` restores.
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
@@ -374,7 +374,7 @@ impl MockOcr {
     /// Requests received on `endpoint` (counted on arrival, whatever the answer).
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
@@ -400,7 +400,7 @@ impl MockOcr {
     /// Requests received on all endpoints.
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockOcr::start(OcrFault::None).await;
@@ -422,7 +422,7 @@ impl MockOcr {
     /// Requests being handled now (all endpoints).
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
@@ -444,7 +444,7 @@ impl MockOcr {
     /// The most requests ever handled at once.
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
@@ -463,7 +463,7 @@ impl MockOcr {
     /// failed). A [`OcrFault::BlankPage`] answer is not a fault.
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrFault};
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrFault};
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// # async fn upload(url: String, name: &str, bytes: &[u8]) -> reqwest::Response {
@@ -488,8 +488,8 @@ impl MockOcr {
     /// The last upload seen by `/ocr/text` or `/parse`.
     ///
     /// ```
-    /// use polygateway::testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
-    /// use polygateway::testkit::mock_settings;
+    /// use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
+    /// use polygateway_testkit::mock_settings;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// let mock = MockOcr::start(OcrFault::None).await;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{scope_kind_for, ScopeKind, Settings};
+use polygateway::config::{scope_kind_for, ScopeKind, Settings};
 
 /// Settings with one source per `(scope, base_url)` pair and test-friendly governance: memory
 /// limiter and breaker, no telemetry, no cache, retry backoff 10–50 ms. Chat and embeddings
@@ -15,7 +15,7 @@ use crate::config::{scope_kind_for, ScopeKind, Settings};
 /// If the resulting settings do not parse (a bad `extra` key or value): this is a test helper.
 ///
 /// ```
-/// use polygateway::testkit::mock_settings;
+/// use polygateway_testkit::mock_settings;
 /// let settings = mock_settings(
 ///     &[("LLM", "http://127.0.0.1:9/v1"), ("OCR", "http://127.0.0.1:9")],
 ///     &[("LLM__RETRY__MAX_ATTEMPTS", "1")],
@@ -47,7 +47,7 @@ pub fn mock_settings(scopes: &[(&str, &str)], extra: &[(&str, &str)]) -> Setting
 /// If the resulting settings do not parse: this is a test helper.
 ///
 /// ```
-/// use polygateway::testkit::mock_sources_settings;
+/// use polygateway_testkit::mock_sources_settings;
 /// let settings = mock_sources_settings(
 ///     &[
 ///         ("LLM", "openai", "http://127.0.0.1:9/v1"),
@@ -86,7 +86,7 @@ pub fn mock_sources_settings(sources: &[(&str, &str, &str)], extra: &[(&str, &st
 ///
 /// ```
 /// use polygateway::config::Settings;
-/// let mut env = polygateway::testkit::mock_env();
+/// let mut env = polygateway_testkit::mock_env();
 /// env.insert("LLM__OPENAI__1__BASE_URL".into(), "http://127.0.0.1:9/v1".into());
 /// env.insert("LLM__OPENAI__1__MODEL".into(), "m".into());
 /// let settings = Settings::from_map(&env).unwrap();

@@ -1,16 +1,16 @@
 //! The one set-up the crate's doc examples share, so each example shows what it teaches and
 //! not the same mock wiring again (a hidden `# let (settings, mocks) = doc_setup(…)` line).
 
-use crate::config::{scope_kind_for, ScopeKind, Settings};
-use crate::testkit::mock_ocr::{MockOcr, OcrFault};
-use crate::testkit::{mock_settings, Behaviour, MockUpstream};
+use crate::mock_ocr::{MockOcr, OcrFault};
+use crate::{mock_settings, Behaviour, MockUpstream};
+use polygateway::config::{scope_kind_for, ScopeKind, Settings};
 
 /// The mock upstreams behind [`doc_setup`]'s settings; they serve while this value lives.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// let (_settings, mocks) = polygateway::testkit::doc_setup(&["LLM"], &[]).await;
+/// let (_settings, mocks) = polygateway_testkit::doc_setup(&["LLM"], &[]).await;
 /// assert!(mocks.ocr.is_none()); // no OCR scope asked for
 /// assert_eq!(mocks.chat.counts().total, 0);
 /// # }
@@ -31,7 +31,7 @@ pub struct DocMocks {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), polygateway::GatewayError> {
 /// let (settings, mocks) =
-///     polygateway::testkit::doc_setup(&["LLM", "EMBED", "OCR"], &[("LLM__RETRY__MAX_ATTEMPTS", "1")])
+///     polygateway_testkit::doc_setup(&["LLM", "EMBED", "OCR"], &[("LLM__RETRY__MAX_ATTEMPTS", "1")])
 ///         .await;
 /// assert_eq!(settings.scopes["LLM"].sources[0].model, "gpt-test");
 /// assert_eq!(settings.scopes["EMBED"].embedding.as_ref().unwrap().batch_size, 16);

@@ -31,7 +31,7 @@ const ANSWER: &str = r#"{"id":"chatcmpl-capacity","object":"chat.completion","cr
 ///
 /// ```
 /// use std::time::Duration;
-/// use polygateway::testkit::mock_capacity::Regime;
+/// use polygateway_testkit::mock_capacity::Regime;
 /// let queueing = Regime::Queueing { slots: 64, service: Duration::from_millis(200) };
 /// assert_eq!(queueing.service(), Duration::from_millis(200));
 /// ```
@@ -68,7 +68,7 @@ impl Regime {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use polygateway::testkit::mock_capacity::Regime;
+    /// use polygateway_testkit::mock_capacity::Regime;
     /// let r = Regime::Unlimited { service: Duration::from_millis(200) };
     /// assert_eq!(r.service().as_millis(), 200);
     /// ```
@@ -84,7 +84,7 @@ impl Regime {
 /// What a capacity mock saw.
 ///
 /// ```
-/// use polygateway::testkit::mock_capacity::CapacityStats;
+/// use polygateway_testkit::mock_capacity::CapacityStats;
 /// let stats = CapacityStats::default();
 /// assert_eq!((stats.served, stats.refused), (0, 0));
 /// ```
@@ -127,7 +127,7 @@ struct Shared {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::time::Duration;
-/// use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
+/// use polygateway_testkit::mock_capacity::{CapacityMock, Regime};
 /// let mock = CapacityMock::start(Regime::RateLimited {
 ///     per_s: 1,
 ///     service: Duration::from_millis(1),
@@ -163,7 +163,7 @@ impl CapacityMock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
-    /// use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
+    /// use polygateway_testkit::mock_capacity::{CapacityMock, Regime};
     /// let mock = CapacityMock::start(Regime::Unlimited { service: Duration::ZERO }).await;
     /// assert!(mock.base_url().ends_with("/v1"));
     /// # }
@@ -213,7 +213,7 @@ impl CapacityMock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
-    /// use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
+    /// use polygateway_testkit::mock_capacity::{CapacityMock, Regime};
     /// let mock = CapacityMock::start(Regime::Unlimited { service: Duration::ZERO }).await;
     /// assert!(mock.base_url().starts_with("http://127.0.0.1:"));
     /// # }
@@ -228,7 +228,7 @@ impl CapacityMock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
-    /// use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
+    /// use polygateway_testkit::mock_capacity::{CapacityMock, Regime};
     /// let mock = CapacityMock::start(Regime::Queueing { slots: 1, service: Duration::from_millis(200) }).await;
     /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
     /// let url = format!("{}/chat/completions", mock.base_url());
@@ -261,7 +261,7 @@ impl CapacityMock {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
-    /// use polygateway::testkit::mock_capacity::{CapacityMock, Regime};
+    /// use polygateway_testkit::mock_capacity::{CapacityMock, Regime};
     /// let mock = CapacityMock::start(Regime::Unlimited { service: Duration::ZERO }).await;
     /// let client = reqwest::Client::builder().no_proxy().build().unwrap();
     /// let url = format!("{}/chat/completions", mock.base_url());

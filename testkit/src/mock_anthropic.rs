@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 /// The API key the mock accepts.
 ///
 /// ```
-/// use polygateway::testkit::mock_anthropic::MOCK_ANTHROPIC_KEY;
+/// use polygateway_testkit::mock_anthropic::MOCK_ANTHROPIC_KEY;
 /// assert!(MOCK_ANTHROPIC_KEY.starts_with("sk-ant-"));
 /// ```
 pub const MOCK_ANTHROPIC_KEY: &str = "sk-ant-mock";
@@ -41,7 +41,7 @@ pub const MOCK_ANTHROPIC_KEY: &str = "sk-ant-mock";
 /// How the mock answers the requests that pass its checks.
 ///
 /// ```
-/// use polygateway::testkit::mock_anthropic::AnthropicFault;
+/// use polygateway_testkit::mock_anthropic::AnthropicFault;
 /// assert_ne!(AnthropicFault::Overloaded, AnthropicFault::None);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
@@ -74,7 +74,7 @@ pub enum AnthropicFault {
 /// One request the mock received: its headers of interest and its JSON body.
 ///
 /// ```
-/// use polygateway::testkit::mock_anthropic::AnthropicRequest;
+/// use polygateway_testkit::mock_anthropic::AnthropicRequest;
 /// let r = AnthropicRequest { api_key: Some("k".into()), version: None, beta: None, body: serde_json::json!({}) };
 /// assert!(r.version.is_none());
 /// ```
@@ -106,7 +106,7 @@ struct Shared {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use polygateway::testkit::mock_anthropic::{MockAnthropic, MOCK_ANTHROPIC_KEY};
+/// use polygateway_testkit::mock_anthropic::{MockAnthropic, MOCK_ANTHROPIC_KEY};
 /// let mock = MockAnthropic::start().await;
 /// let answer: serde_json::Value = reqwest::Client::new()
 ///     .post(format!("{}/messages", mock.base_url()))
@@ -138,7 +138,7 @@ impl MockAnthropic {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let mock = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
+    /// let mock = polygateway_testkit::mock_anthropic::MockAnthropic::start().await;
     /// assert!(mock.requests().is_empty());
     /// # }
     /// ```
@@ -177,7 +177,7 @@ impl MockAnthropic {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let mock = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
+    /// let mock = polygateway_testkit::mock_anthropic::MockAnthropic::start().await;
     /// // LLM__ANTHROPIC__1__BASE_URL
     /// assert!(mock.base_url().ends_with("/v1"));
     /// # }
@@ -191,7 +191,7 @@ impl MockAnthropic {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// use polygateway::testkit::mock_anthropic::{AnthropicFault, MockAnthropic};
+    /// use polygateway_testkit::mock_anthropic::{AnthropicFault, MockAnthropic};
     /// let mock = MockAnthropic::start().await;
     /// mock.set_fault(AnthropicFault::Overloaded);
     /// # }
@@ -205,7 +205,7 @@ impl MockAnthropic {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let mock = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
+    /// let mock = polygateway_testkit::mock_anthropic::MockAnthropic::start().await;
     /// mock.set_text("Bonjour");
     /// # }
     /// ```
@@ -218,7 +218,7 @@ impl MockAnthropic {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let mock = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
+    /// let mock = polygateway_testkit::mock_anthropic::MockAnthropic::start().await;
     /// mock.set_rate_limit_headers(50, 2);
     /// # }
     /// ```
@@ -231,7 +231,7 @@ impl MockAnthropic {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
-    /// let mock = polygateway::testkit::mock_anthropic::MockAnthropic::start().await;
+    /// let mock = polygateway_testkit::mock_anthropic::MockAnthropic::start().await;
     /// let _ = reqwest::Client::new()
     ///     .post(format!("{}/messages", mock.base_url()))
     ///     .body("{}")
@@ -248,7 +248,7 @@ impl MockAnthropic {
     /// The signature the mock gives a thinking block (and checks when it comes back).
     ///
     /// ```
-    /// use polygateway::testkit::mock_anthropic::MockAnthropic;
+    /// use polygateway_testkit::mock_anthropic::MockAnthropic;
     /// assert_ne!(MockAnthropic::signature("a"), MockAnthropic::signature("b"));
     /// ```
     pub fn signature(thinking: &str) -> String {
