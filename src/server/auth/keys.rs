@@ -12,8 +12,16 @@
 //! next request checks that one key (one SHA-256, still compared in constant time) and searches
 //! only if that fails. The memory holds a `u64` and an index per key that was used, never the
 //! string.
+//!
+//! A wrong string costs the whole search too, and a client retrying a revoked or mistyped key
+//! would pay it on every request (with a thousand keys, 100–150 µs of CPU a refusal). So a string
+//! refused once is remembered as refused, by a SHA-256 of it under a salt drawn at start (never
+//! the string; 32 bytes, so no two strings share an entry): its next request is refused for that
+//! one digest. The set holds at most [`REFUSED_MAX`] entries and is emptied when full, so a stream
+//! of distinct wrong strings only empties it, each of them costing what it cost before. The keys
+//! never change while the store lives, so a refused string stays wrong.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::path::Path;
 use std::sync::RwLock;
@@ -28,6 +36,9 @@ use crate::error::GatewayError;
 use crate::types::Priority;
 
 const SALT_BYTES: usize = 16;
+
+/// How many refused strings the store remembers (module docs): 4,096 digests of 32 bytes.
+const REFUSED_MAX: usize = 4096;
 
 /// A new random virtual key (`pgw-` and 64 hex digits, 256 bits). Hand it to the caller once and
 /// store only [`hash_key`]'s output.
@@ -288,9 +299,13 @@ pub struct KeyStore {
     /// one entry per key (module docs).
     hints: RwLock<HashMap<u64, usize>>,
     hint_hasher: RandomState,
+    /// Strings refused before, by their SHA-256 under `refusal_salt`: at most [`REFUSED_MAX`]
+    /// (module docs).
+    refused: RwLock<HashSet<[u8; 32]>>,
+    refusal_salt: [u8; SALT_BYTES],
 }
 
-/// The keys, not the hints (keyed hashes of secrets).
+/// The keys, not the hints or the refused strings' digests (keyed hashes of secrets).
 impl std::fmt::Debug for KeyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeyStore")
@@ -423,17 +438,22 @@ impl KeyStore {
                 hash,
             });
         }
+        let mut refusal_salt = [0u8; SALT_BYTES];
+        rand::rng().fill_bytes(&mut refusal_salt);
         Ok(Self {
             keys,
             hints: RwLock::default(),
             hint_hasher: RandomState::new(),
+            refused: RwLock::default(),
+            refusal_salt,
         })
     }
 
     /// The key `presented` is, if any. A string that verified before is checked against its key
-    /// first (module docs); any other is hashed with every configured key's salt and compared
-    /// in constant time, whichever matches, so the time a wrong key takes says nothing about
-    /// which key it was near or how much of it was right.
+    /// first, and one refused before is refused again at once (module docs); any other is hashed
+    /// with every configured key's salt and compared in constant time, whichever matches, so the
+    /// time a wrong key takes says nothing about which key it was near or how much of it was
+    /// right.
     ///
     /// ```
     /// use polygateway::server::{hash_key, KeyStore};
@@ -458,13 +478,24 @@ impl KeyStore {
                 return Some(key);
             }
         }
+        let refusal = digest(&self.refusal_salt, presented);
+        if (self.refused.read().unwrap_or_else(|e| e.into_inner())).contains(&refusal) {
+            return None;
+        }
         let mut found: Option<usize> = None;
         for (index, key) in self.keys.iter().enumerate() {
             if bool::from(key.matches(presented)) {
                 found = Some(index);
             }
         }
-        let index = found?;
+        let Some(index) = found else {
+            let mut refused = self.refused.write().unwrap_or_else(|e| e.into_inner());
+            if refused.len() >= REFUSED_MAX {
+                refused.clear();
+            }
+            refused.insert(refusal);
+            return None;
+        };
         let mut hints = self.hints.write().unwrap_or_else(|e| e.into_inner());
         // One entry per key: a second string verifying as the same key would take a SHA-256
         // collision, and the bound holds even then. An entry that sent this string elsewhere
@@ -541,6 +572,10 @@ mod tests {
         keys.hints.read().unwrap().len()
     }
 
+    fn refused(keys: &KeyStore) -> usize {
+        keys.refused.read().unwrap().len()
+    }
+
     /// Points `presented`'s hint at the key at `index`, as a collision of the keyed hash would.
     fn point(keys: &KeyStore, presented: &str, index: usize) {
         let hint = keys.hint_hasher.hash_one(presented);
@@ -548,19 +583,54 @@ mod tests {
     }
 
     /// A key is searched for once: from its second request on it costs one digest, not one per
-    /// configured key. A wrong key always costs one per configured key and is not remembered.
+    /// configured key (the first costs one more, the look-up among refused strings).
     #[test]
     fn a_key_that_verified_is_checked_alone_the_next_time() {
         let keys = store(50);
         let first = digests_for(|| assert_eq!(keys.authenticate("pgw-31").unwrap().name(), "k31"));
-        assert_eq!(first, 50);
+        assert_eq!(first, 1 + 50);
         let again = digests_for(|| assert_eq!(keys.authenticate("pgw-31").unwrap().name(), "k31"));
         assert_eq!(again, 1);
-        for _ in 0..2 {
-            let wrong = digests_for(|| assert!(keys.authenticate("pgw-31 ").is_none()));
-            assert_eq!(wrong, 50);
-        }
         assert_eq!(hints(&keys), 1);
+        assert_eq!(refused(&keys), 0);
+    }
+
+    /// A wrong string is searched for once: refused again, it costs one digest, not one per
+    /// configured key, and every other wrong string still costs the whole search.
+    #[test]
+    fn a_string_refused_once_is_refused_at_once_the_next_time() {
+        let keys = store(50);
+        let first = digests_for(|| assert!(keys.authenticate("pgw-31 ").is_none()));
+        assert_eq!(first, 1 + 50);
+        for _ in 0..2 {
+            let again = digests_for(|| assert!(keys.authenticate("pgw-31 ").is_none()));
+            assert_eq!(again, 1);
+        }
+        let other = digests_for(|| assert!(keys.authenticate("pgw-x").is_none()));
+        assert_eq!(other, 1 + 50);
+        // The right key still verifies, and is not taken for a refused one.
+        assert_eq!(keys.authenticate("pgw-31").unwrap().name(), "k31");
+        assert_eq!((hints(&keys), refused(&keys)), (1, 2));
+        assert!(!format!("{keys:?}").contains("refus"));
+    }
+
+    /// The refused strings never outnumber `REFUSED_MAX`: a full set is emptied, and a string
+    /// refused before it was emptied costs the whole search again, no more.
+    #[test]
+    fn the_refused_strings_are_bounded() {
+        let keys = store(2);
+        for i in 0..REFUSED_MAX {
+            assert!(keys.authenticate(&format!("wrong-{i}")).is_none());
+        }
+        assert_eq!(refused(&keys), REFUSED_MAX);
+        assert_eq!(
+            digests_for(|| assert!(keys.authenticate("wrong-0").is_none())),
+            1
+        );
+        assert!(keys.authenticate("one-too-many").is_none());
+        assert_eq!(refused(&keys), 1);
+        let searched = digests_for(|| assert!(keys.authenticate("wrong-0").is_none()));
+        assert_eq!(searched, 1 + 2);
     }
 
     /// A hint is only where to look first: one that points at another key (a collision of the
@@ -571,7 +641,7 @@ mod tests {
         point(&keys, "pgw-2", 0);
         point(&keys, "pgw-wrong", 1);
         let found = digests_for(|| assert_eq!(keys.authenticate("pgw-2").unwrap().name(), "k2"));
-        assert_eq!(found, 1 + 3);
+        assert_eq!(found, 1 + 1 + 3);
         assert!(keys.authenticate("pgw-wrong").is_none());
         // The detour is mended: the next request of that key goes straight to it.
         let again = digests_for(|| assert_eq!(keys.authenticate("pgw-2").unwrap().name(), "k2"));
@@ -591,7 +661,7 @@ mod tests {
         keys.hints.write().unwrap().remove(&x);
         point(&keys, "pgw-1", 0);
         let detour = digests_for(|| assert_eq!(keys.authenticate("pgw-1").unwrap().name(), "k1"));
-        assert_eq!(detour, 1 + 2);
+        assert_eq!(detour, 1 + 1 + 2);
         let again = digests_for(|| assert_eq!(keys.authenticate("pgw-1").unwrap().name(), "k1"));
         assert_eq!(again, 1);
         assert_eq!(hints(&keys), 2);
