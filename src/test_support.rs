@@ -57,3 +57,24 @@ pub(crate) fn chat_settings(base_url: &str) -> Settings {
     .collect();
     Settings::from_map(&env).expect("the unit tests' settings parse")
 }
+
+mod tests {
+    /// This crate's copy and the test kit's are one set of values (compared by their `Debug`:
+    /// the two are the same type of two builds of this crate).
+    #[test]
+    fn the_unit_tests_source_is_the_test_kits() {
+        let url = "http://127.0.0.1:9/v1";
+        assert_eq!(
+            format!("{:?}", super::source_settings(url)),
+            format!("{:?}", polygateway_testkit::source_settings(url))
+        );
+        let (ours, kits) = (
+            super::chat_settings(url),
+            polygateway_testkit::mock_settings(&[("LLM", url)], &[]),
+        );
+        assert_eq!(
+            format!("{:?}", ours.scopes["LLM"].sources),
+            format!("{:?}", kits.scopes["LLM"].sources)
+        );
+    }
+}
