@@ -10,7 +10,7 @@
 //!
 //! ```text
 //! cargo run --release --features server,jemalloc --example server_bench -- [--calls 20000] [--concurrency 1,64]
-//!     [--ingress-rounds 5] [--ingress-calls 4000] [--only overhead|ingress|sweep] [--keys 1]
+//!     [--ingress-rounds 5] [--ingress-calls 4000] [--only overhead|ingress|sweep|refused] [--keys 1]
 //! ```
 //!
 //! One JSON line per configuration (concurrency × streaming): `direct_calls_per_s`,
@@ -35,6 +35,10 @@
 //! `polygateway serve` reads it, else one per core) and the virtual keys its key file holds
 //! (`server_keys`, `--keys`: the bench's own, last, after the others; what authenticating a
 //! request costs may grow with their number).
+//!
+//! Last, `refused`: a quarter of `--calls` requests at each `--concurrency`, all presenting one
+//! key the key file does not hold, as a client with a revoked key in a retry loop does; one line
+//! each with the server's CPU per 401.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -57,6 +61,26 @@ use serde_json::{json, Value};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const KEY: &str = "pgw-bench-key";
+/// A key no entry of the key file holds: the `refused` part presents it on every request.
+const WRONG_KEY: &str = "pgw-revoked-key";
+
+/// What every response of a run must be: its status and, for a stream, what its last frame
+/// contains.
+#[derive(Clone, Copy)]
+struct Answer {
+    status: u16,
+    ends_with: Option<&'static str>,
+}
+
+impl Answer {
+    /// 200, and a stream's last frame contains `end`.
+    fn ok(end: Option<&'static str>) -> Self {
+        Self {
+            status: 200,
+            ends_with: end,
+        }
+    }
+}
 /// The virtual keys in the server's key file (`--keys`), stated in every line.
 static SERVER_KEYS: AtomicUsize = AtomicUsize::new(1);
 /// The server's global allocator (feature `jemalloc`), stated in every line.
@@ -72,6 +96,7 @@ enum Part {
     Overhead,
     Ingress,
     Sweep,
+    Refused,
 }
 
 #[derive(Parser)]
@@ -92,7 +117,7 @@ struct Args {
     /// quarter).
     #[arg(long, default_value_t = 4_000)]
     ingress_calls: usize,
-    /// Run only one part: `overhead` (server vs direct), `ingress` or `sweep`.
+    /// Run only one part: `overhead` (server vs direct), `ingress`, `sweep` or `refused`.
     #[arg(long, value_enum)]
     only: Option<Part>,
     /// Virtual keys in the server's key file: the bench's own and `keys - 1` others before it.
@@ -128,6 +153,9 @@ fn main() {
                     }
                     if runs(Part::Sweep) && !args.sweep.is_empty() {
                         sweep(&args.sweep).await;
+                    }
+                    if runs(Part::Refused) {
+                        refused(args.calls / 4, &args.concurrency).await;
                     }
                 })
         }
@@ -279,20 +307,20 @@ async fn run(
         url,
         auth,
         body,
-        stream.then_some("data: [DONE]\n\n"),
+        Answer::ok(stream.then_some("data: [DONE]\n\n")),
         concurrency,
         calls,
     )
     .await
 }
 
-/// `run` with any request body; a streamed response's last frame must contain `end`.
+/// `run` with any request body, every response being `answer`.
 async fn run_body(
     client: &reqwest::Client,
     url: &str,
     auth: Option<&str>,
     body: Value,
-    end: Option<&'static str>,
+    answer: Answer,
     concurrency: usize,
     calls: usize,
 ) -> Measured {
@@ -317,13 +345,13 @@ async fn run_body(
                     req = req.bearer_auth(key);
                 }
                 let resp = req.send().await.expect("the call is answered");
-                assert!(resp.status().is_success(), "{}", resp.status());
+                assert_eq!(resp.status().as_u16(), answer.status, "{}", resp.status());
                 let mut bytes = resp.bytes_stream();
                 let mut tail = Vec::new();
                 while let Some(chunk) = bytes.next().await {
                     tail = chunk.expect("the body is read").to_vec();
                 }
-                if let Some(end) = end {
+                if let Some(end) = answer.ends_with {
                     let last = String::from_utf8_lossy(&tail);
                     assert!(last.contains(end), "stream ended cleanly: {last}");
                 }
@@ -466,7 +494,7 @@ async fn ingress(calls: usize, levels: &[usize], rounds: usize) {
                 &url,
                 Some(KEY),
                 body.clone(),
-                Some(end),
+                Answer::ok(Some(end)),
                 concurrency,
                 warm,
             )
@@ -485,7 +513,7 @@ async fn ingress(calls: usize, levels: &[usize], rounds: usize) {
                     &url,
                     Some(KEY),
                     body.clone(),
-                    Some(end),
+                    Answer::ok(Some(end)),
                     concurrency,
                     n,
                 )
@@ -512,6 +540,54 @@ async fn ingress(calls: usize, levels: &[usize], rounds: usize) {
             });
             println!("{line}");
         }
+    }
+}
+
+/// A client presenting a key the server does not hold, over and over (a revoked or mistyped key
+/// in a retry loop): what each 401 costs the server with `--keys` configured. One line per
+/// concurrency (`refused`).
+async fn refused(calls: usize, levels: &[usize]) {
+    let (_mock, _dir, server, client) = setup(Duration::ZERO).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    let body = json!({"model": "LLM", "messages": [{"role": "user", "content": "hello"}]});
+    let refusal = Answer {
+        status: 401,
+        ends_with: None,
+    };
+    for &concurrency in levels {
+        let warm = (calls / 10).max(200);
+        run_body(
+            &client,
+            &url,
+            Some(WRONG_KEY),
+            body.clone(),
+            refusal,
+            concurrency,
+            warm,
+        )
+        .await;
+        let cpu_before = server.cpu_s();
+        let m = run_body(
+            &client,
+            &url,
+            Some(WRONG_KEY),
+            body.clone(),
+            refusal,
+            concurrency,
+            calls,
+        )
+        .await;
+        let cpu_ms_per_call = (server.cpu_s() - cpu_before) * 1e3 / calls as f64;
+        let line = json!({
+            "refused": "repeated_wrong_key", "concurrency": concurrency, "calls": calls,
+            "server_calls_per_s": m.calls_per_s.round(),
+            "server_p50_ms": round3(m.p50_ms), "server_p99_ms": round3(m.p99_ms),
+            "server_cpu_ms_per_call": round3(cpu_ms_per_call),
+            "allocator": ALLOCATOR_NAME,
+            "server_workers": server_workers(),
+            "server_keys": server_keys(),
+        });
+        println!("{line}");
     }
 }
 
