@@ -555,28 +555,20 @@ async fn refused(calls: usize, levels: &[usize]) {
         ends_with: None,
     };
     for &concurrency in levels {
-        let warm = (calls / 10).max(200);
-        run_body(
-            &client,
-            &url,
-            Some(WRONG_KEY),
-            body.clone(),
-            refusal,
-            concurrency,
-            warm,
-        )
-        .await;
+        let refused_n = |n| {
+            run_body(
+                &client,
+                &url,
+                Some(WRONG_KEY),
+                body.clone(),
+                refusal,
+                concurrency,
+                n,
+            )
+        };
+        refused_n((calls / 10).max(200)).await;
         let cpu_before = server.cpu_s();
-        let m = run_body(
-            &client,
-            &url,
-            Some(WRONG_KEY),
-            body.clone(),
-            refusal,
-            concurrency,
-            calls,
-        )
-        .await;
+        let m = refused_n(calls).await;
         let cpu_ms_per_call = (server.cpu_s() - cpu_before) * 1e3 / calls as f64;
         let line = json!({
             "refused": "repeated_wrong_key", "concurrency": concurrency, "calls": calls,
