@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use polygateway::config::{MissingDone, Secret};
+use polygateway::config::Secret;
 use polygateway::ports::{AttemptVerdict, Classify, FailureClass, SourceReason, Transport};
 use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
 use polygateway::transport::TransportConfig;
@@ -17,26 +17,20 @@ use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body";
 const JPEG: &[u8] = &[0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F'];
 
+/// The test kit's source (no proxy from the environment: loopback only) as a MonkeyOCR source
+/// with one deadline for every layer.
 fn settings(base_url: &str, timeout: Duration) -> TransportConfig {
-    TransportConfig {
-        name: "monkey_1".to_owned(),
-        provider: "monkey".to_owned(),
-        base_url: base_url.to_owned(),
-        api_key: Secret::new(""),
-        model: "monkey-ocr".to_owned(),
-        timeout,
-        ttft_timeout: timeout,
-        inter_token_timeout: timeout,
-        enable_thinking: None,
-        missing_done: MissingDone::Retry,
-        // Loopback only: never route the tests through a proxy from the environment.
-        trust_env: false,
-        stream: true,
-        structured_mode: None,
-        dialect: None,
-        pool_idle_timeout: Duration::from_secs(4),
-        extra_body: Default::default(),
-    }
+    let mut config = TransportConfig::from(&polygateway_testkit::source_settings(base_url));
+    config.name = "monkey_1".to_owned();
+    config.provider = "monkey".to_owned();
+    config.api_key = Secret::new("");
+    config.model = "monkey-ocr".to_owned();
+    (
+        config.timeout,
+        config.ttft_timeout,
+        config.inter_token_timeout,
+    ) = (timeout, timeout, timeout);
+    config
 }
 
 fn transport(mock: &MockOcr) -> OcrTransport {

@@ -198,10 +198,16 @@ mod tests {
         s.provider = "anthropic".into();
         let profile = registry.get(&s.provider);
         let c = TransportConfig::from(&s);
-        assert_eq!(profile.dialect_for(c.dialect), s.effective_dialect(profile));
+        // Unset: the provider's, alike for the transport and the source.
+        assert_eq!(profile.dialect_for(c.dialect), Dialect::Anthropic);
+        assert_eq!(s.effective_dialect(profile), Dialect::Anthropic);
         assert_eq!(
             profile.structured_mode_for(c.structured_mode),
-            s.effective_structured_mode(profile)
+            profile.structured_mode()
+        );
+        assert_eq!(
+            s.effective_structured_mode(profile),
+            profile.structured_mode()
         );
         s.dialect = Some(Dialect::OpenAi);
         s.structured_mode = Some(StructuredMode::Prompt);

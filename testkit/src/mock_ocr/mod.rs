@@ -650,15 +650,29 @@ fn rate_limited() -> Response {
         .into_response()
 }
 
-async fn ocr_text(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    let _guard = InFlight::enter(&shared, OcrEndpoint::OcrText);
-    let Some(file) = file_part(&shared, OcrEndpoint::OcrText, &headers, &body) else {
-        return missing_file();
-    };
-    let fault = draw(&shared);
-    if let Some(response) = delay(&shared, &fault).await {
-        return response;
+/// What both task endpoints do first: count the request in flight (for as long as the returned
+/// guard lives), read the uploaded file, draw this request's fault and serve its delay. `Err` is
+/// the answer already decided: no file (422), or what the fault's delay ended in.
+async fn upload(
+    shared: &Arc<Shared>,
+    endpoint: OcrEndpoint,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(InFlight, FormPart, OcrFault), Response> {
+    let guard = InFlight::enter(shared, endpoint);
+    let file = file_part(shared, endpoint, headers, body).ok_or_else(missing_file)?;
+    let fault = draw(shared);
+    match delay(shared, &fault).await {
+        Some(response) => Err(response),
+        None => Ok((guard, file, fault)),
     }
+}
+
+async fn ocr_text(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let (_guard, file, fault) = match upload(&shared, OcrEndpoint::OcrText, &headers, &body).await {
+        Ok(upload) => upload,
+        Err(response) => return response,
+    };
     let failed = |why: &str| {
         answer(
             StatusCode::OK,
@@ -689,14 +703,10 @@ async fn ocr_text(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
 }
 
 async fn parse(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    let _guard = InFlight::enter(&shared, OcrEndpoint::Parse);
-    let Some(file) = file_part(&shared, OcrEndpoint::Parse, &headers, &body) else {
-        return missing_file();
+    let (_guard, file, fault) = match upload(&shared, OcrEndpoint::Parse, &headers, &body).await {
+        Ok(upload) => upload,
+        Err(response) => return response,
     };
-    let fault = draw(&shared);
-    if let Some(response) = delay(&shared, &fault).await {
-        return response;
-    }
     let failed = |why: &str| {
         answer(
             StatusCode::INTERNAL_SERVER_ERROR,
