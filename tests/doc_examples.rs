@@ -531,7 +531,11 @@ const TESTKIT_CEILING: usize = 119;
 /// DEFAULT_HEALTH_THRESHOLD}`, `EventSink::is_closed`, `series::{FINE_SLOTS, COARSE_SLOTS,
 /// MAX_PARTIES}`, `SourceSeries::attempt_took`, and `AdaptivePacer::{in_slow_start, baseline}`
 /// (test-only now).
-const ACTORS_CEILING: usize = 253;
+/// 239 with the telemetry writer (issue #50 item 4): `telemetry::TelemetryWriter` (+`start`,
+/// `push`, `accepted`, `status`, `flush`, `sink`) is what a caller records through, and the actor,
+/// its messages, state and arguments, the queue (9), `runtime::ActorSlot` (4) and `Runtime::adopt`
+/// are crate-private (21 fewer, their examples kept as unit tests where they still teach).
+const ACTORS_CEILING: usize = 239;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

@@ -10,10 +10,11 @@ use polygateway::telemetry::{
     TelemetryRow, TelemetrySink, COLUMNS,
 };
 use polygateway::Message;
-// The batching actor is runtime assembly of the actors crate (the gateway spawns it); this test
+// The batching writer is the actors crate's (the gateway starts it under its runtime); this test
 // drives it directly with the SQLite sink.
-use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
-use ractor::Actor;
+use polygateway_actors::runtime::{Runtime, RuntimeOptions};
+use polygateway_actors::telemetry::TelemetryWriter;
+use polygateway_actors::testkit::memory_governance;
 use rusqlite::Connection;
 
 fn row(i: usize) -> TelemetryRow {
@@ -333,20 +334,20 @@ async fn the_actor_batches_into_sqlite_and_flushes_everything() {
     let path = dir.path().join("actor.db");
     let sink: Arc<dyn TelemetrySink<TelemetryRow>> =
         Arc::new(SqliteSink::open(&path, options(SchemaMode::Auto)));
-    let queue = Arc::new(TelemetryQueue::new(10_000));
-    let args = TelemetryArgs::new(queue.clone(), sink.clone(), TelemetryConfig::default());
-    let (actor, handle) = Actor::spawn(None, TelemetryActor::new(), args.clone())
+    let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
+        .await
+        .unwrap();
+    let writer = TelemetryWriter::start(&runtime, sink.clone(), TelemetryConfig::default(), 10_000)
         .await
         .unwrap();
     for i in 0..2_000 {
-        assert!(queue.push(row(i)));
+        assert!(writer.push(row(i)));
     }
-    let report = ractor::call_t!(actor, TelemetryMsg::Flush, 10_000).unwrap();
+    let report = writer.flush(Duration::from_secs(10)).await.unwrap();
     assert_eq!(report.remaining, 0);
     assert_eq!(count(&path), 2_000);
-    assert_eq!(args.status().dropped_rows, 0);
-    actor.stop(None);
-    handle.await.unwrap();
+    assert_eq!(writer.status().dropped_rows, 0);
+    runtime.shutdown(Duration::from_secs(1)).await;
     sink.shutdown().await;
 }
 

@@ -522,9 +522,9 @@ impl GatewayBuilder {
         let cache = self.build_cache().await?;
         let budgets = Arc::new(crate::call::budget::BudgetPlan::new(
             &self.settings,
-            telemetry.telemetry.pricing.as_deref(),
+            telemetry.pricing.as_deref(),
         )?);
-        let shared = telemetry.telemetry;
+        let shared = telemetry;
         let layers = scopes::Shared {
             telemetry: &shared,
             cache: &cache,
@@ -537,8 +537,6 @@ impl GatewayBuilder {
             governance,
             scopes,
             telemetry: shared,
-            telemetry_args: telemetry.args,
-            telemetry_actor: telemetry.actor,
             structured_max_retries: self.settings.structured_max_retries,
             budgets,
             owned,

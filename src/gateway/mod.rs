@@ -25,9 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use polygateway_actors::runtime::ActorSlot;
 use polygateway_actors::runtime::{Governance, Runtime};
-use polygateway_actors::telemetry::{TelemetryArgs, TelemetryMsg};
 
 pub use build::GatewayBuilder;
 pub use handle::{Chat, Embeddings, Kind, Ocr, ScopeHandle};
@@ -91,7 +89,6 @@ pub use stream::{ChatEvent, ChatStream};
 use crate::call::budget;
 use crate::config::{ScopeKind, Settings};
 use crate::error::GatewayError;
-use crate::telemetry::row::TelemetryRow;
 use crate::telemetry::TelemetryStatus;
 use crate::types::{
     CallOptions, EmbeddingResponse, LlmResponse, Message, OcrLayoutResult, OcrTextResult,
@@ -135,8 +132,6 @@ pub(crate) struct Core {
     pub governance: Governance,
     pub scopes: BTreeMap<String, ScopeEntry>,
     pub telemetry: Arc<Telemetry>,
-    pub telemetry_args: TelemetryArgs<TelemetryRow>,
-    pub telemetry_actor: ActorSlot<TelemetryMsg>,
     pub structured_max_retries: u32,
     /// Spend budgets: which apply to a call, and each chat scope's estimate.
     pub budgets: Arc<budget::BudgetPlan>,
@@ -777,7 +772,7 @@ impl Gateway {
     /// # Ok(()) }
     /// ```
     pub fn telemetry_status(&self) -> TelemetryStatus {
-        self.core.telemetry_args.status()
+        self.core.telemetry.writer.status()
     }
 
     /// Rows accepted by the telemetry queue so far (written or pending).
@@ -807,7 +802,7 @@ impl Gateway {
     /// # Ok(()) }
     /// ```
     pub fn telemetry_rows_accepted(&self) -> u64 {
-        self.core.telemetry.queue.accepted()
+        self.core.telemetry.writer.accepted()
     }
 
     /// The limiter backend and its call bound, for the server's per-key limits (the same store
@@ -823,15 +818,14 @@ impl Gateway {
     /// Write every telemetry row queued so far, bounded by 5 s (a warning says when it was not
     /// done in time). The batch journal waits on it (`batch::telemetry_barrier`).
     pub(crate) async fn flush_telemetry(&self) {
-        let Ok(actor) = self.core.telemetry_actor.get() else {
-            return;
-        };
-        let flushed = tokio::time::timeout(Duration::from_secs(5), async {
-            ractor::call!(actor, TelemetryMsg::Flush)
-        })
-        .await;
-        if !matches!(flushed, Ok(Ok(_))) {
-            tracing::warn!("telemetry flush did not finish within 5 s");
+        if let Err(reason) = self
+            .core
+            .telemetry
+            .writer
+            .flush(Duration::from_secs(5))
+            .await
+        {
+            tracing::warn!("telemetry not flushed: {reason}");
         }
     }
 
@@ -862,9 +856,8 @@ impl Gateway {
         self.flush_telemetry().await;
         core.runtime.shutdown(Duration::from_secs(3)).await;
         if core.owned.telemetry_sink {
-            let _ =
-                tokio::time::timeout(Duration::from_secs(2), core.telemetry_args.sink.shutdown())
-                    .await;
+            let sink = core.telemetry.writer.sink();
+            let _ = tokio::time::timeout(Duration::from_secs(2), sink.shutdown()).await;
         }
         #[cfg(feature = "redis")]
         for redis in &core.owned.redis {

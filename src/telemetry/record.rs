@@ -16,7 +16,7 @@ use std::sync::Arc;
 use polygateway_actors::runtime::{
     AttemptReport, AttemptResult, CallFailure, CallObserver, TerminalReport,
 };
-use polygateway_actors::telemetry::TelemetryQueue;
+use polygateway_actors::telemetry::TelemetryWriter;
 use polygateway_actors::Transport;
 use serde_json::{Map, Value};
 
@@ -162,10 +162,10 @@ pub(crate) struct SourceIdentity {
     pub structured_mode: Option<Arc<crate::structured::source_mode::SourceMode>>,
 }
 
-/// The runtime's telemetry front: queue, pricing, text cap.
+/// The runtime's telemetry front: the writer rows are pushed into, pricing, text cap.
 #[derive(Debug)]
 pub(crate) struct Telemetry {
-    pub queue: Arc<TelemetryQueue<TelemetryRow>>,
+    pub writer: TelemetryWriter<TelemetryRow>,
     pub pricing: Option<Arc<Pricing>>,
     pub text_cap: Option<usize>,
     pub enabled: bool,
@@ -240,7 +240,7 @@ impl Telemetry {
 
     /// The one emit function.
     pub(crate) fn emit(&self, row: TelemetryRow) {
-        if !self.queue.push(row) {
+        if !self.writer.push(row) {
             metrics::counter!(crate::metrics::TELEMETRY_DROPPED_ROWS_TOTAL).increment(1);
         }
     }

@@ -5,9 +5,9 @@
 //!
 //! What is public here is what a user needs to run governed calls over their own transport:
 //! start a [`Runtime`], add a [`Scope`] of sources, call it, read its sources' live state, shut
-//! down. The actors, their messages and the call machine are private. [`ActorSlot`],
-//! [`Runtime::adopt`] and [`new_id`] are public for whoever supervises an actor of their own
-//! under the runtime (the `polygateway` crate does so for its telemetry writer).
+//! down. The actors, their messages and the call machine are private; the telemetry writer the
+//! runtime supervises is started through `telemetry::TelemetryWriter`. [`new_id`] is public for
+//! the ids of what a caller records beside the runtime's (calls, leases, completions).
 
 pub(crate) mod admission;
 pub(crate) mod continuation;
@@ -41,6 +41,5 @@ pub use observer::{AttemptReport, AttemptResult, CallObserver, NoObserver, Termi
 pub use restart::RestartPolicy;
 pub use scope::{Scope, ScopeConfig};
 pub use shared::{SourceCounters, SourceShared};
-pub use slot::ActorSlot;
 pub use source::PacerFactory;
 pub use supervisor::{Runtime, RuntimeOptions, SourceSpec};

@@ -418,7 +418,7 @@ impl<T: Transport> Scope<T> {
     }
 
     /// Whether calls wait in the scope's room (tests of the waiting room).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "testkit"))]
     pub(crate) fn room_busy(&self) -> bool {
         self.inner.room.busy()
     }

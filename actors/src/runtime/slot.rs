@@ -7,44 +7,9 @@ use std::sync::{Arc, RwLock};
 
 use ractor::ActorRef;
 
-/// The current incarnation of an actor, or `None` while it is down.
-///
-/// ```
-/// # use std::time::Duration;
-/// # use polygateway_actors::runtime::{Runtime, RuntimeOptions};
-/// # use polygateway_actors::Transport;
-/// # use polygateway_actors::testkit::{memory_governance, start};
-/// # use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-/// # struct Doubler;
-/// # enum DoublerMsg { Double(u32, RpcReplyPort<u32>) }
-/// # impl Actor for Doubler {
-/// #     type Msg = DoublerMsg;
-/// #     type State = ();
-/// #     type Arguments = ();
-/// #     async fn pre_start(&self, _: ActorRef<DoublerMsg>, _: ()) -> Result<(), ActorProcessingErr> { Ok(()) }
-/// #     async fn handle(&self, _: ActorRef<DoublerMsg>, msg: DoublerMsg, _: &mut ()) -> Result<(), ActorProcessingErr> {
-/// #         let DoublerMsg::Double(n, reply) = msg;
-/// #         let _ = reply.send(n * 2);
-/// #         Ok(())
-/// #     }
-/// # }
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-/// use polygateway_actors::runtime::ActorSlot;
-/// async fn double(slot: &ActorSlot<DoublerMsg>, n: u32) -> Result<u32, String> {
-///     let doubler = slot.get()?; // why the actor is down, if it is
-///     ractor::call!(doubler, DoublerMsg::Double, n).map_err(|_| "doubler stopped".to_string())
-/// }
-/// let slot = ActorSlot::down("doubler starting");
-/// assert_eq!(double(&slot, 2).await, Err("doubler starting".to_string()));
-/// runtime.adopt("doubler", || Doubler, (), None, slot.clone()).await.unwrap();
-/// assert_eq!(double(&slot, 2).await, Ok(4));
-/// # runtime.shutdown(Duration::from_secs(1)).await;
-/// # }
-/// ```
+/// The current incarnation of an actor, or why it is down.
 #[derive(Debug)]
-pub struct ActorSlot<M> {
+pub(crate) struct ActorSlot<M> {
     inner: Arc<RwLock<SlotState<M>>>,
 }
 
@@ -63,66 +28,8 @@ impl<M> Clone for ActorSlot<M> {
 }
 
 impl<M: Send + 'static> ActorSlot<M> {
-    /// A slot holding `actor`.
-    ///
-    /// ```
-    /// # use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-    /// # struct Doubler;
-    /// # enum DoublerMsg { Double(u32, RpcReplyPort<u32>) }
-    /// # impl Actor for Doubler {
-    /// #     type Msg = DoublerMsg;
-    /// #     type State = ();
-    /// #     type Arguments = ();
-    /// #     async fn pre_start(&self, _: ActorRef<DoublerMsg>, _: ()) -> Result<(), ActorProcessingErr> { Ok(()) }
-    /// #     async fn handle(&self, _: ActorRef<DoublerMsg>, msg: DoublerMsg, _: &mut ()) -> Result<(), ActorProcessingErr> {
-    /// #         let DoublerMsg::Double(n, reply) = msg;
-    /// #         let _ = reply.send(n * 2);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use polygateway_actors::runtime::ActorSlot;
-    /// let (doubler, _handle) = Actor::spawn(None, Doubler, ()).await.unwrap();
-    /// let slot = ActorSlot::new(doubler.clone());
-    /// assert_eq!(slot.get().unwrap().get_id(), doubler.get_id());
-    /// # doubler.stop(None);
-    /// # }
-    /// ```
-    pub fn new(actor: ActorRef<M>) -> Self {
-        Self {
-            inner: Arc::new(RwLock::new(SlotState::Up(actor))),
-        }
-    }
-
     /// The current actor, or why there is none.
-    ///
-    /// ```
-    /// # use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-    /// # struct Doubler;
-    /// # enum DoublerMsg { Double(u32, RpcReplyPort<u32>) }
-    /// # impl Actor for Doubler {
-    /// #     type Msg = DoublerMsg;
-    /// #     type State = ();
-    /// #     type Arguments = ();
-    /// #     async fn pre_start(&self, _: ActorRef<DoublerMsg>, _: ()) -> Result<(), ActorProcessingErr> { Ok(()) }
-    /// #     async fn handle(&self, _: ActorRef<DoublerMsg>, msg: DoublerMsg, _: &mut ()) -> Result<(), ActorProcessingErr> {
-    /// #         let DoublerMsg::Double(n, reply) = msg;
-    /// #         let _ = reply.send(n * 2);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use polygateway_actors::runtime::ActorSlot;
-    /// let (doubler, _handle) = Actor::spawn(None, Doubler, ()).await.unwrap();
-    /// let slot = ActorSlot::new(doubler);
-    /// let current = slot.get().unwrap();
-    /// assert!(matches!(ractor::call!(current, DoublerMsg::Double, 5), Ok(10)));
-    /// # current.stop(None);
-    /// # }
-    /// ```
-    pub fn get(&self) -> Result<ActorRef<M>, String> {
+    pub(crate) fn get(&self) -> Result<ActorRef<M>, String> {
         match &*self.inner.read().unwrap_or_else(|e| e.into_inner()) {
             SlotState::Up(actor) => Ok(actor.clone()),
             SlotState::Down(reason) => Err(reason.clone()),
@@ -138,19 +45,104 @@ impl<M: Send + 'static> ActorSlot<M> {
     pub(crate) fn set_down(&self, reason: impl Into<String>) {
         *self.inner.write().unwrap_or_else(|e| e.into_inner()) = SlotState::Down(reason.into());
     }
-}
 
-impl<M: Send + 'static> ActorSlot<M> {
     /// A slot whose actor is not (yet) running.
-    ///
-    /// ```
-    /// use polygateway_actors::runtime::ActorSlot;
-    /// let slot: ActorSlot<String> = ActorSlot::down("telemetry actor starting");
-    /// assert_eq!(slot.get().unwrap_err(), "telemetry actor starting");
-    /// ```
-    pub fn down(reason: impl Into<String>) -> Self {
+    pub(crate) fn down(reason: impl Into<String>) -> Self {
         Self {
             inner: Arc::new(RwLock::new(SlotState::Down(reason.into()))),
         }
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod examples {
+    //! Usage cases of the slot and of `Runtime::adopt` (they were doc examples while both were
+    //! public).
+
+    use std::time::Duration;
+
+    use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+    use super::ActorSlot;
+    use crate::runtime::{RestartPolicy, Runtime, RuntimeOptions};
+    use crate::testkit::memory_governance;
+
+    struct Doubler;
+
+    enum DoublerMsg {
+        Double(u32, RpcReplyPort<u32>),
+    }
+
+    impl Actor for Doubler {
+        type Msg = DoublerMsg;
+        type State = ();
+        type Arguments = ();
+        async fn pre_start(
+            &self,
+            _: ActorRef<DoublerMsg>,
+            _: (),
+        ) -> Result<(), ActorProcessingErr> {
+            Ok(())
+        }
+        async fn handle(
+            &self,
+            _: ActorRef<DoublerMsg>,
+            msg: DoublerMsg,
+            _: &mut (),
+        ) -> Result<(), ActorProcessingErr> {
+            let DoublerMsg::Double(n, reply) = msg;
+            let _ = reply.send(n * 2);
+            Ok(())
+        }
+    }
+
+    async fn double(slot: &ActorSlot<DoublerMsg>, n: u32) -> Result<u32, String> {
+        let doubler = slot.get()?; // why the actor is down, if it is
+        ractor::call!(doubler, DoublerMsg::Double, n).map_err(|_| "doubler stopped".to_string())
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slot_says_why_until_the_adopted_actor_is_up() {
+        let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
+            .await
+            .unwrap();
+        let slot = ActorSlot::down("doubler starting");
+        assert_eq!(double(&slot, 2).await, Err("doubler starting".to_string()));
+        runtime
+            .adopt("doubler", || Doubler, (), None, slot.clone())
+            .await
+            .unwrap();
+        assert_eq!(double(&slot, 2).await, Ok(4));
+        runtime.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_adopted_actor_is_reached_through_its_slot() {
+        let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
+            .await
+            .unwrap();
+        let slot = ActorSlot::down("doubler starting");
+        runtime
+            .adopt(
+                "doubler",
+                || Doubler,
+                (),
+                Some(RestartPolicy::default()),
+                slot.clone(),
+            )
+            .await
+            .unwrap();
+        let doubler = slot.get().unwrap();
+        assert!(matches!(
+            ractor::call!(doubler, DoublerMsg::Double, 21),
+            Ok(42)
+        ));
+        runtime.shutdown(Duration::from_secs(1)).await;
+    }
+
+    #[test]
+    fn a_slot_made_down_says_why() {
+        let slot: ActorSlot<String> = ActorSlot::down("telemetry actor starting");
+        assert_eq!(slot.get().unwrap_err(), "telemetry actor starting");
     }
 }

@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Restartable children are adopted with a respawn function and a [`RestartPolicy`]; past the
-//! intensity limit a child is left down and its [`ActorSlot`] says why, so callers get a clear
+//! intensity limit a child is left down and its `ActorSlot` says why, so callers get a clear
 //! error instead of a hang. The supervisor is a plain value's actor: many runtimes may coexist in
 //! one process (no global names are registered).
 
@@ -291,7 +291,7 @@ pub struct Runtime {
     supervisor: ActorRef<SupervisorMsg>,
     admission: AdmissionSlot,
     clock: Arc<dyn Clock>,
-    restart: RestartPolicy,
+    pub(crate) restart: RestartPolicy,
     shutdown: CancellationToken,
 }
 
@@ -391,42 +391,7 @@ impl Runtime {
 
     /// Spawn and supervise a restartable child whose arguments can be cloned for restarts. The
     /// slot always points at its current incarnation (or says why it is down).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # use polygateway_actors::runtime::{Runtime, RuntimeOptions};
-    /// # use polygateway_actors::Transport;
-    /// # use polygateway_actors::testkit::{memory_governance, start};
-    /// # use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-    /// # struct Doubler;
-    /// # enum DoublerMsg { Double(u32, RpcReplyPort<u32>) }
-    /// # impl Actor for Doubler {
-    /// #     type Msg = DoublerMsg;
-    /// #     type State = ();
-    /// #     type Arguments = ();
-    /// #     async fn pre_start(&self, _: ActorRef<DoublerMsg>, _: ()) -> Result<(), ActorProcessingErr> { Ok(()) }
-    /// #     async fn handle(&self, _: ActorRef<DoublerMsg>, msg: DoublerMsg, _: &mut ()) -> Result<(), ActorProcessingErr> {
-    /// #         let DoublerMsg::Double(n, reply) = msg;
-    /// #         let _ = reply.send(n * 2);
-    /// #         Ok(())
-    /// #     }
-    /// # }
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// # let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
-    /// use polygateway_actors::runtime::ActorSlot;
-    /// use polygateway_actors::runtime::RestartPolicy;
-    /// let slot = ActorSlot::down("doubler starting");
-    /// runtime
-    ///     .adopt("doubler", || Doubler, (), Some(RestartPolicy::default()), slot.clone())
-    ///     .await
-    ///     .unwrap();
-    /// let doubler = slot.get().unwrap();
-    /// assert!(matches!(ractor::call!(doubler, DoublerMsg::Double, 21), Ok(42)));
-    /// # runtime.shutdown(Duration::from_secs(1)).await;
-    /// # }
-    /// ```
-    pub async fn adopt<A, F>(
+    pub(crate) async fn adopt<A, F>(
         &self,
         name: &str,
         make_actor: F,

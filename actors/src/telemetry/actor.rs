@@ -45,28 +45,14 @@ impl Default for TelemetryConfig {
 
 /// What the actor is started (and restarted) with.
 ///
-/// Cloning shares the queue and the sink, so a respawned actor drains the same rows:
-///
-/// ```
-/// use std::sync::Arc;
-/// use polygateway_actors::telemetry::{TelemetryArgs, TelemetryQueue};
-/// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
-/// let args: TelemetryArgs<String> = TelemetryArgs::new(
-///     Arc::new(TelemetryQueue::new(10_000)),
-///     Arc::new(NullSink),
-///     TelemetryConfig::default(),
-/// );
-/// let respawn_with = args.clone();
-/// args.queue.push("row".to_string());
-/// assert_eq!(respawn_with.queue.len(), 1);
-/// ```
-pub struct TelemetryArgs<R> {
+/// Cloning shares the queue and the sink, so a respawned actor drains the same rows.
+pub(crate) struct TelemetryArgs<R> {
     /// The shared queue callers push into.
-    pub queue: Arc<TelemetryQueue<R>>,
+    pub(crate) queue: Arc<TelemetryQueue<R>>,
     /// Where batches go.
-    pub sink: Arc<dyn TelemetrySink<R>>,
+    pub(crate) sink: Arc<dyn TelemetrySink<R>>,
     /// Batching thresholds.
-    pub config: TelemetryConfig,
+    pub(crate) config: TelemetryConfig,
 }
 
 impl<R> Clone for TelemetryArgs<R> {
@@ -81,19 +67,7 @@ impl<R> Clone for TelemetryArgs<R> {
 
 impl<R: Send + 'static> TelemetryArgs<R> {
     /// Bundle a queue, a sink and thresholds.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    /// use polygateway_actors::telemetry::{TelemetryArgs, TelemetryQueue};
-    /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
-    /// let queue = Arc::new(TelemetryQueue::new(1_000));
-    /// let config = TelemetryConfig { batch_size: 50, flush_interval: Duration::from_secs(1) };
-    /// let args: TelemetryArgs<u64> = TelemetryArgs::new(Arc::clone(&queue), Arc::new(NullSink), config);
-    /// assert!(Arc::ptr_eq(&args.queue, &queue));
-    /// assert_eq!(args.config.batch_size, 50);
-    /// ```
-    pub fn new(
+    pub(crate) fn new(
         queue: Arc<TelemetryQueue<R>>,
         sink: Arc<dyn TelemetrySink<R>>,
         config: TelemetryConfig,
@@ -106,19 +80,7 @@ impl<R: Send + 'static> TelemetryArgs<R> {
     }
 
     /// The status snapshot: the sink's, with queue overflow added to `dropped_rows`.
-    ///
-    /// ```
-    /// use std::sync::Arc;
-    /// use polygateway_actors::telemetry::{TelemetryArgs, TelemetryQueue};
-    /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
-    /// let args = TelemetryArgs::new(Arc::new(TelemetryQueue::new(1)), Arc::new(NullSink), TelemetryConfig::default());
-    /// args.queue.push(1);
-    /// args.queue.push(2); // the queue is full: dropped
-    /// let status = args.status();
-    /// assert_eq!(status.dropped_rows, 1);
-    /// assert!(!status.degraded); // overflow is loss, not a sink failure
-    /// ```
-    pub fn status(&self) -> TelemetryStatus {
+    pub(crate) fn status(&self) -> TelemetryStatus {
         let mut status = self.sink.status();
         status.dropped_rows += self.queue.dropped();
         status
@@ -134,31 +96,29 @@ impl<R> std::fmt::Debug for TelemetryArgs<R> {
     }
 }
 
-/// Result of a flush.
+/// Result of a flush ([`TelemetryWriter::flush`](super::TelemetryWriter::flush)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Arc;
-/// use polygateway_actors::telemetry::{
-///     FlushReport, TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue,
-/// };
-/// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
-/// use ractor::Actor;
+/// use std::time::Duration;
+/// use polygateway_actors::runtime::{Runtime, RuntimeOptions};
+/// use polygateway_actors::telemetry::{FlushReport, NullSink, TelemetryConfig, TelemetryWriter};
+/// # use polygateway_actors::testkit::memory_governance;
+/// let runtime = Runtime::start(memory_governance(), RuntimeOptions::default()).await.unwrap();
 /// // No periodic tick during the example: only the flush writes.
-/// let config = TelemetryConfig { flush_interval: std::time::Duration::from_secs(60), ..TelemetryConfig::default() };
-/// let args = TelemetryArgs::new(Arc::new(TelemetryQueue::new(100)), Arc::new(NullSink), config);
-/// let (actor, handle) = Actor::spawn(None, TelemetryActor::new(), args.clone()).await.unwrap();
-/// // Nothing queued yet (this also waits for the actor's start-up drain).
-/// let idle = ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
+/// let config = TelemetryConfig { flush_interval: Duration::from_secs(60), ..TelemetryConfig::default() };
+/// let writer = TelemetryWriter::start(&runtime, Arc::new(NullSink), config, 100).await.unwrap();
+/// // Nothing queued yet (this also waits for the writer's start-up drain).
+/// let idle = writer.flush(Duration::from_secs(2)).await.unwrap();
 /// assert_eq!(idle, FlushReport::default());
 /// for row in 0..3 {
-///     args.queue.push(row);
+///     writer.push(row);
 /// }
-/// let report = ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
+/// let report = writer.flush(Duration::from_secs(2)).await.unwrap();
 /// assert_eq!(report, FlushReport { rows: 3, remaining: 0 });
-/// actor.stop(None);
-/// handle.await.unwrap();
+/// # runtime.shutdown(Duration::from_secs(1)).await;
 /// # }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -173,36 +133,9 @@ pub struct FlushReport {
 /// Messages of the telemetry actor.
 ///
 /// Callers normally send only [`TelemetryMsg::Flush`]; the actor schedules `Tick` (every
-/// `flush_interval`) and `Drain` (when a batch is full) itself. Messages are served in order:
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use std::sync::Arc;
-/// use std::time::Duration;
-/// use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
-/// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
-/// use ractor::Actor;
-/// let queue = Arc::new(TelemetryQueue::new(100));
-/// let config = TelemetryConfig { batch_size: 100, flush_interval: Duration::from_secs(60) };
-/// let args = TelemetryArgs::new(Arc::clone(&queue), Arc::new(NullSink), config);
-/// let (actor, handle) = Actor::spawn(None, TelemetryActor::<&str>::new(), args).await.unwrap();
-/// // Bound every call on the caller's side (here 2 s).
-/// ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
-/// queue.push("a");
-/// queue.push("b");
-/// // A tick writes the partial batch at once...
-/// actor.cast(TelemetryMsg::Tick).unwrap();
-/// // ...so the flush behind it finds nothing left to write.
-/// let report = ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
-/// assert_eq!((report.rows, report.remaining), (0, 0));
-/// assert!(queue.is_empty());
-/// actor.stop(None);
-/// handle.await.unwrap();
-/// # }
-/// ```
+/// `flush_interval`) and `Drain` (when a batch is full) itself. Messages are served in order.
 #[derive(Debug)]
-pub enum TelemetryMsg {
+pub(crate) enum TelemetryMsg {
     /// Periodic: write one (possibly partial) batch.
     Tick,
     /// A batch is full: write one batch.
@@ -213,62 +146,12 @@ pub enum TelemetryMsg {
 
 /// The telemetry actor, generic over the row type.
 ///
-/// Rows accepted by the queue while no actor runs are written as soon as one starts:
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// use std::sync::{Arc, Mutex};
-/// use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
-/// use polygateway_actors::telemetry::{TelemetryConfig, TelemetrySink, TelemetryStatus};
-/// use ractor::Actor;
-///
-/// #[derive(Default)]
-/// struct Collect(Mutex<Vec<u32>>);
-///
-/// #[async_trait::async_trait]
-/// impl TelemetrySink<u32> for Collect {
-///     async fn write_batch(&self, rows: Vec<u32>) {
-///         self.0.lock().unwrap().extend(rows);
-///     }
-///     fn status(&self) -> TelemetryStatus {
-///         TelemetryStatus::default()
-///     }
-/// }
-///
-/// let sink = Arc::new(Collect::default());
-/// let queue = Arc::new(TelemetryQueue::new(100));
-/// queue.push(1); // before the actor exists
-/// let args = TelemetryArgs::new(Arc::clone(&queue), sink.clone(), TelemetryConfig::default());
-/// let (actor, handle) = Actor::spawn(None, TelemetryActor::new(), args).await.unwrap();
-/// queue.push(2);
-/// ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
-/// assert_eq!(*sink.0.lock().unwrap(), vec![1, 2]);
-/// actor.stop(None);
-/// handle.await.unwrap();
-/// # }
-/// ```
-pub struct TelemetryActor<R>(PhantomData<fn() -> R>);
+/// Rows accepted by the queue while no actor runs are written as soon as one starts.
+pub(crate) struct TelemetryActor<R>(PhantomData<fn() -> R>);
 
 impl<R> TelemetryActor<R> {
     /// The actor value to pass to `Actor::spawn` / `spawn_linked`.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() {
-    /// use std::sync::Arc;
-    /// use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryQueue};
-    /// use polygateway_actors::telemetry::{NullSink, TelemetryConfig};
-    /// use ractor::Actor;
-    /// let args: TelemetryArgs<String> =
-    ///     TelemetryArgs::new(Arc::new(TelemetryQueue::new(100)), Arc::new(NullSink), TelemetryConfig::default());
-    /// let (actor, handle) = Actor::spawn(Some("telemetry".into()), TelemetryActor::new(), args).await.unwrap();
-    /// assert_eq!(actor.get_name().as_deref(), Some("telemetry"));
-    /// actor.stop(None);
-    /// handle.await.unwrap();
-    /// # }
-    /// ```
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(PhantomData)
     }
 }
@@ -282,20 +165,8 @@ impl<R> Default for TelemetryActor<R> {
 /// State of a running telemetry actor.
 ///
 /// Built by the actor's `pre_start` and private to it; it only appears as
-/// [`TelemetryActor`]'s `Actor::State`:
-///
-/// ```
-/// use polygateway_actors::telemetry::{TelemetryActor, TelemetryState};
-/// fn state_type<A: ractor::Actor>(_: &A) -> std::any::TypeId
-/// where
-///     A::State: 'static,
-/// {
-///     std::any::TypeId::of::<A::State>()
-/// }
-/// let actor = TelemetryActor::<u32>::new();
-/// assert_eq!(state_type(&actor), std::any::TypeId::of::<TelemetryState<u32>>());
-/// ```
-pub struct TelemetryState<R> {
+/// [`TelemetryActor`]'s `Actor::State`.
+pub(crate) struct TelemetryState<R> {
     args: TelemetryArgs<R>,
     timer: JoinHandle<()>,
     waker: JoinHandle<()>,
@@ -567,6 +438,113 @@ mod tests {
         let report = ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
         assert_eq!(report.rows, 1);
         assert_eq!(args.status(), TelemetryStatus::default());
+        actor.stop(None);
+        handle.await.unwrap();
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use ractor::Actor;
+
+    use super::*;
+    use crate::telemetry::NullSink;
+
+    #[test]
+    fn cloned_args_share_the_queue_a_respawn_drains() {
+        let args: TelemetryArgs<String> = TelemetryArgs::new(
+            Arc::new(TelemetryQueue::new(10_000)),
+            Arc::new(NullSink),
+            TelemetryConfig::default(),
+        );
+        let respawn_with = args.clone();
+        args.queue.push("row".to_string());
+        assert_eq!(respawn_with.queue.len(), 1);
+    }
+
+    #[test]
+    fn args_bundle_queue_sink_and_thresholds() {
+        let queue = Arc::new(TelemetryQueue::new(1_000));
+        let config = TelemetryConfig {
+            batch_size: 50,
+            flush_interval: Duration::from_secs(1),
+        };
+        let args: TelemetryArgs<u64> =
+            TelemetryArgs::new(Arc::clone(&queue), Arc::new(NullSink), config);
+        assert!(Arc::ptr_eq(&args.queue, &queue));
+        assert_eq!(args.config.batch_size, 50);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_tick_writes_the_partial_batch_before_a_flush_behind_it() {
+        let queue = Arc::new(TelemetryQueue::new(100));
+        let config = TelemetryConfig {
+            batch_size: 100,
+            flush_interval: Duration::from_secs(60),
+        };
+        let args = TelemetryArgs::new(Arc::clone(&queue), Arc::new(NullSink), config);
+        let (actor, handle) = Actor::spawn(None, TelemetryActor::<&str>::new(), args)
+            .await
+            .unwrap();
+        // Bound every call on the caller's side (here 2 s).
+        ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
+        queue.push("a");
+        queue.push("b");
+        // A tick writes the partial batch at once...
+        actor.cast(TelemetryMsg::Tick).unwrap();
+        // ...so the flush behind it finds nothing left to write.
+        let report = ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
+        assert_eq!((report.rows, report.remaining), (0, 0));
+        assert_eq!(queue.len(), 0);
+        actor.stop(None);
+        handle.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn rows_queued_before_the_actor_starts_are_written() {
+        #[derive(Default)]
+        struct Collect(Mutex<Vec<u32>>);
+
+        #[async_trait::async_trait]
+        impl TelemetrySink<u32> for Collect {
+            async fn write_batch(&self, rows: Vec<u32>) {
+                self.0.lock().unwrap().extend(rows);
+            }
+            fn status(&self) -> TelemetryStatus {
+                TelemetryStatus::default()
+            }
+        }
+
+        let sink = Arc::new(Collect::default());
+        let queue = Arc::new(TelemetryQueue::new(100));
+        queue.push(1); // before the actor exists
+        let args = TelemetryArgs::new(Arc::clone(&queue), sink.clone(), TelemetryConfig::default());
+        let (actor, handle) = Actor::spawn(None, TelemetryActor::new(), args)
+            .await
+            .unwrap();
+        queue.push(2);
+        ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
+        assert_eq!(*sink.0.lock().unwrap(), vec![1, 2]);
+        actor.stop(None);
+        handle.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_actor_spawns_under_a_name() {
+        let args: TelemetryArgs<String> = TelemetryArgs::new(
+            Arc::new(TelemetryQueue::new(100)),
+            Arc::new(NullSink),
+            TelemetryConfig::default(),
+        );
+        let (actor, handle) = Actor::spawn(Some("telemetry".into()), TelemetryActor::new(), args)
+            .await
+            .unwrap();
+        assert_eq!(actor.get_name().as_deref(), Some("telemetry"));
         actor.stop(None);
         handle.await.unwrap();
     }

@@ -11,18 +11,8 @@ use std::sync::Mutex;
 use tokio::sync::Notify;
 
 /// A bounded multi-producer queue of telemetry rows.
-///
-/// ```
-/// use polygateway_actors::telemetry::TelemetryQueue;
-/// let q = TelemetryQueue::new(2);
-/// assert!(q.push(1));
-/// assert!(q.push(2));
-/// assert!(!q.push(3)); // full: dropped and counted
-/// assert_eq!(q.dropped(), 1);
-/// assert_eq!(q.drain(10), vec![1, 2]);
-/// ```
 #[derive(Debug)]
-pub struct TelemetryQueue<R> {
+pub(crate) struct TelemetryQueue<R> {
     rows: Mutex<VecDeque<R>>,
     capacity: usize,
     dropped: AtomicU64,
@@ -34,16 +24,7 @@ pub struct TelemetryQueue<R> {
 
 impl<R> TelemetryQueue<R> {
     /// A queue holding at most `capacity` rows (at least 1).
-    ///
-    /// ```
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q: TelemetryQueue<String> = TelemetryQueue::new(1_000);
-    /// assert_eq!(q.capacity(), 1_000);
-    /// assert!(q.is_empty());
-    /// // A capacity of 0 is raised to 1.
-    /// assert_eq!(TelemetryQueue::<String>::new(0).capacity(), 1);
-    /// ```
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             rows: Mutex::new(VecDeque::new()),
             capacity: capacity.max(1),
@@ -55,15 +36,7 @@ impl<R> TelemetryQueue<R> {
     }
 
     /// Enqueue a row without waiting. Returns `false` (and counts the row as dropped) when full.
-    ///
-    /// ```
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = TelemetryQueue::new(1);
-    /// assert!(q.push("first"));
-    /// assert!(!q.push("second")); // full: refused at once, never waited on
-    /// assert_eq!((q.accepted(), q.dropped()), (1, 1));
-    /// ```
-    pub fn push(&self, row: R) -> bool {
+    pub(crate) fn push(&self, row: R) -> bool {
         let len = {
             let mut rows = self.lock();
             if rows.len() >= self.capacity {
@@ -84,94 +57,24 @@ impl<R> TelemetryQueue<R> {
     }
 
     /// Take up to `max` rows from the front, oldest first.
-    ///
-    /// ```
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = TelemetryQueue::new(10);
-    /// for row in 1..=5 {
-    ///     q.push(row);
-    /// }
-    /// assert_eq!(q.drain(2), vec![1, 2]);
-    /// assert_eq!(q.drain(100), vec![3, 4, 5]);
-    /// assert!(q.drain(100).is_empty());
-    /// ```
-    pub fn drain(&self, max: usize) -> Vec<R> {
+    pub(crate) fn drain(&self, max: usize) -> Vec<R> {
         let mut rows = self.lock();
         let n = max.min(rows.len());
         rows.drain(..n).collect()
     }
 
     /// Rows waiting.
-    ///
-    /// ```
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = TelemetryQueue::new(10);
-    /// q.push('a');
-    /// q.push('b');
-    /// assert_eq!(q.len(), 2);
-    /// q.drain(1);
-    /// assert_eq!(q.len(), 1);
-    /// ```
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
-    /// `true` when no row is waiting.
-    ///
-    /// ```
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = TelemetryQueue::new(10);
-    /// assert!(q.is_empty());
-    /// q.push(1);
-    /// assert!(!q.is_empty());
-    /// ```
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The capacity.
-    ///
-    /// ```
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = TelemetryQueue::new(3);
-    /// for row in 0..q.capacity() {
-    ///     assert!(q.push(row));
-    /// }
-    /// assert!(!q.push(99));
-    /// ```
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
     /// Rows refused because the queue was full, since creation.
-    ///
-    /// ```
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = TelemetryQueue::new(2);
-    /// for row in 0..5 {
-    ///     q.push(row);
-    /// }
-    /// assert_eq!(q.dropped(), 3);
-    /// q.drain(2);
-    /// assert_eq!(q.dropped(), 3); // a running total: draining does not reset it
-    /// ```
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
     /// Rows accepted, since creation.
-    ///
-    /// ```
-    /// use polygateway_actors::telemetry::TelemetryQueue;
-    /// let q = TelemetryQueue::new(2);
-    /// q.push(1);
-    /// q.push(2);
-    /// q.drain(2);
-    /// q.push(3);
-    /// assert_eq!(q.accepted(), 3); // counts rows ever accepted, not rows waiting
-    /// assert_eq!(q.len(), 1);
-    /// ```
-    pub fn accepted(&self) -> u64 {
+    pub(crate) fn accepted(&self) -> u64 {
         self.accepted.load(Ordering::Relaxed)
     }
 
@@ -259,7 +162,7 @@ mod tests {
         assert_eq!(q.drain(2), vec![0, 1]);
         assert!(q.push(10));
         assert_eq!(q.drain(100), vec![2, 10]);
-        assert!(q.is_empty());
+        assert_eq!(q.len(), 0);
     }
 
     #[tokio::test]
@@ -274,5 +177,89 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(1), q.wait_full())
             .await
             .expect("not woken at the batch size");
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    //! Usage cases of crate-private items (they were doc examples while the items were public).
+
+    use super::TelemetryQueue;
+
+    #[test]
+    fn a_capacity_of_zero_is_raised_to_one() {
+        let q: TelemetryQueue<String> = TelemetryQueue::new(0);
+        assert!(q.push("one".into()));
+        assert!(!q.push("two".into()));
+    }
+
+    #[test]
+    fn the_capacity_holds_exactly_that_many() {
+        let q = TelemetryQueue::new(3);
+        for row in 0..3 {
+            assert!(q.push(row));
+        }
+        assert!(!q.push(99));
+    }
+
+    #[test]
+    fn a_full_queue_refuses_and_counts() {
+        let q = TelemetryQueue::new(2);
+        assert!(q.push(1));
+        assert!(q.push(2));
+        assert!(!q.push(3)); // full: dropped and counted
+        assert_eq!(q.dropped(), 1);
+        assert_eq!(q.drain(10), vec![1, 2]);
+    }
+
+    #[test]
+    fn a_push_onto_a_full_queue_is_refused_at_once() {
+        let q = TelemetryQueue::new(1);
+        assert!(q.push("first"));
+        assert!(!q.push("second")); // full: refused at once, never waited on
+        assert_eq!((q.accepted(), q.dropped()), (1, 1));
+    }
+
+    #[test]
+    fn drain_takes_the_oldest_first() {
+        let q = TelemetryQueue::new(10);
+        for row in 1..=5 {
+            q.push(row);
+        }
+        assert_eq!(q.drain(2), vec![1, 2]);
+        assert_eq!(q.drain(100), vec![3, 4, 5]);
+        assert!(q.drain(100).is_empty());
+    }
+
+    #[test]
+    fn len_counts_rows_waiting() {
+        let q = TelemetryQueue::new(10);
+        q.push('a');
+        q.push('b');
+        assert_eq!(q.len(), 2);
+        q.drain(1);
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn dropped_is_a_running_total() {
+        let q = TelemetryQueue::new(2);
+        for row in 0..5 {
+            q.push(row);
+        }
+        assert_eq!(q.dropped(), 3);
+        q.drain(2);
+        assert_eq!(q.dropped(), 3); // a running total: draining does not reset it
+    }
+
+    #[test]
+    fn accepted_counts_rows_ever_accepted() {
+        let q = TelemetryQueue::new(2);
+        q.push(1);
+        q.push(2);
+        q.drain(2);
+        q.push(3);
+        assert_eq!(q.accepted(), 3); // counts rows ever accepted, not rows waiting
+        assert_eq!(q.len(), 1);
     }
 }

@@ -3,34 +3,27 @@
 
 use std::sync::Arc;
 
-use polygateway_actors::runtime::{ActorSlot, Runtime};
-use polygateway_actors::telemetry::{TelemetryActor, TelemetryArgs, TelemetryMsg, TelemetryQueue};
+use polygateway_actors::runtime::Runtime;
+use polygateway_actors::telemetry::TelemetryWriter;
 
 use super::super::{Owned, Telemetry};
 use super::GatewayBuilder;
 use crate::config::keys::global::PGW_PRICING_PATH;
 use crate::config::TelemetryBackendSettings;
 use crate::error::GatewayError;
-use crate::telemetry::row::TelemetryRow;
 use crate::telemetry::{sink_from_settings, Pricing};
 
 /// Rows the telemetry queue holds before counting overflow as dropped.
 const TELEMETRY_QUEUE_CAPACITY: usize = 65_536;
 
-/// What the gateway keeps of the telemetry step: the recording side, and the writer actor with
-/// its arguments (so a restart reuses the same queue and sink).
-pub(super) struct TelemetryParts {
-    pub(super) telemetry: Arc<Telemetry>,
-    pub(super) args: TelemetryArgs<TelemetryRow>,
-    pub(super) actor: ActorSlot<TelemetryMsg>,
-}
-
 impl GatewayBuilder {
+    /// The recording side: the sink, its writer (supervised by the runtime, so a restart reuses
+    /// the same queue and sink) and the pricing table.
     pub(super) async fn build_telemetry(
         &mut self,
         runtime: &Runtime,
         owned: &mut Owned,
-    ) -> Result<TelemetryParts, GatewayError> {
+    ) -> Result<Arc<Telemetry>, GatewayError> {
         let settings = &self.settings.telemetry;
         let enabled =
             self.telemetry_sink.is_some() || settings.backend != TelemetryBackendSettings::None;
@@ -43,30 +36,20 @@ impl GatewayBuilder {
                     .map_err(GatewayError::Config)?
             }
         };
-        let queue = Arc::new(TelemetryQueue::new(TELEMETRY_QUEUE_CAPACITY));
-        let actor = ActorSlot::down("telemetry actor starting");
-        let args = TelemetryArgs::new(Arc::clone(&queue), sink, self.telemetry_config);
-        runtime
-            .adopt(
-                "telemetry",
-                TelemetryActor::<TelemetryRow>::new,
-                args.clone(),
-                Some(Default::default()),
-                actor.clone(),
-            )
-            .await
-            .map_err(GatewayError::Shutdown)?;
-        let telemetry = Arc::new(Telemetry {
-            queue,
+        let writer = TelemetryWriter::start(
+            runtime,
+            sink,
+            self.telemetry_config,
+            TELEMETRY_QUEUE_CAPACITY,
+        )
+        .await
+        .map_err(GatewayError::Shutdown)?;
+        Ok(Arc::new(Telemetry {
+            writer,
             pricing: self.pricing()?,
             text_cap: settings.text_cap,
             enabled,
-        });
-        Ok(TelemetryParts {
-            telemetry,
-            args,
-            actor,
-        })
+        }))
     }
 
     /// The pricing table `PGW_PRICING_PATH` names, if any.
