@@ -535,7 +535,9 @@ const TESTKIT_CEILING: usize = 119;
 /// `push`, `accepted`, `status`, `flush`, `sink`) is what a caller records through, and the actor,
 /// its messages, state and arguments, the queue (9), `runtime::ActorSlot` (4) and `Runtime::adopt`
 /// are crate-private (21 fewer, their examples kept as unit tests where they still teach).
-const ACTORS_CEILING: usize = 239;
+/// 240 with the runtime's typed error (issue #50 item 4: `runtime::RuntimeError` where the
+/// runtime answered a `String`).
+const ACTORS_CEILING: usize = 240;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

@@ -39,6 +39,7 @@ use crate::ports::transport::{EventSink, Transport};
 
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
 use super::continuation::{self, ContinueOutcome, Continuing};
+use super::error::RuntimeError;
 use super::governed::{CallFailure, GovernOptions, Governed};
 use super::hedge::{self, Hedging};
 use super::metrics::ScopeMetrics;
@@ -72,7 +73,7 @@ pub(crate) trait CallEffects<T: Transport> {
         &self,
         exclude: Vec<usize>,
         avoid: Option<usize>,
-    ) -> impl Future<Output = Result<Selection<T>, String>>;
+    ) -> impl Future<Output = Result<Selection<T>, RuntimeError>>;
     /// The source's breaker, then the six gates.
     fn admit(&self, request: AdmitRequest) -> impl Future<Output = AdmitAnswer>;
     /// Settle the permit (breaker verdict, tokens, release, progress). With `answer`, return
@@ -228,7 +229,7 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
                 match effects
                     .select(exclude, avoid)
                     .await
-                    .map_err(CallFailure::Shutdown)?
+                    .map_err(|e| CallFailure::Shutdown(e.to_string()))?
                 {
                     Selection::Picked(ticket) => {
                         let index = ticket.source().index;

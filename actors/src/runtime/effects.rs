@@ -26,6 +26,7 @@ use crate::ports::transport::{EventSink, Transport};
 use super::admission::AdmissionMsg;
 use super::admission::{AdmitAnswer, AdmitRequest, Permit};
 use super::driver::{self, CallEffects};
+use super::error::RuntimeError;
 use super::governed::{CallFailure, GovernOptions, Governed};
 use super::ids::new_id;
 use super::metrics::ScopeMetrics;
@@ -69,8 +70,11 @@ impl<T: Transport> CallEffects<T> for ScopeInner<T> {
         &self,
         exclude: Vec<usize>,
         avoid: Option<usize>,
-    ) -> Result<Selection<T>, String> {
-        let stopped = || format!("scope {} router stopped", self.config.name);
+    ) -> Result<Selection<T>, RuntimeError> {
+        let stopped = || RuntimeError::Stopped {
+            actor: format!("router:{}", self.config.name),
+            cause: "its mailbox is closed".into(),
+        };
         let (reply, answer) = oneshot::channel();
         let router = self.router.get()?;
         router

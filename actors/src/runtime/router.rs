@@ -20,6 +20,7 @@ use tokio::sync::oneshot;
 use crate::clock::Clock;
 use crate::policy::select::{Candidate, Selector};
 
+use super::error::RuntimeError;
 use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
 use super::shared::{SourceShared, SourceTicket};
 use super::source::{SourceActor, SourceArgs};
@@ -317,12 +318,15 @@ impl<T: Send + Sync + 'static> Actor for ScopeRouter<T> {
         let now = state.clock.now();
         let child = &mut state.children[index];
         child.actor = None;
+        let name = child.args.shared.name.clone();
         child
             .args
             .shared
             .actor_slot()
-            .set_down(format!("restarting after: {why}"));
-        let name = child.args.shared.name.clone();
+            .set_down(RuntimeError::Restarting {
+                actor: format!("source actor {name}"),
+                cause: why.clone(),
+            });
         match child.budget.on_failure(now) {
             RestartDecision::Restart(delay) => {
                 tracing::warn!(scope = %state.scope, source = %name, reason = %why, ?delay, "source actor failed; restarting");

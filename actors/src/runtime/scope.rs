@@ -14,6 +14,7 @@ use crate::ports::transport::{EventSink, Transport};
 #[cfg(feature = "testkit")]
 use super::admission::AdmissionMsg;
 use super::admission::AdmissionSlot;
+use super::error::RuntimeError;
 use super::governed::{CallFailure, GovernOptions, Governed};
 use super::observer::CallObserver;
 use super::router::RouterMsg;
@@ -332,7 +333,7 @@ impl<T: Transport> Scope<T> {
             .send_admission(AdmissionMsg::Crash(reason.to_string()));
     }
 
-    /// `Err(reason)` when the scope's router is down: starting, escalated after its sources
+    /// `Err(why)` when the scope's router is down: starting, escalated after its sources
     /// exceeded their restart intensity, or stopped by the runtime's shutdown.
     ///
     /// ```
@@ -340,6 +341,7 @@ impl<T: Transport> Scope<T> {
     /// # use polygateway_actors::policy::select::LeastInflight;
     /// # use polygateway_actors::runtime::{Runtime, RuntimeOptions, ScopeConfig};
     /// # use polygateway_actors::testkit::{aimd, echo, memory_governance, start};
+    /// use polygateway_actors::runtime::RuntimeError;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use polygateway_actors::runtime::RestartPolicy;
@@ -354,17 +356,18 @@ impl<T: Transport> Scope<T> {
     /// scope.crash_source(0, "chaos test");
     /// tokio::time::sleep(Duration::from_millis(300)).await;
     /// let reason = scope.router_status().unwrap_err();
-    /// assert!(reason.contains("exceeded its restart intensity"), "{reason}");
+    /// assert!(matches!(reason, RuntimeError::Stopped { .. }), "{reason:?}");
+    /// assert!(reason.to_string().contains("exceeded its restart intensity"), "{reason}");
     ///
     /// // A healthy scope reads as down once its runtime has shut down.
     /// let (other_runtime, healthy) = start(ScopeConfig::new("EMBED"), vec![echo("echo_2")]).await;
     /// assert_eq!(healthy.router_status(), Ok(()));
     /// other_runtime.shutdown(Duration::from_secs(1)).await;
-    /// assert_eq!(healthy.router_status(), Err("runtime shut down".to_string()));
+    /// assert_eq!(healthy.router_status(), Err(RuntimeError::ShutDown));
     /// # runtime.shutdown(Duration::from_secs(1)).await;
     /// # }
     /// ```
-    pub fn router_status(&self) -> Result<(), String> {
+    pub fn router_status(&self) -> Result<(), RuntimeError> {
         self.inner.router.get().map(|_| ())
     }
 

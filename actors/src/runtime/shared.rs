@@ -161,6 +161,7 @@ impl<T> SourceShared<T> {
         metrics: SourceMetrics,
     ) -> Self {
         metrics.pacer_limit(initial_pacer_limit);
+        let actor = ActorSlot::starting(format!("source actor {name}"));
         Self {
             index,
             name,
@@ -177,7 +178,7 @@ impl<T> SourceShared<T> {
             origin,
             freed,
             attempt_floor_us: AtomicU64::new(u64::MAX),
-            actor: ActorSlot::down("source actor starting"),
+            actor,
             metrics,
             counters: SourceCounters::default(),
             first_token: super::hedge::FirstTokenLatency::default(),

@@ -7,6 +7,8 @@ use std::sync::{Arc, RwLock};
 
 use ractor::ActorRef;
 
+use super::error::RuntimeError;
+
 /// The current incarnation of an actor, or why it is down.
 #[derive(Debug)]
 pub(crate) struct ActorSlot<M> {
@@ -16,7 +18,7 @@ pub(crate) struct ActorSlot<M> {
 #[derive(Debug)]
 enum SlotState<M> {
     Up(ActorRef<M>),
-    Down(String),
+    Down(RuntimeError),
 }
 
 impl<M> Clone for ActorSlot<M> {
@@ -29,7 +31,7 @@ impl<M> Clone for ActorSlot<M> {
 
 impl<M: Send + 'static> ActorSlot<M> {
     /// The current actor, or why there is none.
-    pub(crate) fn get(&self) -> Result<ActorRef<M>, String> {
+    pub(crate) fn get(&self) -> Result<ActorRef<M>, RuntimeError> {
         match &*self.inner.read().unwrap_or_else(|e| e.into_inner()) {
             SlotState::Up(actor) => Ok(actor.clone()),
             SlotState::Down(reason) => Err(reason.clone()),
@@ -42,14 +44,17 @@ impl<M: Send + 'static> ActorSlot<M> {
     }
 
     /// Mark the actor as down with a reason callers will see.
-    pub(crate) fn set_down(&self, reason: impl Into<String>) {
-        *self.inner.write().unwrap_or_else(|e| e.into_inner()) = SlotState::Down(reason.into());
+    pub(crate) fn set_down(&self, reason: RuntimeError) {
+        *self.inner.write().unwrap_or_else(|e| e.into_inner()) = SlotState::Down(reason);
     }
 
-    /// A slot whose actor is not (yet) running.
-    pub(crate) fn down(reason: impl Into<String>) -> Self {
+    /// A slot whose actor, named `actor` in what callers see, has not started yet.
+    pub(crate) fn starting(actor: impl Into<String>) -> Self {
+        let starting = RuntimeError::Starting {
+            actor: actor.into(),
+        };
         Self {
-            inner: Arc::new(RwLock::new(SlotState::Down(reason.into()))),
+            inner: Arc::new(RwLock::new(SlotState::Down(starting))),
         }
     }
 }
@@ -97,7 +102,7 @@ mod examples {
     }
 
     async fn double(slot: &ActorSlot<DoublerMsg>, n: u32) -> Result<u32, String> {
-        let doubler = slot.get()?; // why the actor is down, if it is
+        let doubler = slot.get().map_err(|e| e.to_string())?; // why the actor is down, if it is
         ractor::call!(doubler, DoublerMsg::Double, n).map_err(|_| "doubler stopped".to_string())
     }
 
@@ -106,7 +111,7 @@ mod examples {
         let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
             .await
             .unwrap();
-        let slot = ActorSlot::down("doubler starting");
+        let slot = ActorSlot::starting("doubler");
         assert_eq!(double(&slot, 2).await, Err("doubler starting".to_string()));
         runtime
             .adopt("doubler", || Doubler, (), None, slot.clone())
@@ -121,7 +126,7 @@ mod examples {
         let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
             .await
             .unwrap();
-        let slot = ActorSlot::down("doubler starting");
+        let slot = ActorSlot::starting("doubler");
         runtime
             .adopt(
                 "doubler",
@@ -142,7 +147,10 @@ mod examples {
 
     #[test]
     fn a_slot_made_down_says_why() {
-        let slot: ActorSlot<String> = ActorSlot::down("telemetry actor starting");
-        assert_eq!(slot.get().unwrap_err(), "telemetry actor starting");
+        let slot: ActorSlot<String> = ActorSlot::starting("telemetry actor");
+        assert_eq!(
+            slot.get().unwrap_err().to_string(),
+            "telemetry actor starting"
+        );
     }
 }

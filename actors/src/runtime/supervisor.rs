@@ -28,6 +28,7 @@ use crate::policy::select::Selector;
 use crate::ports::transport::Transport;
 
 use super::admission::{AdmissionActor, AdmissionArgs, AdmissionSlot, GovernanceFactory};
+use super::error::RuntimeError;
 use super::metrics::{ScopeMetrics, SourceMetrics};
 use super::restart::{stopped_child, RestartBudget, RestartDecision, RestartPolicy};
 use super::router::{RouterArgs, RouterMsg, ScopeRouter};
@@ -37,7 +38,7 @@ use super::slot::ActorSlot;
 use super::source::{PacerFactory, SourceArgs};
 use super::waiting_room::WaitingRoom;
 
-type SpawnFuture = Pin<Box<dyn Future<Output = Result<ActorCell, String>> + Send>>;
+type SpawnFuture = Pin<Box<dyn Future<Output = Result<ActorCell, RuntimeError>> + Send>>;
 
 /// Spawns (again) one child linked to the supervisor cell it is given.
 pub(crate) type Respawn = Arc<dyn Fn(ActorCell) -> SpawnFuture + Send + Sync>;
@@ -52,10 +53,10 @@ pub(crate) enum SupervisorMsg {
         respawn: Respawn,
         /// `None`: not restartable (escalation point).
         policy: Option<RestartPolicy>,
-        /// Called when the child is given up on.
-        on_down: Arc<dyn Fn(String) + Send + Sync>,
+        /// Called when the child goes down (restarting, given up on, or the runtime stopped).
+        on_down: OnDown,
         /// Spawn result.
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
     },
     /// Respawn a child after its backoff.
     Respawn(String),
@@ -70,10 +71,13 @@ impl std::fmt::Debug for SupervisorMsg {
     }
 }
 
+/// Tells a child's slot why the child is down.
+type OnDown = Arc<dyn Fn(RuntimeError) + Send + Sync>;
+
 struct Child {
     respawn: Respawn,
     budget: Option<RestartBudget>,
-    on_down: Arc<dyn Fn(String) + Send + Sync>,
+    on_down: OnDown,
     current: Option<ActorCell>,
 }
 
@@ -93,9 +97,12 @@ impl RuntimeSupervisor {
         myself: &ActorRef<SupervisorMsg>,
         state: &mut SupervisorState,
         name: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), RuntimeError> {
         let Some(child) = state.children.get_mut(name) else {
-            return Err(format!("unknown child {name}"));
+            return Err(RuntimeError::NotStarted {
+                actor: name.to_string(),
+                cause: "no such child".into(),
+            });
         };
         let cell = (child.respawn)(myself.get_cell()).await?;
         state.by_id.insert(cell.get_id(), name.to_string());
@@ -154,7 +161,7 @@ impl Actor for RuntimeSupervisor {
                 if let Err(e) = Self::spawn_child(&myself, state, &name).await {
                     // A failed restart counts as another failure of the child.
                     tracing::warn!(child = %name, error = %e, "restart failed");
-                    handle_child_down(&myself, state, name, e);
+                    handle_child_down(&myself, state, name, e.to_string());
                 } else {
                     tracing::info!(child = %name, "child restarted");
                 }
@@ -188,7 +195,7 @@ impl Actor for RuntimeSupervisor {
     ) -> Result<(), ActorProcessingErr> {
         for child in state.children.values() {
             // Mark the slot first so nobody reads a stopped child as up (`Scope::router_status`).
-            (child.on_down)("runtime shut down".into());
+            (child.on_down)(RuntimeError::ShutDown);
             if let Some(cell) = &child.current {
                 cell.stop(Some("runtime shutdown".into()));
             }
@@ -214,7 +221,10 @@ fn handle_child_down(
     match decision {
         RestartDecision::Restart(delay) => {
             tracing::warn!(child = %name, reason = %why, ?delay, "child failed; restarting");
-            (child.on_down)(format!("{name} is restarting after: {why}"));
+            (child.on_down)(RuntimeError::Restarting {
+                actor: name.clone(),
+                cause: why.clone(),
+            });
             let me = myself.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
@@ -223,7 +233,10 @@ fn handle_child_down(
         }
         RestartDecision::Escalate => {
             tracing::error!(child = %name, reason = %why, "child given up (restart intensity exceeded or not restartable)");
-            (child.on_down)(format!("{name} stopped: {why}"));
+            (child.on_down)(RuntimeError::Stopped {
+                actor: name,
+                cause: why,
+            });
         }
     }
 }
@@ -362,10 +375,13 @@ impl Runtime {
     pub async fn start(
         governance: GovernanceFactory,
         options: RuntimeOptions,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RuntimeError> {
         let (supervisor, _) = Actor::spawn(None, RuntimeSupervisor, Arc::clone(&options.clock))
             .await
-            .map_err(|e| format!("cannot start the runtime supervisor: {e}"))?;
+            .map_err(|e| RuntimeError::NotStarted {
+                actor: "runtime supervisor".into(),
+                cause: e.to_string(),
+            })?;
         let runtime = Self {
             supervisor,
             admission: AdmissionSlot::starting(),
@@ -398,21 +414,26 @@ impl Runtime {
         args: A::Arguments,
         policy: Option<RestartPolicy>,
         slot: ActorSlot<A::Msg>,
-    ) -> Result<(), String>
+    ) -> Result<(), RuntimeError>
     where
         A: Actor,
         A::Arguments: Clone + Sync,
         F: Fn() -> A + Send + Sync + 'static,
     {
         let set_slot = slot.clone();
+        let child = name.to_string();
         let respawn: Respawn = Arc::new(move |supervisor: ActorCell| {
             let actor = make_actor();
             let args = args.clone();
             let slot = set_slot.clone();
+            let child = child.clone();
             Box::pin(async move {
                 let (actor_ref, _) = Actor::spawn_linked(None, actor, args, supervisor)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| RuntimeError::NotStarted {
+                        actor: child,
+                        cause: e.to_string(),
+                    })?;
                 let cell = actor_ref.get_cell();
                 slot.set(actor_ref);
                 Ok(cell)
@@ -433,8 +454,8 @@ impl Runtime {
         name: &str,
         respawn: Respawn,
         policy: Option<RestartPolicy>,
-        on_down: Arc<dyn Fn(String) + Send + Sync>,
-    ) -> Result<(), String> {
+        on_down: OnDown,
+    ) -> Result<(), RuntimeError> {
         let (reply, answer) = oneshot::channel();
         self.supervisor
             .cast(SupervisorMsg::Adopt {
@@ -444,10 +465,8 @@ impl Runtime {
                 on_down,
                 reply,
             })
-            .map_err(|_| "runtime is shut down".to_string())?;
-        answer
-            .await
-            .map_err(|_| "runtime is shut down".to_string())?
+            .map_err(|_| RuntimeError::ShutDown)?;
+        answer.await.map_err(|_| RuntimeError::ShutDown)?
     }
 
     /// Build a scope: one router (an escalation point: not restarted) and one source actor per
@@ -482,7 +501,7 @@ impl Runtime {
         sources: Vec<SourceSpec<T>>,
         selector: Box<dyn Selector>,
         pacer: PacerFactory,
-    ) -> Result<Scope<T>, String> {
+    ) -> Result<Scope<T>, RuntimeError> {
         let origin = self.clock.now();
         let room = Arc::new(WaitingRoom::new(Arc::clone(&self.clock)));
         let scope_metrics = ScopeMetrics::new(&config.name);
@@ -506,8 +525,8 @@ impl Runtime {
                 ))
             })
             .collect();
-        let router_slot: ActorSlot<RouterMsg<T>> =
-            ActorSlot::down(format!("scope {} starting", config.name));
+        let name = format!("router:{}", config.name);
+        let router_slot: ActorSlot<RouterMsg<T>> = ActorSlot::starting(name.clone());
         let args = RouterArgs {
             scope: Arc::clone(&config.name),
             sources: shared
@@ -525,25 +544,26 @@ impl Runtime {
         // and a router only fails by escalation, which must not be undone by a restart.
         let once = std::sync::Mutex::new(Some(args));
         let set_slot = router_slot.clone();
-        let scope_name = Arc::clone(&config.name);
+        let router_name = name.clone();
         let respawn: Respawn = Arc::new(move |supervisor: ActorCell| {
             let args = once.lock().unwrap_or_else(|e| e.into_inner()).take();
             let slot = set_slot.clone();
-            let scope_name = Arc::clone(&scope_name);
+            let actor = router_name.clone();
             Box::pin(async move {
-                let args =
-                    args.ok_or_else(|| format!("scope {scope_name} router is not restartable"))?;
+                let not_started = |cause: String| RuntimeError::NotStarted { actor, cause };
+                let Some(args) = args else {
+                    return Err(not_started("not restartable".into()));
+                };
                 let (router, _) =
                     Actor::spawn_linked(None, ScopeRouter::<T>::default(), args, supervisor)
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| not_started(e.to_string()))?;
                 let cell = router.get_cell();
                 slot.set(router);
                 Ok(cell)
             })
         });
         let down_slot = router_slot.clone();
-        let name = format!("router:{}", config.name);
         self.adopt_raw(
             &name,
             respawn,

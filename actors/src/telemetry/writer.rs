@@ -9,7 +9,7 @@ use super::actor::{FlushReport, TelemetryActor, TelemetryArgs, TelemetryConfig, 
 use super::queue::TelemetryQueue;
 use super::sink::{TelemetrySink, TelemetryStatus};
 use crate::runtime::slot::ActorSlot;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, RuntimeError};
 
 /// A running telemetry writer: push rows, read its status, flush it before shutdown.
 ///
@@ -57,7 +57,7 @@ pub struct TelemetryWriter<R> {
 impl<R: Send + 'static> TelemetryWriter<R> {
     /// Start a writer under `runtime`'s supervisor (restarted with the runtime's restart policy)
     /// that drains a queue of at most `capacity` rows into `sink`, `config.batch_size` rows at a
-    /// time or every `config.flush_interval`. Fails when the runtime is shutting down.
+    /// time or every `config.flush_interval`. Fails when the runtime has shut down.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -85,10 +85,10 @@ impl<R: Send + 'static> TelemetryWriter<R> {
         sink: Arc<dyn TelemetrySink<R>>,
         config: TelemetryConfig,
         capacity: usize,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, RuntimeError> {
         let queue = Arc::new(TelemetryQueue::new(capacity));
         let args = TelemetryArgs::new(queue, sink, config);
-        let actor = ActorSlot::down("telemetry writer starting");
+        let actor = ActorSlot::starting("telemetry writer");
         runtime
             .adopt(
                 "telemetry",
@@ -171,8 +171,9 @@ impl<R: Send + 'static> TelemetryWriter<R> {
         self.args.status()
     }
 
-    /// Write everything queued, waiting at most `within`; `Err` says why it did not (the writer
-    /// is down, or the sink is slower than `within`). Rows pushed meanwhile may remain
+    /// Write everything queued, waiting at most `within`; `Err` says why it did not: the writer
+    /// is down (starting, restarting, stopped with the runtime) or the sink was slower than
+    /// `within` ([`RuntimeError::TimedOut`]). Rows pushed meanwhile may remain
     /// ([`FlushReport::remaining`]).
     ///
     /// ```
@@ -181,6 +182,7 @@ impl<R: Send + 'static> TelemetryWriter<R> {
     /// # use std::{sync::Arc, time::Duration};
     /// # use polygateway_actors::runtime::{Runtime, RuntimeOptions};
     /// # use polygateway_actors::telemetry::{FlushReport, NullSink, TelemetryConfig, TelemetryWriter};
+    /// use polygateway_actors::runtime::RuntimeError;
     /// # let runtime = Runtime::start(polygateway_actors::testkit::memory_governance(), RuntimeOptions::default()).await.unwrap();
     /// let writer = TelemetryWriter::start(&runtime, Arc::new(NullSink), TelemetryConfig::default(), 10)
     ///     .await
@@ -188,17 +190,20 @@ impl<R: Send + 'static> TelemetryWriter<R> {
     /// writer.push(1);
     /// assert_eq!(writer.flush(Duration::from_secs(2)).await, Ok(FlushReport { rows: 1, remaining: 0 }));
     /// runtime.shutdown(Duration::from_secs(1)).await;
-    /// assert!(writer.flush(Duration::from_secs(2)).await.is_err()); // stopped with the runtime
+    /// assert_eq!(writer.flush(Duration::from_secs(2)).await, Err(RuntimeError::ShutDown));
     /// # }
     /// ```
-    pub async fn flush(&self, within: Duration) -> Result<FlushReport, String> {
+    pub async fn flush(&self, within: Duration) -> Result<FlushReport, RuntimeError> {
         let actor = self.actor.get()?;
         match tokio::time::timeout(within, async { ractor::call!(actor, TelemetryMsg::Flush) })
             .await
         {
             Ok(Ok(report)) => Ok(report),
-            Ok(Err(e)) => Err(format!("telemetry writer stopped: {e}")),
-            Err(_) => Err(format!("telemetry flush did not finish within {within:?}")),
+            Ok(Err(e)) => Err(RuntimeError::Stopped {
+                actor: "telemetry writer".into(),
+                cause: e.to_string(),
+            }),
+            Err(_) => Err(RuntimeError::TimedOut(within)),
         }
     }
 

@@ -43,7 +43,7 @@ impl GatewayBuilder {
             TELEMETRY_QUEUE_CAPACITY,
         )
         .await
-        .map_err(GatewayError::Shutdown)?;
+        .map_err(|e| GatewayError::Shutdown(e.to_string()))?;
         Ok(Arc::new(Telemetry {
             writer,
             pricing: self.pricing()?,

@@ -50,13 +50,14 @@ pub struct Governance {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use std::sync::Arc;
-/// use polygateway_actors::runtime::{GovernanceFactory, Runtime, RuntimeOptions};
+/// use polygateway_actors::runtime::{GovernanceFactory, Runtime, RuntimeError, RuntimeOptions};
 /// use polygateway_actors::BackendError;
 /// // A factory whose backend cannot be reached: the runtime refuses to start (fail closed).
 /// let unreachable: GovernanceFactory =
 ///     Arc::new(|| Box::pin(async { Err(BackendError::new("redis: connection refused")) }));
 /// let error = Runtime::start(unreachable, RuntimeOptions::default()).await.unwrap_err();
-/// assert!(error.contains("connection refused"));
+/// assert!(matches!(&error, RuntimeError::NotStarted { actor, .. } if actor == "admission"), "{error:?}");
+/// assert!(error.to_string().contains("connection refused"));
 /// # }
 /// ```
 pub type GovernanceFactory = Arc<

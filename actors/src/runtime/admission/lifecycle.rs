@@ -40,7 +40,7 @@ impl AdmissionSlot {
     /// A slot whose actor is starting.
     pub(crate) fn starting() -> Self {
         Self {
-            actor: ActorSlot::down("admission actor starting"),
+            actor: ActorSlot::starting("admission actor"),
             door: Arc::new(RwLock::new(None)),
             tasks: TaskTracker::new(),
         }
@@ -52,7 +52,7 @@ impl AdmissionSlot {
             return Ok(Arc::clone(door));
         }
         Err(BackendError::new(match self.actor.get() {
-            Err(reason) => reason,
+            Err(reason) => reason.to_string(),
             Ok(_) => "admission actor stopped".to_string(),
         }))
     }

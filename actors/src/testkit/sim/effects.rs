@@ -109,7 +109,7 @@ impl CallEffects<SimTransport> for SimCall {
         &self,
         exclude: Vec<usize>,
         avoid: Option<usize>,
-    ) -> Result<Selection<SimTransport>, String> {
+    ) -> Result<Selection<SimTransport>, crate::runtime::RuntimeError> {
         let now = self.now();
         let selection = {
             let mut picker = self.world.picker.lock().unwrap_or_else(|e| e.into_inner());
