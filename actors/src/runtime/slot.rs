@@ -69,7 +69,7 @@ mod examples {
     use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
     use super::ActorSlot;
-    use crate::runtime::{RestartPolicy, Runtime, RuntimeOptions};
+    use crate::runtime::{RestartPolicy, Runtime, RuntimeError, RuntimeOptions};
     use crate::testkit::memory_governance;
 
     struct Doubler;
@@ -106,43 +106,24 @@ mod examples {
         ractor::call!(doubler, DoublerMsg::Double, n).map_err(|_| "doubler stopped".to_string())
     }
 
+    /// Restartable or not, an adopted actor is reached through its slot once up; before, the
+    /// slot says it is starting, and after the runtime's shutdown that it shut down.
     #[tokio::test(flavor = "current_thread")]
     async fn a_slot_says_why_until_the_adopted_actor_is_up() {
-        let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
-            .await
-            .unwrap();
-        let slot = ActorSlot::starting("doubler");
-        assert_eq!(double(&slot, 2).await, Err("doubler starting".to_string()));
-        runtime
-            .adopt("doubler", || Doubler, (), None, slot.clone())
-            .await
-            .unwrap();
-        assert_eq!(double(&slot, 2).await, Ok(4));
-        runtime.shutdown(Duration::from_secs(1)).await;
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn an_adopted_actor_is_reached_through_its_slot() {
-        let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
-            .await
-            .unwrap();
-        let slot = ActorSlot::starting("doubler");
-        runtime
-            .adopt(
-                "doubler",
-                || Doubler,
-                (),
-                Some(RestartPolicy::default()),
-                slot.clone(),
-            )
-            .await
-            .unwrap();
-        let doubler = slot.get().unwrap();
-        assert!(matches!(
-            ractor::call!(doubler, DoublerMsg::Double, 21),
-            Ok(42)
-        ));
-        runtime.shutdown(Duration::from_secs(1)).await;
+        for policy in [None, Some(RestartPolicy::default())] {
+            let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
+                .await
+                .unwrap();
+            let slot = ActorSlot::starting("doubler");
+            assert_eq!(double(&slot, 2).await, Err("doubler starting".to_string()));
+            runtime
+                .adopt("doubler", || Doubler, (), policy, slot.clone())
+                .await
+                .unwrap();
+            assert_eq!(double(&slot, 21).await, Ok(42));
+            runtime.shutdown(Duration::from_secs(1)).await;
+            assert_eq!(slot.get().unwrap_err(), RuntimeError::ShutDown);
+        }
     }
 
     #[test]
