@@ -11,11 +11,8 @@ use crate::config::ScopeKind;
 use crate::error::GatewayError;
 
 mod sealed {
-    use super::ScopeEntry;
-
-    /// How a kind finds its scope; not nameable outside the crate.
-    ///
-    /// It seals [`Kind`](super::Kind): code outside the crate cannot add a kind of scope.
+    /// Seals [`Kind`](super::Kind): not nameable outside the crate, so code outside it cannot add
+    /// a kind of scope.
     ///
     /// ```compile_fail
     /// struct Audio;
@@ -24,10 +21,7 @@ mod sealed {
     ///     const KIND: polygateway::config::ScopeKind = polygateway::config::ScopeKind::Chat;
     /// }
     /// ```
-    pub trait Sealed {
-        type Scope;
-        fn of(entry: &ScopeEntry) -> Option<&Self::Scope>;
-    }
+    pub trait Sealed {}
 }
 
 /// A kind of scope (chat, embeddings, OCR). Sealed: the three kinds are the crate's.
@@ -83,19 +77,21 @@ pub struct Embeddings;
 #[derive(Debug, Clone, Copy)]
 pub struct Ocr;
 
+/// A kind's marker sealed and tied to its `ScopeKind`, and its handle's way to the scope it
+/// names (what a call of that kind runs through).
 macro_rules! kind {
     ($marker:ident, $scope:ty, $variant:ident) => {
-        impl sealed::Sealed for $marker {
-            type Scope = $scope;
-            fn of(entry: &ScopeEntry) -> Option<&$scope> {
-                match entry {
-                    ScopeEntry::$variant(scope) => Some(scope),
-                    _ => None,
-                }
-            }
-        }
+        impl sealed::Sealed for $marker {}
         impl Kind for $marker {
             const KIND: ScopeKind = ScopeKind::$variant;
+        }
+        impl ScopeHandle<$marker> {
+            pub(crate) fn scope(&self) -> &$scope {
+                match self.entry() {
+                    ScopeEntry::$variant(scope) => scope,
+                    _ => unreachable!("a handle is only built for a scope of its kind"),
+                }
+            }
         }
     };
 }
@@ -160,7 +156,7 @@ impl<K: Kind> ScopeHandle<K> {
     /// The handle of scope `name`, if it exists and is of kind `K`.
     pub(crate) fn new(core: &Arc<Core>, name: &str) -> Result<Self, GatewayError> {
         match core.scopes.get(name) {
-            Some(entry) if K::of(entry).is_some() => Ok(Self {
+            Some(entry) if entry.kind() == K::KIND => Ok(Self {
                 core: Arc::clone(core),
                 name: name.into(),
                 kind: PhantomData,
@@ -191,11 +187,10 @@ impl<K: Kind> ScopeHandle<K> {
         &self.name
     }
 
-    pub(crate) fn scope(&self) -> &<K as sealed::Sealed>::Scope {
+    fn entry(&self) -> &ScopeEntry {
         self.core
             .scopes
             .get(&*self.name)
-            .and_then(K::of)
-            .expect("a handle is only built for an existing scope of its kind")
+            .expect("a handle is only built for an existing scope")
     }
 }

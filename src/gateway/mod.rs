@@ -96,8 +96,7 @@ use crate::types::{
 
 pub(crate) use crate::telemetry::record::Telemetry;
 
-/// One configured scope, by kind: what a handle of that kind looks up. (Public only because the
-/// sealed [`Kind`] trait names it; it cannot be named outside the crate.)
+/// One configured scope, by kind: what a handle of that kind looks up.
 ///
 /// A scope is registered under exactly one kind, so a handle of another kind is refused:
 ///
@@ -113,7 +112,7 @@ pub(crate) use crate::telemetry::record::Telemetry;
 /// gw.shutdown().await;
 /// # Ok(()) }
 /// ```
-pub enum ScopeEntry {
+pub(crate) enum ScopeEntry {
     Chat(scopes::ChatScope),
     Embeddings(scopes::EmbedScope),
     Ocr(scopes::OcrScope),

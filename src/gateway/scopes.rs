@@ -11,9 +11,8 @@ use crate::transport::chat::ChatTransport;
 use crate::transport::embeddings::EmbeddingTransport;
 use crate::transport::ocr::OcrTransport;
 
-/// What one chat scope needs besides its runtime scope.
-/// (Public only because the sealed [`Kind`](crate::Kind) trait names it; it cannot be named
-/// outside the crate — use a [`ChatHandle`](crate::ChatHandle).)
+/// What one chat scope needs besides its runtime scope (callers reach it through a
+/// [`ChatHandle`](crate::ChatHandle)).
 ///
 /// Each chat scope has its own sources, so two scopes never serve each other's calls:
 ///
@@ -35,15 +34,14 @@ use crate::transport::ocr::OcrTransport;
 /// gw.shutdown().await;
 /// # Ok(()) }
 /// ```
-pub struct ChatScope {
+pub(crate) struct ChatScope {
     pub(crate) scope: Scope<ChatTransport>,
     /// Its call stack: validate, record, cache, ladder, budget, govern (`crate::call`).
     pub(crate) stack: ChatStack,
 }
 
 /// What one embeddings scope needs besides its runtime scope: its sources and its batching
-/// settings. (Public only because the sealed [`Kind`](crate::Kind) trait names it; it cannot be
-/// named outside the crate — use an [`EmbeddingHandle`](crate::EmbeddingHandle).)
+/// settings (callers reach it through an [`EmbeddingHandle`](crate::EmbeddingHandle)).
 ///
 /// Its `BATCH_SIZE` splits a call into upstream requests:
 ///
@@ -65,16 +63,15 @@ pub struct ChatScope {
 /// gw.shutdown().await;
 /// # Ok(()) }
 /// ```
-pub struct EmbedScope {
+pub(crate) struct EmbedScope {
     pub(crate) scope: Scope<EmbeddingTransport>,
     /// Its call stack: validate, record, govern (`crate::call`).
     pub(crate) stack: EmbedStack,
     pub(crate) settings: EmbeddingSettings,
 }
 
-/// What one OCR scope needs besides its runtime scope: its sources. (Public only because the
-/// sealed [`Kind`](crate::Kind) trait names it; it cannot be named outside the crate — use an
-/// [`OcrHandle`](crate::OcrHandle).)
+/// What one OCR scope needs besides its runtime scope: its sources (callers reach it through an
+/// [`OcrHandle`](crate::OcrHandle)).
 ///
 /// Every call is checked locally first: an upload that is not a PNG or JPEG never reaches a source.
 ///
@@ -98,7 +95,7 @@ pub struct EmbedScope {
 /// gw.shutdown().await;
 /// # Ok(()) }
 /// ```
-pub struct OcrScope {
+pub(crate) struct OcrScope {
     pub(crate) scope: Scope<OcrTransport>,
     /// Its call stack: validate, record, govern (`crate::call`).
     pub(crate) stack: OcrStack,
