@@ -541,7 +541,9 @@ const TESTKIT_CEILING: usize = 119;
 /// are crate-private (21 fewer, their examples kept as unit tests where they still teach).
 /// 240 with the runtime's typed error (issue #50 item 4: `runtime::RuntimeError` where the
 /// runtime answered a `String`).
-const ACTORS_CEILING: usize = 240;
+/// 237 with `PacerSignal::{code, from_code}` (the source's atomic encoding of a signal) and
+/// `AimdPacer::exact_limit` (read by tests only) crate-private, their examples kept as unit tests.
+const ACTORS_CEILING: usize = 237;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

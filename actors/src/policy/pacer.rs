@@ -17,8 +17,7 @@ use crate::outcome::AttemptVerdict;
 /// ```
 /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, AIMD_START};
 /// let p = AimdPacer::new(0);
-/// assert_eq!(p.exact_limit(), AIMD_START);
-/// assert_eq!(p.limit(), 8);
+/// assert_eq!(f64::from(p.limit()), AIMD_START);
 /// ```
 pub const AIMD_START: f64 = 8.0;
 /// Lowest limit of [`AimdPacer`].
@@ -95,7 +94,7 @@ impl PacerObservation {
 /// ```
 /// use polygateway_actors::policy::pacer::PacerSignal;
 /// assert_eq!(PacerSignal::RateLimited.as_str(), "rate_limited");
-/// assert_eq!(PacerSignal::from_code(PacerSignal::Queueing.code()), PacerSignal::Queueing);
+/// assert_eq!(PacerSignal::default(), PacerSignal::None);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PacerSignal {
@@ -127,23 +126,12 @@ impl PacerSignal {
     }
 
     /// A compact code (for an atomic).
-    ///
-    /// ```
-    /// use polygateway_actors::policy::pacer::PacerSignal;
-    /// assert_eq!(PacerSignal::None.code(), 0);
-    /// ```
-    pub fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         self as u8
     }
 
     /// The signal of a [`PacerSignal::code`] (unknown codes read as `None`).
-    ///
-    /// ```
-    /// use polygateway_actors::policy::pacer::PacerSignal;
-    /// assert_eq!(PacerSignal::from_code(2), PacerSignal::QuotaLow);
-    /// assert_eq!(PacerSignal::from_code(200), PacerSignal::None);
-    /// ```
-    pub fn from_code(code: u8) -> Self {
+    pub(crate) fn from_code(code: u8) -> Self {
         match code {
             1 => PacerSignal::RateLimited,
             2 => PacerSignal::QuotaLow,
@@ -249,17 +237,8 @@ impl AimdPacer {
     }
 
     /// The fractional limit (the integer cap is its floor).
-    ///
-    /// ```
-    /// use polygateway_actors::policy::pacer::{AimdPacer, Pacer, PacerObservation};
-    /// use polygateway_actors::AttemptVerdict;
-    /// let mut p = AimdPacer::new(0);
-    /// p.observe(&PacerObservation::new(AttemptVerdict::Success, std::time::Instant::now()));
-    /// // +1/8: the fraction accumulates while the integer cap stays put.
-    /// assert_eq!(p.exact_limit(), 8.125);
-    /// assert_eq!(p.limit(), 8);
-    /// ```
-    pub fn exact_limit(&self) -> f64 {
+    #[cfg(test)]
+    pub(crate) fn exact_limit(&self) -> f64 {
         self.limit
     }
 
@@ -463,5 +442,36 @@ mod examples {
         // However hard the pushback, one attempt at a time still goes.
         assert_eq!(p.exact_limit(), AIMD_FLOOR);
         assert_eq!(p.limit(), 1);
+    }
+
+    #[test]
+    fn a_signal_is_coded_for_an_atomic() {
+        use crate::policy::pacer::PacerSignal;
+        assert_eq!(PacerSignal::None.code(), 0);
+    }
+
+    #[test]
+    fn an_unknown_code_reads_as_no_signal() {
+        use crate::policy::pacer::PacerSignal;
+        assert_eq!(
+            PacerSignal::from_code(PacerSignal::Queueing.code()),
+            PacerSignal::Queueing
+        );
+        assert_eq!(PacerSignal::from_code(2), PacerSignal::QuotaLow);
+        assert_eq!(PacerSignal::from_code(200), PacerSignal::None);
+    }
+
+    #[test]
+    fn the_fraction_accumulates_below_the_integer_cap() {
+        use crate::policy::pacer::{AimdPacer, Pacer, PacerObservation};
+        use crate::AttemptVerdict;
+        let mut p = AimdPacer::new(0);
+        p.observe(&PacerObservation::new(
+            AttemptVerdict::Success,
+            std::time::Instant::now(),
+        ));
+        // +1/8: the fraction accumulates while the integer cap stays put.
+        assert_eq!(p.exact_limit(), 8.125);
+        assert_eq!(p.limit(), 8);
     }
 }
