@@ -281,7 +281,7 @@ impl WaitQueue {
     }
 
     /// The ids of the waiting calls, smallest first (the simulator checks the order by them).
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(feature = "testkit")]
     pub(crate) fn waiting(&self) -> Vec<u64> {
         let mut ids: Vec<u64> = self.located.keys().copied().collect();
         ids.sort_unstable();

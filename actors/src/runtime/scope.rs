@@ -421,7 +421,7 @@ impl<T: Transport> Scope<T> {
     }
 
     /// Whether calls wait in the scope's room (tests of the waiting room).
-    #[cfg(all(test, feature = "testkit"))]
+    #[cfg(test)]
     pub(crate) fn room_busy(&self) -> bool {
         self.inner.room.busy()
     }

@@ -120,7 +120,7 @@ impl WaitingRoom {
     }
 
     /// The arrival numbers of the calls waiting now (not those holding a turn).
-    #[cfg(any(test, feature = "testkit"))]
+    #[cfg(feature = "testkit")]
     pub(crate) fn waiting(&self) -> Vec<u64> {
         self.lock().queue.waiting()
     }
