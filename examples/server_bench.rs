@@ -60,6 +60,11 @@ use serde_json::{json, Value};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// What `polygateway serve`'s workers do when they go idle, the same file.
+#[cfg(feature = "jemalloc")]
+#[path = "../src/bin/polygateway/idle_cache.rs"]
+mod idle_cache;
+
 const KEY: &str = "pgw-bench-key";
 /// A key no entry of the key file holds: the `refused` part presents it on every request.
 const WRONG_KEY: &str = "pgw-revoked-key";
@@ -136,6 +141,8 @@ fn main() {
             // worker threads when set, else one per core.
             let mut builder = tokio::runtime::Builder::new_multi_thread();
             builder.enable_all().worker_threads(server_workers());
+            #[cfg(feature = "jemalloc")]
+            builder.on_thread_park(idle_cache::on_park);
             let runtime = builder.build().expect("tokio runtime");
             runtime.block_on(serve_child(&child[0], &child[1]));
         }

@@ -30,6 +30,9 @@ mod batch_cmd;
 #[cfg(feature = "sqlite")]
 #[path = "polygateway/batch_view.rs"]
 mod batch_view;
+#[cfg(feature = "jemalloc")]
+#[path = "polygateway/idle_cache.rs"]
+mod idle_cache;
 #[path = "polygateway/top_cmd.rs"]
 mod top_cmd;
 
@@ -664,6 +667,8 @@ fn start(cli: Cli) -> Result<ExitCode, String> {
     let serving = None;
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
+    #[cfg(feature = "jemalloc")]
+    builder.on_thread_park(idle_cache::on_park);
     if let Some(workers) = serving.as_ref().and_then(|s: &Settings| s.server.workers) {
         builder.worker_threads(workers);
     }
