@@ -354,7 +354,10 @@ async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: S
         ([("content-type", "application/json")], message.to_string()).into_response()
     };
     if let Some((limit, remaining)) = *lock(&shared.rate_limit) {
-        let reset = httpdate_rfc3339(std::time::SystemTime::now() + Duration::from_secs(1));
+        let reset = humantime::format_rfc3339_seconds(
+            std::time::SystemTime::now() + Duration::from_secs(1),
+        )
+        .to_string();
         let h = response.headers_mut();
         h.insert("anthropic-ratelimit-requests-limit", limit.into());
         h.insert("anthropic-ratelimit-requests-remaining", remaining.into());
@@ -726,29 +729,4 @@ fn stream(message: Value, fault: &AnthropicFault) -> Response {
         .header("cache-control", "no-cache")
         .body(body)
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-/// An RFC 3339 UTC time, as the API's reset headers carry it.
-fn httpdate_rfc3339(at: std::time::SystemTime) -> String {
-    let secs = at
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since the epoch (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }

@@ -467,19 +467,6 @@ mod examples {
         assert_eq!(respawn_with.queue.len(), 1);
     }
 
-    #[test]
-    fn args_bundle_queue_sink_and_thresholds() {
-        let queue = Arc::new(TelemetryQueue::new(1_000));
-        let config = TelemetryConfig {
-            batch_size: 50,
-            flush_interval: Duration::from_secs(1),
-        };
-        let args: TelemetryArgs<u64> =
-            TelemetryArgs::new(Arc::clone(&queue), Arc::new(NullSink), config);
-        assert!(Arc::ptr_eq(&args.queue, &queue));
-        assert_eq!(args.config.batch_size, 50);
-    }
-
     #[tokio::test(flavor = "current_thread")]
     async fn a_tick_writes_the_partial_batch_before_a_flush_behind_it() {
         let queue = Arc::new(TelemetryQueue::new(100));
@@ -530,21 +517,6 @@ mod examples {
         queue.push(2);
         ractor::call_t!(actor, TelemetryMsg::Flush, 2_000).unwrap();
         assert_eq!(*sink.0.lock().unwrap(), vec![1, 2]);
-        actor.stop(None);
-        handle.await.unwrap();
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn the_actor_spawns_under_a_name() {
-        let args: TelemetryArgs<String> = TelemetryArgs::new(
-            Arc::new(TelemetryQueue::new(100)),
-            Arc::new(NullSink),
-            TelemetryConfig::default(),
-        );
-        let (actor, handle) = Actor::spawn(Some("telemetry".into()), TelemetryActor::new(), args)
-            .await
-            .unwrap();
-        assert_eq!(actor.get_name().as_deref(), Some("telemetry"));
         actor.stop(None);
         handle.await.unwrap();
     }

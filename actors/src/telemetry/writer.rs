@@ -49,6 +49,7 @@ use crate::runtime::{Runtime, RuntimeError};
 /// runtime.shutdown(Duration::from_secs(1)).await;
 /// # }
 /// ```
+#[derive(Debug)]
 pub struct TelemetryWriter<R> {
     args: TelemetryArgs<R>,
     actor: ActorSlot<TelemetryMsg>,
@@ -228,13 +229,5 @@ impl<R: Send + 'static> TelemetryWriter<R> {
     /// ```
     pub fn sink(&self) -> &Arc<dyn TelemetrySink<R>> {
         &self.args.sink
-    }
-}
-
-impl<R> std::fmt::Debug for TelemetryWriter<R> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TelemetryWriter")
-            .field("args", &self.args)
-            .finish_non_exhaustive()
     }
 }
