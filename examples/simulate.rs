@@ -4,18 +4,20 @@
 //! (latencies, 429 bursts with and without Retry-After, dead keys that recover, black holes,
 //! truncated streams, slow first tokens, a governance backend-down window, caller
 //! cancellations), then runs `--calls` calls through the real call machine and governance state
-//! machines in virtual time, checking the invariants at every step. Failing seeds are printed
-//! with the trace of the first failing call; the last line is one JSON object.
+//! machines in virtual time, checking the invariants at every step. `--network` puts the
+//! governance backend a simulated round trip away. Failing seeds are printed with the trace of
+//! the first failing call; the last line is one JSON object.
 //!
 //! ```text
 //! cargo run --release --example simulate -- --seeds 1000 --calls 200
+//! cargo run --release --example simulate -- --seeds 1000 --calls 200 --network
 //! cargo run --release --example simulate -- --seed 12 --calls 60     # replay one seed
 //! ```
 
 use std::collections::HashSet;
 use std::time::Instant;
 
-use polygateway_actors::testkit::sim::{run_seed, SeedReport};
+use polygateway_actors::testkit::sim::{run_seed, run_seed_over_network, SeedReport};
 
 /// Which seeds to run and how many calls each.
 #[derive(clap::Parser)]
@@ -29,6 +31,9 @@ struct Args {
     /// Calls per seed.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     calls: u32,
+    /// Reach the governance backend over a simulated network (`run_seed_over_network`).
+    #[arg(long)]
+    network: bool,
 }
 
 impl Args {
@@ -36,6 +41,13 @@ impl Args {
         match self.seed {
             Some(seed) => seed..seed.saturating_add(1),
             None => 0..self.seeds,
+        }
+    }
+
+    fn run(&self, seed: u64, keep_trace: bool) -> SeedReport {
+        match self.network {
+            true => run_seed_over_network(seed, self.calls, keep_trace),
+            false => run_seed(seed, self.calls, keep_trace),
         }
     }
 }
@@ -63,7 +75,7 @@ fn main() {
                 s.spawn(|| {
                     chunk
                         .iter()
-                        .map(|&seed| run_seed(seed, args.calls, false))
+                        .map(|&seed| args.run(seed, false))
                         .collect::<Vec<_>>()
                 })
             })
@@ -78,7 +90,7 @@ fn main() {
     let mut violations = 0;
     for report in reports.iter().filter(|r| !r.violations.is_empty()) {
         violations += report.violations.len();
-        let replay = run_seed(report.seed, args.calls, true);
+        let replay = args.run(report.seed, true);
         println!(
             "FAILED seed {} ({} violations):",
             report.seed,
@@ -93,8 +105,10 @@ fn main() {
             println!("    {line}");
         }
         println!(
-            "  replay: cargo run --release --example simulate -- --seed {} --calls {}",
-            report.seed, args.calls
+            "  replay: cargo run --release --example simulate -- --seed {} --calls {}{}",
+            report.seed,
+            args.calls,
+            if args.network { " --network" } else { "" }
         );
     }
     let distinct: HashSet<u64> = reports.iter().map(|r| r.trace_hash).collect();
@@ -110,6 +124,9 @@ fn main() {
         "room_turns_checked": reports.iter().map(|r| u64::from(r.room_turns_checked)).sum::<u64>(),
         "overloaded_answers": reports.iter().map(|r| u64::from(r.overloaded_answers)).sum::<u64>(),
         "deadline_sends_checked": reports.iter().map(|r| u64::from(r.deadline_sends_checked)).sum::<u64>(),
+        "network": args.network,
+        "carried_finishes": reports.iter().map(|r| r.carried_finishes).sum::<u64>(),
+        "door_tasks": reports.iter().map(|r| r.door_tasks).sum::<u64>(),
         "wall_s": (wall_s * 1000.0).round() / 1000.0,
         "trace_hash": format!("{:016x}", combine(&reports)),
     });

@@ -2,16 +2,23 @@
 //! machine and governance state machines, invariants checked at every step (issue #15).
 //! Reproduce a failure with `cargo run --release --example simulate -- --seed S`.
 
-use polygateway_actors::testkit::sim::{run_seed, SeedReport};
+use polygateway_actors::testkit::sim::{run_seed, run_seed_over_network, SeedReport};
 
 /// Seeds run on every CI build; the nightly-sized run is documented in ARCHITECTURE.md.
 const CI_SEEDS: u64 = 300;
 const CALLS: u32 = 100;
 /// Continuations the CI seeds send at least (84 in 53 seeds when measured).
 const CONTINUATIONS_AT_LEAST: u64 = 60;
+/// Over a network: finishes carried by admissions and tasks the door spawned, at least (3,322 and
+/// 28,991 when measured).
+const CARRIED_AT_LEAST: u64 = 1_500;
+const DOOR_TASKS_AT_LEAST: u64 = 14_000;
 
 fn explain(report: &SeedReport) -> String {
-    let replay = run_seed(report.seed, report.calls, true);
+    let replay = match report.network_round_trip_ms {
+        None => run_seed(report.seed, report.calls, true),
+        Some(_) => run_seed_over_network(report.seed, report.calls, true),
+    };
     format!(
         "seed {}: {:#?}\ntrace of the first failing call:\n{}",
         report.seed,
@@ -79,6 +86,31 @@ fn every_seed_keeps_every_invariant() {
     );
 }
 
+/// The same seeds with the governance backend over a simulated network: the production door
+/// holds finishes for the next admission, which carries them, and hands work that must wait to
+/// tasks of its own (round trips, held finishes' sends, finish retries in a backend-down window,
+/// admissions completed after their caller went away). Every invariant but the room's order
+/// holds, every lease comes back and no task of the door's is left pending.
+#[test]
+fn every_seed_keeps_every_invariant_over_a_network() {
+    let (mut carried, mut door_tasks, mut steps) = (0, 0, 0);
+    for seed in 0..CI_SEEDS {
+        let report = run_seed_over_network(seed, CALLS, false);
+        assert!(report.violations.is_empty(), "{}", explain(&report));
+        carried += report.carried_finishes;
+        door_tasks += report.door_tasks;
+        steps += report.steps;
+    }
+    assert!(
+        carried > CARRIED_AT_LEAST && door_tasks > DOOR_TASKS_AT_LEAST,
+        "only {carried} finishes carried, {door_tasks} door tasks"
+    );
+    assert!(
+        steps > CI_SEEDS * u64::from(CALLS) * 3,
+        "only {steps} steps"
+    );
+}
+
 #[test]
 fn a_seed_replays_exactly() {
     for seed in [1, 99, 12_345] {
@@ -86,6 +118,12 @@ fn a_seed_replays_exactly() {
         let again = run_seed(seed, CALLS, true);
         assert_eq!(first.trace_hash, again.trace_hash, "seed {seed}");
         assert_eq!(first.steps, again.steps, "seed {seed}");
+        let first = run_seed_over_network(seed, CALLS, false);
+        let again = run_seed_over_network(seed, CALLS, true);
+        assert_eq!(
+            first.trace_hash, again.trace_hash,
+            "seed {seed} over a network"
+        );
     }
     assert_ne!(
         run_seed(1, CALLS, false).trace_hash,

@@ -379,17 +379,19 @@ impl CallMachine {
     /// Feed what happened; get the next step. An event that does not answer the last action
     /// is a driver bug and panics.
     pub(crate) fn step(&mut self, event: Event, now: Instant) -> Step {
-        // Past the deadline nothing more is tried. An attempt's own result is still read (a
-        // success is a success), and a granted admission is sent: it was asked for in time and
-        // the permit is the driver's to settle by sending.
-        let in_flight = matches!(
-            event,
-            Event::Attempted(_) | Event::Admission(Admission::Granted)
-        );
+        // Past the deadline nothing more is tried, and nothing is sent: an attempt's own result
+        // is still read (a success is a success), but an admission granted once the deadline
+        // has passed (a network backend answers a round trip later) is given back unsent by the
+        // driver.
+        let in_flight = matches!(event, Event::Attempted(_));
         if !in_flight && self.state != State::Done && self.deadline.is_some_and(|d| now >= d) {
-            return Step::plain(
-                self.deadline_exceeded("the call's deadline passed while it waited".into(), now),
-            );
+            let detail = match event {
+                Event::Admission(Admission::Granted) => {
+                    "the call's deadline passed before its admission was granted"
+                }
+                _ => "the call's deadline passed while it waited",
+            };
+            return Step::plain(self.deadline_exceeded(detail.into(), now));
         }
         let mut step = self.step_in_time(event, now);
         if let (Some(deadline), Action::Backoff(wait) | Action::Wait(wait)) =
@@ -876,6 +878,23 @@ mod tests {
         let step = m.step(Event::Woke, t0 + Duration::from_millis(300));
         assert!(deadline_of(&step.action).contains("while it waited"));
         assert_eq!(m.attempts(), 0);
+    }
+
+    #[test]
+    fn an_admission_granted_past_the_deadline_is_not_sent() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(Some(t0 + Duration::from_millis(300)), vec![Duration::ZERO]);
+        m.start();
+        let step = m.step(Event::Selected(Selected::Picked(0)), t0);
+        assert_eq!(step.action, Action::Admit { source: 0 });
+        // Asked in time, answered after the deadline (a network backend's round trip).
+        let step = m.step(
+            Event::Admission(Admission::Granted),
+            t0 + Duration::from_millis(310),
+        );
+        assert!(deadline_of(&step.action).contains("before its admission was granted"));
+        assert_eq!(m.attempts(), 0, "nothing was sent");
     }
 
     #[test]

@@ -428,6 +428,10 @@ async fn run_loop<T: Transport, E: CallEffects<T>>(
             }
             Action::AskProgress => Event::Progress(effects.progress().await),
             Action::Finish(ending) => {
+                if let Some(permit) = permit.take() {
+                    // Granted once the call's deadline had passed: given back unsent.
+                    give_back(effects, permit);
+                }
                 return finish(
                     effects,
                     ending,
@@ -725,6 +729,18 @@ async fn continue_after<T: Transport, E: CallEffects<T>>(
             None
         }
     }
+}
+
+/// Give back a permit that is not sent: its lease settled at its estimate, no breaker verdict
+/// (and no attempt row: nothing was attempted).
+fn give_back<T: Transport, E: CallEffects<T>>(effects: &E, permit: Permit) {
+    let outcome = AttemptOutcome {
+        action: BreakerAction::NoVerdict,
+        tokens: permit.attempt.lease.est_tokens,
+        progress: false,
+    };
+    // Nobody waits for the breaker state a verdict-less finish leaves.
+    let _ = effects.settle(permit, outcome, false);
 }
 
 /// Attach the response or the last error to the machine's ending.

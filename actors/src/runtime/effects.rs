@@ -24,7 +24,7 @@ use crate::ports::transport::{EventSink, Transport};
 
 #[cfg(feature = "testkit")]
 use super::admission::AdmissionMsg;
-use super::admission::{AdmitAnswer, AdmitRequest, Permit};
+use super::admission::{AdmitAnswer, AdmitRequest, BreakerAnswer, Permit};
 use super::driver::{self, CallEffects};
 use super::error::RuntimeError;
 use super::governed::{CallFailure, GovernOptions, Governed};
@@ -40,7 +40,7 @@ use super::waiting_room::WaitingRoom;
 /// actor's door admits and settles, the source actor hears each attempt (a cast), timers are
 /// tokio's, and time is the scope's `Clock`.
 impl<T: Transport> CallEffects<T> for ScopeInner<T> {
-    type BreakerAnswer = oneshot::Receiver<Option<BreakerStatus>>;
+    type BreakerAnswer = BreakerAnswer;
 
     fn config(&self) -> &ScopeConfig {
         &self.config
@@ -97,19 +97,14 @@ impl<T: Transport> CallEffects<T> for ScopeInner<T> {
         outcome: AttemptOutcome,
         answer: bool,
     ) -> Option<Self::BreakerAnswer> {
-        let (reply, receiver) = match answer {
-            true => {
-                let (reply, receiver) = oneshot::channel();
-                (Some(reply), Some(receiver))
-            }
-            false => (None, None),
-        };
         match self.admission.door() {
-            Ok(door) => door.finish(permit, outcome, reply),
-            Err(e) => tracing::warn!(scope = %self.config.name, reason = %e.message,
-                "admission down; bookkeeping dropped (lease TTL reclaims)"),
+            Ok(door) => door.settle(permit, outcome, answer),
+            Err(e) => {
+                tracing::warn!(scope = %self.config.name, reason = %e.message,
+                    "admission down; bookkeeping dropped (lease TTL reclaims)");
+                None
+            }
         }
-        receiver
     }
 
     async fn breaker_after(&self, answer: Self::BreakerAnswer) -> Option<BreakerStatus> {

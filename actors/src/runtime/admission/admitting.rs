@@ -13,7 +13,7 @@ use crate::ports::breaker::BreakerConfig;
 use crate::ports::BackendError;
 
 use super::super::metrics::BreakerGauge;
-use super::backend::{finish, finish_all, spawn_tracked};
+use super::backend::{finish, finish_all};
 use super::door::Door;
 use super::permit::{AdmitAnswer, AdmitRequest, Permit};
 
@@ -36,10 +36,10 @@ impl Door {
                     .await;
                 if answer.is_err() {
                     // Applied or not, they are sent again (a finish counts once).
-                    let attempts = Arc::clone(&door.attempts);
-                    spawn_tracked(&door.tasks, async move {
-                        finish_all(&attempts, &carried).await;
-                    });
+                    let (tasks, attempts) = (Arc::clone(&door.tasks), Arc::clone(&door.attempts));
+                    door.tasks.spawn(Box::pin(async move {
+                        finish_all(&*tasks, &attempts, &carried).await;
+                    }));
                 }
                 answer
             })),
@@ -83,9 +83,12 @@ impl Drop for Admitting {
         let Some(work) = self.work.take() else {
             return;
         };
-        let attempts = Arc::clone(&self.door.attempts);
+        let (tasks, attempts) = (
+            Arc::clone(&self.door.tasks),
+            Arc::clone(&self.door.attempts),
+        );
         let (breaker, gauge) = (self.breaker.clone(), Arc::clone(&self.gauge));
-        spawn_tracked(&self.door.tasks, async move {
+        self.door.tasks.spawn(Box::pin(async move {
             if let Ok(AttemptAdmit::Admitted(attempt)) = work.await {
                 let outcome = AttemptOutcome {
                     action: BreakerAction::NoVerdict,
@@ -97,8 +100,8 @@ impl Drop for Admitting {
                     breaker,
                     gauge,
                 };
-                finish(&attempts, &permit, outcome).await;
+                finish(&*tasks, &attempts, &permit, outcome).await;
             }
-        });
+        }));
     }
 }

@@ -1,38 +1,28 @@
 //! Backend work off the caller's path: every call bounded by the governance timeout
-//! ([`bounded`]), finishes retried a few times before the lease TTL is left to reclaim their slots
-//! ([`finish`], [`finish_all`]), and work that outlives its call spawned on the runtime's tracker
-//! so shutdown can wait for it ([`spawn_tracked`]).
+//! ([`bounded`]), and finishes retried a few times before the lease TTL is left to reclaim their
+//! slots ([`finish`], [`finish_all`]). Their timers are the door's [`Tasks`]'.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::task::TaskTracker;
+use futures::future::Either;
 
 use crate::ports::attempt::{AttemptBackend, AttemptOutcome, BreakerStatus, PendingFinish};
 use crate::ports::BackendError;
 
 use super::permit::Permit;
-
-/// Spawn on the tracker if a Tokio runtime is current (a call dropped while its runtime shuts
-/// down has none: the lease and probe TTLs reclaim what it held).
-pub(super) fn spawn_tracked(tasks: &TaskTracker, work: impl Future<Output = ()> + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            tasks.spawn_on(work, &runtime);
-        }
-        Err(_) => tracing::warn!("no runtime to finish governance work on (lease TTL reclaims)"),
-    }
-}
+use super::tasks::Tasks;
 
 /// Run a backend call under the governance timeout; a timeout is a backend error.
 pub(super) async fn bounded<R>(
+    tasks: &dyn Tasks,
     timeout: Duration,
     fut: impl Future<Output = Result<R, BackendError>>,
 ) -> Result<R, BackendError> {
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(result) => result,
-        Err(_) => Err(BackendError::new(format!(
+    match futures::future::select(std::pin::pin!(fut), tasks.sleep(timeout)).await {
+        Either::Left((result, _)) => result,
+        Either::Right(_) => Err(BackendError::new(format!(
             "governance backend did not answer within {timeout:?}"
         ))),
     }
@@ -44,11 +34,15 @@ pub(super) async fn bounded<R>(
 /// bookkeeping (docs/behaviour.md §5.3 degrade direction); the lease and probe TTLs reclaim what
 /// a failed finish could not give back.
 pub(super) async fn finish(
+    tasks: &dyn Tasks,
     attempts: &Arc<dyn AttemptBackend>,
     permit: &Permit,
     outcome: AttemptOutcome,
 ) -> Option<BreakerStatus> {
-    let finished = retrying(|| attempts.finish(&permit.attempt, &permit.breaker, outcome)).await;
+    let finished = retrying(tasks, || {
+        attempts.finish(&permit.attempt, &permit.breaker, outcome)
+    })
+    .await;
     match finished {
         Ok(status) => {
             permit.gauge.seen(status.state());
@@ -64,11 +58,15 @@ pub(super) async fn finish(
 }
 
 /// Apply held finishes (one scope's) nobody waits for; a failure only logs, as in [`finish`].
-pub(super) async fn finish_all(attempts: &Arc<dyn AttemptBackend>, pending: &[PendingFinish]) {
+pub(super) async fn finish_all(
+    tasks: &dyn Tasks,
+    attempts: &Arc<dyn AttemptBackend>,
+    pending: &[PendingFinish],
+) {
     let Some(first) = pending.first() else {
         return;
     };
-    if let Err(e) = retrying(|| attempts.finish_all(pending)).await {
+    if let Err(e) = retrying(tasks, || attempts.finish_all(pending)).await {
         tracing::warn!(scope = %first.permit.lease.scope, finishes = pending.len(), error = %e,
             "finishing attempts failed (the lease TTL reclaims their slots)");
     }
@@ -76,7 +74,10 @@ pub(super) async fn finish_all(attempts: &Arc<dyn AttemptBackend>, pending: &[Pe
 
 /// Run a finish: it is idempotent (its lease id is its verdict id), so a backend that is
 /// reconnecting gets a few more tries before the slot is left to the lease TTL.
-async fn retrying<R, Fut>(mut call: impl FnMut() -> Fut) -> Result<R, BackendError>
+async fn retrying<R, Fut>(
+    tasks: &dyn Tasks,
+    mut call: impl FnMut() -> Fut,
+) -> Result<R, BackendError>
 where
     Fut: Future<Output = Result<R, BackendError>>,
 {
@@ -86,7 +87,7 @@ where
         tries_left -= 1;
         match call().await {
             Err(_) if tries_left > 0 => {
-                tokio::time::sleep(pause).await;
+                tasks.sleep(pause).await;
                 pause *= 2;
             }
             done => return done,

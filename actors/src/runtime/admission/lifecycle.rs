@@ -3,7 +3,6 @@
 //! (restarting) admission fails closed and after a restart calls use what the new incarnation
 //! built.
 
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use crate::ports::BackendError;
 use super::super::slot::ActorSlot;
 use super::door::Door;
 use super::governance::GovernanceFactory;
+use super::tasks::TrackedTasks;
 
 /// Messages of the admission actor. The call path does not message it (it goes through the
 /// [`Door`] the actor publishes); shutdown waits on the runtime's task tracker directly.
@@ -132,14 +132,8 @@ impl Actor for AdmissionActor {
                 .with_step_timeout(governance.timeout),
             ),
         };
-        let door = Door {
-            attempts,
-            gate: governance.gate,
-            timeout: governance.timeout,
-            tasks: args.slot.tasks.clone(),
-            held: Arc::default(),
-            outstanding: AtomicUsize::new(0),
-        };
+        let tasks = Arc::new(TrackedTasks(args.slot.tasks.clone()));
+        let door = Door::new(attempts, governance.gate, governance.timeout, tasks);
         Ok(AdmissionState {
             published: Some(args.slot.publish(Arc::new(door))),
         })

@@ -25,8 +25,8 @@
 //! Files: `governance` (the backends a runtime is given), `permit` (what an attempt asks and
 //! holds), `door` (the published backends and the finish of a permit), `admitting` (asking for a
 //! permit, and giving back one whose caller went away), `carry` (which finishes wait for the next
-//! admission), `backend` (bounded, retried and tracked backend work), `lifecycle` (the actor and
-//! the slot it publishes its door in).
+//! admission), `backend` (bounded and retried backend work), `tasks` (where work that outlives
+//! a call runs, and its timers), `lifecycle` (the actor and the slot it publishes its door in).
 
 mod admitting;
 mod backend;
@@ -35,11 +35,16 @@ mod door;
 mod governance;
 mod lifecycle;
 mod permit;
+mod tasks;
 #[cfg(all(test, feature = "testkit"))]
 mod tests;
 
+pub(crate) use door::BreakerAnswer;
 pub use governance::{Governance, GovernanceFactory};
 #[cfg(feature = "testkit")]
 pub(crate) use lifecycle::AdmissionMsg;
 pub(crate) use lifecycle::{AdmissionActor, AdmissionArgs, AdmissionSlot};
 pub(crate) use permit::{AdmitAnswer, AdmitRequest, Permit};
+// The simulator builds a door of its own, over its executor and a simulated backend.
+#[cfg(feature = "testkit")]
+pub(crate) use {door::Door, tasks::Tasks};

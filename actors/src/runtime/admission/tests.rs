@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::carry::CARRY_WAIT;
 use super::door::Door;
+use super::tasks::TrackedTasks;
 use super::{AdmitRequest, Governance, GovernanceFactory, Permit};
 use crate::memory::{MemoryBreakers, MemoryGate};
 use crate::policy::select::LeastInflight;
@@ -118,14 +119,12 @@ impl AttemptBackend for Counted {
 }
 
 fn door(backend: &Arc<Counted>, tasks: &TaskTracker) -> Arc<Door> {
-    Arc::new(Door {
-        attempts: Arc::clone(backend) as Arc<dyn AttemptBackend>,
-        gate: backend.gate.clone(),
-        timeout: Duration::from_secs(1),
-        tasks: tasks.clone(),
-        held: Arc::default(),
-        outstanding: AtomicUsize::new(0),
-    })
+    Arc::new(Door::new(
+        Arc::clone(backend) as Arc<dyn AttemptBackend>,
+        backend.gate.clone(),
+        Duration::from_secs(1),
+        Arc::new(TrackedTasks(tasks.clone())),
+    ))
 }
 
 fn ask(source: &str) -> AdmitRequest {

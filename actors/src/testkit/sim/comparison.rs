@@ -78,6 +78,7 @@ fn run_script(
         specs,
         picker,
         vec![(0, None)],
+        None,
     ));
     Executor::new(Rc::clone(&world)).run();
     world.check_quiescent();

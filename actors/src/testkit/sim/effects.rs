@@ -9,11 +9,9 @@ use crate::clock::Clock;
 use crate::machine::call::{Action, CallMachine, Step};
 use crate::policy::pacer::PacerObservation;
 use crate::policy::wait_queue::Priority;
-use crate::ports::attempt::{AttemptAdmit, AttemptBackend, AttemptOutcome, BreakerStatus};
+use crate::ports::attempt::{AttemptAdmit, AttemptOutcome, BreakerStatus};
 use crate::ports::breaker::{BreakerBackend, BreakerState};
-use crate::ports::gate::GateBackend;
-use crate::ports::BackendError;
-use crate::runtime::admission::{AdmitAnswer, AdmitRequest, Permit};
+use crate::runtime::admission::{AdmitAnswer, AdmitRequest, BreakerAnswer, Permit};
 use crate::runtime::driver::CallEffects;
 use crate::runtime::metrics::ScopeMetrics;
 use crate::runtime::router::{Picker, Selection};
@@ -77,7 +75,7 @@ impl SimCall {
 }
 
 impl CallEffects<SimTransport> for SimCall {
-    type BreakerAnswer = Option<BreakerStatus>;
+    type BreakerAnswer = BreakerAnswer;
 
     fn config(&self) -> &ScopeConfig {
         &self.world.config
@@ -168,10 +166,8 @@ impl CallEffects<SimTransport> for SimCall {
             .iter()
             .position(|s| s.name == request.gate.source)
             .expect("a source of the scope");
-        if self.world.lock().down() {
-            return Err(BackendError::new("simulated backend down"));
-        }
-        let answer = World::at_once(self.world.attempts.admit(&request.gate, &request.breaker));
+        let asked = self.world.lock().event();
+        let answer = Arc::clone(&self.world.door).admit(request).await;
         let epoch = self.epoch_of(source);
         let priority = self.world.lock().calls[self.call].priority;
         let caps = match &answer {
@@ -194,6 +190,7 @@ impl CallEffects<SimTransport> for SimCall {
                 state.violation(call, what);
             }
             if let Ok(AttemptAdmit::Admitted(permit)) = &answer {
+                state.lease_calls.insert(Arc::clone(&permit.lease.id), call);
                 if permit.probe_id.is_some() {
                     state.probes_out += 1;
                 }
@@ -211,14 +208,18 @@ impl CallEffects<SimTransport> for SimCall {
         }
         match &answer {
             Ok(AttemptAdmit::Admitted(permit)) => {
+                state.lease_calls.insert(Arc::clone(&permit.lease.id), call);
                 if permit.probe_id.is_some() {
                     state.probes_out += 1;
                 }
-                state.calls[call].granted += 1;
                 for p in caps {
                     state.violation(call, p);
                 }
-                if let Some(dead) = state.dead_seen[source] {
+                // Asked before the key answered dead, an admission in flight to a network
+                // backend is applied before that answer's finish: only one asked after it must
+                // meet the breaker the finish opened.
+                let dead_seen = state.dead_seen[source].filter(|&(_, seen)| seen < asked);
+                if let Some((dead, _)) = dead_seen {
                     let cooldown = ms(self.world.sources[source].breaker.cooldown);
                     if now < dead + cooldown {
                         let what = format!(
@@ -258,44 +259,17 @@ impl CallEffects<SimTransport> for SimCall {
         permit: Permit,
         outcome: AttemptOutcome,
         answer: bool,
-    ) -> Option<Option<BreakerStatus>> {
-        let source = permit.attempt.lease.source.clone();
-        let index = self
-            .world
-            .sources
-            .iter()
-            .position(|s| s.name == source)
-            .expect("a source of the scope");
-        let down = {
-            let mut state = self.world.lock();
-            if permit.attempt.probe_id.is_some() {
-                state.probes_out -= 1;
-            }
-            state.down()
-        };
-        if down {
-            // Lost with the backend: the lease and probe TTLs reclaim them.
-            return answer.then_some(None);
+    ) -> Option<BreakerAnswer> {
+        if permit.attempt.probe_id.is_some() {
+            self.world.lock().probes_out -= 1;
         }
-        let status = World::at_once(self.world.attempts.finish(
-            &permit.attempt,
-            &permit.breaker,
-            outcome,
-        ))
-        .ok();
-        let epoch = self.epoch_of(index);
-        let mut state = self.world.lock();
-        state.check_epoch(self.call, index, epoch);
-        if let Some(BreakerStatus::Open { retry_after }) = status {
-            let now = state.now;
-            let known = &mut state.calls[self.call].known_ready[index];
-            *known = (*known).max(now + ms(retry_after));
-        }
-        answer.then_some(status)
+        // The production door: in place, held for the next admission, or retried in a task of
+        // the executor's; the backend checks the breaker's epoch once the finish is applied.
+        self.world.door.settle(permit, outcome, answer)
     }
 
-    async fn breaker_after(&self, answer: Option<BreakerStatus>) -> Option<BreakerStatus> {
-        answer
+    async fn breaker_after(&self, answer: BreakerAnswer) -> Option<BreakerStatus> {
+        answer.await.ok().flatten()
     }
 
     fn report(&self, source: &SourceShared<SimTransport>, observation: PacerObservation) {
@@ -333,9 +307,7 @@ impl CallEffects<SimTransport> for SimCall {
         let age = if self.world.lock().down() {
             None
         } else {
-            World::at_once(self.world.gate.progress_age(SCOPE))
-                .ok()
-                .flatten()
+            self.world.door.progress_age(SCOPE).await.ok().flatten()
         };
         self.world.lock().calls[self.call].last_progress = Some(age);
         age
@@ -350,6 +322,11 @@ impl CallEffects<SimTransport> for SimCall {
         state.steps += 1;
         state.calls[self.call].attempts = machine.attempts();
         state.record(self.call, step, self.world.base);
+        if let Action::Send { .. } = step.action {
+            // A grant counts once sent: one that came back after the call's deadline is given
+            // back unsent, and spends no budget.
+            state.calls[self.call].granted += 1;
+        }
         state.check_call(self.call, &step.action, machine, &self.world.config);
         state.calls[self.call].sending = None;
         state.calls[self.call].continuing = None;

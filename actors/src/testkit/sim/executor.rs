@@ -1,5 +1,6 @@
 //! The simulator's own executor: one call as a caller makes it ([`one_call`]) and the
-//! single-threaded virtual-time loop that runs them, so one seed is one schedule.
+//! single-threaded virtual-time loop that runs them and the door's background work, so one seed
+//! is one schedule.
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
@@ -66,13 +67,13 @@ pub(super) async fn one_call(world: Rc<World>, call: usize) {
     world.finished(call, &result);
 }
 
-/// Wakes one call: its index goes on the executor's ready queue.
-pub(super) struct CallWaker {
-    pub(super) call: usize,
+/// Wakes one task: its index goes on the executor's ready queue.
+pub(super) struct TaskWaker {
+    pub(super) task: usize,
     pub(super) ready: Arc<Mutex<VecDeque<usize>>>,
 }
 
-impl Wake for CallWaker {
+impl Wake for TaskWaker {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
@@ -81,21 +82,23 @@ impl Wake for CallWaker {
         self.ready
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push_back(self.call);
+            .push_back(self.task);
     }
 }
 
-/// A call in progress: the driver's future.
+/// A task in progress: a call (the driver's future) or the door's background work.
 pub(super) type Running = Pin<Box<dyn Future<Output = ()>>>;
 
-/// The single-threaded virtual-time executor: it polls the woken calls in the order they were
+/// The single-threaded virtual-time executor: it polls the woken tasks in the order they were
 /// woken, and when none is ready moves the clock to the next timer (ties in the order they were
-/// set). Nothing else decides the order, so a seed replays exactly.
+/// set). Nothing else decides the order, so a seed replays exactly. Tasks `0..calls` are the
+/// calls; the door's background work is numbered after them, in the order it was spawned.
 pub(super) struct Executor {
     pub(super) world: Rc<World>,
     pub(super) ready: Arc<Mutex<VecDeque<usize>>>,
     pub(super) running: Vec<Option<Running>>,
     pub(super) wakers: Vec<Waker>,
+    calls: usize,
 }
 
 impl Executor {
@@ -112,9 +115,9 @@ impl Executor {
             }
         }
         let wakers = (0..calls)
-            .map(|call| {
-                Waker::from(Arc::new(CallWaker {
-                    call,
+            .map(|task| {
+                Waker::from(Arc::new(TaskWaker {
+                    task,
                     ready: Arc::clone(&ready),
                 }))
             })
@@ -124,6 +127,7 @@ impl Executor {
             ready,
             running: (0..calls).map(|_| None).collect(),
             wakers,
+            calls,
         }
     }
 
@@ -145,6 +149,7 @@ impl Executor {
                 })
             };
             let Some((at, timer)) = next else {
+                self.check_background();
                 return;
             };
             self.world.advance_to(at);
@@ -181,20 +186,52 @@ impl Executor {
         self.poll(call);
     }
 
-    pub(super) fn poll(&mut self, call: usize) {
-        let Some(running) = self.running[call].as_mut() else {
+    pub(super) fn poll(&mut self, task: usize) {
+        let Some(running) = self.running[task].as_mut() else {
             return;
         };
-        let mut cx = Context::from_waker(&self.wakers[call]);
-        // One call runs at a time, so an arrival number the room hands out during this poll is
+        let mut cx = Context::from_waker(&self.wakers[task]);
+        // One task runs at a time, so an arrival number the room hands out during this poll is
         // this call's: its place, for the order invariant.
         let taken = self.world.room.arrivals_taken();
         let ready = running.as_mut().poll(&mut cx).is_ready();
-        if self.world.room.arrivals_taken() > taken {
-            self.world.lock().calls[call].place = Some(taken);
+        if task < self.calls && self.world.room.arrivals_taken() > taken {
+            self.world.lock().calls[task].place = Some(taken);
         }
         if ready {
-            self.running[call] = None;
+            self.running[task] = None;
+        }
+        self.adopt_spawned();
+    }
+
+    /// Work the door spawned during the last poll becomes tasks of the executor, ready to run
+    /// (as a spawned Tokio task is scheduled at once).
+    fn adopt_spawned(&mut self) {
+        let spawned =
+            std::mem::take(&mut *self.world.spawned.lock().unwrap_or_else(|e| e.into_inner()));
+        self.world.lock().door_tasks += spawned.len() as u64;
+        for work in spawned {
+            let task = self.running.len();
+            self.running.push(Some(work));
+            self.wakers.push(Waker::from(Arc::new(TaskWaker {
+                task,
+                ready: Arc::clone(&self.ready),
+            })));
+            self.ready
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(task);
+        }
+    }
+
+    /// Nothing is left to run or wake: background work still pending waits for a wake that
+    /// never comes, and what it owes the backend is never sent.
+    fn check_background(&self) {
+        let hung = self.running[self.calls..].iter().flatten().count();
+        if hung > 0 {
+            let last = self.calls.saturating_sub(1);
+            let what = format!("{hung} tasks of the door's background work never finished");
+            self.world.lock().violation(last, what);
         }
     }
 
@@ -209,6 +246,8 @@ impl Executor {
             state.trace_event(call, || "cancelled by the caller".into());
         }
         drop(running);
+        // Dropping the call settled what it held: the door may have spawned the rest.
+        self.adopt_spawned();
         let mut state = self.world.lock();
         let c = &mut state.calls[call];
         c.done = true;

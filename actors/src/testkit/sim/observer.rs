@@ -61,7 +61,7 @@ impl CallObserver<SimTransport> for SimObserver {
                 ready = ready.max(now + ms(hint));
             }
             if error.class == FailureClass::SourceDead {
-                state.dead_seen[source] = Some(now);
+                state.dead_seen[source] = Some((now, state.event()));
                 ready = ready.max(now + cooldown);
             }
             let known = &mut state.calls[call].known_ready[source];

@@ -6,6 +6,9 @@ use std::time::Duration;
 pub(super) type Ms = u64;
 
 pub(super) const SCOPE: &str = "sim";
+/// The door's bound on a backend call the backend does not bound itself (the progress clock's):
+/// long against the simulated round trips, so only a backend that never answers meets it.
+pub(super) const GOVERNANCE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long every attempt of a scripted schedule takes.
 pub(super) const SCRIPT_LATENCY: Ms = 10;
 /// Past this many steps a seed is a runaway (a call loops without time passing).

@@ -18,6 +18,8 @@ pub struct SeedReport {
     pub seed: u64,
     /// Calls simulated.
     pub calls: u32,
+    /// The governance backend's round trip ([`run_seed_over_network`]); `None` in memory.
+    pub network_round_trip_ms: Option<u64>,
     /// Machine steps taken (all calls).
     pub steps: u64,
     /// Broken invariants, each naming the call, the virtual time and what was wrong.
@@ -37,6 +39,12 @@ pub struct SeedReport {
     pub deadline_sends_checked: u32,
     /// Attempts answered by an overload storm (`529 overloaded_error`).
     pub overloaded_answers: u32,
+    /// Finishes the door held back and the scope's next admission carried
+    /// ([`run_seed_over_network`]).
+    pub carried_finishes: u64,
+    /// Tasks the door spawned on the simulator's executor: backend work that had to wait, held
+    /// finishes sent on their own, and admissions completed after their caller went away.
+    pub door_tasks: u64,
     /// Hedges of first tokens sent (seeds with hedging on), each checked against the budget.
     pub hedges: u64,
     /// Continuations of cut streams sent (seeds with continuation on), each checked: never
@@ -44,8 +52,9 @@ pub struct SeedReport {
     pub continuations: u64,
 }
 
-/// Simulate `calls` calls under the fault schedule drawn from `seed`. `keep_trace` records a
-/// readable trace (slower; for replaying a failing seed).
+/// Simulate `calls` calls under the fault schedule drawn from `seed`, with the governance backend
+/// in memory (it answers in its first poll). `keep_trace` records a readable trace (slower; for
+/// replaying a failing seed).
 ///
 /// ```
 /// use polygateway_actors::testkit::sim::run_seed;
@@ -53,7 +62,28 @@ pub struct SeedReport {
 /// assert_eq!(run_seed(7, 10, false).trace_hash, run_seed(7, 10, false).trace_hash);
 /// ```
 pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
-    let world = Rc::new(World::new(seed, calls, keep_trace));
+    run(seed, calls, World::new(seed, calls, keep_trace, false))
+}
+
+/// [`run_seed`] with the governance backend reached over a simulated network: each backend call
+/// takes a round trip (1–20 ms, drawn from the seed) and the backend carries finishes, so the
+/// door holds successes for the scope's next admission, sends the rest from tasks of its own and
+/// completes admissions whose caller went away. The waiting room's order is not checked here
+/// (ARCHITECTURE.md, "The call machine and the simulator"); every other invariant is.
+///
+/// ```
+/// use polygateway_actors::testkit::sim::run_seed_over_network;
+/// let report = run_seed_over_network(7, 50, false);
+/// assert!(report.violations.is_empty(), "{:?}", report.violations);
+/// assert!((1..=20).contains(&report.network_round_trip_ms.unwrap()));
+/// assert_eq!(report.room_turns_checked, 0);
+/// ```
+pub fn run_seed_over_network(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
+    run(seed, calls, World::new(seed, calls, keep_trace, true))
+}
+
+fn run(seed: u64, calls: u32, world: World) -> SeedReport {
+    let world = Rc::new(world);
     Executor::new(Rc::clone(&world)).run();
     world.check_quiescent();
     let mut state = world.lock();
@@ -65,6 +95,7 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
     SeedReport {
         seed,
         calls,
+        network_round_trip_ms: state.backend_round_trip,
         steps: state.steps,
         violations: std::mem::take(&mut state.violations)
             .into_iter()
@@ -77,6 +108,8 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
         room_turns_checked: state.room_turns_checked,
         deadline_sends_checked: state.deadline_sends_checked,
         overloaded_answers: state.overloaded_answers,
+        carried_finishes: state.carried_finishes,
+        door_tasks: state.door_tasks,
         hedges: state.calls.iter().map(|c| u64::from(c.hedges)).sum(),
         continuations: state.calls.iter().map(|c| u64::from(c.continuations)).sum(),
     }

@@ -9,10 +9,14 @@ use super::params::Ms;
 use super::state::{lock, State, Timer};
 /// A virtual-time sleep: ready once the world's clock reaches `at`. It always yields once (as
 /// tokio's timers do), so a loop of zero-length waits still hands control back to the executor.
+/// Like a tokio timer it keeps its place among the timers due at the same instant however often
+/// it is polled, and wakes whoever polled it last — the door's work is polled once in place
+/// before its task takes it over, and its timer must not fall behind timers set in between.
 pub(super) struct Sleep {
     pub(super) state: Arc<Mutex<State>>,
     pub(super) at: Ms,
-    pub(super) armed: bool,
+    /// The timer set by the first poll.
+    pub(super) timer: Option<u64>,
 }
 
 impl Sleep {
@@ -21,7 +25,7 @@ impl Sleep {
         Self {
             state,
             at,
-            armed: false,
+            timer: None,
         }
     }
 }
@@ -31,13 +35,19 @@ impl Future for Sleep {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = lock(&self.state);
-        if self.armed && state.now >= self.at {
-            return Poll::Ready(());
+        if let Some(timer) = self.timer {
+            if state.now >= self.at {
+                return Poll::Ready(());
+            }
+            if let Some(wake) = state.timer_payloads.get_mut(&timer) {
+                *wake = Timer::Wake(cx.waker().clone());
+                return Poll::Pending;
+            }
         }
         let at = self.at;
-        state.timer(at, Timer::Wake(cx.waker().clone()));
+        let timer = state.timer(at, Timer::Wake(cx.waker().clone()));
         drop(state);
-        self.armed = true;
+        self.timer = Some(timer);
         Poll::Pending
     }
 }

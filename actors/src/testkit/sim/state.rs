@@ -138,12 +138,20 @@ pub(super) struct State {
     pub(super) script: Option<VecDeque<Answer>>,
     pub(super) attempt_timeout: Ms,
     pub(super) backend_down: Option<(Ms, Ms)>,
-    pub(super) dead_seen: Vec<Option<Ms>>,
+    /// The governance backend's round trip (`None`: in memory, answering at once).
+    pub(super) backend_round_trip: Option<Ms>,
+    /// Per source, when its key last answered dead, and that answer's place among the events
+    /// ([`State::event`]).
+    pub(super) dead_seen: Vec<Option<(Ms, u64)>>,
+    /// Events counted so far: orders what happens within one virtual millisecond.
+    pub(super) events: u64,
     pub(super) epochs: Vec<u64>,
     pub(super) timers: BinaryHeap<Reverse<(Ms, u64)>>,
     pub(super) timer_payloads: BTreeMap<u64, Timer>,
     pub(super) seq: u64,
     pub(super) ids: u64,
+    /// The call each granted lease went to (until its finish is applied).
+    pub(super) lease_calls: BTreeMap<Arc<str>, usize>,
     pub(super) probes_out: i64,
     pub(super) steps: u64,
     pub(super) hash: u64,
@@ -154,6 +162,11 @@ pub(super) struct State {
     pub(super) room_turns_checked: u32,
     pub(super) deadline_sends_checked: u32,
     pub(super) overloaded_answers: u32,
+    /// Finishes the door held and an admission carried (network backends).
+    pub(super) carried_finishes: u64,
+    /// Tasks the door spawned: work that had to wait for the backend, held finishes' sends and
+    /// the completion of admissions whose caller went away.
+    pub(super) door_tasks: u64,
     /// Attempts sent through a hedge race (each earns its share of a hedge).
     pub(super) races: u64,
     pub(super) violations: Vec<(usize, String)>,
@@ -176,13 +189,16 @@ impl State {
             script: None,
             attempt_timeout,
             backend_down,
+            backend_round_trip: None,
             dead_seen: vec![None; n],
+            events: 0,
             epochs: vec![0; n],
             timers: BinaryHeap::new(),
             timer_payloads: BTreeMap::new(),
             seq: 0,
             ids: 0,
             probes_out: 0,
+            lease_calls: BTreeMap::new(),
             steps: 0,
             hash: 0xcbf2_9ce4_8422_2325,
             keep_trace,
@@ -192,6 +208,8 @@ impl State {
             room_turns_checked: 0,
             deadline_sends_checked: 0,
             overloaded_answers: 0,
+            carried_finishes: 0,
+            door_tasks: 0,
             races: 0,
             violations: Vec::new(),
         }
@@ -209,10 +227,18 @@ pub(super) fn fnv(hash: u64, value: u64) -> u64 {
 }
 
 impl State {
-    pub(super) fn timer(&mut self, at: Ms, timer: Timer) {
+    /// Set a timer; its number, which orders timers due at the same instant.
+    pub(super) fn timer(&mut self, at: Ms, timer: Timer) -> u64 {
         self.seq += 1;
         self.timers.push(Reverse((at, self.seq)));
         self.timer_payloads.insert(self.seq, timer);
+        self.seq
+    }
+
+    /// The next event's place in the order of events.
+    pub(super) fn event(&mut self) -> u64 {
+        self.events += 1;
+        self.events
     }
 
     pub(super) fn violation(&mut self, call: usize, what: String) {

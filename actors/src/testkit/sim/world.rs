@@ -12,8 +12,10 @@ use crate::policy::pacer::{AimdPacer, Pacer};
 use crate::policy::reserve::BatchReserve;
 use crate::policy::select::{Candidate, LeastInflight, Selector};
 use crate::policy::wait_queue::Priority;
+use crate::ports::attempt::ComposedAttempts;
 use crate::ports::breaker::{BreakerBackend, BreakerConfig};
 use crate::ports::gate::{GateBackend, Limits};
+use crate::runtime::admission::Door;
 use crate::runtime::metrics::{ScopeMetrics, SourceMetrics};
 use crate::runtime::source::{PacerFactory, SourcePolicies};
 use crate::runtime::waiting_room::WaitingRoom;
@@ -23,8 +25,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::faults::Faults;
-use super::params::{Ms, SCOPE};
+use super::governance::SimAttempts;
+use super::params::{Ms, GOVERNANCE_TIMEOUT, SCOPE};
 use super::state::{lock, CallBook, State};
+use super::tasks::{SimTasks, Spawned};
 use super::transport::SimTransport;
 /// The simulated scope: its sources and governance, shared by every call of the seed.
 pub(super) struct World {
@@ -37,7 +41,10 @@ pub(super) struct World {
     pub(super) picker: Mutex<(Box<dyn Selector>, SmallRng, Vec<Candidate>)>,
     pub(super) gate: Arc<MemoryGate>,
     pub(super) breakers: Arc<MemoryBreakers>,
-    pub(super) attempts: crate::ports::attempt::ComposedAttempts,
+    /// The production door over the simulated backend ([`SimAttempts`]).
+    pub(super) door: Arc<Door>,
+    /// Work the door spawned, for the executor to adopt.
+    pub(super) spawned: Spawned,
     pub(super) metrics: ScopeMetrics,
     /// The scope's waiting room (the production one, sleeping in virtual time); its sources tell
     /// it when a pacer slot is freed.
@@ -51,7 +58,9 @@ pub(super) struct World {
 }
 
 impl World {
-    pub(super) fn new(seed: u64, calls: u32, keep_trace: bool) -> Self {
+    /// The scope and fault schedule drawn from `seed`; its governance backend answers at once, or
+    /// `over_network`, after a round trip drawn from the seed.
+    pub(super) fn new(seed: u64, calls: u32, keep_trace: bool, over_network: bool) -> Self {
         let mut rng = SmallRng::seed_from_u64(seed);
         let n = rng.random_range(1..=4usize);
         let mut config = ScopeConfig::new(SCOPE);
@@ -240,21 +249,27 @@ impl World {
                 budget: [0.05, 0.2, 1.0][hedges.random_range(0..3usize)],
             };
         }
-        World::assemble(state, config, specs, picker, arrivals)
+        // Over a network, the round trip comes from a generator of its own, so the draws above
+        // stay what they were per seed and the seed's schedule is the in-memory one's.
+        let round_trip =
+            over_network.then(|| SmallRng::seed_from_u64(seed ^ 0x0d00_2bac).random_range(1..=20));
+        World::assemble(state, config, specs, picker, arrivals, round_trip)
     }
 
     /// The scope over `specs` (breaker, limits, pacer per source), its governance on the memory
-    /// backends and a fresh virtual clock.
+    /// backends (reached in `round_trip`, or at once) and a fresh virtual clock.
     pub(super) fn assemble(
-        state: State,
+        mut state: State,
         config: ScopeConfig,
         specs: Vec<(BreakerConfig, Limits, PacerFactory)>,
         picker: (Box<dyn Selector>, SmallRng, Vec<Candidate>),
         arrivals: Vec<(Ms, Option<Ms>)>,
+        round_trip: Option<Ms>,
     ) -> Self {
         let clock = Arc::new(ManualClock::new());
         let base = clock.now();
         let room = Arc::new(WaitingRoom::new(clock.clone()));
+        state.backend_round_trip = round_trip;
         let state = Arc::new(Mutex::new(state));
         let mut sources = Vec::new();
         let mut policies = Vec::new();
@@ -283,10 +298,27 @@ impl World {
         }
         let gate = Arc::new(MemoryGate::new(clock.clone()));
         let breakers = Arc::new(MemoryBreakers::new(clock.clone()));
-        let attempts = crate::ports::attempt::ComposedAttempts::new(
+        let attempts = SimAttempts {
+            inner: ComposedAttempts::new(
+                Arc::clone(&gate) as Arc<dyn GateBackend>,
+                Arc::clone(&breakers) as Arc<dyn BreakerBackend>,
+            ),
+            breakers: Arc::clone(&breakers) as Arc<dyn BreakerBackend>,
+            state: Arc::clone(&state),
+            round_trip,
+            sources: sources.iter().map(|s| Arc::clone(&s.name)).collect(),
+        };
+        let spawned = Spawned::default();
+        let tasks = SimTasks {
+            state: Arc::clone(&state),
+            spawned: Arc::clone(&spawned),
+        };
+        let door = Arc::new(Door::new(
+            Arc::new(attempts),
             Arc::clone(&gate) as Arc<dyn GateBackend>,
-            Arc::clone(&breakers) as Arc<dyn BreakerBackend>,
-        );
+            GOVERNANCE_TIMEOUT,
+            Arc::new(tasks),
+        ));
         let config_hedge = config.hedge.clone();
         let continuing = crate::runtime::continuation::Continuing::of(SCOPE, &config.continuation);
         World {
@@ -300,7 +332,8 @@ impl World {
             policies: Mutex::new(policies),
             gate,
             breakers,
-            attempts,
+            door,
+            spawned,
             metrics: ScopeMetrics::new(SCOPE),
             room,
             arrivals,
