@@ -255,8 +255,9 @@ impl AttemptVerdict {
 ///     remaining: Some(400),
 ///     reset: Some(Duration::from_millis(600)),
 /// };
-/// // 600 spent requests come back in 600 ms: the upstream refills 1,000 requests per second.
-/// assert_eq!(hint.refill_per_s(), Some(1000.0));
+/// // 600 spent requests come back in 600 ms: the adaptive pacer learns that the upstream refills
+/// // 1,000 requests per second. A provider that sends none of them gives the empty hint.
+/// assert_ne!(hint, RateLimitHint::default());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RateLimitHint {
@@ -269,16 +270,10 @@ pub struct RateLimitHint {
 }
 
 impl RateLimitHint {
-    /// The refill rate the headers imply: the spent part of the bucket (`limit − remaining`)
-    /// comes back within `reset`. `None` unless all three are present and something is spent.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use polygateway_actors::policy::pacer::RateLimitHint;
-    /// let full = RateLimitHint { limit: Some(60), remaining: Some(60), reset: Some(Duration::ZERO) };
-    /// assert_eq!(full.refill_per_s(), None); // nothing spent: no rate to learn
-    /// ```
-    pub fn refill_per_s(&self) -> Option<f64> {
+    /// The refill rate the headers imply (what the adaptive pacer learns from them): the spent
+    /// part of the bucket (`limit − remaining`) comes back within `reset`. `None` unless all three
+    /// are present and something is spent.
+    pub(crate) fn refill_per_s(&self) -> Option<f64> {
         let (limit, remaining, reset) = (self.limit?, self.remaining?, self.reset?);
         (limit > remaining && !reset.is_zero())
             .then(|| (limit - remaining) as f64 / reset.as_secs_f64())

@@ -421,6 +421,20 @@ mod tests {
             ..h
         };
         assert_eq!(h.refill_per_s(), Some(10.0));
+        // 600 spent requests come back in 600 ms: 1,000 a second.
+        let h = RateLimitHint {
+            limit: Some(1000),
+            remaining: Some(400),
+            reset: Some(Duration::from_millis(600)),
+        };
+        assert_eq!(h.refill_per_s(), Some(1000.0));
+        // Nothing spent: no rate to learn.
+        let full = RateLimitHint {
+            limit: Some(60),
+            remaining: Some(60),
+            reset: Some(Duration::ZERO),
+        };
+        assert_eq!(full.refill_per_s(), None);
     }
 }
 
