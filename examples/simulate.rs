@@ -127,6 +127,7 @@ fn main() {
         "network": args.network,
         "carried_finishes": reports.iter().map(|r| r.carried_finishes).sum::<u64>(),
         "door_tasks": reports.iter().map(|r| r.door_tasks).sum::<u64>(),
+        "given_back": reports.iter().map(|r| r.given_back).sum::<u64>(),
         "wall_s": (wall_s * 1000.0).round() / 1000.0,
         "trace_hash": format!("{:016x}", combine(&reports)),
     });

@@ -41,7 +41,7 @@ use super::admission::{AdmitAnswer, AdmitRequest, Permit};
 use super::continuation::{self, ContinueOutcome, Continuing};
 use super::error::RuntimeError;
 use super::governed::{CallFailure, GovernOptions, Governed};
-use super::hedge::{self, Hedging};
+use super::hedge::{self, HedgeOutcome, Hedging};
 use super::metrics::ScopeMetrics;
 use super::observer::{AttemptReport, AttemptResult, CallObserver, TerminalReport};
 use super::router::Selection;
@@ -121,6 +121,10 @@ pub(crate) trait CallEffects<T: Transport> {
     /// A stream cut on source `_cut` is about to be continued elsewhere (the simulator checks
     /// it against what the stream delivered; production does nothing).
     fn on_continuation(&self, _cut: usize) {}
+
+    /// A permit granted once the call's deadline had passed is about to be given back unsent
+    /// (the simulator stops counting it as an attempt; production does nothing).
+    fn on_give_back(&self, _permit: &Permit) {}
 }
 
 /// What the call's loop leaves for its caller whatever the result: whether an attempt reached a
@@ -490,15 +494,17 @@ async fn run_side<'a, T: Transport, E: CallEffects<T>>(
 
 /// The source and permit of an attempt beside the call's own (a hedge, a continuation): the
 /// router's pick among the sources not in `exclude` (its pacer slot), then the same admission
-/// as any attempt (breaker, six gates, the call's priority). `None` when no such source is
-/// eligible or admission refuses.
+/// as any attempt (breaker, six gates, the call's priority). `NoSource` when no such source is
+/// eligible or admission refuses; `Deadline` when admission granted it once the call's deadline
+/// had passed (the permit is given back unsent: nothing is sent after the deadline).
 async fn open_other<T: Transport, E: CallEffects<T>>(
     effects: &E,
     exclude: Vec<usize>,
     priority: Priority,
-) -> Option<(SourceTicket<T>, Permit)> {
+    deadline: Option<Instant>,
+) -> Result<(SourceTicket<T>, Permit), Unopened> {
     let Ok(Selection::Picked(ticket)) = effects.select(exclude, None).await else {
-        return None;
+        return Err(Unopened::NoSource);
     };
     let source = Arc::clone(ticket.source());
     match effects
@@ -516,7 +522,11 @@ async fn open_other<T: Transport, E: CallEffects<T>>(
                 breaker: source.breaker.clone(),
                 gauge: Arc::clone(&source.metrics.breaker),
             };
-            Some((ticket, permit))
+            if deadline.is_some_and(|d| effects.now() >= d) {
+                give_back(effects, permit);
+                return Err(Unopened::Deadline);
+            }
+            Ok((ticket, permit))
         }
         Ok(AttemptAdmit::BreakerRefused { state, .. }) => {
             source.metrics.breaker.seen(state);
@@ -524,10 +534,16 @@ async fn open_other<T: Transport, E: CallEffects<T>>(
                 .counters
                 .breaker_refusals
                 .fetch_add(1, Ordering::Relaxed);
-            None
+            Err(Unopened::NoSource)
         }
-        Ok(AttemptAdmit::GateRefused { .. }) | Err(_) => None,
+        Ok(AttemptAdmit::GateRefused { .. }) | Err(_) => Err(Unopened::NoSource),
     }
+}
+
+/// Why [`open_other`] opened no attempt.
+enum Unopened {
+    NoSource,
+    Deadline,
 }
 
 /// Send the admitted attempt of `guard` with a hedge (docs/behaviour.md §5.9): each side
@@ -561,13 +577,18 @@ async fn hedged<'a, T: Transport, E: CallEffects<T>>(
     };
     let primary = side(guard);
     let open = || async {
-        let (ticket, permit) = open_other(effects, vec![first.index], options.priority).await?;
+        let (ticket, permit) = open_other(effects, vec![first.index], options.priority, deadline)
+            .await
+            .map_err(|unopened| match unopened {
+                Unopened::NoSource => HedgeOutcome::NoSource,
+                Unopened::Deadline => HedgeOutcome::Deadline,
+            })?;
         ticket
             .source()
             .counters
             .hedges
             .fetch_add(1, Ordering::Relaxed);
-        Some(side(AttemptGuard {
+        Ok(side(AttemptGuard {
             effects,
             observer,
             ticket,
@@ -680,9 +701,17 @@ async fn continue_after<T: Transport, E: CallEffects<T>>(
         .filter(|s| s.index == cut.source.index || !s.transport.prefill())
         .map(|s| s.index)
         .collect();
-    let Some((ticket, permit)) = open_other(effects, exclude, options.priority).await else {
-        cut.continuing.count(ContinueOutcome::NoSource);
-        return None;
+    let opened = open_other(effects, exclude, options.priority, deadline).await;
+    let (ticket, permit) = match opened {
+        Ok(opened) => opened,
+        Err(Unopened::NoSource) => {
+            cut.continuing.count(ContinueOutcome::NoSource);
+            return None;
+        }
+        Err(Unopened::Deadline) => {
+            cut.continuing.count(ContinueOutcome::Deadline);
+            return None;
+        }
     };
     let source = Arc::clone(ticket.source());
     source
@@ -739,6 +768,7 @@ fn give_back<T: Transport, E: CallEffects<T>>(effects: &E, permit: Permit) {
         tokens: permit.attempt.lease.est_tokens,
         progress: false,
     };
+    effects.on_give_back(&permit);
     // Nobody waits for the breaker state a verdict-less finish leaves.
     let _ = effects.settle(permit, outcome, false);
 }

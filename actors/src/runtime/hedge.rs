@@ -314,8 +314,8 @@ enum Seen<V, H> {
     Done(usize),
     /// The hedge is due.
     Due,
-    /// The hedge's selection and admission answered.
-    Opened(Option<H>),
+    /// The hedge's selection and admission answered: the hedge, or why there is none.
+    Opened(Result<H, HedgeOutcome>),
 }
 
 /// Hand one delta to the caller (none when the call does not stream); `false` once the caller
@@ -330,7 +330,8 @@ async fn forward<V: Send>(events: Option<&EventSink<V>>, event: V) -> bool {
 /// Race the `primary` attempt against a hedge (see the module docs).
 ///
 /// `due` fires when the hedge is due; `may_hedge` then says whether it may go ([`decide`]) and
-/// `open` selects and admits it, answering its side (`None`: no other source). The first side
+/// `open` selects and admits it, answering its side or why there is none (no other source, or
+/// the call's deadline passed before admission answered). The first side
 /// to produce a delta — or to answer without one (`answered`) — wins: the other is dropped at
 /// once, flagged lost, and the winner's deltas are forwarded to `events` until it ends. A side
 /// that fails before any delta leaves the other running; when every side failed, the primary's
@@ -350,7 +351,7 @@ where
     F: Future<Output = A> + Unpin,
     V: Send,
     O: FnOnce() -> OF,
-    OF: Future<Output = Option<Side<F, V>>>,
+    OF: Future<Output = Result<Side<F, V>, HedgeOutcome>>,
 {
     let mut sent = [now(); 2];
     let mut lost = [Some(primary.lost), None];
@@ -429,11 +430,11 @@ where
                     }
                 }
             },
-            Seen::Opened(None) => {
+            Seen::Opened(Err(unopened)) => {
                 hedging.budget.refund();
-                hedging.count(HedgeOutcome::NoSource);
+                hedging.count(unopened);
             }
-            Seen::Opened(Some(side)) => {
+            Seen::Opened(Ok(side)) => {
                 sent[1] = now();
                 lost[1] = Some(side.lost);
                 receivers[1] = Some(side.events);
@@ -737,7 +738,7 @@ mod tests {
             || may,
             || {
                 opened.set(true);
-                async move { hedge }
+                async move { hedge.ok_or(HedgeOutcome::NoSource) }
             },
             Answer::is_ok,
             // The paused clock's now, as the scope's `Clock` follows it.

@@ -1,5 +1,6 @@
 //! The admission's tests: the carry policy against a counting backend, a restarted actor's
-//! door, and the compensation of an admission dropped mid-flight.
+//! door, the compensation of an admission dropped mid-flight, and a grant that came back after
+//! its call's deadline.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -375,6 +376,38 @@ async fn a_call_dropped_during_its_admission_gives_the_grant_back_and_shutdown_w
     // The admission still completes (in a tracked task) and is given back; draining waits
     // for it.
     runtime.quiesce(Duration::from_secs(2)).await;
+    assert_eq!(backend.gate.leases_held("LLM").await.unwrap(), 0);
+    runtime.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn an_admission_granted_after_the_call_deadline_is_given_back_unsent() {
+    // Admission answers 200 ms after it was asked; the call's deadline is 50 ms away.
+    let (runtime, scope, built) = runtime(Duration::from_millis(200)).await;
+    let backend = Arc::clone(&built.lock().unwrap()[0]);
+    let options = GovernOptions {
+        deadline: Some(Duration::from_millis(50)),
+        ..GovernOptions::default()
+    };
+    match scope
+        .call(&"hi".to_string(), &NoObserver, None, options)
+        .await
+    {
+        Err(CallFailure::Unavailable { reason, detail, .. }) => {
+            assert_eq!(reason, ScopeReason::DeadlineExceeded);
+            assert!(
+                detail.contains("before its admission was granted"),
+                "{detail}"
+            );
+        }
+        other => panic!("expected deadline_exceeded, got {other:?}"),
+    }
+    assert_eq!(backend.admits.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        backend.alone.load(Ordering::SeqCst),
+        1,
+        "one finish: the give-back"
+    );
     assert_eq!(backend.gate.leases_held("LLM").await.unwrap(), 0);
     runtime.shutdown(Duration::from_secs(1)).await;
 }

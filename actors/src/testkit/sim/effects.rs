@@ -22,6 +22,7 @@ use rand::SeedableRng;
 
 use super::params::{ms, SCOPE};
 use super::sleep::Sleep;
+use super::state::Beside;
 use super::transport::SimTransport;
 use super::world::World;
 /// The simulator's effects for one call.
@@ -191,6 +192,13 @@ impl CallEffects<SimTransport> for SimCall {
             }
             if let Ok(AttemptAdmit::Admitted(permit)) = &answer {
                 state.lease_calls.insert(Arc::clone(&permit.lease.id), call);
+                let side = match continuing {
+                    Some(_) => Beside::Continuation,
+                    None => Beside::Hedge,
+                };
+                state
+                    .beside_leases
+                    .insert(Arc::clone(&permit.lease.id), side);
                 if permit.probe_id.is_some() {
                     state.probes_out += 1;
                 }
@@ -343,6 +351,22 @@ impl CallEffects<SimTransport> for SimCall {
 
     fn continuing(&self) -> Option<&crate::runtime::continuation::Continuing> {
         self.world.continuing.as_ref()
+    }
+
+    /// A hedge or continuation granted after the deadline is no attempt: nothing is sent for it
+    /// and it leaves no row (a machine's attempt counts once sent).
+    fn on_give_back(&self, permit: &Permit) {
+        let mut state = self.world.lock();
+        let call = self.call;
+        state.given_back += 1;
+        match state.beside_leases.remove(&permit.attempt.lease.id) {
+            Some(Beside::Hedge) => state.calls[call].hedges -= 1,
+            Some(Beside::Continuation) => state.calls[call].continuations -= 1,
+            None => {}
+        }
+        state.trace_event(call, || {
+            "granted past the deadline: given back unsent".into()
+        });
     }
 
     /// The invariant of §5.10: a continuation is never spliced after a tool call's piece.

@@ -45,6 +45,9 @@ pub struct SeedReport {
     /// Tasks the door spawned on the simulator's executor: backend work that had to wait, held
     /// finishes sent on their own, and admissions completed after their caller went away.
     pub door_tasks: u64,
+    /// Admissions granted after their call's deadline, given back unsent (attempts, hedges and
+    /// continuations; [`run_seed_over_network`]).
+    pub given_back: u64,
     /// Hedges of first tokens sent (seeds with hedging on), each checked against the budget.
     pub hedges: u64,
     /// Continuations of cut streams sent (seeds with continuation on), each checked: never
@@ -110,6 +113,7 @@ fn run(seed: u64, calls: u32, world: World) -> SeedReport {
         overloaded_answers: state.overloaded_answers,
         carried_finishes: state.carried_finishes,
         door_tasks: state.door_tasks,
+        given_back: state.given_back,
         hedges: state.calls.iter().map(|c| u64::from(c.hedges)).sum(),
         continuations: state.calls.iter().map(|c| u64::from(c.continuations)).sum(),
     }

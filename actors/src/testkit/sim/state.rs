@@ -127,6 +127,13 @@ pub(super) enum Timer {
     Cancel(usize),
 }
 
+/// What an attempt beside the call's own is.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Beside {
+    Hedge,
+    Continuation,
+}
+
 /// The world's mutable state, behind one lock (never held across an await or a call into the
 /// governance code).
 #[derive(Debug)]
@@ -152,6 +159,8 @@ pub(super) struct State {
     pub(super) ids: u64,
     /// The call each granted lease went to (until its finish is applied).
     pub(super) lease_calls: BTreeMap<Arc<str>, usize>,
+    /// The leases granted to hedges and continuations, and which they were.
+    pub(super) beside_leases: BTreeMap<Arc<str>, Beside>,
     pub(super) probes_out: i64,
     pub(super) steps: u64,
     pub(super) hash: u64,
@@ -167,6 +176,8 @@ pub(super) struct State {
     /// Tasks the door spawned: work that had to wait for the backend, held finishes' sends and
     /// the completion of admissions whose caller went away.
     pub(super) door_tasks: u64,
+    /// Grants that came back after their call's deadline, given back unsent.
+    pub(super) given_back: u64,
     /// Attempts sent through a hedge race (each earns its share of a hedge).
     pub(super) races: u64,
     pub(super) violations: Vec<(usize, String)>,
@@ -199,6 +210,7 @@ impl State {
             ids: 0,
             probes_out: 0,
             lease_calls: BTreeMap::new(),
+            beside_leases: BTreeMap::new(),
             steps: 0,
             hash: 0xcbf2_9ce4_8422_2325,
             keep_trace,
@@ -210,6 +222,7 @@ impl State {
             overloaded_answers: 0,
             carried_finishes: 0,
             door_tasks: 0,
+            given_back: 0,
             races: 0,
             violations: Vec::new(),
         }
