@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use futures::FutureExt;
 
 use crate::ports::attempt::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerStatus, ComposedAttempts,
@@ -20,7 +21,6 @@ use crate::ports::BackendError;
 use super::params::{ms, Ms, SCOPE};
 use super::sleep::Sleep;
 use super::state::{lock, State};
-use super::world::World;
 
 /// The simulated governance backend.
 #[derive(Debug)]
@@ -56,7 +56,11 @@ impl SimAttempts {
             .iter()
             .position(|s| *s == lease.source)
             .expect("a source of the scope");
-        let epoch = World::at_once(self.breakers.snapshot(SCOPE, &lease.source, breaker))
+        let epoch = self
+            .breakers
+            .snapshot(SCOPE, &lease.source, breaker)
+            .now_or_never()
+            .expect("the memory breakers answer without waiting")
             .map_or(0, |b| b.epoch);
         let mut state = lock(&self.state);
         // A grant its call never saw (the call went away during the admission) has no call.
