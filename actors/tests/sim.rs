@@ -134,12 +134,26 @@ fn a_seed_replays_exactly() {
 /// Regression seeds (seed, calls): each once broke an invariant (ARCHITECTURE.md, "Simulation").
 /// - 12 × 60: a half-open source whose probe was in flight was not cooled; two calls waiting
 ///   on full pacers woke each other at the same instant forever (each refused pick freed a slot).
-const FOUND_BUGS: &[(u64, u32)] = &[(12, 60)];
+/// - 1770 × 200: the checker counted a breaker a hedge's failure opened as known to the call,
+///   whose machine learns nothing from its hedges.
+const FOUND_BUGS: &[(u64, u32)] = &[(12, 60), (1770, 200)];
+
+/// Regression seeds over a network (seed, calls).
+/// - 181 × 100: an admission granted after the call's deadline was sent.
+/// - 1013 × 200: a gate's refusal that came back after the deadline was not in the ending's
+///   `retry_after`.
+/// - 1784 × 200: a task woken for something else at an instant ran its round trip ahead of one
+///   sent before it (the simulator's timers completed on the clock, not on firing).
+const FOUND_OVER_A_NETWORK: &[(u64, u32)] = &[(181, 100), (1013, 200), (1784, 200)];
 
 #[test]
 fn seeds_that_found_bugs_stay_fixed() {
     for &(seed, calls) in FOUND_BUGS {
         let report = run_seed(seed, calls, false);
+        assert!(report.violations.is_empty(), "{}", explain(&report));
+    }
+    for &(seed, calls) in FOUND_OVER_A_NETWORK {
+        let report = run_seed_over_network(seed, calls, false);
         assert!(report.violations.is_empty(), "{}", explain(&report));
     }
 }

@@ -385,6 +385,11 @@ impl CallMachine {
         // driver.
         let in_flight = matches!(event, Event::Attempted(_));
         if !in_flight && self.state != State::Done && self.deadline.is_some_and(|d| now >= d) {
+            if let (State::Admitting(source), Event::Admission(answer)) = (self.state, &event) {
+                // A refusal that came back after the deadline still tells when its sources can
+                // serve again: the ending's `retry_after` says so.
+                self.learn_refusal(source, answer, now);
+            }
             let detail = match event {
                 Event::Admission(Admission::Granted) => {
                     "the call's deadline passed before its admission was granted"
@@ -600,7 +605,28 @@ impl CallMachine {
         Step::plain(action)
     }
 
+    /// What a refusal tells of when its source — or, behind a scope-wide gate, every source —
+    /// can serve again.
+    fn learn_refusal(&mut self, source: usize, answer: &Admission, now: Instant) {
+        match *answer {
+            Admission::BreakerRefused {
+                state: BreakerState::Open,
+                retry_after,
+            } => self.not_before(source, now + retry_after),
+            Admission::GateRefused { gate, retry_after } if gate.is_global() => {
+                for s in 0..self.ready_at.len() {
+                    self.not_before(s, now + retry_after);
+                }
+            }
+            Admission::GateRefused { retry_after, .. } => {
+                self.not_before(source, now + retry_after);
+            }
+            _ => {}
+        }
+    }
+
     fn on_admission(&mut self, source: usize, answer: Admission, now: Instant) -> Step {
+        self.learn_refusal(source, &answer, now);
         let mut cool = None;
         let action = match answer {
             Admission::Granted => {
@@ -623,9 +649,7 @@ impl CallMachine {
             Admission::BreakerRefused { state, retry_after } => {
                 self.note(source, SourceReason::CircuitOpen, Some(retry_after));
                 let until = if state == BreakerState::Open {
-                    let until = now + retry_after;
-                    self.not_before(source, until);
-                    until
+                    now + retry_after
                 } else {
                     // A probe is in flight and nobody knows when it ends: skip the source
                     // for a poll interval. Not cooling it let calls waiting on full pacers
@@ -640,9 +664,6 @@ impl CallMachine {
             }
             Admission::GateRefused { gate, retry_after } => {
                 if gate.is_global() {
-                    for s in 0..self.ready_at.len() {
-                        self.not_before(s, now + retry_after);
-                    }
                     if self.quota_full_fails_fast {
                         self.unavailable(
                             ScopeReason::QuotaExhausted,
@@ -654,7 +675,6 @@ impl CallMachine {
                         self.begin_wait(retry_after.min(self.poll_interval), WaitReason::Gate, now)
                     }
                 } else {
-                    self.not_before(source, now + retry_after);
                     self.excluded.push(source);
                     self.quota_hint =
                         Some(self.quota_hint.map_or(retry_after, |q| q.min(retry_after)));
@@ -895,6 +915,23 @@ mod tests {
         );
         assert!(deadline_of(&step.action).contains("before its admission was granted"));
         assert_eq!(m.attempts(), 0, "nothing was sent");
+    }
+
+    #[test]
+    fn a_refusal_that_comes_back_after_the_deadline_still_sets_retry_after() {
+        let t0 = Instant::now();
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(Some(t0 + Duration::from_millis(300)), vec![Duration::ZERO]);
+        m.start();
+        m.step(Event::Selected(Selected::Picked(0)), t0);
+        let refused = Admission::GateRefused {
+            gate: Gate::GlobalConcurrency,
+            retry_after: Duration::from_millis(250),
+        };
+        let step = m.step(Event::Admission(refused), t0 + Duration::from_millis(310));
+        let (reason, retry_after) = unavailable(&step.action);
+        assert_eq!(reason, ScopeReason::DeadlineExceeded);
+        assert_eq!(retry_after, Duration::from_millis(250), "the gate's hint");
     }
 
     #[test]

@@ -47,8 +47,8 @@ impl SimAttempts {
         }
     }
 
-    /// After a finish was applied: the source's breaker epoch never goes back, and a breaker it
-    /// opened is what its call knows of that source.
+    /// After a finish was applied: the source's breaker epoch never goes back, and a breaker the
+    /// call's own attempt opened is what the call knows of that source.
     fn finished(&self, permit: &AttemptPermit, breaker: &BreakerConfig, status: BreakerStatus) {
         let lease = &permit.lease;
         let source = self
@@ -68,7 +68,10 @@ impl SimAttempts {
             return;
         };
         state.check_epoch(call, source, epoch);
-        if let BreakerStatus::Open { retry_after } = status {
+        // A hedge's or continuation's failure teaches the call's machine nothing (§5.9, §5.10):
+        // the breaker it opened is not what the call knows.
+        let beside = state.beside_leases.remove(&lease.id).is_some();
+        if let (BreakerStatus::Open { retry_after }, false) = (status, beside) {
             let now = state.now;
             let known = &mut state.calls[call].known_ready[source];
             *known = (*known).max(now + ms(retry_after));

@@ -36,13 +36,16 @@ impl Future for Sleep {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let mut state = lock(&self.state);
         if let Some(timer) = self.timer {
-            if state.now >= self.at {
-                return Poll::Ready(());
-            }
-            if let Some(wake) = state.timer_payloads.get_mut(&timer) {
-                *wake = Timer::Wake(cx.waker().clone());
-                return Poll::Pending;
-            }
+            // Ready once its own timer fired, not merely once the clock reached `at`: a task
+            // woken for something else at that instant must not overtake timers set before
+            // this one (a network backend applies requests in the order they were sent).
+            return match state.timer_payloads.get_mut(&timer) {
+                Some(wake) => {
+                    *wake = Timer::Wake(cx.waker().clone());
+                    Poll::Pending
+                }
+                None => Poll::Ready(()),
+            };
         }
         let at = self.at;
         let timer = state.timer(at, Timer::Wake(cx.waker().clone()));
