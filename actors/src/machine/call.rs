@@ -880,12 +880,19 @@ mod tests {
         }
     }
 
+    /// A started machine of three attempts whose deadline is `deadline` after `t0`, the source's
+    /// attempts having taken at least `floor`.
+    fn started_with_deadline(t0: Instant, deadline: Duration, floor: Duration) -> CallMachine {
+        let mut m = machine(&config(3), 1, t0);
+        m.set_deadline(Some(t0 + deadline), vec![floor]);
+        m.start();
+        m
+    }
+
     #[test]
     fn a_deadline_passed_while_waiting_ends_the_call_before_anything_is_sent() {
         let t0 = Instant::now();
-        let mut m = machine(&config(3), 1, t0);
-        m.set_deadline(Some(t0 + Duration::from_millis(300)), vec![Duration::ZERO]);
-        m.start();
+        let mut m = started_with_deadline(t0, Duration::from_millis(300), Duration::ZERO);
         let paced = Selected::NoneEligible {
             earliest_cooling: None,
             paced: true,
@@ -903,9 +910,7 @@ mod tests {
     #[test]
     fn an_admission_granted_past_the_deadline_is_not_sent() {
         let t0 = Instant::now();
-        let mut m = machine(&config(3), 1, t0);
-        m.set_deadline(Some(t0 + Duration::from_millis(300)), vec![Duration::ZERO]);
-        m.start();
+        let mut m = started_with_deadline(t0, Duration::from_millis(300), Duration::ZERO);
         let step = m.step(Event::Selected(Selected::Picked(0)), t0);
         assert_eq!(step.action, Action::Admit { source: 0 });
         // Asked in time, answered after the deadline (a network backend's round trip).
@@ -920,9 +925,7 @@ mod tests {
     #[test]
     fn a_refusal_that_comes_back_after_the_deadline_still_sets_retry_after() {
         let t0 = Instant::now();
-        let mut m = machine(&config(3), 1, t0);
-        m.set_deadline(Some(t0 + Duration::from_millis(300)), vec![Duration::ZERO]);
-        m.start();
+        let mut m = started_with_deadline(t0, Duration::from_millis(300), Duration::ZERO);
         m.step(Event::Selected(Selected::Picked(0)), t0);
         let refused = Admission::GateRefused {
             gate: Gate::GlobalConcurrency,
@@ -937,9 +940,7 @@ mod tests {
     #[test]
     fn a_wait_past_the_deadline_ends_the_call_at_once() {
         let t0 = Instant::now();
-        let mut m = machine(&config(3), 1, t0);
-        m.set_deadline(Some(t0 + Duration::from_secs(2)), vec![Duration::ZERO]);
-        m.start();
+        let mut m = started_with_deadline(t0, Duration::from_secs(2), Duration::ZERO);
         admitted(&mut m, t0);
         // A 429 asking for 5 s: waiting would only miss the deadline.
         let step = m.step(
@@ -949,9 +950,7 @@ mod tests {
         assert!(deadline_of(&step.action).contains("at or past its deadline"));
         // A global gate hinting past the deadline too (the poll is shorter, but the wait
         // still ends after the deadline here).
-        let mut m = machine(&config(3), 1, t0);
-        m.set_deadline(Some(t0 + Duration::from_millis(100)), vec![Duration::ZERO]);
-        m.start();
+        let mut m = started_with_deadline(t0, Duration::from_millis(100), Duration::ZERO);
         m.step(Event::Selected(Selected::Picked(0)), t0);
         let refused = Admission::GateRefused {
             gate: Gate::GlobalRpm,
@@ -965,16 +964,12 @@ mod tests {
     fn an_attempt_that_cannot_end_in_time_is_not_started() {
         let t0 = Instant::now();
         let floor = Duration::from_millis(200);
-        let mut m = machine(&config(3), 1, t0);
-        m.set_deadline(Some(t0 + Duration::from_millis(150)), vec![floor]);
-        m.start();
+        let mut m = started_with_deadline(t0, Duration::from_millis(150), floor);
         let step = m.step(Event::Selected(Selected::Picked(0)), t0);
         assert!(deadline_of(&step.action).contains("200ms"), "{step:?}");
         // With room for the attempt it goes ahead, and its result is read even past the
         // deadline: a late success is still the answer.
-        let mut m = machine(&config(3), 1, t0);
-        m.set_deadline(Some(t0 + Duration::from_millis(250)), vec![floor]);
-        m.start();
+        let mut m = started_with_deadline(t0, Duration::from_millis(250), floor);
         assert!(matches!(admitted(&mut m, t0), Action::Send { .. }));
         let step = m.step(Event::Attempted(Outcome::Ok), t0 + Duration::from_secs(1));
         assert_eq!(step.action, Action::Finish(Ending::Success));
