@@ -455,6 +455,14 @@ pub enum GatewayError {
     Shutdown(String),
 }
 
+/// The runtime could not start an actor or reach one: the gateway cannot serve (its text names
+/// the actor and why).
+impl From<polygateway_actors::runtime::RuntimeError> for GatewayError {
+    fn from(e: polygateway_actors::runtime::RuntimeError) -> Self {
+        GatewayError::Shutdown(e.to_string())
+    }
+}
+
 impl GatewayError {
     /// The unavailable details, if this is a scope-level unavailability.
     ///

@@ -27,6 +27,12 @@ fn explain(report: &SeedReport) -> String {
     )
 }
 
+/// `report`, once it broke no invariant (else the replayed trace of its first failing call).
+fn kept(report: SeedReport) -> SeedReport {
+    assert!(report.violations.is_empty(), "{}", explain(&report));
+    report
+}
+
 #[test]
 fn every_seed_keeps_every_invariant() {
     let (mut steps, mut observed, mut recoveries) = (0, 0, 0);
@@ -34,8 +40,7 @@ fn every_seed_keeps_every_invariant() {
     let (mut hedges, mut hedging_seeds) = (0, 0);
     let (mut continuations, mut continuing_seeds) = (0, 0);
     for seed in 0..CI_SEEDS {
-        let report = run_seed(seed, CALLS, false);
-        assert!(report.violations.is_empty(), "{}", explain(&report));
+        let report = kept(run_seed(seed, CALLS, false));
         steps += report.steps;
         observed += report.pacer_observations;
         recoveries += report.recoveries_checked;
@@ -95,8 +100,7 @@ fn every_seed_keeps_every_invariant() {
 fn every_seed_keeps_every_invariant_over_a_network() {
     let (mut carried, mut door_tasks, mut steps) = (0, 0, 0);
     for seed in 0..CI_SEEDS {
-        let report = run_seed_over_network(seed, CALLS, false);
-        assert!(report.violations.is_empty(), "{}", explain(&report));
+        let report = kept(run_seed_over_network(seed, CALLS, false));
         carried += report.carried_finishes;
         door_tasks += report.door_tasks;
         steps += report.steps;
@@ -149,11 +153,9 @@ const FOUND_OVER_A_NETWORK: &[(u64, u32)] = &[(181, 100), (1013, 200), (1784, 20
 #[test]
 fn seeds_that_found_bugs_stay_fixed() {
     for &(seed, calls) in FOUND_BUGS {
-        let report = run_seed(seed, calls, false);
-        assert!(report.violations.is_empty(), "{}", explain(&report));
+        kept(run_seed(seed, calls, false));
     }
     for &(seed, calls) in FOUND_OVER_A_NETWORK {
-        let report = run_seed_over_network(seed, calls, false);
-        assert!(report.violations.is_empty(), "{}", explain(&report));
+        kept(run_seed_over_network(seed, calls, false));
     }
 }

@@ -581,6 +581,6 @@ impl GatewayBuilder {
         });
         Runtime::start(factory, options)
             .await
-            .map_err(|e| GatewayError::Shutdown(e.to_string()))
+            .map_err(GatewayError::from)
     }
 }

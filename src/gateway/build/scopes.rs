@@ -297,7 +297,7 @@ async fn add_scope<T: polygateway_actors::Transport>(
     runtime
         .add_scope(governed.config, specs, governed.selector, governed.pacer)
         .await
-        .map_err(|e| GatewayError::Shutdown(e.to_string()))
+        .map_err(GatewayError::from)
 }
 
 fn identities(scope: &ScopeSettings) -> Vec<SourceIdentity> {

@@ -42,8 +42,7 @@ impl GatewayBuilder {
             self.telemetry_config,
             TELEMETRY_QUEUE_CAPACITY,
         )
-        .await
-        .map_err(|e| GatewayError::Shutdown(e.to_string()))?;
+        .await?;
         Ok(Arc::new(Telemetry {
             writer,
             pricing: self.pricing()?,

@@ -22,7 +22,7 @@ use rand::SeedableRng;
 
 use super::params::{ms, SCOPE};
 use super::sleep::Sleep;
-use super::state::Beside;
+use super::state::{Beside, LeaseBook};
 use super::transport::SimTransport;
 use super::world::World;
 /// The simulator's effects for one call.
@@ -191,14 +191,15 @@ impl CallEffects<SimTransport> for SimCall {
                 state.violation(call, what);
             }
             if let Ok(AttemptAdmit::Admitted(permit)) = &answer {
-                state.lease_calls.insert(Arc::clone(&permit.lease.id), call);
-                let side = match continuing {
+                let beside = match continuing {
                     Some(_) => Beside::Continuation,
                     None => Beside::Hedge,
                 };
-                state
-                    .beside_leases
-                    .insert(Arc::clone(&permit.lease.id), side);
+                let lease = LeaseBook {
+                    call,
+                    beside: Some(beside),
+                };
+                state.leases.insert(Arc::clone(&permit.lease.id), lease);
                 if permit.probe_id.is_some() {
                     state.probes_out += 1;
                 }
@@ -216,7 +217,8 @@ impl CallEffects<SimTransport> for SimCall {
         }
         match &answer {
             Ok(AttemptAdmit::Admitted(permit)) => {
-                state.lease_calls.insert(Arc::clone(&permit.lease.id), call);
+                let lease = LeaseBook { call, beside: None };
+                state.leases.insert(Arc::clone(&permit.lease.id), lease);
                 if permit.probe_id.is_some() {
                     state.probes_out += 1;
                 }
@@ -359,7 +361,12 @@ impl CallEffects<SimTransport> for SimCall {
         let mut state = self.world.lock();
         let call = self.call;
         state.given_back += 1;
-        match state.beside_leases.remove(&permit.attempt.lease.id) {
+        // Its finish still comes (the give-back); by then it is no hedge or continuation.
+        let beside = state
+            .leases
+            .get_mut(&permit.attempt.lease.id)
+            .and_then(|lease| lease.beside.take());
+        match beside {
             Some(Beside::Hedge) => state.calls[call].hedges -= 1,
             Some(Beside::Continuation) => state.calls[call].continuations -= 1,
             None => {}

@@ -20,7 +20,7 @@ use crate::ports::BackendError;
 
 use super::params::{ms, Ms, SCOPE};
 use super::sleep::Sleep;
-use super::state::{lock, State};
+use super::state::{lock, LeaseBook, State};
 
 /// The simulated governance backend.
 #[derive(Debug)]
@@ -64,14 +64,13 @@ impl SimAttempts {
             .map_or(0, |b| b.epoch);
         let mut state = lock(&self.state);
         // A grant its call never saw (the call went away during the admission) has no call.
-        let Some(call) = state.lease_calls.remove(&lease.id) else {
+        let Some(LeaseBook { call, beside }) = state.leases.remove(&lease.id) else {
             return;
         };
         state.check_epoch(call, source, epoch);
         // A hedge's or continuation's failure teaches the call's machine nothing (§5.9, §5.10):
         // the breaker it opened is not what the call knows.
-        let beside = state.beside_leases.remove(&lease.id).is_some();
-        if let (BreakerStatus::Open { retry_after }, false) = (status, beside) {
+        if let (BreakerStatus::Open { retry_after }, None) = (status, beside) {
             let now = state.now;
             let known = &mut state.calls[call].known_ready[source];
             *known = (*known).max(now + ms(retry_after));

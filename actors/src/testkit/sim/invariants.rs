@@ -258,7 +258,7 @@ impl World {
             let leases = World::at_once(self.gate.leases_held(SCOPE)).unwrap_or(0);
             if leases != 0 {
                 // Traced on a call whose lease was never finished, where one is known.
-                let call = state.lease_calls.values().next().copied().unwrap_or(last);
+                let call = state.leases.values().next().map_or(last, |l| l.call);
                 let what = format!("{leases} leases held once every call ended");
                 state.violation(call, what);
             }

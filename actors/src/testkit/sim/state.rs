@@ -127,6 +127,13 @@ pub(super) enum Timer {
     Cancel(usize),
 }
 
+/// A lease a call saw granted: which call, and for what beside its own attempt, if anything.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LeaseBook {
+    pub(super) call: usize,
+    pub(super) beside: Option<Beside>,
+}
+
 /// What an attempt beside the call's own is.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Beside {
@@ -157,10 +164,8 @@ pub(super) struct State {
     pub(super) timer_payloads: BTreeMap<u64, Timer>,
     pub(super) seq: u64,
     pub(super) ids: u64,
-    /// The call each granted lease went to (until its finish is applied).
-    pub(super) lease_calls: BTreeMap<Arc<str>, usize>,
-    /// The leases granted to hedges and continuations, and which they were.
-    pub(super) beside_leases: BTreeMap<Arc<str>, Beside>,
+    /// Each lease a call saw granted, until its finish is applied.
+    pub(super) leases: BTreeMap<Arc<str>, LeaseBook>,
     pub(super) probes_out: i64,
     pub(super) steps: u64,
     pub(super) hash: u64,
@@ -209,8 +214,7 @@ impl State {
             seq: 0,
             ids: 0,
             probes_out: 0,
-            lease_calls: BTreeMap::new(),
-            beside_leases: BTreeMap::new(),
+            leases: BTreeMap::new(),
             steps: 0,
             hash: 0xcbf2_9ce4_8422_2325,
             keep_trace,
