@@ -20,6 +20,11 @@
 //!   per sample, so one slow answer or a CPU hiccup on a busy host is not mistaken for a queue.
 //!   Slow start ends only when a round is twice the baseline (a real queue doubles latency when
 //!   the limit doubles; a busy loopback host adds far less); afterwards 1.25× counts as queueing.
+//! - **Spread is not a queue**: LLM answers take 1 s or 20 s by their length, whatever the load.
+//!   A round is judged only from three successes, and its mean must clear the threshold by
+//!   three standard errors of its own latencies. Without this, a round of one or two answers
+//!   against the lowest round mean of the last minute read spread as queueing: 32 callers on an
+//!   upstream answering in 1–20 s got 0.155 of what it would serve (`examples/pacer_noise`).
 //! - **Little's law on a signal**: the new limit is `rate × latency` — the success rate measured
 //!   in the last round (or, better, the refill rate the rate-limit headers state) times the
 //!   latency. For a queueing server the baseline latency is used, which lands on exactly the
@@ -52,6 +57,14 @@ const SHALLOWEST_CUT: f64 = 0.95;
 /// The latency baseline is the lowest round mean over the last one to two of these windows, so
 /// it follows an upstream that really got slower.
 const BASELINE_WINDOW: Duration = Duration::from_secs(30);
+/// A round is judged (a baseline candidate, a queueing verdict) only with at least this many
+/// successes: at low concurrency a round holds one or two answers, and the spread of answers
+/// drawn independently of load (an LLM answer takes 1 s or 20 s by its length) would read as a
+/// queue. Below three answers in flight a queueing cut has little left to cut anyway.
+const JUDGED_SUCCESSES: u32 = 3;
+/// A round's mean reads as queueing only when it clears the threshold by this many standard
+/// errors of its own samples: a queue moves every answer, spread moves the mean by chance.
+const SPREAD_MARGIN: f64 = 3.0;
 /// Queueing delay below this is a busy host's scheduler, not an upstream's queue: it never
 /// counts (fast upstreams answer in milliseconds, where scheduling jitter alone triples latency).
 const JITTER_ALLOWANCE: Duration = Duration::from_millis(20);
@@ -235,6 +248,9 @@ impl AdaptivePacer {
         self.success_rate = f64::from(done.successes) / elapsed.as_secs_f64();
         let Some(mean) = done.mean() else { return };
         self.recent = Some(mean);
+        if done.successes < JUDGED_SUCCESSES {
+            return;
+        }
         self.baseline.observe(mean, now);
         let Some(baseline) = self.baseline.value() else {
             return;
@@ -244,7 +260,8 @@ impl AdaptivePacer {
         } else {
             QUEUE_TOLERANCE
         };
-        if mean > baseline.mul_f64(threshold) + JITTER_ALLOWANCE {
+        let chance = done.standard_error().mul_f64(SPREAD_MARGIN);
+        if mean > baseline.mul_f64(threshold) + JITTER_ALLOWANCE + chance {
             // What the server does at once, at its unqueued speed.
             let target = self.success_rate * baseline.as_secs_f64();
             self.cut(PacerSignal::Queueing, target, SHALLOWEST_CUT, now);
@@ -354,6 +371,7 @@ impl Pacer for AdaptivePacer {
                 if let Some(round) = &mut self.round {
                     round.successes += 1;
                     round.latency_sum += attempt.latency;
+                    round.latency_squares += attempt.latency.as_secs_f64().powi(2);
                 }
                 self.grow(attempt);
             }
@@ -388,6 +406,8 @@ struct Round {
     length: Option<Duration>,
     successes: u32,
     latency_sum: Duration,
+    /// Σ latency² in seconds², for the spread of the round's latencies.
+    latency_squares: f64,
     /// The most attempts in flight any observation of the round reported.
     peak_in_flight: u32,
 }
@@ -399,12 +419,24 @@ impl Round {
             length: length.map(|l| l.clamp(MIN_ROUND, MAX_ROUND)),
             successes: 0,
             latency_sum: Duration::ZERO,
+            latency_squares: 0.0,
             peak_in_flight: 0,
         }
     }
 
     fn mean(&self) -> Option<Duration> {
         (self.successes > 0).then(|| self.latency_sum / self.successes)
+    }
+
+    /// The standard error of the round's mean latency (zero below two successes).
+    fn standard_error(&self) -> Duration {
+        let n = f64::from(self.successes);
+        if n < 2.0 {
+            return Duration::ZERO;
+        }
+        let mean = self.latency_sum.as_secs_f64() / n;
+        let variance = ((self.latency_squares - n * mean * mean) / (n - 1.0)).max(0.0);
+        Duration::from_secs_f64((variance / n).sqrt())
     }
 }
 

@@ -153,21 +153,33 @@ impl State {
             if now < from {
                 book.before_window = Some(limit);
             } else if now < until {
-                book.lowest_in_window = Some(book.lowest_in_window.map_or(limit, |l| l.min(limit)));
+                book.lowest_since_window =
+                    Some(book.lowest_since_window.map_or(limit, |l| l.min(limit)));
             } else if !book.judged {
                 // A cut after the window answers a new signal (a 429 burst, queueing): the
-                // recovery from the window is counted from the last cut. So does a later 429 —
-                // at the floor its cut is invisible (1 stays 1) — and its `Retry-After` freezes
-                // growth, so successes count from the end of that freeze.
-                if book.last.is_some_and(|last| limit < last) || rate_limited {
+                // recovery is counted from the last cut, and is growth above it. So does a
+                // later 429 — at the floor its cut is invisible (1 stays 1) — and its
+                // `Retry-After` freezes growth, so successes count from the end of that freeze.
+                if book.last.is_some_and(|last| limit < last) {
+                    book.lowest_since_window = Some(limit);
                     book.successes_after = 0;
                 }
+                if rate_limited {
+                    book.successes_after = 0;
+                }
+                // The pacer grows only on a success while at least half its (fractional) limit
+                // is in flight; above half the whole limit it surely is.
+                let can_grow = book
+                    .last
+                    .is_some_and(|last| attempt.in_flight.saturating_mul(2) > last);
                 if attempt.verdict == crate::outcome::AttemptVerdict::Success
                     && now >= book.frozen_until
+                    && can_grow
                 {
                     book.successes_after += 1;
                 }
-                if let (Some(lowest), Some(before)) = (book.lowest_in_window, book.before_window) {
+                if let (Some(lowest), Some(before)) = (book.lowest_since_window, book.before_window)
+                {
                     if limit > lowest || lowest >= before {
                         book.judged = true;
                         self.recoveries_checked += 1;
@@ -339,5 +351,100 @@ impl World {
                 state.violation(call, what);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::outcome::AttemptVerdict;
+
+    /// A source whose upstream answers every attempt with a 429 in `[1000, 2000)` ms.
+    fn one_source_with_a_429_window() -> State {
+        let faults = super::super::faults::Faults {
+            latency: (10, 10),
+            slow_first_token: 0.0,
+            transient: 0.0,
+            rate_limited: 0.0,
+            retry_after: 0.0,
+            black_hole: 0.0,
+            truncate: 0.0,
+            rejected: 0.0,
+            invalid: 0.0,
+            dead: None,
+            pushback: Some((1000, 2000)),
+            overloaded: None,
+            prefill: false,
+        };
+        let calls = vec![CallBook::new(0, false, 1)];
+        State::new(rand::rngs::SmallRng::seed_from_u64(0), vec![faults], 1000, None, calls, false)
+    }
+
+    /// The pacer published `limit` after an attempt ending `verdict` at `now` ms with
+    /// `in_flight` attempts in flight.
+    fn observed(state: &mut State, now: Ms, verdict: AttemptVerdict, in_flight: u32, limit: u32) {
+        state.now = now;
+        let attempt = PacerObservation {
+            in_flight,
+            ..PacerObservation::new(verdict, Instant::now())
+        };
+        state.check_pacer(0, 0, limit, &attempt);
+    }
+
+    /// 8 before the window, cut to 4 in it.
+    fn cut_by_the_window() -> State {
+        let mut state = one_source_with_a_429_window();
+        observed(&mut state, 500, AttemptVerdict::Success, 8, 8);
+        observed(&mut state, 1500, AttemptVerdict::RateLimited, 8, 4);
+        state
+    }
+
+    #[test]
+    fn a_pacer_that_does_not_grow_while_it_could_is_stuck() {
+        let mut state = cut_by_the_window();
+        for i in 0..RECOVERY_SUCCESSES {
+            observed(&mut state, 2000 + Ms::from(i), AttemptVerdict::Success, 3, 4);
+        }
+        assert_eq!(state.violations.len(), 1, "{:?}", state.violations);
+        assert!(state.violations[0].1.contains("pacer stuck at 4"));
+    }
+
+    #[test]
+    fn successes_with_less_than_half_the_limit_in_flight_do_not_count() {
+        // The pacer grows only while half its limit is in use: at 4 with 2 in flight it may
+        // hold (a fractional 4.x needs more than 2).
+        let mut state = cut_by_the_window();
+        for i in 0..RECOVERY_SUCCESSES * 2 {
+            observed(&mut state, 2000 + Ms::from(i), AttemptVerdict::Success, 2, 4);
+        }
+        assert!(state.violations.is_empty(), "{:?}", state.violations);
+        assert_eq!(state.recoveries_checked, 0);
+    }
+
+    #[test]
+    fn after_a_later_cut_recovery_is_growth_from_that_cut() {
+        let mut state = cut_by_the_window();
+        // A later signal cuts 4 → 2; growing to 3 recovers from it, though 3 is below the
+        // window's lowest (4).
+        observed(&mut state, 2000, AttemptVerdict::Success, 4, 2);
+        for i in 1..10u32 {
+            observed(&mut state, 2000 + Ms::from(i), AttemptVerdict::Success, 2, 2);
+        }
+        observed(&mut state, 2100, AttemptVerdict::Success, 2, 3);
+        assert!(state.violations.is_empty(), "{:?}", state.violations);
+        assert_eq!(state.recoveries_checked, 1);
+
+        // Held at the later cut's 2 instead: stuck.
+        let mut state = cut_by_the_window();
+        observed(&mut state, 2000, AttemptVerdict::Success, 4, 2);
+        for i in 1..=RECOVERY_SUCCESSES {
+            observed(&mut state, 2000 + Ms::from(i), AttemptVerdict::Success, 2, 2);
+        }
+        assert_eq!(state.violations.len(), 1, "{:?}", state.violations);
+        assert!(state.violations[0].1.contains("pacer stuck at 2"));
     }
 }

@@ -13,9 +13,10 @@ pub(super) const GOVERNANCE_TIMEOUT: Duration = Duration::from_secs(1);
 pub(super) const SCRIPT_LATENCY: Ms = 10;
 /// Past this many steps a seed is a runaway (a call loops without time passing).
 pub(super) const STEP_LIMIT: u64 = 2_000_000;
-/// Successes after a 429 fault window (counted from the last cut, if a later signal cut again)
-/// within which the pacer must have grown from its lowest limit of the window (unless the window
-/// never brought it below its pre-window limit).
+/// Successes after a 429 fault window that could grow the pacer (half its limit in flight; counted
+/// from the last cut, if a later signal cut again) within which it must have grown from its
+/// lowest limit since the window began (unless the window never brought it below its pre-window
+/// limit).
 pub(super) const RECOVERY_SUCCESSES: u32 = 40;
 /// The oscillation band: one observation moves a pacer's limit at most down to half
 /// ([`DEEPEST_CUT`]: the adaptive pacer's cuts are clamped to ×0.5, AIMD halves) and at most up

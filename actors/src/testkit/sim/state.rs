@@ -101,11 +101,14 @@ impl CallBook {
 #[derive(Debug, Default)]
 pub(super) struct PacerBook {
     pub(super) observations: u64,
-    /// Limit before the 429 window began, and the lowest limit seen during it.
+    /// Limit before the 429 window began, and the lowest limit since it began: the lowest in
+    /// the window, or, after a cut past the window, where that cut left it (recovery is growth
+    /// from the last cut).
     pub(super) before_window: Option<u32>,
-    pub(super) lowest_in_window: Option<u32>,
+    pub(super) lowest_since_window: Option<u32>,
     /// Successes observed after the window ended (and after any later 429's `Retry-After`, which
-    /// freezes growth); whether the recovery was judged.
+    /// freezes growth) that could grow the limit (at least half of it in flight); whether the
+    /// recovery was judged.
     pub(super) successes_after: u32,
     /// Until when the 429s seen so far froze the pacer's growth (their `Retry-After`).
     pub(super) frozen_until: Ms,
