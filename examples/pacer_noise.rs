@@ -3,16 +3,21 @@
 //! (the upstream never queues), and the production `AdaptivePacer` (open start, the default) sees
 //! every answer. Any throttling here is a false positive: the pacer should stay out of the way.
 //!
+//! The other side of the trade: the same spread of service times behind a server that serves
+//! `slots` at once and queues the rest (first come, first served). There the pacer should keep
+//! the queue short — latency near the service time — without starving the slots.
+//!
 //! ```text
 //! cargo run --release --example pacer_noise
 //! ```
 //!
 //! One JSON line per latency profile and demand: calls per second served against what the
-//! callers would get unthrottled, and the pacer's limit (mean, min, max, sampled every 20 calls)
-//! over ten virtual minutes. Deterministic: one seed, no wall clock.
+//! upstream can serve (`served_share`), mean latency over the mean service time, and the pacer's
+//! limit (mean, min, sampled every 20 calls) over ten virtual minutes. Deterministic: one seed,
+//! no wall clock.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
 use polygateway_actors::policy::adaptive_pacer::AdaptivePacer;
@@ -23,21 +28,32 @@ use rand::{Rng, SeedableRng};
 /// Ten virtual minutes per row.
 const RUN_MS: u64 = 600_000;
 
-fn row(lo_ms: u64, hi_ms: u64, demand: u32) -> serde_json::Value {
+/// One run: service times uniform in `lo_ms..=hi_ms`; `slots`: a server that serves that many
+/// at once and queues the rest, or `None` for one whose latency never depends on load.
+fn row(lo_ms: u64, hi_ms: u64, demand: u32, slots: Option<u32>) -> serde_json::Value {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
     let mut pacer = AdaptivePacer::open(0);
     let t0 = Instant::now();
+    // Attempts in service, by when they end: (end, sent).
     let mut ending = BinaryHeap::new();
-    let (mut in_flight, mut now_ms, mut served) = (0u32, 0u64, 0u64);
+    let mut waiting = VecDeque::new();
+    let (mut in_flight, mut now_ms, mut served, mut latency_sum) = (0u32, 0u64, 0u64, 0u64);
     let mut limits = Vec::new();
     while now_ms < RUN_MS {
         while in_flight < demand.min(pacer.limit()) {
-            let latency = rng.random_range(lo_ms..=hi_ms);
-            ending.push(Reverse((now_ms + latency, latency)));
+            if slots.is_some_and(|slots| ending.len() >= slots as usize) {
+                waiting.push_back(now_ms);
+            } else {
+                ending.push(Reverse((now_ms + rng.random_range(lo_ms..=hi_ms), now_ms)));
+            }
             in_flight += 1;
         }
-        let Reverse((at, latency)) = ending.pop().expect("a call in flight");
+        let Reverse((at, sent)) = ending.pop().expect("a call in service");
         now_ms = at;
+        if let Some(next) = waiting.pop_front() {
+            ending.push(Reverse((now_ms + rng.random_range(lo_ms..=hi_ms), next)));
+        }
+        let latency = at - sent;
         pacer.observe(&PacerObservation {
             latency: Duration::from_millis(latency),
             in_flight,
@@ -45,21 +61,26 @@ fn row(lo_ms: u64, hi_ms: u64, demand: u32) -> serde_json::Value {
         });
         in_flight -= 1;
         served += 1;
+        latency_sum += latency;
         if served % 20 == 0 {
             limits.push(pacer.limit().min(demand));
         }
     }
     let seconds = RUN_MS as f64 / 1000.0;
-    let unthrottled = f64::from(demand) / ((lo_ms + hi_ms) as f64 / 2000.0);
+    let service_s = (lo_ms + hi_ms) as f64 / 2000.0;
+    let capacity = f64::from(slots.unwrap_or(demand).min(demand)) / service_s;
     let calls_per_s = served as f64 / seconds;
     let mean = limits.iter().map(|&l| f64::from(l)).sum::<f64>() / limits.len().max(1) as f64;
+    let round = |x: f64, places: i32| (x * 10f64.powi(places)).round() / 10f64.powi(places);
     serde_json::json!({
         "latency_ms": [lo_ms, hi_ms],
+        "slots": slots,
         "demand": demand,
-        "calls_per_s": (calls_per_s * 10.0).round() / 10.0,
-        "unthrottled_calls_per_s": (unthrottled * 10.0).round() / 10.0,
-        "served_share": (calls_per_s / unthrottled * 1000.0).round() / 1000.0,
-        "limit_mean_capped_at_demand": (mean * 10.0).round() / 10.0,
+        "calls_per_s": round(calls_per_s, 1),
+        "capacity_calls_per_s": round(capacity, 1),
+        "served_share": round(calls_per_s / capacity, 3),
+        "latency_over_service": round(latency_sum as f64 / served as f64 / 1000.0 / service_s, 2),
+        "limit_mean_capped_at_demand": round(mean, 1),
         "limit_min": limits.iter().min(),
         "last_signal": format!("{:?}", pacer.last_signal()),
     })
@@ -69,7 +90,11 @@ fn main() {
     // Constant, narrow, wide and LLM-like (1–20 s, as output lengths vary) latency.
     for (lo, hi) in [(500, 500), (400, 600), (100, 900), (1_000, 20_000)] {
         for demand in [4, 32] {
-            println!("{}", row(lo, hi, demand));
+            println!("{}", row(lo, hi, demand, None));
         }
+    }
+    // A queue behind 8 slots, 32 callers: unpaced, latency is 4× the service time.
+    for (lo, hi) in [(500, 500), (100, 900), (1_000, 20_000)] {
+        println!("{}", row(lo, hi, 32, Some(8)));
     }
 }

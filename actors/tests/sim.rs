@@ -140,7 +140,11 @@ fn a_seed_replays_exactly() {
 ///   on full pacers woke each other at the same instant forever (each refused pick freed a slot).
 /// - 1770 × 200: the checker counted a breaker a hedge's failure opened as known to the call,
 ///   whose machine learns nothing from its hedges.
-const FOUND_BUGS: &[(u64, u32)] = &[(12, 60), (1770, 200)];
+/// - 14213 × 200: the pacer-recovery check counted successes with too little in flight for the
+///   pacer to grow on (with the spread-aware pacer of the 7th of December 2026).
+/// - 18349 × 200: the recovery check wanted growth above the window's lowest limit after a later
+///   cut had started a new climb from below it (same pacer).
+const FOUND_BUGS: &[(u64, u32)] = &[(12, 60), (1770, 200), (14213, 200), (18349, 200)];
 
 /// Regression seeds over a network (seed, calls).
 /// - 181 × 100: an admission granted after the call's deadline was sent.
@@ -148,7 +152,10 @@ const FOUND_BUGS: &[(u64, u32)] = &[(12, 60), (1770, 200)];
 ///   `retry_after`.
 /// - 1784 × 200: a task woken for something else at an instant ran its round trip ahead of one
 ///   sent before it (the simulator's timers completed on the clock, not on firing).
-const FOUND_OVER_A_NETWORK: &[(u64, u32)] = &[(181, 100), (1013, 200), (1784, 200)];
+/// - 15850 × 200: an adaptive pacer held at 2 after a 429 window with one call in flight: the
+///   recovery check counted successes it could not grow on, and the pacer read latency spread
+///   (146–893 ms) as a queue.
+const FOUND_OVER_A_NETWORK: &[(u64, u32)] = &[(181, 100), (1013, 200), (1784, 200), (15850, 200)];
 
 #[test]
 fn seeds_that_found_bugs_stay_fixed() {

@@ -21,10 +21,17 @@
 //!   Slow start ends only when a round is twice the baseline (a real queue doubles latency when
 //!   the limit doubles; a busy loopback host adds far less); afterwards 1.25× counts as queueing.
 //! - **Spread is not a queue**: LLM answers take 1 s or 20 s by their length, whatever the load.
-//!   A round is judged only from three successes, and its mean must clear the threshold by
-//!   three standard errors of its own latencies. Without this, a round of one or two answers
-//!   against the lowest round mean of the last minute read spread as queueing: 32 callers on an
-//!   upstream answering in 1–20 s got 0.155 of what it would serve (`examples/pacer_noise`).
+//!   Three rules keep that from reading as queueing (without them 32 callers on an upstream
+//!   answering in 1–20 s got 0.155 of what it would serve, `examples/pacer_noise`):
+//!   - a round is judged only from three successes, and its mean must clear the threshold by
+//!     three standard errors of its own latencies;
+//!   - the baseline window is at least eight rounds, so long answers do not make it forget;
+//!   - a run of queueing cuts is tested: a queue of ours shrinks with what we send, so once the
+//!     cuts took the limit to ¾ or less, the first round wholly after them (two rounds after the
+//!     first cut: the excess drains, then the first attempts sent after it come back) must show
+//!     latency lower by three standard errors of the difference. If it does not, the baseline
+//!     was too low (a cold burst's first answers are its quickest): it starts again from that
+//!     round, and the limit grows back to where the cuts began at slow start's pace.
 //! - **Little's law on a signal**: the new limit is `rate × latency` — the success rate measured
 //!   in the last round (or, better, the refill rate the rate-limit headers state) times the
 //!   latency. For a queueing server the baseline latency is used, which lands on exactly the
@@ -57,6 +64,9 @@ const SHALLOWEST_CUT: f64 = 0.95;
 /// The latency baseline is the lowest round mean over the last one to two of these windows, so
 /// it follows an upstream that really got slower.
 const BASELINE_WINDOW: Duration = Duration::from_secs(30);
+/// … and never fewer rounds than this: with answers of 10–30 s, 30 s is one round, and a baseline
+/// that remembered one round would follow every queue up.
+const BASELINE_ROUNDS: u32 = 8;
 /// A round is judged (a baseline candidate, a queueing verdict) only with at least this many
 /// successes: at low concurrency a round holds one or two answers, and the spread of answers
 /// drawn independently of load (an LLM answer takes 1 s or 20 s by its length) would read as a
@@ -65,6 +75,10 @@ const JUDGED_SUCCESSES: u32 = 3;
 /// A round's mean reads as queueing only when it clears the threshold by this many standard
 /// errors of its own samples: a queue moves every answer, spread moves the mean by chance.
 const SPREAD_MARGIN: f64 = 3.0;
+/// A queueing cut to this share of the limit or deeper is tested: the first round wholly after
+/// it must show latency come down (a queue of ours shrinks with what we send), or the cut is
+/// undone and the baseline starts again. Shallower cuts move latency less than answers vary.
+const CHECKED_CUT: f64 = 0.75;
 /// Queueing delay below this is a busy host's scheduler, not an upstream's queue: it never
 /// counts (fast upstreams answer in milliseconds, where scheduling jitter alone triples latency).
 const JITTER_ALLOWANCE: Duration = Duration::from_millis(20);
@@ -120,6 +134,12 @@ pub struct AdaptivePacer {
     header_rate: Option<f64>,
     no_increase_until: Option<Instant>,
     no_cut_until: Option<Instant>,
+    /// The last queueing cut, until the first round wholly after it tells whether latency
+    /// followed it down.
+    queueing_cut: Option<QueueingCut>,
+    /// A queueing cut latency did not follow: the limit it started from, regained at slow
+    /// start's pace.
+    regrow_to: Option<f64>,
     signal: PacerSignal,
 }
 
@@ -152,6 +172,8 @@ impl AdaptivePacer {
             header_rate: None,
             no_increase_until: None,
             no_cut_until: None,
+            queueing_cut: None,
+            regrow_to: None,
             signal: PacerSignal::None,
         }
     }
@@ -251,7 +273,8 @@ impl AdaptivePacer {
         if done.successes < JUDGED_SUCCESSES {
             return;
         }
-        self.baseline.observe(mean, now);
+        let window = BASELINE_WINDOW.max(elapsed * BASELINE_ROUNDS);
+        self.baseline.observe(mean, now, window);
         let Some(baseline) = self.baseline.value() else {
             return;
         };
@@ -260,11 +283,44 @@ impl AdaptivePacer {
         } else {
             QUEUE_TOLERANCE
         };
-        let chance = done.standard_error().mul_f64(SPREAD_MARGIN);
-        if mean > baseline.mul_f64(threshold) + JITTER_ALLOWANCE + chance {
-            // What the server does at once, at its unqueued speed.
-            let target = self.success_rate * baseline.as_secs_f64();
-            self.cut(PacerSignal::Queueing, target, SHALLOWEST_CUT, now);
+        let error = done.standard_error();
+        let queueing =
+            mean > baseline.mul_f64(threshold) + JITTER_ALLOWANCE + error.mul_f64(SPREAD_MARGIN);
+        let tested = self
+            .queueing_cut
+            .take_if(|first| done.start >= first.effective_from);
+        if let Some(first) = tested {
+            // The first round wholly after the first cut of a run of queueing cuts is their
+            // test, once they took the limit down far enough to show: a queue of ours
+            // shrinks with what we send.
+            let deep = self.limit <= first.from * CHECKED_CUT;
+            let difference_error = error.as_secs_f64().hypot(first.error.as_secs_f64());
+            let fell =
+                mean + Duration::from_secs_f64(difference_error * SPREAD_MARGIN) < first.mean;
+            if queueing && deep && !fell {
+                // Still above the baseline, yet latency did not come down with the limit: not
+                // a queue of ours (answers whose length varies, or somebody else's load), and
+                // the baseline was too low. Start it again from this round, and go back to
+                // where the cuts started from at slow start's pace.
+                self.baseline.restart(mean, now);
+                self.regrow_to = Some(first.from);
+                return;
+            }
+        }
+        if !queueing {
+            return;
+        }
+        // What the server does at once, at its unqueued speed.
+        let target = self.success_rate * baseline.as_secs_f64();
+        if let Some(from) = self.cut(PacerSignal::Queueing, target, SHALLOWEST_CUT, now) {
+            if self.queueing_cut.is_none() {
+                self.queueing_cut = Some(QueueingCut {
+                    from,
+                    mean,
+                    error,
+                    effective_from: self.round_from(self.round_from(now)),
+                });
+            }
         }
     }
 
@@ -285,8 +341,9 @@ impl AdaptivePacer {
         now + length.clamp(MIN_ROUND, MAX_ROUND)
     }
 
-    /// Cut towards `target`, keeping at most `keep` of the limit.
-    fn cut(&mut self, signal: PacerSignal, target: f64, keep: f64, now: Instant) {
+    /// Cut towards `target`, keeping at most `keep` of the limit; the limit it cut from, if it
+    /// cut (at most once per round).
+    fn cut(&mut self, signal: PacerSignal, target: f64, keep: f64, now: Instant) -> Option<f64> {
         if self.open {
             // The open limit was never in use: what was in flight is where the source stood
             // when it pushed back, and the cut is relative to that.
@@ -301,14 +358,22 @@ impl AdaptivePacer {
         self.signal = signal;
         self.slow_start = false;
         if self.no_cut_until.is_some_and(|t| now < t) {
-            return;
+            return None;
         }
+        // Pushback is the source's own word: the queueing cuts before it are not tested, and a
+        // regrowth stops at any new cut.
+        if signal != PacerSignal::Queueing {
+            self.queueing_cut = None;
+        }
+        self.regrow_to = None;
+        let from = self.limit;
         let target = if target.is_finite() { target } else { 0.0 };
         self.limit = target
             .clamp(self.limit * DEEPEST_CUT, self.limit * keep)
             .max(1.0);
         // Answers to attempts sent before this cut still arrive for one round: one cut per round.
         self.no_cut_until = Some(self.round_from(now));
+        Some(from)
     }
 
     fn read_headers(&mut self, hint: &RateLimitHint, now: Instant) {
@@ -326,7 +391,7 @@ impl AdaptivePacer {
             // Nearly spent but not refused yet: down to what the refill sustains, never up,
             // and no growth for a round.
             let target = self.rate_target();
-            self.cut(PacerSignal::QuotaLow, target, 1.0, now);
+            let _ = self.cut(PacerSignal::QuotaLow, target, 1.0, now);
             self.no_increase_until = Some(
                 self.round_from(now)
                     .max(self.no_increase_until.unwrap_or(now)),
@@ -342,12 +407,16 @@ impl AdaptivePacer {
         if f64::from(attempt.in_flight) * 2.0 < self.limit {
             return;
         }
-        let step = if self.slow_start {
-            SLOW_START_GAIN
-        } else {
-            1.0 / self.limit
+        let step = match self.regrow_to {
+            _ if self.slow_start => SLOW_START_GAIN,
+            // Back to where an untested cut started, then additive increase as before it.
+            Some(to) if self.limit < to => SLOW_START_GAIN.min(to - self.limit),
+            _ => 1.0 / self.limit,
         };
         self.limit = (self.limit + step).min(self.ceiling);
+        if self.regrow_to.is_some_and(|to| self.limit >= to) {
+            self.regrow_to = None;
+        }
     }
 }
 
@@ -382,7 +451,7 @@ impl Pacer for AdaptivePacer {
                         Some(self.no_increase_until.map_or(until, |t| t.max(until)));
                 }
                 let target = self.rate_target();
-                self.cut(PacerSignal::RateLimited, target, SHALLOWEST_CUT, now);
+                let _ = self.cut(PacerSignal::RateLimited, target, SHALLOWEST_CUT, now);
             }
             AttemptVerdict::AliveButUnusable | AttemptVerdict::Failure | AttemptVerdict::Dead => {}
         }
@@ -440,7 +509,20 @@ impl Round {
     }
 }
 
-/// The minimum over the current and the previous [`BASELINE_WINDOW`].
+/// A queueing cut, as the round that caused it saw latency.
+#[derive(Debug, Clone, Copy)]
+struct QueueingCut {
+    /// The limit before the cut.
+    from: f64,
+    mean: Duration,
+    error: Duration,
+    /// The first round starting from here holds no answer to an attempt sent before the cut:
+    /// two rounds after it — the excess in flight drains (up to half a round for a cut to half,
+    /// no new attempt is sent meanwhile), then the first attempts sent after it come back.
+    effective_from: Instant,
+}
+
+/// The minimum over the current and the previous window.
 #[derive(Debug, Clone, Default)]
 struct WindowedMin {
     window_start: Option<Instant>,
@@ -449,13 +531,22 @@ struct WindowedMin {
 }
 
 impl WindowedMin {
-    fn observe(&mut self, sample: Duration, now: Instant) {
+    fn observe(&mut self, sample: Duration, now: Instant, window: Duration) {
         let start = *self.window_start.get_or_insert(now);
-        if now.saturating_duration_since(start) >= BASELINE_WINDOW {
+        if now.saturating_duration_since(start) >= window {
             self.previous = self.current.take();
             self.window_start = Some(now);
         }
         self.current = Some(self.current.map_or(sample, |c| c.min(sample)));
+    }
+
+    /// Forget every sample: `sample` at `now` is the only one.
+    fn restart(&mut self, sample: Duration, now: Instant) {
+        *self = Self {
+            window_start: Some(now),
+            current: Some(sample),
+            previous: None,
+        };
     }
 
     fn value(&self) -> Option<Duration> {
@@ -700,6 +791,74 @@ mod tests {
         }
         assert_eq!(p.limit(), 32);
         assert_eq!(p.last_signal(), PacerSignal::RateLimited);
+    }
+
+    #[test]
+    fn a_queueing_cut_that_latency_does_not_follow_is_undone() {
+        // Answers take 3 s whatever the load, but the cold burst's first round saw only the
+        // quick ones (1 s): against that baseline every later round reads as a queue.
+        let mut sim = Sim::open(0, 32);
+        let first = std::cell::Cell::new(true);
+        let upstream: Box<Upstream> = Box::new(move |l| {
+            let latency = if first.replace(false) { 1000 } else { 3000 };
+            (latency * MS, l, 0, None)
+        });
+        let limits: Vec<u32> = (0..20).map(|_| sim.round(&upstream)).collect();
+        assert_eq!(sim.pacer.last_signal(), PacerSignal::Queueing);
+        let lowest = *limits.iter().min().unwrap();
+        assert!(lowest <= 16, "it cut: {limits:?}");
+        // The cuts did not bring latency down: the baseline starts again from 3 s and the
+        // limit is back where the cuts started, at slow start's pace, and stays there.
+        assert_eq!(sim.pacer.baseline(), Some(3000 * MS));
+        let back = limits.iter().rposition(|&l| l < 32).unwrap();
+        assert!(back < 12, "{limits:?}");
+        assert!(limits[back + 1..].iter().all(|&l| l >= 32), "{limits:?}");
+    }
+
+    /// Feeds one round of successes `latencies_ms` (one in flight: no growth) a few
+    /// milliseconds apart, five seconds after the previous round (longer than any round).
+    fn feed_round(pacer: &mut AdaptivePacer, now: &mut Instant, latencies_ms: &[u64]) {
+        *now += 5000 * MS;
+        for &latency in latencies_ms {
+            *now += MS;
+            pacer.observe(&PacerObservation {
+                latency: Duration::from_millis(latency),
+                ..PacerObservation::new(AttemptVerdict::Success, *now)
+            });
+        }
+    }
+
+    #[test]
+    fn a_round_reads_as_a_queue_only_beyond_its_own_spread() {
+        // In slow start a round twice the baseline (1 s) is a queue: 2.07 s on average is —
+        // unless its answers spread so widely (0.2–5 s) that chance explains the mean.
+        let spread = [200, 1000, 5000];
+        let tight = [2060, 2070, 2080];
+        let mut pacer = AdaptivePacer::new(8, 0);
+        let mut now = Instant::now();
+        for _ in 0..3 {
+            feed_round(&mut pacer, &mut now, &[900, 1000, 1100]);
+        }
+        feed_round(&mut pacer, &mut now, &spread);
+        feed_round(&mut pacer, &mut now, &spread);
+        assert_eq!(pacer.last_signal(), PacerSignal::None);
+        assert!(pacer.in_slow_start());
+        feed_round(&mut pacer, &mut now, &tight);
+        feed_round(&mut pacer, &mut now, &tight);
+        assert_eq!(pacer.last_signal(), PacerSignal::Queueing);
+        assert!(pacer.limit() < 8);
+    }
+
+    #[test]
+    fn rounds_of_fewer_than_three_answers_are_not_judged() {
+        // One or two answers say nothing of a queue; neither do they set the baseline.
+        let mut pacer = AdaptivePacer::new(8, 0);
+        let mut now = Instant::now();
+        feed_round(&mut pacer, &mut now, &[100, 100]);
+        feed_round(&mut pacer, &mut now, &[1000, 1000]);
+        feed_round(&mut pacer, &mut now, &[3000]);
+        assert_eq!(pacer.baseline(), None);
+        assert_eq!(pacer.last_signal(), PacerSignal::None);
     }
 
     #[test]

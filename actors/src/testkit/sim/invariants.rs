@@ -381,7 +381,14 @@ mod tests {
             prefill: false,
         };
         let calls = vec![CallBook::new(0, false, 1)];
-        State::new(rand::rngs::SmallRng::seed_from_u64(0), vec![faults], 1000, None, calls, false)
+        State::new(
+            rand::rngs::SmallRng::seed_from_u64(0),
+            vec![faults],
+            1000,
+            None,
+            calls,
+            false,
+        )
     }
 
     /// The pacer published `limit` after an attempt ending `verdict` at `now` ms with
@@ -407,7 +414,13 @@ mod tests {
     fn a_pacer_that_does_not_grow_while_it_could_is_stuck() {
         let mut state = cut_by_the_window();
         for i in 0..RECOVERY_SUCCESSES {
-            observed(&mut state, 2000 + Ms::from(i), AttemptVerdict::Success, 3, 4);
+            observed(
+                &mut state,
+                2000 + Ms::from(i),
+                AttemptVerdict::Success,
+                3,
+                4,
+            );
         }
         assert_eq!(state.violations.len(), 1, "{:?}", state.violations);
         assert!(state.violations[0].1.contains("pacer stuck at 4"));
@@ -419,7 +432,13 @@ mod tests {
         // hold (a fractional 4.x needs more than 2).
         let mut state = cut_by_the_window();
         for i in 0..RECOVERY_SUCCESSES * 2 {
-            observed(&mut state, 2000 + Ms::from(i), AttemptVerdict::Success, 2, 4);
+            observed(
+                &mut state,
+                2000 + Ms::from(i),
+                AttemptVerdict::Success,
+                2,
+                4,
+            );
         }
         assert!(state.violations.is_empty(), "{:?}", state.violations);
         assert_eq!(state.recoveries_checked, 0);
@@ -432,7 +451,13 @@ mod tests {
         // window's lowest (4).
         observed(&mut state, 2000, AttemptVerdict::Success, 4, 2);
         for i in 1..10u32 {
-            observed(&mut state, 2000 + Ms::from(i), AttemptVerdict::Success, 2, 2);
+            observed(
+                &mut state,
+                2000 + Ms::from(i),
+                AttemptVerdict::Success,
+                2,
+                2,
+            );
         }
         observed(&mut state, 2100, AttemptVerdict::Success, 2, 3);
         assert!(state.violations.is_empty(), "{:?}", state.violations);
@@ -442,7 +467,13 @@ mod tests {
         let mut state = cut_by_the_window();
         observed(&mut state, 2000, AttemptVerdict::Success, 4, 2);
         for i in 1..=RECOVERY_SUCCESSES {
-            observed(&mut state, 2000 + Ms::from(i), AttemptVerdict::Success, 2, 2);
+            observed(
+                &mut state,
+                2000 + Ms::from(i),
+                AttemptVerdict::Success,
+                2,
+                2,
+            );
         }
         assert_eq!(state.violations.len(), 1, "{:?}", state.violations);
         assert!(state.violations[0].1.contains("pacer stuck at 2"));
