@@ -75,9 +75,10 @@ const JUDGED_SUCCESSES: u32 = 3;
 /// A round's mean reads as queueing only when it clears the threshold by this many standard
 /// errors of its own samples: a queue moves every answer, spread moves the mean by chance.
 const SPREAD_MARGIN: f64 = 3.0;
-/// A queueing cut to this share of the limit or deeper is tested: the first round wholly after
-/// it must show latency come down (a queue of ours shrinks with what we send), or the cut is
-/// undone and the baseline starts again. Shallower cuts move latency less than answers vary.
+/// Queueing cuts that took the limit to this share of where they started, or lower, are tested:
+/// the first round wholly after them must show latency come down (a queue of ours shrinks with
+/// what we send), or they are undone and the baseline starts again. Shallower cuts move latency
+/// less than answers vary.
 const CHECKED_CUT: f64 = 0.75;
 /// Queueing delay below this is a busy host's scheduler, not an upstream's queue: it never
 /// counts (fast upstreams answer in milliseconds, where scheduling jitter alone triples latency).
@@ -134,10 +135,10 @@ pub struct AdaptivePacer {
     header_rate: Option<f64>,
     no_increase_until: Option<Instant>,
     no_cut_until: Option<Instant>,
-    /// The last queueing cut, until the first round wholly after it tells whether latency
-    /// followed it down.
+    /// The first of a run of queueing cuts, until the first round wholly after it tests
+    /// whether latency followed the run down.
     queueing_cut: Option<QueueingCut>,
-    /// A queueing cut latency did not follow: the limit it started from, regained at slow
+    /// Queueing cuts latency did not follow: the limit they started from, regained at slow
     /// start's pace.
     regrow_to: Option<f64>,
     signal: PacerSignal,
@@ -509,7 +510,7 @@ impl Round {
     }
 }
 
-/// A queueing cut, as the round that caused it saw latency.
+/// The first queueing cut of a run, as the round that caused it saw latency.
 #[derive(Debug, Clone, Copy)]
 struct QueueingCut {
     /// The limit before the cut.

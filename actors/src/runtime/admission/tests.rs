@@ -1,6 +1,6 @@
 //! The admission's tests: the carry policy against a counting backend, a restarted actor's
 //! door, the compensation of an admission dropped mid-flight, and a grant that came back after
-//! its call's deadline.
+//! its call's deadline (the call's own attempt's, and a hedge's).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,6 +14,7 @@ use super::door::Door;
 use super::tasks::TrackedTasks;
 use super::{AdmitRequest, Governance, GovernanceFactory, Permit};
 use crate::memory::{MemoryBreakers, MemoryGate};
+use crate::outcome::FailureClass;
 use crate::policy::select::LeastInflight;
 use crate::ports::attempt::{
     AttemptAdmit, AttemptBackend, AttemptOutcome, AttemptPermit, BreakerAction, BreakerStatus,
@@ -21,13 +22,14 @@ use crate::ports::attempt::{
 };
 use crate::ports::breaker::{BreakerConfig, BreakerVerdict};
 use crate::ports::gate::{GateBackend, GateRequest};
+use crate::ports::transport::{EventSink, Transport};
 use crate::ports::BackendError;
 use crate::runtime::metrics::BreakerGauge;
 use crate::runtime::{
-    CallFailure, GovernOptions, NoObserver, Runtime, RuntimeOptions, Scope, ScopeConfig,
-    ScopeReason,
+    CallFailure, GovernOptions, HedgeConfig, NoObserver, Runtime, RuntimeOptions, Scope,
+    ScopeConfig, ScopeReason, SourceSpec,
 };
-use crate::testkit::{aimd, echo, Echo};
+use crate::testkit::{aimd, echo, Echo, EchoError};
 
 /// In-memory backends that count admissions and answer them `delay` after granting them (a
 /// stand-in for a reply still on the network).
@@ -40,6 +42,8 @@ struct Counted {
     gate: Arc<MemoryGate>,
     admits: AtomicUsize,
     delay: Duration,
+    /// The first this many admissions answer at once, whatever `delay` says.
+    quick: usize,
     carries: bool,
     alone: AtomicUsize,
     carried: AtomicUsize,
@@ -77,9 +81,9 @@ impl AttemptBackend for Counted {
         request: &GateRequest,
         breaker: &BreakerConfig,
     ) -> Result<AttemptAdmit, BackendError> {
-        self.admits.fetch_add(1, Ordering::SeqCst);
+        let earlier = self.admits.fetch_add(1, Ordering::SeqCst);
         let answer = self.inner().admit(request, breaker).await;
-        if !self.delay.is_zero() {
+        if !self.delay.is_zero() && earlier >= self.quick {
             tokio::time::sleep(self.delay).await;
         }
         answer
@@ -407,6 +411,130 @@ async fn an_admission_granted_after_the_call_deadline_is_given_back_unsent() {
         backend.alone.load(Ordering::SeqCst),
         1,
         "one finish: the give-back"
+    );
+    assert_eq!(backend.gate.leases_held("LLM").await.unwrap(), 0);
+    runtime.shutdown(Duration::from_secs(1)).await;
+}
+
+/// A source that fails transiently `after` its request was sent, counting what it was sent.
+#[derive(Debug, Default)]
+struct FailsLate {
+    after: Duration,
+    sent: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Transport for FailsLate {
+    type Request = String;
+    type Response = String;
+    type Event = String;
+    type Error = EchoError;
+
+    async fn send(&self, _: &String, _: Option<&EventSink<String>>) -> Result<String, EchoError> {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.after).await;
+        Err(EchoError(FailureClass::Transient))
+    }
+
+    fn tokens_used(_: &String) -> Option<u64> {
+        None
+    }
+}
+
+#[tokio::test]
+async fn a_hedge_granted_after_the_call_deadline_is_given_back_unsent() {
+    // The call's own admission answers at once; the hedge's, asked when the hedge is due
+    // (20 ms), answers 800 ms later — past the call's 400 ms deadline. The first source fails
+    // at 200 ms, so the race is still waiting for the hedge when its grant comes back. (Wide
+    // margins: a loaded CI host may run a timer late by tens of milliseconds.)
+    let backend = Counted::new(Duration::from_millis(800));
+    let backend = {
+        let mut counted = Arc::into_inner(backend).unwrap();
+        counted.quick = 1;
+        Arc::new(counted)
+    };
+    let governance = Arc::clone(&backend);
+    let factory: GovernanceFactory = Arc::new(move || {
+        let counted = Arc::clone(&governance);
+        Box::pin(async move {
+            Ok(Governance {
+                gate: counted.gate.clone(),
+                breakers: Arc::new(MemoryBreakers::default()),
+                attempts: Some(counted),
+                timeout: Duration::from_secs(1),
+            })
+        })
+    });
+    let runtime = Runtime::start(factory, RuntimeOptions::default())
+        .await
+        .unwrap();
+    let sources: Vec<Arc<FailsLate>> = (0..2)
+        .map(|_| {
+            Arc::new(FailsLate {
+                after: Duration::from_millis(200),
+                ..FailsLate::default()
+            })
+        })
+        .collect();
+    let specs = sources
+        .iter()
+        .enumerate()
+        .map(|(i, transport)| {
+            let echo = echo(&format!("late_{i}"));
+            SourceSpec {
+                name: echo.name,
+                transport: Arc::clone(transport),
+                breaker: echo.breaker,
+                limits: echo.limits,
+                est_tokens: echo.est_tokens,
+            }
+        })
+        .collect();
+    let mut config = ScopeConfig::new("LLM");
+    config.hedge = HedgeConfig {
+        enabled: true,
+        floor: Duration::from_millis(20),
+        ceiling: Duration::from_millis(20),
+        budget: 1.0,
+    };
+    let scope = runtime
+        .add_scope(config, specs, Box::new(LeastInflight), aimd())
+        .await
+        .unwrap();
+    let options = GovernOptions {
+        deadline: Some(Duration::from_millis(400)),
+        ..GovernOptions::default()
+    };
+    let (sink, _events) = EventSink::channel(8);
+    let answer = scope
+        .call(&"hi".to_string(), &NoObserver, Some(&sink), options)
+        .await;
+    match answer {
+        Err(CallFailure::Unavailable { reason, .. }) => {
+            assert_eq!(reason, ScopeReason::DeadlineExceeded)
+        }
+        other => panic!("expected deadline_exceeded, got {other:?}"),
+    }
+    let hedges = scope.hedges().unwrap();
+    assert!(hedges.contains(&("deadline", 1)), "{hedges:?}");
+    assert_eq!(
+        backend.admits.load(Ordering::SeqCst),
+        2,
+        "the call's and the hedge's"
+    );
+    let sent: Vec<usize> = sources
+        .iter()
+        .map(|s| s.sent.load(Ordering::SeqCst))
+        .collect();
+    assert_eq!(
+        sent.iter().sum::<usize>(),
+        1,
+        "only the call's own attempt was sent: {sent:?}"
+    );
+    assert_eq!(
+        backend.alone.load(Ordering::SeqCst),
+        2,
+        "two finishes: the attempt's and the hedge's give-back"
     );
     assert_eq!(backend.gate.leases_held("LLM").await.unwrap(), 0);
     runtime.shutdown(Duration::from_secs(1)).await;
