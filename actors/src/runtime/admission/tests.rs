@@ -269,14 +269,13 @@ async fn finishes_carried_by_a_failed_admission_are_sent_again_and_drain_waits_f
     drop(b);
 }
 
-/// A runtime whose factory builds new [`Counted`] backends on every (re)start, listed in
-/// build order.
-async fn runtime(delay: Duration) -> (Runtime, Scope<Echo>, Arc<Mutex<Vec<Arc<Counted>>>>) {
-    let built: Arc<Mutex<Vec<Arc<Counted>>>> = Arc::default();
-    let list = Arc::clone(&built);
-    let factory: GovernanceFactory = Arc::new(move || {
-        let counted = Counted::new(delay);
-        list.lock().unwrap().push(Arc::clone(&counted));
+/// Governance over the [`Counted`] backend `next` gives on every (re)start of the admission
+/// actor.
+fn counted_governance(
+    next: impl Fn() -> Arc<Counted> + Send + Sync + 'static,
+) -> GovernanceFactory {
+    Arc::new(move || {
+        let counted = next();
         Box::pin(async move {
             Ok(Governance {
                 gate: counted.gate.clone(),
@@ -285,6 +284,18 @@ async fn runtime(delay: Duration) -> (Runtime, Scope<Echo>, Arc<Mutex<Vec<Arc<Co
                 timeout: Duration::from_secs(1),
             })
         })
+    })
+}
+
+/// A runtime whose factory builds new [`Counted`] backends on every (re)start, listed in
+/// build order.
+async fn runtime(delay: Duration) -> (Runtime, Scope<Echo>, Arc<Mutex<Vec<Arc<Counted>>>>) {
+    let built: Arc<Mutex<Vec<Arc<Counted>>>> = Arc::default();
+    let list = Arc::clone(&built);
+    let factory = counted_governance(move || {
+        let counted = Counted::new(delay);
+        list.lock().unwrap().push(Arc::clone(&counted));
+        counted
     });
     let runtime = Runtime::start(factory, RuntimeOptions::default())
         .await
@@ -454,17 +465,7 @@ async fn a_hedge_granted_after_the_call_deadline_is_given_back_unsent() {
         Arc::new(counted)
     };
     let governance = Arc::clone(&backend);
-    let factory: GovernanceFactory = Arc::new(move || {
-        let counted = Arc::clone(&governance);
-        Box::pin(async move {
-            Ok(Governance {
-                gate: counted.gate.clone(),
-                breakers: Arc::new(MemoryBreakers::default()),
-                attempts: Some(counted),
-                timeout: Duration::from_secs(1),
-            })
-        })
-    });
+    let factory = counted_governance(move || Arc::clone(&governance));
     let runtime = Runtime::start(factory, RuntimeOptions::default())
         .await
         .unwrap();

@@ -33,21 +33,7 @@ fn run_script(
 ) -> (AttemptLog, &'static str, Vec<String>) {
     let book = CallBook::new(1, false, sources);
     let faults = (0..sources)
-        .map(|_| Faults {
-            latency: (SCRIPT_LATENCY, SCRIPT_LATENCY),
-            slow_first_token: 0.0,
-            transient: 0.0,
-            rate_limited: 0.0,
-            retry_after: 0.0,
-            black_hole: 0.0,
-            truncate: 0.0,
-            rejected: 0.0,
-            invalid: 0.0,
-            dead: None,
-            pushback: None,
-            overloaded: None,
-            prefill: false,
-        })
+        .map(|_| Faults::quiet(SCRIPT_LATENCY))
         .collect();
     let mut state = State::new(
         SmallRng::seed_from_u64(0),

@@ -29,6 +29,29 @@ pub(super) struct Faults {
     pub(super) prefill: bool,
 }
 
+impl Faults {
+    /// An upstream that answers every attempt in `latency` and never fails (what scripted and
+    /// hand-built tests start from).
+    #[cfg(test)]
+    pub(super) fn quiet(latency: Ms) -> Self {
+        Self {
+            latency: (latency, latency),
+            slow_first_token: 0.0,
+            transient: 0.0,
+            rate_limited: 0.0,
+            retry_after: 0.0,
+            black_hole: 0.0,
+            truncate: 0.0,
+            rejected: 0.0,
+            invalid: 0.0,
+            dead: None,
+            pushback: None,
+            overloaded: None,
+            prefill: false,
+        }
+    }
+}
+
 /// How a simulated attempt answers.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Answer {

@@ -366,19 +366,8 @@ mod tests {
     /// A source whose upstream answers every attempt with a 429 in `[1000, 2000)` ms.
     fn one_source_with_a_429_window() -> State {
         let faults = super::super::faults::Faults {
-            latency: (10, 10),
-            slow_first_token: 0.0,
-            transient: 0.0,
-            rate_limited: 0.0,
-            retry_after: 0.0,
-            black_hole: 0.0,
-            truncate: 0.0,
-            rejected: 0.0,
-            invalid: 0.0,
-            dead: None,
             pushback: Some((1000, 2000)),
-            overloaded: None,
-            prefill: false,
+            ..super::super::faults::Faults::quiet(10)
         };
         let calls = vec![CallBook::new(0, false, 1)];
         State::new(
