@@ -2,8 +2,9 @@
 //! the simulator ([`SimAttempts`]): the memory gate and breakers, answering at once, or — with
 //! [`run_seed_over_network`](super::run_seed_over_network) — as a network backend would, each
 //! call a round trip of virtual time that carries finishes (so the door holds them for the next
-//! admission, `carry.rs`), and in a backend-down window every call fails. The door's retries, held finishes and the compensation of abandoned
-//! admissions then run here, on the simulator's clock.
+//! admission, `carry.rs`), and in a backend-down window every call fails. The door's retries,
+//! held finishes and the compensation of abandoned admissions then run here, on the simulator's
+//! clock.
 
 use std::sync::{Arc, Mutex};
 

@@ -391,6 +391,14 @@ mod tests {
         state.check_pacer(0, 0, limit, &attempt);
     }
 
+    /// `count` successes a millisecond apart from `from` ms, each with `in_flight` in flight and
+    /// the pacer at `limit` after it.
+    fn successes(state: &mut State, from: Ms, count: u32, in_flight: u32, limit: u32) {
+        for i in 0..Ms::from(count) {
+            observed(state, from + i, AttemptVerdict::Success, in_flight, limit);
+        }
+    }
+
     /// 8 before the window, cut to 4 in it.
     fn cut_by_the_window() -> State {
         let mut state = one_source_with_a_429_window();
@@ -402,15 +410,7 @@ mod tests {
     #[test]
     fn a_pacer_that_does_not_grow_while_it_could_is_stuck() {
         let mut state = cut_by_the_window();
-        for i in 0..RECOVERY_SUCCESSES {
-            observed(
-                &mut state,
-                2000 + Ms::from(i),
-                AttemptVerdict::Success,
-                3,
-                4,
-            );
-        }
+        successes(&mut state, 2000, RECOVERY_SUCCESSES, 3, 4);
         assert_eq!(state.violations.len(), 1, "{:?}", state.violations);
         assert!(state.violations[0].1.contains("pacer stuck at 4"));
     }
@@ -420,34 +420,18 @@ mod tests {
         // The pacer grows only while half its limit is in use: at 4 with 2 in flight it may
         // hold (a fractional 4.x needs more than 2).
         let mut state = cut_by_the_window();
-        for i in 0..RECOVERY_SUCCESSES * 2 {
-            observed(
-                &mut state,
-                2000 + Ms::from(i),
-                AttemptVerdict::Success,
-                2,
-                4,
-            );
-        }
+        successes(&mut state, 2000, RECOVERY_SUCCESSES * 2, 2, 4);
         assert!(state.violations.is_empty(), "{:?}", state.violations);
         assert_eq!(state.recoveries_checked, 0);
     }
 
     #[test]
     fn after_a_later_cut_recovery_is_growth_from_that_cut() {
+        // A later signal cuts 4 → 2 (the first success after the window); growing to 3 within
+        // ten successes recovers from it, though 3 is below the window's lowest (4).
         let mut state = cut_by_the_window();
-        // A later signal cuts 4 → 2; growing to 3 recovers from it, though 3 is below the
-        // window's lowest (4).
         observed(&mut state, 2000, AttemptVerdict::Success, 4, 2);
-        for i in 1..10u32 {
-            observed(
-                &mut state,
-                2000 + Ms::from(i),
-                AttemptVerdict::Success,
-                2,
-                2,
-            );
-        }
+        successes(&mut state, 2001, 9, 2, 2);
         observed(&mut state, 2100, AttemptVerdict::Success, 2, 3);
         assert!(state.violations.is_empty(), "{:?}", state.violations);
         assert_eq!(state.recoveries_checked, 1);
@@ -455,15 +439,7 @@ mod tests {
         // Held at the later cut's 2 instead: stuck.
         let mut state = cut_by_the_window();
         observed(&mut state, 2000, AttemptVerdict::Success, 4, 2);
-        for i in 1..=RECOVERY_SUCCESSES {
-            observed(
-                &mut state,
-                2000 + Ms::from(i),
-                AttemptVerdict::Success,
-                2,
-                2,
-            );
-        }
+        successes(&mut state, 2001, RECOVERY_SUCCESSES, 2, 2);
         assert_eq!(state.violations.len(), 1, "{:?}", state.violations);
         assert!(state.violations[0].1.contains("pacer stuck at 2"));
     }

@@ -107,8 +107,8 @@ pub(super) struct PacerBook {
     pub(super) before_window: Option<u32>,
     pub(super) lowest_since_window: Option<u32>,
     /// Successes observed after the window ended (and after any later 429's `Retry-After`, which
-    /// freezes growth) that could grow the limit (at least half of it in flight); whether the
-    /// recovery was judged.
+    /// freezes growth) that could grow the limit (more than half of the whole limit in flight);
+    /// whether the recovery was judged.
     pub(super) successes_after: u32,
     /// Until when the 429s seen so far froze the pacer's growth (their `Retry-After`).
     pub(super) frozen_until: Ms,
