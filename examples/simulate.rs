@@ -5,19 +5,25 @@
 //! truncated streams, slow first tokens, a governance backend-down window, caller
 //! cancellations), then runs `--calls` calls through the real call machine and governance state
 //! machines in virtual time, checking the invariants at every step. `--network` puts the
-//! governance backend a simulated round trip away. Failing seeds are printed with the trace of
-//! the first failing call; the last line is one JSON object.
+//! governance backend a simulated round trip away. `--decoded` (feature `test-util`) writes every
+//! answer in a provider's dialect and reads it back through this crate's decoders
+//! (`transport::DecodingWire`); the schedules, and so `trace_hash`, are those of the run without
+//! it when every answer is read as it was meant. Failing seeds are printed with the trace of the
+//! first failing call; the last line is one JSON object.
 //!
 //! ```text
 //! cargo run --release --example simulate -- --seeds 1000 --calls 200
 //! cargo run --release --example simulate -- --seeds 1000 --calls 200 --network
+//! cargo run --release --features test-util --example simulate -- --seeds 1000 --calls 200 --decoded
 //! cargo run --release --example simulate -- --seed 12 --calls 60     # replay one seed
 //! ```
 
 use std::collections::HashSet;
 use std::time::Instant;
 
-use polygateway_actors::testkit::sim::{run_seed, run_seed_over_network, SeedReport};
+use polygateway_actors::testkit::sim::{
+    run_seed, run_seed_over_network, run_seed_through, SeedReport,
+};
 
 /// Which seeds to run and how many calls each.
 #[derive(clap::Parser)]
@@ -34,6 +40,9 @@ struct Args {
     /// Reach the governance backend over a simulated network (`run_seed_over_network`).
     #[arg(long)]
     network: bool,
+    /// Read every answer through the crate's decoders (`DecodingWire`; feature `test-util`).
+    #[arg(long)]
+    decoded: bool,
 }
 
 impl Args {
@@ -45,11 +54,26 @@ impl Args {
     }
 
     fn run(&self, seed: u64, keep_trace: bool) -> SeedReport {
-        match self.network {
-            true => run_seed_over_network(seed, self.calls, keep_trace),
-            false => run_seed(seed, self.calls, keep_trace),
+        match (self.decoded, self.network) {
+            (true, network) => {
+                run_seed_through(seed, self.calls, network, keep_trace, decoding(seed))
+            }
+            (false, true) => run_seed_over_network(seed, self.calls, keep_trace),
+            (false, false) => run_seed(seed, self.calls, keep_trace),
         }
     }
+}
+
+/// Seed `seed`'s wire through the crate's decoders.
+#[cfg(feature = "test-util")]
+fn decoding(seed: u64) -> std::sync::Arc<dyn polygateway_actors::testkit::sim::Wire> {
+    std::sync::Arc::new(polygateway::transport::DecodingWire::new(seed))
+}
+
+#[cfg(not(feature = "test-util"))]
+fn decoding(_: u64) -> std::sync::Arc<dyn polygateway_actors::testkit::sim::Wire> {
+    eprintln!("--decoded reads answers through the crate's decoders, which feature `test-util` builds: run with `--features test-util`");
+    std::process::exit(2);
 }
 
 /// FNV-1a over the per-seed hashes, in seed order.
@@ -105,10 +129,16 @@ fn main() {
             println!("    {line}");
         }
         println!(
-            "  replay: cargo run --release --example simulate -- --seed {} --calls {}{}",
+            "  replay: cargo run --release{} --example simulate -- --seed {} --calls {}{}{}",
+            if args.decoded {
+                " --features test-util"
+            } else {
+                ""
+            },
             report.seed,
             args.calls,
-            if args.network { " --network" } else { "" }
+            if args.network { " --network" } else { "" },
+            if args.decoded { " --decoded" } else { "" }
         );
     }
     let distinct: HashSet<u64> = reports.iter().map(|r| r.trace_hash).collect();
@@ -125,6 +155,8 @@ fn main() {
         "overloaded_answers": reports.iter().map(|r| u64::from(r.overloaded_answers)).sum::<u64>(),
         "deadline_sends_checked": reports.iter().map(|r| u64::from(r.deadline_sends_checked)).sum::<u64>(),
         "network": args.network,
+        "wire": if args.decoded { "decoded" } else { "meant" },
+        "answers_read": reports.iter().map(|r| r.answers_read).sum::<u64>(),
         "carried_finishes": reports.iter().map(|r| r.carried_finishes).sum::<u64>(),
         "door_tasks": reports.iter().map(|r| r.door_tasks).sum::<u64>(),
         "given_back": reports.iter().map(|r| r.given_back).sum::<u64>(),

@@ -494,7 +494,9 @@ fn the_public_surface_stays_within_its_ceiling() {
 /// its scope itself, so `ScopeEntry`, `ChatScope`, `EmbedScope` and `OcrScope` — public only
 /// because the sealing trait's associated type named them, never nameable outside the crate —
 /// are crate-private.
-const ROOT_CEILING: usize = 390;
+/// 392 with the simulator's upstreams read through the crate's decoders (issue #50 item 2):
+/// `transport::DecodingWire` and its `new` (feature `test-util`).
+const ROOT_CEILING: usize = 392;
 /// Public items of `polygateway-testkit` (testkit/src/): the mock upstreams and drivers that were
 /// the library's `testkit` module until they became a crate of their own (issue #50 item 4: the
 /// library's API is what a service uses; the test kit is what its tests use). Counted apart, so
@@ -543,7 +545,9 @@ const TESTKIT_CEILING: usize = 119;
 /// runtime answered a `String`).
 /// 237 with `PacerSignal::{code, from_code}` (the source's atomic encoding of a signal) and
 /// `AimdPacer::exact_limit` (read by tests only) crate-private, their examples kept as unit tests.
-const ACTORS_CEILING: usize = 237;
+/// 243 with the simulator's wire (issue #50 item 2: the simulator runs the `polygateway` crate's
+/// decoders): `testkit::sim::{Wire, Sent, Read, Failure, meant, run_seed_through}`.
+const ACTORS_CEILING: usize = 243;
 
 #[test]
 fn every_public_item_has_a_doc_example() {

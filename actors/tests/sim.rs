@@ -2,7 +2,12 @@
 //! machine and governance state machines, invariants checked at every step (issue #15).
 //! Reproduce a failure with `cargo run --release --example simulate -- --seed S`.
 
-use polygateway_actors::testkit::sim::{run_seed, run_seed_over_network, SeedReport};
+use std::sync::Arc;
+use std::time::Duration;
+
+use polygateway_actors::testkit::sim::{
+    meant, run_seed, run_seed_over_network, run_seed_through, Read, SeedReport, Sent, Wire,
+};
 
 /// Seeds run on every CI build; the nightly-sized run is documented in ARCHITECTURE.md.
 const CI_SEEDS: u64 = 300;
@@ -155,7 +160,20 @@ const FOUND_BUGS: &[(u64, u32)] = &[(12, 60), (1770, 200), (14213, 200), (18349,
 /// - 15850 × 200: an adaptive pacer held at 2 after a 429 window with one call in flight: the
 ///   recovery check counted successes it could not grow on, and the pacer read latency spread
 ///   (146–893 ms) as a queue.
-const FOUND_OVER_A_NETWORK: &[(u64, u32)] = &[(181, 100), (1013, 200), (1784, 200), (15850, 200)];
+/// - 8497 × 200: the checker took a 429 of the call's attempt for the race's answer while the
+///   attempt's hedge, still waiting for its admission, went on to answer (§5.9: a side that fails
+///   before any delta leaves the other running).
+///
+/// The fault process changed on the 7th of December 2026 (answers stream their pieces, hints are
+/// whole seconds, a 503 carries its Retry-After, what arrives past the attempt's deadline is a
+/// stall), so the seeds found before then run other schedules than the ones that found them.
+const FOUND_OVER_A_NETWORK: &[(u64, u32)] = &[
+    (181, 100),
+    (1013, 200),
+    (1784, 200),
+    (15850, 200),
+    (8497, 200),
+];
 
 #[test]
 fn seeds_that_found_bugs_stay_fixed() {
@@ -164,5 +182,45 @@ fn seeds_that_found_bugs_stay_fixed() {
     }
     for &(seed, calls) in FOUND_OVER_A_NETWORK {
         kept(run_seed_over_network(seed, calls, false));
+    }
+}
+
+/// A transport that loses a 503's Retry-After (what the chat transport did before the 7th of
+/// December 2026) and reads everything else right.
+#[derive(Debug)]
+struct LosesBusyHints;
+
+impl Wire for LosesBusyHints {
+    fn read(
+        &self,
+        _: usize,
+        sent: Sent,
+        streaming: bool,
+        _: Duration,
+        _: Duration,
+        _: Duration,
+    ) -> Read {
+        let sent = match sent {
+            Sent::Unavailable { .. } => Sent::Unavailable { retry_after: None },
+            other => other,
+        };
+        meant(sent, streaming)
+    }
+}
+
+#[test]
+fn a_wire_that_misreads_an_answer_breaks_the_seed() {
+    let misread: Vec<String> = (0..40)
+        .flat_map(|seed| {
+            run_seed_through(seed, CALLS, false, false, Arc::new(LosesBusyHints)).violations
+        })
+        .collect();
+    assert!(!misread.is_empty(), "no seed sent a 503 with Retry-After");
+    for violation in &misread {
+        assert!(
+            violation.contains("sent Unavailable { retry_after: Some(")
+                && violation.contains("read as"),
+            "{violation}"
+        );
     }
 }

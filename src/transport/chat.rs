@@ -383,13 +383,7 @@ impl ChatTransport {
 
     /// How this source's dialect states its rate limits and errors in an answer.
     fn answer_reader(&self) -> AnswerReader {
-        match self.dialect {
-            Dialect::Anthropic => AnswerReader {
-                rate_limit: anthropic::rate_limit,
-                ..AnswerReader::OPENAI
-            },
-            _ => AnswerReader::OPENAI,
-        }
+        super::dialect::answer_reader(self.dialect)
     }
 
     /// One streamed attempt in this source's dialect (OpenAI's or Anthropic's).

@@ -3,9 +3,14 @@
 //! hand its deltas to the consumer as each event is read, and return its verdict. The time is
 //! tokio's (`watchdog::now`), so tests can pause it; a deadline is a `timeout_at` around one
 //! read, which polls the read first: data already buffered wins over a deadline that passed
-//! while the consumer was slow.
+//! while the consumer was slow. The reading loop itself is I/O-agnostic ([`read_answer`] over a
+//! [`BodyIo`]): the simulator runs the same loop over scripted bytes on virtual time.
 
-use futures::StreamExt;
+use std::future::Future;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use polygateway_actors::{EventSink, SourceReason};
 use tokio::time::{timeout_at, Instant as TokioInstant};
 
@@ -46,56 +51,133 @@ pub(crate) async fn streamed<D: WireDialect>(
             .await);
     }
     let rate_limit = (reader.rate_limit)(resp.headers());
-    let mut deltas = Vec::new();
-    if let Err(e) = read_body(exchange, resp, sink, &mut deltas).await {
-        return Err(exchange.cut(e));
-    }
-    exchange.flush(&mut deltas);
-    emit_all(exchange.clock(), sink, &mut deltas).await?;
+    let mut network = Network {
+        body: resp.bytes_stream(),
+        sink,
+    };
+    read_answer(exchange, &mut network).await?;
     let mut answer = exchange.finish(now())?;
     answer.rate_limit = rate_limit;
     Ok(answer)
+}
+
+/// Where a streamed answer's body comes from, what time it is, and whom its deltas go to: the
+/// network on tokio's clock ([`Network`]), or a script on virtual time (the simulator's wire,
+/// `transport::simulated`). One reading loop ([`read_answer`]) runs over both.
+pub(crate) trait BodyIo {
+    /// The time now, as the attempt's stall clock counts it.
+    fn now(&self) -> Instant;
+
+    /// The body's next piece, or `None` when `deadline` came first.
+    fn next_before(&mut self, deadline: Instant) -> impl Future<Output = Option<BodyPiece>> + Send;
+
+    /// Whether anybody consumes the deltas.
+    fn consumed(&self) -> bool;
+
+    /// Hand `deltas` on to the consumer (bounded by `clock`'s total deadline), emptying it.
+    fn hand_on(
+        &mut self,
+        clock: &StallClock,
+        deltas: &mut Vec<ChatDelta>,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send;
+}
+
+/// A piece of a streamed body, as [`BodyIo::next_before`] reads it.
+pub(crate) enum BodyPiece {
+    /// Bytes arrived.
+    Bytes(Bytes),
+    /// The body ended, and how.
+    End(BodyEnd),
+}
+
+/// A body read from the network under tokio's clock, its deltas handed to `sink`.
+struct Network<'s, B> {
+    body: B,
+    sink: Option<&'s EventSink<ChatDelta>>,
+}
+
+impl<B> BodyIo for Network<'_, B>
+where
+    B: Stream<Item = reqwest::Result<Bytes>> + Unpin + Send,
+{
+    fn now(&self) -> Instant {
+        now()
+    }
+
+    async fn next_before(&mut self, deadline: Instant) -> Option<BodyPiece> {
+        match timeout_at(TokioInstant::from_std(deadline), self.body.next()).await {
+            Err(_) => None,
+            Ok(None) => Some(BodyPiece::End(BodyEnd::Finished)),
+            // The connection dropped mid-body (no final chunk). What arrived is judged like any
+            // stream without its end marker.
+            Ok(Some(Err(_))) => Some(BodyPiece::End(BodyEnd::Closed)),
+            Ok(Some(Ok(bytes))) => Some(BodyPiece::Bytes(bytes)),
+        }
+    }
+
+    fn consumed(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    async fn hand_on(
+        &mut self,
+        clock: &StallClock,
+        deltas: &mut Vec<ChatDelta>,
+    ) -> Result<(), TransportError> {
+        emit_all(clock, self.sink, deltas).await
+    }
+}
+
+/// A streamed answer's body (after a 2xx head) read into `exchange` from `io`, each event's
+/// deltas handed on before the next event is read, until the exchange is over and what it held
+/// back is handed on too ([`ChatExchange::finish`] gives the verdict next); or the error that
+/// ended the reading (a cut carrying what was delivered).
+pub(crate) async fn read_answer<D: WireDialect>(
+    exchange: &mut ChatExchange<'_, D>,
+    io: &mut impl BodyIo,
+) -> Result<(), TransportError> {
+    let mut deltas = Vec::new();
+    if let Err(e) = read_body(exchange, io, &mut deltas).await {
+        return Err(exchange.cut(e));
+    }
+    exchange.flush(&mut deltas);
+    io.hand_on(exchange.clock(), &mut deltas).await
 }
 
 /// Read a streamed body into `exchange`, handing each event's deltas to the consumer before the
 /// next event is read, until the exchange is over.
 async fn read_body<D: WireDialect>(
     exchange: &mut ChatExchange<'_, D>,
-    resp: reqwest::Response,
-    sink: Option<&EventSink<ChatDelta>>,
+    io: &mut impl BodyIo,
     deltas: &mut Vec<ChatDelta>,
 ) -> Result<(), TransportError> {
-    let mut body = resp.bytes_stream();
     loop {
         // An event is read at the time it is read: the clock is read again only after handing
         // deltas to a consumer, which may have made the reading wait.
-        let mut at = now();
+        let mut at = io.now();
         while exchange.poll_deltas(at, deltas)? {
             if deltas.is_empty() {
                 continue;
             }
-            if sink.is_none() {
+            if !io.consumed() {
                 deltas.clear();
                 continue;
             }
-            emit_all(exchange.clock(), sink, deltas).await?;
-            at = now();
+            io.hand_on(exchange.clock(), deltas).await?;
+            at = io.now();
         }
         if exchange.is_over() {
             return Ok(());
         }
         let (deadline, _) = exchange.deadline();
-        match timeout_at(TokioInstant::from_std(deadline), body.next()).await {
-            Err(_) => {
-                if let Some(stall) = exchange.on_timeout(now()) {
+        match io.next_before(deadline).await {
+            None => {
+                if let Some(stall) = exchange.on_timeout(io.now()) {
                     return Err(stall);
                 }
             }
-            Ok(None) => exchange.on_end(BodyEnd::Finished)?,
-            // The connection dropped mid-body (no final chunk). What arrived is judged like any
-            // stream without its end marker.
-            Ok(Some(Err(_))) => exchange.on_end(BodyEnd::Closed)?,
-            Ok(Some(Ok(bytes))) => exchange.on_bytes(&bytes)?,
+            Some(BodyPiece::End(how)) => exchange.on_end(how)?,
+            Some(BodyPiece::Bytes(bytes)) => exchange.on_bytes(&bytes)?,
         }
     }
 }

@@ -149,7 +149,8 @@ fn says_insufficient_quota(body: &str) -> bool {
 /// | 429 | Transient, `rate_limited`, Retry-After (seconds form) | rate_limited |
 /// | 401, 403 | SourceDead | source_dead |
 /// | 400, 404, 413, 422 | RequestRejected | network_error |
-/// | 5xx and anything else | Transient | server_error |
+/// | 5xx | Transient, Retry-After (seconds form) | server_error |
+/// | anything else | Transient | server_error |
 ///
 /// Every error is marked `answered` (the service did answer) and carries the body summary in
 /// both `message` and `body_text`.
@@ -203,8 +204,13 @@ pub(crate) fn classify_status(status: u16, headers: &HeaderMap, body: &str) -> T
     err.answered = true;
     if reason == SourceReason::RateLimited {
         err.rate_limited = true;
-        err.retry_after = parse_retry_after(headers);
         err.rate_limit = parse_rate_limit(headers);
+    }
+    // A 429's and a failing server's hint (a 503's `Retry-After`, RFC 9110 §10.2.3; the original
+    // library read it on 500/502/503/504 as on 429): the back-off before the next attempt is at
+    // least that long (docs/behaviour.md §5.1). A 3xx's or 409's would mean something else.
+    if class == FailureClass::Transient && (status == 429 || (500..=599).contains(&status)) {
+        err.retry_after = parse_retry_after(headers);
     }
     err
 }
@@ -367,7 +373,10 @@ mod tests {
             // The source answered: a server error, not a network one.
             assert_eq!(e.source_reason(), SourceReason::ServerError, "{s}");
             assert!(!e.is_rate_limited());
-            assert_eq!(e.retry_after(), None);
+            // A 5xx's Retry-After is the least back-off (behaviour §5.1); other statuses' is not
+            // a retry hint.
+            let hint = (500..=599).contains(&s).then(|| Duration::from_secs(5));
+            assert_eq!(e.retry_after(), hint, "{s}");
             assert!(!e.proves_alive());
         }
     }

@@ -35,6 +35,10 @@ pub(crate) mod pool;
 pub(crate) mod prefill;
 pub(crate) mod quirks;
 pub(crate) mod resend;
+#[cfg(any(test, feature = "test-util"))]
+pub(crate) mod script;
+#[cfg(any(test, feature = "test-util"))]
+mod simulated;
 pub(crate) mod sse;
 #[cfg(test)]
 mod sse_rechunk;
@@ -45,3 +49,5 @@ pub(crate) mod wire;
 pub use chat::{ChatDelta, ChatTransport, ChatWireRequest};
 pub use config::TransportConfig;
 pub use embeddings::{EmbeddingBatch, EmbeddingTransport, EmbeddingWireRequest};
+#[cfg(any(test, feature = "test-util"))]
+pub use simulated::DecodingWire;

@@ -11,3 +11,19 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod gemini;
+
+use crate::provider::Dialect;
+use crate::transport::http::AnswerReader;
+
+/// How `dialect`'s answers are read besides their body: its rate-limit headers and its error
+/// bodies.
+pub(crate) fn answer_reader(dialect: Dialect) -> AnswerReader {
+    match dialect {
+        Dialect::Anthropic => AnswerReader {
+            rate_limit: anthropic::rate_limit,
+            ..AnswerReader::OPENAI
+        },
+        Dialect::Gemini => gemini::READER,
+        Dialect::OpenAi => AnswerReader::OPENAI,
+    }
+}

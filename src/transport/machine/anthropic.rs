@@ -97,11 +97,11 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::transport::machine::chat_exchange::script::{
-        assert_same_at_every_split, config, content, ms, pieces, run,
-    };
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::{assistant_turn, LeadTrim};
+    use crate::transport::script::runs::{
+        assert_same_at_every_split, config, content, ms, pieces, run,
+    };
     use crate::transport::TransportConfig;
     use crate::types::LlmResponse;
 

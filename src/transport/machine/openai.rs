@@ -58,11 +58,9 @@ mod tests {
 
     use super::*;
     use crate::config::MissingDone;
-    use crate::transport::machine::chat_exchange::script::{
-        assert_same_at_every_split, config, content, ms, run,
-    };
     use crate::transport::machine::chat_exchange::{BodyEnd, ChatExchange};
     use crate::transport::prefill::LeadTrim;
+    use crate::transport::script::runs::{assert_same_at_every_split, config, content, ms, run};
     use crate::transport::watchdog::StallLayer;
     use crate::transport::TransportConfig;
     use crate::types::UsageSource;

@@ -94,10 +94,7 @@ mod tests {
         async fn send(&self, _: &(), _: Option<&EventSink<u64>>) -> Result<(), SimError> {
             tokio::time::sleep(Duration::from_millis(SCRIPT_LATENCY)).await;
             let answer = self.0.lock().unwrap().pop_front();
-            match answer.unwrap_or(Answer::Ok) {
-                Answer::Ok => Ok(()),
-                Answer::Fail(error) => Err(error),
-            }
+            answer.unwrap_or(Ok(()))
         }
 
         fn tokens_used(_: &()) -> Option<u64> {
@@ -163,7 +160,7 @@ mod tests {
     }
 
     fn error(class: FailureClass, reason: SourceReason, retry_after: Option<u64>) -> Answer {
-        Answer::Fail(SimError {
+        Err(SimError {
             class,
             reason,
             rate_limited: reason == SourceReason::RateLimited,

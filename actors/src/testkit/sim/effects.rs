@@ -136,6 +136,13 @@ impl CallEffects<SimTransport> for SimCall {
         // next step must end it `quota_exhausted` (checked in `check_call`). A hedge's selection
         // (while the call's attempt is sent) is no step of the machine's.
         let hedge = state.calls[self.call].sending.is_some();
+        if hedge
+            && state.calls[self.call].continuing.is_none()
+            && matches!(selection, Selection::Picked(_))
+        {
+            // The hedge's side of the race runs from here: its admission is part of it.
+            state.calls[self.call].hedge_open = true;
+        }
         state.calls[self.call].capped_only = !hedge
             && matches!(
                 selection,
@@ -211,6 +218,10 @@ impl CallEffects<SimTransport> for SimCall {
                 for p in caps {
                     state.violation(call, p);
                 }
+            }
+            if continuing.is_none() && !matches!(answer, Ok(AttemptAdmit::Admitted(_))) {
+                // A hedge refused admission failed before any delta.
+                state.calls[call].close_hedge(true);
             }
             state.trace_event(call, || format!("hedge {answer:?}"));
             return answer;
@@ -367,7 +378,11 @@ impl CallEffects<SimTransport> for SimCall {
             .get_mut(&permit.attempt.lease.id)
             .and_then(|lease| lease.beside.take());
         match beside {
-            Some(Beside::Hedge) => state.calls[call].hedges -= 1,
+            Some(Beside::Hedge) => {
+                // Never sent: it failed before any delta.
+                state.calls[call].hedges -= 1;
+                state.calls[call].close_hedge(true);
+            }
             Some(Beside::Continuation) => state.calls[call].continuations -= 1,
             None => {}
         }

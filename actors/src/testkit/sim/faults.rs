@@ -52,12 +52,8 @@ impl Faults {
     }
 }
 
-/// How a simulated attempt answers.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Answer {
-    Ok,
-    Fail(SimError),
-}
+/// How an attempt of a scripted schedule answers.
+pub(super) type Answer = Result<(), SimError>;
 
 /// A simulated transport failure, classified as a real provider error would be.
 #[derive(Debug, Clone, Copy, PartialEq)]

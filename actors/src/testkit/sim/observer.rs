@@ -43,6 +43,15 @@ impl CallObserver<SimTransport> for SimObserver {
                 .log
                 .push((report.source.to_string(), result));
         }
+        state.trace_event(call, || {
+            let result = match &report.result {
+                AttemptResult::Ok(()) => "ok".to_string(),
+                AttemptResult::Err(error) => format!("{error} (cut {:?})", error.cut),
+                AttemptResult::Cancelled => "cancelled".into(),
+                AttemptResult::HedgeCancelled => "hedge cancelled".into(),
+            };
+            format!("row of {}: {result}", report.source)
+        });
         let sending = state.calls[call].sending;
         // A hedge's row, or a continuation's: no attempt of the machine's.
         let hedge_row =
@@ -52,9 +61,19 @@ impl CallObserver<SimTransport> for SimObserver {
                 state.violation(call, "a hedge_cancelled row outside a hedged send".into());
             }
         }
+        if hedge_row && state.calls[call].continuing.is_none() {
+            let failed_before_delta =
+                matches!(&report.result, AttemptResult::Err(e) if e.cut.is_none());
+            state.calls[call].close_hedge(failed_before_delta);
+        }
         if let (false, AttemptResult::Err(error)) = (hedge_row, &report.result) {
             if error.rate_limited {
-                state.calls[call].pushbacks += 1;
+                let book = &mut state.calls[call];
+                if book.hedge_open {
+                    book.pushback_pending = true;
+                } else {
+                    book.pushbacks += 1;
+                }
             }
             let mut ready = now;
             if let Some(hint) = error.retry_after {

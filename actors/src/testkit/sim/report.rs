@@ -1,8 +1,10 @@
 //! What one seed reports ([`SeedReport`]) and how it is run ([`run_seed`]).
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use super::executor::Executor;
+use super::wire::Wire;
 use super::world::World;
 /// The result of one simulated seed.
 ///
@@ -53,6 +55,8 @@ pub struct SeedReport {
     /// Continuations of cut streams sent (seeds with continuation on), each checked: never
     /// after a tool-call delta, never on the cut source, only on a source that takes a prefill.
     pub continuations: u64,
+    /// Answers the seed's wire read ([`run_seed_through`]), each checked against what was meant.
+    pub answers_read: u64,
 }
 
 /// Simulate `calls` calls under the fault schedule drawn from `seed`, with the governance backend
@@ -83,6 +87,40 @@ pub fn run_seed(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
 /// ```
 pub fn run_seed_over_network(seed: u64, calls: u32, keep_trace: bool) -> SeedReport {
     run(seed, calls, World::new(seed, calls, keep_trace, true))
+}
+
+/// [`run_seed`] (or, `over_network`, [`run_seed_over_network`]) with the sources' transports
+/// reading what their upstreams send through `wire`: each attempt's answer, as the fault process
+/// planned it, is what `wire` reads of it ([`Wire::read`]), and a reading that is not what was
+/// meant ([`meant`](super::meant)) is a violation. The `polygateway` crate's wire reads them
+/// through its production decoders; this crate's own test gives it one that misreads.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use polygateway_actors::testkit::sim::{meant, run_seed, run_seed_through, Read, Sent, Wire};
+/// /// Reads every answer right.
+/// #[derive(Debug)]
+/// struct Right;
+/// impl Wire for Right {
+///     fn read(&self, _: usize, sent: Sent, streaming: bool, _: Duration, _: Duration, _: Duration) -> Read {
+///         meant(sent, streaming)
+///     }
+/// }
+/// let through = run_seed_through(7, 50, false, false, Arc::new(Right));
+/// assert!(through.violations.is_empty(), "{:?}", through.violations);
+/// assert_eq!(through.trace_hash, run_seed(7, 50, false).trace_hash);
+/// ```
+pub fn run_seed_through(
+    seed: u64,
+    calls: u32,
+    over_network: bool,
+    keep_trace: bool,
+    wire: Arc<dyn Wire>,
+) -> SeedReport {
+    let world = World::new(seed, calls, keep_trace, over_network);
+    world.lock().wire = wire;
+    run(seed, calls, world)
 }
 
 fn run(seed: u64, calls: u32, world: World) -> SeedReport {
@@ -116,5 +154,6 @@ fn run(seed: u64, calls: u32, world: World) -> SeedReport {
         given_back: state.given_back,
         hedges: state.calls.iter().map(|c| u64::from(c.hedges)).sum(),
         continuations: state.calls.iter().map(|c| u64::from(c.continuations)).sum(),
+        answers_read: state.answers_read,
     }
 }

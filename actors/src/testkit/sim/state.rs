@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 
 use super::faults::{Answer, Faults};
 use super::params::{ms, Ms};
+use super::wire::{Meant, Wire};
 /// What one call's invariants are checked against, kept independently of the driver.
 #[derive(Debug)]
 pub(super) struct CallBook {
@@ -31,6 +32,12 @@ pub(super) struct CallBook {
     pub(super) sending: Option<usize>,
     /// Hedges admitted (each is sent once and leaves one row, like an attempt).
     pub(super) hedges: u32,
+    /// A hedge's side of the race runs: its source was picked, and neither its admission was
+    /// refused nor its row is in.
+    pub(super) hedge_open: bool,
+    /// The machine's attempt was a 429 while its hedge ran: the race's answer only if the hedge
+    /// fails before any delta too (else the hedge's answer is the attempt's, §5.9).
+    pub(super) pushback_pending: bool,
     /// The source whose cut stream is being continued, from the driver's word until the
     /// machine's next step: an admission meanwhile is the continuation's.
     pub(super) continuing: Option<usize>,
@@ -76,6 +83,8 @@ impl CallBook {
             attempts: 0,
             sending: None,
             hedges: 0,
+            hedge_open: false,
+            pushback_pending: false,
             continuing: None,
             continuations: 0,
             tool_delta: vec![false; sources],
@@ -93,6 +102,18 @@ impl CallBook {
             log: Vec::new(),
             #[cfg(test)]
             ending: None,
+        }
+    }
+}
+
+impl CallBook {
+    /// The hedge's side of the race ended, `failed_before_delta` or not: a 429 of the machine's
+    /// attempt while it ran is the race's answer only when the hedge failed before any delta too
+    /// (else the hedge's answer is the attempt's, docs/behaviour.md §5.9).
+    pub(super) fn close_hedge(&mut self, failed_before_delta: bool) {
+        self.hedge_open = false;
+        if std::mem::take(&mut self.pushback_pending) && failed_before_delta {
+            self.pushbacks += 1;
         }
     }
 }
@@ -154,6 +175,10 @@ pub(super) struct State {
     /// A scripted schedule instead of the fault process: the answers of the attempts in order.
     pub(super) script: Option<VecDeque<Answer>>,
     pub(super) attempt_timeout: Ms,
+    /// How the sources' transports read what their upstreams send, and how many answers it
+    /// read.
+    pub(super) wire: Arc<dyn Wire>,
+    pub(super) answers_read: u64,
     pub(super) backend_down: Option<(Ms, Ms)>,
     /// The governance backend's round trip (`None`: in memory, answering at once).
     pub(super) backend_round_trip: Option<Ms>,
@@ -207,6 +232,8 @@ impl State {
             faults,
             script: None,
             attempt_timeout,
+            wire: Arc::new(Meant),
+            answers_read: 0,
             backend_down,
             backend_round_trip: None,
             dead_seen: vec![None; n],

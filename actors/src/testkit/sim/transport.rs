@@ -14,6 +14,7 @@ use super::faults::{Answer, SimError};
 use super::params::{Ms, SCRIPT_LATENCY, TOOL_DELTA};
 use super::sleep::Sleep;
 use super::state::{lock, State};
+use super::wire::{meant, Read, Sent};
 /// One simulated call's request.
 #[derive(Debug)]
 pub(crate) struct SimRequest {
@@ -42,12 +43,12 @@ impl Transport for SimTransport {
         request: &SimRequest,
         events: Option<&EventSink<u64>>,
     ) -> Result<(), SimError> {
-        let (after, answer, deltas) = {
+        let (after, planned) = {
             let mut state = lock(&self.state);
             if state.script.is_some() {
                 state.calls[request.call].sends += 1;
                 let answer = state.script.as_mut().and_then(VecDeque::pop_front);
-                (SCRIPT_LATENCY, answer.unwrap_or(Answer::Ok), 0)
+                (SCRIPT_LATENCY, Planned::Scripted(answer.unwrap_or(Ok(()))))
             } else {
                 if let Some(cut) = request.continues_from {
                     let prefill = state.faults[self.index].prefill;
@@ -62,29 +63,39 @@ impl Transport for SimTransport {
                 state.plan_attempt(request, self.index)
             }
         };
+        let started = lock(&self.state).now;
         Sleep::new(Arc::clone(&self.state), after).await;
-        let tool = matches!(
-            answer,
-            Answer::Fail(SimError {
-                cut: Some((_, true)),
-                ..
-            })
-        );
+        let sent = match planned {
+            Planned::Scripted(answer) => return answer,
+            Planned::Unusable(error) => return Err(error),
+            Planned::Sends(sent) => sent,
+        };
+        let read = self.read(request, sent, started, after);
         if let Some(events) = events {
-            for delta in 0..deltas {
-                let delta = if tool && delta + 1 == deltas {
+            for piece in 0..read.pieces {
+                let piece = if read.tool_call && piece + 1 == read.pieces {
                     lock(&self.state).calls[request.call].tool_delta[self.index] = true;
                     TOOL_DELTA
                 } else {
-                    delta
+                    piece
                 };
                 // The consumer is the call's own receiver, alive and never full.
-                let _ = events.emit(delta).await;
+                let _ = events.emit(piece).await;
             }
         }
-        match answer {
-            Answer::Ok => Ok(()),
-            Answer::Fail(error) => Err(error),
+        match read.failure {
+            None => Ok(()),
+            Some(failure) => Err(SimError {
+                class: failure.class,
+                reason: failure.reason,
+                rate_limited: failure.rate_limited,
+                retry_after: failure.retry_after,
+                // Only a caller's stream is continued.
+                cut: failure
+                    .cut
+                    .filter(|_| request.streaming)
+                    .map(|tool_call| (self.index, tool_call)),
+            }),
         }
     }
 
@@ -109,57 +120,84 @@ impl Transport for SimTransport {
     }
 }
 
+impl SimTransport {
+    /// What this source's transport reads of what its upstream sent (the seed's wire, started at
+    /// virtual `started` ms, answered `after` ms later); a reading that is not what was meant is
+    /// a violation.
+    fn read(&self, request: &SimRequest, sent: Sent, started: Ms, after: Ms) -> Read {
+        let (wire, timeout) = {
+            let mut state = lock(&self.state);
+            state.answers_read += 1;
+            (Arc::clone(&state.wire), state.attempt_timeout)
+        };
+        let read = wire.read(
+            self.index,
+            sent,
+            request.streaming,
+            Duration::from_millis(started),
+            Duration::from_millis(after),
+            Duration::from_millis(timeout),
+        );
+        let meant = meant(sent, request.streaming);
+        if read != meant {
+            let what = format!(
+                "s{} sent {sent:?}, read as {read:?}, meant {meant:?}",
+                self.index
+            );
+            lock(&self.state).violation(request.call, what);
+        }
+        read
+    }
+}
+
+/// What an attempt's upstream does.
+pub(super) enum Planned {
+    /// It sends this, which the seed's wire reads.
+    Sends(Sent),
+    /// It answers, and the answer is unusable (an embedding of the wrong length, an unreadable
+    /// page): the transport's own check, past what the wire reads.
+    Unusable(SimError),
+    /// The next answer of a scripted schedule.
+    Scripted(Answer),
+}
+
 impl State {
-    /// The attempt's answer, drawn from the source's fault process: (duration, answer, stream
-    /// deltas delivered before it).
-    pub(super) fn plan_attempt(
-        &mut self,
-        request: &SimRequest,
-        source: usize,
-    ) -> (Ms, Answer, u64) {
+    /// The attempt's answer, drawn from the source's fault process: (duration, what it does).
+    pub(super) fn plan_attempt(&mut self, request: &SimRequest, source: usize) -> (Ms, Planned) {
         let now = self.now;
         self.calls[request.call].sends += 1;
         let timeout = self.attempt_timeout;
         let rng = &mut self.rng;
         let f = &self.faults[source];
         let latency = rng.random_range(f.latency.0..=f.latency.1.max(f.latency.0));
-        let fail = |class, reason, rate_limited, retry_after| {
-            Answer::Fail(SimError {
-                class,
-                reason,
-                rate_limited,
-                retry_after,
-                cut: None,
-            })
-        };
         let hint = |rng: &mut SmallRng| {
+            // Whole seconds, as Retry-After is written (RFC 9110 §10.2.3).
             rng.random_bool(f.retry_after)
-                .then(|| Duration::from_millis(rng.random_range(100..=10_000)))
+                .then(|| Duration::from_secs(rng.random_range(1..=10)))
         };
         let within = |window: Option<(Ms, Ms)>| window.is_some_and(|(a, b)| (a..b).contains(&now));
+        // A complete answer's pieces: several for a caller that streams, without a draw of the
+        // seed's generator (its schedule stays what it was).
+        let answer = Planned::Sends(Sent::Answer {
+            pieces: if request.streaming {
+                1 + request.call as u64 % 4
+            } else {
+                1
+            },
+        });
         if within(f.dead) {
-            let dead = fail(
-                FailureClass::SourceDead,
-                SourceReason::SourceDead,
-                false,
-                None,
-            );
-            return (latency.min(50), dead, 0);
+            return (latency.min(50), Planned::Sends(Sent::KeyRefused));
         }
         if within(f.pushback) {
-            let h = hint(rng);
-            let pushed = fail(FailureClass::Transient, SourceReason::RateLimited, true, h);
-            return (latency.min(100), pushed, 0);
+            let retry_after = hint(rng);
+            return (
+                latency.min(100),
+                Planned::Sends(Sent::RateLimited { retry_after }),
+            );
         }
         if within(f.overloaded) {
-            let busy = fail(
-                FailureClass::Transient,
-                SourceReason::ServerError,
-                false,
-                None,
-            );
             self.overloaded_answers += 1;
-            return (latency.min(50), busy, 0);
+            return (latency.min(50), Planned::Sends(Sent::Overloaded));
         }
         let roll: f64 = rng.random();
         let mut edge = 0.0;
@@ -167,65 +205,50 @@ impl State {
             edge += p;
             roll < edge
         };
-        let transient = FailureClass::Transient;
-        if next(f.black_hole) {
+        let (after, planned) = if next(f.black_hole) {
             // The watchdog ends it.
-            (
-                timeout,
-                fail(transient, SourceReason::Timeout, false, None),
-                0,
-            )
+            (timeout, Planned::Sends(Sent::Silent))
         } else if next(f.rate_limited) {
-            let h = hint(rng);
-            let pushed = fail(transient, SourceReason::RateLimited, true, h);
-            (latency.min(100), pushed, 0)
-        } else if next(f.transient) {
-            let h = hint(rng);
+            let retry_after = hint(rng);
             (
-                latency,
-                fail(transient, SourceReason::NetworkError, false, h),
-                0,
+                latency.min(100),
+                Planned::Sends(Sent::RateLimited { retry_after }),
             )
+        } else if next(f.transient) {
+            let retry_after = hint(rng);
+            (latency, Planned::Sends(Sent::Unavailable { retry_after }))
         } else if next(f.truncate) {
-            let deltas = if request.streaming {
+            let pieces = if request.streaming {
                 rng.random_range(1..=20)
             } else {
                 0
             };
-            let mut cut = fail(transient, SourceReason::NetworkError, false, None);
-            if let (Answer::Fail(error), true) = (&mut cut, deltas > 0) {
-                // One cut in three ends on a tool call's first piece (no draw of the seed's
-                // generator: its schedule stays what it was).
-                error.cut = Some((source, (request.call as u64 + deltas) % 3 == 0));
-            }
-            (latency, cut, deltas)
+            // One cut in three ends on a tool call's first piece (no draw of the seed's
+            // generator: its schedule stays what it was).
+            let tool_call = pieces > 0 && (request.call as u64 + pieces) % 3 == 0;
+            (latency, Planned::Sends(Sent::Cut { pieces, tool_call }))
         } else if next(f.rejected) {
-            let reason = SourceReason::NetworkError;
-            (
-                latency,
-                fail(FailureClass::RequestRejected, reason, false, None),
-                0,
-            )
+            (latency, Planned::Sends(Sent::Rejected))
         } else if next(f.invalid) {
-            let reason = SourceReason::NetworkError;
-            (
-                latency,
-                fail(FailureClass::ResultInvalid, reason, false, None),
-                0,
-            )
+            let unusable = SimError {
+                class: FailureClass::ResultInvalid,
+                reason: SourceReason::NetworkError,
+                rate_limited: false,
+                retry_after: None,
+                cut: None,
+            };
+            (latency, Planned::Unusable(unusable))
         } else if next(f.slow_first_token) {
-            let slow = latency * 10;
-            if slow > timeout {
-                (
-                    timeout,
-                    fail(transient, SourceReason::Timeout, false, None),
-                    0,
-                )
-            } else {
-                (slow, Answer::Ok, 0)
-            }
+            (latency * 10, answer)
         } else {
-            (latency, Answer::Ok, 0)
+            (latency, answer)
+        };
+        // What has not arrived when the attempt's deadline comes is a stall, whatever it was
+        // going to be: the watchdog fires first.
+        if after >= timeout {
+            (timeout, Planned::Sends(Sent::Silent))
+        } else {
+            (after, planned)
         }
     }
 }
