@@ -3,10 +3,9 @@
 //! Reproduce a failure with `cargo run --release --example simulate -- --seed S`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use polygateway_actors::testkit::sim::{
-    meant, run_seed, run_seed_over_network, run_seed_through, Read, SeedReport, Sent, Wire,
+    meant, run_seed, run_seed_over_network, run_seed_through, Attempt, Read, SeedReport, Sent, Wire,
 };
 
 /// Seeds run on every CI build; the nightly-sized run is documented in ARCHITECTURE.md.
@@ -191,20 +190,12 @@ fn seeds_that_found_bugs_stay_fixed() {
 struct LosesBusyHints;
 
 impl Wire for LosesBusyHints {
-    fn read(
-        &self,
-        _: usize,
-        sent: Sent,
-        streaming: bool,
-        _: Duration,
-        _: Duration,
-        _: Duration,
-    ) -> Read {
+    fn read(&self, sent: Sent, attempt: &Attempt) -> Read {
         let sent = match sent {
             Sent::Unavailable { .. } => Sent::Unavailable { retry_after: None },
             other => other,
         };
-        meant(sent, streaming)
+        meant(sent, attempt.streaming)
     }
 }
 

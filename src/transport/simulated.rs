@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use polygateway_actors::testkit::sim::{Failure, Read, Sent, Wire};
+use polygateway_actors::testkit::sim::{Attempt, Failure, Read, Sent, Wire};
 use polygateway_actors::Classify;
 use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use serde_json::{json, Value};
@@ -51,14 +51,20 @@ impl DecodingWire {
     ///
     /// ```
     /// use polygateway::transport::DecodingWire;
-    /// use polygateway_actors::testkit::sim::{meant, Sent, Wire};
+    /// use polygateway_actors::testkit::sim::{meant, Attempt, Sent, Wire};
     /// use std::time::Duration;
     /// let wire = DecodingWire::new(1);
     /// let sent = Sent::RateLimited { retry_after: Some(Duration::from_secs(3)) };
     /// // Source 0, 1 and 2 speak three dialects; each reads a 429 with its hint as pushback.
     /// for source in 0..3 {
-    ///     let read = wire.read(source, sent, true, Duration::ZERO, Duration::from_millis(40), Duration::from_secs(5));
-    ///     assert_eq!(read, meant(sent, true), "source {source}");
+    ///     let attempt = Attempt {
+    ///         source,
+    ///         streaming: true,
+    ///         started: Duration::ZERO,
+    ///         after: Duration::from_millis(40),
+    ///         timeout: Duration::from_secs(5),
+    ///     };
+    ///     assert_eq!(wire.read(sent, &attempt), meant(sent, true), "source {source}");
     /// }
     /// ```
     pub fn new(seed: u64) -> Self {
@@ -70,18 +76,10 @@ impl DecodingWire {
 }
 
 impl Wire for DecodingWire {
-    fn read(
-        &self,
-        source: usize,
-        sent: Sent,
-        streaming: bool,
-        started: Duration,
-        after: Duration,
-        timeout: Duration,
-    ) -> Read {
-        let dialect = Dialect::ALL[(self.first + source) % Dialect::ALL.len()];
-        let config = config(dialect, timeout);
-        let start = self.base + started;
+    fn read(&self, sent: Sent, attempt: &Attempt) -> Read {
+        let dialect = Dialect::ALL[(self.first + attempt.source) % Dialect::ALL.len()];
+        let config = config(dialect, attempt.timeout);
+        let start = self.base + attempt.started;
         let (events, end) = match written(dialect, sent) {
             Written::Error {
                 status,
@@ -97,11 +95,12 @@ impl Wire for DecodingWire {
             }
             Written::Stream { events, end } => (events, end),
         };
-        let arrived = start + after;
+        let arrived = start + attempt.after;
         let chunks = events
             .into_iter()
             .map(|event| (arrived, event.into_bytes()));
-        let script = Script::new(start, chunks, end.map(|how| (arrived, how)), streaming);
+        let end = end.map(|how| (arrived, how));
+        let script = Script::new(start, chunks, end, attempt.streaming);
         let (handed, verdict) = match dialect {
             Dialect::Anthropic => decode(&config, start, AnthropicMessages::new(None), script),
             Dialect::Gemini => decode(&config, start, GeminiContent::default(), script),
@@ -496,14 +495,14 @@ mod tests {
         for source in 0..Dialect::ALL.len() {
             for sent in every_sent() {
                 for streaming in [true, false] {
-                    let got = wire.read(
+                    let attempt = Attempt {
                         source,
-                        sent,
                         streaming,
-                        Duration::from_secs(3),
-                        Duration::from_millis(250),
-                        Duration::from_secs(2),
-                    );
+                        started: Duration::from_secs(3),
+                        after: Duration::from_millis(250),
+                        timeout: Duration::from_secs(2),
+                    };
+                    let got = wire.read(sent, &attempt);
                     let dialect = Dialect::ALL[source];
                     assert_eq!(
                         got,
@@ -521,14 +520,14 @@ mod tests {
     fn an_answer_later_than_the_first_piece_deadline_is_a_stall() {
         let wire = DecodingWire::new(0);
         for source in 0..Dialect::ALL.len() {
-            let late = wire.read(
+            let attempt = Attempt {
                 source,
-                Sent::Answer { pieces: 2 },
-                true,
-                Duration::ZERO,
-                Duration::from_secs(2),
-                Duration::from_secs(2),
-            );
+                streaming: true,
+                started: Duration::ZERO,
+                after: Duration::from_secs(2),
+                timeout: Duration::from_secs(2),
+            };
+            let late = wire.read(Sent::Answer { pieces: 2 }, &attempt);
             assert_eq!(late, meant(Sent::Silent, true), "source {source}");
         }
     }

@@ -55,4 +55,4 @@ mod wire;
 mod world;
 
 pub use report::{run_seed, run_seed_over_network, run_seed_through, SeedReport};
-pub use wire::{meant, Failure, Read, Sent, Wire};
+pub use wire::{meant, Attempt, Failure, Read, Sent, Wire};

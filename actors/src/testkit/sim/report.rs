@@ -97,14 +97,13 @@ pub fn run_seed_over_network(seed: u64, calls: u32, keep_trace: bool) -> SeedRep
 ///
 /// ```
 /// use std::sync::Arc;
-/// use std::time::Duration;
-/// use polygateway_actors::testkit::sim::{meant, run_seed, run_seed_through, Read, Sent, Wire};
+/// use polygateway_actors::testkit::sim::{meant, run_seed, run_seed_through, Attempt, Read, Sent, Wire};
 /// /// Reads every answer right.
 /// #[derive(Debug)]
 /// struct Right;
 /// impl Wire for Right {
-///     fn read(&self, _: usize, sent: Sent, streaming: bool, _: Duration, _: Duration, _: Duration) -> Read {
-///         meant(sent, streaming)
+///     fn read(&self, sent: Sent, attempt: &Attempt) -> Read {
+///         meant(sent, attempt.streaming)
 ///     }
 /// }
 /// let through = run_seed_through(7, 50, false, false, Arc::new(Right));

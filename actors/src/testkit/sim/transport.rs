@@ -14,7 +14,7 @@ use super::faults::{Answer, SimError};
 use super::params::{Ms, SCRIPT_LATENCY, TOOL_DELTA};
 use super::sleep::Sleep;
 use super::state::{lock, State};
-use super::wire::{meant, Read, Sent};
+use super::wire::{meant, Attempt, Read, Sent};
 /// One simulated call's request.
 #[derive(Debug)]
 pub(crate) struct SimRequest {
@@ -130,14 +130,14 @@ impl SimTransport {
             state.answers_read += 1;
             (Arc::clone(&state.wire), state.attempt_timeout)
         };
-        let read = wire.read(
-            self.index,
-            sent,
-            request.streaming,
-            Duration::from_millis(started),
-            Duration::from_millis(after),
-            Duration::from_millis(timeout),
-        );
+        let attempt = Attempt {
+            source: self.index,
+            streaming: request.streaming,
+            started: Duration::from_millis(started),
+            after: Duration::from_millis(after),
+            timeout: Duration::from_millis(timeout),
+        };
+        let read = wire.read(sent, &attempt);
         let meant = meant(sent, request.streaming);
         if read != meant {
             let what = format!(

@@ -103,40 +103,65 @@ pub struct Failure {
     pub cut: Option<bool>,
 }
 
+/// One attempt, as the wire sees it: whose it is, when its answer arrives, and who reads it.
+///
+/// ```
+/// use std::time::Duration;
+/// use polygateway_actors::testkit::sim::Attempt;
+/// // Source 1's attempt, 3 s into the seed, answered 250 ms later under a 2 s stall limit, for
+/// // a caller that streams.
+/// let attempt = Attempt {
+///     source: 1,
+///     streaming: true,
+///     started: Duration::from_secs(3),
+///     after: Duration::from_millis(250),
+///     timeout: Duration::from_secs(2),
+/// };
+/// assert!(attempt.after < attempt.timeout, "the answer comes before the watchdog");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// The source (its index in the seed's scope).
+    pub source: usize,
+    /// The caller streams: the answer's pieces are handed to it.
+    pub streaming: bool,
+    /// When the attempt started, into the seed (virtual time).
+    pub started: Duration,
+    /// How long after it the answer arrives.
+    pub after: Duration,
+    /// The source's stall limits: before the first piece, between pieces and in all.
+    pub timeout: Duration,
+}
+
 /// A transport's reading of what simulated upstreams send.
 ///
 /// ```
 /// use std::time::Duration;
-/// use polygateway_actors::testkit::sim::{meant, Read, Sent, Wire};
+/// use polygateway_actors::testkit::sim::{meant, Attempt, Read, Sent, Wire};
 /// /// Reads a 429 without its Retry-After: not what it meant.
 /// #[derive(Debug)]
 /// struct HintBlind;
 /// impl Wire for HintBlind {
-///     fn read(&self, _: usize, sent: Sent, streaming: bool, _: Duration, _: Duration, _: Duration) -> Read {
+///     fn read(&self, sent: Sent, attempt: &Attempt) -> Read {
 ///         match sent {
-///             Sent::RateLimited { .. } => meant(Sent::RateLimited { retry_after: None }, streaming),
-///             other => meant(other, streaming),
+///             Sent::RateLimited { .. } => meant(Sent::RateLimited { retry_after: None }, attempt.streaming),
+///             other => meant(other, attempt.streaming),
 ///         }
 ///     }
 /// }
 /// let pushback = Sent::RateLimited { retry_after: Some(Duration::from_secs(2)) };
-/// let read = HintBlind.read(0, pushback, true, Duration::ZERO, Duration::from_millis(30), Duration::from_secs(5));
-/// assert_ne!(read, meant(pushback, true));
+/// let attempt = Attempt {
+///     source: 0,
+///     streaming: true,
+///     started: Duration::ZERO,
+///     after: Duration::from_millis(30),
+///     timeout: Duration::from_secs(5),
+/// };
+/// assert_ne!(HintBlind.read(pushback, &attempt), meant(pushback, true));
 /// ```
 pub trait Wire: Send + Sync + std::fmt::Debug {
-    /// What source `source`'s transport reads of `sent`, for an attempt that started `started`
-    /// into the seed (virtual time) and whose answer arrived `after` (its stall limits: `timeout`
-    /// before the first piece, between pieces and in all), for a caller that streams when
-    /// `streaming`.
-    fn read(
-        &self,
-        source: usize,
-        sent: Sent,
-        streaming: bool,
-        started: Duration,
-        after: Duration,
-        timeout: Duration,
-    ) -> Read;
+    /// What the attempt's source's transport reads of `sent`.
+    fn read(&self, sent: Sent, attempt: &Attempt) -> Read;
 }
 
 /// What `sent` means for a caller that streams when `streaming`: what a transport that reads it
@@ -215,15 +240,7 @@ pub fn meant(sent: Sent, streaming: bool) -> Read {
 pub(super) struct Meant;
 
 impl Wire for Meant {
-    fn read(
-        &self,
-        _: usize,
-        sent: Sent,
-        streaming: bool,
-        _: Duration,
-        _: Duration,
-        _: Duration,
-    ) -> Read {
-        meant(sent, streaming)
+    fn read(&self, sent: Sent, attempt: &Attempt) -> Read {
+        meant(sent, attempt.streaming)
     }
 }
