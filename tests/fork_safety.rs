@@ -10,16 +10,27 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// The platform this test was built for, as `rustc -vV` names it.
+fn host_triple() -> String {
+    let output = Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .expect("rustc -vV names its host")
+        .to_string()
+}
+
 #[test]
 fn tokio_is_built_without_parking_lot() {
+    // Offline and for this platform only: a fresh machine's build fetched the host's packages
+    // and no other (unfiltered, cargo metadata wants Windows-only crates' manifests too).
     let output = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--offline",
-            "--manifest-path",
-        ])
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["--filter-platform", &host_triple()])
+        .arg("--manifest-path")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .output()
         .expect("cargo metadata runs");
