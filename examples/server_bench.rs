@@ -15,14 +15,21 @@
 //!
 //! One JSON line per configuration (concurrency × streaming): `direct_calls_per_s`,
 //! `server_calls_per_s`, `added_p50_ms`, `added_p99_ms`, `server_cpu_ms_per_call`,
-//! `server_rss_mb`, with the underlying percentiles. Then the ingress comparison, paired: each of
+//! `server_rss_mb`, with the underlying percentiles, and the same for the *floor* (`floor_*`): a
+//! pass-through proxy in a child process of its own, built on the stack `serve` is built on
+//! (hyper's HTTP/1 server with the same settings, a reqwest client like the transport's, the same
+//! runtime and allocator) and governing nothing — no key, no admission, no watchdog, no parse of
+//! the upstream's answer, which it streams back as it comes. What the floor adds is what any
+//! proxy on this stack adds on this machine; `serve`'s figures above the floor are what
+//! governing a call costs. Then the ingress comparison, paired: each of
 //! `--ingress-rounds` rounds runs streamed calls through the `chat`, `messages` and `responses`
 //! ingresses on the same source, one after another (the order rotating); one line per ingress and
 //! concurrency with its median calls/s and server CPU per call, and `vs_chat` / `cpu_vs_chat`:
 //! the median over rounds of its ratio to the chat ingress in the same round (the target is
 //! `vs_chat` ≥ 0.9 at the top concurrency).
 //!
-//! Then the sustained-load sweep (`--sweep`, default `64,128,256,512,1024`): a second server on a
+//! Then the sustained-load sweep (`--sweep`, default `64,128,256,512,1024`), run on `serve` and then
+//! on the floor (`proxy`: `polygateway` or `floor` in each line): a second server on a
 //! mock that answers after 20 ms (a real upstream's shape: the server holds every request while
 //! it waits), non-streamed calls at each concurrency, one line each (`sweep`), then a summary
 //! line (`sweep_summary`): the highest concurrency whose p99 stays under 1 s and its calls/s,
@@ -131,22 +138,26 @@ struct Args {
     /// Internal: run the server for MOCK_URL with the keys file KEYS.
     #[arg(long, num_args = 2, value_names = ["MOCK_URL", "KEYS"], hide = true)]
     child: Option<Vec<String>>,
+    /// Internal: run the floor proxy in front of MOCK_URL.
+    #[arg(long, value_name = "MOCK_URL", hide = true)]
+    floor: Option<String>,
 }
 
 fn main() {
     let args = Args::parse();
-    match args.child {
-        Some(child) => {
-            // The server's runtime as `polygateway serve` builds it: `PGW_SERVER_WORKERS`
-            // worker threads when set, else one per core.
-            let mut builder = tokio::runtime::Builder::new_multi_thread();
-            builder.enable_all().worker_threads(server_workers());
-            #[cfg(feature = "jemalloc")]
-            builder.on_thread_park(idle_cache::on_park);
-            let runtime = builder.build().expect("tokio runtime");
-            runtime.block_on(serve_child(&child[0], &child[1]));
-        }
-        None => {
+    // A child's runtime as `polygateway serve` builds it: `PGW_SERVER_WORKERS` worker threads
+    // when set, else one per core.
+    let child_runtime = || {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.enable_all().worker_threads(server_workers());
+        #[cfg(feature = "jemalloc")]
+        builder.on_thread_park(idle_cache::on_park);
+        builder.build().expect("tokio runtime")
+    };
+    match (args.child, args.floor) {
+        (Some(child), _) => child_runtime().block_on(serve_child(&child[0], &child[1])),
+        (None, Some(mock_url)) => child_runtime().block_on(floor_child(&mock_url)),
+        (None, None) => {
             SERVER_KEYS.store(args.keys as usize, Ordering::Relaxed);
             tokio::runtime::Runtime::new()
                 .expect("tokio runtime")
@@ -188,13 +199,7 @@ async fn serve_child(mock_url: &str, keys: &str) {
         .await
         .unwrap();
     let server = Server::new(gw.clone(), KeyStore::from_file(keys).unwrap()).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    println!("{}", listener.local_addr().unwrap());
-    std::io::stdout().flush().unwrap();
-    let stdin_closed = tokio::task::spawn_blocking(|| {
-        let mut sink = String::new();
-        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
-    });
+    let (listener, stdin_closed) = child_listener().await;
     server
         .serve(listener, async {
             let _ = stdin_closed.await;
@@ -204,6 +209,80 @@ async fn serve_child(mock_url: &str, keys: &str) {
     gw.shutdown().await;
 }
 
+/// A child's listener, its address printed for the parent, and the task that ends when the
+/// parent closes the child's stdin.
+async fn child_listener() -> (tokio::net::TcpListener, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    println!("{}", listener.local_addr().unwrap());
+    std::io::stdout().flush().unwrap();
+    let stdin_closed = tokio::task::spawn_blocking(|| {
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+    });
+    (listener, stdin_closed)
+}
+
+/// The floor: every request's body sent on to the mock's chat endpoint, the answer streamed back
+/// as it comes. hyper's HTTP/1 server with `serve`'s settings (keep-alive, `TCP_NODELAY`) and a
+/// reqwest client with the transport's (`TCP_NODELAY`, no proxy, 4 s pool idle timeout); nothing
+/// else, so that what it adds is the stack's share of what `serve` adds.
+async fn floor_child(mock_url: &str) {
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .no_proxy()
+        .pool_idle_timeout(Duration::from_secs(4))
+        .build()
+        .unwrap();
+    let upstream: Arc<str> = format!("{mock_url}/chat/completions").into();
+    let (listener, stdin_closed) = child_listener().await;
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.keep_alive(true);
+    let http = Arc::new(http);
+    tokio::pin!(stdin_closed);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => accepted.unwrap().0,
+            _ = &mut stdin_closed => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let (client, upstream, http) = (client.clone(), Arc::clone(&upstream), Arc::clone(&http));
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                forward(client.clone(), Arc::clone(&upstream), request)
+            });
+            let _ = http
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// One request through the floor.
+async fn forward(
+    client: reqwest::Client,
+    upstream: Arc<str>,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> Result<hyper::Response<axum::body::Body>, std::convert::Infallible> {
+    let body = axum::body::to_bytes(axum::body::Body::new(request.into_body()), 1 << 20)
+        .await
+        .expect("the request's body");
+    let answer = client
+        .post(&*upstream)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .bearer_auth("sk-bench")
+        .body(body)
+        .send()
+        .await
+        .expect("the mock answers");
+    let mut response = hyper::Response::builder().status(answer.status().as_u16());
+    if let Some(kind) = answer.headers().get(reqwest::header::CONTENT_TYPE) {
+        response = response.header(hyper::header::CONTENT_TYPE, kind.as_bytes());
+    }
+    Ok(response
+        .body(axum::body::Body::from_stream(answer.bytes_stream()))
+        .unwrap())
+}
+
 struct ChildServer {
     child: Child,
     base: String,
@@ -211,9 +290,20 @@ struct ChildServer {
 }
 
 impl ChildServer {
-    fn start(mock_url: &str, keys: &str) -> Self {
-        // `SERVER_BENCH_CHILD_WRAPPER` runs the server under a profiler, e.g.
-        // `valgrind --tool=callgrind --callgrind-out-file=/tmp/server.%p`.
+    /// `serve` in front of `mock_url`, with the key file `keys`.
+    fn serve(mock_url: &str, keys: &str) -> Self {
+        Self::start(&["--child", mock_url, keys])
+    }
+
+    /// The floor proxy in front of `mock_url`.
+    fn floor(mock_url: &str) -> Self {
+        Self::start(&["--floor", mock_url])
+    }
+
+    /// This binary re-executed with `child_args`.
+    fn start(child_args: &[&str]) -> Self {
+        // `SERVER_BENCH_CHILD_WRAPPER` runs each child (the server, the floor) under a profiler,
+        // e.g. `valgrind --tool=callgrind --callgrind-out-file=/tmp/server.%p`.
         let exe = std::env::current_exe().unwrap();
         let wrapper = std::env::var("SERVER_BENCH_CHILD_WRAPPER").unwrap_or_default();
         let mut command = match wrapper.split_whitespace().collect::<Vec<_>>().split_first() {
@@ -225,7 +315,7 @@ impl ChildServer {
             None => Command::new(exe),
         };
         let mut child = command
-            .args(["--child", mock_url, keys])
+            .args(child_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -406,18 +496,24 @@ async fn setup(
         .map(|(name, key)| json!({"name": name, "hash": hash_key(&key), "scopes": ["*"]}))
         .collect();
     std::fs::write(&keys, json!({ "keys": entries }).to_string()).unwrap();
-    let server = ChildServer::start(&mock.base_url(), keys.to_str().unwrap());
-    let client = reqwest::Client::builder()
+    let server = ChildServer::serve(&mock.base_url(), keys.to_str().unwrap());
+    (mock, dir, server, load_client())
+}
+
+/// The load generator's client: a pool as large as the highest concurrency, `TCP_NODELAY`.
+fn load_client() -> reqwest::Client {
+    reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)
         .build()
-        .unwrap();
-    (mock, dir, server, client)
+        .unwrap()
 }
 
 async fn bench(calls: usize, levels: &[usize]) {
     let (mock, _dir, server, client) = setup(Duration::ZERO).await;
+    let floor = ChildServer::floor(&mock.base_url());
     let direct_url = format!("{}/chat/completions", mock.base_url());
+    let floor_url = format!("{}/v1/chat/completions", floor.base);
     let server_url = format!("{}/v1/chat/completions", server.base);
     let top = levels.iter().copied().max().unwrap_or(1);
     for &concurrency in levels {
@@ -430,6 +526,10 @@ async fn bench(calls: usize, levels: &[usize]) {
             let warm = (n / 10).max(200);
             run(&client, &direct_url, None, stream, concurrency, warm).await;
             let direct = run(&client, &direct_url, None, stream, concurrency, n).await;
+            run(&client, &floor_url, None, stream, concurrency, warm).await;
+            let floor_cpu_before = floor.cpu_s();
+            let floored = run(&client, &floor_url, None, stream, concurrency, n).await;
+            let floor_cpu_ms_per_call = (floor.cpu_s() - floor_cpu_before) * 1e3 / n as f64;
             run(&client, &server_url, Some(KEY), stream, concurrency, warm).await;
             let cpu_before = server.cpu_s();
             let served = run(&client, &server_url, Some(KEY), stream, concurrency, n).await;
@@ -448,6 +548,13 @@ async fn bench(calls: usize, levels: &[usize]) {
                 "added_p99_ms": round3(served.p99_ms - direct.p99_ms),
                 "server_cpu_ms_per_call": round3(cpu_ms_per_call),
                 "server_rss_mb": (server.rss_mb() * 10.0).round() / 10.0,
+                "floor_calls_per_s": floored.calls_per_s.round(),
+                "floor_p50_ms": round3(floored.p50_ms),
+                "floor_p99_ms": round3(floored.p99_ms),
+                "floor_added_p50_ms": round3(floored.p50_ms - direct.p50_ms),
+                "floor_added_p99_ms": round3(floored.p99_ms - direct.p99_ms),
+                "floor_cpu_ms_per_call": round3(floor_cpu_ms_per_call),
+                "floor_rss_mb": (floor.rss_mb() * 10.0).round() / 10.0,
                 "allocator": ALLOCATOR_NAME,
                 "server_workers": server_workers(),
                 "server_keys": server_keys(),
@@ -599,9 +706,19 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
-/// Sustained load on a 20 ms upstream: what the server costs while it holds many requests.
+/// Sustained load on a 20 ms upstream: what the server costs while it holds many requests, then
+/// what the floor costs under the same load.
 async fn sweep(levels: &[usize]) {
-    let (_mock, _dir, server, client) = setup(Duration::from_millis(20)).await;
+    let (mock, _dir, server, client) = setup(Duration::from_millis(20)).await;
+    sweep_on("polygateway", &server, client, levels).await;
+    drop(server);
+    let floor = ChildServer::floor(&mock.base_url());
+    sweep_on("floor", &floor, load_client(), levels).await;
+}
+
+/// The sweep on one proxy (`proxy` names it in every line); `client` is dropped at the end, as
+/// callers that hang up.
+async fn sweep_on(proxy: &str, server: &ChildServer, client: reqwest::Client, levels: &[usize]) {
     let url = format!("{}/v1/chat/completions", server.base);
     // Idle: the server has started and answered a few calls (its pools and tables exist).
     run(&client, &url, Some(KEY), false, 4, 200).await;
@@ -629,7 +746,7 @@ async fn sweep(levels: &[usize]) {
             at_512 = Some(rss);
         }
         let line = json!({
-            "sweep": concurrency, "upstream_ms": 20, "stream": false, "calls": calls,
+            "sweep": concurrency, "proxy": proxy, "upstream_ms": 20, "stream": false, "calls": calls,
             "server_calls_per_s": m.calls_per_s.round(),
             "server_p50_ms": round3(m.p50_ms), "server_p99_ms": round3(m.p99_ms),
             "server_cpu_us_per_call": cpu_us.round(),
@@ -656,6 +773,7 @@ async fn sweep(levels: &[usize]) {
     let mb = |x: f64| (x * 10.0).round() / 10.0;
     let summary = json!({
         "sweep_summary": true,
+        "proxy": proxy,
         "best_under_1s_p99": best,
         "rss_idle_mb": mb(idle),
         "rss_at_512_mb": at_512.map(mb),
