@@ -31,7 +31,7 @@
 //! failed well-behaved request, descriptors ≤ cap + the process's own (listeners, runtime,
 //! upstream pool: at most 64), every hostile connection closed by its timeout + 1 s.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,6 +45,10 @@ use polygateway::Gateway;
 use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The server child's listener and its end (shared with `server_bench`).
+#[path = "support/child.rs"]
+mod child;
 
 const KEY: &str = "pgw-hostile-key";
 /// The server's defaults (docs/behaviour.md §12.8): the attacks are held to them.
@@ -119,19 +123,7 @@ async fn serve_child(mock_url: &str, admin: &str) {
         hash_key(KEY)
     );
     let server = Server::new(gw.clone(), KeyStore::from_json(&keys).unwrap()).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    println!("{}", listener.local_addr().unwrap());
-    std::io::stdout().flush().unwrap();
-    let stdin_closed = tokio::task::spawn_blocking(|| {
-        let mut sink = String::new();
-        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
-    });
-    server
-        .serve(listener, async {
-            let _ = stdin_closed.await;
-        })
-        .await
-        .unwrap();
+    child::serve_until_stdin_closes(server).await;
     gw.shutdown().await;
 }
 

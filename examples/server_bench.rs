@@ -47,7 +47,7 @@
 //! key the key file does not hold, as a client with a revoked key in a retry loop does; one line
 //! each with the server's CPU per 401.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -66,6 +66,10 @@ use serde_json::{json, Value};
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The child processes' listener and their end (shared with `hostile`).
+#[path = "support/child.rs"]
+mod child;
 
 /// What `polygateway serve`'s workers do when they go idle, the same file.
 #[cfg(feature = "jemalloc")]
@@ -199,27 +203,8 @@ async fn serve_child(mock_url: &str, keys: &str) {
         .await
         .unwrap();
     let server = Server::new(gw.clone(), KeyStore::from_file(keys).unwrap()).unwrap();
-    let (listener, stdin_closed) = child_listener().await;
-    server
-        .serve(listener, async {
-            let _ = stdin_closed.await;
-        })
-        .await
-        .unwrap();
+    child::serve_until_stdin_closes(server).await;
     gw.shutdown().await;
-}
-
-/// A child's listener, its address printed for the parent, and the task that ends when the
-/// parent closes the child's stdin.
-async fn child_listener() -> (tokio::net::TcpListener, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    println!("{}", listener.local_addr().unwrap());
-    std::io::stdout().flush().unwrap();
-    let stdin_closed = tokio::task::spawn_blocking(|| {
-        let mut sink = String::new();
-        while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
-    });
-    (listener, stdin_closed)
 }
 
 /// The floor: every request's body sent on to the mock's chat endpoint, the answer streamed back
@@ -234,7 +219,7 @@ async fn floor_child(mock_url: &str) {
         .build()
         .unwrap();
     let upstream: Arc<str> = format!("{mock_url}/chat/completions").into();
-    let (listener, stdin_closed) = child_listener().await;
+    let (listener, stdin_closed) = child::child_listener().await;
     let mut http = hyper::server::conn::http1::Builder::new();
     http.keep_alive(true);
     let http = Arc::new(http);
