@@ -104,9 +104,7 @@ impl CallBook {
             ending: None,
         }
     }
-}
 
-impl CallBook {
     /// The hedge's side of the race ended, `failed_before_delta` or not: a 429 of the machine's
     /// attempt while it ran is the race's answer only when the hedge failed before any delta too
     /// (else the hedge's answer is the attempt's, docs/behaviour.md §5.9).

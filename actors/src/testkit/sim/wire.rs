@@ -41,7 +41,7 @@ pub enum Sent {
     Silent,
     /// Pushback (429), with its Retry-After.
     RateLimited {
-        /// The hint, in whole milliseconds.
+        /// The hint, in whole seconds, as `Retry-After` is written.
         retry_after: Option<Duration>,
     },
     /// A source too busy to serve: a fast 5xx without a hint (Anthropic's `529
@@ -49,7 +49,7 @@ pub enum Sent {
     Overloaded,
     /// A transient server failure (503), with its Retry-After.
     Unavailable {
-        /// The hint, in whole milliseconds.
+        /// The hint, in whole seconds, as `Retry-After` is written.
         retry_after: Option<Duration>,
     },
     /// The key is refused (401; Gemini says 400 `API_KEY_INVALID`).
