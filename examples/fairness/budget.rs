@@ -12,7 +12,8 @@
 //! bounded.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use futures::StreamExt;
 use polygateway::{Gateway, Message, UnavailableReason};

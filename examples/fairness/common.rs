@@ -8,7 +8,8 @@
 //! not in the upstream's FIFO queue, where nothing can.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use polygateway::config::Settings;
 use polygateway::{CallOptions, Gateway, GatewayError, Message};

@@ -3,7 +3,8 @@
 //! as long: caller p99/p50 (target ≤ 1.5).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use polygateway::{CallOptions, GatewayError};
 use serde_json::{json, Value};

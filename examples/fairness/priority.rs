@@ -6,7 +6,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use polygateway::types::Priority;
 use polygateway::{CallOptions, GatewayError};

@@ -5,7 +5,8 @@
 //! (target: within 10 % of it).
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use polygateway::{CallOptions, GatewayError};
 use serde_json::{json, Value};

@@ -7,7 +7,8 @@
 //! back to back for `duration`. Traffic goes to 127.0.0.1 only and stops at the deadline.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use serde_json::{json, Value};
 

@@ -58,6 +58,16 @@ impl RoomState {
         let at = self.doors.iter().position(|&d| d == id);
         at.map(|at| self.doors.swap_remove(at)).is_some()
     }
+
+    /// `id`'s turn ended without coming back to the queue (admitted, or the call gave up):
+    /// take it from the door and close its tenant's books on it. `false` when it held no turn.
+    fn end_turn(&mut self, id: u64) -> bool {
+        let held = self.leave_door(id);
+        if held {
+            self.queue.settle(id);
+        }
+        held
+    }
 }
 
 /// One scope's waiting room. See the module docs.
@@ -314,7 +324,7 @@ impl Drop for Leave<'_> {
         };
         let mut state = self.room.lock();
         state.signals.remove(&id);
-        if state.leave_door(id) {
+        if state.end_turn(id) {
             // Granted while being dropped: its turn goes to the next call.
             self.room.update_occupied(&state);
             self.room.let_in(&mut state);
@@ -354,7 +364,7 @@ impl Drop for Door<'_> {
         // Admitted or cancelled, the turn it held goes to the next call (a cascade: a burst
         // of capacity is used without waiting for further events; a try that finds none ends
         // the cascade by going back to its place).
-        state.leave_door(id);
+        state.end_turn(id);
         self.room.update_occupied(&state);
         self.room.let_in(&mut state);
     }
@@ -883,6 +893,100 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(again.as_deref(), Ok("again"));
+            runtime.shutdown(Duration::from_secs(1)).await;
+        }
+
+        /// An upstream that answers every request after the same fixed time.
+        #[derive(Debug)]
+        struct Steady(Duration);
+
+        #[async_trait::async_trait]
+        impl crate::Transport for Steady {
+            type Request = String;
+            type Response = String;
+            type Event = String;
+            type Error = crate::testkit::EchoError;
+
+            async fn send(
+                &self,
+                request: &String,
+                _events: Option<&crate::ports::transport::EventSink<String>>,
+            ) -> Result<String, crate::testkit::EchoError> {
+                tokio::time::sleep(self.0).await;
+                Ok(request.clone())
+            }
+
+            fn tokens_used(_: &String) -> Option<u64> {
+                None
+            }
+        }
+
+        /// Eight slots, 32 closed-loop callers of four tenants weighted 1 to 4, and an upstream
+        /// of steady latency in virtual time: every call of a round ends at the same instant, so
+        /// eight turns are out at once and those that find no capacity come back in the order
+        /// their tasks run. Deficit round robin gave 6.5 %, 6 %, 37.5 % and 50 % here.
+        #[tokio::test(start_paused = true)]
+        async fn tenants_share_by_weight_when_calls_end_together() {
+            let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
+                .await
+                .unwrap();
+            let pacer = Arc::new(|_: &Limits| Box::new(Unpaced::new(8)) as Box<dyn Pacer>);
+            let echo = echo("steady_1");
+            let source = crate::runtime::SourceSpec {
+                transport: Arc::new(Steady(Duration::from_millis(100))),
+                name: echo.name,
+                breaker: echo.breaker,
+                limits: echo.limits,
+                est_tokens: echo.est_tokens,
+            };
+            let scope = runtime
+                .add_scope(
+                    ScopeConfig::new("LLM"),
+                    vec![source],
+                    Box::new(LeastInflight),
+                    pacer,
+                )
+                .await
+                .unwrap();
+            // Counted from the first quarter on, once every tenant is backlogged.
+            let started = tokio::time::Instant::now();
+            let (from, until) = (Duration::from_millis(750), Duration::from_secs(3));
+            let served = Arc::new(std::sync::Mutex::new([0u32; 4]));
+            let mut callers = Vec::new();
+            for tenant in 0..4u32 {
+                for _ in 0..8 {
+                    let (scope, served) = (scope.clone(), Arc::clone(&served));
+                    callers.push(tokio::spawn(async move {
+                        let options = GovernOptions {
+                            tenant: Some(Arc::from(format!("tenant-{tenant}"))),
+                            weight: tenant + 1,
+                            ..GovernOptions::default()
+                        };
+                        let text = "hi".to_string();
+                        while started.elapsed() < until {
+                            let call = scope.call(&text, &NoObserver, None, options.clone());
+                            call.await.unwrap();
+                            if (from..=until).contains(&started.elapsed()) {
+                                served.lock().unwrap()[tenant as usize] += 1;
+                            }
+                        }
+                    }));
+                }
+            }
+            for caller in callers {
+                caller.await.unwrap();
+            }
+            let served = *served.lock().unwrap();
+            let total: u32 = served.iter().sum();
+            for (tenant, &n) in served.iter().enumerate() {
+                let (share, expected) =
+                    (f64::from(n) / f64::from(total), (tenant + 1) as f64 / 10.0);
+                assert!(
+                    (share - expected).abs() <= 0.1 * expected,
+                    "tenant {tenant} (weight {}) had {share:.3} of the turns, not {expected}: {served:?}",
+                    tenant + 1
+                );
+            }
             runtime.shutdown(Duration::from_secs(1)).await;
         }
 
