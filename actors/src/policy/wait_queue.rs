@@ -373,6 +373,14 @@ impl WaitQueue {
         ids
     }
 
+    /// What the queue still keeps besides waiting calls: tenants (with or without waiting calls)
+    /// and turns out. Both are 0 once every call ended (the simulator checks it).
+    #[cfg(feature = "testkit")]
+    pub(crate) fn books(&self) -> (usize, usize) {
+        let tenants = self.classes.iter().map(|c| c.tenants.len()).sum();
+        (tenants, self.taken.len())
+    }
+
     /// The soonest deadline of a waiting call.
     #[cfg(test)]
     pub(crate) fn next_deadline(&self) -> Option<Instant> {

@@ -135,6 +135,12 @@ impl WaitingRoom {
         self.lock().queue.waiting()
     }
 
+    /// The queue's tenants and turns out ([`WaitQueue::books`]).
+    #[cfg(feature = "testkit")]
+    pub(crate) fn books(&self) -> (usize, usize) {
+        self.lock().queue.books()
+    }
+
     /// Arrival numbers handed out so far (the next call that waits gets this one).
     #[cfg(feature = "testkit")]
     pub(crate) fn arrivals_taken(&self) -> u64 {

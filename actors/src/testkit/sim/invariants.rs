@@ -252,6 +252,13 @@ impl World {
             let what = format!("the waiting room still holds {:?}", self.room.waiting());
             state.violation(last, what);
         }
+        // Every turn ended (refunded or settled), so no tenant is kept for a refund.
+        let (tenants, turns_out) = self.room.books();
+        if (tenants, turns_out) != (0, 0) {
+            let what =
+                format!("the waiting room keeps {tenants} tenants and {turns_out} turns out");
+            state.violation(last, what);
+        }
         // The hedge budget (§5.9): never more hedges than its share of the attempts raced.
         if let Some(hedging) = &self.hedging {
             let hedges: u64 = state.calls.iter().map(|c| u64::from(c.hedges)).sum();
