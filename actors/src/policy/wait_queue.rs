@@ -311,7 +311,8 @@ impl WaitQueue {
         self.classes.iter().find_map(ClassQueue::head)
     }
 
-    /// Take the call whose turn it is ([`WaitQueue::head`]), charging its tenant's round.
+    /// Take the call whose turn it is ([`WaitQueue::head`]), charging its tenant one turn at the
+    /// call's weight. The turn is out until [`WaitQueue::restore`] or [`WaitQueue::settle`].
     pub(crate) fn pop(&mut self) -> Option<u64> {
         let id = self.classes.iter_mut().find_map(ClassQueue::pop)?;
         if let Some((priority, tenant)) = self.forget(id) {
