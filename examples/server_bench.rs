@@ -370,6 +370,34 @@ struct Measured {
     p99_ms: f64,
 }
 
+/// One measured load of `bench`: `calls` calls by `concurrency` workers, after a tenth as many
+/// (at least 200) to warm the path up.
+struct Load {
+    stream: bool,
+    concurrency: usize,
+    calls: usize,
+}
+
+impl Load {
+    /// The load sent to `url`, and the CPU per call (ms) of `child`, the process that answered
+    /// it (0 without one: the mock, measured directly).
+    async fn through(
+        &self,
+        child: Option<&ChildServer>,
+        client: &reqwest::Client,
+        url: &str,
+        auth: Option<&str>,
+    ) -> (Measured, f64) {
+        let (stream, concurrency) = (self.stream, self.concurrency);
+        let warm = (self.calls / 10).max(200);
+        run(client, url, auth, stream, concurrency, warm).await;
+        let cpu_before = child.map_or(0.0, ChildServer::cpu_s);
+        let measured = run(client, url, auth, stream, concurrency, self.calls).await;
+        let cpu = child.map_or(0.0, ChildServer::cpu_s) - cpu_before;
+        (measured, cpu * 1e3 / self.calls as f64)
+    }
+}
+
 /// `calls` closed-loop calls by `concurrency` workers; every response is read to its end.
 async fn run(
     client: &reqwest::Client,
@@ -508,17 +536,17 @@ async fn bench(calls: usize, levels: &[usize]) {
             calls
         };
         for stream in [false, true] {
-            let warm = (n / 10).max(200);
-            run(&client, &direct_url, None, stream, concurrency, warm).await;
-            let direct = run(&client, &direct_url, None, stream, concurrency, n).await;
-            run(&client, &floor_url, None, stream, concurrency, warm).await;
-            let floor_cpu_before = floor.cpu_s();
-            let floored = run(&client, &floor_url, None, stream, concurrency, n).await;
-            let floor_cpu_ms_per_call = (floor.cpu_s() - floor_cpu_before) * 1e3 / n as f64;
-            run(&client, &server_url, Some(KEY), stream, concurrency, warm).await;
-            let cpu_before = server.cpu_s();
-            let served = run(&client, &server_url, Some(KEY), stream, concurrency, n).await;
-            let cpu_ms_per_call = (server.cpu_s() - cpu_before) * 1e3 / n as f64;
+            let load = Load {
+                stream,
+                concurrency,
+                calls: n,
+            };
+            let (direct, _) = load.through(None, &client, &direct_url, None).await;
+            let (floored, floor_cpu_ms_per_call) =
+                load.through(Some(&floor), &client, &floor_url, None).await;
+            let (served, cpu_ms_per_call) = load
+                .through(Some(&server), &client, &server_url, Some(KEY))
+                .await;
             let line: Value = json!({
                 "concurrency": concurrency,
                 "stream": stream,

@@ -58,9 +58,10 @@ impl Classify for EchoError {
     }
 }
 
-/// A transport that answers its request text, streaming one event per word. Four requests are
-/// scripted: `"hang"` never answers, `"fail"` fails transiently, `"reject"` is rejected as a bad
-/// request, `"dead"` finds the source dead.
+/// A transport that answers its request text, streaming one event per word. Five requests are
+/// scripted: `"hang"` never answers, `"slow"` answers after 100 ms (on tokio's clock, so at once
+/// in a paused test), `"fail"` fails transiently, `"reject"` is rejected as a bad request,
+/// `"dead"` finds the source dead.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -88,6 +89,10 @@ impl Transport for Echo {
     ) -> Result<String, EchoError> {
         match request.as_str() {
             "hang" => std::future::pending().await,
+            "slow" => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                Ok(request.clone())
+            }
             "fail" => Err(EchoError(FailureClass::Transient)),
             "reject" => Err(EchoError(FailureClass::RequestRejected)),
             "dead" => Err(EchoError(FailureClass::SourceDead)),

@@ -902,31 +902,6 @@ mod tests {
             runtime.shutdown(Duration::from_secs(1)).await;
         }
 
-        /// An upstream that answers every request after the same fixed time.
-        #[derive(Debug)]
-        struct Steady(Duration);
-
-        #[async_trait::async_trait]
-        impl crate::Transport for Steady {
-            type Request = String;
-            type Response = String;
-            type Event = String;
-            type Error = crate::testkit::EchoError;
-
-            async fn send(
-                &self,
-                request: &String,
-                _events: Option<&crate::ports::transport::EventSink<String>>,
-            ) -> Result<String, crate::testkit::EchoError> {
-                tokio::time::sleep(self.0).await;
-                Ok(request.clone())
-            }
-
-            fn tokens_used(_: &String) -> Option<u64> {
-                None
-            }
-        }
-
         /// Eight slots, 32 closed-loop callers of four tenants weighted 1 to 4, and an upstream
         /// of steady latency in virtual time: every call of a round ends at the same instant, so
         /// eight turns are out at once and those that find no capacity come back in the order
@@ -937,18 +912,10 @@ mod tests {
                 .await
                 .unwrap();
             let pacer = Arc::new(|_: &Limits| Box::new(Unpaced::new(8)) as Box<dyn Pacer>);
-            let echo = echo("steady_1");
-            let source = crate::runtime::SourceSpec {
-                transport: Arc::new(Steady(Duration::from_millis(100))),
-                name: echo.name,
-                breaker: echo.breaker,
-                limits: echo.limits,
-                est_tokens: echo.est_tokens,
-            };
             let scope = runtime
                 .add_scope(
                     ScopeConfig::new("LLM"),
-                    vec![source],
+                    vec![echo("echo_1")],
                     Box::new(LeastInflight),
                     pacer,
                 )
@@ -968,7 +935,8 @@ mod tests {
                             weight: tenant + 1,
                             ..GovernOptions::default()
                         };
-                        let text = "hi".to_string();
+                        // Every call answers after the same 100 ms.
+                        let text = "slow".to_string();
                         while started.elapsed() < until {
                             let call = scope.call(&text, &NoObserver, None, options.clone());
                             call.await.unwrap();
