@@ -20,6 +20,10 @@ use polygateway::config::Settings;
 use polygateway::Gateway;
 use serde_json::{json, Value};
 
+#[path = "support/process_cpu.rs"]
+mod process_cpu;
+use process_cpu::live_threads_cpu_ms;
+
 #[derive(Parser)]
 struct Args {
     /// Processes per source count (the medians are printed).
@@ -73,13 +77,13 @@ fn run_child(n: usize) -> Value {
 fn child(n: usize) {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let settings = settings(n);
-    let (started, cpu_before) = (Instant::now(), process_cpu_ms());
+    let (started, cpu_before) = (Instant::now(), live_threads_cpu_ms());
     let gw = runtime
         .block_on(Gateway::from_settings(settings, "LLM"))
         .expect("the gateway assembles");
     let (build_ms, cpu_ms) = (
         started.elapsed().as_secs_f64() * 1e3,
-        process_cpu_ms() - cpu_before,
+        live_threads_cpu_ms() - cpu_before,
     );
     runtime.block_on(gw.shutdown());
     println!("{}", json!({"build_ms": build_ms, "cpu_ms": cpu_ms}));
@@ -105,18 +109,6 @@ fn settings(n: usize) -> Settings {
         env.insert(format!("{source}MODEL"), "gpt-4o-mini".into());
     }
     Settings::from_map(&env).expect("valid settings")
-}
-
-/// CPU time of this process's live threads, milliseconds (each thread's schedstat starts with
-/// its time on a CPU in nanoseconds).
-fn process_cpu_ms() -> f64 {
-    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
-    let ns: u64 = tasks
-        .filter_map(Result::ok)
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    ns as f64 / 1e6
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
