@@ -53,7 +53,7 @@ fn sends_per_id(requests: &[RecordedRequest]) -> BTreeMap<String, usize> {
     sends
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_openai_batch_file_gives_every_custom_id_once_in_openai_shapes() {
     let mock = MockUpstream::start(Behaviour::healthy_with("answer")).await;
     let settings = mock_settings(
@@ -130,7 +130,7 @@ async fn an_openai_batch_file_gives_every_custom_id_once_in_openai_shapes() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bad_lines_become_error_lines_and_nothing_is_lost() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let gw = Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM")
@@ -205,7 +205,7 @@ async fn bad_lines_become_error_lines_and_nothing_is_lost() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn items_refused_as_unavailable_are_rescheduled_and_succeed() {
     // Two 503s (each call has one attempt, so each ends `retry_exhausted`), then healthy.
     let mock = MockUpstream::start(Behaviour::Scripted(vec![
@@ -245,7 +245,7 @@ async fn items_refused_as_unavailable_are_rescheduled_and_succeed() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_item_past_its_age_is_written_with_its_error_and_sent_again_by_the_next_run() {
     let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
     let settings = mock_settings(
@@ -278,7 +278,7 @@ async fn an_item_past_its_age_is_written_with_its_error_and_sent_again_by_the_ne
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_item_never_waits_inside_the_runtime_past_its_age() {
     // One request a minute: the second item would wait ~60 s for the gate. Its age (2 s) is its
     // deadline, so it ends `deadline_exceeded` at once, without reaching the upstream.
@@ -312,7 +312,7 @@ async fn an_item_never_waits_inside_the_runtime_past_its_age() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stopped_job_resumes_from_its_journal_without_sending_an_answered_item_again() {
     let mock = MockUpstream::start(Behaviour::Slow {
         delay: std::time::Duration::from_millis(30),
@@ -369,7 +369,7 @@ async fn a_stopped_job_resumes_from_its_journal_without_sending_an_answered_item
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_journal_does_not_replay_an_answer_for_a_different_request() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let gw = Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM")
@@ -393,7 +393,7 @@ async fn a_journal_does_not_replay_an_answer_for_a_different_request() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn structured_items_go_through_the_ladder_with_their_schema() {
     // The first answer does not fit the schema; the ladder re-asks and the second does.
     let mock = MockUpstream::start(Behaviour::ScriptedContent(vec![

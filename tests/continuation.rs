@@ -91,6 +91,7 @@ fn rows(db: &std::path::Path) -> Vec<(String, bool, Option<String>)> {
         .collect()
 }
 
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn a_cut_stream_is_continued_on_a_prefill_source_and_the_caller_sees_one_answer() {
     let a = MockUpstream::start(cut_after(3, eight_deltas(ANSWER))).await;
@@ -140,6 +141,7 @@ async fn a_cut_stream_is_continued_on_a_prefill_source_and_the_caller_sees_one_a
     );
 }
 
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn a_stream_that_began_a_tool_call_is_not_continued() {
     let calls = vec![("search".to_string(), r#"{"q": "rust"}"#.to_string())];
@@ -158,6 +160,7 @@ async fn a_stream_that_began_a_tool_call_is_not_continued() {
     gw.shutdown().await;
 }
 
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn a_structured_call_is_not_continued() {
     let json = r#"{"count": [1, 2, 3, 4, 5, 6, 7, 8]}"#;
@@ -181,6 +184,7 @@ async fn a_structured_call_is_not_continued() {
     gw.shutdown().await;
 }
 
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn without_continuation_a_cut_stream_ends_as_before() {
     let a = MockUpstream::start(cut_after(3, eight_deltas(ANSWER))).await;
@@ -199,7 +203,7 @@ async fn without_continuation_a_cut_stream_ends_as_before() {
     assert_eq!(rows(&db), [("a_1".to_string(), true, None)]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_caller_gone_mid_continuation_leaves_nothing_held() {
     let a = MockUpstream::start(cut_after(3, eight_deltas(ANSWER))).await;
     // The continuation's first token would take seconds.
@@ -259,7 +263,7 @@ async fn anthropic(mocks: &[&MockAnthropic]) -> Gateway {
     Gateway::from_settings(settings, "LLM").await.unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn anthropic_continues_a_prefill_without_its_trailing_whitespace_and_usage_adds_up() {
     // The mock cuts its text block in the middle: "Say " is delivered, then the connection
     // breaks. The API refuses a prefill ending in whitespace, so "Say" is sent, and the
@@ -299,7 +303,7 @@ async fn anthropic_continues_a_prefill_without_its_trailing_whitespace_and_usage
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_gemini_stream_cut_is_continued_on_a_prefix_completion_source() {
     use polygateway_testkit::mock_gemini::{GeminiFault, MockGemini, MOCK_GEMINI_KEY};
     let gemini = MockGemini::start().await;

@@ -1,5 +1,6 @@
 //! The governance backend contract (tests/contract) run against the in-memory backends.
-//! Time-based cases use real waiting (each ≤ ~2 s); the memory backends read the tokio clock.
+//! The memory backends read the tokio clock, so time-based cases run in virtual time (tokio's
+//! paused clock); the two concurrency cases run on two worker threads, in real time.
 
 mod contract;
 
@@ -11,34 +12,34 @@ use polygateway_actors::{ComposedAttempts, TokioClock};
 
 use contract::short_breaker_config;
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_gate_rejection_has_no_side_effects() {
     contract::gate_contract_rejection_has_no_side_effects(&MemoryGate::default(), "MEM").await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_gate_settle_adjusts_admission_window() {
     contract::gate_contract_settle_adjusts_admission_window(&MemoryGate::default(), "MEM").await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_gate_lease_expiry_reclaims_slot() {
     contract::gate_contract_lease_expiry_reclaims_slot(&MemoryGate::default(), "MEM").await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_gate_window_rollover_resets_quota() {
     let window = Duration::from_secs(1);
     let gate = MemoryGate::with_window(Arc::new(TokioClock), window);
     contract::gate_contract_window_rollover_resets_quota(&gate, "MEM", window).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_gate_release_and_settle_idempotent() {
     contract::gate_contract_release_and_settle_idempotent(&MemoryGate::default(), "MEM").await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_gate_progress_freshness() {
     contract::gate_contract_progress_freshness(&MemoryGate::default(), "MEM").await;
 }
@@ -49,27 +50,27 @@ async fn memory_gate_concurrent_admissions_respect_limits() {
         .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_breaker_consecutive_failures_open() {
     let c = short_breaker_config();
     contract::breaker_contract_consecutive_failures_open(&MemoryBreakers::default(), "MEM", &c)
         .await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_breaker_rate_channel_and_health_suppression() {
     let c = short_breaker_config();
     let b = MemoryBreakers::default();
     contract::breaker_contract_rate_channel_and_health_suppression(&b, "MEM", &c).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_breaker_force_open() {
     let c = short_breaker_config();
     contract::breaker_contract_force_open(&MemoryBreakers::default(), "MEM", &c).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_breaker_retry_after_values() {
     let c = short_breaker_config();
     contract::breaker_contract_retry_after_values(&MemoryBreakers::default(), "MEM", &c).await;
@@ -81,20 +82,20 @@ async fn memory_breaker_half_open_single_probe() {
     contract::breaker_contract_half_open_single_probe(&MemoryBreakers::default(), "MEM", &c).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_breaker_probe_lease_expiry() {
     let c = short_breaker_config();
     contract::breaker_contract_probe_lease_expiry(&MemoryBreakers::default(), "MEM", &c).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_breaker_failed_probes_grow_cooldown() {
     let c = short_breaker_config();
     let b = MemoryBreakers::default();
     contract::breaker_contract_failed_probes_grow_cooldown(&b, "MEM", &c).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn memory_breaker_epoch_fencing() {
     let c = short_breaker_config();
     contract::breaker_contract_epoch_fencing(&MemoryBreakers::default(), "MEM", &c).await;
@@ -103,7 +104,7 @@ async fn memory_breaker_epoch_fencing() {
 /// Run one attempt case on in-memory gate and breakers composed into the attempt port.
 macro_rules! memory_attempt_contract {
     ($($test:ident => $case:ident),* $(,)?) => {$(
-        #[tokio::test]
+        #[tokio::test(start_paused = true)]
         async fn $test() {
             let gate = Arc::new(MemoryGate::default());
             let breakers = Arc::new(MemoryBreakers::default());
@@ -133,7 +134,7 @@ memory_attempt_contract! {
 /// Run one budget case of the contract suite on a fresh memory gate.
 macro_rules! memory_budget_contract {
     ($($test:ident => $case:ident),* $(,)?) => {$(
-        #[tokio::test]
+        #[tokio::test(start_paused = true)]
         async fn $test() {
             contract::$case(&MemoryGate::default(), "MEM").await;
         }

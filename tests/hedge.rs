@@ -5,7 +5,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use common::{gateway, wait_idle};
 use futures::StreamExt;
@@ -79,6 +81,7 @@ async fn settled(gw: &Gateway, attempts: u64) -> Vec<SourceSnapshot> {
     panic!("attempts not settled: {:?}", gw.sources("LLM").await);
 }
 
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn a_slow_first_token_is_hedged_and_the_loser_releases_everything() {
     let a = MockUpstream::start(slow(Duration::from_secs(5), "slow answer")).await;
@@ -131,7 +134,7 @@ async fn a_slow_first_token_is_hedged_and_the_loser_releases_everything() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_call_that_does_not_stream_is_hedged_too() {
     let a = MockUpstream::start(slow(Duration::from_secs(5), "slow answer")).await;
     let b = MockUpstream::start(Behaviour::healthy_with("fast answer")).await;
@@ -145,7 +148,7 @@ async fn a_call_that_does_not_stream_is_hedged_too() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn no_hedge_when_the_first_token_is_in_time_or_the_budget_is_spent() {
     // In time: the first source answers at once, the other is never asked.
     let a = MockUpstream::start(Behaviour::healthy_with("first")).await;
@@ -182,7 +185,7 @@ async fn no_hedge_when_the_first_token_is_in_time_or_the_budget_is_spent() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_hedge_that_fails_leaves_the_first_attempt_running() {
     let a = MockUpstream::start(slow(Duration::from_millis(700), "slow answer")).await;
     let b = MockUpstream::start(Behaviour::ServerError(503)).await;
@@ -207,7 +210,7 @@ async fn a_hedge_that_fails_leaves_the_first_attempt_running() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_caller_that_leaves_mid_race_cancels_both_attempts() {
     let a = MockUpstream::start(slow(Duration::from_secs(5), "slow a")).await;
     let b = MockUpstream::start(slow(Duration::from_secs(5), "slow b")).await;

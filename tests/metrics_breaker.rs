@@ -30,7 +30,7 @@ fn changes(text: &str, source: &str, to: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_outage_reads_open_and_recovery_reads_closed() {
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()

@@ -9,7 +9,7 @@ use common::{cancelled_attempts, gateway, wait_idle};
 use polygateway::{GatewayError, Message, UnavailableKind, UnavailableReason};
 use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn transient_failures_switch_to_a_healthy_source() {
     let broken = MockUpstream::start(Behaviour::ServerError(503)).await;
     let healthy = MockUpstream::start(Behaviour::healthy_with("ok")).await;
@@ -28,7 +28,7 @@ async fn transient_failures_switch_to_a_healthy_source() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_dead_key_force_opens_and_is_skipped() {
     let dead = MockUpstream::start(Behaviour::Unauthorized).await;
     let healthy = MockUpstream::start(Behaviour::healthy()).await;
@@ -50,7 +50,7 @@ async fn a_dead_key_force_opens_and_is_skipped() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_bad_request_is_returned_without_retry() {
     let mock = MockUpstream::start(Behaviour::BadRequest).await;
     let gw = gateway(&[("only", &mock)], &[]).await;
@@ -60,7 +60,7 @@ async fn a_bad_request_is_returned_without_retry() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn every_circuit_open_fails_fast_with_a_retry_hint() {
     let mock = MockUpstream::start(Behaviour::Unauthorized).await;
     let gw = gateway(&[("only", &mock)], &[("LLM__BREAKER__COOLDOWN_S", "30")]).await;
@@ -89,7 +89,7 @@ async fn every_circuit_open_fails_fast_with_a_retry_hint() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retry_budget_exhaustion_names_every_source() {
     let a = MockUpstream::start(Behaviour::ServerError(500)).await;
     let b = MockUpstream::start(Behaviour::ServerError(502)).await;
@@ -110,7 +110,7 @@ async fn retry_budget_exhaustion_names_every_source() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rate_limits_do_not_spend_the_budget() {
     let mock = MockUpstream::start(Behaviour::Scripted(vec![
         Behaviour::RateLimited {
@@ -132,7 +132,7 @@ async fn rate_limits_do_not_spend_the_budget() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cancelled_calls_release_everything() {
     let slow = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::from_millis(40),
@@ -172,7 +172,7 @@ async fn cancelled_calls_release_everything() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_source_actor_is_restarted_and_the_scope_keeps_serving() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let other = MockUpstream::start(Behaviour::healthy()).await;
@@ -196,7 +196,7 @@ async fn a_failed_source_actor_is_restarted_and_the_scope_keeps_serving() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn exceeding_the_restart_intensity_escalates_to_a_clear_error() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let gw = gateway(&[("a", &mock)], &[]).await;
@@ -216,7 +216,7 @@ async fn exceeding_the_restart_intensity_escalates_to_a_clear_error() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_scope_quota_fails_fast_with_quota_exhausted() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let gw = gateway(
@@ -234,7 +234,7 @@ async fn a_full_scope_quota_fails_fast_with_quota_exhausted() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_full_concurrency_gate_makes_callers_wait_not_fail() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::from_millis(150),
@@ -251,7 +251,7 @@ async fn a_full_concurrency_gate_makes_callers_wait_not_fail() {
         ],
     )
     .await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let calls: Vec<_> = (0..3)
         .map(|i| {
             let gw = gw.clone();
@@ -268,7 +268,7 @@ async fn a_full_concurrency_gate_makes_callers_wait_not_fail() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_wait_shorter_than_the_stall_window_is_served() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::from_millis(1500),
@@ -301,7 +301,7 @@ async fn a_wait_shorter_than_the_stall_window_is_served() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn quota_waits_past_the_stall_window_without_progress_fail_as_stalled() {
     let mock = MockUpstream::start(Behaviour::BlackHole).await;
     let gw = gateway(
@@ -329,7 +329,7 @@ async fn quota_waits_past_the_stall_window_without_progress_fail_as_stalled() {
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let err = gw.chat(vec![Message::user("wait")]).await.unwrap_err();
     let u = err.unavailable().expect("unavailable");
     assert_eq!(u.reason, UnavailableReason::Stalled, "{u:?}");
@@ -342,7 +342,7 @@ async fn quota_waits_past_the_stall_window_without_progress_fail_as_stalled() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn circuit_open_wait_sleeps_until_the_cooldown_then_probes() {
     let mock = MockUpstream::start(Behaviour::Scripted(vec![
         Behaviour::Unauthorized,
@@ -358,7 +358,7 @@ async fn circuit_open_wait_sleeps_until_the_cooldown_then_probes() {
         ],
     )
     .await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let resp = gw.chat(vec![Message::user("hi")]).await.unwrap();
     assert_eq!(resp.content, "after the cooldown");
     // No request while waiting: one 401, then the half-open probe after ≥ 1 s.
@@ -367,7 +367,7 @@ async fn circuit_open_wait_sleeps_until_the_cooldown_then_probes() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_admission_actor_fails_closed_then_is_restarted() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let gw = gateway(&[("only", &mock)], &[]).await;
@@ -397,6 +397,8 @@ async fn a_failed_admission_actor_fails_closed_then_is_restarted() {
     gw.shutdown().await;
 }
 
+// Real time: shutdown waits for the SQLite writer, which runs on a thread of its own. A paused
+// clock jumps ahead while nothing but that thread works, so the bound would measure nothing.
 #[tokio::test]
 async fn shutdown_ends_calls_in_flight_and_still_records_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -440,7 +442,7 @@ async fn shutdown_ends_calls_in_flight_and_still_records_them() {
 
 /// Issue #18: the hint never promises service before the dead source's cooldown ends, whether
 /// the budget runs out on the dead attempt (1) or the next round finds every circuit open (3).
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_dead_only_source_hints_its_cooldown_whatever_the_budget() {
     for budget in ["1", "3"] {
         let mock = MockUpstream::start(Behaviour::Unauthorized).await;
@@ -471,7 +473,7 @@ async fn three_at_once(
     std::time::Duration,
 )> {
     let one = || async {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let result = gw.chat(vec![Message::user("hi")]).await;
         (result, started.elapsed())
     };
@@ -516,21 +518,21 @@ async fn source_limit_fails_fast(limit: &[(&str, &str)]) -> Vec<f64> {
     hints
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn fail_fast_covers_a_sources_own_concurrency_limit() {
     let hints = source_limit_fails_fast(&[("LLM__ONLY__1__MAX_CONCURRENCY", "1")]).await;
     // A slot can come back any moment: the lease poll, not a window.
     assert!(hints.iter().all(|h| *h > 0.0 && *h <= 1.0), "{hints:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn fail_fast_covers_a_sources_own_rpm_limit() {
     let hints = source_limit_fails_fast(&[("LLM__ONLY__1__RPM", "1")]).await;
     // The minute window's end.
     assert!(hints.iter().all(|h| *h > 1.0), "{hints:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn fail_fast_covers_a_sources_own_tpm_limit() {
     let hints = source_limit_fails_fast(&[
         ("LLM__ONLY__1__TPM", "1000"),
@@ -542,7 +544,7 @@ async fn fail_fast_covers_a_sources_own_tpm_limit() {
 
 /// With the default `QUOTA_FULL=wait`, calls on a source at its own concurrency limit still take
 /// turns (they wait for the freed slot).
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn waiting_on_a_sources_own_concurrency_limit_stays_the_default() {
     let mock = MockUpstream::start(Behaviour::Slow {
         delay: Duration::from_millis(300),
@@ -565,7 +567,7 @@ async fn waiting_on_a_sources_own_concurrency_limit_stays_the_default() {
 /// raises it: breakers opened by the call's own failed attempts end it `AllSourcesExhausted`;
 /// the next call, refused at the gate without an attempt, is `CircuitOpen` — so a loop that
 /// retries must name the whole family (`GatewayUnavailableError`), not `AllSourcesExhausted`.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn breakers_opened_by_the_calls_own_retries_end_it_exhausted_and_the_next_call_circuit_open()
 {
     let mock = MockUpstream::start(Behaviour::ServerError(503)).await;

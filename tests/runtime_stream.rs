@@ -9,7 +9,7 @@ use futures::StreamExt;
 use polygateway::{CallOptions, ChatEvent, GatewayError, Message};
 use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_clean_stream_delivers_deltas_then_the_response() {
     let mock = MockUpstream::start(Behaviour::healthy_with("one two three four")).await;
     let gw = gateway(&[("a", &mock)], &[]).await;
@@ -31,7 +31,7 @@ async fn a_clean_stream_delivers_deltas_then_the_response() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failure_before_the_first_delta_is_retried_invisibly() {
     let mock = MockUpstream::start(Behaviour::Scripted(vec![
         Behaviour::ServerError(503),
@@ -50,7 +50,7 @@ async fn a_failure_before_the_first_delta_is_retried_invisibly() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failure_after_the_first_delta_is_an_error_item() {
     let mock = MockUpstream::start(Behaviour::TruncatedStream { with_usage: false }).await;
     let gw = gateway(&[("a", &mock)], &[]).await;
@@ -72,7 +72,7 @@ async fn a_failure_after_the_first_delta_is_an_error_item() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn dropping_the_stream_closes_the_upstream_and_releases_everything() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::from_millis(10),
@@ -95,7 +95,7 @@ async fn dropping_the_stream_closes_the_upstream_and_releases_everything() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_slow_consumer_pauses_the_upstream_instead_of_buffering() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::from_millis(1),
@@ -140,7 +140,7 @@ const CACHE: [(&str, &str); 3] = [
     ("PGW_CACHE_TTL_S", "60"),
 ];
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_clean_stream_is_cached_and_a_hit_replays_as_a_stream() {
     let mock = MockUpstream::start(Behaviour::healthy_with("cache me")).await;
     let gw = gateway(&[("a", &mock)], &CACHE).await;
@@ -162,7 +162,7 @@ async fn a_clean_stream_is_cached_and_a_hit_replays_as_a_stream() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_broken_stream_is_never_cached() {
     let mock = MockUpstream::start(Behaviour::Scripted(vec![
         Behaviour::TruncatedStream { with_usage: true },
@@ -186,6 +186,7 @@ async fn a_broken_stream_is_never_cached() {
     gw.shutdown().await;
 }
 
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn every_streamed_attempt_has_a_row_and_a_dropped_stream_is_recorded_cancelled() {
     let dir = tempfile::tempdir().unwrap();

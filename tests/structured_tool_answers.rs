@@ -5,7 +5,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use polygateway::structured::SchemaRequest;
 use polygateway::{CallOptions, Gateway, GatewayError, Message, Structured, Tool, ToolCall};
@@ -71,7 +73,7 @@ async fn source_is_whole(gw: &Gateway, successes: u64) {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_tool_call_answer_to_a_structured_call_is_returned_as_is() {
     // Arguments that are not valid JSON: passed through, never repaired.
     let arguments = r#"{"city": "Oslo""#;
@@ -124,7 +126,7 @@ async fn a_tool_call_answer_to_a_structured_call_is_returned_as_is() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refusal_to_a_structured_call_is_returned_as_is() {
     let refusal = "I can't help with that.";
     let chunk = |delta: Value, finish: Value| {
@@ -171,7 +173,7 @@ async fn a_refusal_to_a_structured_call_is_returned_as_is() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn each_source_gets_the_messages_its_provider_accepts() {
     let openai = MockUpstream::start(Behaviour::healthy()).await;
     let qwen = MockUpstream::start(Behaviour::healthy()).await;

@@ -3,7 +3,9 @@
 //! health, cache and stream consumer; `length` is a complete answer; `content_filter` with
 //! nothing in it is the request's refusal, not the source's fault.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::StreamExt;
 use polygateway::ports::{BreakerState, Classify, EventSink, FailureClass, Transport};
@@ -86,7 +88,7 @@ fn pieces(deltas: &[ChatDelta]) -> Vec<&ToolCallDelta> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn arguments_split_across_many_chunks_with_id_and_name_only_in_the_first() {
     let args = r#"{"city": "Paris", "unit": "celsius"}"#;
     let mut chunks = vec![
@@ -117,7 +119,7 @@ async fn arguments_split_across_many_chunks_with_id_and_name_only_in_the_first()
     assert_eq!(joined, args);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn two_parallel_calls_interleaved_by_index() {
     let chunks = vec![
         call_piece(0, Some("call_0"), Some("get_weather"), ""),
@@ -149,7 +151,7 @@ async fn two_parallel_calls_interleaved_by_index() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_whole_call_in_one_chunk_with_stop_empty_content_and_usage_last() {
     let chunks = vec![
         chunk(
@@ -168,7 +170,7 @@ async fn a_whole_call_in_one_chunk_with_stop_empty_content_and_usage_last() {
     assert_eq!((r.prompt_tokens, r.completion_tokens), (5, 9));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn arguments_that_are_not_json_pass_through_untouched() {
     let broken = "{\"city\": \"Par";
     let order = r#"{"b": 1,  "a": 2}"#;
@@ -190,7 +192,7 @@ async fn arguments_that_are_not_json_pass_through_untouched() {
     assert_eq!(r.unwrap().tool_calls[0].function.arguments, broken);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_legacy_function_call_is_assembled() {
     let chunks = vec![
         chunk(
@@ -213,7 +215,7 @@ async fn the_legacy_function_call_is_assembled() {
     assert_eq!(r.finish_reason.as_deref(), Some("function_call"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_non_streaming_tool_call_answer_keeps_every_field() {
     let body = completion(
         json!({"role": "assistant", "content": null, "tool_calls": [
@@ -230,7 +232,7 @@ async fn a_non_streaming_tool_call_answer_keeps_every_field() {
     assert_eq!(pieces(&deltas)[1].index, 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refusal_is_an_answer_and_nothing_at_all_is_an_empty_completion() {
     let (r, _) = send(
         vec![
@@ -284,7 +286,7 @@ async fn a_refusal_is_an_answer_and_nothing_at_all_is_an_empty_completion() {
     assert!(e.message.contains("empty completion"), "{}", e.message);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn content_filter_with_nothing_is_the_requests_refusal_and_length_is_complete() {
     for stream in [true, false] {
         let (r, _) = send(
@@ -357,7 +359,7 @@ async fn eventually(mut cond: impl AsyncFnMut() -> bool) -> bool {
     cond().await
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_hundred_tool_call_answers_leave_the_breaker_closed_and_health_whole() {
     let mock = MockUpstream::start(Behaviour::ToolCalls(vec![(
         "get_weather".into(),
@@ -392,7 +394,7 @@ async fn a_hundred_tool_call_answers_leave_the_breaker_closed_and_health_whole()
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn chat_stream_yields_tool_call_pieces_and_a_hit_replays_them() {
     let mock = MockUpstream::start(Behaviour::ToolCalls(vec![
         ("get_weather".into(), r#"{"city": "Rome"}"#.into()),
@@ -431,7 +433,7 @@ async fn chat_stream_yields_tool_call_pieces_and_a_hit_replays_them() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_cache_key_covers_tools_and_n() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let gw = gateway(&mock).await;
@@ -447,6 +449,7 @@ async fn the_cache_key_covers_tools_and_n() {
     gw.shutdown().await;
 }
 
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn a_content_filtered_request_is_refused_once_without_hurting_the_source() {
     let mock = MockUpstream::start(Behaviour::Raw {
@@ -470,6 +473,7 @@ async fn a_content_filtered_request_is_refused_once_without_hurting_the_source()
 }
 
 #[cfg(feature = "sqlite")]
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn telemetry_rows_record_the_finish_reason_and_the_tool_call_count() {
     let mock = MockUpstream::start(Behaviour::ToolCalls(vec![

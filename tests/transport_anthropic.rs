@@ -51,7 +51,7 @@ fn weather_tool() -> Tool {
     )
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn text_streamed_and_not_with_the_apis_headers_and_required_fields() {
     let mock = MockAnthropic::start().await;
     let gw = gateway(env(&[&mock], &[])).await;
@@ -103,7 +103,7 @@ async fn text_streamed_and_not_with_the_apis_headers_and_required_fields() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_tool_loop_written_once_runs_with_thinking_signatures_sent_back() {
     let mock = MockAnthropic::start().await;
     let gw = gateway(env(
@@ -162,6 +162,7 @@ async fn a_tool_loop_written_once_runs_with_thinking_signatures_sent_back() {
     gw.shutdown().await;
 }
 
+// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
 #[tokio::test]
 async fn cache_breakpoints_reach_the_api_and_cache_usage_is_priced() {
     let mock = MockAnthropic::start().await;
@@ -258,7 +259,7 @@ async fn cache_breakpoints_reach_the_api_and_cache_usage_is_priced() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_typed_call_answers_through_structured_outputs_or_a_forced_tool() {
     #[derive(serde::Deserialize, schemars::JsonSchema, Debug)]
     struct City {
@@ -336,7 +337,7 @@ async fn attempt(
     transport.send(&request, None).await
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn every_error_class_is_read_from_what_arrived() {
     let class = |r: &Result<_, polygateway::TransportError>| {
         let e = r.as_ref().expect_err("an error");
@@ -401,7 +402,7 @@ async fn every_error_class_is_read_from_what_arrived() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cut_stream_is_salvaged_when_the_source_says_so() {
     let mock = MockAnthropic::start().await;
     mock.set_fault(AnthropicFault::ErrorEventAfterContent);
@@ -417,7 +418,7 @@ async fn a_cut_stream_is_salvaged_when_the_source_says_so() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_governed_path_switches_away_from_an_overloaded_source_and_returns_a_refusal() {
     let busy = MockAnthropic::start().await;
     busy.set_fault(AnthropicFault::Overloaded);
@@ -443,7 +444,7 @@ async fn the_governed_path_switches_away_from_an_overloaded_source_and_returns_a
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_dead_key_is_found_and_the_rate_limit_headers_reach_the_pacer() {
     let dead = MockAnthropic::start().await;
     dead.set_fault(AnthropicFault::Unauthorized);

@@ -3,7 +3,9 @@
 //! the watchdog layers over real sockets, and the proxy switch.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use polygateway::config::{MissingDone, Secret};
 use polygateway::ports::{Classify, EventSink, FailureClass, SourceReason, Transport};
@@ -66,6 +68,8 @@ async fn eventually(mut cond: impl FnMut() -> bool) -> bool {
 
 // ---------------------------------------------------------------- healthy answers
 
+// Real time: it checks that a latency is measured, and a mock without delays answers in 0 ms of
+// paused time.
 #[tokio::test]
 async fn healthy_stream_fills_every_transport_field() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
@@ -103,7 +107,7 @@ async fn healthy_stream_fills_every_transport_field() {
     assert_eq!(mock.counts().of("healthy"), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn healthy_non_stream_uses_the_body_usage() {
     let mock = MockUpstream::start(Behaviour::healthy_with("plain answer")).await;
     let r = call(&transport(&mock), false).await.unwrap();
@@ -118,7 +122,7 @@ async fn healthy_non_stream_uses_the_body_usage() {
     assert!(sent.get("stream_options").is_none());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn empty_key_sends_no_authorization() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let t = transport_with(&mock, |s| s.api_key = Secret::new(""));
@@ -126,7 +130,7 @@ async fn empty_key_sends_no_authorization() {
     assert_eq!(mock.last_request().unwrap().authorization, None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn key_never_appears_in_debug() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let t = transport_with(&mock, |s| s.api_key = Secret::new("sk-very-secret"));
@@ -140,7 +144,7 @@ async fn key_never_appears_in_debug() {
 
 // ---------------------------------------------------------------- HTTP classification rows
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rate_limited_is_transient_pushback_with_retry_after() {
     for stream in [true, false] {
         let e = fail(
@@ -173,7 +177,7 @@ async fn rate_limited_is_transient_pushback_with_retry_after() {
     assert_eq!(e.retry_after(), None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn insufficient_quota_is_source_dead() {
     let e = fail(Behaviour::InsufficientQuota, true).await;
     assert_eq!(e.class(), FailureClass::SourceDead);
@@ -182,7 +186,7 @@ async fn insufficient_quota_is_source_dead() {
     assert!(e.body_text.contains("insufficient_quota"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unauthorized_and_forbidden_are_source_dead() {
     for (b, status) in [(Behaviour::Unauthorized, 401), (Behaviour::Forbidden, 403)] {
         let e = fail(b, true).await;
@@ -192,7 +196,7 @@ async fn unauthorized_and_forbidden_are_source_dead() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn bad_request_is_rejected_and_proves_alive() {
     for stream in [true, false] {
         let e = fail(Behaviour::BadRequest, stream).await;
@@ -203,7 +207,7 @@ async fn bad_request_is_rejected_and_proves_alive() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn server_errors_are_transient() {
     for code in [500, 502, 503] {
         let e = fail(Behaviour::ServerError(code), true).await;
@@ -215,7 +219,7 @@ async fn server_errors_are_transient() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn connection_refused_is_transient_network_error() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -233,14 +237,14 @@ async fn connection_refused_is_transient_network_error() {
 
 // ---------------------------------------------------------------- stream defects
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn truncated_stream_retry_policy_is_transient() {
     let e = fail(Behaviour::TruncatedStream { with_usage: true }, true).await;
     assert_eq!(e.class(), FailureClass::Transient);
     assert!(e.message.contains("[DONE]"), "{}", e.message);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn truncated_stream_salvage_is_estimated_only_with_a_usage_frame() {
     let mock = MockUpstream::start(Behaviour::TruncatedStream { with_usage: true }).await;
     let t = transport_with(&mock, |s| s.missing_done = MissingDone::Salvage);
@@ -258,7 +262,7 @@ async fn truncated_stream_salvage_is_estimated_only_with_a_usage_frame() {
     assert_eq!(ChatTransport::tokens_used(&r), None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn truncated_non_stream_body_is_transient() {
     let e = fail(Behaviour::TruncatedStream { with_usage: true }, false).await;
     assert_eq!(e.class(), FailureClass::Transient);
@@ -269,7 +273,7 @@ async fn truncated_non_stream_body_is_transient() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn early_eof_is_transient_even_when_salvaging() {
     let mock = MockUpstream::start(Behaviour::EarlyEof).await;
     for policy in [MissingDone::Retry, MissingDone::Salvage] {
@@ -291,7 +295,7 @@ fn abrupt(content: bool, with_usage: bool) -> Behaviour {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_mock_drops_the_socket_without_the_final_chunk() {
     // Read the raw body: the content arrives, then a body error instead of a clean end.
     let mock = MockUpstream::start(abrupt(true, true)).await;
@@ -321,7 +325,7 @@ async fn the_mock_drops_the_socket_without_the_final_chunk() {
     assert_eq!(mock.counts().of("abrupt_close"), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn abrupt_close_after_content_retry_says_truncated_with_the_char_count() {
     let e = fail(abrupt(true, true), true).await;
     assert_eq!(e.class(), FailureClass::Transient);
@@ -335,7 +339,7 @@ async fn abrupt_close_after_content_retry_says_truncated_with_the_char_count() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn abrupt_close_after_content_is_salvaged() {
     let mock = MockUpstream::start(abrupt(true, true)).await;
     let t = transport_with(&mock, |s| s.missing_done = MissingDone::Salvage);
@@ -354,7 +358,7 @@ async fn abrupt_close_after_content_is_salvaged() {
     assert_eq!(ChatTransport::tokens_used(&r), None);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn abrupt_close_before_content_is_an_early_eof_under_both_policies() {
     let mock = MockUpstream::start(abrupt(false, false)).await;
     for policy in [MissingDone::Retry, MissingDone::Salvage] {
@@ -368,14 +372,14 @@ async fn abrupt_close_before_content_is_an_early_eof_under_both_policies() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn abrupt_close_of_a_non_streaming_body_is_a_transient_body_error() {
     let e = fail(abrupt(true, true), false).await;
     assert_eq!(e.class(), FailureClass::Transient);
     assert!(e.message.starts_with("body error"), "{}", e.message);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_frame_past_the_sse_cap_is_transient_not_buffered() {
     // One 9 MiB content delta: a single SSE line past the 8 MiB cap.
     let e = fail(
@@ -395,7 +399,7 @@ async fn a_frame_past_the_sse_cap_is_transient_not_buffered() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn malformed_frame_is_transient_with_the_frame_summarised() {
     let e = fail(Behaviour::MalformedFrame, true).await;
     assert_eq!(e.class(), FailureClass::Transient);
@@ -406,7 +410,7 @@ async fn malformed_frame_is_transient_with_the_frame_summarised() {
     assert_eq!(e.class(), FailureClass::Transient);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn empty_completion_is_transient() {
     for stream in [true, false] {
         let e = fail(Behaviour::EmptyCompletion, stream).await;
@@ -415,7 +419,7 @@ async fn empty_completion_is_transient() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn in_band_error_is_classified() {
     for stream in [true, false] {
         let e = fail(Behaviour::InBandError, stream).await;
@@ -427,7 +431,7 @@ async fn in_band_error_is_classified() {
 
 // ---------------------------------------------------------------- reasoning and usage
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reasoning_content_goes_to_thinking_and_starts_ttft() {
     let mock = MockUpstream::start(Behaviour::Reasoning).await;
     let t = transport(&mock);
@@ -440,7 +444,7 @@ async fn reasoning_content_goes_to_thinking_and_starts_ttft() {
     assert_eq!(r.content, MOCK_CONTENT);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn think_tags_are_stripped_for_tag_providers_only() {
     let mock = MockUpstream::start(Behaviour::ThinkTags).await;
     let tags = ChatTransport::new(config(&mock.base_url()), profile("minimax"));
@@ -459,7 +463,7 @@ async fn think_tags_are_stripped_for_tag_providers_only() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn usage_details_are_reported() {
     let mock = MockUpstream::start(Behaviour::UsageDetails).await;
     for stream in [true, false] {
@@ -470,7 +474,7 @@ async fn usage_details_are_reported() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn missing_usage_is_zero_and_unavailable() {
     let mock = MockUpstream::start(Behaviour::NoUsage).await;
     for stream in [true, false] {
@@ -485,7 +489,7 @@ async fn missing_usage_is_zero_and_unavailable() {
 
 // ---------------------------------------------------------------- request body
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn merge_priority_structured_over_overlay_over_extra_body() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let t = transport_with(&mock, |s| {
@@ -523,7 +527,7 @@ async fn sent_body(provider: &str, enable: Option<bool>) -> Value {
     mock.last_request().unwrap().body
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn thinking_injection_forms_on_and_off() {
     let b = sent_body("deepseek", Some(true)).await;
     assert_eq!(b["thinking"], json!({"type": "enabled"}));
@@ -540,7 +544,7 @@ async fn thinking_injection_forms_on_and_off() {
     assert!(b.get("thinking").is_none() && b.get("enable_thinking").is_none());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn call_overlay_overrides_thinking_injection() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let mut s = config(&mock.base_url());
@@ -554,7 +558,7 @@ async fn call_overlay_overrides_thinking_injection() {
 
 // ---------------------------------------------------------------- streaming to a consumer
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn deltas_reach_the_consumer_in_order() {
     let mock = MockUpstream::start(Behaviour::Reasoning).await;
     let t = transport(&mock);
@@ -581,7 +585,7 @@ async fn deltas_reach_the_consumer_in_order() {
     assert_eq!(thinking, r.thinking);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn consumer_gone_stops_reading_and_releases_the_upstream() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::from_millis(10),
@@ -605,7 +609,7 @@ async fn consumer_gone_stops_reading_and_releases_the_upstream() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn aborted_attempt_drops_the_upstream_stream() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::ZERO,
@@ -636,7 +640,7 @@ fn deadlines(s: &mut TransportConfig, ttft: u64, inter: u64, total: u64) {
     s.timeout = Duration::from_millis(total);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn watchdog_ttft_inter_token_and_total() {
     let mock = MockUpstream::start(Behaviour::BlackHole).await;
     let t = transport_with(&mock, |s| deadlines(s, 150, 100, 2000));
@@ -668,7 +672,7 @@ async fn watchdog_ttft_inter_token_and_total() {
     assert_eq!(e.source_reason(), SourceReason::Timeout);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn ttft_and_largest_gap_are_measured() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::from_millis(20),
@@ -686,7 +690,7 @@ async fn ttft_and_largest_gap_are_measured() {
     assert!((50.0..300.0).contains(&gap), "gap {gap}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reasoning_deltas_count_as_tokens_for_the_watchdog() {
     // 3 reasoning then 4 content deltas, 60 ms apart: content starts ~200 ms in, past a 100 ms
     // TTFT budget — only reasoning counting as the first token (and refreshing the 90 ms
@@ -703,7 +707,7 @@ async fn reasoning_deltas_count_as_tokens_for_the_watchdog() {
     assert!(r.ttft_ms.unwrap() < 100.0, "{:?}", r.ttft_ms);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn non_stream_is_bounded_by_the_total_deadline_only() {
     let mock = MockUpstream::start(Behaviour::Slow {
         delay: Duration::from_millis(300),
@@ -720,7 +724,7 @@ async fn non_stream_is_bounded_by_the_total_deadline_only() {
 
 // ---------------------------------------------------------------- STREAM=false sources
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_non_streaming_source_never_streams_and_reads_usage_and_reasoning_from_the_body() {
     let mock = MockUpstream::start(Behaviour::UsageDetails).await;
     let t = transport_with(&mock, |s| s.stream = false);
@@ -752,7 +756,7 @@ async fn a_non_streaming_source_never_streams_and_reads_usage_and_reasoning_from
     assert_eq!(mock.last_request().unwrap().body["stream"], false);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_non_streaming_source_is_bounded_by_the_total_deadline() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::from_millis(1500),
@@ -785,6 +789,8 @@ const PROXY_VARS: [&str; 6] = [
     "no_proxy",
 ];
 
+// Real time, like its child: the child calls this process's servers, and a paused clock jumps to
+// the transport's timeout while another process answers.
 #[tokio::test]
 async fn trust_env_false_bypasses_the_proxy_env() {
     // The "proxy" is a second mock: a proxied request reaches it in absolute form and is
@@ -832,7 +838,7 @@ async fn proxy_env_child() {
 
 // ---------------------------------------------------------------- the mock's own contract
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn scripted_behaviours_run_in_order_then_repeat_the_last() {
     let mock = MockUpstream::start(Behaviour::Scripted(vec![
         Behaviour::ServerError(502),
@@ -855,7 +861,7 @@ async fn scripted_behaviours_run_in_order_then_repeat_the_last() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn scripted_content_answers_each_request_with_the_next_string() {
     let mock = MockUpstream::start(Behaviour::ScriptedContent(vec![
         "{\"a\":".into(),
@@ -870,7 +876,7 @@ async fn scripted_content_answers_each_request_with_the_next_string() {
     assert_eq!(call(&t, true).await.unwrap().content, "again");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn mix_is_seeded_and_roughly_at_its_rate() {
     async fn outcomes(seed: u64) -> (Vec<bool>, u64) {
         let mock = MockUpstream::start(Behaviour::Mix {
@@ -899,7 +905,7 @@ async fn mix_is_seeded_and_roughly_at_its_rate() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn connections_are_counted_and_models_served() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     assert_eq!(mock.open_connections(), 0);
@@ -920,7 +926,7 @@ async fn connections_are_counted_and_models_served() {
     assert_eq!(mock.counts().chat, 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_ends_a_black_hole_promptly() {
     let mock = MockUpstream::start(Behaviour::BlackHole).await;
     let t = Arc::new(transport(&mock));
@@ -939,7 +945,7 @@ async fn shutdown_ends_a_black_hole_promptly() {
     assert!(started.elapsed() < Duration::from_secs(3));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn aborted_attempt_on_a_black_hole_is_seen_by_the_mock() {
     let mock = MockUpstream::start(Behaviour::BlackHole).await;
     let t = Arc::new(transport(&mock));

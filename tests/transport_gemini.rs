@@ -52,7 +52,7 @@ fn weather_tool() -> Value {
                        "required": ["city"], "additionalProperties": false}}}])
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn text_plain_and_streamed_with_the_key_in_a_header() {
     let mock = MockGemini::start().await;
     let t = transport(&mock);
@@ -106,7 +106,7 @@ async fn text_plain_and_streamed_with_the_key_in_a_header() {
     assert!(!format!("{t:?}").contains(MOCK_GEMINI_KEY));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_tool_loop_replays_thought_signatures() {
     for stream in [false, true] {
         let mock = MockGemini::start().await;
@@ -177,7 +177,7 @@ async fn the_tool_loop_replays_thought_signatures() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn thinking_and_usage_land_in_the_canonical_fields() {
     for stream in [false, true] {
         let mock = MockGemini::start().await;
@@ -218,7 +218,7 @@ async fn fault(fault: GeminiFault, stream: bool) -> TransportError {
         .unwrap_err()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn every_error_class() {
     for stream in [false, true] {
         let e = fault(GeminiFault::RateLimited { retry_delay_s: 12 }, stream).await;
@@ -273,7 +273,7 @@ async fn every_error_class() {
     assert!(!format!("{e:?}").contains("AIza-wrong-key"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn truncated_streams_retry_or_salvage() {
     let e = fault(GeminiFault::AbruptClose, true).await;
     assert_eq!(e.class, FailureClass::Transient);
@@ -296,7 +296,7 @@ async fn truncated_streams_retry_or_salvage() {
     assert_eq!(salvaged.usage_source, UsageSource::Estimated);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn finish_reasons_are_judged() {
     for stream in [false, true] {
         for (reason, class) in [
@@ -322,7 +322,7 @@ async fn finish_reasons_are_judged() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn structured_output_modes() {
     let mock = MockGemini::start().await;
     let t = transport(&mock);

@@ -2,7 +2,9 @@
 //! fault mode maps to its docs/behaviour.md §6 class, uploads are named after their magic bytes, download URLs
 //! resolve and encode, bbox defence holds, health probes answer.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use polygateway::config::Secret;
 use polygateway::ports::{AttemptVerdict, Classify, FailureClass, SourceReason, Transport};
@@ -70,6 +72,8 @@ fn assert_sample_layout(result: &OcrLayoutResult) {
     assert_eq!(result.page_sizes, vec![SAMPLE_PAGE_SIZE; 3]);
 }
 
+// Real time: it checks that a latency is measured, and a mock without delays answers in 0 ms of
+// paused time.
 #[tokio::test]
 async fn text_png_success_with_provenance() {
     let mock = MockOcr::start(OcrFault::None).await;
@@ -94,7 +98,7 @@ async fn text_png_success_with_provenance() {
     assert_eq!(mock.requests(OcrEndpoint::OcrText), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn jpeg_uploads_are_named_image_jpg_on_both_endpoints() {
     let mock = MockOcr::start(OcrFault::None).await;
     let t = transport(&mock);
@@ -108,7 +112,7 @@ async fn jpeg_uploads_are_named_image_jpg_on_both_endpoints() {
     assert_eq!(upload.file_name.as_deref(), Some("image.jpg"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn non_image_bytes_are_rejected_and_nothing_is_sent() {
     let mock = MockOcr::start(OcrFault::None).await;
     let t = transport(&mock);
@@ -123,7 +127,7 @@ async fn non_image_bytes_are_rejected_and_nothing_is_sent() {
     assert_eq!(mock.total_requests(), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn blank_page_is_a_legitimately_empty_result() {
     let mock = MockOcr::start(OcrFault::BlankPage).await;
     let t = transport(&mock);
@@ -133,7 +137,7 @@ async fn blank_page_is_a_legitimately_empty_result() {
     assert_eq!(result.page_sizes, vec![SAMPLE_PAGE_SIZE]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn success_false_is_result_invalid_but_proves_the_service_alive() {
     let mock = MockOcr::start(OcrFault::SuccessFalse).await;
     let t = transport(&mock);
@@ -158,7 +162,7 @@ async fn success_false_is_result_invalid_but_proves_the_service_alive() {
     assert_eq!(mock.requests(OcrEndpoint::Static), 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn detail_500_is_transient_with_the_body_summary() {
     let mock = MockOcr::start(OcrFault::Detail500).await;
     let t = transport(&mock);
@@ -176,7 +180,7 @@ async fn detail_500_is_transient_with_the_body_summary() {
     assert!(err.message.contains("/parse"), "{}", err.message);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rate_limited_429_is_plain_transient() {
     let mock = MockOcr::start(OcrFault::RateLimited429).await;
     let t = transport(&mock);
@@ -192,7 +196,7 @@ async fn rate_limited_429_is_plain_transient() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn layout_follows_a_relative_download_url() {
     let mock = MockOcr::start(OcrFault::None).await;
     let t = transport(&mock);
@@ -219,7 +223,7 @@ async fn layout_follows_a_relative_download_url() {
     assert_eq!(mock.requests(OcrEndpoint::Static), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn layout_follows_an_absolute_download_url() {
     let mock = MockOcr::start(OcrFault::None).await;
     mock.set_absolute_download_urls(true);
@@ -231,7 +235,7 @@ async fn layout_follows_an_absolute_download_url() {
     assert_eq!(mock.requests(OcrEndpoint::Static), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn raw_result_names_are_percent_encoded() {
     let mock = MockOcr::start(OcrFault::None).await;
     // A raw `#` would cut the path into a fragment, `%` would be misread as an escape: the
@@ -242,7 +246,7 @@ async fn raw_result_names_are_percent_encoded() {
     assert_eq!(mock.requests(OcrEndpoint::Static), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn broken_results_are_result_invalid() {
     let mock = MockOcr::start(OcrFault::MissingMiddleJson).await;
     let t = transport(&mock);
@@ -273,7 +277,7 @@ async fn broken_results_are_result_invalid() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn download_404_is_transient() {
     let mock = MockOcr::start(OcrFault::Download404).await;
     let err = layout(&transport(&mock), PNG).await.unwrap_err();
@@ -283,7 +287,7 @@ async fn download_404_is_transient() {
     assert_eq!(mock.requests(OcrEndpoint::Static), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn slow_answers_within_the_timeout_succeed() {
     let mock = MockOcr::start(OcrFault::Slow(Duration::from_millis(100))).await;
     let t = transport(&mock);
@@ -296,7 +300,7 @@ async fn slow_answers_within_the_timeout_succeed() {
     assert_sample_layout(&layout(&t, PNG).await.unwrap());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn slow_and_black_hole_are_bounded_by_the_source_timeout() {
     for fault in [OcrFault::Slow(Duration::from_secs(3)), OcrFault::BlackHole] {
         let mock = MockOcr::start(fault.clone()).await;
@@ -327,7 +331,7 @@ async fn slow_and_black_hole_are_bounded_by_the_source_timeout() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn unreachable_source_is_a_transient_network_error() {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -343,7 +347,7 @@ async fn unreachable_source_is_a_transient_network_error() {
     assert!(!t.check_health().await);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_base_url_that_is_not_a_url_is_source_dead() {
     let t = OcrTransport::new(settings("not a url", Duration::from_secs(1)));
     let err = layout(&t, PNG).await.unwrap_err();
@@ -351,7 +355,7 @@ async fn a_base_url_that_is_not_a_url_is_source_dead() {
     assert_eq!(AttemptVerdict::of_error(&err), AttemptVerdict::Dead);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn health_reports_up_and_down() {
     let mock = MockOcr::start(OcrFault::None).await;
     let t = transport(&mock);
@@ -368,7 +372,7 @@ async fn health_reports_up_and_down() {
     assert_eq!(mock.requests(OcrEndpoint::Health), 4);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn mock_validates_uploads_like_the_real_server() {
     let mock = MockOcr::start(OcrFault::None).await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -410,7 +414,7 @@ async fn mock_validates_uploads_like_the_real_server() {
         .contains("Unsupported file type: .gif"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn mix_serves_a_reproducible_fault_pool() {
     let mix = OcrFault::Mix {
         failure_rate: 0.5,
@@ -445,7 +449,7 @@ async fn mix_serves_a_reproducible_fault_pool() {
     assert_eq!(runs[0], runs[1], "same seed, same sequence");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn concurrent_attempts_share_one_client() {
     let mock = MockOcr::start(OcrFault::Slow(Duration::from_millis(100))).await;
     let t = std::sync::Arc::new(transport(&mock));

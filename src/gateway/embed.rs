@@ -5,7 +5,7 @@
 //! failure retries only that batch, on any source), up to four batches in flight, and the vectors
 //! are merged back in input order.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use polygateway_actors::runtime::Governed;
@@ -61,7 +61,8 @@ impl ScopeHandle<Embeddings> {
     ) -> Result<EmbeddingResponse, GatewayError> {
         EmbedStack::validate(&options)?;
         let scope = self.scope();
-        let started = Instant::now();
+        // Tokio's clock, as the chat path reads it, so a paused-clock test sees what it scripted.
+        let started = tokio::time::Instant::now();
         let batch_size = scope.settings.batch_size.max(1);
         let batches: Vec<Vec<String>> = texts.chunks(batch_size).map(<[String]>::to_vec).collect();
         // One id for every batch row of this call (`call_group_id`).

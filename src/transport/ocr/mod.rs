@@ -21,7 +21,7 @@ mod upload;
 
 use std::convert::Infallible;
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -272,7 +272,8 @@ impl OcrTransport {
                 hex::encode(&request.bytes[..request.bytes.len().min(8)])
             ))
         })?;
-        let started = Instant::now();
+        // Tokio's clock, as the chat path reads it, so a paused-clock test sees what it scripted.
+        let started = tokio::time::Instant::now();
         let call_id = uuid::Uuid::new_v4().to_string();
         let limit = self.config.timeout;
         let base = self.config.base_url.as_str();
