@@ -28,7 +28,7 @@ fn rows(path: &std::path::Path) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refused_call_is_a_row_and_a_count_an_invalid_one_is_neither() {
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()

@@ -37,7 +37,7 @@ fn row_waits(path: &std::path::Path) -> BTreeMap<String, f64> {
     sums
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn calls_queued_for_pacer_slots_report_their_wait_and_an_idle_call_reports_none() {
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()

@@ -91,8 +91,7 @@ fn rows(db: &std::path::Path) -> Vec<(String, bool, Option<String>)> {
         .collect()
 }
 
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cut_stream_is_continued_on_a_prefill_source_and_the_caller_sees_one_answer() {
     let a = MockUpstream::start(cut_after(3, eight_deltas(ANSWER))).await;
     let deepseek = MockUpstream::start(eight_deltas(ANSWER)).await;
@@ -141,8 +140,7 @@ async fn a_cut_stream_is_continued_on_a_prefill_source_and_the_caller_sees_one_a
     );
 }
 
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_that_began_a_tool_call_is_not_continued() {
     let calls = vec![("search".to_string(), r#"{"q": "rust"}"#.to_string())];
     let a = MockUpstream::start(cut_after(0, Behaviour::ToolCalls(calls))).await;
@@ -160,8 +158,7 @@ async fn a_stream_that_began_a_tool_call_is_not_continued() {
     gw.shutdown().await;
 }
 
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_structured_call_is_not_continued() {
     let json = r#"{"count": [1, 2, 3, 4, 5, 6, 7, 8]}"#;
     let a = MockUpstream::start(cut_after(3, eight_deltas(json))).await;
@@ -184,8 +181,7 @@ async fn a_structured_call_is_not_continued() {
     gw.shutdown().await;
 }
 
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn without_continuation_a_cut_stream_ends_as_before() {
     let a = MockUpstream::start(cut_after(3, eight_deltas(ANSWER))).await;
     let deepseek = MockUpstream::start(eight_deltas(ANSWER)).await;

@@ -63,7 +63,7 @@ fn batch_requests(mock: &MockGemini) -> Vec<serde_json::Value> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn embeddings_are_native_batched_dimensioned_and_retried() {
     let mock = MockGemini::start().await;
     // The first batch meets a busy model once: only it is sent again.
@@ -107,7 +107,7 @@ async fn embeddings_are_native_batched_dimensioned_and_retried() {
     assert_eq!(sizes, vec![1, 2, 2, 2]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_embeddings_scope_refuses_what_gemini_or_anthropic_cannot_serve() {
     let mock = MockGemini::start().await;
     let keys = env(
@@ -136,7 +136,7 @@ async fn an_embeddings_scope_refuses_what_gemini_or_anthropic_cannot_serve() {
     assert!(mock.requests().is_empty(), "nothing was sent");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn embedding_errors_are_read_from_geminis_body() {
     let mock = MockGemini::start().await;
     let mut settings = source_settings(&mock.base_url());
@@ -182,7 +182,7 @@ async fn embedding_errors_are_read_from_geminis_body() {
     assert!(!format!("{e:?}").contains("AIza-wrong-key"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cache_reads_are_priced_and_written_to_telemetry() {
     let mock = MockGemini::start().await;
     mock.script("Cached answer.", None, None, Some(40));
@@ -242,7 +242,7 @@ async fn cache_reads_are_priced_and_written_to_telemetry() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_mixed_scope_switches_away_from_geminis_pushback_and_outages() {
     let gemini = MockGemini::start().await;
     let openai = MockUpstream::start(Behaviour::healthy_with("from openai")).await;
@@ -322,7 +322,7 @@ async fn tool_loop(gw: &Gateway, scopes: &[&str]) -> (Vec<Message>, LlmResponse)
     panic!("no final answer after four turns of {scopes:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_tool_loop_written_once_runs_on_every_dialect_and_crosses_between_them() {
     let claude = MockAnthropic::start().await;
     let gemini = MockGemini::start().await;

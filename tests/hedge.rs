@@ -81,8 +81,7 @@ async fn settled(gw: &Gateway, attempts: u64) -> Vec<SourceSnapshot> {
     panic!("attempts not settled: {:?}", gw.sources("LLM").await);
 }
 
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_slow_first_token_is_hedged_and_the_loser_releases_everything() {
     let a = MockUpstream::start(slow(Duration::from_secs(5), "slow answer")).await;
     let b = MockUpstream::start(Behaviour::healthy_with("fast answer")).await;

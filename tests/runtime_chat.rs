@@ -5,7 +5,7 @@ mod common;
 use polygateway::Message;
 use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_healthy_source_answers_through_the_runtime() {
     let mock = MockUpstream::start(Behaviour::healthy_with("hello there")).await;
     let gw = common::gateway(&[("openai", &mock)], &[]).await;
@@ -28,7 +28,7 @@ fn telemetry_errors(path: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_abrupt_close_is_named_in_the_error_and_in_telemetry() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.sqlite");
@@ -55,7 +55,7 @@ async fn an_abrupt_close_is_named_in_the_error_and_in_telemetry() {
     assert!(rows[0].contains(&named), "{rows:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_error_message_says_each_thing_once() {
     let mock = MockUpstream::start(Behaviour::Unauthorized).await;
     let gw = common::gateway(&[("openai", &mock)], &[("LLM__RETRY__MAX_ATTEMPTS", "1")]).await;
@@ -67,7 +67,7 @@ async fn an_error_message_says_each_thing_once() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_false_source_serves_chat_and_chat_stream_without_streaming() {
     use futures::StreamExt;
     let mock = MockUpstream::start(Behaviour::healthy_with("whole answer")).await;

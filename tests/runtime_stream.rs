@@ -186,8 +186,7 @@ async fn a_broken_stream_is_never_cached() {
     gw.shutdown().await;
 }
 
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn every_streamed_attempt_has_a_row_and_a_dropped_stream_is_recorded_cancelled() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.sqlite");

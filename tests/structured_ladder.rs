@@ -73,7 +73,7 @@ fn text(m: &Message) -> String {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn prevent_sends_the_schema_and_accepts_first_answer() {
     let (s, log) = script(vec![Ok(
         r#"{"name":"Paris","population":2100000,"nickname":null}"#,
@@ -112,7 +112,7 @@ async fn prevent_sends_the_schema_and_accepts_first_answer() {
     assert_eq!(calls[0].messages, question());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn repair_fixes_fenced_sloppy_json_without_reask() {
     let (s, log) = script(vec![Ok(
         "<think>ok</think>Here you go:\n```json\n{'name': 'Lyon', population: 520000,}\n```",
@@ -131,7 +131,7 @@ async fn repair_fixes_fenced_sloppy_json_without_reask() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn validation_failure_reasks_with_the_error_and_succeeds() {
     let bad = r#"{"name":"Paris","population":"lots"}"#;
     let (s, log) = script(vec![
@@ -162,7 +162,7 @@ async fn validation_failure_reasks_with_the_error_and_succeeds() {
     assert!(!correction.contains("JSON Schema"), "{correction}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reasks_use_only_the_latest_bad_answer() {
     let (s, log) = script(vec![
         Ok("bad one"),
@@ -179,7 +179,7 @@ async fn reasks_use_only_the_latest_bad_answer() {
     assert!(calls.iter().skip(1).all(|c| c.is_reask));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn exhaustion_returns_result_invalid_with_details() {
     let (s, log) = script(vec![
         Ok(r#"{"name": 1}"#),
@@ -204,7 +204,7 @@ async fn exhaustion_returns_result_invalid_with_details() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn exhaustion_after_unrepairable_text_carries_repair_error() {
     let (s, log) = script(vec![Ok("I cannot answer that.")]);
     let err = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(0))
@@ -227,7 +227,7 @@ async fn exhaustion_after_unrepairable_text_carries_repair_error() {
     assert!(details.validation_errors.is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn json_mode_repairs_once_and_never_reasks() {
     let (s, log) = script(vec![Ok("```json\n{'a': [1, 2,],}\n```")]);
     let out = run_ladder::<Value, _, _>(asker!(s, log), question(), LadderPlan::json())
@@ -248,7 +248,7 @@ async fn json_mode_repairs_once_and_never_reasks() {
     assert_eq!(log.lock().unwrap().len(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn normalizer_runs_before_validation() {
     let (s, log) = script(vec![Ok(r#"{"Name": "Metz", "population": "120000"}"#)]);
     let normalizer: polygateway::structured::Normalizer = Arc::new(|mut v: Value| {
@@ -277,7 +277,7 @@ async fn normalizer_runs_before_validation() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn ask_errors_end_the_ladder_unchanged() {
     let rejected = GatewayError::RequestRejected {
         message: "400 bad schema".into(),
@@ -293,7 +293,7 @@ async fn ask_errors_end_the_ladder_unchanged() {
     assert_eq!(log.lock().unwrap().len(), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn correction_errors_are_clipped_to_200_chars() {
     let long = "x".repeat(1000);
     let first = format!(r#"{{"name": "A", "population": "{long}"}}"#);
@@ -313,7 +313,7 @@ async fn correction_errors_are_clipped_to_200_chars() {
     assert!(correction.contains('…'));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn rehydrate_rebuilds_the_value_from_structured_data() {
     let (s, log) = script(vec![Ok(r#"{"name":"Paris","population":2100000}"#)]);
     let out = run_ladder::<City, _, _>(asker!(s, log), question(), LadderPlan::typed(0))

@@ -39,7 +39,7 @@ fn format_types(mock: &MockUpstream) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_self_hosted_server_named_by_its_provider_gets_strict_json_schema() {
     for provider in ["vllm", "sglang", "llamacpp", "ollama", "lmstudio"] {
         let mock = MockUpstream::start(Behaviour::healthy_with(VERDICT)).await;
@@ -61,7 +61,7 @@ async fn a_self_hosted_server_named_by_its_provider_gets_strict_json_schema() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn structured_mode_overrides_the_registry_for_one_source() {
     let mock = MockUpstream::start(Behaviour::healthy_with(VERDICT)).await;
     // An unknown provider name would get the prompt mode; the source says it speaks json_schema.
@@ -110,7 +110,7 @@ fn a_bad_structured_mode_names_the_key_and_the_allowed_values() {
     assert_eq!(expected, "one of json_schema | json_object | prompt");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refused_mode_falls_back_once_is_remembered_and_is_no_source_fault() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.sqlite");
@@ -188,7 +188,7 @@ async fn a_refused_mode_falls_back_once_is_remembered_and_is_no_source_fault() {
     assert!(rows.iter().all(|(_, e)| e.is_none()), "{rows:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn another_bad_request_still_fails_the_call_without_falling_back() {
     let mock = MockUpstream::start(Behaviour::BadRequest).await;
     let gw = common::gateway(&[("vllm", &mock)], &[]).await;
@@ -203,7 +203,7 @@ async fn another_bad_request_still_fails_the_call_without_falling_back() {
     gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn plain_calls_have_no_structured_mode_in_telemetry() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("t.sqlite");

@@ -328,6 +328,35 @@ async fn after_shutdown_rows_are_counted_not_written() {
     assert_eq!(sink.status().dropped_rows, 1);
 }
 
+/// A write takes no virtual time: the sink writes on tokio's blocking pool, and a paused clock
+/// does not skip ahead while a blocking task runs. (A thread of the sink's own, as before, let the
+/// clock jump to the next timer while the database worked: a paused-clock test of a gateway with
+/// SQLite telemetry saw shutdown's 5 s bound run out during a write of a few milliseconds.) The
+/// write waits here on another connection's lock for its `busy_timeout`, so it takes 300 ms of
+/// real time every run.
+#[tokio::test(start_paused = true)]
+async fn a_write_takes_no_virtual_time_however_long_the_database_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let mut o = options(SchemaMode::Auto);
+    o.busy_timeout = Duration::from_millis(300);
+    let sink = SqliteSink::open(&path, o);
+    let holder = Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // A timer a paused clock could jump to while nothing else is ready.
+    let timer = tokio::spawn(tokio::time::sleep(Duration::from_secs(60)));
+    let (virtual_start, real_start) = (tokio::time::Instant::now(), std::time::Instant::now());
+    sink.write_batch(vec![row(1)]).await;
+    assert!(real_start.elapsed() >= Duration::from_millis(300));
+    assert_eq!(virtual_start.elapsed(), Duration::ZERO);
+    assert!(!timer.is_finished());
+    // The locked database dropped the batch (degraded), as it would without the paused clock.
+    assert_eq!(sink.status().dropped_rows, 1);
+    holder.execute_batch("COMMIT").unwrap();
+    sink.shutdown().await;
+    assert_eq!(virtual_start.elapsed(), Duration::ZERO);
+}
+
 #[tokio::test]
 async fn the_actor_batches_into_sqlite_and_flushes_everything() {
     let dir = tempfile::tempdir().unwrap();

@@ -449,8 +449,7 @@ async fn the_cache_key_covers_tools_and_n() {
     gw.shutdown().await;
 }
 
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_content_filtered_request_is_refused_once_without_hurting_the_source() {
     let mock = MockUpstream::start(Behaviour::Raw {
         chunks: vec![chunk(
@@ -473,8 +472,7 @@ async fn a_content_filtered_request_is_refused_once_without_hurting_the_source()
 }
 
 #[cfg(feature = "sqlite")]
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn telemetry_rows_record_the_finish_reason_and_the_tool_call_count() {
     let mock = MockUpstream::start(Behaviour::ToolCalls(vec![
         ("get_weather".into(), "{}".into()),

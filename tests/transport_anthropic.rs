@@ -162,8 +162,7 @@ async fn a_tool_loop_written_once_runs_with_thinking_signatures_sent_back() {
     gw.shutdown().await;
 }
 
-// Real time: SQLite telemetry, whose writer thread a paused clock would skip ahead of.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cache_breakpoints_reach_the_api_and_cache_usage_is_priced() {
     let mock = MockAnthropic::start().await;
     let dir = tempfile::tempdir().unwrap();

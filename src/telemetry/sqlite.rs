@@ -1,8 +1,11 @@
 //! The SQLite telemetry sink.
 //!
-//! `rusqlite::Connection` is `Send` but not `Sync`, so one dedicated writer thread owns it and is
-//! fed batches over a channel. [`SqliteSink::open`] opens the file at once, before the thread
-//! starts (WAL, `synchronous=NORMAL`, `busy_timeout`), so a bad path shows in the status from the
+//! `rusqlite::Connection` is `Send` but not `Sync`, so one writer owns it behind a mutex, and each
+//! batch is written on tokio's blocking pool (`spawn_blocking`), never on a runtime thread. The
+//! blocking pool rather than a thread of the sink's own: while a blocking task runs, a paused
+//! tokio clock does not skip ahead, so a test in virtual time sees a write take no time instead
+//! of its shutdown's bound running out while the database works. [`SqliteSink::open`] opens the
+//! file at once (WAL, `synchronous=NORMAL`, `busy_timeout`), so a bad path shows in the status from the
 //! first moment; it probes with `PRAGMA table_info`, creates the table when absent, and in `auto`
 //! mode adds missing columns one by one (plain `ALTER TABLE … ADD COLUMN`); in `manual` mode it
 //! trims the INSERT to the existing columns and warns once with runnable SQL. Rows go out as
@@ -13,13 +16,12 @@
 //! is dropped on its own.
 
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use polygateway_actors::telemetry::TelemetrySink;
 use rusqlite::{Connection, ErrorCode};
-use tokio::sync::oneshot;
 
 use super::row::TelemetryRow;
 use super::schema::{self, SchemaBackend};
@@ -30,7 +32,7 @@ use crate::config::SchemaMode;
 const MAX_ROWS_PER_STATEMENT: usize = 256;
 /// SQLite's default `SQLITE_MAX_VARIABLE_NUMBER` since 3.32 (the bundled build).
 const MAX_VARIABLES: usize = 32_766;
-/// Longest wait for the writer thread to finish on shutdown.
+/// Longest wait for the writer to close the database on shutdown.
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
 /// Options of [`SqliteSink`].
@@ -81,12 +83,7 @@ impl SqliteOptions {
     }
 }
 
-enum Cmd {
-    Write(Vec<TelemetryRow>, oneshot::Sender<()>),
-    Shutdown(oneshot::Sender<()>),
-}
-
-/// Writes telemetry rows into a SQLite file from a dedicated thread.
+/// Writes telemetry rows into a SQLite file, each batch on tokio's blocking pool.
 ///
 /// The sink creates the file and the `llm_calls` table when it is opened; a file that cannot be
 /// opened leaves it degraded from the start (and a WARN line logged), never failing a call:
@@ -112,7 +109,8 @@ enum Cmd {
 /// # }
 /// ```
 pub struct SqliteSink {
-    tx: Mutex<Option<mpsc::Sender<Cmd>>>,
+    /// `None` once shut down, or when the sink could not start.
+    writer: Arc<Mutex<Option<Writer>>>,
     health: Arc<SinkHealth>,
     path: PathBuf,
 }
@@ -126,7 +124,7 @@ impl std::fmt::Debug for SqliteSink {
 }
 
 impl SqliteSink {
-    /// Start the writer thread for `path`. Never fails: problems show up in the status.
+    /// Open the database at `path`. Never fails: problems show up in the status.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -150,12 +148,11 @@ impl SqliteSink {
         if let Err(e) = schema::validate_table(&options.table) {
             health.set_fatal(e.to_string());
             return Self {
-                tx: Mutex::new(None),
+                writer: Arc::default(),
                 health,
                 path,
             };
         }
-        let (tx, rx) = mpsc::channel::<Cmd>();
         let mut writer = Writer {
             path: path.clone(),
             options,
@@ -169,19 +166,8 @@ impl SqliteSink {
         if let Err(reason) = writer.connect() {
             writer.health.degrade(reason, Instant::now());
         }
-        let spawned = std::thread::Builder::new()
-            .name("pgw-telemetry-sqlite".into())
-            .spawn(move || writer.run(rx));
-        if let Err(e) = spawned {
-            health.set_fatal(format!("cannot start the SQLite writer thread: {e}"));
-            return Self {
-                tx: Mutex::new(None),
-                health,
-                path,
-            };
-        }
         Self {
-            tx: Mutex::new(Some(tx)),
+            writer: Arc::new(Mutex::new(Some(writer))),
             health,
             path,
         }
@@ -209,22 +195,35 @@ impl SqliteSink {
         &self.path
     }
 
-    fn sender(&self) -> Option<mpsc::Sender<Cmd>> {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// Run `work` on the writer, on tokio's blocking pool; `None` when the sink is shut down (or
+    /// never started) or the work panicked.
+    async fn on_writer<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Option<Writer>) -> Option<T> + Send + 'static,
+    ) -> Option<T> {
+        let writer = Arc::clone(&self.writer);
+        tokio::task::spawn_blocking(move || work(&mut lock(&writer)))
+            .await
+            .ok()
+            .flatten()
     }
+}
+
+/// The writer, whichever task held it last (a panic mid-write leaves a usable writer: the
+/// connection is reopened on the next failure).
+fn lock(writer: &Mutex<Option<Writer>>) -> MutexGuard<'_, Option<Writer>> {
+    writer.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[async_trait]
 impl TelemetrySink<TelemetryRow> for SqliteSink {
     async fn write_batch(&self, rows: Vec<TelemetryRow>) {
         let n = rows.len() as u64;
-        let Some(tx) = self.sender() else {
-            self.health.drop_rows(n, Instant::now());
-            return;
-        };
-        let (done_tx, done_rx) = oneshot::channel();
-        if tx.send(Cmd::Write(rows, done_tx)).is_err() || done_rx.await.is_err() {
-            // The writer thread is gone (shut down or panicked).
+        let written = self
+            .on_writer(move |writer| writer.as_mut().map(|w| w.write(&rows)))
+            .await;
+        if written.is_none() {
+            // Shut down, or the write panicked.
             self.health.drop_rows(n, Instant::now());
         }
     }
@@ -234,17 +233,13 @@ impl TelemetrySink<TelemetryRow> for SqliteSink {
     }
 
     async fn shutdown(&self) {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(tx) = tx {
-            let (done_tx, done_rx) = oneshot::channel();
-            if tx.send(Cmd::Shutdown(done_tx)).is_ok() {
-                let _ = tokio::time::timeout(SHUTDOWN_BUDGET, done_rx).await;
-            }
-        }
+        // Waits for a write in progress, then closes the connection (dropping the writer).
+        let closed = self.on_writer(|writer| writer.take().map(drop));
+        let _ = tokio::time::timeout(SHUTDOWN_BUDGET, closed).await;
     }
 }
 
-/// The writer thread's state.
+/// The writer's state: the connection and what it learned of the table.
 struct Writer {
     path: PathBuf,
     options: SqliteOptions,
@@ -281,22 +276,6 @@ fn classify(e: &rusqlite::Error) -> Failure {
 }
 
 impl Writer {
-    fn run(&mut self, rx: mpsc::Receiver<Cmd>) {
-        while let Ok(cmd) = rx.recv() {
-            match cmd {
-                Cmd::Write(rows, done) => {
-                    self.write(&rows);
-                    let _ = done.send(());
-                }
-                Cmd::Shutdown(done) => {
-                    self.conn = None;
-                    let _ = done.send(());
-                    return;
-                }
-            }
-        }
-    }
-
     fn write(&mut self, rows: &[TelemetryRow]) {
         if rows.is_empty() {
             return;
