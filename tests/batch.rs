@@ -245,7 +245,9 @@ async fn items_refused_as_unavailable_are_rescheduled_and_succeed() {
     gw.shutdown().await;
 }
 
-#[tokio::test(start_paused = true)]
+// Real time: the journal commits on a thread of its own, which a paused clock would skip
+// ahead of.
+#[tokio::test]
 async fn an_item_past_its_age_is_written_with_its_error_and_sent_again_by_the_next_run() {
     let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
     let settings = mock_settings(
@@ -291,7 +293,8 @@ async fn an_item_never_waits_inside_the_runtime_past_its_age() {
         max_item_age: std::time::Duration::from_secs(2),
         ..BatchOptions::default()
     };
-    let started = std::time::Instant::now();
+    // Tokio's clock: the test runs in virtual time, where the OS clock would not see a wait.
+    let started = tokio::time::Instant::now();
     let results = run(&gw, vec![plain_line("a"), plain_line("b")], options).await;
     assert!(
         started.elapsed() < std::time::Duration::from_secs(30),
@@ -312,7 +315,9 @@ async fn an_item_never_waits_inside_the_runtime_past_its_age() {
     gw.shutdown().await;
 }
 
-#[tokio::test(start_paused = true)]
+// Real time: the journal commits on a thread of its own, which a paused clock would skip
+// ahead of.
+#[tokio::test]
 async fn a_stopped_job_resumes_from_its_journal_without_sending_an_answered_item_again() {
     let mock = MockUpstream::start(Behaviour::Slow {
         delay: std::time::Duration::from_millis(30),
@@ -369,7 +374,9 @@ async fn a_stopped_job_resumes_from_its_journal_without_sending_an_answered_item
     gw.shutdown().await;
 }
 
-#[tokio::test(start_paused = true)]
+// Real time: the journal commits on a thread of its own, which a paused clock would skip
+// ahead of.
+#[tokio::test]
 async fn a_journal_does_not_replay_an_answer_for_a_different_request() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let gw = Gateway::from_settings(mock_settings(&[("LLM", &mock.base_url())], &[]), "LLM")

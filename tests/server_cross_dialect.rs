@@ -87,7 +87,7 @@ fn said(sse: &str) -> String {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn messages_on_an_anthropic_source_pass_through_as_written_but_the_model() {
     let mock = MockAnthropic::start().await;
     let server = start(settings(
@@ -130,7 +130,7 @@ async fn messages_on_an_anthropic_source_pass_through_as_written_but_the_model()
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn messages_on_an_anthropic_source_keep_thinking_and_tool_use_and_cache_usage() {
     let mock = MockAnthropic::start().await;
     let server = start(settings(
@@ -263,7 +263,7 @@ fn second_turn_returned_the_signature(mock: &MockGemini) {
     assert_eq!(called[0]["thoughtSignature"], "mock-sig-0", "{sent}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn messages_on_a_gemini_source_are_translated_with_a_tool_round_trip() {
     let (mock, server) = gemini_weather().await;
     let tools = json!([{"name": "weather", "description": "Weather of a city",
@@ -375,7 +375,7 @@ fn accumulated(sse: &str) -> Value {
     message
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_streamed_gemini_tool_use_keeps_its_thought_signature_for_the_next_turn() {
     let (mock, server) = gemini_weather().await;
     let tools = json!([{"name": "weather", "description": "Weather of a city",
@@ -422,7 +422,7 @@ async fn a_streamed_gemini_tool_use_keeps_its_thought_signature_for_the_next_tur
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_streamed_gemini_tool_call_on_the_chat_ingress_keeps_its_thought_signature() {
     let (mock, server) = gemini_weather().await;
     let tools = json!([{"type": "function", "function": {"name": "weather",
@@ -481,7 +481,7 @@ async fn a_streamed_gemini_tool_call_on_the_chat_ingress_keeps_its_thought_signa
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn responses_on_an_anthropic_source_are_translated_with_a_function_round_trip() {
     let mock = MockAnthropic::start().await;
     mock.set_text("Plain answer");
@@ -591,7 +591,7 @@ async fn responses_on_an_anthropic_source_are_translated_with_a_function_round_t
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_mixed_scope_sends_each_source_its_own_form_and_the_cache_key_covers_the_body() {
     use polygateway_testkit::{Behaviour, MockUpstream};
     let claude = MockAnthropic::start().await;

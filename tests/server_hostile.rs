@@ -125,7 +125,7 @@ fn status_of(raw: &[u8]) -> u16 {
         .unwrap_or_else(|| panic!("no HTTP status in {text:?}"))
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn partial_heads_are_closed_at_the_header_timeout() {
     // An idle timeout far above the header timeout and its slack, so the two cannot be confused.
     let setup = setup(&[("PGW_SERVER_IDLE_TIMEOUT_S", "30")]).await;
@@ -170,7 +170,7 @@ async fn partial_heads_are_closed_at_the_header_timeout() {
     setup.server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn slow_bodies_are_closed_below_the_minimum_rate() {
     let setup = setup(&[]).await;
     let client = reqwest::Client::new();
@@ -234,7 +234,7 @@ async fn slow_bodies_are_closed_below_the_minimum_rate() {
     setup.server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn slow_bodies_are_closed_within_the_grace_plus_the_rate() {
     let setup = setup(&[]).await;
     let mut s = TcpStream::connect(addr(&setup.server)).await.unwrap();
@@ -255,7 +255,7 @@ async fn slow_bodies_are_closed_within_the_grace_plus_the_rate() {
     setup.server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_flood_past_the_cap_is_closed_at_once_and_healthz_still_answers() {
     // Shedding shows on /metrics.
     assert!(polygateway::server::install_metrics_recorder());
@@ -320,7 +320,7 @@ async fn a_flood_past_the_cap_is_closed_at_once_and_healthz_still_answers() {
     setup.server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn oversized_and_too_many_headers_are_431() {
     let setup = setup(&[]).await;
     let client = reqwest::Client::new();
@@ -368,7 +368,7 @@ const INGRESSES: [&str; 4] = [
     "/v1/responses",
 ];
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn invalid_utf8_in_headers_and_bodies_is_refused_cleanly() {
     let setup = setup(&[]).await;
     let client = reqwest::Client::new();
@@ -400,7 +400,7 @@ async fn invalid_utf8_in_headers_and_bodies_is_refused_cleanly() {
     setup.server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn deep_json_nesting_is_refused_on_every_ingress() {
     let setup = setup(&[("PGW_SERVER_BODY_TIMEOUT_S", "10")]).await;
     let client = reqwest::Client::new();
@@ -426,7 +426,7 @@ async fn deep_json_nesting_is_refused_on_every_ingress() {
     setup.server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn pipelined_requests_are_answered_in_order() {
     let setup = setup(&[]).await;
     let body = serde_json::to_string(&chat_body("LLM", false)).unwrap();
@@ -452,7 +452,7 @@ async fn pipelined_requests_are_answered_in_order() {
     setup.server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_drain_still_ends_held_connections() {
     let mut setup = setup(&[
         ("PGW_SERVER_HEADER_TIMEOUT_S", "30"),

@@ -28,7 +28,7 @@ async fn idle(server: &TestServer, mock: &MockUpstream) -> bool {
         && mock.in_flight() == 0
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_that_leaves_mid_stream_cancels_the_governed_call() {
     let mock = MockUpstream::start(slow_stream()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -62,7 +62,7 @@ async fn a_client_that_leaves_mid_stream_cancels_the_governed_call() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_client_that_leaves_a_non_streamed_call_cancels_it_too() {
     let mock = MockUpstream::start(Behaviour::BlackHole).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -84,7 +84,7 @@ async fn a_client_that_leaves_a_non_streamed_call_cancels_it_too() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_drains_a_stream_in_flight_and_refuses_new_connections() {
     let mock = MockUpstream::start(slow_stream()).await;
     let mut server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -129,7 +129,7 @@ async fn shutdown_drains_a_stream_in_flight_and_refuses_new_connections() {
     server.gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_drain_is_bounded_and_what_remains_is_cancelled() {
     let mock = MockUpstream::start(Behaviour::Healthy {
         ttft: Duration::ZERO,
@@ -167,7 +167,7 @@ async fn the_drain_is_bounded_and_what_remains_is_cancelled() {
     server.gw.shutdown().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_request_timeout_answers_504_and_cancels() {
     let mock = MockUpstream::start(Behaviour::BlackHole).await;
     let settings = mock_settings(
@@ -192,7 +192,7 @@ async fn the_request_timeout_answers_504_and_cancels() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn health_readiness_metrics_and_the_status_page() {
     assert!(polygateway::server::install_metrics_recorder());
     let good = MockUpstream::start(Behaviour::healthy()).await;

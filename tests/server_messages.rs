@@ -46,7 +46,7 @@ fn events(text: &str) -> Vec<(String, Value)> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_message_has_anthropic_shape_and_the_upstream_gets_the_canonical_call() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -81,7 +81,7 @@ async fn a_message_has_anthropic_shape_and_the_upstream_gets_the_canonical_call(
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_is_anthropics_exact_event_sequence() {
     let mock = MockUpstream::start(Behaviour::Reasoning).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -120,7 +120,7 @@ async fn a_stream_is_anthropics_exact_event_sequence() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn tool_use_goes_out_as_tools_and_comes_back_as_tool_use_blocks() {
     let mock = MockUpstream::start(Behaviour::ToolCalls(vec![(
         "weather".into(),
@@ -188,7 +188,7 @@ async fn tool_use_goes_out_as_tools_and_comes_back_as_tool_use_blocks() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn errors_are_in_anthropics_shape_and_statuses() {
     let mock = MockUpstream::start(Behaviour::ServerError(503)).await;
     let settings = mock_settings(
@@ -237,7 +237,7 @@ async fn errors_are_in_anthropics_shape_and_statuses() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn count_tokens_is_the_gateways_estimate_and_says_so() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -251,7 +251,7 @@ async fn count_tokens_is_the_gateways_estimate_and_says_so() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_unknown_path_is_a_json_404_in_its_paths_dialect() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -267,7 +267,7 @@ async fn an_unknown_path_is_a_json_404_in_its_paths_dialect() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn metrics_and_the_status_page_count_requests_by_ingress() {
     assert!(polygateway::server::install_metrics_recorder());
     let mock = MockUpstream::start(Behaviour::healthy()).await;

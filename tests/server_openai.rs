@@ -25,7 +25,7 @@ async fn post(server: &TestServer, path: &str, body: &Value) -> reqwest::Respons
         .unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_chat_completion_has_the_openai_shape_and_passes_sampling_through() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -55,7 +55,7 @@ async fn a_chat_completion_has_the_openai_shape_and_passes_sampling_through() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_is_openai_sse_with_usage_and_done() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -98,7 +98,7 @@ async fn a_stream_is_openai_sse_with_usage_and_done() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn without_include_usage_no_usage_chunk_is_sent() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -112,7 +112,7 @@ async fn without_include_usage_no_usage_chunk_is_sent() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn reasoning_is_relayed_as_reasoning_content() {
     let mock = MockUpstream::start(Behaviour::Reasoning).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -150,7 +150,7 @@ async fn reasoning_is_relayed_as_reasoning_content() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_refusal_is_relayed_as_it_arrives() {
     let chunk = |delta: Value, finish: Value| {
         json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
@@ -198,7 +198,7 @@ async fn a_refusal_is_relayed_as_it_arrives() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn models_and_aliases_select_scopes() {
     let llm = MockUpstream::start(Behaviour::healthy_with("from LLM")).await;
     let judge = MockUpstream::start(Behaviour::healthy_with("from JUDGE")).await;
@@ -245,7 +245,7 @@ async fn models_and_aliases_select_scopes() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn embeddings_come_back_as_floats_or_base64_in_input_order() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let settings = mock_settings(
@@ -300,7 +300,7 @@ async fn embeddings_come_back_as_floats_or_base64_in_input_order() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn errors_speak_http_in_the_openai_shape() {
     let mock = MockUpstream::start(Behaviour::BadRequest).await;
     let settings = mock_settings(
@@ -359,7 +359,7 @@ async fn errors_speak_http_in_the_openai_shape() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_json_object_answer_is_repaired_and_streams_as_one_delta() {
     let mock = MockUpstream::start(Behaviour::healthy_with("```json\n{\"ok\": true,}\n```")).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -390,7 +390,7 @@ async fn a_json_object_answer_is_repaired_and_streams_as_one_delta() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failure_after_the_first_delta_is_an_error_frame_without_done() {
     let mock = MockUpstream::start(Behaviour::InBandError).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -404,7 +404,7 @@ async fn a_failure_after_the_first_delta_is_an_error_frame_without_done() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn ocr_is_passed_through_governed_with_the_layout_inline() {
     let ocr = MockOcr::start(OcrFault::None).await;
     let server = start(mock_settings(&[("OCR", &ocr.base_url())], &[])).await;
@@ -458,7 +458,7 @@ async fn ocr_is_passed_through_governed_with_the_layout_inline() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_json_schema_response_format_runs_the_ladder_with_re_asks() {
     let mock = MockUpstream::start(Behaviour::ScriptedContent(vec![
         r#"{"city": "Oslo"}"#.into(),
@@ -508,7 +508,7 @@ async fn a_json_schema_response_format_runs_the_ladder_with_re_asks() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_body_over_the_limit_is_413_in_the_openai_shape() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let settings = mock_settings(

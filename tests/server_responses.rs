@@ -34,7 +34,7 @@ fn events(text: &str) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_response_has_the_responses_shape_and_the_upstream_gets_the_canonical_call() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -69,7 +69,7 @@ async fn a_response_has_the_responses_shape_and_the_upstream_gets_the_canonical_
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stream_is_the_responses_event_sequence_with_sequence_numbers() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -115,7 +115,7 @@ async fn a_stream_is_the_responses_event_sequence_with_sequence_numbers() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn function_calls_round_trip_as_items() {
     let mock = MockUpstream::start(Behaviour::ToolCalls(vec![(
         "weather".into(),
@@ -166,7 +166,7 @@ async fn function_calls_round_trip_as_items() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_json_schema_format_runs_the_structured_ladder() {
     let mock = MockUpstream::start(Behaviour::healthy_with(r#"{"answer": 42}"#)).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;
@@ -180,7 +180,7 @@ async fn a_json_schema_format_runs_the_structured_ladder() {
     server.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn stored_state_is_refused_with_the_alternative_named() {
     let mock = MockUpstream::start(Behaviour::healthy()).await;
     let server = start(mock_settings(&[("LLM", &mock.base_url())], &[])).await;

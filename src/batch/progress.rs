@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// Bucket `i` holds latencies in `[GROWTH^i, GROWTH^(i+1))` milliseconds.
 const GROWTH: f64 = 1.05;

@@ -13,12 +13,14 @@
 //! rescheduled are left for the next run); `cancel` also drops the calls in flight.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+// Tokio's clock, as the runtime reads it: an item's age is on the clock its deadline is.
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::input::{parse_line, Call, Item, LineError, Routing};
