@@ -7,12 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use common::{gateway, wait_idle};
 use futures::StreamExt;
 use polygateway::{CallOptions, ChatEvent, Gateway, Message, SourceSnapshot};
 use polygateway_testkit::mock_llm::{Behaviour, MockUpstream};
+use tokio::time::Instant;
 
 fn slow(ttft: Duration, content: &str) -> Behaviour {
     Behaviour::Healthy {

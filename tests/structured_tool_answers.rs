@@ -7,12 +7,11 @@ mod common;
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use polygateway::structured::SchemaRequest;
 use polygateway::{CallOptions, Gateway, GatewayError, Message, Structured, Tool, ToolCall};
 use polygateway_testkit::{Behaviour, MockUpstream};
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[allow(dead_code)] // read only through serde: the test checks no value is ever built

@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use futures::StreamExt;
 use polygateway::ports::{BreakerState, Classify, EventSink, FailureClass, Transport};
 use polygateway::provider::ProviderProfile;
@@ -16,6 +14,7 @@ use polygateway::{
 };
 use polygateway_testkit::{mock_settings, source_settings, Behaviour, MockUpstream};
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 fn chunk(delta: Value, finish: Value) -> Value {
     json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",

@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use polygateway::config::{MissingDone, Secret};
 use polygateway::ports::{Classify, EventSink, FailureClass, SourceReason, Transport};
 use polygateway::provider::{ProviderProfile, ProviderRegistry};
@@ -17,6 +15,7 @@ use polygateway_testkit::mock_llm::{
 };
 use polygateway_testkit::{source_settings, Behaviour, MockUpstream};
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 fn profile(name: &str) -> ProviderProfile {
     ProviderRegistry::with_defaults().get(name).clone()

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use polygateway::config::Secret;
 use polygateway::ports::{AttemptVerdict, Classify, FailureClass, SourceReason, Transport};
 use polygateway::transport::ocr::{OcrOutput, OcrRequest, OcrTransport};
@@ -15,6 +13,7 @@ use polygateway_testkit::mock_ocr::fixture::{
     SAMPLE_ELEMENTS, SAMPLE_PAGE_SIZE, SAMPLE_TABLE_HTML, SAMPLE_TEXT,
 };
 use polygateway_testkit::mock_ocr::{MockOcr, OcrEndpoint, OcrFault};
+use tokio::time::Instant;
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR fake png body";
 const JPEG: &[u8] = &[0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10, b'J', b'F', b'I', b'F'];

@@ -2,10 +2,10 @@
 //!
 //! `rusqlite::Connection` is `Send` but not `Sync`, so one writer owns it behind a mutex, and each
 //! batch is written on tokio's blocking pool (`spawn_blocking`), never on a runtime thread. The
-//! blocking pool rather than a thread of the sink's own: while a blocking task runs, a paused
-//! tokio clock does not skip ahead, so a test in virtual time sees a write take no time instead
-//! of its shutdown's bound running out while the database works. [`SqliteSink::open`] opens the
-//! file at once (WAL, `synchronous=NORMAL`, `busy_timeout`), so a bad path shows in the status from the
+//! blocking pool rather than a thread of the sink's own: while a blocking task runs, a paused tokio
+//! clock does not skip ahead, so a test in virtual time sees a write take no time instead of its
+//! shutdown's bound running out while the database works. [`SqliteSink::open`] opens the file at
+//! once (WAL, `synchronous=NORMAL`, `busy_timeout`), so a bad path shows in the status from the
 //! first moment; it probes with `PRAGMA table_info`, creates the table when absent, and in `auto`
 //! mode adds missing columns one by one (plain `ALTER TABLE … ADD COLUMN`); in `manual` mode it
 //! trims the INSERT to the existing columns and warns once with runnable SQL. Rows go out as
@@ -209,8 +209,8 @@ impl SqliteSink {
     }
 }
 
-/// The writer, whichever task held it last (a panic mid-write leaves a usable writer: the
-/// connection is reopened on the next failure).
+/// The writer, even if a write panicked while holding it: that batch is lost (its transaction
+/// rolls back as the panic unwinds) and the next batch goes on with the same connection.
 fn lock(writer: &Mutex<Option<Writer>>) -> MutexGuard<'_, Option<Writer>> {
     writer.lock().unwrap_or_else(|p| p.into_inner())
 }
