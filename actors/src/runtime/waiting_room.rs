@@ -787,7 +787,7 @@ mod tests {
         assert!(!room.busy());
     }
 
-    /// The room in a running scope: one source whose pacer allows one attempt at a time.
+    /// The room in a running scope of one source (most tests: a pacer of one slot).
     #[cfg(feature = "testkit")]
     mod in_a_scope {
         use std::sync::atomic::Ordering;
@@ -804,11 +804,12 @@ mod tests {
         };
         use crate::testkit::{echo, memory_governance, Echo};
 
-        async fn one_slot() -> (Runtime, Scope<Echo>) {
+        /// A scope of one source whose pacer allows `slots` attempts at a time.
+        async fn with_slots(slots: u32) -> (Runtime, Scope<Echo>) {
             let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
                 .await
                 .unwrap();
-            let pacer = Arc::new(|_: &Limits| Box::new(Unpaced::new(1)) as Box<dyn Pacer>);
+            let pacer = Arc::new(move |_: &Limits| Box::new(Unpaced::new(slots)) as Box<dyn Pacer>);
             let scope = runtime
                 .add_scope(
                     ScopeConfig::new("LLM"),
@@ -842,7 +843,7 @@ mod tests {
 
         #[tokio::test]
         async fn a_deadline_that_passes_in_the_room_ends_the_call_unsent() {
-            let (runtime, scope) = one_slot().await;
+            let (runtime, scope) = with_slots(1).await;
             let hang = call(&scope, "hang", GovernOptions::default());
             settle().await;
             let options = GovernOptions {
@@ -883,7 +884,7 @@ mod tests {
 
         #[tokio::test]
         async fn a_cancelled_waiting_call_leaves_the_room() {
-            let (runtime, scope) = one_slot().await;
+            let (runtime, scope) = with_slots(1).await;
             let hang = call(&scope, "hang", GovernOptions::default());
             settle().await;
             let waiting = call(&scope, "patient", GovernOptions::default());
@@ -908,19 +909,7 @@ mod tests {
         /// their tasks run. Deficit round robin gave 6.5 %, 6 %, 37.5 % and 50 % here.
         #[tokio::test(start_paused = true)]
         async fn tenants_share_by_weight_when_calls_end_together() {
-            let runtime = Runtime::start(memory_governance(), RuntimeOptions::default())
-                .await
-                .unwrap();
-            let pacer = Arc::new(|_: &Limits| Box::new(Unpaced::new(8)) as Box<dyn Pacer>);
-            let scope = runtime
-                .add_scope(
-                    ScopeConfig::new("LLM"),
-                    vec![echo("echo_1")],
-                    Box::new(LeastInflight),
-                    pacer,
-                )
-                .await
-                .unwrap();
+            let (runtime, scope) = with_slots(8).await;
             // Counted from the first quarter on, once every tenant is backlogged.
             let started = tokio::time::Instant::now();
             let (from, until) = (Duration::from_millis(750), Duration::from_secs(3));
@@ -966,7 +955,7 @@ mod tests {
 
         #[tokio::test]
         async fn the_freed_slot_goes_to_the_higher_class_first() {
-            let (runtime, scope) = one_slot().await;
+            let (runtime, scope) = with_slots(1).await;
             let hang = call(&scope, "hang", GovernOptions::default());
             settle().await;
             let order = Arc::new(std::sync::Mutex::new(Vec::new()));
