@@ -788,10 +788,25 @@ const PROXY_VARS: [&str; 6] = [
     "no_proxy",
 ];
 
-// Real time, like its child: the child calls this process's servers, and a paused clock jumps to
-// the transport's timeout while another process answers.
+/// Set only in the child process: the target its two calls go to.
+const CHILD_TARGET: &str = "PGW_TEST_TARGET_URL";
+
+// Real time, in both processes: the child calls this process's servers, and a paused clock jumps
+// to the transport's timeout while another process answers.
 #[tokio::test]
 async fn trust_env_false_bypasses_the_proxy_env() {
+    // The child: this same test, run again by the parent below with `HTTP_PROXY` set. It makes one
+    // call with `trust_env = false`, then one with `true`; the parent checks where they went.
+    if let Ok(base) = std::env::var(CHILD_TARGET) {
+        let with = |trust_env: bool| {
+            let mut s = config(&base);
+            s.trust_env = trust_env;
+            ChatTransport::new(s, profile("openai"))
+        };
+        call(&with(false), true).await.unwrap();
+        call(&with(true), true).await.unwrap();
+        return;
+    }
     // The "proxy" is a second mock: a proxied request reaches it in absolute form and is
     // routed by path, so its counter shows whether the proxy was used. Proxy variables are
     // process-wide (and setting them is unsafe in a threaded process), so the two calls run in a
@@ -800,9 +815,8 @@ async fn trust_env_false_bypasses_the_proxy_env() {
     let proxy = MockUpstream::start(Behaviour::healthy()).await;
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap());
     child.args([
-        "proxy_env_child",
+        "trust_env_false_bypasses_the_proxy_env",
         "--exact",
-        "--ignored",
         "--test-threads=1",
     ]);
     for k in PROXY_VARS {
@@ -810,7 +824,7 @@ async fn trust_env_false_bypasses_the_proxy_env() {
     }
     child
         .env("HTTP_PROXY", format!("http://{}", proxy.addr()))
-        .env("PGW_TEST_TARGET_URL", target.base_url());
+        .env(CHILD_TARGET, target.base_url());
     let out = child.output().await.unwrap();
     assert!(
         out.status.success(),
@@ -820,19 +834,6 @@ async fn trust_env_false_bypasses_the_proxy_env() {
     // One direct call reached the target, one proxied call went through the proxy. A child that
     // ran no test would leave both at zero.
     assert_eq!((target.counts().chat, proxy.counts().chat), (1, 1));
-}
-
-#[tokio::test]
-#[ignore = "run by trust_env_false_bypasses_the_proxy_env in a child process with HTTP_PROXY set"]
-async fn proxy_env_child() {
-    let base = std::env::var("PGW_TEST_TARGET_URL").expect("started by its parent test");
-    let with = |trust_env: bool| {
-        let mut s = config(&base);
-        s.trust_env = trust_env;
-        ChatTransport::new(s, profile("openai"))
-    };
-    call(&with(false), true).await.unwrap();
-    call(&with(true), true).await.unwrap();
 }
 
 // ---------------------------------------------------------------- the mock's own contract
